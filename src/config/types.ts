@@ -1,0 +1,75 @@
+/**
+ * Shapes of the configuration every layer reads. Parsing and validation live next to
+ * this file (src/config/). Wire names are snake_case (vLLM's); code uses camelCase.
+ */
+import type { HashAlgo, KVCacheDtype } from '../kv/interfaces.ts';
+
+export type KVRole = 'kv_producer' | 'kv_consumer' | 'kv_both';
+export type KVLoadFailurePolicy = 'fail' | 'recompute';
+
+/** vLLM's KVTransferConfig fields, snake_case as on the wire (spec §1.1). */
+export interface KVTransferConfigFields {
+  kv_connector: string | null;
+  engine_id: string;
+  kv_buffer_device: string;
+  kv_buffer_size: number;
+  kv_role: KVRole | null;
+  kv_rank: number | null;
+  kv_parallel_size: number;
+  kv_ip: string;
+  kv_port: number;
+  kv_connector_extra_config: Record<string, unknown>;
+  kv_connector_module_path: string | null;
+  enable_permute_local_kv: boolean;
+  kv_load_failure_policy: KVLoadFailurePolicy;
+}
+
+export interface ModelConfig {
+  /** Preset name (`tiny`, `tiny-hybrid`, `small`) or a directory with config.json + model.safetensors. */
+  model: string;
+  servedModelName: string;
+  maxModelLen: number;
+  seed: number;
+}
+
+export interface CacheConfig {
+  blockSize: number;
+  /** Explicit number of KV blocks (wins over the byte budget when set). */
+  numGpuBlocks: number | null;
+  kvCacheMemoryBytes: number | null;
+  cacheDtype: KVCacheDtype;
+  enablePrefixCaching: boolean;
+  prefixCachingHashAlgo: HashAlgo;
+}
+
+export interface SchedulerConfig {
+  maxNumSeqs: number;
+  maxNumBatchedTokens: number;
+  enableChunkedPrefill: boolean;
+  /** Tri-state: null = auto (vLLM's rule, spec §4.4). */
+  disableHybridKvCacheManager: boolean | null;
+}
+
+export interface ParallelConfig {
+  tensorParallelSize: number;
+  dataParallelSize: number;
+  dataParallelRank: number;
+  dataParallelSizeLocal: number;
+}
+
+/** A validated transfer config (implemented by the KVTransferConfig class). */
+export interface KVTransferConfigLike extends Readonly<KVTransferConfigFields> {
+  readonly isKvProducer: boolean;
+  readonly isKvConsumer: boolean;
+  readonly isKvTransferInstance: boolean;
+  getFromExtraConfig<T>(key: string, defaultValue: T): T | unknown;
+}
+
+/** The whole engine configuration (vLLM's VllmConfig, reduced to what kvconnect runs). */
+export interface EngineConfig {
+  model: ModelConfig;
+  cache: CacheConfig;
+  scheduler: SchedulerConfig;
+  parallel: ParallelConfig;
+  kvTransferConfig: KVTransferConfigLike | null;
+}

@@ -1,0 +1,200 @@
+/**
+ * The connector API: one abstract class for both roles, mirroring vLLM's
+ * KVConnectorBase_V1 (spec §3). Two instances exist per engine, one per role; they share
+ * nothing and talk only through the plain-data metadata and outputs of ./types.ts.
+ *
+ * Scheduler-side methods are synchronous and must be cheap: the scheduler calls them on
+ * every step. Worker-side methods may return promises (transfers are asynchronous in
+ * Node.js); the model runner awaits them in vLLM's order (spec §3.5).
+ */
+import type { EngineConfig, KVTransferConfigLike } from '../config/types.ts';
+import { KVError } from '../errors/kv-error.ts';
+import type { KVCacheBlocks, KVCacheConfig, KVCacheEvent, PagedKVMemory } from '../kv/interfaces.ts';
+import type {
+  ConnectorRequest,
+  ForwardContext,
+  KVConnectorHandshakeMetadata,
+  KVConnectorMetadata,
+  KVConnectorOutput,
+  KVConnectorRole,
+  KVConnectorStatsData,
+  KVConnectorWorkerMetadata,
+  MatchedTokens,
+  RequestFinishedResult,
+  SchedulerOutput,
+} from './types.ts';
+
+export type MaybePromise<T> = T | Promise<T>;
+
+export abstract class KVConnectorBase {
+  /** True if the connector handles several KV cache groups (vLLM's SupportsHMA). */
+  static supportsHMA = false;
+
+  readonly engineConfig: EngineConfig;
+  readonly kvTransferConfig: KVTransferConfigLike;
+  readonly kvCacheConfig: KVCacheConfig;
+  readonly role: KVConnectorRole;
+  protected connectorMetadata: KVConnectorMetadata | null = null;
+
+  constructor(engineConfig: EngineConfig, role: KVConnectorRole, kvCacheConfig: KVCacheConfig) {
+    if (!engineConfig.kvTransferConfig) {
+      throw new KVError(
+        'KV_TRANSFER_CONFIG_MISSING',
+        'kv_transfer_config must be set for KVConnectorBase_V1',
+        {
+          hint: 'Construct connectors through KVConnectorFactory.createConnector with an engine config that has a kv_transfer_config.',
+        },
+      );
+    }
+    this.engineConfig = engineConfig;
+    this.kvTransferConfig = engineConfig.kvTransferConfig;
+    this.kvCacheConfig = kvCacheConfig;
+    this.role = role;
+  }
+
+  // ---- capabilities (instance-level where vLLM derives them from the config) ----
+
+  /** A producer whose hand-off is pending must not lose its blocks to preemption. */
+  get requiresKvDelivery(): boolean {
+    return this.kvTransferConfig.isKvProducer;
+  }
+
+  /** Prefer one contiguous KV buffer for all layers (spec §3.8). */
+  get preferCrossLayerBlocks(): boolean {
+    return false;
+  }
+
+  // ---- worker side (spec §3.3) ----
+
+  /** Once, after the KV memory is allocated. */
+  registerKvCaches(_memory: PagedKVMemory): MaybePromise<void> {}
+
+  /** Every step, before anything else: act on preempted requests before their blocks are reused. */
+  handlePreemptions(_metadata: KVConnectorMetadata): MaybePromise<void> {}
+
+  bindConnectorMetadata(metadata: KVConnectorMetadata): void {
+    this.connectorMetadata = metadata;
+  }
+
+  clearConnectorMetadata(): void {
+    this.connectorMetadata = null;
+  }
+
+  hasConnectorMetadata(): boolean {
+    return this.connectorMetadata !== null;
+  }
+
+  protected getConnectorMetadata<M extends KVConnectorMetadata = KVConnectorMetadata>(): M {
+    if (this.connectorMetadata === null) {
+      throw new KVError('KV_CONNECTOR_METADATA_UNBOUND', 'Connector metadata is not bound for this step', {
+        hint: 'Worker hooks run only between bindConnectorMetadata and clearConnectorMetadata.',
+      });
+    }
+    return this.connectorMetadata as M;
+  }
+
+  /** Every step (idle steps too), before the forward pass: start loads, drive background work. */
+  abstract startLoadKv(ctx: ForwardContext): MaybePromise<void>;
+
+  /** Inside each attention layer, before attention: resolve once that layer's KV is present. */
+  abstract waitForLayerLoad(layerName: string): MaybePromise<void>;
+
+  /** Inside each attention layer, after attention: start saving that layer's KV. */
+  abstract saveKvLayer(layerName: string, ctx: ForwardContext): MaybePromise<void>;
+
+  /** After the forward pass: resolve once saves no longer read the paged buffer. */
+  abstract waitForSave(): MaybePromise<void>;
+
+  /** Ids whose async send / receive completed on this worker since the last call. */
+  getFinished(
+    _finishedReqIds: readonly string[],
+  ): MaybePromise<{ sending: string[] | null; recving: string[] | null }> {
+    return { sending: null, recving: null };
+  }
+
+  /** Block ids whose load failed (drained on each call). */
+  getBlockIdsWithLoadErrors(): number[] {
+    return [];
+  }
+
+  /** Stats since the last call, or null. */
+  getKvConnectorStats(): KVConnectorStatsData | null {
+    return null;
+  }
+
+  getKvConnectorKvCacheEvents(): KVCacheEvent[] | null {
+    return null;
+  }
+
+  buildConnectorWorkerMeta(): KVConnectorWorkerMetadata | null {
+    return null;
+  }
+
+  getHandshakeMetadata(): KVConnectorHandshakeMetadata | null {
+    return null;
+  }
+
+  /** Both roles: finish or abort async work, close sockets, release memory. */
+  shutdown(): MaybePromise<void> {}
+
+  // ---- scheduler side (spec §3.4) ----
+
+  /** When a request is added to the scheduler. */
+  onNewRequest(_request: ConnectorRequest): void {}
+
+  /**
+   * Tokens beyond `numComputedTokens` (the block-aligned local hit) that this connector can
+   * provide. Must be free of side effects: it may be called again on later steps.
+   */
+  abstract getNumNewMatchedTokens(request: ConnectorRequest, numComputedTokens: number): MatchedTokens;
+
+  /** After allocation succeeded, for every admitted request (numExternalTokens may be 0). */
+  abstract updateStateAfterAlloc(
+    request: ConnectorRequest,
+    blocks: KVCacheBlocks,
+    numExternalTokens: number,
+  ): void;
+
+  /** Once per step, at the end of schedule(); resets per-step state. */
+  abstract buildConnectorMeta(schedulerOutput: SchedulerOutput): KVConnectorMetadata;
+
+  /** The aggregated worker output, before the scheduler processes finished sets. */
+  updateConnectorOutput(_output: KVConnectorOutput): void {}
+
+  /**
+   * Exactly once when a request finishes, before its blocks are freed. `blockIds` has one
+   * list per KV cache group (connectors without HMA support always get exactly one).
+   */
+  requestFinished(_request: ConnectorRequest, _blockIds: number[][]): RequestFinishedResult {
+    return { delayFree: false, kvTransferParams: null };
+  }
+
+  /** Connector-originated KV cache events since the last call. */
+  takeEvents(): KVCacheEvent[] {
+    return [];
+  }
+
+  /** Keeps the engine loop stepping while transfers are in flight with no live request. */
+  hasPendingPushWork(): boolean {
+    return false;
+  }
+
+  /** Expected finished notifications per request; null = the world size. */
+  getFinishedCount(): number | null {
+    return null;
+  }
+
+  /** The scheduler-side connector receives every worker's handshake metadata, keyed by tp rank. */
+  setXferHandshakeMetadata(_metadata: Record<number, KVConnectorHandshakeMetadata>): MaybePromise<void> {}
+
+  /** Clear the external cache. false = failure, null = not implemented. */
+  resetCache(): boolean | null {
+    return null;
+  }
+}
+
+export type KVConnectorClass = (abstract new (
+  engineConfig: EngineConfig,
+  role: KVConnectorRole,
+  kvCacheConfig: KVCacheConfig,
+) => KVConnectorBase) & { supportsHMA: boolean };

@@ -1,0 +1,105 @@
+/**
+ * The engine's public request API, as the HTTP server and the `LLM` class use it.
+ * Implemented by src/engine/async-engine.ts; consumed by src/server/.
+ */
+import type { EngineConfig } from '../config/types.ts';
+import type { KVTransferParams } from '../connector/types.ts';
+
+export interface SamplingParams {
+  maxTokens: number;
+  /** 0 = greedy. */
+  temperature: number;
+  topP: number;
+  /** 0 or -1 = disabled. */
+  topK: number;
+  seed: number | null;
+  stop: string[];
+  stopTokenIds: number[];
+  ignoreEos: boolean;
+  /** Number of top logprobs to return per token (0..20), or null for none. */
+  logprobs: number | null;
+}
+
+export type FinishReason = 'stop' | 'length' | 'abort' | 'error';
+
+export interface GenerateRequest {
+  requestId: string;
+  /** Either text (tokenized by the engine) or token ids. */
+  prompt?: string;
+  promptTokenIds?: number[];
+  sampling: SamplingParams;
+  kvTransferParams?: KVTransferParams | null;
+  cacheSalt?: string;
+}
+
+export interface RequestMetrics {
+  /** Wall-clock ms (Date.now()) when the request arrived. */
+  arrivalTime: number;
+  /** ms spent waiting before first scheduled (including waiting for remote KV). */
+  queuedMs: number;
+  /** ms from arrival to the first generated token, null before it. */
+  ttftMs: number | null;
+  /** ms from arrival to finish, null before it. */
+  e2eMs: number | null;
+  numPromptTokens: number;
+  /** Prompt tokens this engine computed itself. */
+  numLocalComputedTokens: number;
+  /** Prompt tokens found in the local prefix cache. */
+  numLocalCachedTokens: number;
+  /** Prompt tokens loaded through the KV connector. */
+  numExternalTokens: number;
+  numGeneratedTokens: number;
+}
+
+/** One streamed step of a request; the last one has finished = true. */
+export interface RequestOutputDelta {
+  requestId: string;
+  newTokenIds: number[];
+  newText: string;
+  /** Logprob of each new token (same length as newTokenIds) when requested. */
+  logprobs: number[] | null;
+  /** Top logprobs per new token when requested: token id → logprob. */
+  topLogprobs: Array<Array<{ tokenId: number; logprob: number }>> | null;
+  finished: boolean;
+  finishReason: FinishReason | null;
+  /** Connector output for this request (set on the final delta). */
+  kvTransferParams: KVTransferParams | null;
+  metrics: RequestMetrics;
+  /** Set when finishReason is 'error'. */
+  error?: { code: string; message: string; hint?: string };
+}
+
+export interface TokenizerLike {
+  encode(text: string): number[];
+  decode(ids: readonly number[]): string;
+  readonly eosTokenId: number;
+  readonly bosTokenId: number | null;
+  readonly vocabSize: number;
+  /** Chat template application: messages → prompt text. */
+  applyChatTemplate(messages: ReadonlyArray<{ role: string; content: string }>): string;
+}
+
+export interface EngineStats {
+  numRequestsRunning: number;
+  numRequestsWaiting: number;
+  kvCacheUsage: number;
+  promptTokensTotal: number;
+  generationTokensTotal: number;
+  prefixCacheQueriesTotal: number;
+  prefixCacheHitsTotal: number;
+  externalPrefixCacheQueriesTotal: number;
+  externalPrefixCacheHitsTotal: number;
+  /** Connector stats since the last call (plain data, connector-specific keys). */
+  kvConnectorStats: Record<string, unknown> | null;
+}
+
+export interface AsyncEngineLike {
+  readonly config: EngineConfig;
+  readonly tokenizer: TokenizerLike;
+  /** Streams deltas until the request finishes; aborting the signal aborts the request. */
+  generate(request: GenerateRequest, signal?: AbortSignal): AsyncIterable<RequestOutputDelta>;
+  abort(requestId: string): void;
+  /** Counters since start (monotonic) plus current gauges. */
+  stats(): EngineStats;
+  shutdown(): Promise<void>;
+}

@@ -30,6 +30,15 @@ export abstract class KVConnectorBase {
   /** True if the connector handles several KV cache groups (vLLM's SupportsHMA). */
   static supportsHMA = false;
 
+  /**
+   * Validates this connector's `kv_connector_extra_config` and returns it parsed (what
+   * `kvconnect check-config` reports). Connectors with options override it; throw a KVError
+   * naming the key. The default accepts anything and returns it unchanged.
+   */
+  static validateExtraConfig(extra: Record<string, unknown>, _engineConfig: EngineConfig): unknown {
+    return extra;
+  }
+
   readonly engineConfig: EngineConfig;
   readonly kvTransferConfig: KVTransferConfigLike;
   readonly kvCacheConfig: KVCacheConfig;
@@ -197,4 +206,7 @@ export type KVConnectorClass = (abstract new (
   engineConfig: EngineConfig,
   role: KVConnectorRole,
   kvCacheConfig: KVCacheConfig,
-) => KVConnectorBase) & { supportsHMA: boolean };
+) => KVConnectorBase) & {
+  supportsHMA: boolean;
+  validateExtraConfig?(extra: Record<string, unknown>, engineConfig: EngineConfig): unknown;
+};

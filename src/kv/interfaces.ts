@@ -51,6 +51,9 @@ export interface CacheRequest {
   readonly blockHashes: readonly BlockHash[];
   readonly cacheSalt?: string | undefined;
   readonly loraName?: string | undefined;
+  /** vLLM's request.num_computed_tokens. If absent, the manager assumes every token it gave a
+   * slot to in earlier allocateSlots calls has been computed. */
+  readonly numComputedTokens?: number | undefined;
 }
 
 export interface KVCacheBlock {

@@ -1,0 +1,180 @@
+/**
+ * `kvconnect check-config`: everything a server would check about its connector
+ * configuration at startup, without starting anything.
+ */
+import type { DottedArg } from '../config/dotted-args.ts';
+import { buildEngineConfig } from '../config/engine-config.ts';
+import { KVTransferConfig } from '../config/kv-transfer-config.ts';
+import { type ModelInfo, resolveModelInfo } from '../config/model-info.ts';
+import { MULTI_CONNECTOR_NAME, multiConnectorChildren } from '../config/multi-connector-config.ts';
+import type { EngineConfig, KVTransferConfigLike } from '../config/types.ts';
+import { KVConnectorFactory } from '../connector/factory.ts';
+import { resolveHybridKvCacheManager } from '../connector/hma.ts';
+import { getBuiltinConnector } from '../connector/registry.ts';
+import { KVError } from '../errors/kv-error.ts';
+import { onLog } from '../logging/logger.ts';
+
+export interface CheckConfigInput {
+  kvTransferConfigJson?: string | undefined;
+  dotted?: readonly DottedArg[];
+  /** Engine options by snake_case name (strings as typed on the command line are fine). */
+  engineOptions?: Record<string, unknown>;
+}
+
+export interface ConnectorReport {
+  connector: string;
+  className: string;
+  /** 'external': loaded from kv_connector_module_path. */
+  status: 'available' | 'external' | 'not-implemented-yet';
+  moduleSource: string;
+  supportsHMA: boolean;
+  extraConfig: unknown;
+  children?: ConnectorReport[];
+}
+
+export interface CheckConfigReport {
+  valid: true;
+  connector: ConnectorReport;
+  role: string;
+  engineId: string;
+  model: {
+    name: string;
+    source: string;
+    hybrid: boolean;
+    fullAttentionLayers: number;
+    slidingWindowLayers: number;
+  };
+  hma: { enabled: boolean; reason: string; explanation: string; kvCacheLayout: string };
+  kvTransferConfig: Record<string, unknown>;
+  warnings: string[];
+}
+
+async function inspectConnector(
+  config: KVTransferConfigLike,
+  engineConfig: EngineConfig,
+): Promise<ConnectorReport> {
+  const name = config.kv_connector!;
+  let status: ConnectorReport['status'] = config.kv_connector_module_path ? 'external' : 'available';
+  let className = name;
+  let supportsHMA: boolean;
+  let extraConfig: unknown = config.kv_connector_extra_config;
+  try {
+    const cls = await KVConnectorFactory.getConnectorClass(config);
+    className = cls.name;
+    supportsHMA = cls.supportsHMA === true;
+    if (typeof cls.validateExtraConfig === 'function') {
+      extraConfig = cls.validateExtraConfig(config.kv_connector_extra_config, {
+        ...engineConfig,
+        kvTransferConfig: config,
+      });
+    }
+  } catch (e) {
+    const entry = getBuiltinConnector(name);
+    const planned =
+      e instanceof KVError && e.code === 'KV_CONNECTOR_NOT_IMPLEMENTED' && entry?.status === 'planned';
+    if (!planned || !entry || config.kv_connector_module_path) throw e;
+    status = 'not-implemented-yet';
+    className = entry.className;
+    supportsHMA = entry.supportsHMA;
+  }
+  const report: ConnectorReport = {
+    connector: name,
+    className,
+    status,
+    moduleSource: config.kv_connector_module_path ?? 'built-in',
+    supportsHMA,
+    extraConfig,
+  };
+  if (name === MULTI_CONNECTOR_NAME && !config.kv_connector_module_path) {
+    const children = multiConnectorChildren(config);
+    report.children = [];
+    for (const child of children) report.children.push(await inspectConnector(child, engineConfig));
+    report.supportsHMA = await KVConnectorFactory.supportsHMAConfig(config);
+  }
+  return report;
+}
+
+export async function runCheckConfig(input: CheckConfigInput): Promise<CheckConfigReport> {
+  const warnings: string[] = [];
+  const off = onLog((r) => {
+    if (r.level === 'warn' || r.level === 'error') warnings.push(r.message);
+  });
+  try {
+    const kvTransferConfig = KVTransferConfig.fromCli(input.kvTransferConfigJson, input.dotted ?? []);
+    const engineConfig = buildEngineConfig({
+      ...(input.engineOptions ?? {}),
+      kv_transfer_config: kvTransferConfig,
+    });
+    if (engineConfig.kvTransferConfig === null) {
+      throw new KVError(
+        'KV_TRANSFER_CONFIG_MISSING',
+        'kv_transfer_config must be set to create a connector',
+        {
+          field: 'kv_transfer_config',
+          hint: `Pass --kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_producer"}' (or the dotted form --kv-transfer-config.kv_connector NixlConnector --kv-transfer-config.kv_role kv_producer).`,
+        },
+      );
+    }
+    const config = engineConfig.kvTransferConfig;
+    const model = resolveModelInfo(engineConfig.model.model);
+    if (config.kv_connector === null) await KVConnectorFactory.getConnectorClass(config);
+    const connector = await inspectConnector(config, engineConfig);
+    const hma = await resolveHybridKvCacheManager(engineConfig);
+    await KVConnectorFactory.checkHMA(engineConfig, connector.className);
+    return {
+      valid: true,
+      connector,
+      role: config.kv_role!,
+      engineId: config.engine_id,
+      model: {
+        name: model.name,
+        source: model.source,
+        hybrid: model.isHybrid,
+        fullAttentionLayers: model.numFullAttentionLayers,
+        slidingWindowLayers: model.numSlidingWindowLayers,
+      },
+      hma: {
+        enabled: hma.enabled,
+        reason: hma.reason,
+        explanation: hma.explanation,
+        kvCacheLayout: layout(model, hma.enabled),
+      },
+      kvTransferConfig: (config as KVTransferConfig).toJSON() as unknown as Record<string, unknown>,
+      warnings,
+    };
+  } finally {
+    off();
+  }
+}
+
+function layout(model: ModelInfo, hmaEnabled: boolean): string {
+  if (!model.isHybrid) return 'one KV cache group (all layers use full attention)';
+  return hmaEnabled
+    ? 'separate KV cache groups for full-attention and sliding-window layers'
+    : 'one KV cache group: sliding-window layers are allocated as full attention (more KV memory per request)';
+}
+
+export function formatCheckConfigReport(r: CheckConfigReport): string {
+  const c = r.connector;
+  const lines = [
+    'kv_transfer_config is valid',
+    `  connector:    ${c.connector}${c.className !== c.connector ? ` (class ${c.className})` : ''} [${c.status}${c.status === 'external' ? `: ${c.moduleSource}` : ''}]`,
+    `  role:         ${r.role}`,
+    `  engine id:    ${r.engineId}`,
+    `  model:        ${r.model.name} (${r.model.hybrid ? `hybrid: ${r.model.fullAttentionLayers} full-attention + ${r.model.slidingWindowLayers} sliding-window layers` : `${r.model.fullAttentionLayers} full-attention layers`})`,
+    `  HMA:          ${r.hma.enabled ? 'on' : 'off'} (${r.hma.explanation})`,
+    `  KV cache:     ${r.hma.kvCacheLayout}`,
+    `  extra config: ${JSON.stringify(c.extraConfig)}`,
+  ];
+  for (const [i, child] of (c.children ?? []).entries()) {
+    lines.push(
+      `  child ${i}:      ${child.connector} [${child.status}] HMA ${child.supportsHMA ? 'supported' : 'unsupported'}, extra config ${JSON.stringify(child.extraConfig)}`,
+    );
+  }
+  if (c.status === 'not-implemented-yet') {
+    lines.push(
+      `  note: ${c.connector} is not implemented yet in this kvconnect version; the config is valid but serving with it will fail.`,
+    );
+  }
+  return `${lines.join('\n')}\n`;
+}

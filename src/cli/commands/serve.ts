@@ -1,0 +1,138 @@
+/**
+ * `kvconnect serve`: the OpenAI-compatible server, with `vllm serve`'s flag names. Engine
+ * flags come from the engine option table (src/config/engine-options.ts) via
+ * addEngineOptions, so help, defaults and validation cannot drift. Any bad flag or config
+ * is reported (message + hint) with exit code 2 before anything listens.
+ */
+import type { Command } from 'commander';
+import { buildEngineConfig } from '../../config/engine-config.ts';
+import { KVTransferConfig } from '../../config/kv-transfer-config.ts';
+import type { EngineConfig } from '../../config/types.ts';
+import type { AsyncEngineLike } from '../../engine/api.ts';
+import { formatErrorText, KVError } from '../../errors/index.ts';
+import { type CliContext, EXIT_OK, EXIT_USAGE } from '../context.ts';
+import { addEngineOptions, engineOptionsFromCommander } from '../engine-flags.ts';
+
+/** Same value as src/server DEFAULT_MAX_QUEUE (kept here so --help does not load the server). */
+const DEFAULT_MAX_QUEUE = 1024;
+
+export type EngineFactory = (config: EngineConfig) => Promise<AsyncEngineLike>;
+
+export interface ServeDeps {
+  createEngine?: EngineFactory;
+  /** Resolves when the server should stop; default: the first SIGINT or SIGTERM. */
+  stopSignal?: () => Promise<void>;
+}
+
+interface ServeFlags {
+  host: string;
+  port: string;
+  kvTransferConfig?: string;
+  apiKey?: string;
+  maxQueue: string;
+  [key: string]: unknown;
+}
+
+async function defaultCreateEngine(config: EngineConfig): Promise<AsyncEngineLike> {
+  const { AsyncEngine } = await import('../../engine/async-engine.ts');
+  return AsyncEngine.create(config);
+}
+
+function waitForShutdownSignal(): Promise<void> {
+  return new Promise((resolve) => {
+    const stop = (): void => {
+      process.off('SIGINT', stop);
+      process.off('SIGTERM', stop);
+      resolve();
+    };
+    process.on('SIGINT', stop);
+    process.on('SIGTERM', stop);
+  });
+}
+
+function parseIntFlag(name: string, raw: string, min: number, max: number): number {
+  const n = Number(raw);
+  if (!/^\d+$/.test(raw.trim()) || !Number.isSafeInteger(n) || n < min || n > max) {
+    throw new KVError(
+      'KV_CONFIG_INVALID',
+      `Invalid value for ${name}: expected an integer in ${min}..${max}, received ${JSON.stringify(raw)}`,
+      {
+        field: name,
+        hint: `Pass --${name.replaceAll('_', '-')} with a whole number between ${min} and ${max}.`,
+      },
+    );
+  }
+  return n;
+}
+
+export function registerServeCommand(program: Command, ctx: CliContext, deps: ServeDeps = {}): Command {
+  const command = program
+    .command('serve')
+    .description(
+      'Start an OpenAI-compatible server (POST /v1/completions, /v1/chat/completions, GET /metrics, ...)',
+    )
+    .option('--host <host>', 'address to listen on', '127.0.0.1')
+    .option('--port <n>', 'port to listen on (0 = any free port)', '8000')
+    .option(
+      '--kv-transfer-config <json>',
+      'KV transfer config as JSON, or use the dotted form --kv-transfer-config.kv_role kv_producer (default: none)',
+    )
+    .option('--api-key <key>', 'require "Authorization: Bearer <key>" on /v1/* (default: none)')
+    .option(
+      '--max-queue <n>',
+      'requests accepted beyond --max-num-seqs before answering 503',
+      String(DEFAULT_MAX_QUEUE),
+    );
+  addEngineOptions(command);
+  command.action(async (flags: ServeFlags) => {
+    let config: EngineConfig;
+    let port: number;
+    let maxQueue: number;
+    try {
+      port = parseIntFlag('port', flags.port, 0, 65535);
+      maxQueue = parseIntFlag('max_queue', flags.maxQueue, 0, 1_000_000);
+      const kvTransferConfig = KVTransferConfig.fromCli(flags.kvTransferConfig, ctx.dottedKvTransferConfig);
+      config = buildEngineConfig({
+        ...engineOptionsFromCommander(flags),
+        kv_transfer_config: kvTransferConfig,
+      });
+    } catch (e) {
+      ctx.io.err(`${formatErrorText(e)}\n`);
+      ctx.exitCode = EXIT_USAGE;
+      return;
+    }
+    let engine: AsyncEngineLike;
+    try {
+      engine = await (deps.createEngine ?? defaultCreateEngine)(config);
+    } catch (e) {
+      ctx.io.err(`${formatErrorText(e)}\n`);
+      ctx.exitCode = EXIT_USAGE;
+      return;
+    }
+    const { createServer } = await import('../../server/server.ts');
+    const server = createServer({ engine, apiKey: flags.apiKey ?? null, maxQueue });
+    try {
+      const address = await server.start(flags.host, port);
+      ctx.io.out(`kvconnect serve: model ${config.model.servedModelName} listening on ${address.url}\n`);
+    } catch (e) {
+      const failure = new KVError(
+        'SERVER_LISTEN_FAILED',
+        `Cannot listen on ${flags.host}:${port}: ${(e as Error).message}`,
+        {
+          hint: 'Pick another --port (0 = any free port) or --host, or stop the process that holds the address.',
+          cause: e,
+        },
+      );
+      ctx.io.err(`${formatErrorText(failure)}\n`);
+      await engine.shutdown();
+      ctx.exitCode = EXIT_USAGE;
+      return;
+    }
+    await (deps.stopSignal ?? waitForShutdownSignal)();
+    ctx.io.err('kvconnect serve: shutting down\n');
+    await server.close();
+    await engine.shutdown();
+    ctx.exitCode = EXIT_OK;
+  });
+  return command;
+}

@@ -1,0 +1,45 @@
+/**
+ * The `kvconnect` program. Each command lives in ./commands/<name>.ts and exports a
+ * `register…(program, ctx)` function; add yours to COMMANDS. Heavy modules are imported
+ * inside action handlers so `--help` stays fast.
+ */
+import { Command, CommanderError } from 'commander';
+import { extractDottedArgs } from '../config/dotted-args.ts';
+import { formatErrorText } from '../errors/format.ts';
+import { registerCheckConfig } from './commands/check-config.ts';
+import { type CliContext, type CliIO, EXIT_OK, EXIT_USAGE } from './context.ts';
+
+type RegisterCommand = (program: Command, ctx: CliContext) => void;
+
+const COMMANDS: readonly RegisterCommand[] = [registerCheckConfig];
+
+const stdio: CliIO = {
+  out: (t) => void process.stdout.write(t),
+  err: (t) => void process.stderr.write(t),
+};
+
+export function buildProgram(ctx: CliContext): Command {
+  const program = new Command('kvconnect')
+    .description('KV-cache transfer for disaggregated LLM inference (vLLM KV connectors in TypeScript)')
+    .version('0.1.0')
+    .exitOverride()
+    .configureOutput({ writeOut: ctx.io.out, writeErr: ctx.io.err })
+    .showHelpAfterError('(run with --help for usage)');
+  for (const register of COMMANDS) register(program, ctx);
+  return program;
+}
+
+/** Runs the CLI on `argv` (without node and script) and returns the exit code. */
+export async function runCli(argv: readonly string[], io: CliIO = stdio): Promise<number> {
+  const ctx: CliContext = { io, dottedKvTransferConfig: [], exitCode: EXIT_OK };
+  try {
+    const { rest, dotted } = extractDottedArgs(argv, '--kv-transfer-config');
+    ctx.dottedKvTransferConfig = dotted;
+    await buildProgram(ctx).parseAsync(rest, { from: 'user' });
+    return ctx.exitCode;
+  } catch (e) {
+    if (e instanceof CommanderError) return e.exitCode === 0 ? EXIT_OK : EXIT_USAGE;
+    io.err(`${formatErrorText(e)}\n`);
+    return EXIT_USAGE;
+  }
+}

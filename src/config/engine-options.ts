@@ -1,0 +1,190 @@
+/**
+ * The one declarative table of engine options (vLLM names and defaults). CLI flags, help
+ * text, defaults and validation of every command that builds an engine config are derived
+ * from it, so they cannot drift (the vitest pattern): an option missing from the table is
+ * a type error.
+ */
+import type { HashAlgo, KVCacheDtype } from '../kv/interfaces.ts';
+
+/** Flat engine options, snake_case as vLLM's engine arguments. */
+export interface EngineOptions {
+  model: string;
+  served_model_name: string | null;
+  max_model_len: number;
+  seed: number;
+  block_size: number;
+  num_gpu_blocks: number | null;
+  kv_cache_memory_bytes: number | null;
+  cache_dtype: KVCacheDtype;
+  enable_prefix_caching: boolean;
+  prefix_caching_hash_algo: HashAlgo;
+  max_num_seqs: number;
+  max_num_batched_tokens: number;
+  enable_chunked_prefill: boolean;
+  disable_hybrid_kv_cache_manager: boolean | null;
+  tensor_parallel_size: number;
+  data_parallel_size: number;
+  data_parallel_rank: number;
+  data_parallel_size_local: number | null;
+}
+
+/**
+ * How a value is written on the command line: `int` (also human-readable, `64M`), `string`,
+ * `choice`, `bool` (`--x` / `--no-x`), `tristate` (`--x` / `--no-x` / absent = auto).
+ */
+export type EngineOptionKind = 'int' | 'string' | 'choice' | 'bool' | 'tristate';
+
+export interface EngineOptionDef<T> {
+  kind: EngineOptionKind;
+  section: 'model' | 'cache' | 'scheduler' | 'parallel';
+  default: T;
+  help: string;
+  choices?: readonly string[];
+  nullable?: boolean;
+  /** Smallest allowed integer. */
+  min?: number;
+  /** Returns a problem ("must be ...") or null; `all` is the full option set. */
+  check?: (value: T, all: EngineOptions) => string | null;
+}
+
+export const DEFAULT_KV_CACHE_MEMORY_BYTES = 64 * 2 ** 20;
+
+export const ENGINE_OPTIONS: { [K in keyof EngineOptions]: EngineOptionDef<EngineOptions[K]> } = {
+  model: {
+    kind: 'string',
+    section: 'model',
+    default: 'tiny',
+    help: 'model preset (tiny, tiny-hybrid, small) or a directory with config.json',
+  },
+  served_model_name: {
+    kind: 'string',
+    section: 'model',
+    default: null,
+    nullable: true,
+    help: 'model name reported by the API (default: the model)',
+  },
+  max_model_len: {
+    kind: 'int',
+    section: 'model',
+    default: 2048,
+    min: 1,
+    help: 'maximum tokens per request (prompt + output)',
+  },
+  seed: { kind: 'int', section: 'model', default: 0, min: 0, help: 'random seed of the sampler' },
+  block_size: { kind: 'int', section: 'cache', default: 16, min: 1, help: 'tokens per KV cache block' },
+  num_gpu_blocks: {
+    kind: 'int',
+    section: 'cache',
+    default: null,
+    nullable: true,
+    min: 2,
+    help: 'number of KV blocks (block 0 is the null block); wins over --kv-cache-memory-bytes',
+  },
+  kv_cache_memory_bytes: {
+    kind: 'int',
+    section: 'cache',
+    default: null,
+    nullable: true,
+    min: 1,
+    help: `KV cache budget in bytes, human-readable allowed (64M, 1G); default ${DEFAULT_KV_CACHE_MEMORY_BYTES} (64 MiB) when neither this nor --num-gpu-blocks is set`,
+  },
+  cache_dtype: {
+    kind: 'choice',
+    section: 'cache',
+    default: 'float32',
+    choices: ['float32', 'float16', 'bfloat16'],
+    help: 'element type of the KV cache',
+  },
+  enable_prefix_caching: {
+    kind: 'bool',
+    section: 'cache',
+    default: true,
+    help: 'reuse KV blocks of identical prefixes',
+  },
+  prefix_caching_hash_algo: {
+    kind: 'choice',
+    section: 'cache',
+    default: 'sha256_cbor',
+    choices: ['sha256_cbor', 'sha256', 'xxhash_cbor', 'xxhash'],
+    help: 'block hash function (sha256_cbor: collision-resistant and language-neutral, so non-Python peers agree on keys)',
+  },
+  max_num_seqs: {
+    kind: 'int',
+    section: 'scheduler',
+    default: 64,
+    min: 1,
+    help: 'maximum running requests per step',
+  },
+  max_num_batched_tokens: {
+    kind: 'int',
+    section: 'scheduler',
+    default: 2048,
+    min: 1,
+    help: 'maximum tokens scheduled per step',
+    check: (v, all) =>
+      !all.enable_chunked_prefill && v < all.max_model_len
+        ? `must be >= max_model_len (${all.max_model_len}) when chunked prefill is disabled`
+        : null,
+  },
+  enable_chunked_prefill: {
+    kind: 'bool',
+    section: 'scheduler',
+    default: true,
+    help: 'split long prompts across steps',
+  },
+  disable_hybrid_kv_cache_manager: {
+    kind: 'tristate',
+    section: 'scheduler',
+    default: null,
+    nullable: true,
+    help: 'hybrid KV cache manager (HMA): --disable-... turns it off, --no-disable-... forces it on, absent = auto (off when the KV connector does not support it)',
+  },
+  tensor_parallel_size: {
+    kind: 'int',
+    section: 'parallel',
+    default: 1,
+    min: 1,
+    help: 'tensor-parallel workers per engine',
+  },
+  data_parallel_size: {
+    kind: 'int',
+    section: 'parallel',
+    default: 1,
+    min: 1,
+    help: 'number of data-parallel engines',
+  },
+  data_parallel_rank: {
+    kind: 'int',
+    section: 'parallel',
+    default: 0,
+    min: 0,
+    help: 'global rank of this data-parallel engine',
+    check: (v, all) =>
+      v >= all.data_parallel_size ? `must be < data_parallel_size (${all.data_parallel_size})` : null,
+  },
+  data_parallel_size_local: {
+    kind: 'int',
+    section: 'parallel',
+    default: null,
+    nullable: true,
+    min: 0,
+    help: 'data-parallel engines on this node (default: data_parallel_size; 0 = external DP)',
+    check: (v, all) =>
+      v !== null && v > all.data_parallel_size
+        ? `must be <= data_parallel_size (${all.data_parallel_size})`
+        : null,
+  },
+};
+
+export const ENGINE_OPTION_NAMES = Object.keys(ENGINE_OPTIONS) as (keyof EngineOptions)[];
+
+/** `block_size` → `--block-size`. */
+export function optionFlag(name: string): string {
+  return `--${name.replaceAll('_', '-')}`;
+}
+
+export function defaultEngineOptions(): EngineOptions {
+  const out = {} as Record<string, unknown>;
+  for (const name of ENGINE_OPTION_NAMES) out[name] = ENGINE_OPTIONS[name].default;
+  return out as unknown as EngineOptions;
+}

@@ -1,0 +1,119 @@
+/**
+ * Resolves `--model` to its HF-style config: a built-in preset, or a directory (relative to
+ * the working directory) holding a `config.json`.
+ */
+import { readFileSync, statSync } from 'node:fs';
+import path from 'node:path';
+import { KVError } from '../errors/kv-error.ts';
+import { didYouMean } from './config-error.ts';
+import { getModelPreset, type HFModelConfig, isHybridModelConfig, MODEL_PRESETS } from './model-presets.ts';
+
+export interface ModelInfo {
+  name: string;
+  source: 'preset' | 'directory';
+  /** Absolute directory for `source: 'directory'`. */
+  directory: string | null;
+  hfConfig: HFModelConfig;
+  /** Mixes full and sliding-window attention layers. */
+  isHybrid: boolean;
+  numFullAttentionLayers: number;
+  numSlidingWindowLayers: number;
+}
+
+function presetList(): string {
+  return Object.keys(MODEL_PRESETS).join(', ');
+}
+
+export function resolveModelInfo(model: string, cwd = process.cwd()): ModelInfo {
+  const preset = getModelPreset(model);
+  if (preset) return describe(model, 'preset', null, preset.config);
+  const dir = path.resolve(cwd, model);
+  let isDir = false;
+  try {
+    isDir = statSync(dir).isDirectory();
+  } catch {
+    isDir = false;
+  }
+  if (!isDir) {
+    const suggestion = didYouMean(model, Object.keys(MODEL_PRESETS));
+    throw new KVError('KV_MODEL_NOT_FOUND', `Model '${model}' is neither a preset nor a directory`, {
+      field: 'model',
+      hint: `${suggestion ? `${suggestion} ` : ''}Use a preset (${presetList()}) or a directory containing config.json.`,
+      details: { received: model, resolvedPath: dir },
+    });
+  }
+  const file = path.join(dir, 'config.json');
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (e) {
+    throw new KVError('KV_MODEL_NOT_FOUND', `Model directory '${dir}' has no readable config.json`, {
+      field: 'model',
+      cause: e,
+      hint: `Put a HF-style config.json in ${dir}, or use a preset (${presetList()}).`,
+    });
+  }
+  let config: unknown;
+  try {
+    config = JSON.parse(text);
+  } catch (e) {
+    throw new KVError('KV_MODEL_CONFIG_INVALID', `Invalid JSON in ${file}: ${(e as Error).message}`, {
+      field: 'model',
+      cause: e,
+      hint: 'Fix the JSON syntax of config.json.',
+    });
+  }
+  return describe(model, 'directory', dir, checkHfConfig(config, file));
+}
+
+const REQUIRED_INTS = [
+  'vocab_size',
+  'hidden_size',
+  'intermediate_size',
+  'num_hidden_layers',
+  'num_attention_heads',
+  'num_key_value_heads',
+] as const;
+
+function checkHfConfig(config: unknown, file: string): HFModelConfig {
+  if (typeof config !== 'object' || config === null || Array.isArray(config)) {
+    throw new KVError('KV_MODEL_CONFIG_INVALID', `${file} must contain a JSON object`, {
+      field: 'model',
+      hint: 'config.json is a HF model config object ({"model_type": "llama", ...}).',
+    });
+  }
+  const c = config as Record<string, unknown>;
+  for (const key of REQUIRED_INTS) {
+    const v = c[key];
+    if (typeof v !== 'number' || !Number.isInteger(v) || v <= 0) {
+      throw new KVError(
+        'KV_MODEL_CONFIG_INVALID',
+        `${file}: ${key} must be a positive integer, received ${JSON.stringify(v)}`,
+        {
+          field: `model.${key}`,
+          hint: `Set "${key}" in config.json (see the presets in docs/configuration.md for a complete example).`,
+        },
+      );
+    }
+  }
+  return config as HFModelConfig;
+}
+
+function describe(
+  name: string,
+  source: ModelInfo['source'],
+  directory: string | null,
+  hf: HFModelConfig,
+): ModelInfo {
+  const types = hf.layer_types ?? [];
+  const sliding = types.filter((t) => t === 'sliding_attention').length;
+  return {
+    name,
+    source,
+    directory,
+    hfConfig: hf,
+    isHybrid: isHybridModelConfig(hf),
+    numFullAttentionLayers: types.length > 0 ? types.length - sliding : hf.num_hidden_layers,
+    numSlidingWindowLayers: sliding,
+  };
+}

@@ -1,0 +1,11 @@
+export { KVConnectorBase, type KVConnectorClass, type MaybePromise } from './base.ts';
+export { importConnectorModule, KVConnectorFactory, resolveModuleSpecifier } from './factory.ts';
+export {
+  applyHMADecision,
+  HMA_AUTO_DISABLE_WARNING,
+  type HMADecision,
+  type HMAReason,
+  resolveHybridKvCacheManager,
+} from './hma.ts';
+export { BUILTIN_CONNECTORS, type BuiltinConnector, getBuiltinConnector } from './registry.ts';
+export * from './types.ts';

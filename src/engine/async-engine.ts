@@ -1,0 +1,187 @@
+/**
+ * The engine behind the HTTP server: requests are added and aborted at any time and stream
+ * their deltas. One background loop steps the engine while there is work, yielding to the
+ * event loop between steps so sockets and transfers progress; when a step has nothing to
+ * compute (requests waiting for remote KV, hand-offs pending) it waits a short timer
+ * instead of spinning. Aborts are applied between steps.
+ */
+import { setImmediate as yieldToEventLoop, setTimeout as sleep } from 'node:timers/promises';
+import type { EngineOptionsInput } from '../config/engine-config.ts';
+import type { EngineConfig } from '../config/types.ts';
+import { KVError } from '../errors/kv-error.ts';
+import type {
+  AsyncEngineLike,
+  EngineStats,
+  GenerateRequest,
+  RequestOutputDelta,
+  TokenizerLike,
+} from './api.ts';
+import { Engine } from './engine.ts';
+
+/** Wait between steps that computed nothing (ms). */
+export const IDLE_STEP_INTERVAL_MS = 2;
+
+interface Stream {
+  deltas: RequestOutputDelta[];
+  wake: (() => void) | null;
+  finished: boolean;
+  error: Error | null;
+}
+
+export class AsyncEngine implements AsyncEngineLike {
+  readonly engine: Engine;
+  private readonly streams = new Map<string, Stream>();
+  private readonly pendingAborts = new Set<string>();
+  private loop: Promise<void> | null = null;
+  private closed = false;
+
+  constructor(engine: Engine) {
+    this.engine = engine;
+  }
+
+  static async create(options: EngineOptionsInput | EngineConfig = {}): Promise<AsyncEngine> {
+    return new AsyncEngine(await Engine.create(options));
+  }
+
+  get config(): EngineConfig {
+    return this.engine.config;
+  }
+
+  get tokenizer(): TokenizerLike {
+    return this.engine.tokenizer;
+  }
+
+  /** Adds the request now (throws on invalid input) and returns its stream of deltas. */
+  generate(request: GenerateRequest, signal?: AbortSignal): AsyncIterable<RequestOutputDelta> {
+    if (this.closed) throw closedError();
+    if (this.streams.has(request.requestId)) {
+      throw new KVError('KV_REQUEST_DUPLICATE', `Request id ${request.requestId} is already running`, {
+        hint: 'Use a unique request id per request.',
+      });
+    }
+    this.engine.addRequest(request);
+    const stream: Stream = { deltas: [], wake: null, finished: false, error: null };
+    this.streams.set(request.requestId, stream);
+    this.ensureLoop();
+    return this.iterate(request.requestId, stream, signal);
+  }
+
+  private async *iterate(
+    requestId: string,
+    stream: Stream,
+    signal: AbortSignal | undefined,
+  ): AsyncGenerator<RequestOutputDelta> {
+    const onAbort = (): void => this.abort(requestId);
+    if (signal?.aborted) onAbort();
+    signal?.addEventListener('abort', onAbort, { once: true });
+    try {
+      while (true) {
+        const delta = stream.deltas.shift();
+        if (delta) {
+          yield delta;
+          if (delta.finished) return;
+          continue;
+        }
+        if (stream.error) throw stream.error;
+        await new Promise<void>((resolve) => {
+          stream.wake = resolve;
+        });
+        stream.wake = null;
+      }
+    } finally {
+      signal?.removeEventListener('abort', onAbort);
+      // The consumer stopped early (client disconnect): free the request's blocks.
+      if (!stream.finished) this.abort(requestId);
+    }
+  }
+
+  abort(requestId: string): void {
+    if (!this.streams.has(requestId)) return;
+    this.pendingAborts.add(requestId);
+    if (!this.loop) this.applyAborts();
+    this.ensureLoop();
+  }
+
+  stats(): EngineStats {
+    const s = this.engine.schedulerStats();
+    return {
+      numRequestsRunning: s.numRunningReqs,
+      numRequestsWaiting: s.numWaitingReqs,
+      kvCacheUsage: s.kvCacheUsage,
+      promptTokensTotal: s.promptTokensTotal,
+      generationTokensTotal: s.generationTokensTotal,
+      prefixCacheQueriesTotal: s.prefixCacheQueries,
+      prefixCacheHitsTotal: s.prefixCacheHits,
+      externalPrefixCacheQueriesTotal: s.externalPrefixCacheQueries,
+      externalPrefixCacheHitsTotal: s.externalPrefixCacheHits,
+      kvConnectorStats: this.engine.takeKvConnectorStats(),
+    };
+  }
+
+  /** Resolves once no request is live and no hand-off holds blocks. */
+  async waitIdle(): Promise<void> {
+    while (this.loop) await this.loop;
+  }
+
+  async shutdown(): Promise<void> {
+    if (this.closed) return;
+    for (const id of this.streams.keys()) this.pendingAborts.add(id);
+    this.applyAborts();
+    this.closed = true;
+    await this.loop;
+    await this.engine.shutdown();
+  }
+
+  private ensureLoop(): void {
+    if (this.loop || this.closed) return;
+    this.loop = this.run().finally(() => {
+      this.loop = null;
+    });
+  }
+
+  private async run(): Promise<void> {
+    try {
+      while (!this.closed && this.engine.hasWork()) {
+        this.applyAborts();
+        const { deltas, numScheduledTokens } = await this.engine.step();
+        this.dispatch(deltas);
+        if (numScheduledTokens === 0) await sleep(IDLE_STEP_INTERVAL_MS);
+        else await yieldToEventLoop();
+      }
+      this.applyAborts();
+    } catch (e) {
+      const error = e instanceof Error ? e : new Error(String(e));
+      for (const stream of this.streams.values()) {
+        stream.error = error;
+        stream.wake?.();
+      }
+      this.streams.clear();
+    }
+  }
+
+  private applyAborts(): void {
+    if (this.pendingAborts.size === 0) return;
+    const ids = [...this.pendingAborts];
+    this.pendingAborts.clear();
+    this.dispatch(this.engine.abortRequests(ids));
+  }
+
+  private dispatch(deltas: readonly RequestOutputDelta[]): void {
+    for (const delta of deltas) {
+      const stream = this.streams.get(delta.requestId);
+      if (!stream) continue;
+      stream.deltas.push(delta);
+      if (delta.finished) {
+        stream.finished = true;
+        this.streams.delete(delta.requestId);
+      }
+      stream.wake?.();
+    }
+  }
+}
+
+function closedError(): KVError {
+  return new KVError('KV_ENGINE_CLOSED', 'The engine has been shut down', {
+    hint: 'Create a new AsyncEngine; shutdown() releases the model, the KV memory and the connector.',
+  });
+}

@@ -1,0 +1,239 @@
+/**
+ * The engine: one scheduler, one executor (model runner per tensor-parallel rank), one
+ * output processor. `step()` = schedule → execute → update → detokenize, as in nano-vllm.
+ */
+import { buildEngineConfig, type EngineOptionsInput } from '../config/engine-config.ts';
+import { resolveModelInfo } from '../config/model-info.ts';
+import type { EngineConfig } from '../config/types.ts';
+import type { KVConnectorBase } from '../connector/base.ts';
+import { KVConnectorFactory } from '../connector/factory.ts';
+import { applyHMADecision, type HMADecision, resolveHybridKvCacheManager } from '../connector/hma.ts';
+import type { SchedulerOutput } from '../connector/types.ts';
+import { KVError } from '../errors/kv-error.ts';
+import { createBlockHasher } from '../kv/block-hasher.ts';
+import type { KVCacheConfig, KVCacheEvent } from '../kv/interfaces.ts';
+import { buildKVCacheConfig } from '../kv/kv-cache-config.ts';
+import { createKVCacheManager } from '../kv/kv-cache-manager.ts';
+import type { GenerateRequest, RequestOutputDelta, SamplingParams, TokenizerLike } from './api.ts';
+import { type BlockHasher, Request } from './request.ts';
+import type { ModelExecutor } from './runner/executor.ts';
+import { LocalExecutor } from './runner/local-executor.ts';
+import { OutputProcessor } from './runner/output-processor.ts';
+import { setUpRank } from './runner/rank-setup.ts';
+import { ThreadExecutor } from './runner/thread-executor.ts';
+import { KVOutputAggregator, mergeStats } from './scheduler/kv-output-aggregator.ts';
+import { Scheduler } from './scheduler/scheduler.ts';
+import type { EngineCoreOutput, SchedulerStats } from './scheduler/types.ts';
+import { loadTokenizer } from './tokenizer/load.ts';
+
+export interface StepResult {
+  deltas: RequestOutputDelta[];
+  /** Tokens the model computed this step (0 = an idle step: only transfers progressed). */
+  numScheduledTokens: number;
+}
+
+export class Engine {
+  readonly config: EngineConfig;
+  readonly kvCacheConfig: KVCacheConfig;
+  readonly hma: HMADecision;
+  readonly tokenizer: TokenizerLike;
+  readonly scheduler: Scheduler;
+  readonly executor: ModelExecutor;
+  private readonly outputs: OutputProcessor;
+  private readonly blockHasher: BlockHasher;
+  private kvEvents: KVCacheEvent[] = [];
+  private connectorStats: Record<string, unknown> | null = null;
+  private closed = false;
+
+  private constructor(parts: {
+    config: EngineConfig;
+    kvCacheConfig: KVCacheConfig;
+    hma: HMADecision;
+    tokenizer: TokenizerLike;
+    scheduler: Scheduler;
+    executor: ModelExecutor;
+    blockHashSize: number;
+  }) {
+    this.config = parts.config;
+    this.kvCacheConfig = parts.kvCacheConfig;
+    this.hma = parts.hma;
+    this.tokenizer = parts.tokenizer;
+    this.scheduler = parts.scheduler;
+    this.executor = parts.executor;
+    this.outputs = new OutputProcessor(parts.tokenizer);
+    const hasher = createBlockHasher(parts.blockHashSize, parts.config.cache.prefixCachingHashAlgo);
+    this.blockHasher = (req) => hasher.newHashes(req);
+  }
+
+  /** Engine options (vLLM names, see src/config/engine-options.ts) or a built EngineConfig. */
+  static async create(input: EngineOptionsInput | EngineConfig = {}): Promise<Engine> {
+    let config = isEngineConfig(input) ? input : buildEngineConfig(input);
+    const model = resolveModelInfo(config.model.model);
+    const hma = await resolveHybridKvCacheManager(config);
+    config = applyHMADecision(config, hma);
+    const tpSize = config.parallel.tensorParallelSize;
+    const kvCacheConfig = buildKVCacheConfig({
+      hfConfig: model.hfConfig,
+      blockSize: config.cache.blockSize,
+      dtype: config.cache.cacheDtype,
+      numBlocks: config.cache.numGpuBlocks,
+      memoryBytes: config.cache.kvCacheMemoryBytes,
+      hybridEnabled: hma.enabled,
+      tensorParallelSize: tpSize,
+      maxModelLen: config.model.maxModelLen,
+      maxNumBatchedTokens: config.scheduler.maxNumBatchedTokens,
+    });
+    const kvCacheManager = createKVCacheManager({
+      kvCacheConfig,
+      enablePrefixCaching: config.cache.enablePrefixCaching,
+      maxModelLen: config.model.maxModelLen,
+      hashAlgo: config.cache.prefixCachingHashAlgo,
+      enableKvCacheEvents: config.kvTransferConfig !== null,
+    });
+    const connector = config.kvTransferConfig
+      ? await KVConnectorFactory.createConnector(config, 'scheduler', kvCacheConfig)
+      : null;
+    const scheduler = new Scheduler(config, kvCacheManager, connector);
+    // vLLM's KVOutputAggregator: a request is finished only when every rank reported it.
+    const aggregator = connector ? new KVOutputAggregator(connector.getFinishedCount() ?? tpSize) : null;
+    let executor: ModelExecutor;
+    try {
+      if (tpSize === 1) {
+        const rank = await setUpRank(config, kvCacheConfig, 0, 1);
+        executor = new LocalExecutor(rank.runner, rank.handshake, aggregator);
+      } else {
+        executor = await ThreadExecutor.start(config, kvCacheConfig, aggregator);
+      }
+    } catch (e) {
+      await connector?.shutdown();
+      throw e;
+    }
+    // Spec §3.11: the scheduler-side connector serves every rank's handshake metadata.
+    if (connector && Object.keys(executor.handshakeMetadata).length > 0) {
+      await connector.setXferHandshakeMetadata(executor.handshakeMetadata);
+    }
+    return new Engine({
+      config,
+      kvCacheConfig,
+      hma,
+      tokenizer: loadTokenizer(config.model.model),
+      scheduler,
+      executor,
+      blockHashSize: kvCacheManager.hashBlockSize,
+    });
+  }
+
+  get connector(): KVConnectorBase | null {
+    return this.scheduler.connector;
+  }
+
+  /** Tokenizes the prompt when needed and queues the request. */
+  addRequest(req: GenerateRequest, arrivalTime = Date.now()): Request {
+    this.assertOpen();
+    const promptTokenIds = req.promptTokenIds ?? (req.prompt !== undefined ? this.tokenizer.encode(req.prompt) : null);
+    if (!promptTokenIds) {
+      throw new KVError('KV_REQUEST_INVALID', `Request ${req.requestId} has neither prompt nor promptTokenIds`, {
+        hint: 'Pass a text prompt or a list of token ids.',
+      });
+    }
+    const request = new Request({
+      requestId: req.requestId,
+      promptTokenIds,
+      sampling: req.sampling,
+      eosTokenId: this.tokenizer.eosTokenId,
+      kvTransferParams: req.kvTransferParams ?? null,
+      cacheSalt: req.cacheSalt,
+      arrivalTime,
+      blockHasher: this.blockHasher,
+    });
+    this.scheduler.addRequest(request);
+    this.outputs.addRequest(req.requestId, req.sampling);
+    return request;
+  }
+
+  /** One engine step. */
+  async step(): Promise<StepResult> {
+    this.assertOpen();
+    const schedulerOutput = this.scheduler.schedule();
+    const runnerOutput = await this.executor.execute({
+      schedulerOutput,
+      newRequestSampling: this.samplingOfNewRequests(schedulerOutput),
+    });
+    const update = this.scheduler.updateFromOutput(schedulerOutput, runnerOutput);
+    this.kvEvents.push(...update.kvCacheEvents);
+    if (update.kvConnectorStats) this.connectorStats = mergeStats(this.connectorStats ?? {}, update.kvConnectorStats);
+    return { deltas: this.toDeltas(update.outputs), numScheduledTokens: schedulerOutput.totalNumScheduledTokens };
+  }
+
+  /** Aborts requests (queued, running or loading); returns their final deltas. */
+  abortRequests(requestIds: readonly string[]): RequestOutputDelta[] {
+    return this.toDeltas(this.scheduler.finishRequests(requestIds, 'FINISHED_ABORTED'));
+  }
+
+  /** Live requests, or finished ones whose KV hand-off still holds blocks. */
+  hasWork(): boolean {
+    return this.scheduler.hasRequests();
+  }
+
+  schedulerStats(): SchedulerStats {
+    return this.scheduler.stats();
+  }
+
+  /** KV cache events since the last call (for a KV event publisher). */
+  takeKvCacheEvents(): KVCacheEvent[] {
+    const events = this.kvEvents;
+    this.kvEvents = [];
+    return events;
+  }
+
+  /** Connector stats since the last call (numbers summed over steps), or null. */
+  takeKvConnectorStats(): Record<string, unknown> | null {
+    const stats = this.connectorStats;
+    this.connectorStats = null;
+    return stats;
+  }
+
+  async shutdown(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    await this.executor.shutdown();
+    await this.scheduler.connector?.shutdown();
+  }
+
+  private toDeltas(outputs: readonly EngineCoreOutput[]): RequestOutputDelta[] {
+    const deltas: RequestOutputDelta[] = [];
+    for (const out of outputs) {
+      if (!this.outputs.has(out.requestId)) continue;
+      const { delta, stopStringMatched } = this.outputs.process(out);
+      if (stopStringMatched) {
+        // The stop string ends the request; its blocks go back now (vLLM aborts it in the core).
+        const [final] = this.scheduler.finishRequests([out.requestId], 'FINISHED_STOPPED');
+        if (final?.kvTransferParams) delta.kvTransferParams = final.kvTransferParams;
+        if (final) delta.metrics = { ...final.metrics };
+      }
+      deltas.push(delta);
+    }
+    return deltas;
+  }
+
+  private samplingOfNewRequests(out: SchedulerOutput): Record<string, SamplingParams> {
+    const sampling: Record<string, SamplingParams> = {};
+    for (const req of out.scheduledNewReqs) {
+      const request = this.scheduler.getRequest(req.reqId);
+      if (request) sampling[req.reqId] = request.sampling;
+    }
+    return sampling;
+  }
+
+  private assertOpen(): void {
+    if (this.closed) {
+      throw new KVError('KV_ENGINE_CLOSED', 'The engine has been shut down', {
+        hint: 'Create a new engine; shutdown() releases the model, the KV memory and the connector.',
+      });
+    }
+  }
+}
+
+function isEngineConfig(input: EngineOptionsInput | EngineConfig): input is EngineConfig {
+  return typeof input === 'object' && input !== null && 'cache' in input && 'scheduler' in input && 'parallel' in input;
+}

@@ -1,0 +1,164 @@
+/**
+ * Emits the bytes of the matmul WebAssembly module at run time (no build step, no
+ * toolchain). Only the handful of opcodes the kernel needs are encoded here.
+ *
+ * Exports mm1..mm4(a, b, c, k, n4, lda, ldb, ldc): for R = 1..4 rows of A (row stride
+ * lda bytes) times B (k rows, row stride ldb bytes) into C (row stride ldc bytes), over
+ * the first n4 bytes of columns (a multiple of 16), with 4×16 f32x4 register tiles then
+ * 4-column tiles. All pointers are byte offsets; k must be at least 1.
+ */
+
+const I32 = 0x7f;
+const V128 = 0x7b;
+const op = {
+  block: 0x02,
+  loop: 0x03,
+  end: 0x0b,
+  br: 0x0c,
+  brIf: 0x0d,
+  localGet: 0x20,
+  localSet: 0x21,
+  localTee: 0x22,
+  f32Load: 0x2a,
+  i32Const: 0x41,
+  i32GtS: 0x4a,
+  i32Add: 0x6a,
+  i32Sub: 0x6b,
+  simd: 0xfd,
+} as const;
+const simd = {
+  load: 0x00,
+  store: 0x0b,
+  const: 0x0c,
+  f32x4Splat: 0x13,
+  f32x4Add: 0xe4,
+  f32x4Mul: 0xe6,
+} as const;
+
+function uleb(n: number): number[] {
+  const out: number[] = [];
+  do {
+    let byte = n & 0x7f;
+    n >>>= 7;
+    if (n !== 0) byte |= 0x80;
+    out.push(byte);
+  } while (n !== 0);
+  return out;
+}
+
+function sleb(n: number): number[] {
+  const out: number[] = [];
+  for (;;) {
+    const byte = n & 0x7f;
+    n >>= 7;
+    if ((n === 0 && (byte & 0x40) === 0) || (n === -1 && (byte & 0x40) !== 0)) {
+      out.push(byte);
+      return out;
+    }
+    out.push(byte | 0x80);
+  }
+}
+
+function section(id: number, payload: number[]): number[] {
+  return [id, ...uleb(payload.length), ...payload];
+}
+
+function name(s: string): number[] {
+  const bytes = [...new TextEncoder().encode(s)];
+  return [...uleb(bytes.length), ...bytes];
+}
+
+// Parameter and local indices of every kernel function.
+const A = 0;
+const B = 1;
+const C = 2;
+const K = 3;
+const N4 = 4;
+const LDA = 5;
+const LDB = 6;
+const LDC = 7;
+const J = 8;
+const KK = 9;
+const BP = 10;
+const AP0 = 11;
+const CP = 15;
+const NUM_I32_LOCALS = 8;
+const FIRST_V128 = 16;
+
+function simdOp(code: number, ...imm: number[]): number[] {
+  return [op.simd, ...uleb(code), ...imm];
+}
+
+function get(i: number): number[] {
+  return [op.localGet, ...uleb(i)];
+}
+
+function set(i: number): number[] {
+  return [op.localSet, ...uleb(i)];
+}
+
+/** One pass over column tiles of `vectors` × 4 floats, for `rows` rows. */
+function columnTiles(rows: number, vectors: number): number[] {
+  const acc = (r: number, v: number) => FIRST_V128 + r * 4 + v;
+  const vb = (v: number) => FIRST_V128 + 16 + v;
+  const va = FIRST_V128 + 20;
+  const width = vectors * 16;
+  const code: number[] = [op.block, 0x40, op.loop, 0x40];
+  code.push(...get(J), op.i32Const, ...sleb(width), op.i32Add, ...get(N4), op.i32GtS, op.brIf, 1);
+  for (let r = 0; r < rows; r++) {
+    for (let v = 0; v < vectors; v++)
+      code.push(...simdOp(simd.const, ...new Array(16).fill(0)), ...set(acc(r, v)));
+  }
+  code.push(...get(A), ...set(AP0));
+  for (let r = 1; r < rows; r++) code.push(...get(AP0 + r - 1), ...get(LDA), op.i32Add, ...set(AP0 + r));
+  code.push(...get(B), ...get(J), op.i32Add, ...set(BP), ...get(K), ...set(KK));
+  code.push(op.loop, 0x40);
+  for (let v = 0; v < vectors; v++)
+    code.push(...get(BP), ...simdOp(simd.load, 0, ...uleb(v * 16)), ...set(vb(v)));
+  for (let r = 0; r < rows; r++) {
+    code.push(...get(AP0 + r), op.f32Load, 0, 0, ...simdOp(simd.f32x4Splat), ...set(va));
+    for (let v = 0; v < vectors; v++) {
+      code.push(
+        ...get(acc(r, v)),
+        ...get(va),
+        ...get(vb(v)),
+        ...simdOp(simd.f32x4Mul),
+        ...simdOp(simd.f32x4Add),
+        ...set(acc(r, v)),
+      );
+    }
+  }
+  for (let r = 0; r < rows; r++) code.push(...get(AP0 + r), op.i32Const, 4, op.i32Add, ...set(AP0 + r));
+  code.push(...get(BP), ...get(LDB), op.i32Add, ...set(BP));
+  code.push(...get(KK), op.i32Const, 1, op.i32Sub, op.localTee, ...uleb(KK), op.brIf, 0, op.end);
+  code.push(...get(C), ...get(J), op.i32Add, ...set(CP));
+  for (let r = 0; r < rows; r++) {
+    for (let v = 0; v < vectors; v++)
+      code.push(...get(CP), ...get(acc(r, v)), ...simdOp(simd.store, 0, ...uleb(v * 16)));
+    if (r < rows - 1) code.push(...get(CP), ...get(LDC), op.i32Add, ...set(CP));
+  }
+  code.push(...get(J), op.i32Const, ...sleb(width), op.i32Add, ...set(J), op.br, 0, op.end, op.end);
+  return code;
+}
+
+function kernelBody(rows: number): number[] {
+  const locals = [2, ...uleb(NUM_I32_LOCALS), I32, ...uleb(21), V128];
+  const code = [...columnTiles(rows, 4), ...columnTiles(rows, 1), op.end];
+  const body = [...locals, ...code];
+  return [...uleb(body.length), ...body];
+}
+
+/** The complete module bytes. */
+export function assembleMatmulModule(): Uint8Array {
+  const bytes: number[] = [0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00];
+  bytes.push(...section(1, [1, 0x60, 8, ...new Array(8).fill(I32), 0]));
+  bytes.push(...section(2, [1, ...name('env'), ...name('memory'), 0x02, 0x00, 1]));
+  bytes.push(...section(3, [4, 0, 0, 0, 0]));
+  const exports: number[] = [4];
+  for (let r = 1; r <= 4; r++) exports.push(...name(`mm${r}`), 0x00, r - 1);
+  bytes.push(...section(7, exports));
+  const bodies: number[] = [4];
+  for (let r = 1; r <= 4; r++) bodies.push(...kernelBody(r));
+  bytes.push(...section(10, bodies));
+  return new Uint8Array(bytes);
+}

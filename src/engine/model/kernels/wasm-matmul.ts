@@ -1,0 +1,176 @@
+/**
+ * The fast matmul: C[M,N] = A[M,K] · B[K,N], all row-major float32 in one WebAssembly
+ * memory, computed by the module from wasm-assembler.ts. A bump arena hands out 16-byte
+ * aligned regions of that memory; `mark`/`release` recycle scratch space per forward.
+ */
+import { KVError } from '../../../errors/index.ts';
+import { type WasmMemory, type WasmModule, wasmApi } from './wasm-api.ts';
+import { assembleMatmulModule } from './wasm-assembler.ts';
+
+type Kernel = (
+  a: number,
+  b: number,
+  c: number,
+  k: number,
+  n4: number,
+  lda: number,
+  ldb: number,
+  ldc: number,
+) => void;
+
+let compiled: WasmModule | undefined;
+
+function matmulModule(): WasmModule {
+  if (compiled === undefined) {
+    const bytes = assembleMatmulModule();
+    if (!wasmApi.validate(bytes)) {
+      throw new KVError(
+        'WASM_SIMD_UNAVAILABLE',
+        'This runtime cannot run the WebAssembly SIMD matmul kernel',
+        {
+          hint: 'Use Node.js 20 or newer (128-bit WebAssembly SIMD is enabled by default there).',
+        },
+      );
+    }
+    compiled = new wasmApi.Module(bytes);
+  }
+  return compiled;
+}
+
+const PAGE = 65536;
+const PANEL_COLUMNS = 128;
+const MAX_PAGES = 65536;
+
+export class WasmRuntime {
+  readonly memory: WasmMemory;
+  private readonly kernels: [Kernel, Kernel, Kernel, Kernel];
+  private top = 16;
+  private view: Float32Array;
+
+  constructor(initialBytes = 1 << 20) {
+    this.memory = new wasmApi.Memory({
+      initial: Math.max(1, Math.ceil(initialBytes / PAGE)),
+      maximum: MAX_PAGES,
+    });
+    const instance = new wasmApi.Instance(matmulModule(), { env: { memory: this.memory } });
+    const e = instance.exports as Record<string, Kernel>;
+    this.kernels = [e.mm1 as Kernel, e.mm2 as Kernel, e.mm3 as Kernel, e.mm4 as Kernel];
+    this.view = new Float32Array(this.memory.buffer);
+  }
+
+  /** Float32 view of the whole memory (re-created after the memory grows). */
+  get f32(): Float32Array {
+    if (this.view.buffer !== this.memory.buffer) this.view = new Float32Array(this.memory.buffer);
+    return this.view;
+  }
+
+  /** Allocates `count` floats; returns their offset in floats (16-byte aligned). */
+  alloc(count: number): number {
+    const start = this.top;
+    const end = start + Math.ceil((count * 4) / 16) * 16;
+    if (end > this.memory.buffer.byteLength) {
+      const pages = Math.ceil((end - this.memory.buffer.byteLength) / PAGE);
+      if (this.memory.buffer.byteLength / PAGE + pages > MAX_PAGES) {
+        throw new KVError(
+          'MODEL_OUT_OF_MEMORY',
+          `The model needs more than 4 GiB of WebAssembly memory (${end} bytes)`,
+          {
+            hint: 'Use a smaller model or a larger tensor-parallel size.',
+          },
+        );
+      }
+      this.memory.grow(pages);
+    }
+    this.top = end;
+    return start / 4;
+  }
+
+  /** Copies `data` into a new region; returns its offset in floats. */
+  upload(data: Float32Array): number {
+    const off = this.alloc(data.length);
+    this.f32.set(data, off);
+    return off;
+  }
+
+  mark(): number {
+    return this.top;
+  }
+
+  release(mark: number): void {
+    this.top = mark;
+  }
+
+  /** C = A · B with offsets and leading dimensions in floats. */
+  matmul(
+    m: number,
+    n: number,
+    k: number,
+    a: number,
+    lda: number,
+    b: number,
+    ldb: number,
+    c: number,
+    ldc: number,
+  ): void {
+    // Column panels keep the slice of B being streamed small enough to stay in cache.
+    for (let j = 0; j < n; j += PANEL_COLUMNS) {
+      this.matmulPanel(m, Math.min(PANEL_COLUMNS, n - j), k, a, lda, b + j, ldb, c + j, ldc);
+    }
+  }
+
+  private matmulPanel(
+    m: number,
+    n: number,
+    k: number,
+    a: number,
+    lda: number,
+    b: number,
+    ldb: number,
+    c: number,
+    ldc: number,
+  ): void {
+    if (m === 0 || n === 0) return;
+    const mem = this.f32;
+    if (k === 0) {
+      for (let i = 0; i < m; i++) mem.fill(0, c + i * ldc, c + i * ldc + n);
+      return;
+    }
+    const vecCols = n & ~3;
+    if (vecCols > 0) {
+      let i = 0;
+      for (; i + 4 <= m; i += 4) {
+        this.kernels[3](
+          (a + i * lda) * 4,
+          b * 4,
+          (c + i * ldc) * 4,
+          k,
+          vecCols * 4,
+          lda * 4,
+          ldb * 4,
+          ldc * 4,
+        );
+      }
+      const rest = m - i;
+      if (rest > 0) {
+        (this.kernels[rest - 1] as Kernel)(
+          (a + i * lda) * 4,
+          b * 4,
+          (c + i * ldc) * 4,
+          k,
+          vecCols * 4,
+          lda * 4,
+          ldb * 4,
+          ldc * 4,
+        );
+      }
+    }
+    for (let j = vecCols; j < n; j++) {
+      for (let i = 0; i < m; i++) {
+        let s = 0;
+        const ar = a + i * lda;
+        for (let p = 0; p < k; p++) s += (mem[ar + p] as number) * (mem[b + p * ldb + j] as number);
+        mem[c + i * ldc + j] = s;
+      }
+    }
+  }
+}

@@ -1,0 +1,231 @@
+/**
+ * A Llama-family decoder on CPU: embedding → per layer (RMSNorm, q/k/v, RoPE, paged
+ * attention, o_proj, residual, RMSNorm, SwiGLU MLP, residual) → final norm → LM head.
+ * All projections run on the WASM SIMD matmul; one instance holds one tensor-parallel
+ * rank's shard and must not run two forwards at once.
+ */
+import { attentionLayerName } from '../../config/model-presets.ts';
+import { KVError } from '../../errors/index.ts';
+import type { PagedKVMemory } from '../../kv/interfaces.ts';
+import { type AttentionShape, allocAttentionScratch, pagedAttention } from './attention.ts';
+import type { ModelDims, RankShard } from './dims.ts';
+import type { ForwardBatch, ForwardHooks, ForwardModel } from './forward-batch.ts';
+import { WasmRuntime } from './kernels/wasm-matmul.ts';
+import { type PackedWeights, packWeights } from './packed-weights.ts';
+import { kRowOffset, layerKV, writeRow } from './paged-kv.ts';
+import { RopeTable } from './rope.ts';
+import type { TensorMap } from './weights.ts';
+
+export class LlamaModel implements ForwardModel {
+  readonly dims: ModelDims;
+  readonly shard: RankShard;
+  readonly layerNames: readonly string[];
+  private readonly rt: WasmRuntime;
+  private readonly w: PackedWeights;
+  private readonly rope: RopeTable;
+
+  constructor(dims: ModelDims, shard: RankShard, tensors: TensorMap) {
+    this.dims = dims;
+    this.shard = shard;
+    this.layerNames = Array.from({ length: dims.numLayers }, (_, l) => attentionLayerName(l));
+    this.rt = new WasmRuntime(16 << 20);
+    this.w = packWeights(this.rt, tensors, dims, shard);
+    this.rope = new RopeTable(dims.headDim, dims.ropeTheta);
+  }
+
+  get vocabSize(): number {
+    return this.dims.vocabSize;
+  }
+
+  async forward(batch: ForwardBatch, kv: PagedKVMemory, hooks: ForwardHooks = {}): Promise<Float32Array> {
+    const { dims, shard, rt, w } = this;
+    const h = dims.hiddenSize;
+    const hd = dims.headDim;
+    const qDim = shard.numHeads * hd;
+    const kvDim = shard.numKvHeads * hd;
+    const qkvDim = qDim + 2 * kvDim;
+    const inter = shard.intermediateSize;
+    const rows = batch.tokenIds.length;
+    const positions = new Int32Array(rows);
+    let maxContext = 1;
+    let numLogits = 0;
+    for (const s of batch.sequences) {
+      if (s.start < 0 || s.len < 1 || s.start + s.len > rows) {
+        throw new KVError(
+          'FORWARD_BATCH_INVALID',
+          `Sequence [${s.start}, ${s.start + s.len}) lies outside the ${rows} batch tokens`,
+          {
+            hint: 'Each sequence needs len ≥ 1 and start + len ≤ tokenIds.length.',
+          },
+        );
+      }
+      for (let i = 0; i < s.len; i++) positions[s.start + i] = s.numComputedTokens + i;
+      maxContext = Math.max(maxContext, s.numComputedTokens + s.len);
+      if (s.computeLogits) numLogits++;
+    }
+    const kvSpec = kv.kvCacheConfig.groups[0]?.spec;
+    if (kvSpec === undefined || kvSpec.numKvHeads * kvSpec.headSize !== kvDim) {
+      throw new KVError(
+        'KV_LAYOUT_MISMATCH',
+        `The KV memory holds ${kvSpec?.numKvHeads}×${kvSpec?.headSize} per token, the model rank needs ${shard.numKvHeads}×${hd}`,
+        {
+          hint: 'Build the KV memory from this model rank (num KV heads per rank × head_dim).',
+        },
+      );
+    }
+    this.rope.ensure(maxContext);
+    const mark = rt.mark();
+    try {
+      const x = rt.alloc(rows * h);
+      const hn = rt.alloc(rows * h);
+      const qkv = rt.alloc(rows * qkvDim);
+      const attn = rt.alloc(rows * qDim);
+      const proj = rt.alloc(rows * h);
+      const gateUp = rt.alloc(rows * 2 * inter);
+      const act = rt.alloc(rows * inter);
+      const shape: AttentionShape = {
+        numHeads: shard.numHeads,
+        numKvHeads: shard.numKvHeads,
+        headDim: hd,
+        slidingWindow: null,
+      };
+      const scratch = allocAttentionScratch(rt, shape, maxContext);
+      const logitsIn = rt.alloc(Math.max(1, numLogits) * h);
+      const logitsOut = rt.alloc(Math.max(1, numLogits) * dims.vocabSize);
+      let mem = rt.f32;
+      for (let r = 0; r < rows; r++) {
+        const tok = batch.tokenIds[r] as number;
+        if (!(tok >= 0 && tok < dims.vocabSize)) {
+          throw new KVError(
+            'TOKEN_ID_OUT_OF_RANGE',
+            `Token id ${tok} is outside the vocabulary (size ${dims.vocabSize})`,
+            {
+              hint: 'Use token ids produced by this model’s tokenizer.',
+            },
+          );
+        }
+        mem.set(w.embedding.subarray(tok * h, (tok + 1) * h), x + r * h);
+      }
+      for (let l = 0; l < dims.numLayers; l++) {
+        const name = this.layerNames[l] as string;
+        const lw = w.layers[l];
+        if (lw === undefined) break;
+        await hooks.beforeLayer?.(l, name);
+        mem = rt.f32;
+        rmsnorm(mem, x, hn, lw.inputNorm, rows, h, dims.rmsNormEps);
+        rt.matmul(rows, qkvDim, h, hn, h, lw.qkv, qkvDim, qkv, qkvDim);
+        for (let r = 0; r < rows; r++) {
+          const pos = positions[r] as number;
+          for (let head = 0; head < shard.numHeads; head++)
+            this.rope.apply(mem, qkv + r * qkvDim + head * hd, pos);
+          for (let head = 0; head < shard.numKvHeads; head++)
+            this.rope.apply(mem, qkv + r * qkvDim + qDim + head * hd, pos);
+        }
+        const layer = layerKV(kv, name, kvDim);
+        const vShift = layer.blockSize * kvDim;
+        shape.slidingWindow = dims.layerTypes[l] === 'sliding_attention' ? dims.slidingWindow : null;
+        for (const s of batch.sequences) {
+          const table = s.blockTables[layer.group];
+          if (table === undefined) {
+            throw new KVError(
+              'FORWARD_BATCH_INVALID',
+              `Sequence has no block table for KV cache group ${layer.group}`,
+              {
+                hint: 'Pass one block-id list per KV cache group.',
+              },
+            );
+          }
+          for (let i = 0; i < s.len; i++) {
+            const r = s.start + i;
+            const dst = kRowOffset(layer, table, s.numComputedTokens + i);
+            writeRow(layer, dst, mem, qkv + r * qkvDim + qDim, kvDim);
+            writeRow(layer, dst + vShift, mem, qkv + r * qkvDim + qDim + kvDim, kvDim);
+          }
+          pagedAttention(rt, shape, layer, scratch, {
+            qkv,
+            qkvStride: qkvDim,
+            out: attn,
+            firstRow: s.start,
+            len: s.len,
+            numComputedTokens: s.numComputedTokens,
+            blockTable: table,
+          });
+        }
+        await hooks.afterLayer?.(l, name);
+        rt.matmul(rows, h, qDim, attn, qDim, lw.o, h, proj, h);
+        await this.reduce(hooks, proj, rows * h);
+        mem = rt.f32;
+        addInPlace(mem, x, proj, rows * h);
+        rmsnorm(mem, x, hn, lw.postNorm, rows, h, dims.rmsNormEps);
+        rt.matmul(rows, 2 * inter, h, hn, h, lw.gateUp, 2 * inter, gateUp, 2 * inter);
+        swiglu(mem, gateUp, act, rows, inter);
+        rt.matmul(rows, h, inter, act, inter, lw.down, h, proj, h);
+        await this.reduce(hooks, proj, rows * h);
+        mem = rt.f32;
+        addInPlace(mem, x, proj, rows * h);
+      }
+      let n = 0;
+      for (const s of batch.sequences) {
+        if (!s.computeLogits) continue;
+        mem.copyWithin(logitsIn + n * h, x + (s.start + s.len - 1) * h, x + (s.start + s.len) * h);
+        n++;
+      }
+      rmsnorm(mem, logitsIn, logitsIn, w.finalNorm, n, h, dims.rmsNormEps);
+      rt.matmul(n, dims.vocabSize, h, logitsIn, h, w.lmHead, dims.vocabSize, logitsOut, dims.vocabSize);
+      return rt.f32.slice(logitsOut, logitsOut + n * dims.vocabSize);
+    } finally {
+      rt.release(mark);
+    }
+  }
+
+  private async reduce(hooks: ForwardHooks, offset: number, count: number): Promise<void> {
+    if (this.shard.tpSize === 1) return;
+    if (hooks.allReduce === undefined) {
+      throw new KVError(
+        'TP_ALLREDUCE_MISSING',
+        `Rank ${this.shard.tpRank} of ${this.shard.tpSize} needs an allReduce hook`,
+        {
+          hint: 'Pass hooks.allReduce when tensor_parallel_size > 1.',
+        },
+      );
+    }
+    await hooks.allReduce(this.rt.f32.subarray(offset, offset + count));
+  }
+}
+
+function rmsnorm(
+  mem: Float32Array,
+  src: number,
+  dst: number,
+  weight: Float32Array,
+  rows: number,
+  dim: number,
+  eps: number,
+): void {
+  for (let r = 0; r < rows; r++) {
+    const s = src + r * dim;
+    const d = dst + r * dim;
+    let ss = 0;
+    for (let i = 0; i < dim; i++) {
+      const v = mem[s + i] as number;
+      ss += v * v;
+    }
+    const inv = 1 / Math.sqrt(ss / dim + eps);
+    for (let i = 0; i < dim; i++) mem[d + i] = (mem[s + i] as number) * inv * (weight[i] as number);
+  }
+}
+
+function addInPlace(mem: Float32Array, dst: number, src: number, n: number): void {
+  for (let i = 0; i < n; i++) mem[dst + i] = (mem[dst + i] as number) + (mem[src + i] as number);
+}
+
+function swiglu(mem: Float32Array, gateUp: number, out: number, rows: number, inter: number): void {
+  for (let r = 0; r < rows; r++) {
+    const g = gateUp + r * 2 * inter;
+    const o = out + r * inter;
+    for (let i = 0; i < inter; i++) {
+      const gv = mem[g + i] as number;
+      mem[o + i] = (gv / (1 + Math.exp(-gv))) * (mem[g + inter + i] as number);
+    }
+  }
+}

@@ -1,0 +1,47 @@
+/**
+ * loadModel: a built-in preset name or a HF checkpoint directory → one rank's LlamaModel.
+ */
+import { getModelPreset, type HFModelConfig } from '../../config/model-presets.ts';
+import { modelDims, rankShard } from './dims.ts';
+import { LlamaModel } from './llama.ts';
+import {
+  generatePresetTensors,
+  readCheckpointConfig,
+  readCheckpointTensors,
+  type TensorMap,
+} from './weights.ts';
+
+export interface LoadModelOptions {
+  /** This process's tensor-parallel rank (default 0). */
+  tpRank?: number;
+  /** Number of tensor-parallel ranks (default 1). */
+  tpSize?: number;
+}
+
+/** The HF config and full (unsharded) float32 weights of a preset or checkpoint directory. */
+export function loadModelTensors(modelNameOrDir: string): { config: HFModelConfig; tensors: TensorMap } {
+  const preset = getModelPreset(modelNameOrDir);
+  if (preset !== undefined) return { config: preset.config, tensors: generatePresetTensors(preset) };
+  const config = readCheckpointConfig(modelNameOrDir);
+  return { config, tensors: readCheckpointTensors(modelNameOrDir, modelDims(config)) };
+}
+
+/** The config of a preset or checkpoint directory, without loading weights. */
+export function loadModelConfig(modelNameOrDir: string): HFModelConfig {
+  return getModelPreset(modelNameOrDir)?.config ?? readCheckpointConfig(modelNameOrDir);
+}
+
+export function loadModel(modelNameOrDir: string, options: LoadModelOptions = {}): LlamaModel {
+  const { config, tensors } = loadModelTensors(modelNameOrDir);
+  return modelFromTensors(config, tensors, options);
+}
+
+export function modelFromTensors(
+  config: HFModelConfig,
+  tensors: TensorMap,
+  options: LoadModelOptions = {},
+): LlamaModel {
+  const dims = modelDims(config);
+  const shard = rankShard(dims, options.tpRank ?? 0, options.tpSize ?? 1);
+  return new LlamaModel(dims, shard, tensors);
+}

@@ -1,0 +1,56 @@
+/**
+ * A small seeded PRNG (xoshiro128**, seeded through splitmix32). Only integer and basic
+ * float arithmetic, so every machine produces the same stream for the same seed.
+ */
+export class SeededRandom {
+  private s0: number;
+  private s1: number;
+  private s2: number;
+  private s3: number;
+
+  constructor(seed: number) {
+    let x = seed >>> 0;
+    const next = (): number => {
+      x = (x + 0x9e3779b9) >>> 0;
+      let z = x;
+      z = Math.imul(z ^ (z >>> 16), 0x85ebca6b) >>> 0;
+      z = Math.imul(z ^ (z >>> 13), 0xc2b2ae35) >>> 0;
+      return (z ^ (z >>> 16)) >>> 0;
+    };
+    this.s0 = next();
+    this.s1 = next();
+    this.s2 = next();
+    this.s3 = next() | 1;
+  }
+
+  /** Uniform 32-bit unsigned integer. */
+  nextUint32(): number {
+    const result = Math.imul(rotl(Math.imul(this.s1, 5), 7), 9) >>> 0;
+    const t = this.s1 << 9;
+    this.s2 ^= this.s0;
+    this.s3 ^= this.s1;
+    this.s1 ^= this.s2;
+    this.s0 ^= this.s3;
+    this.s2 ^= t;
+    this.s3 = rotl(this.s3, 11);
+    return result;
+  }
+
+  /** Uniform in [0, 1). */
+  nextFloat(): number {
+    return this.nextUint32() / 4294967296;
+  }
+
+  /**
+   * Approximately standard normal: a sum of four uniforms rescaled to unit variance
+   * (Irwin–Hall). No transcendental functions, so results are bit-identical everywhere.
+   */
+  nextGaussian(): number {
+    const s = this.nextFloat() + this.nextFloat() + this.nextFloat() + this.nextFloat();
+    return (s - 2) * 1.7320508075688772;
+  }
+}
+
+function rotl(x: number, k: number): number {
+  return ((x << k) | (x >>> (32 - k))) >>> 0;
+}

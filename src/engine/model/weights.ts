@@ -1,0 +1,157 @@
+/**
+ * Model weights as HF-named float32 tensors ([out, in] for linear layers): generated
+ * deterministically for a preset, or read from a checkpoint directory
+ * (config.json + model.safetensors).
+ */
+import { createHash } from 'node:crypto';
+import { readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { HFModelConfig, ModelPreset } from '../../config/model-presets.ts';
+import { KVError } from '../../errors/index.ts';
+import { type ModelDims, modelDims } from './dims.ts';
+import { SeededRandom } from './prng.ts';
+import {
+  readSafetensorsFile,
+  type SafetensorsDtype,
+  tensorToFloat32,
+  writeSafetensorsFile,
+} from './safetensors.ts';
+
+export interface Tensor {
+  shape: number[];
+  data: Float32Array;
+}
+
+export type TensorMap = Map<string, Tensor>;
+
+/** Every tensor name the model reads, with its expected shape. */
+export function expectedTensorShapes(dims: ModelDims): Map<string, number[]> {
+  const { hiddenSize: h, intermediateSize: inter, headDim: hd, numHeads, numKvHeads, vocabSize } = dims;
+  const shapes = new Map<string, number[]>();
+  shapes.set('model.embed_tokens.weight', [vocabSize, h]);
+  for (let l = 0; l < dims.numLayers; l++) {
+    const p = `model.layers.${l}`;
+    shapes.set(`${p}.input_layernorm.weight`, [h]);
+    shapes.set(`${p}.self_attn.q_proj.weight`, [numHeads * hd, h]);
+    shapes.set(`${p}.self_attn.k_proj.weight`, [numKvHeads * hd, h]);
+    shapes.set(`${p}.self_attn.v_proj.weight`, [numKvHeads * hd, h]);
+    shapes.set(`${p}.self_attn.o_proj.weight`, [h, numHeads * hd]);
+    shapes.set(`${p}.post_attention_layernorm.weight`, [h]);
+    shapes.set(`${p}.mlp.gate_proj.weight`, [inter, h]);
+    shapes.set(`${p}.mlp.up_proj.weight`, [inter, h]);
+    shapes.set(`${p}.mlp.down_proj.weight`, [h, inter]);
+  }
+  shapes.set('model.norm.weight', [h]);
+  if (!dims.tieWordEmbeddings) shapes.set('lm_head.weight', [vocabSize, h]);
+  return shapes;
+}
+
+// Init scales tuned so a random model's greedy output depends on its context instead of
+// echoing the last token (tied embeddings favour that when the embedding dominates the
+// residual): a small embedding, sharp attention, strong attention/MLP outputs.
+const EMBED_STD = 0.2;
+const PROJ_GAIN = 1.5;
+const OUT_GAIN = 2;
+
+/** The preset's weights; the same bits on every machine for the same weightSeed. */
+export function generatePresetTensors(preset: ModelPreset): TensorMap {
+  const dims = modelDims(preset.config);
+  const rng = new SeededRandom(preset.weightSeed);
+  const tensors: TensorMap = new Map();
+  for (const [name, shape] of expectedTensorShapes(dims)) {
+    const data = new Float32Array(shape.reduce((a, b) => a * b, 1));
+    if (shape.length === 1) {
+      for (let i = 0; i < data.length; i++) data[i] = 1 + 0.05 * rng.nextGaussian();
+    } else {
+      const fanIn = shape[1] as number;
+      let std = PROJ_GAIN / Math.sqrt(fanIn);
+      if (name.endsWith('embed_tokens.weight') || name === 'lm_head.weight') std = EMBED_STD;
+      else if (name.endsWith('o_proj.weight') || name.endsWith('down_proj.weight'))
+        std = OUT_GAIN / Math.sqrt(fanIn);
+      for (let i = 0; i < data.length; i++) data[i] = std * rng.nextGaussian();
+    }
+    tensors.set(name, { shape, data });
+  }
+  return tensors;
+}
+
+/** Reads `config.json` of a checkpoint directory. */
+export function readCheckpointConfig(dir: string): HFModelConfig {
+  const file = join(dir, 'config.json');
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (cause) {
+    throw new KVError(
+      'MODEL_NOT_FOUND',
+      `Model '${dir}' is neither a built-in preset nor a directory with config.json`,
+      {
+        hint: "Use a preset ('tiny', 'tiny-hybrid', 'small') or a directory holding a HF config.json and model.safetensors.",
+        cause,
+      },
+    );
+  }
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch (cause) {
+    throw new KVError('MODEL_CONFIG_INVALID', `Invalid model config: ${file} is not valid JSON`, {
+      hint: 'Fix or re-download config.json.',
+      cause,
+    });
+  }
+  if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) {
+    throw new KVError('MODEL_CONFIG_INVALID', `Invalid model config: ${file} is not a JSON object`, {
+      hint: 'Fix or re-download config.json.',
+    });
+  }
+  return parsed as HFModelConfig;
+}
+
+/** Reads `model.safetensors` and checks that every tensor the model needs is present with the right shape. */
+export function readCheckpointTensors(dir: string, dims: ModelDims): TensorMap {
+  const file = join(dir, 'model.safetensors');
+  const raw = readSafetensorsFile(file);
+  const tensors: TensorMap = new Map();
+  for (const [name, shape] of expectedTensorShapes(dims)) {
+    const t = raw.get(name);
+    if (t === undefined) {
+      throw new KVError('MODEL_WEIGHTS_MISSING', `Tensor '${name}' is missing from ${file}`, {
+        hint: 'The checkpoint does not match config.json (or is not a Llama-family model); sharded checkpoints must be merged into one model.safetensors.',
+      });
+    }
+    if (t.shape.length !== shape.length || t.shape.some((d, i) => d !== shape[i])) {
+      throw new KVError(
+        'MODEL_WEIGHTS_MISSING',
+        `Tensor '${name}' in ${file} has shape ${JSON.stringify(t.shape)}, expected ${JSON.stringify(shape)}`,
+        { hint: 'The checkpoint does not match config.json.' },
+      );
+    }
+    tensors.set(name, { shape, data: tensorToFloat32(t) });
+  }
+  return tensors;
+}
+
+/** Writes config.json + model.safetensors (tests, exporting a preset as a checkpoint). */
+export function writeCheckpointDir(
+  dir: string,
+  config: HFModelConfig,
+  tensors: TensorMap,
+  dtype: SafetensorsDtype = 'F32',
+): void {
+  writeFileSync(join(dir, 'config.json'), `${JSON.stringify(config, null, 2)}\n`);
+  const out = new Map<string, { dtype: SafetensorsDtype; shape: number[]; data: Float32Array }>();
+  for (const [name, t] of tensors) out.set(name, { dtype, shape: t.shape, data: t.data });
+  writeSafetensorsFile(join(dir, 'model.safetensors'), out, { format: 'pt' });
+}
+
+/** SHA-256 over tensor names, shapes and float32 bytes (in name order). */
+export function tensorsDigest(tensors: TensorMap): string {
+  const h = createHash('sha256');
+  for (const name of [...tensors.keys()].sort()) {
+    const t = tensors.get(name) as Tensor;
+    h.update(`${name}:${t.shape.join('x')};`);
+    h.update(new Uint8Array(t.data.buffer, t.data.byteOffset, t.data.byteLength));
+  }
+  return h.digest('hex');
+}

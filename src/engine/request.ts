@@ -1,0 +1,172 @@
+/**
+ * One generation request as the scheduler tracks it (vLLM's v1 Request): tokens, progress,
+ * prefix hashes, status, stop checking and per-request metrics. The connector lifecycle
+ * state lives here too (`lifecycle`), but only src/engine/request-lifecycle.ts changes it.
+ */
+import type { ConnectorRequest, KVTransferParams, RequestStatus } from '../connector/types.ts';
+import type { BlockHash, CacheRequest } from '../kv/interfaces.ts';
+import type { FinishReason, RequestMetrics, SamplingParams } from './api.ts';
+import type { LifecycleState } from './request-lifecycle.ts';
+
+/** Hashes of the request's new full blocks: a function, or src/kv's createBlockHasher() object. */
+export type BlockHasher = ((request: CacheRequest) => BlockHash[]) | { newHashes(request: CacheRequest): BlockHash[] };
+
+export interface RequestInit {
+  requestId: string;
+  promptTokenIds: readonly number[];
+  sampling: SamplingParams;
+  /** End-of-sequence token of the tokenizer; null = none. */
+  eosTokenId?: number | null;
+  kvTransferParams?: KVTransferParams | null;
+  cacheSalt?: string | undefined;
+  /** Wall-clock ms; defaults to Date.now(). */
+  arrivalTime?: number;
+  blockHasher?: BlockHasher | null;
+}
+
+/** Why a request is waiting on its peer after it finished (see HANDOFF_PENDING). */
+export interface PendingHandoff {
+  /** Blocks may still receive a remote write: free only after finished_recving. */
+  recv: boolean;
+  /** The connector sends from the blocks: free only after finished_sending. */
+  send: boolean;
+  /** Wall-clock ms when the hand-off started. */
+  since: number;
+}
+
+export class Request implements ConnectorRequest, CacheRequest {
+  readonly requestId: string;
+  readonly promptTokenIds: readonly number[];
+  readonly outputTokenIds: number[] = [];
+  readonly sampling: SamplingParams;
+  readonly eosTokenId: number | null;
+  readonly cacheSalt: string | undefined;
+  readonly arrivalTime: number;
+  readonly blockHashes: BlockHash[] = [];
+  readonly metrics: RequestMetrics;
+  kvTransferParams: KVTransferParams | null;
+  numComputedTokens = 0;
+  status: RequestStatus = 'WAITING';
+  /** Connector lifecycle state; changed only through request-lifecycle.ts. */
+  lifecycle: LifecycleState = 'WAITING';
+  numPreemptions = 0;
+  /** Wall-clock ms of the first step that scheduled this request, null before. */
+  firstScheduledAt: number | null = null;
+  /** The stop token that finished the request, if any. */
+  stopTokenId: number | null = null;
+  /** Set when the request finished with FINISHED_ERROR. */
+  error: { code: string; message: string; hint?: string } | null = null;
+  /** Set while the request is HANDOFF_PENDING. */
+  pendingHandoff: PendingHandoff | null = null;
+  /** Block ids handed to the connector in requestFinished (checked by the invariants). */
+  handoffBlockIds: number[][] | null = null;
+  private readonly tokens: number[];
+  private readonly blockHasher: BlockHasher | null;
+
+  constructor(init: RequestInit) {
+    this.requestId = init.requestId;
+    this.promptTokenIds = [...init.promptTokenIds];
+    this.tokens = [...init.promptTokenIds];
+    this.sampling = init.sampling;
+    this.eosTokenId = init.eosTokenId ?? null;
+    this.kvTransferParams = init.kvTransferParams ?? null;
+    this.cacheSalt = init.cacheSalt;
+    this.arrivalTime = init.arrivalTime ?? Date.now();
+    this.blockHasher = init.blockHasher ?? null;
+    this.metrics = {
+      arrivalTime: this.arrivalTime,
+      queuedMs: 0,
+      ttftMs: null,
+      e2eMs: null,
+      numPromptTokens: this.promptTokenIds.length,
+      numLocalComputedTokens: 0,
+      numLocalCachedTokens: 0,
+      numExternalTokens: 0,
+      numGeneratedTokens: 0,
+    };
+    this.updateBlockHashes();
+  }
+
+  get allTokenIds(): readonly number[] {
+    return this.tokens;
+  }
+
+  get numTokens(): number {
+    return this.tokens.length;
+  }
+
+  get numPromptTokens(): number {
+    return this.promptTokenIds.length;
+  }
+
+  get numOutputTokens(): number {
+    return this.outputTokenIds.length;
+  }
+
+  get maxTokens(): number {
+    return this.sampling.maxTokens;
+  }
+
+  get isFinished(): boolean {
+    return isFinishedStatus(this.status);
+  }
+
+  appendOutputToken(tokenId: number): void {
+    this.outputTokenIds.push(tokenId);
+    this.tokens.push(tokenId);
+    this.metrics.numGeneratedTokens = this.outputTokenIds.length;
+    this.updateBlockHashes();
+  }
+
+  /**
+   * vLLM's check_stop, after a token was appended: EOS (unless ignoreEos), a stop token,
+   * then max tokens / max model length. Returns the finished status, or null to go on.
+   */
+  checkStop(maxModelLen: number): RequestStatus | null {
+    const last = this.outputTokenIds[this.outputTokenIds.length - 1];
+    if (last !== undefined) {
+      if (!this.sampling.ignoreEos && this.eosTokenId !== null && last === this.eosTokenId) {
+        return 'FINISHED_STOPPED';
+      }
+      if (this.sampling.stopTokenIds.includes(last)) {
+        this.stopTokenId = last;
+        return 'FINISHED_STOPPED';
+      }
+    }
+    if (this.numTokens >= maxModelLen || this.numOutputTokens >= this.maxTokens) {
+      return 'FINISHED_LENGTH_CAPPED';
+    }
+    return null;
+  }
+
+  getFinishReason(): FinishReason | null {
+    return finishReasonOf(this.status);
+  }
+
+  private updateBlockHashes(): void {
+    const hasher = this.blockHasher;
+    if (!hasher) return;
+    const added = typeof hasher === 'function' ? hasher(this) : hasher.newHashes(this);
+    this.blockHashes.push(...added);
+  }
+}
+
+export function isFinishedStatus(status: RequestStatus): boolean {
+  return status.startsWith('FINISHED_');
+}
+
+export function finishReasonOf(status: RequestStatus): FinishReason | null {
+  switch (status) {
+    case 'FINISHED_STOPPED':
+      return 'stop';
+    case 'FINISHED_LENGTH_CAPPED':
+    case 'FINISHED_IGNORED':
+      return 'length';
+    case 'FINISHED_ABORTED':
+      return 'abort';
+    case 'FINISHED_ERROR':
+      return 'error';
+    default:
+      return null;
+  }
+}

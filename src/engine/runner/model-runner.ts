@@ -1,0 +1,165 @@
+/**
+ * The model runner of one tensor-parallel rank: applies the scheduler output to its request
+ * state, drives the worker-side connector hooks around the forward pass in vLLM's order, and
+ * samples the next token of every sequence whose last known token was computed this step.
+ *
+ * With tp > 1 every rank samples: the all-reduce gives every rank bit-identical logits and
+ * the generators advance identically, so all ranks agree on every token without a broadcast
+ * (the executor returns rank 0's tokens).
+ */
+import type { KVConnectorBase } from '../../connector/base.ts';
+import type { PagedKVMemory } from '../../kv/interfaces.ts';
+import type { SamplingParams } from '../api.ts';
+import type { ForwardBatch, ForwardHooks, ForwardModel, SequenceInBatch } from '../model/forward-batch.ts';
+import { SeededRandom } from '../model/prng.ts';
+import type { ModelRunnerOutput, RunnerInput } from '../runner-io.ts';
+import { WorkerConnectorSteps } from './connector-steps.ts';
+import { type RunnerRequestState, RunnerRequestStates, runnerError } from './request-states.ts';
+
+export interface SampledToken {
+  tokenId: number;
+  logprob: number;
+  topLogprobs: Array<{ tokenId: number; logprob: number }> | null;
+}
+
+/** Samples one token from one row of logits (adapter over src/engine/sampler). */
+export interface TokenSampler {
+  sample(logits: Float32Array, params: SamplingParams, rng: SeededRandom): SampledToken;
+}
+
+export interface ModelRunnerParts {
+  model: ForwardModel;
+  kv: PagedKVMemory;
+  connector: KVConnectorBase | null;
+  sampler: TokenSampler;
+  vocabSize: number;
+  /** Engine seed: requests without their own seed draw from one generator seeded with it. */
+  seed: number;
+  allReduce?: (x: Float32Array) => void | Promise<void>;
+}
+
+export class ModelRunner {
+  readonly kv: PagedKVMemory;
+  readonly connector: KVConnectorBase | null;
+  private readonly model: ForwardModel;
+  private readonly sampler: TokenSampler;
+  private readonly vocabSize: number;
+  private readonly connectorSteps: WorkerConnectorSteps | null;
+  private readonly allReduce: ((x: Float32Array) => void | Promise<void>) | undefined;
+  private readonly states = new RunnerRequestStates();
+  private readonly generators = new Map<string, SeededRandom>();
+  private readonly sharedGenerator: SeededRandom;
+
+  constructor(parts: ModelRunnerParts) {
+    this.model = parts.model;
+    this.kv = parts.kv;
+    this.connector = parts.connector;
+    this.sampler = parts.sampler;
+    this.vocabSize = parts.vocabSize;
+    this.allReduce = parts.allReduce;
+    this.connectorSteps = parts.connector ? new WorkerConnectorSteps(parts.connector) : null;
+    this.sharedGenerator = new SeededRandom(parts.seed);
+  }
+
+  /** Number of requests whose state the runner holds (running or preempted). */
+  get numRequests(): number {
+    return this.states.size;
+  }
+
+  async execute(input: RunnerInput): Promise<ModelRunnerOutput> {
+    const out = input.schedulerOutput;
+    const steps = this.connectorSteps;
+    if (steps) await steps.handlePreemptions(out);
+    for (const id of out.finishedReqIds) this.generators.delete(id);
+    const scheduled = this.states.update(out, input.newRequestSampling);
+    const hasForward = out.totalNumScheduledTokens > 0;
+    const result: ModelRunnerOutput = {
+      reqIds: [],
+      sampledTokenIds: [],
+      logprobs: [],
+      topLogprobs: [],
+      kvConnectorOutput: null,
+    };
+    if (steps) await steps.beginStep(out, hasForward);
+    try {
+      if (hasForward) await this.forwardAndSample(scheduled, steps, result);
+    } catch (e) {
+      this.connector?.clearConnectorMetadata();
+      throw e;
+    }
+    if (steps) result.kvConnectorOutput = await steps.endStep(out, hasForward);
+    return result;
+  }
+
+  private async forwardAndSample(
+    scheduled: RunnerRequestState[],
+    steps: WorkerConnectorSteps | null,
+    result: ModelRunnerOutput,
+  ): Promise<void> {
+    const running = scheduled.filter((s) => s.numScheduledTokens > 0);
+    const batch = buildForwardBatch(running);
+    const hooks: ForwardHooks = steps ? steps.forwardHooks() : {};
+    if (this.allReduce) hooks.allReduce = this.allReduce;
+    const logits = await this.model.forward(batch, this.kv, hooks);
+    let row = 0;
+    for (const state of running) {
+      result.reqIds.push(state.reqId);
+      if (!RunnerRequestStates.completesSequence(state)) {
+        result.sampledTokenIds.push([]);
+        result.logprobs.push(null);
+        result.topLogprobs.push(null);
+        continue;
+      }
+      const rowLogits = logits.subarray(row * this.vocabSize, (row + 1) * this.vocabSize);
+      row++;
+      const token = this.sampler.sample(rowLogits, state.sampling, this.generatorFor(state));
+      RunnerRequestStates.appendSampled(state, token.tokenId);
+      const wantsLogprobs = state.sampling.logprobs !== null;
+      result.sampledTokenIds.push([token.tokenId]);
+      result.logprobs.push(wantsLogprobs ? [token.logprob] : null);
+      result.topLogprobs.push(wantsLogprobs ? [token.topLogprobs ?? []] : null);
+    }
+  }
+
+  private generatorFor(state: RunnerRequestState): SeededRandom {
+    const seed = state.sampling.seed;
+    if (seed === null) return this.sharedGenerator;
+    let rng = this.generators.get(state.reqId);
+    if (!rng) {
+      rng = new SeededRandom(seed);
+      this.generators.set(state.reqId, rng);
+    }
+    return rng;
+  }
+
+  async shutdown(): Promise<void> {
+    await this.connector?.shutdown();
+  }
+}
+
+/** The forward batch of the scheduled requests: their new tokens, back to back. */
+export function buildForwardBatch(running: readonly RunnerRequestState[]): ForwardBatch {
+  const total = running.reduce((n, s) => n + s.numScheduledTokens, 0);
+  const tokenIds = new Int32Array(total);
+  const sequences: SequenceInBatch[] = [];
+  let start = 0;
+  for (const state of running) {
+    const from = state.numComputedTokens;
+    const to = from + state.numScheduledTokens;
+    if (to > state.tokenIds.length) {
+      throw runnerError(
+        `Request ${state.reqId} is scheduled up to token ${to} but only ${state.tokenIds.length} tokens are known`,
+      );
+    }
+    for (let i = from; i < to; i++) tokenIds[start + i - from] = state.tokenIds[i] as number;
+    sequences.push({
+      start,
+      len: state.numScheduledTokens,
+      numComputedTokens: from,
+      blockTables: state.blockTables,
+      computeLogits: RunnerRequestStates.completesSequence(state),
+    });
+    start += state.numScheduledTokens;
+  }
+  return { tokenIds, sequences };
+}

@@ -1,0 +1,128 @@
+/**
+ * Turns the scheduler's per-step EngineCoreOutputs into the public RequestOutputDeltas
+ * (vLLM's OutputProcessor): incremental detokenization and stop strings. A stop string
+ * ends the request (the engine aborts it in the scheduler as FINISHED_STOPPED) and is not
+ * part of the returned text. Text that could still become a stop string, or that ends in an
+ * incomplete UTF-8 sequence, is held back until it is decided.
+ */
+import type { KVTransferParams } from '../../connector/types.ts';
+import type { RequestOutputDelta, SamplingParams, TokenizerLike } from '../api.ts';
+import type { EngineCoreOutput } from '../scheduler/types.ts';
+
+interface TextState {
+  sampling: SamplingParams;
+  tokenIds: number[];
+  /** Characters already streamed. */
+  emitted: number;
+  maxStopLength: number;
+  /** Set once a stop string matched: the final text length. */
+  stoppedAt: number | null;
+}
+
+export interface ProcessedOutput {
+  delta: RequestOutputDelta;
+  /** A stop string matched: the caller must finish the request in the scheduler. */
+  stopStringMatched: boolean;
+}
+
+export class OutputProcessor {
+  private readonly tokenizer: TokenizerLike;
+  private readonly states = new Map<string, TextState>();
+
+  constructor(tokenizer: TokenizerLike) {
+    this.tokenizer = tokenizer;
+  }
+
+  addRequest(requestId: string, sampling: SamplingParams): void {
+    this.states.set(requestId, {
+      sampling,
+      tokenIds: [],
+      emitted: 0,
+      maxStopLength: Math.max(0, ...sampling.stop.map((s) => s.length)),
+      stoppedAt: null,
+    });
+  }
+
+  has(requestId: string): boolean {
+    return this.states.has(requestId);
+  }
+
+  removeRequest(requestId: string): void {
+    this.states.delete(requestId);
+  }
+
+  process(out: EngineCoreOutput): ProcessedOutput {
+    const state = this.states.get(out.requestId);
+    if (!state) throw new Error(`OutputProcessor: unknown request ${out.requestId}`);
+    let newTokenIds = out.newTokenIds;
+    let logprobs = out.logprobs;
+    let topLogprobs = out.topLogprobs;
+    let stopStringMatched = false;
+    let finished = out.finished;
+    let finishReason = out.finishReason;
+    let text = '';
+    for (let i = 0; i < out.newTokenIds.length; i++) {
+      state.tokenIds.push(out.newTokenIds[i] as number);
+      text = this.tokenizer.decode(this.visibleTokens(state, out, finished));
+      const stop = findStop(text, state.sampling.stop, Math.max(0, state.emitted - state.maxStopLength));
+      if (stop !== null) {
+        state.stoppedAt = stop;
+        stopStringMatched = !out.finished;
+        finished = true;
+        finishReason = 'stop';
+        newTokenIds = out.newTokenIds.slice(0, i + 1);
+        logprobs = logprobs?.slice(0, i + 1) ?? null;
+        topLogprobs = topLogprobs?.slice(0, i + 1) ?? null;
+        break;
+      }
+    }
+    if (out.newTokenIds.length === 0) text = this.tokenizer.decode(this.visibleTokens(state, out, finished));
+    const end = finished ? (state.stoppedAt ?? text.length) : safeEnd(text, state.maxStopLength);
+    const newText = end > state.emitted ? text.slice(state.emitted, end) : '';
+    state.emitted = Math.max(state.emitted, end);
+    if (finished) this.states.delete(out.requestId);
+    const delta: RequestOutputDelta = {
+      requestId: out.requestId,
+      newTokenIds,
+      newText,
+      logprobs,
+      topLogprobs,
+      finished,
+      finishReason,
+      kvTransferParams: (out.kvTransferParams ?? null) as KVTransferParams | null,
+      metrics: { ...out.metrics },
+    };
+    if (out.error) delta.error = out.error;
+    return { delta, stopStringMatched };
+  }
+
+  /** A stop token (not EOS) stays out of the text, as vLLM does by default. */
+  private visibleTokens(state: TextState, out: EngineCoreOutput, finished: boolean): number[] {
+    const ids = state.tokenIds;
+    const last = ids[ids.length - 1];
+    const isStopToken =
+      finished &&
+      last !== undefined &&
+      ((out.stopTokenId !== null && last === out.stopTokenId) ||
+        (!state.sampling.ignoreEos && last === this.tokenizer.eosTokenId));
+    return isStopToken ? ids.slice(0, -1) : ids;
+  }
+}
+
+/** Index where the earliest stop string starts (searching from `from`), or null. */
+function findStop(text: string, stops: readonly string[], from: number): number | null {
+  let best: number | null = null;
+  for (const stop of stops) {
+    if (stop.length === 0) continue;
+    const at = text.indexOf(stop, from);
+    if (at >= 0 && (best === null || at < best)) best = at;
+  }
+  return best;
+}
+
+/** How much of `text` is safe to stream: not a possible stop-string prefix, no partial character. */
+function safeEnd(text: string, maxStopLength: number): number {
+  let end = text.length - Math.max(0, maxStopLength - 1);
+  while (end > 0 && text.charCodeAt(end - 1) === 0xfffd) end--;
+  return Math.max(0, end);
+}

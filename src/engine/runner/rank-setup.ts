@@ -1,0 +1,43 @@
+/**
+ * Builds one tensor-parallel rank: its model shard, its own paged KV memory shard and its
+ * worker-side connector (registered on that memory). Used in the engine thread for tp = 1
+ * and inside each worker thread for tp > 1.
+ */
+import type { EngineConfig } from '../../config/types.ts';
+import { KVConnectorFactory } from '../../connector/factory.ts';
+import type { KVConnectorHandshakeMetadata } from '../../connector/types.ts';
+import type { KVCacheConfig } from '../../kv/interfaces.ts';
+import { createPagedKVMemory } from '../../kv/paged-memory.ts';
+import { loadModel } from '../model/load.ts';
+import { ModelRunner } from './model-runner.ts';
+import { createTokenSampler } from './token-sampler.ts';
+
+export interface RankSetup {
+  runner: ModelRunner;
+  handshake: KVConnectorHandshakeMetadata | null;
+}
+
+export async function setUpRank(
+  engineConfig: EngineConfig,
+  kvCacheConfig: KVCacheConfig,
+  tpRank: number,
+  tpSize: number,
+  allReduce?: (x: Float32Array) => void | Promise<void>,
+): Promise<RankSetup> {
+  const model = loadModel(engineConfig.model.model, { tpRank, tpSize });
+  const kv = createPagedKVMemory(kvCacheConfig, engineConfig.cache.cacheDtype);
+  const connector = engineConfig.kvTransferConfig
+    ? await KVConnectorFactory.createConnector(engineConfig, 'worker', kvCacheConfig)
+    : null;
+  if (connector) await connector.registerKvCaches(kv);
+  const runner = new ModelRunner({
+    model,
+    kv,
+    connector,
+    sampler: createTokenSampler(),
+    vocabSize: model.vocabSize,
+    seed: engineConfig.model.seed,
+    ...(allReduce ? { allReduce } : {}),
+  });
+  return { runner, handshake: connector?.getHandshakeMetadata() ?? null };
+}

@@ -1,0 +1,165 @@
+/**
+ * tp > 1: one worker thread per tensor-parallel rank (./tp-worker.ts). Each step goes to all
+ * ranks at once; rank 0's tokens are returned with the connector outputs of every rank
+ * aggregated (a request is finished only when every rank reported it).
+ */
+import { Worker } from 'node:worker_threads';
+import type { EngineConfig } from '../../config/types.ts';
+import type { KVConnectorHandshakeMetadata } from '../../connector/types.ts';
+import type { KVCacheConfig } from '../../kv/interfaces.ts';
+import type { ModelRunnerOutput, RunnerInput } from '../runner-io.ts';
+import { createAllReduceBuffers } from './all-reduce.ts';
+import { type ConnectorOutputAggregator, type ModelExecutor, mergeRankOutputs } from './executor.ts';
+import { toPlainEngineConfig } from './plain-config.ts';
+import type { FromWorker, ToWorker, TPWorkerData } from './tp-protocol.ts';
+import { deserializeError } from './worker-errors.ts';
+
+type WithoutId<T> = T extends unknown ? Omit<T, 'id'> : never;
+
+interface Pending {
+  resolve(value: unknown): void;
+  reject(error: Error): void;
+}
+
+class RankThread {
+  readonly worker: Worker;
+  private readonly pending = new Map<number, Pending>();
+  private nextId = 1;
+  private failure: Error | null = null;
+
+  constructor(worker: Worker) {
+    this.worker = worker;
+    worker.on('message', (msg: FromWorker) => {
+      if (msg.type === 'ready' || msg.type === 'init-error') return;
+      const p = this.pending.get(msg.id);
+      if (!p) return;
+      this.pending.delete(msg.id);
+      if (msg.type === 'error') p.reject(deserializeError(msg.error));
+      else p.resolve(msg.type === 'result' ? msg.output : undefined);
+    });
+    worker.on('error', (e) => this.failAll(e));
+    worker.on('exit', (code) => this.failAll(new Error(`tensor-parallel worker exited with code ${code}`)));
+  }
+
+  request(message: WithoutId<ToWorker>): Promise<unknown> {
+    if (this.failure) return Promise.reject(this.failure);
+    const id = this.nextId++;
+    return new Promise((resolve, reject) => {
+      this.pending.set(id, { resolve, reject });
+      this.worker.postMessage({ ...message, id });
+    });
+  }
+
+  private failAll(e: Error): void {
+    this.failure ??= e;
+    for (const p of this.pending.values()) p.reject(e);
+    this.pending.clear();
+  }
+}
+
+export class ThreadExecutor implements ModelExecutor {
+  readonly tpSize: number;
+  readonly handshakeMetadata: Record<number, KVConnectorHandshakeMetadata>;
+  private readonly ranks: RankThread[];
+  private readonly aggregator: ConnectorOutputAggregator | null;
+  private closed = false;
+
+  private constructor(
+    ranks: RankThread[],
+    handshakes: Record<number, KVConnectorHandshakeMetadata>,
+    aggregator: ConnectorOutputAggregator | null,
+  ) {
+    this.ranks = ranks;
+    this.tpSize = ranks.length;
+    this.handshakeMetadata = handshakes;
+    this.aggregator = aggregator;
+  }
+
+  static async start(
+    engineConfig: EngineConfig,
+    kvCacheConfig: KVCacheConfig,
+    aggregator: ConnectorOutputAggregator | null,
+  ): Promise<ThreadExecutor> {
+    const tpSize = engineConfig.parallel.tensorParallelSize;
+    const allReduce = createAllReduceBuffers(tpSize);
+    const plain = toPlainEngineConfig(engineConfig);
+    const workers = Array.from({ length: tpSize }, (_, tpRank) => {
+      const workerData: TPWorkerData = { engineConfig: plain, kvCacheConfig, tpRank, tpSize, allReduce };
+      return startWorker(workerData);
+    });
+    const ready = await Promise.allSettled(workers.map(waitReady));
+    const failed = ready.find((r) => r.status === 'rejected');
+    if (failed) {
+      await Promise.all(workers.map((w) => w.terminate()));
+      throw (failed as PromiseRejectedResult).reason;
+    }
+    const handshakes: Record<number, KVConnectorHandshakeMetadata> = {};
+    ready.forEach((r, rank) => {
+      const meta = (r as PromiseFulfilledResult<KVConnectorHandshakeMetadata | null>).value;
+      if (meta) handshakes[rank] = meta;
+    });
+    return new ThreadExecutor(
+      workers.map((w) => new RankThread(w)),
+      handshakes,
+      aggregator,
+    );
+  }
+
+  async execute(input: RunnerInput): Promise<ModelRunnerOutput> {
+    const outputs = (await Promise.all(
+      this.ranks.map((r) => r.request({ type: 'execute', input })),
+    )) as ModelRunnerOutput[];
+    return mergeRankOutputs(outputs, this.aggregator);
+  }
+
+  async shutdown(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    await Promise.allSettled(this.ranks.map((r) => r.request({ type: 'shutdown' })));
+    await Promise.all(this.ranks.map((r) => r.worker.terminate()));
+  }
+}
+
+/**
+ * The worker entry next to this file: tp-worker.js in dist/. Under tsx (tests, `npm run
+ * kvconnect`) the entry is tp-worker.ts; Node 20 does not run the inherited `--import tsx` in
+ * worker threads, so a one-line bootstrap registers tsx's loader, then imports the entry.
+ */
+function startWorker(workerData: TPWorkerData): Worker {
+  const isTs = import.meta.url.endsWith('.ts');
+  const entry = new URL(`./tp-worker.${isTs ? 'ts' : 'js'}`, import.meta.url);
+  if (!isTs) return new Worker(entry, { workerData });
+  const tsxApi = import.meta.resolve('tsx/esm/api');
+  const bootstrap = `import(${JSON.stringify(tsxApi)}).then((tsx) => { tsx.register(); return import(${JSON.stringify(entry.href)}); }).catch((e) => { console.error(e); process.exit(1); });`;
+  return new Worker(bootstrap, { eval: true, workerData });
+}
+
+function waitReady(worker: Worker): Promise<KVConnectorHandshakeMetadata | null> {
+  return new Promise((resolve, reject) => {
+    const onMessage = (msg: FromWorker): void => {
+      if (msg.type === 'ready') {
+        cleanup();
+        resolve(msg.handshake);
+      } else if (msg.type === 'init-error') {
+        cleanup();
+        reject(deserializeError(msg.error));
+      }
+    };
+    const onError = (e: Error): void => {
+      cleanup();
+      reject(e);
+    };
+    const onExit = (code: number): void => {
+      cleanup();
+      reject(new Error(`tensor-parallel worker exited with code ${code} during start-up`));
+    };
+    const cleanup = (): void => {
+      worker.off('message', onMessage);
+      worker.off('error', onError);
+      worker.off('exit', onExit);
+    };
+    worker.on('message', onMessage);
+    worker.on('error', onError);
+    worker.on('exit', onExit);
+  });
+}

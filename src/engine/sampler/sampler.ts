@@ -1,0 +1,135 @@
+/**
+ * Token sampling from one row of logits: greedy (temperature 0), temperature, top-k,
+ * top-p, with a per-request seeded PRNG, plus the logprob of the chosen token and the
+ * top-N logprobs. Logprobs are of the model's raw distribution (before temperature and
+ * truncation), as vLLM reports them by default. Scratch buffers are reused across calls.
+ */
+import { randomInt } from 'node:crypto';
+import { SeededRandom } from '../model/prng.ts';
+
+export interface SamplerParams {
+  /** 0 = greedy. */
+  temperature: number;
+  /** 0 or -1 = disabled. */
+  topK: number;
+  /** 1 = disabled. */
+  topP: number;
+  /** Number of top logprobs to return (0..20), or null for none. */
+  logprobs: number | null;
+}
+
+export interface TokenLogprob {
+  tokenId: number;
+  logprob: number;
+}
+
+export interface SampledToken {
+  tokenId: number;
+  /** Logprob of the chosen token under the raw distribution. */
+  logprob: number;
+  topLogprobs: TokenLogprob[] | null;
+}
+
+/** The PRNG of one request: seeded when `seed` is given, else from the OS. */
+export function requestRandom(seed: number | null): SeededRandom {
+  return new SeededRandom(seed ?? randomInt(0, 2 ** 32));
+}
+
+export class Sampler {
+  private order = new Int32Array(0);
+  private probs = new Float64Array(0);
+
+  sample(logits: Float32Array, params: SamplerParams, rng: SeededRandom): SampledToken {
+    const n = logits.length;
+    let max = Number.NEGATIVE_INFINITY;
+    let argmax = 0;
+    for (let i = 0; i < n; i++) {
+      const v = logits[i] as number;
+      if (v > max) {
+        max = v;
+        argmax = i;
+      }
+    }
+    let sumRaw = 0;
+    for (let i = 0; i < n; i++) sumRaw += Math.exp((logits[i] as number) - max);
+    const logZ = max + Math.log(sumRaw);
+    const tokenId = params.temperature <= 1e-5 ? argmax : this.sampleRandom(logits, max, params, rng);
+    return {
+      tokenId,
+      logprob: (logits[tokenId] as number) - logZ,
+      topLogprobs:
+        params.logprobs === null || params.logprobs <= 0 ? null : topLogprobs(logits, logZ, params.logprobs),
+    };
+  }
+
+  private sampleRandom(logits: Float32Array, max: number, params: SamplerParams, rng: SeededRandom): number {
+    const n = logits.length;
+    if (this.order.length < n) {
+      this.order = new Int32Array(n);
+      this.probs = new Float64Array(n);
+    }
+    const probs = this.probs;
+    const invT = 1 / params.temperature;
+    for (let i = 0; i < n; i++) probs[i] = Math.exp(((logits[i] as number) - max) * invT);
+    const topK = params.topK > 0 ? Math.min(params.topK, n) : n;
+    const truncating = topK < n || params.topP < 1;
+    if (!truncating) return drawFrom(probs, n, rng);
+    const order = this.order.subarray(0, n);
+    for (let i = 0; i < n; i++) order[i] = i;
+    order.sort((a, b) => (probs[b] as number) - (probs[a] as number) || a - b);
+    let total = 0;
+    for (let i = 0; i < topK; i++) total += probs[order[i] as number] as number;
+    let keep = topK;
+    if (params.topP < 1) {
+      let cum = 0;
+      for (let i = 0; i < topK; i++) {
+        cum += probs[order[i] as number] as number;
+        if (cum >= params.topP * total) {
+          keep = i + 1;
+          break;
+        }
+      }
+    }
+    let kept = 0;
+    for (let i = 0; i < keep; i++) kept += probs[order[i] as number] as number;
+    let u = rng.nextFloat() * kept;
+    for (let i = 0; i < keep; i++) {
+      const id = order[i] as number;
+      u -= probs[id] as number;
+      if (u < 0) return id;
+    }
+    return order[keep - 1] as number;
+  }
+}
+
+function drawFrom(probs: Float64Array, n: number, rng: SeededRandom): number {
+  let total = 0;
+  for (let i = 0; i < n; i++) total += probs[i] as number;
+  let u = rng.nextFloat() * total;
+  let last = 0;
+  for (let i = 0; i < n; i++) {
+    const p = probs[i] as number;
+    if (p > 0) last = i;
+    u -= p;
+    if (u < 0) return i;
+  }
+  return last;
+}
+
+/** The `count` most likely tokens, most likely first. */
+export function topLogprobs(logits: Float32Array, logZ: number, count: number): TokenLogprob[] {
+  const k = Math.min(count, logits.length);
+  const ids: number[] = [];
+  for (let i = 0; i < logits.length; i++) {
+    const v = logits[i] as number;
+    if (ids.length === k && v <= (logits[ids[k - 1] as number] as number)) continue;
+    let at = ids.length === k ? k - 1 : ids.length;
+    if (ids.length < k) ids.push(i);
+    while (at > 0 && (logits[ids[at - 1] as number] as number) < v) {
+      ids[at] = ids[at - 1] as number;
+      at--;
+    }
+    ids[at] = i;
+  }
+  return ids.map((id) => ({ tokenId: id, logprob: (logits[id] as number) - logZ }));
+}

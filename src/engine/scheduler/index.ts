@@ -1,0 +1,10 @@
+export { type ExternalHitDecision, resolveExternalHit, truncateComputedBlocks } from './external-hit.ts';
+export { KVOutputAggregator, mergeStats } from './kv-output-aggregator.ts';
+export { KV_LOAD_FAILED, Scheduler } from './scheduler.ts';
+export type {
+  EngineCoreOutput,
+  ResolvedSchedulerOptions,
+  SchedulerOptions,
+  SchedulerStats,
+  SchedulerUpdate,
+} from './types.ts';

@@ -1,0 +1,254 @@
+/**
+ * The continuous-batching scheduler with every connector hook in vLLM v1's order
+ * (spec §3.5–3.7). One step is `schedule()` → the model runner → `updateFromOutput()`.
+ */
+import type { KVConnectorBase } from '../../connector/base.ts';
+import type { KVConnectorOutput, RequestStatus, SchedulerOutput } from '../../connector/types.ts';
+import type { EngineConfig } from '../../config/types.ts';
+import { KVError } from '../../errors/kv-error.ts';
+import type { KVCacheEvent, KVCacheManager } from '../../kv/interfaces.ts';
+import { getLogger } from '../../logging/logger.ts';
+import { type Request, isFinishedStatus } from '../request.ts';
+import { transition } from '../request-lifecycle.ts';
+import type { ModelRunnerOutput } from '../runner-io.ts';
+import { admitWaiting } from './admission.ts';
+import { SchedulerCore } from './core.ts';
+import { handleInvalidBlocks } from './invalid-blocks.ts';
+import { scheduleRunning } from './running.ts';
+import { buildSchedulerOutput, newStepPlan } from './step-plan.ts';
+import { processSampledTokens } from './token-processing.ts';
+import type { EngineCoreOutput, ResolvedSchedulerOptions, SchedulerOptions, SchedulerStats, SchedulerUpdate } from './types.ts';
+
+const log = getLogger('scheduler');
+
+export const KV_LOAD_FAILED = 'KV_LOAD_FAILED';
+
+export class Scheduler {
+  readonly core: SchedulerCore;
+
+  constructor(
+    engineConfig: EngineConfig,
+    kvCacheManager: KVCacheManager,
+    connector: KVConnectorBase | null,
+    options: SchedulerOptions = {},
+  ) {
+    const resolved: ResolvedSchedulerOptions = {
+      blockSize: options.blockSize ?? kvCacheManager.blockSize,
+      maxModelLen: options.maxModelLen ?? engineConfig.model.maxModelLen,
+      maxNumSeqs: engineConfig.scheduler.maxNumSeqs,
+      maxNumBatchedTokens: engineConfig.scheduler.maxNumBatchedTokens,
+      enableChunkedPrefill: engineConfig.scheduler.enableChunkedPrefill,
+      kvLoadFailurePolicy:
+        options.kvLoadFailurePolicy ?? engineConfig.kvTransferConfig?.kv_load_failure_policy ?? 'fail',
+      abortedLoadReclaimMs: options.abortedLoadReclaimMs ?? null,
+      clock: options.clock ?? Date.now,
+    };
+    this.core = new SchedulerCore(kvCacheManager, connector, resolved);
+  }
+
+  get options(): ResolvedSchedulerOptions {
+    return this.core.options;
+  }
+
+  get connector(): KVConnectorBase | null {
+    return this.core.connector;
+  }
+
+  get kvCacheManager(): KVCacheManager {
+    return this.core.kv;
+  }
+
+  getRequest(requestId: string): Request | undefined {
+    return this.core.requests.get(requestId);
+  }
+
+  addRequest(req: Request): void {
+    const core = this.core;
+    if (core.requests.has(req.requestId)) {
+      throw new KVError('KV_REQUEST_DUPLICATE', `Request id ${req.requestId} is already in the scheduler`, {
+        hint: 'Request ids must be unique among live requests; add a random suffix per request.',
+      });
+    }
+    if (req.numPromptTokens === 0 || req.numPromptTokens > core.options.maxModelLen) {
+      throw new KVError(
+        'KV_REQUEST_INVALID_LENGTH',
+        `The decoder prompt (length ${req.numPromptTokens}) must be between 1 and the maximum model length of ${core.options.maxModelLen}.`,
+        { hint: 'Shorten the prompt or raise max_model_len.' },
+      );
+    }
+    if (req.kvTransferParams && !core.connector) {
+      log.warn('Got kv_transfer_params, but no KVConnector found. Disabling KVTransfer for this request.');
+    }
+    core.requests.set(req.requestId, req);
+    core.waiting.push(req);
+    core.connector?.onNewRequest(req);
+  }
+
+  schedule(): SchedulerOutput {
+    const core = this.core;
+    this.reclaimExpiredLoads();
+    const plan = newStepPlan(core.options.maxNumBatchedTokens);
+    scheduleRunning(core, plan);
+    // vLLM admits nothing in a step that had to preempt.
+    if (plan.preempted.length === 0) admitWaiting(core, plan);
+
+    const output = buildSchedulerOutput(plan, core.kv, [...core.finishedReqIds], [...core.preemptedReqIds]);
+    core.finishedReqIds = new Set();
+    core.preemptedReqIds = new Set();
+    if (core.connector) output.kvConnectorMetadata = core.connector.buildConnectorMeta(output);
+    this.advanceComputedTokens(plan.numScheduledTokens);
+    return output;
+  }
+
+  private advanceComputedTokens(numScheduledTokens: Readonly<Record<string, number>>): void {
+    const now = this.core.now();
+    for (const [id, n] of Object.entries(numScheduledTokens)) {
+      const req = this.core.requests.get(id);
+      if (!req) continue;
+      const start = req.numComputedTokens;
+      const promptPart = Math.max(0, Math.min(req.numPromptTokens, start + n) - start);
+      req.metrics.numLocalComputedTokens += promptPart;
+      this.core.counters.promptTokensTotal += promptPart;
+      if (req.firstScheduledAt === null) {
+        req.firstScheduledAt = now;
+        req.metrics.queuedMs = now - req.arrivalTime;
+      }
+      req.numComputedTokens = start + n;
+    }
+  }
+
+  updateFromOutput(schedulerOutput: SchedulerOutput, runnerOutput: ModelRunnerOutput): SchedulerUpdate {
+    const core = this.core;
+    const outputs: EngineCoreOutput[] = [];
+    const kvOutput = runnerOutput.kvConnectorOutput;
+    let failed = new Set<string>();
+    if (kvOutput && kvOutput.invalidBlockIds.length > 0) {
+      failed = handleInvalidBlocks(core, new Set(kvOutput.invalidBlockIds), schedulerOutput.numScheduledTokens);
+      if (core.options.kvLoadFailurePolicy === 'fail') {
+        for (const id of failed) outputs.push(...this.failRequest(id));
+      }
+    }
+    outputs.push(...processSampledTokens(core, schedulerOutput, runnerOutput, failed));
+    if (kvOutput) this.updateFromKvXferFinished(kvOutput);
+
+    const kvCacheEvents: KVCacheEvent[] = [
+      ...core.kv.takeEvents(),
+      ...(kvOutput?.kvCacheEvents ?? []),
+      ...(core.connector?.takeEvents() ?? []),
+    ];
+    const schedulerStats = core.connector?.getKvConnectorStats() ?? null;
+    const workerStats = kvOutput?.kvConnectorStats ?? null;
+    const kvConnectorStats =
+      workerStats || schedulerStats ? { ...(workerStats ?? {}), ...(schedulerStats ?? {}) } : null;
+    return { outputs, kvCacheEvents, kvConnectorStats };
+  }
+
+  private failRequest(requestId: string): EngineCoreOutput[] {
+    const req = this.core.requests.get(requestId);
+    if (!req || req.isFinished) return [];
+    req.error = {
+      code: KV_LOAD_FAILED,
+      message: `KV cache load failed for request ${requestId} (kv_load_failure_policy=fail)`,
+      hint: "Retry the request, or set kv_load_failure_policy to 'recompute' to recompute the missing KV locally.",
+    };
+    return this.finishRequests([requestId], 'FINISHED_ERROR');
+  }
+
+  /** vLLM's _update_from_kv_xfer_finished. */
+  private updateFromKvXferFinished(output: KVConnectorOutput): void {
+    const core = this.core;
+    core.connector?.updateConnectorOutput(output);
+    for (const id of output.finishedRecving ?? []) {
+      const req = core.requests.get(id);
+      if (!req) {
+        log.warn('finished_recving for unknown request %s ignored', id);
+      } else if (req.status === 'WAITING_FOR_REMOTE_KVS') {
+        core.finishedRecving.add(id);
+        if (req.lifecycle === 'WAITING_FOR_REMOTE_KV') transition(req, 'LOADED');
+      } else if (req.lifecycle === 'HANDOFF_PENDING') {
+        core.completeHandoff(req, 'recv');
+      } else {
+        log.warn('finished_recving for request %s in state %s ignored', id, req.lifecycle);
+      }
+    }
+    for (const id of output.finishedSending ?? []) {
+      const req = core.requests.get(id);
+      if (req?.lifecycle === 'HANDOFF_PENDING') core.completeHandoff(req, 'send');
+      else log.warn('finished_sending for request %s (%s) ignored', id, req?.lifecycle ?? 'unknown');
+    }
+  }
+
+  /**
+   * Aborts and other external finishes. A request whose blocks may still be receiving a
+   * remote write keeps them until finished_recving (spec §3.6). Returns a final output per
+   * request it finished.
+   */
+  finishRequests(requestIds: Iterable<string>, status: RequestStatus): EngineCoreOutput[] {
+    if (!isFinishedStatus(status)) {
+      throw new KVError('KV_INVALID_FINISH_STATUS', `finishRequests needs a FINISHED_* status, got ${status}`, {
+        hint: "Use 'FINISHED_ABORTED' for aborts.",
+      });
+    }
+    const core = this.core;
+    const outputs: EngineCoreOutput[] = [];
+    for (const id of requestIds) {
+      const req = core.requests.get(id);
+      if (!req || req.isFinished) continue;
+      const holdForRecv = req.status === 'WAITING_FOR_REMOTE_KVS' && !core.finishedRecving.has(id);
+      core.removeFromQueues(req);
+      req.status = status;
+      const params = core.finishRequest(req, holdForRecv);
+      outputs.push(core.makeOutput(req, [], params));
+    }
+    return outputs;
+  }
+
+  /** Beyond vLLM (#46283): reclaim blocks of aborted loads whose finished_recving never came. */
+  private reclaimExpiredLoads(): void {
+    const deadline = this.core.options.abortedLoadReclaimMs;
+    if (deadline === null) return;
+    const now = this.core.now();
+    for (const req of [...this.core.requests.values()]) {
+      const pending = req.pendingHandoff;
+      if (pending?.recv && now - pending.since >= deadline) {
+        log.warn('Reclaiming KV blocks of %s: no finished_recving within %d ms after the abort', req.requestId, deadline);
+        this.core.completeHandoff(req, 'recv');
+      }
+    }
+  }
+
+  /** Live requests, hand-offs still holding blocks, or connector transfers in flight. */
+  hasRequests(): boolean {
+    const core = this.core;
+    return core.requests.size > 0 || core.finishedReqIds.size > 0 || (core.connector?.hasPendingPushWork() ?? false);
+  }
+
+  hasUnfinishedRequests(): boolean {
+    return this.core.waiting.length + this.core.running.length > 0;
+  }
+
+  getNumUnfinishedRequests(): number {
+    return this.core.waiting.length + this.core.running.length;
+  }
+
+  /** Clears the local prefix cache and the connector's external cache. */
+  resetPrefixCache(): boolean {
+    const local = this.core.kv.resetPrefixCache();
+    const external = this.core.connector?.resetCache() ?? null;
+    return local && external !== false;
+  }
+
+  stats(): SchedulerStats {
+    const core = this.core;
+    let handoff = 0;
+    for (const req of core.requests.values()) if (req.lifecycle === 'HANDOFF_PENDING') handoff += 1;
+    return {
+      numRunningReqs: core.running.length,
+      numWaitingReqs: core.waiting.length,
+      numWaitingForRemoteKvs: core.waiting.filter((r) => r.status === 'WAITING_FOR_REMOTE_KVS').length,
+      numHandoffPending: handoff,
+      kvCacheUsage: core.kv.usage,
+      ...core.counters,
+    };
+  }
+}

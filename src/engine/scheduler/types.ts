@@ -1,0 +1,81 @@
+/**
+ * What the scheduler returns to the engine (vLLM's EngineCoreOutput(s) and SchedulerStats)
+ * and how it is configured.
+ */
+import type { KVConnectorStatsData, KVTransferParams, RequestStatus } from '../../connector/types.ts';
+import type { KVLoadFailurePolicy } from '../../config/types.ts';
+import type { KVCacheEvent } from '../../kv/interfaces.ts';
+import type { FinishReason, RequestMetrics } from '../api.ts';
+
+/** One request's progress in one step (the engine turns it into a RequestOutputDelta). */
+export interface EngineCoreOutput {
+  requestId: string;
+  newTokenIds: number[];
+  logprobs: number[] | null;
+  topLogprobs: Array<Array<{ tokenId: number; logprob: number }>> | null;
+  finished: boolean;
+  finishReason: FinishReason | null;
+  status: RequestStatus;
+  /** The stop token that ended the request (FINISHED_STOPPED by a stop token id). */
+  stopTokenId: number | null;
+  /** From connector.requestFinished, on the final output only. */
+  kvTransferParams: KVTransferParams | null;
+  metrics: RequestMetrics;
+  /** Set when status is FINISHED_ERROR: readable by the client. */
+  error?: { code: string; message: string; hint?: string };
+}
+
+export interface SchedulerUpdate {
+  outputs: EngineCoreOutput[];
+  /** KV cache events of this step: the manager's, the connector's, the workers'. */
+  kvCacheEvents: KVCacheEvent[];
+  /** Worker stats merged with the scheduler-side connector's stats, or null. */
+  kvConnectorStats: KVConnectorStatsData | null;
+}
+
+export interface SchedulerStats {
+  numRunningReqs: number;
+  numWaitingReqs: number;
+  /** Requests parked in WAITING_FOR_REMOTE_KVS (a subset of the waiting ones). */
+  numWaitingForRemoteKvs: number;
+  /** Finished requests whose blocks a connector still holds. */
+  numHandoffPending: number;
+  kvCacheUsage: number;
+  /** Local prefix cache: tokens looked up / found (at admission). */
+  prefixCacheQueries: number;
+  prefixCacheHits: number;
+  /** Connector (external) prefix cache, spec §3.5 2b: queries = numTokens - local hit, hits = external tokens. */
+  externalPrefixCacheQueries: number;
+  externalPrefixCacheHits: number;
+  numPreemptions: number;
+  promptTokensTotal: number;
+  generationTokensTotal: number;
+}
+
+export interface SchedulerOptions {
+  /** Tokens per block; defaults to the KV cache manager's block size. */
+  blockSize?: number;
+  /** Defaults to engineConfig.model.maxModelLen. */
+  maxModelLen?: number;
+  /** Defaults to kv_transfer_config.kv_load_failure_policy, else 'fail' (vLLM's default). */
+  kvLoadFailurePolicy?: KVLoadFailurePolicy;
+  /**
+   * Beyond vLLM (issue #46283): a request aborted while its KV was still arriving holds its
+   * blocks until finished_recving. With a deadline, the blocks are reclaimed after this many
+   * ms even if the worker never reports. null (default) = wait forever, as vLLM does.
+   */
+  abortedLoadReclaimMs?: number | null;
+  /** Wall clock in ms (tests inject one). */
+  clock?: () => number;
+}
+
+export interface ResolvedSchedulerOptions {
+  blockSize: number;
+  maxModelLen: number;
+  maxNumSeqs: number;
+  maxNumBatchedTokens: number;
+  enableChunkedPrefill: boolean;
+  kvLoadFailurePolicy: KVLoadFailurePolicy;
+  abortedLoadReclaimMs: number | null;
+  clock: () => number;
+}

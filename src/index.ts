@@ -1,0 +1,49 @@
+/**
+ * kvconnect's public API: `import { KVConnectorBase, KVConnectorFactory, ... } from 'kvconnect'`.
+ * External connectors subclass KVConnectorBase imported from here.
+ */
+export {
+  buildEngineConfig,
+  ENGINE_OPTIONS,
+  type EngineOptions,
+  KVTransferConfig,
+  type ModelInfo,
+  resolveModelInfo,
+} from './config/index.ts';
+export type {
+  CacheConfig,
+  EngineConfig,
+  KVLoadFailurePolicy,
+  KVRole,
+  KVTransferConfigFields,
+  KVTransferConfigLike,
+  ModelConfig,
+  ParallelConfig,
+  SchedulerConfig,
+} from './config/types.ts';
+export {
+  BUILTIN_CONNECTORS,
+  type BuiltinConnector,
+  emptyConnectorOutput,
+  type HMADecision,
+  KVConnectorBase,
+  type KVConnectorClass,
+  KVConnectorFactory,
+  KVConnectorRole,
+  resolveHybridKvCacheManager,
+} from './connector/index.ts';
+export type {
+  ConnectorRequest,
+  ForwardContext,
+  KVConnectorHandshakeMetadata,
+  KVConnectorMetadata,
+  KVConnectorOutput,
+  KVConnectorStatsData,
+  KVConnectorWorkerMetadata,
+  KVTransferParams,
+  MatchedTokens,
+  RequestFinishedResult,
+  SchedulerOutput,
+} from './connector/types.ts';
+export { formatErrorJson, formatErrorText, isKVError, KVError, type KVErrorOptions } from './errors/index.ts';
+export type { KVCacheBlocks, KVCacheConfig, PagedKVMemory } from './kv/interfaces.ts';

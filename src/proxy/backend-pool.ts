@@ -1,0 +1,147 @@
+/**
+ * The set of backends per role: periodic GET /health (dead backends stop receiving
+ * traffic and come back when they answer again), the one-time GET /kvconnect/info, and
+ * MoRIIO instances that appear and expire through discovery pings.
+ */
+import { getLogger } from '../logging/logger.ts';
+import { Backend } from './backend.ts';
+import { CONNECTOR_KINDS, type BackendInfo, type BackendRole, type DiscoveryPing } from './types.ts';
+import type { Upstream } from './upstream.ts';
+
+const log = getLogger('proxy');
+
+export interface PoolOptions {
+  healthIntervalMs: number;
+  healthTimeoutMs: number;
+  discoveryTtlMs: number;
+}
+
+export class BackendPool {
+  readonly #backends: Backend[] = [];
+  readonly #upstream: Upstream;
+  readonly #options: PoolOptions;
+  #timer: NodeJS.Timeout | null = null;
+  #checking: Promise<void> | null = null;
+
+  constructor(upstream: Upstream, options: PoolOptions) {
+    this.#upstream = upstream;
+    this.#options = options;
+  }
+
+  add(url: string, role: BackendRole): Backend {
+    const backend = new Backend(url, role, 'cli');
+    this.#backends.push(backend);
+    return backend;
+  }
+
+  all(role?: BackendRole): Backend[] {
+    return role === undefined ? [...this.#backends] : this.#backends.filter((b) => b.role === role);
+  }
+
+  healthy(role: BackendRole): Backend[] {
+    const now = Date.now();
+    return this.#backends.filter(
+      (b) => b.role === role && b.healthy && (b.registration === null || b.registration.expiresAt > now),
+    );
+  }
+
+  /** Registers or refreshes a MoRIIO instance from a discovery ping. */
+  register(ping: DiscoveryPing): Backend {
+    const role: BackendRole = ping.type === 'P' ? 'prefill' : 'decode';
+    const probe = new Backend(ping.http_address, role, 'discovery', true);
+    let backend = this.#backends.find((b) => b.url === probe.url && b.role === role);
+    if (!backend) {
+      backend = probe;
+      this.#backends.push(backend);
+      log.info('discovered %s instance %s (zmq %s)', role, backend.url, ping.zmq_address);
+    }
+    backend.register(ping, this.#options.discoveryTtlMs, Date.now());
+    backend.info ??= { connector: 'MoRIIOConnector', transfer_mode: ping.transfer_mode };
+    return backend;
+  }
+
+  /** Drops discovered instances whose pings stopped. */
+  expire(now = Date.now()): void {
+    for (let i = this.#backends.length - 1; i >= 0; i--) {
+      const b = this.#backends[i]!;
+      if (b.source === 'discovery' && b.registration !== null && b.registration.expiresAt <= now) {
+        this.#backends.splice(i, 1);
+        log.warn('%s instance %s expired: no discovery ping for %d ms', b.role, b.url, this.#options.discoveryTtlMs);
+      }
+    }
+  }
+
+  start(): void {
+    if (this.#timer) return;
+    this.#timer = setInterval(() => void this.checkAll(), this.#options.healthIntervalMs);
+    this.#timer.unref();
+  }
+
+  /** One round of health checks (concurrent calls share the round in progress). */
+  checkAll(): Promise<void> {
+    this.#checking ??= (async () => {
+      this.expire();
+      await Promise.all(this.#backends.filter((b) => b.source === 'cli').map((b) => this.#check(b)));
+    })().finally(() => {
+      this.#checking = null;
+    });
+    return this.#checking;
+  }
+
+  async close(): Promise<void> {
+    if (this.#timer) clearInterval(this.#timer);
+    this.#timer = null;
+    await this.#checking;
+  }
+
+  /** Marks a backend dead right away (e.g. connection refused) instead of waiting for the next check. */
+  markDown(backend: Backend, why: string): void {
+    if (!backend.healthy) return;
+    backend.healthy = false;
+    log.warn('%s instance %s marked unhealthy: %s', backend.role, backend.url, why);
+  }
+
+  async #check(backend: Backend): Promise<void> {
+    let ok = false;
+    let why = '';
+    try {
+      const res = await this.#upstream.getJson(`${backend.url}/health`, this.#options.healthTimeoutMs);
+      ok = res.status === 200;
+      why = `GET /health answered ${res.status}`;
+    } catch (e) {
+      why = e instanceof Error ? e.message : String(e);
+    }
+    if (ok && !backend.healthy) log.info('%s instance %s is healthy', backend.role, backend.url);
+    if (!ok) this.markDown(backend, why);
+    if (ok && backend.info === null) await this.#fetchInfo(backend);
+    backend.healthy = ok;
+  }
+
+  async #fetchInfo(backend: Backend): Promise<void> {
+    try {
+      const res = await this.#upstream.getJson(`${backend.url}/kvconnect/info`, this.#options.healthTimeoutMs);
+      const info = res.json as Partial<BackendInfo> | null;
+      if (res.status === 200 && info && typeof info === 'object' && typeof info.connector === 'string') {
+        backend.info = info as BackendInfo;
+        if (!(CONNECTOR_KINDS as readonly string[]).includes(info.connector)) {
+          log.warn(
+            '%s instance %s runs %s, which has no P/D flow in the proxy; using NixlConnector',
+            backend.role,
+            backend.url,
+            info.connector,
+          );
+        }
+        return;
+      }
+    } catch {
+      return; // unreachable or slow: ask again on the next health round
+    }
+    backend.info = { connector: 'NixlConnector' };
+    backend.infoFallback = true;
+    log.info(
+      '%s instance %s does not serve GET /kvconnect/info (a vLLM server?); assuming NixlConnector. Pass --kv-connector to choose.',
+      backend.role,
+      backend.url,
+    );
+  }
+}

@@ -1,0 +1,84 @@
+/**
+ * Shapes shared by the proxy's files. Wire objects (kv_transfer_params, discovery pings,
+ * /kvconnect/info) keep vLLM's snake_case names.
+ */
+
+export const CONNECTOR_KINDS = ['NixlConnector', 'NixlPushConnector', 'MoRIIOConnector'] as const;
+export type ConnectorKind = (typeof CONNECTOR_KINDS)[number];
+
+export const POLICY_NAMES = ['round_robin', 'least_loaded', 'prefix_aware'] as const;
+export type PolicyName = (typeof POLICY_NAMES)[number];
+
+export type BackendRole = 'prefill' | 'decode';
+export type MoriioMode = 'READ' | 'WRITE';
+
+/** NIXL side-channel coordinates of a prefill instance (push flow, spec §5.1.8). */
+export interface PushCoordinates {
+  engineId?: string;
+  host?: string;
+  port?: number;
+  tpSize?: number;
+  ppSize?: number;
+}
+
+export interface ProxyOptions {
+  prefill: string[];
+  decode: string[];
+  port: number;
+  host: string;
+  policy: PolicyName;
+  /** Forces the flow; when absent each backend is asked via GET /kvconnect/info. */
+  kvConnector?: ConnectorKind;
+  /** Port of the MoRIIO discovery listener (HTTP POST /register); absent = no discovery. */
+  discoveryPort?: number;
+  discoveryHost: string;
+  /** A discovered instance is dropped when no ping arrived for this long. */
+  discoveryTtlMs: number;
+  healthIntervalMs: number;
+  healthTimeoutMs: number;
+  /** Chunk size of the prefix hasher used by `prefix_aware`. */
+  prefixChunkBytes: number;
+  prefixCacheEntries: number;
+  /** Applied to every prefill instance for NIXL push when given (overrides /kvconnect/info). */
+  push: PushCoordinates;
+  /** Forces MoRIIO READ or WRITE; otherwise from discovery pings or backend info (default WRITE). */
+  moriioMode?: MoriioMode;
+  /** vLLM's MoRIIO toy proxy sends D `max_tokens - 1`; off by default (token-identical outputs). */
+  moriioDecrementMaxTokens: boolean;
+}
+
+export const PROXY_DEFAULTS = {
+  host: '127.0.0.1',
+  policy: 'round_robin' as PolicyName,
+  discoveryHost: '0.0.0.0',
+  discoveryTtlMs: 10_000,
+  healthIntervalMs: 2_000,
+  healthTimeoutMs: 1_000,
+  prefixChunkBytes: 64,
+  prefixCacheEntries: 100_000,
+  moriioDecrementMaxTokens: false,
+} as const;
+
+/** What the proxy reads from a backend's GET /kvconnect/info (all optional but `connector`). */
+export interface BackendInfo {
+  connector: ConnectorKind | string;
+  kv_role?: string;
+  engine_id?: string;
+  tp_size?: number;
+  pp_size?: number;
+  dp_size?: number;
+  side_channel_host?: string;
+  side_channel_port?: number;
+  zmq_address?: string;
+  transfer_mode?: string;
+}
+
+/** The MoRIIO discovery ping (spec §5.2.7), sent as JSON instead of msgpack-over-ZMQ. */
+export interface DiscoveryPing {
+  type: 'P' | 'D';
+  http_address: string;
+  zmq_address: string;
+  dp_size: number;
+  tp_size: number;
+  transfer_mode: MoriioMode;
+}

@@ -1,0 +1,102 @@
+/**
+ * Typed readers for request-body fields. Each failure is a 400 naming the field (as
+ * OpenAI's `param`), what was expected and what was received.
+ */
+import { badRequest, type HttpError } from './http-errors.ts';
+
+export type Body = Record<string, unknown>;
+
+function describe(value: unknown): string {
+  if (value === null) return 'null';
+  if (Array.isArray(value)) return 'an array';
+  if (typeof value === 'string') return JSON.stringify(value.length > 40 ? `${value.slice(0, 37)}...` : value);
+  if (typeof value === 'object') return 'an object';
+  return String(value);
+}
+
+export function invalid(field: string, expected: string, received: unknown, hint?: string): HttpError {
+  return badRequest(
+    `Invalid value for '${field}': expected ${expected}, received ${describe(received)}.`,
+    field,
+    hint ?? `Fix '${field}' in the request body (see the OpenAI API reference).`,
+  );
+}
+
+export function asBody(value: unknown): Body {
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+    throw badRequest('The request body must be a JSON object.', 'body', 'Send a JSON object such as {"model": "...", "prompt": "..."}.');
+  }
+  return value as Body;
+}
+
+export interface NumberRange {
+  min?: number;
+  max?: number;
+  /** Exclusive lower bound. */
+  above?: number;
+  integer?: boolean;
+}
+
+function rangeText(r: NumberRange): string {
+  const kind = r.integer ? 'an integer' : 'a number';
+  const parts: string[] = [];
+  if (r.above !== undefined) parts.push(`> ${r.above}`);
+  if (r.min !== undefined) parts.push(`>= ${r.min}`);
+  if (r.max !== undefined) parts.push(`<= ${r.max}`);
+  return parts.length ? `${kind} ${parts.join(' and ')}` : kind;
+}
+
+export function optNumber(body: Body, key: string, range: NumberRange = {}): number | undefined {
+  const v = body[key];
+  if (v === undefined || v === null) return undefined;
+  const ok =
+    typeof v === 'number' &&
+    Number.isFinite(v) &&
+    (!range.integer || Number.isInteger(v)) &&
+    (range.min === undefined || v >= range.min) &&
+    (range.max === undefined || v <= range.max) &&
+    (range.above === undefined || v > range.above);
+  if (!ok) throw invalid(key, rangeText(range), v);
+  return v as number;
+}
+
+export function optBool(body: Body, key: string): boolean | undefined {
+  const v = body[key];
+  if (v === undefined || v === null) return undefined;
+  if (typeof v !== 'boolean') throw invalid(key, 'a boolean', v);
+  return v;
+}
+
+export function optString(body: Body, key: string): string | undefined {
+  const v = body[key];
+  if (v === undefined || v === null) return undefined;
+  if (typeof v !== 'string') throw invalid(key, 'a string', v);
+  return v;
+}
+
+export function optObject(body: Body, key: string): Body | undefined {
+  const v = body[key];
+  if (v === undefined || v === null) return undefined;
+  if (typeof v !== 'object' || Array.isArray(v)) throw invalid(key, 'an object', v);
+  return v as Body;
+}
+
+/** `stop`: a string or a list of up to 4+ strings (vLLM allows any count). */
+export function optStop(body: Body): string[] {
+  const v = body['stop'];
+  if (v === undefined || v === null) return [];
+  if (typeof v === 'string') return v === '' ? [] : [v];
+  if (Array.isArray(v) && v.every((s) => typeof s === 'string')) return (v as string[]).filter((s) => s !== '');
+  throw invalid('stop', 'a string or an array of strings', v);
+}
+
+export function optTokenIds(body: Body, key: string, vocabSize: number): number[] {
+  const v = body[key];
+  if (v === undefined || v === null) return [];
+  if (!isTokenIdArray(v, vocabSize)) throw invalid(key, `an array of integer token ids in [0, ${vocabSize})`, v);
+  return v;
+}
+
+export function isTokenIdArray(v: unknown, vocabSize: number): v is number[] {
+  return Array.isArray(v) && v.every((t) => typeof t === 'number' && Number.isInteger(t) && t >= 0 && t < vocabSize);
+}

@@ -1,0 +1,176 @@
+/**
+ * POST /v1/completions and /v1/chat/completions: validate, admit, run the choices on the
+ * engine, answer as one JSON body or as an SSE stream. A client that goes away aborts its
+ * engine requests, which frees their KV blocks.
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { AsyncEngineLike } from '../engine/api.ts';
+import type { AdmissionGate } from './admission.ts';
+import { asBody, type Body } from './fields.ts';
+import { buildEngineRequests, runChoices } from './generation.ts';
+import { errorBody, HttpError, sendError } from './http-errors.ts';
+import { readJson, sendJson } from './http-io.ts';
+import { needsRejectionNotice } from './kv-transfer-params.ts';
+import type { ServerMetrics } from './metrics.ts';
+import {
+  applyDelta,
+  ChoiceState,
+  chunkOf,
+  fullResponse,
+  promptTokenCount,
+  type ResponseContext,
+  roleChunk,
+  usageChunk,
+  usageOf,
+} from './openai-response.ts';
+import { type GenerationPlan, parseChatRequest, parseCompletionRequest } from './parse-request.ts';
+import { notifyKvTransferRequestRejected } from './rejection.ts';
+import { externalRequestId, internalRequestId } from './request-id.ts';
+import { SseWriter } from './sse.ts';
+
+export interface GenerateHandlerContext {
+  engine: AsyncEngineLike;
+  servedModelName: string;
+  gate: AdmissionGate;
+  metrics: ServerMetrics;
+  maxBodyBytes: number;
+  disableRandomization: boolean;
+}
+
+export type GenerationKind = GenerationPlan['kind'];
+
+export async function handleGenerate(
+  ctx: GenerateHandlerContext,
+  kind: GenerationKind,
+  req: IncomingMessage,
+  res: ServerResponse,
+): Promise<void> {
+  const externalId = externalRequestId(req);
+  const responseId = `${kind === 'completion' ? 'cmpl' : 'chatcmpl'}-${externalId}`;
+  const headers = { 'x-request-id': externalId };
+  res.setHeader('x-request-id', externalId);
+  let body: Body | undefined;
+  let plan: GenerationPlan;
+  try {
+    body = asBody(await readJson(req, ctx.maxBodyBytes));
+    plan = parse(ctx, kind, body);
+    ctx.gate.acquire(plan.prompts.length * plan.n);
+  } catch (e) {
+    if (body && needsRejectionNotice(body['kv_transfer_params'])) {
+      void notifyKvTransferRequestRejected(
+        ctx.engine,
+        internalRequestId(responseId, ctx.disableRandomization),
+        body['kv_transfer_params'],
+      );
+    }
+    sendError(res, e);
+    return;
+  }
+
+  const slots = plan.prompts.length * plan.n;
+  const disconnect = new AbortController();
+  const onClose = (): void => {
+    if (!res.writableFinished) disconnect.abort();
+  };
+  res.on('close', onClose);
+  try {
+    const rctx: ResponseContext = {
+      plan,
+      id: responseId,
+      created: Math.floor(Date.now() / 1000),
+      model: plan.model ?? ctx.servedModelName,
+      tokenizer: ctx.engine.tokenizer,
+    };
+    const requests = buildEngineRequests(plan, responseId, ctx.disableRandomization);
+    const events = runChoices(ctx.engine, requests, plan.n, disconnect.signal);
+    if (plan.stream) await streamResponse(ctx, rctx, events, res, headers);
+    else await jsonResponse(ctx, rctx, events, res, headers);
+  } finally {
+    res.off('close', onClose);
+    ctx.gate.release(slots);
+  }
+}
+
+function parse(ctx: GenerateHandlerContext, kind: GenerationKind, body: Body): GenerationPlan {
+  const parseCtx = { tokenizer: ctx.engine.tokenizer, maxModelLen: ctx.engine.config.model.maxModelLen };
+  const plan = kind === 'completion' ? parseCompletionRequest(body, parseCtx) : parseChatRequest(body, parseCtx);
+  if (plan.model !== undefined && plan.model !== ctx.servedModelName) {
+    throw new HttpError(404, 'SERVER_MODEL_NOT_FOUND', `The model \`${plan.model}\` does not exist.`, {
+      field: 'model',
+      hint: `This server serves "${ctx.servedModelName}" (see GET /v1/models).`,
+    });
+  }
+  return plan;
+}
+
+type Events = ReturnType<typeof runChoices>;
+
+function choicesFor(plan: GenerationPlan): ChoiceState[] {
+  return Array.from({ length: plan.prompts.length * plan.n }, (_, i) => new ChoiceState(i));
+}
+
+async function jsonResponse(
+  ctx: GenerateHandlerContext,
+  rctx: ResponseContext,
+  events: Events,
+  res: ServerResponse,
+  headers: Record<string, string>,
+): Promise<void> {
+  const choices = choicesFor(rctx.plan);
+  try {
+    for await (const { index, delta } of events) {
+      applyDelta(rctx, choices[index]!, delta);
+      if (delta.finished) {
+        ctx.metrics.observeFinished(delta);
+        if (delta.finishReason === 'error') throw engineFailure(delta.error);
+      }
+    }
+  } catch (e) {
+    if (!res.destroyed) sendError(res, e);
+    return;
+  }
+  if (res.destroyed) return;
+  const echo = rctx.plan.echo ? rctx.plan.prompts.map((p) => rctx.tokenizer.decode(p)) : [];
+  sendJson(res, 200, fullResponse(rctx, choices, echo), headers);
+}
+
+async function streamResponse(
+  ctx: GenerateHandlerContext,
+  rctx: ResponseContext,
+  events: Events,
+  res: ServerResponse,
+  headers: Record<string, string>,
+): Promise<void> {
+  const sse = new SseWriter(res, headers);
+  const choices = choicesFor(rctx.plan);
+  const started = new Set<number>();
+  try {
+    if (rctx.plan.kind === 'chat') {
+      for (const c of choices) await sse.send(roleChunk(rctx, c.index));
+    }
+    for await (const { index, promptIndex, delta } of events) {
+      const choice = choices[index]!;
+      const part = applyDelta(rctx, choice, delta);
+      if (rctx.plan.echo && !started.has(index)) part.text = rctx.tokenizer.decode(rctx.plan.prompts[promptIndex]!) + part.text;
+      started.add(index);
+      if (delta.finished) {
+        ctx.metrics.observeFinished(delta);
+        if (delta.finishReason === 'error') throw engineFailure(delta.error);
+      }
+      if (part.text === '' && !delta.finished && part.logprobs === null) continue;
+      await sse.send(chunkOf(rctx, index, part, delta.finished ? delta.finishReason : null, delta.finished ? delta.kvTransferParams : null));
+      if (sse.closed) return;
+    }
+    if (rctx.plan.includeUsage) await sse.send(usageChunk(rctx, usageOf(promptTokenCount(rctx.plan), choices)));
+  } catch (e) {
+    if (sse.closed) return;
+    await sse.send(errorBody(e));
+  }
+  await sse.done();
+}
+
+function engineFailure(error: { code: string; message: string; hint?: string } | undefined): HttpError {
+  return new HttpError(500, error?.code ?? 'ENGINE_ERROR', error?.message ?? 'The engine failed this request.', {
+    ...(error?.hint === undefined ? {} : { hint: error.hint }),
+  });
+}

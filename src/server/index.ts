@@ -1,0 +1,13 @@
+export { AdmissionGate } from './admission.ts';
+export { type ConnectorMetricSpec, registerConnectorMetrics } from './connector-metrics.ts';
+export { type BackendInfo, backendInfo, type ConnectorInfoSource } from './info.ts';
+export { ServerMetrics } from './metrics.ts';
+export { notifyKvTransferRequestRejected } from './rejection.ts';
+export {
+  createServer,
+  DEFAULT_MAX_QUEUE,
+  type KVServer,
+  type ListeningAddress,
+  packageVersion,
+  type ServerOptions,
+} from './server.ts';

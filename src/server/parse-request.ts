@@ -1,0 +1,176 @@
+/**
+ * Turns an OpenAI completions / chat-completions body into a GenerationPlan: validated
+ * sampling parameters and tokenized prompts, checked against max_model_len.
+ */
+import type { KVTransferParams } from '../connector/types.ts';
+import type { SamplingParams, TokenizerLike } from '../engine/api.ts';
+import {
+  type Body,
+  invalid,
+  isTokenIdArray,
+  optBool,
+  optNumber,
+  optObject,
+  optStop,
+  optString,
+  optTokenIds,
+} from './fields.ts';
+import { badRequest } from './http-errors.ts';
+import { parseKvTransferParams } from './kv-transfer-params.ts';
+
+export const MAX_LOGPROBS = 20;
+export const MAX_N = 128;
+const DEFAULT_COMPLETION_MAX_TOKENS = 16;
+
+export interface GenerationPlan {
+  kind: 'completion' | 'chat';
+  model: string | undefined;
+  /** Token ids of each prompt (completions may batch several). */
+  prompts: number[][];
+  n: number;
+  stream: boolean;
+  includeUsage: boolean;
+  /** Sampling of choice 0 of each prompt; other choices differ only by seed. */
+  sampling: SamplingParams[];
+  kvTransferParams: KVTransferParams | null;
+  cacheSalt: string | undefined;
+  echo: boolean;
+}
+
+export interface ParseContext {
+  tokenizer: TokenizerLike;
+  maxModelLen: number;
+}
+
+export function parseCompletionRequest(body: Body, ctx: ParseContext): GenerationPlan {
+  const prompts = readPrompts(body, ctx.tokenizer);
+  const logprobs = optNumber(body, 'logprobs', { integer: true, min: 0, max: MAX_LOGPROBS }) ?? null;
+  const maxTokens = optNumber(body, 'max_tokens', { integer: true, min: 1 }) ?? DEFAULT_COMPLETION_MAX_TOKENS;
+  return buildPlan('completion', body, ctx, prompts, maxTokens, logprobs);
+}
+
+export function parseChatRequest(body: Body, ctx: ParseContext): GenerationPlan {
+  const messages = readMessages(body);
+  const text = ctx.tokenizer.applyChatTemplate(messages);
+  const wantsLogprobs = optBool(body, 'logprobs') ?? false;
+  const top = optNumber(body, 'top_logprobs', { integer: true, min: 0, max: MAX_LOGPROBS });
+  if (top !== undefined && top > 0 && !wantsLogprobs) {
+    throw badRequest('when using `top_logprobs`, `logprobs` must be set to true.', 'top_logprobs', 'Add "logprobs": true.');
+  }
+  const maxTokens =
+    optNumber(body, 'max_completion_tokens', { integer: true, min: 1 }) ??
+    optNumber(body, 'max_tokens', { integer: true, min: 1 }) ??
+    null;
+  return buildPlan('chat', body, ctx, [ctx.tokenizer.encode(text)], maxTokens, wantsLogprobs ? (top ?? 0) : null);
+}
+
+function buildPlan(
+  kind: GenerationPlan['kind'],
+  body: Body,
+  ctx: ParseContext,
+  prompts: number[][],
+  requestedMaxTokens: number | null,
+  logprobs: number | null,
+): GenerationPlan {
+  const model = optString(body, 'model');
+  const n = optNumber(body, 'n', { integer: true, min: 1, max: MAX_N }) ?? 1;
+  const stream = optBool(body, 'stream') ?? false;
+  const streamOptions = optObject(body, 'stream_options');
+  const includeUsage = streamOptions === undefined ? false : (optBool(streamOptions, 'include_usage') ?? false);
+  const temperature = optNumber(body, 'temperature', { min: 0, max: 2 }) ?? 1;
+  const topP = optNumber(body, 'top_p', { above: 0, max: 1 }) ?? 1;
+  const topK = optNumber(body, 'top_k', { integer: true, min: -1 }) ?? 0;
+  const seed = optNumber(body, 'seed', { integer: true, min: -(2 ** 63), max: 2 ** 64 - 1 }) ?? null;
+  const stop = optStop(body);
+  const stopTokenIds = optTokenIds(body, 'stop_token_ids', ctx.tokenizer.vocabSize);
+  const ignoreEos = optBool(body, 'ignore_eos') ?? false;
+  const echo = kind === 'completion' ? (optBool(body, 'echo') ?? false) : false;
+  const cacheSalt = optString(body, 'cache_salt');
+  const kvTransferParams = parseKvTransferParams(body['kv_transfer_params']);
+
+  const sampling = prompts.map((prompt): SamplingParams => {
+    const maxTokens = checkLength(prompt.length, requestedMaxTokens, ctx.maxModelLen);
+    return {
+      maxTokens,
+      temperature,
+      topP,
+      topK: topK < 0 ? 0 : topK,
+      seed,
+      stop,
+      stopTokenIds,
+      ignoreEos,
+      logprobs,
+    };
+  });
+  return { kind, model, prompts, n, stream, includeUsage, sampling, kvTransferParams, cacheSalt, echo };
+}
+
+/** vLLM's serving-layer length checks; returns the effective max_tokens. */
+function checkLength(promptLen: number, maxTokens: number | null, maxModelLen: number): number {
+  if (promptLen >= maxModelLen) {
+    throw badRequest(
+      `This model's maximum context length is ${maxModelLen} tokens. However, your request has ${promptLen} input tokens. Please reduce the length of the input messages.`,
+      'prompt',
+      'Shorten the prompt, or start the server with a larger --max-model-len.',
+      'SERVER_PROMPT_TOO_LONG',
+    );
+  }
+  if (maxTokens === null) return maxModelLen - promptLen;
+  if (promptLen + maxTokens > maxModelLen) {
+    throw badRequest(
+      `'max_tokens' or 'max_completion_tokens' is too large: ${maxTokens}. This model's maximum context length is ${maxModelLen} tokens and your request has ${promptLen} input tokens (${maxTokens} > ${maxModelLen} - ${promptLen}).`,
+      'max_tokens',
+      'Lower max_tokens, shorten the prompt, or start the server with a larger --max-model-len.',
+      'SERVER_PROMPT_TOO_LONG',
+    );
+  }
+  return maxTokens;
+}
+
+function readPrompts(body: Body, tokenizer: TokenizerLike): number[][] {
+  const p = body['prompt'];
+  const vocab = tokenizer.vocabSize;
+  const expected = 'a string, an array of token ids, or an array of those';
+  if (typeof p === 'string') return [tokenizer.encode(p)];
+  if (Array.isArray(p) && p.length > 0) {
+    if (p.every((t) => typeof t === 'number')) {
+      if (!isTokenIdArray(p, vocab)) throw invalid('prompt', `token ids that are integers in [0, ${vocab})`, p);
+      return [p];
+    }
+    return p.map((item) => {
+      if (typeof item === 'string') return tokenizer.encode(item);
+      if (isTokenIdArray(item, vocab) && item.length > 0) return item;
+      throw invalid('prompt', expected, item);
+    });
+  }
+  throw invalid('prompt', expected, p, 'Send "prompt": "your text" (or a non-empty list of token ids).');
+}
+
+function readMessages(body: Body): Array<{ role: string; content: string }> {
+  const messages = body['messages'];
+  if (!Array.isArray(messages) || messages.length === 0) {
+    throw invalid('messages', 'a non-empty array of {role, content} objects', messages);
+  }
+  return messages.map((m, i) => {
+    const field = `messages[${i}]`;
+    if (typeof m !== 'object' || m === null || Array.isArray(m)) throw invalid(field, 'an object', m);
+    const msg = m as Body;
+    if (typeof msg['role'] !== 'string') throw invalid(`${field}.role`, 'a string', msg['role']);
+    return { role: msg['role'], content: readContent(msg['content'], `${field}.content`) };
+  });
+}
+
+function readContent(content: unknown, field: string): string {
+  if (content === null || content === undefined) return '';
+  if (typeof content === 'string') return content;
+  if (Array.isArray(content)) {
+    return content
+      .map((part, i) => {
+        const p = part as Body | null;
+        if (p && p['type'] === 'text' && typeof p['text'] === 'string') return p['text'];
+        throw invalid(`${field}[${i}]`, 'a {"type": "text", "text": "..."} part', part);
+      })
+      .join('');
+  }
+  throw invalid(field, 'a string or an array of text parts', content);
+}

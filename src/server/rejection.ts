@@ -1,0 +1,58 @@
+/**
+ * Spec §3.6: a request rejected before admission that carried do_remote_prefill=true must
+ * still reach the engine, so the connector's requestFinished runs and the prefill peer
+ * frees the blocks it pinned. Uses the engine's own method when it has one, else submits
+ * vLLM's dummy request (one token, max_tokens 1) and aborts it immediately.
+ */
+import type { KVTransferParams } from '../connector/types.ts';
+import type { AsyncEngineLike } from '../engine/api.ts';
+import { getLogger } from '../logging/logger.ts';
+
+const log = getLogger('kvconnect.server');
+
+/** Optional engine method (vLLM's notify_kv_transfer_request_rejected). */
+interface RejectionAwareEngine {
+  notifyKvTransferRequestRejected?: (requestId: string, params: KVTransferParams) => void | Promise<void>;
+}
+
+export async function notifyKvTransferRequestRejected(
+  engine: AsyncEngineLike,
+  requestId: string,
+  params: KVTransferParams,
+): Promise<void> {
+  try {
+    const native = (engine as AsyncEngineLike & RejectionAwareEngine).notifyKvTransferRequestRejected;
+    if (typeof native === 'function') {
+      await native.call(engine, requestId, params);
+      return;
+    }
+    const controller = new AbortController();
+    const stream = engine.generate(
+      {
+        requestId,
+        promptTokenIds: [0],
+        sampling: {
+          maxTokens: 1,
+          temperature: 0,
+          topP: 1,
+          topK: 0,
+          seed: null,
+          stop: [],
+          stopTokenIds: [],
+          ignoreEos: true,
+          logprobs: null,
+        },
+        kvTransferParams: params,
+      },
+      controller.signal,
+    );
+    const iterator = stream[Symbol.asyncIterator]();
+    const first = iterator.next();
+    controller.abort();
+    engine.abort(requestId);
+    let step = await first;
+    while (!step.done) step = await iterator.next();
+  } catch (e) {
+    log.warn('Could not notify the engine of rejected request %s: %s', requestId, (e as Error).message);
+  }
+}

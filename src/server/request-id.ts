@@ -1,0 +1,25 @@
+/**
+ * Request identity (spec §3.10): the external id comes from X-Request-Id (or is random);
+ * the engine's internal id appends 8 random hex chars so two servers given the same
+ * X-Request-Id never share an internal id, unless VLLM_DISABLE_REQUEST_ID_RANDOMIZATION=1.
+ */
+import { randomBytes, randomUUID } from 'node:crypto';
+import type { IncomingMessage } from 'node:http';
+
+const MAX_EXTERNAL_ID_LENGTH = 256;
+
+export function externalRequestId(req: IncomingMessage): string {
+  const header = req.headers['x-request-id'];
+  const value = Array.isArray(header) ? header[0] : header;
+  if (value && value.length <= MAX_EXTERNAL_ID_LENGTH && /^[\x21-\x7e]+$/.test(value)) return value;
+  return randomUUID().replaceAll('-', '');
+}
+
+export function randomizationDisabled(env: NodeJS.ProcessEnv = process.env): boolean {
+  return env['VLLM_DISABLE_REQUEST_ID_RANDOMIZATION'] === '1';
+}
+
+/** `{base}-{8 hex}`, or `base` itself when randomization is disabled. */
+export function internalRequestId(base: string, disableRandomization: boolean): string {
+  return disableRandomization ? base : `${base}-${randomBytes(4).toString('hex')}`;
+}

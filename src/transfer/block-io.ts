@@ -1,0 +1,116 @@
+/**
+ * Moving block runs over a PeerLink: the sending side cuts runs into chunks of at most
+ * chunkBytes (several chunks per transfer stay in flight; nothing waits for a reply), with
+ * one CRC per block; the receiving side lands each chunk in its own memory and keeps a
+ * per-block verdict, so a bad checksum or a missing chunk fails exactly those blocks.
+ */
+import { blockChecksums } from './checksum.ts';
+import { ProtocolError } from './connection.ts';
+import type { FrameHeader } from './framing.ts';
+import { intField, type PeerLink } from './peer-link.ts';
+import type { FailedBlocks, MemoryRegion } from './types.ts';
+
+export interface BlockRun {
+  readonly region: number;
+  readonly first: number;
+  readonly count: number;
+}
+
+/** Test-only: lets a test alter outgoing bytes after their checksums were computed. */
+export type OutgoingHook = (view: Uint8Array, run: BlockRun) => Uint8Array;
+
+export function sendRuns(
+  link: PeerLink,
+  regions: ReadonlyMap<number, MemoryRegion>,
+  chunkBytes: number,
+  xferId: number,
+  runs: readonly BlockRun[],
+  hook?: OutgoingHook,
+): Promise<void> {
+  let last: Promise<void> = Promise.resolve();
+  runs.forEach((run, d) => {
+    const region = regions.get(run.region)!;
+    const bb = region.blockBytes;
+    const perChunk = Math.max(1, Math.floor(chunkBytes / bb));
+    for (let o = 0; o < run.count; o += perChunk) {
+      const n = Math.min(perChunk, run.count - o);
+      const start = (run.first + o) * bb;
+      const view = region.bytes.subarray(start, start + n * bb);
+      let checksums: number[] = [];
+      const header = (): FrameHeader => {
+        checksums = blockChecksums(view, bb, n);
+        return { t: 'data', x: xferId, d, o, n, c: checksums };
+      };
+      const out = hook ? hook(view, { region: run.region, first: run.first + o, count: n }) : view;
+      last = link.sendData(header, out);
+    }
+  });
+  return last;
+}
+
+const PENDING = 0;
+const OK = 1;
+const BAD = 2;
+
+export class IncomingRuns {
+  readonly #runs: readonly BlockRun[];
+  readonly #regions: ReadonlyMap<number, MemoryRegion>;
+  readonly #state: Uint8Array[];
+  #remaining: number;
+
+  constructor(runs: readonly BlockRun[], regions: ReadonlyMap<number, MemoryRegion>) {
+    this.#runs = runs;
+    this.#regions = regions;
+    this.#state = runs.map((r) => new Uint8Array(r.count));
+    this.#remaining = runs.reduce((s, r) => s + r.count, 0);
+  }
+
+  /** The local view a data frame fills, after checking it names blocks of this transfer. */
+  destination(h: FrameHeader): Uint8Array {
+    const d = intField(h, 'd');
+    const o = intField(h, 'o');
+    const n = intField(h, 'n');
+    const run = this.#runs[d];
+    if (!run || n === 0 || o + n > run.count) throw new ProtocolError(`data frame outside descriptor ${d}`);
+    const region = this.#regions.get(run.region)!;
+    const start = (run.first + o) * region.blockBytes;
+    return region.bytes.subarray(start, start + n * region.blockBytes);
+  }
+
+  /** Records the verdict for the blocks of a landed frame (`complete` false = short read). */
+  landed(h: FrameHeader, view: Uint8Array, complete: boolean): void {
+    const d = h['d'] as number;
+    const o = h['o'] as number;
+    const n = h['n'] as number;
+    const c = h['c'];
+    const bb = this.#regions.get(this.#runs[d]!.region)!.blockBytes;
+    const sums = complete && Array.isArray(c) && c.length === n ? blockChecksums(view, bb, n) : null;
+    const state = this.#state[d]!;
+    for (let i = 0; i < n; i++) {
+      if (state[o + i] === PENDING) this.#remaining--;
+      state[o + i] = sums !== null && sums[i] === (c as unknown[])[i] ? OK : BAD;
+    }
+  }
+
+  get complete(): boolean {
+    return this.#remaining === 0;
+  }
+
+  /** Blocks not verified OK (bad or never arrived), per region, as [descIndex, offset] too. */
+  failed(): { byRegion: FailedBlocks[]; positions: [number, number][] } {
+    const per = new Map<number, number[]>();
+    const positions: [number, number][] = [];
+    this.#runs.forEach((run, d) => {
+      const state = this.#state[d]!;
+      for (let i = 0; i < run.count; i++) {
+        if (state[i] === OK) continue;
+        positions.push([d, i]);
+        let list = per.get(run.region);
+        if (!list) per.set(run.region, (list = []));
+        list.push(run.first + i);
+      }
+    });
+    return { byRegion: [...per].map(([region, blockIds]) => ({ region, blockIds })), positions };
+  }
+}
+

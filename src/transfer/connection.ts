@@ -1,0 +1,95 @@
+/**
+ * A framed socket: frames out (prefix+header corked together with payload views, so payload
+ * bytes go from the caller's memory to the kernel without a user-space copy), frames in via
+ * FrameDecoder. Any framing or protocol error closes this connection only, and is logged.
+ */
+import type { Socket } from 'node:net';
+import { getLogger } from '../logging/logger.ts';
+import { FrameDecoder, type FrameHeader, type FrameSink, encodePrefixAndHeader } from './framing.ts';
+
+const log = getLogger('transfer');
+
+/** A peer broke the protocol (unexpected message, bad field): close its connection. */
+export class ProtocolError extends Error {
+  override readonly name = 'ProtocolError';
+}
+
+const DRAIN_THRESHOLD = 32 << 20;
+
+export class FramedConnection {
+  readonly socket: Socket;
+  readonly label: string;
+  #closed = false;
+  #closeReason = '';
+  readonly #closeListeners: ((reason: string) => void)[] = [];
+
+  constructor(socket: Socket, sink: FrameSink, label: string) {
+    this.socket = socket;
+    this.label = label;
+    socket.setNoDelay(true);
+    const decoder = new FrameDecoder(sink);
+    socket.on('data', (chunk: Buffer) => {
+      if (this.#closed) return;
+      try {
+        decoder.push(chunk);
+      } catch (e) {
+        const msg = e instanceof Error ? `${e.name}: ${e.message}` : String(e);
+        log.warn('closing connection %s: %s', label, msg);
+        this.close(msg);
+      }
+    });
+    socket.on('error', (e) => {
+      if (!this.#closed) this.#closeReason = e.message;
+    });
+    socket.on('close', () => this.#markClosed(this.#closeReason || 'connection closed by peer'));
+  }
+
+  get closed(): boolean {
+    return this.#closed;
+  }
+
+  get closeReason(): string {
+    return this.#closeReason;
+  }
+
+  onClose(listener: (reason: string) => void): void {
+    if (this.#closed) listener(this.#closeReason);
+    else this.#closeListeners.push(listener);
+  }
+
+  /** Writes one frame; resolves at once unless the socket buffer is over the drain threshold. */
+  send(header: FrameHeader, payload: readonly Uint8Array[] = []): Promise<void> | undefined {
+    if (this.#closed) throw new ProtocolError(`connection ${this.label} is closed: ${this.#closeReason}`);
+    let length = 0;
+    for (const p of payload) length += p.length;
+    const s = this.socket;
+    s.cork();
+    s.write(encodePrefixAndHeader(header, length));
+    for (const p of payload) s.write(p);
+    s.uncork();
+    if (s.writableLength < DRAIN_THRESHOLD) return undefined;
+    return new Promise((resolve) => {
+      const done = (): void => {
+        s.off('drain', done);
+        s.off('close', done);
+        resolve();
+      };
+      s.on('drain', done);
+      s.on('close', done);
+    });
+  }
+
+  close(reason: string): void {
+    if (this.#closed) return;
+    this.#closeReason = reason;
+    this.socket.destroy();
+    this.#markClosed(reason);
+  }
+
+  #markClosed(reason: string): void {
+    if (this.#closed && this.#closeListeners.length === 0) return;
+    this.#closed = true;
+    const listeners = this.#closeListeners.splice(0);
+    for (const l of listeners) l(reason);
+  }
+}

@@ -1,0 +1,203 @@
+/**
+ * The side channel (spec §5.1.3): one small TCP listener per engine that serves the agent
+ * metadata of each local tensor-parallel rank, so a peer can handshake before transferring.
+ * Same framing as the data path; optional HMAC challenge–response with the shared secret.
+ */
+import { connect, createServer, type Server, type Socket } from 'node:net';
+import { KVError } from '../errors/index.ts';
+import { getLogger } from '../logging/logger.ts';
+import { authProof, newNonce, resolveSecret, verifyProof } from './auth.ts';
+import { FramedConnection, ProtocolError } from './connection.ts';
+import type { FrameHeader } from './framing.ts';
+import { intField, stringField } from './peer-link.ts';
+
+const log = getLogger('transfer.side-channel');
+
+export interface SideChannelOptions {
+  readonly host: string;
+  /** 0 = any free port (the bound one is what address() returns). */
+  readonly port: number;
+  /** Metadata of a local rank (any JSON-serialisable value), or undefined if no such rank. */
+  readonly getMetadata: (tpRank: number) => unknown;
+  readonly secret?: string;
+  /** How to tell the user to pick another port (e.g. the env var and config key). */
+  readonly portHint?: string;
+}
+
+const noPayload = {
+  destination(h: FrameHeader, length: number): null {
+    if (length > 0) throw new ProtocolError(`unexpected payload on '${h.t}'`);
+    return null;
+  },
+};
+
+export class SideChannelServer {
+  readonly #opts: SideChannelOptions;
+  readonly #secret: string | undefined;
+  readonly #server: Server;
+  readonly #sockets = new Set<Socket>();
+  #bound: { host: string; port: number } | null = null;
+
+  constructor(opts: SideChannelOptions) {
+    this.#opts = opts;
+    this.#secret = resolveSecret(opts.secret);
+    this.#server = createServer((socket) => this.#serve(socket));
+  }
+
+  /** Binds first; resolves with the address actually bound (advertise that one). */
+  async start(): Promise<{ host: string; port: number }> {
+    const { host, port } = this.#opts;
+    await new Promise<void>((resolve, reject) => {
+      this.#server.once('error', (e: NodeJS.ErrnoException) => {
+        if (e.code !== 'EADDRINUSE') return reject(e);
+        reject(
+          new KVError('SIDE_CHANNEL_PORT_IN_USE', `side channel port ${port} on ${host} is already in use`, {
+            hint:
+              this.#opts.portHint ??
+              `Another engine (or process) holds port ${port}. Choose a free port for the side channel.`,
+            details: { host, port },
+            cause: e,
+          }),
+        );
+      });
+      this.#server.listen(port, host, () => resolve());
+    });
+    const addr = this.#server.address();
+    this.#bound = { host, port: typeof addr === 'object' && addr !== null ? addr.port : port };
+    return this.#bound;
+  }
+
+  address(): { host: string; port: number } | null {
+    return this.#bound;
+  }
+
+  #serve(socket: Socket): void {
+    this.#sockets.add(socket);
+    socket.on('close', () => this.#sockets.delete(socket));
+    const nonce = newNonce();
+    const timer = setTimeout(() => socket.destroy(), 10_000);
+    timer.unref();
+    socket.on('close', () => clearTimeout(timer));
+    const conn: FramedConnection = new FramedConnection(
+      socket,
+      {
+        ...noPayload,
+        frame: (h) => {
+          if (h.t !== 'get_meta') {
+            log.warn('side channel got unexpected message %s', h.t);
+            throw new ProtocolError(`unexpected message '${h.t}'`);
+          }
+          const rank = intField(h, 'rank');
+          const clientNonce = stringField(h, 'nonce');
+          const secret = this.#secret;
+          if (secret !== undefined && !verifyProof(secret, 'client', nonce, clientNonce, h['proof'])) {
+            conn.send({ t: 'error', reason: 'authentication failed (shared secret mismatch)' });
+            socket.end();
+            return;
+          }
+          const metadata = this.#opts.getMetadata(rank);
+          if (metadata === undefined) {
+            conn.send({ t: 'error', reason: `no tensor-parallel rank ${rank} here` });
+            socket.end();
+            return;
+          }
+          conn.send({
+            t: 'meta',
+            metadata,
+            perf: performance.now(),
+            ...(secret === undefined ? {} : { proof: authProof(secret, 'server', nonce, clientNonce) }),
+          });
+          socket.end();
+        },
+      },
+      `side-channel ${socket.remoteAddress}:${socket.remotePort}`,
+    );
+    conn.send({ t: 'challenge', nonce, auth: this.#secret !== undefined });
+  }
+
+  async close(): Promise<void> {
+    for (const s of this.#sockets) s.destroy();
+    if (!this.#server.listening) return;
+    await new Promise<void>((resolve) => this.#server.close(() => resolve()));
+  }
+}
+
+export interface FetchOptions {
+  readonly timeoutMs?: number;
+  readonly secret?: string;
+}
+
+/** Asks a side channel for one rank's metadata; bounded by timeoutMs (default 5000). */
+export function fetchRemoteMetadata(
+  host: string,
+  port: number,
+  tpRank: number,
+  options: FetchOptions = {},
+): Promise<{ metadata: unknown; remotePerf: number }> {
+  const timeoutMs = options.timeoutMs ?? 5000;
+  const secret = resolveSecret(options.secret);
+  const where = `${host}:${port}`;
+  return new Promise((resolve, reject) => {
+    const nonce = newNonce();
+    let settled = false;
+    const fail = (code: string, message: string, hint: string): void => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      socket.destroy();
+      reject(new KVError(code, message, { hint, details: { host, port, tpRank } }));
+    };
+    const socket = connect({ host, port });
+    const timer = setTimeout(
+      () =>
+        fail(
+          'SIDE_CHANNEL_TIMEOUT',
+          `no handshake answer from side channel ${where} within ${timeoutMs} ms`,
+          'Check that the remote engine is running and that remote_host/remote_port point at its side channel.',
+        ),
+      timeoutMs,
+    );
+    let serverNonce = '';
+    const conn = new FramedConnection(
+      socket,
+      {
+        ...noPayload,
+        frame: (h) => {
+          if (h.t === 'challenge') {
+            serverNonce = stringField(h, 'nonce');
+            if (secret !== undefined && h['auth'] !== true) {
+              throw new ProtocolError('side channel does not authenticate but a shared secret is configured');
+            }
+            conn.send({
+              t: 'get_meta',
+              rank: tpRank,
+              nonce,
+              ...(secret === undefined ? {} : { proof: authProof(secret, 'client', serverNonce, nonce) }),
+            });
+          } else if (h.t === 'meta') {
+            if (secret !== undefined && !verifyProof(secret, 'server', serverNonce, nonce, h['proof'])) {
+              throw new ProtocolError('side channel failed authentication (shared secret mismatch)');
+            }
+            if (settled) return;
+            settled = true;
+            clearTimeout(timer);
+            socket.end();
+            resolve({ metadata: h['metadata'], remotePerf: Number(h['perf']) });
+          } else if (h.t === 'error') {
+            throw new ProtocolError(stringField(h, 'reason'));
+          } else {
+            throw new ProtocolError(`unexpected message '${h.t}'`);
+          }
+        },
+      },
+      `side-channel client ${where}`,
+    );
+    conn.onClose((reason) =>
+      fail(
+        'SIDE_CHANNEL_FAILED',
+        `handshake with side channel ${where} failed: ${reason}`,
+        'Check remote_host/remote_port, that the remote engine is up, and that both use the same shared secret.',
+      ),
+    );
+  });
+}

@@ -1,0 +1,58 @@
+/** Per-transfer statistics in the shape vLLM's NIXL stats need (spec §5.1.10). */
+export interface TransferStatsSnapshot {
+  /** Seconds from post to completion, one entry per successful transfer. */
+  readonly transferDuration: readonly number[];
+  /** Seconds spent inside read()/write() posting the transfer. */
+  readonly postDuration: readonly number[];
+  readonly bytesTransferred: readonly number[];
+  readonly numDescriptors: readonly number[];
+  readonly numFailedTransfers: number;
+  readonly numFailedNotifications: number;
+}
+
+export class TransferStats {
+  #transferDuration: number[] = [];
+  #postDuration: number[] = [];
+  #bytes: number[] = [];
+  #descriptors: number[] = [];
+  #failedTransfers = 0;
+  #failedNotifications = 0;
+
+  recordSuccess(durationS: number, postS: number, bytes: number, descriptors: number): void {
+    this.#transferDuration.push(durationS);
+    this.#postDuration.push(postS);
+    this.#bytes.push(bytes);
+    this.#descriptors.push(descriptors);
+  }
+
+  recordFailedTransfer(): void {
+    this.#failedTransfers++;
+  }
+
+  recordFailedNotification(): void {
+    this.#failedNotifications++;
+  }
+
+  snapshot(): TransferStatsSnapshot {
+    return {
+      transferDuration: [...this.#transferDuration],
+      postDuration: [...this.#postDuration],
+      bytesTransferred: [...this.#bytes],
+      numDescriptors: [...this.#descriptors],
+      numFailedTransfers: this.#failedTransfers,
+      numFailedNotifications: this.#failedNotifications,
+    };
+  }
+
+  /** Returns the snapshot and starts a new interval (what a stats collector does each step). */
+  reset(): TransferStatsSnapshot {
+    const s = this.snapshot();
+    this.#transferDuration = [];
+    this.#postDuration = [];
+    this.#bytes = [];
+    this.#descriptors = [];
+    this.#failedTransfers = 0;
+    this.#failedNotifications = 0;
+    return s;
+  }
+}

@@ -1,0 +1,165 @@
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { setLogLevel } from '../../src/logging/logger.ts';
+import { resolveProxyOptions, startProxy } from '../../src/proxy/index.ts';
+import type { ProxyOptions } from '../../src/proxy/types.ts';
+import { decodeResponder, json, prefillResponder, sleep, UpstreamDouble, waitFor } from './upstream-double.ts';
+
+setLogLevel('silent');
+
+const body = { model: 'tiny', prompt: 'hello', max_tokens: 4, stream: true };
+
+async function withPd(
+  p: UpstreamDouble[],
+  d: UpstreamDouble[],
+  extra: Partial<ProxyOptions>,
+  fn: (url: string) => Promise<void>,
+): Promise<void> {
+  const proxy = await startProxy(
+    resolveProxyOptions({ prefill: p.map((x) => x.url), decode: d.map((x) => x.url), port: 0, ...extra }),
+  );
+  try {
+    await fn(proxy.url);
+  } finally {
+    await proxy.close();
+    for (const x of [...p, ...d]) await x.close();
+  }
+}
+
+function send(url: string, b: unknown, signal?: AbortSignal): Promise<Response> {
+  return fetch(`${url}/v1/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: typeof b === 'string' ? b : JSON.stringify(b),
+    ...(signal ? { signal } : {}),
+  });
+}
+
+describe('client aborts', () => {
+  test('pull: abort during prefill closes the P leg and D is never called', async () => {
+    const p = await UpstreamDouble.start(prefillResponder(2000));
+    const d = await UpstreamDouble.start(decodeResponder());
+    await withPd([p], [d], {}, async (url) => {
+      const ac = new AbortController();
+      const pending = send(url, body, ac.signal).catch(() => 'aborted');
+      await waitFor(() => p.completions().length === 1, 2000, 'P leg');
+      ac.abort();
+      assert.equal(await pending, 'aborted');
+      await waitFor(() => p.completions()[0]!.closedEarly, 2000, 'P leg closed');
+      await sleep(50);
+      assert.equal(d.completions().length, 0);
+    });
+  });
+
+  test('pull: abort while D streams closes the D leg', async () => {
+    const p = await UpstreamDouble.start(prefillResponder());
+    const d = await UpstreamDouble.start(decodeResponder(50, 50));
+    await withPd([p], [d], {}, async (url) => {
+      const ac = new AbortController();
+      const res = await send(url, body, ac.signal);
+      const reader = res.body!.getReader();
+      await reader.read();
+      ac.abort();
+      await waitFor(() => d.completions()[0]?.closedEarly === true, 3000, 'D leg closed');
+    });
+  });
+
+  test('push (concurrent legs): one abort closes both legs', async () => {
+    const info = { connector: 'NixlPushConnector', engine_id: 'e', side_channel_port: 1 };
+    const p = await UpstreamDouble.start(prefillResponder(2000), info);
+    const d = await UpstreamDouble.start(async () => sleep(5000), { connector: 'NixlPushConnector' });
+    await withPd([p], [d], {}, async (url) => {
+      const ac = new AbortController();
+      const pending = send(url, body, ac.signal).catch(() => 'aborted');
+      await waitFor(() => p.completions().length === 1 && d.completions().length === 1, 2000, 'both legs');
+      ac.abort();
+      await pending;
+      await waitFor(() => p.completions()[0]!.closedEarly && d.completions()[0]!.closedEarly, 3000, 'legs closed');
+    });
+  });
+});
+
+describe('health checks', () => {
+  test('a dead prefill stops receiving traffic and gets it again when it recovers', async () => {
+    const p1 = await UpstreamDouble.start(prefillResponder());
+    const p2 = await UpstreamDouble.start(prefillResponder());
+    const d = await UpstreamDouble.start(decodeResponder());
+    await withPd([p1, p2], [d], { healthIntervalMs: 40, healthTimeoutMs: 500 }, async (url) => {
+      const health = async () => (await (await fetch(`${url}/health`)).json()) as { prefill_instances: number };
+      assert.equal((await health()).prefill_instances, 2);
+      p1.healthy = false;
+      const deadline = Date.now() + 2000;
+      while ((await health()).prefill_instances !== 1 && Date.now() < deadline) await sleep(20);
+      assert.equal((await health()).prefill_instances, 1);
+      const before = p1.completions().length;
+      for (let i = 0; i < 4; i++) await (await send(url, { ...body, stream: false })).json();
+      assert.equal(p1.completions().length, before, 'no traffic to the dead prefill');
+      assert.equal(p2.completions().length, 4);
+      p1.healthy = true;
+      while ((await health()).prefill_instances !== 2 && Date.now() < deadline + 2000) await sleep(20);
+      for (let i = 0; i < 4; i++) await (await send(url, { ...body, stream: false })).json();
+      assert.equal(p1.completions().length, before + 2, 'round robin includes the recovered prefill');
+    });
+  });
+
+  test('no healthy decode gives 503 with a clear message; health says unavailable', async () => {
+    const p = await UpstreamDouble.start(prefillResponder());
+    const d = await UpstreamDouble.start(decodeResponder());
+    d.healthy = false;
+    await withPd([p], [d], {}, async (url) => {
+      const res = await send(url, body);
+      assert.equal(res.status, 503);
+      const err = (await res.json()) as { error: { message: string; code: string; hint: string } };
+      assert.equal(err.error.message, 'No healthy decode instance available');
+      assert.equal(err.error.code, 'PROXY_NO_BACKEND');
+      assert.ok(err.error.hint.length > 0);
+      const h = await fetch(`${url}/healthcheck`);
+      assert.equal(h.status, 503);
+      assert.deepEqual(await h.json(), { status: 'unavailable', prefill_instances: 1, decode_instances: 0 });
+    });
+  });
+});
+
+describe('errors', () => {
+  test('a P error reaches the client with its status and JSON; D is not called', async () => {
+    const pErr = { error: { message: 'max_tokens must be at least 1', type: 'BadRequestError', code: 400 } };
+    const p = await UpstreamDouble.start((_rec, res) => json(res, 400, pErr));
+    const d = await UpstreamDouble.start(decodeResponder());
+    await withPd([p], [d], {}, async (url) => {
+      const res = await send(url, body);
+      assert.equal(res.status, 400);
+      assert.deepEqual(await res.json(), pErr);
+      assert.equal(d.completions().length, 0);
+    });
+  });
+
+  test('bad client bodies get 400 JSON; unknown routes 404; an unreachable P gives 502', async () => {
+    const p = await UpstreamDouble.start(prefillResponder());
+    const d = await UpstreamDouble.start(decodeResponder());
+    await withPd([p], [d], { healthIntervalMs: 60_000 }, async (url) => {
+      for (const bad of ['{not json', '[1,2]', '"text"']) {
+        const res = await send(url, bad);
+        assert.equal(res.status, 400, bad);
+        const err = (await res.json()) as { error: { code: string; type: string } };
+        assert.equal(err.error.code, 'PROXY_BAD_REQUEST');
+        assert.equal(err.error.type, 'BadRequestError');
+      }
+      const nf = await fetch(`${url}/v1/embeddings`, { method: 'POST', body: '{}' });
+      assert.equal(nf.status, 404);
+      assert.equal(((await nf.json()) as { error: { code: string } }).error.code, 'PROXY_NOT_FOUND');
+      await p.close();
+      const res = await send(url, body);
+      assert.equal(res.status, 502);
+      assert.equal(((await res.json()) as { error: { code: string } }).error.code, 'PROXY_UPSTREAM_UNREACHABLE');
+      const h = (await (await fetch(`${url}/health`)).json()) as { prefill_instances: number };
+      assert.equal(h.prefill_instances, 0, 'a refused connection marks the backend down at once');
+    });
+  });
+
+  test('startProxy without backends or discovery is rejected with a hint', async () => {
+    await assert.rejects(
+      startProxy(resolveProxyOptions({ prefill: [], decode: ['http://127.0.0.1:1'], port: 0 })),
+      (e: Error & { code?: string; hint?: string }) => e.code === 'PROXY_OPTIONS_INVALID' && /--prefill/.test(e.hint ?? ''),
+    );
+  });
+});

@@ -30,7 +30,8 @@ export async function main(_args: string[]): Promise<void> {
   const raw = new Uint32Array(tokens);
   const rawBytes = new Uint8Array(raw.buffer);
   const plainMs = best(7, () => {
-    for (let b = 0; b < numBlocks; b++) hash('sha256', rawBytes.subarray(b * BLOCK * 4, (b + 1) * BLOCK * 4), 'buffer');
+    for (let b = 0; b < numBlocks; b++)
+      hash('sha256', rawBytes.subarray(b * BLOCK * 4, (b + 1) * BLOCK * 4), 'buffer');
   });
 
   const kvCacheConfig = buildKVCacheConfig({
@@ -39,7 +40,11 @@ export async function main(_args: string[]): Promise<void> {
     numBlocks: BLOCKS_PER_REQUEST * 4 + 1,
     maxModelLen: BLOCKS_PER_REQUEST * BLOCK,
   });
-  const m = createKVCacheManager({ kvCacheConfig, enablePrefixCaching: false, maxModelLen: BLOCKS_PER_REQUEST * BLOCK });
+  const m = createKVCacheManager({
+    kvCacheConfig,
+    enablePrefixCaching: false,
+    maxModelLen: BLOCKS_PER_REQUEST * BLOCK,
+  });
   const reqs = Array.from({ length: REQUESTS }, (_, i) => ({
     requestId: `r${i}`,
     allTokenIds: [] as number[],
@@ -58,9 +63,17 @@ export async function main(_args: string[]): Promise<void> {
   const opsPerSec = ((REQUESTS * 2) / allocMs) * 1000;
   const rows = [
     ['hash 128k tokens, sha256_cbor', `${cborMs.toFixed(2)} ms`, `${Math.round(blocksPerSec)} blocks/s`],
-    ['baseline: plain sha256, same bytes', `${plainMs.toFixed(2)} ms`, `${Math.round(plainBlocksPerSec)} blocks/s`],
+    [
+      'baseline: plain sha256, same bytes',
+      `${plainMs.toFixed(2)} ms`,
+      `${Math.round(plainBlocksPerSec)} blocks/s`,
+    ],
     ['ratio sha256_cbor / baseline', `${(cborMs / plainMs).toFixed(2)}x`, ''],
-    [`allocate+free ${REQUESTS} req x ${BLOCKS_PER_REQUEST} blocks`, `${allocMs.toFixed(2)} ms`, `${Math.round(opsPerSec)} ops/s`],
+    [
+      `allocate+free ${REQUESTS} req x ${BLOCKS_PER_REQUEST} blocks`,
+      `${allocMs.toFixed(2)} ms`,
+      `${Math.round(opsPerSec)} ops/s`,
+    ],
   ];
   for (const [a, b, c] of rows) console.log(`${a!.padEnd(44)} ${b!.padStart(12)} ${c!.padStart(20)}`);
   console.log(

@@ -5,7 +5,7 @@
  * compute (requests waiting for remote KV, hand-offs pending) it waits a short timer
  * instead of spinning. Aborts are applied between steps.
  */
-import { setImmediate as yieldToEventLoop, setTimeout as sleep } from 'node:timers/promises';
+import { setTimeout as sleep, setImmediate as yieldToEventLoop } from 'node:timers/promises';
 import type { EngineOptionsInput } from '../config/engine-config.ts';
 import type { EngineConfig } from '../config/types.ts';
 import { KVError } from '../errors/kv-error.ts';

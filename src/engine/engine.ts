@@ -130,11 +130,16 @@ export class Engine {
   /** Tokenizes the prompt when needed and queues the request. */
   addRequest(req: GenerateRequest, arrivalTime = Date.now()): Request {
     this.assertOpen();
-    const promptTokenIds = req.promptTokenIds ?? (req.prompt !== undefined ? this.tokenizer.encode(req.prompt) : null);
+    const promptTokenIds =
+      req.promptTokenIds ?? (req.prompt !== undefined ? this.tokenizer.encode(req.prompt) : null);
     if (!promptTokenIds) {
-      throw new KVError('KV_REQUEST_INVALID', `Request ${req.requestId} has neither prompt nor promptTokenIds`, {
-        hint: 'Pass a text prompt or a list of token ids.',
-      });
+      throw new KVError(
+        'KV_REQUEST_INVALID',
+        `Request ${req.requestId} has neither prompt nor promptTokenIds`,
+        {
+          hint: 'Pass a text prompt or a list of token ids.',
+        },
+      );
     }
     const request = new Request({
       requestId: req.requestId,
@@ -161,8 +166,12 @@ export class Engine {
     });
     const update = this.scheduler.updateFromOutput(schedulerOutput, runnerOutput);
     this.kvEvents.push(...update.kvCacheEvents);
-    if (update.kvConnectorStats) this.connectorStats = mergeStats(this.connectorStats ?? {}, update.kvConnectorStats);
-    return { deltas: this.toDeltas(update.outputs), numScheduledTokens: schedulerOutput.totalNumScheduledTokens };
+    if (update.kvConnectorStats)
+      this.connectorStats = mergeStats(this.connectorStats ?? {}, update.kvConnectorStats);
+    return {
+      deltas: this.toDeltas(update.outputs),
+      numScheduledTokens: schedulerOutput.totalNumScheduledTokens,
+    };
   }
 
   /** Aborts requests (queued, running or loading); returns their final deltas. */
@@ -235,5 +244,11 @@ export class Engine {
 }
 
 function isEngineConfig(input: EngineOptionsInput | EngineConfig): input is EngineConfig {
-  return typeof input === 'object' && input !== null && 'cache' in input && 'scheduler' in input && 'parallel' in input;
+  return (
+    typeof input === 'object' &&
+    input !== null &&
+    'cache' in input &&
+    'scheduler' in input &&
+    'parallel' in input
+  );
 }

@@ -91,7 +91,9 @@ export class LLM {
       const prompt = typeof p === 'string' ? p : 'prompt' in p ? p.prompt : null;
       const stream = engine.generate({
         requestId,
-        ...(prompt !== null ? { prompt } : { promptTokenIds: (p as { promptTokenIds: number[] }).promptTokenIds }),
+        ...(prompt !== null
+          ? { prompt }
+          : { promptTokenIds: (p as { promptTokenIds: number[] }).promptTokenIds }),
         sampling,
         kvTransferParams,
       });
@@ -129,7 +131,7 @@ async function collect(
   for await (const delta of stream) {
     out.text += delta.newText;
     out.tokenIds.push(...delta.newTokenIds);
-    if (delta.logprobs) (out.logprobs ??= []).push(...delta.logprobs);
+    if (delta.logprobs) out.logprobs = [...(out.logprobs ?? []), ...delta.logprobs];
     out.metrics = delta.metrics;
     if (delta.finished) {
       out.finishReason = delta.finishReason;

@@ -3,8 +3,9 @@
  * blocks of a growing request, chaining from its last hash. Extra keys per block, in vLLM's
  * order: LoRA name, multimodal items overlapping the block, cache salt (first block only).
  */
-import type { ExtraKey } from './cbor-block-key.ts';
+
 import { BlockHashFunction, DEFAULT_HASH_ALGO } from './block-hash.ts';
+import type { ExtraKey } from './cbor-block-key.ts';
 import type { BlockHash, HashAlgo } from './interfaces.ts';
 
 /** A multimodal item placed at token positions [offset, offset + length). */

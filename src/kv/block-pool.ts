@@ -55,10 +55,14 @@ export class BlockPool {
 
   constructor(opts: BlockPoolOptions) {
     if (!Number.isInteger(opts.numBlocks) || opts.numBlocks < 2) {
-      throw new KVError('KV_CACHE_TOO_SMALL', `the block pool needs at least 2 blocks, got ${opts.numBlocks}`, {
-        field: 'cache.num_gpu_blocks',
-        hint: 'Block 0 is the reserved null block; give the KV cache more blocks.',
-      });
+      throw new KVError(
+        'KV_CACHE_TOO_SMALL',
+        `the block pool needs at least 2 blocks, got ${opts.numBlocks}`,
+        {
+          field: 'cache.num_gpu_blocks',
+          hint: 'Block 0 is the reserved null block; give the KV cache more blocks.',
+        },
+      );
     }
     this.numBlocks = opts.numBlocks;
     this.enableCaching = opts.enableCaching;
@@ -117,7 +121,8 @@ export class BlockPool {
     }
     for (let i = blocks.length - 1; i >= 0; i--) {
       const block = blocks[i]!;
-      if (!block.isNull && block.refCount === 0 && !this.#free.has(block.blockId)) this.#free.append(block.blockId);
+      if (!block.isNull && block.refCount === 0 && !this.#free.has(block.blockId))
+        this.#free.append(block.blockId);
     }
   }
 
@@ -156,9 +161,13 @@ export class BlockPool {
   ): void {
     if (numCached >= numFull) return;
     if (req.blockHashes.length < numFull) {
-      throw new KVError('KV_MISSING_BLOCK_HASHES', `request has ${req.blockHashes.length} block hashes, ${numFull} needed`, {
-        hint: 'Update request.blockHashes with a BlockHasher whenever tokens are appended.',
-      });
+      throw new KVError(
+        'KV_MISSING_BLOCK_HASHES',
+        `request has ${req.blockHashes.length} block hashes, ${numFull} needed`,
+        {
+          hint: 'Update request.blockHashes with a BlockHasher whenever tokens are appended.',
+        },
+      );
     }
     const stored: bigint[] = [];
     for (let i = numCached; i < numFull; i++) {

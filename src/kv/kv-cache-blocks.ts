@@ -16,15 +16,21 @@ export class KVCacheBlockList implements KVCacheBlocks {
 
   getUnhashedBlockIds(): number[] {
     if (this.blocks.length !== 1) {
-      throw new KVError('KV_MULTIPLE_GROUPS', `getUnhashedBlockIds needs exactly one KV cache group, got ${this.blocks.length}`, {
-        hint: 'Use getUnhashedBlockIdsAllGroups() for hybrid models.',
-      });
+      throw new KVError(
+        'KV_MULTIPLE_GROUPS',
+        `getUnhashedBlockIds needs exactly one KV cache group, got ${this.blocks.length}`,
+        {
+          hint: 'Use getUnhashedBlockIdsAllGroups() for hybrid models.',
+        },
+      );
     }
     return this.blocks[0]!.filter((b) => b.blockHash === null).map((b) => b.blockId);
   }
 
   getUnhashedBlockIdsAllGroups(): number[][] {
-    return this.blocks.map((group) => group.filter((b) => b.blockHash === null && !b.isNull).map((b) => b.blockId));
+    return this.blocks.map((group) =>
+      group.filter((b) => b.blockHash === null && !b.isNull).map((b) => b.blockId),
+    );
   }
 
   get numBlocks(): number {

@@ -7,8 +7,20 @@ import type { HFModelConfig } from '../config/model-presets.ts';
 import { attentionLayerName } from '../config/model-presets.ts';
 import { KVError } from '../errors/index.ts';
 import { getLogger } from '../logging/logger.ts';
-import type { KVCacheConfig, KVCacheDtype, KVCacheGroupSpec, KVCacheSpec, KVCacheTensor } from './interfaces.ts';
-import { type AttentionGeometry, fullAttentionSpec, maxBlocksPerRequest, slidingWindowSpec, specKey } from './specs.ts';
+import type {
+  KVCacheConfig,
+  KVCacheDtype,
+  KVCacheGroupSpec,
+  KVCacheSpec,
+  KVCacheTensor,
+} from './interfaces.ts';
+import {
+  type AttentionGeometry,
+  fullAttentionSpec,
+  maxBlocksPerRequest,
+  slidingWindowSpec,
+  specKey,
+} from './specs.ts';
 
 const log = getLogger('kv.config');
 
@@ -78,10 +90,14 @@ function layerSpecs(opts: BuildKVCacheConfigOptions, g: AttentionGeometry): KVCa
     if (t === 'full_attention') return fullAttentionSpec(g);
     const window = hf.sliding_window;
     if (window === undefined || window === null) {
-      throw new KVError('KV_INVALID_SPEC', 'sliding_attention layers need sliding_window in the model config', {
-        field: 'model.sliding_window',
-        hint: 'Set sliding_window (tokens) in config.json.',
-      });
+      throw new KVError(
+        'KV_INVALID_SPEC',
+        'sliding_attention layers need sliding_window in the model config',
+        {
+          field: 'model.sliding_window',
+          hint: 'Set sliding_window (tokens) in config.json.',
+        },
+      );
     }
     return slidingWindowSpec(g, window);
   });
@@ -111,7 +127,8 @@ function groupLayers(names: string[], specs: KVCacheSpec[]): KVCacheGroupSpec[] 
 }
 
 function tensorsOf(groups: KVCacheGroupSpec[], bytesPerTensor: number): KVCacheTensor[] {
-  if (groups.length === 1) return groups[0]!.layerNames.map((name) => ({ size: bytesPerTensor, sharedBy: [name] }));
+  if (groups.length === 1)
+    return groups[0]!.layerNames.map((name) => ({ size: bytesPerTensor, sharedBy: [name] }));
   const perGroup = Math.max(...groups.map((g) => g.layerNames.length));
   const tensors: KVCacheTensor[] = [];
   for (let i = 0; i < perGroup; i++) {

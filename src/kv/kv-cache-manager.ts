@@ -48,7 +48,9 @@ export class PagedKVCacheManager implements KVCacheManager {
   constructor(opts: KVCacheManagerOptions) {
     const config = opts.kvCacheConfig;
     if (config.groups.length === 0) {
-      throw new KVError('KV_INVALID_SPEC', 'KVCacheConfig has no groups', { hint: 'Build it with buildKVCacheConfig().' });
+      throw new KVError('KV_INVALID_SPEC', 'KVCacheConfig has no groups', {
+        hint: 'Build it with buildKVCacheConfig().',
+      });
     }
     this.kvCacheConfig = config;
     this.numGroups = config.groups.length;
@@ -59,10 +61,14 @@ export class PagedKVCacheManager implements KVCacheManager {
     const verify = opts.verifyBlockTokens ?? !isCollisionResistant(opts.hashAlgo ?? DEFAULT_HASH_ALGO);
     const uniform = sizes.every((s) => s === this.hashBlockSize);
     if (verify && !uniform) {
-      throw new KVError('KV_INVALID_SPEC', 'token verification of prefix hits needs one block size for every group', {
-        field: 'cache.prefix_caching_hash_algo',
-        hint: 'Use sha256_cbor with mixed block sizes.',
-      });
+      throw new KVError(
+        'KV_INVALID_SPEC',
+        'token verification of prefix hits needs one block size for every group',
+        {
+          field: 'cache.prefix_caching_hash_algo',
+          hint: 'Use sha256_cbor with mixed block sizes.',
+        },
+      );
     }
     this.pool = new BlockPool({
       numBlocks: config.numBlocks,
@@ -91,13 +97,21 @@ export class PagedKVCacheManager implements KVCacheManager {
     return { blocks: new KVCacheBlockList(blocks), numComputedTokens: numTokens };
   }
 
-  allocateSlots(req: CacheRequest, numNewTokens: number, options: AllocateSlotsOptions = {}): KVCacheBlocks | null {
+  allocateSlots(
+    req: CacheRequest,
+    numNewTokens: number,
+    options: AllocateSlotsOptions = {},
+  ): KVCacheBlocks | null {
     const numNewComputed = options.numNewComputedTokens ?? 0;
     const numExternal = options.numExternalComputedTokens ?? 0;
     if (numNewTokens === 0 && numExternal === 0) {
-      throw new KVError('KV_INVALID_ALLOCATION', 'num_new_tokens must be greater than 0 when there are no external computed tokens', {
-        hint: 'Call allocateSlots with at least one new token, or with numExternalComputedTokens for a load.',
-      });
+      throw new KVError(
+        'KV_INVALID_ALLOCATION',
+        'num_new_tokens must be greater than 0 when there are no external computed tokens',
+        {
+          hint: 'Call allocateSlots with at least one new token, or with numExternalComputedTokens for a load.',
+        },
+      );
     }
     const newComputed = (options.newComputedBlocks?.blocks ?? null) as readonly (readonly KVBlock[])[] | null;
     const reqComputed = req.numComputedTokens ?? this.#allocatedTokens.get(req.requestId) ?? 0;
@@ -115,7 +129,12 @@ export class PagedKVCacheManager implements KVCacheManager {
     if (needed > this.pool.numFreeBlocks - (options.reservedBlocks ?? 0)) return null;
     if (newComputed !== null || numExternal > 0) {
       for (const m of managers) {
-        m.allocateNewComputedBlocks(req.requestId, newComputed?.[m.groupId] ?? [], numLocalComputed, numExternal);
+        m.allocateNewComputedBlocks(
+          req.requestId,
+          newComputed?.[m.groupId] ?? [],
+          numLocalComputed,
+          numExternal,
+        );
       }
     }
     const fresh = managers.map((m) => m.allocateNewBlocks(req.requestId, numNeedSlot));

@@ -41,35 +41,64 @@ export class SharedPagedKVMemory implements PagedKVMemory {
 
   constructor(kvCacheConfig: KVCacheConfig, dtype: KVCacheDtype, buffers?: readonly SharedArrayBuffer[]) {
     const spec = kvCacheConfig.groups[0]?.spec;
-    if (!spec) throw new KVError('KV_INVALID_SPEC', 'KVCacheConfig has no groups', { hint: 'Build it with buildKVCacheConfig().' });
-    if (spec.dtype !== dtype) {
-      throw new KVError('KV_DTYPE_MISMATCH', `KV memory dtype ${dtype} differs from the KV cache spec dtype ${spec.dtype}`, {
-        field: 'cache.cache_dtype',
-        hint: 'Build the KVCacheConfig with the same dtype as the memory.',
+    if (!spec)
+      throw new KVError('KV_INVALID_SPEC', 'KVCacheConfig has no groups', {
+        hint: 'Build it with buildKVCacheConfig().',
       });
+    if (spec.dtype !== dtype) {
+      throw new KVError(
+        'KV_DTYPE_MISMATCH',
+        `KV memory dtype ${dtype} differs from the KV cache spec dtype ${spec.dtype}`,
+        {
+          field: 'cache.cache_dtype',
+          hint: 'Build the KVCacheConfig with the same dtype as the memory.',
+        },
+      );
     }
     this.kvCacheConfig = kvCacheConfig;
     this.dtype = dtype;
     this.numBlocks = kvCacheConfig.numBlocks;
     const tokenStride = spec.numKvHeads * spec.headSize;
     const vOffset = spec.blockSize * tokenStride;
-    this.layout = { blockSize: spec.blockSize, numKvHeads: spec.numKvHeads, headSize: spec.headSize, tokenStride, vOffset, blockStride: 2 * vOffset };
+    this.layout = {
+      blockSize: spec.blockSize,
+      numKvHeads: spec.numKvHeads,
+      headSize: spec.headSize,
+      tokenStride,
+      vOffset,
+      blockStride: 2 * vOffset,
+    };
     const blockBytes = spec.pageSizeBytes;
     const size = blockBytes * this.numBlocks;
     if (buffers && buffers.length !== kvCacheConfig.tensors.length) {
-      throw new KVError('KV_BUFFER_MISMATCH', `expected ${kvCacheConfig.tensors.length} KV buffers, got ${buffers.length}`, {
-        hint: 'Pass the buffers of toTransfer() of a memory built from the same KVCacheConfig.',
-      });
+      throw new KVError(
+        'KV_BUFFER_MISMATCH',
+        `expected ${kvCacheConfig.tensors.length} KV buffers, got ${buffers.length}`,
+        {
+          hint: 'Pass the buffers of toTransfer() of a memory built from the same KVCacheConfig.',
+        },
+      );
     }
     this.tensors = kvCacheConfig.tensors.map((t, index) => {
       const buffer = buffers?.[index] ?? new SharedArrayBuffer(size);
       if (buffer.byteLength !== size) {
-        throw new KVError('KV_BUFFER_MISMATCH', `KV buffer ${index} has ${buffer.byteLength} bytes, expected ${size}`, {
-          hint: 'The buffers were built for a different KVCacheConfig (block count, dtype or geometry).',
-        });
+        throw new KVError(
+          'KV_BUFFER_MISMATCH',
+          `KV buffer ${index} has ${buffer.byteLength} bytes, expected ${size}`,
+          {
+            hint: 'The buffers were built for a different KVCacheConfig (block count, dtype or geometry).',
+          },
+        );
       }
       for (const layer of t.sharedBy) this.#tensorOfLayer.set(layer, index);
-      return { index, sharedBy: t.sharedBy, buffer, bytes: new Uint8Array(buffer), blockBytes, numBlocks: this.numBlocks };
+      return {
+        index,
+        sharedBy: t.sharedBy,
+        buffer,
+        bytes: new Uint8Array(buffer),
+        blockBytes,
+        numBlocks: this.numBlocks,
+      };
     });
     kvCacheConfig.groups.forEach((g, gi) => {
       for (const layer of g.layerNames) this.#groupOfLayer.set(layer, gi);
@@ -93,7 +122,10 @@ export class SharedPagedKVMemory implements PagedKVMemory {
 
   blockRange(tensorIndex: number, firstBlockId: number, count = 1): Uint8Array {
     const t = this.tensors[tensorIndex];
-    if (!t) throw new KVError('KV_OUT_OF_RANGE', `no KV tensor ${tensorIndex}`, { hint: `Tensor indices are 0..${this.tensors.length - 1}.` });
+    if (!t)
+      throw new KVError('KV_OUT_OF_RANGE', `no KV tensor ${tensorIndex}`, {
+        hint: `Tensor indices are 0..${this.tensors.length - 1}.`,
+      });
     this.#checkBlocks(firstBlockId, count);
     return new Uint8Array(t.buffer, firstBlockId * t.blockBytes, count * t.blockBytes);
   }
@@ -107,9 +139,13 @@ export class SharedPagedKVMemory implements PagedKVMemory {
   float32View(layerName: string): Float32Array {
     const view = this.#f32[this.tensorIndexOfLayer(layerName)];
     if (!view) {
-      throw new KVError('KV_DTYPE_MISMATCH', `float32View needs a float32 KV cache, this one is ${this.dtype}`, {
-        hint: 'Use readKV()/writeTokenKV(), which convert 16-bit dtypes.',
-      });
+      throw new KVError(
+        'KV_DTYPE_MISMATCH',
+        `float32View needs a float32 KV cache, this one is ${this.dtype}`,
+        {
+          hint: 'Use readKV()/writeTokenKV(), which convert 16-bit dtypes.',
+        },
+      );
     }
     return view;
   }
@@ -179,14 +215,28 @@ export class SharedPagedKVMemory implements PagedKVMemory {
   }
 
   toTransfer(): PagedKVMemoryTransfer {
-    return { kvCacheConfig: this.kvCacheConfig, dtype: this.dtype, buffers: this.tensors.map((t) => t.buffer) };
+    return {
+      kvCacheConfig: this.kvCacheConfig,
+      dtype: this.dtype,
+      buffers: this.tensors.map((t) => t.buffer),
+    };
   }
 
   #checkBlocks(first: number, count: number): void {
-    if (!Number.isInteger(first) || !Number.isInteger(count) || first < 0 || count < 0 || first + count > this.numBlocks) {
-      throw new KVError('KV_OUT_OF_RANGE', `blocks ${first}..${first + count - 1} are outside 0..${this.numBlocks - 1}`, {
-        hint: 'Block ids come from the KV cache manager of the same KVCacheConfig.',
-      });
+    if (
+      !Number.isInteger(first) ||
+      !Number.isInteger(count) ||
+      first < 0 ||
+      count < 0 ||
+      first + count > this.numBlocks
+    ) {
+      throw new KVError(
+        'KV_OUT_OF_RANGE',
+        `blocks ${first}..${first + count - 1} are outside 0..${this.numBlocks - 1}`,
+        {
+          hint: 'Block ids come from the KV cache manager of the same KVCacheConfig.',
+        },
+      );
     }
   }
 

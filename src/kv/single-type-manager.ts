@@ -117,7 +117,8 @@ export class SingleTypeManager {
     if (numCached >= numFull) return;
     const blocks = this.#reqToBlocks.get(req.requestId) ?? [];
     const view = hashView(req.blockHashes, this.#hashScale);
-    const hashes = this.#hashScale === 1 ? req.blockHashes : Array.from({ length: numFull }, (_, i) => view.at(i));
+    const hashes =
+      this.#hashScale === 1 ? req.blockHashes : Array.from({ length: numFull }, (_, i) => view.at(i));
     this.#pool.cacheFullBlocks(
       { allTokenIds: req.allTokenIds, blockHashes: hashes, loraName: req.loraName },
       blocks,

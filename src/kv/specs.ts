@@ -73,7 +73,11 @@ export function cdiv(a: number, b: number): number {
  * Blocks one request of `numTokens` holds at most in a group of this spec. Sliding-window
  * groups never need more than the window plus one scheduling step (`maxNumBatchedTokens`).
  */
-export function maxBlocksPerRequest(spec: KVCacheSpec, numTokens: number, maxNumBatchedTokens: number): number {
+export function maxBlocksPerRequest(
+  spec: KVCacheSpec,
+  numTokens: number,
+  maxNumBatchedTokens: number,
+): number {
   if (spec.kind === 'sliding_window' && spec.slidingWindow !== null) {
     const live = Math.min(spec.slidingWindow - 1 + maxNumBatchedTokens, numTokens);
     return Math.min(cdiv(live, spec.blockSize) + 1, cdiv(numTokens, spec.blockSize));

@@ -43,6 +43,7 @@ const NIXL_METRICS: readonly ConnectorMetricSpec[] = [
   { name: 'vllm:nixl_num_kv_expired_reqs', help: 'Number of requests whose KV blocks expired before the decode side read them.', type: 'counter', key: 'num_kv_expired_reqs' },
 ];
 registerConnectorMetrics('NixlConnector', NIXL_METRICS);
+registerConnectorMetrics('NixlPullConnector', NIXL_METRICS);
 registerConnectorMetrics('NixlPushConnector', NIXL_METRICS);
 
 type LabelValues = Record<string, string>;

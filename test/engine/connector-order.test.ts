@@ -3,9 +3,9 @@ import path from 'node:path';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { attentionLayerName } from '../../src/config/model-presets.ts';
+import type { RequestOutputDelta } from '../../src/engine/api.ts';
 import { AsyncEngine } from '../../src/engine/async-engine.ts';
 import { samplingParams } from '../../src/engine/llm.ts';
-import type { RequestOutputDelta } from '../../src/engine/api.ts';
 import { recorded, releaseHeldLoads } from './fixtures/recording-connector.ts';
 
 const FIXTURE = path.join(path.dirname(fileURLToPath(import.meta.url)), 'fixtures', 'recording-connector.ts');
@@ -36,7 +36,9 @@ async function engineWith(
             kv_role: role,
             engine_id: id,
             kv_connector_extra_config: extraConfig,
-            ...(kv_load_failure_policy ? { kv_load_failure_policy: kv_load_failure_policy as 'fail' | 'recompute' } : {}),
+            ...(kv_load_failure_policy
+              ? { kv_load_failure_policy: kv_load_failure_policy as 'fail' | 'recompute' }
+              : {}),
           },
   });
   return { engine, id };
@@ -55,7 +57,9 @@ function tokensOf(deltas: RequestOutputDelta[]): number[] {
 async function plainTokens(): Promise<number[]> {
   const { engine } = await engineWith(null);
   try {
-    return tokensOf(await collect(engine.generate({ requestId: 'plain', promptTokenIds: PROMPT, sampling: GREEDY })));
+    return tokensOf(
+      await collect(engine.generate({ requestId: 'plain', promptTokenIds: PROMPT, sampling: GREEDY })),
+    );
   } finally {
     await engine.shutdown();
   }
@@ -72,13 +76,17 @@ const FORWARD_STEP_TAIL = [
 
 /** Steps without layer hooks and getFinished details, for order checks. */
 function shape(step: string[]): string[] {
-  return step.filter((c) => !c.startsWith('waitForLayerLoad') && !c.startsWith('saveKvLayer')).map((c) => c.split(' ')[0] as string);
+  return step
+    .filter((c) => !c.startsWith('waitForLayerLoad') && !c.startsWith('saveKvLayer'))
+    .map((c) => c.split(' ')[0] as string);
 }
 
 test('worker hooks run in vLLM order every step, layer hooks per layer, scheduler hooks per request', async () => {
   const { engine, id } = await engineWith('kv_both', {}, { max_num_batched_tokens: 16 });
   try {
-    const deltas = await collect(engine.generate({ requestId: 'r1', promptTokenIds: PROMPT, sampling: GREEDY }));
+    const deltas = await collect(
+      engine.generate({ requestId: 'r1', promptTokenIds: PROMPT, sampling: GREEDY }),
+    );
     assert.equal(tokensOf(deltas).length, GREEDY.maxTokens);
     await engine.waitIdle();
   } finally {
@@ -87,8 +95,18 @@ test('worker hooks run in vLLM order every step, layer hooks per layer, schedule
   const calls = recorded(id);
   assert.deepEqual(calls.worker[0], ['registerKvCaches']);
   const steps = calls.worker.slice(1);
-  // 40 prompt tokens in chunks of 16 → 3 prefill steps, then 5 decode steps.
-  assert.equal(steps.length, 3 + GREEDY.maxTokens - 1);
+  // 40 prompt tokens in chunks of 16 → 3 prefill steps, then 5 decode steps, then one idle
+  // step that tells the workers the request finished.
+  assert.equal(steps.length, 3 + GREEDY.maxTokens - 1 + 1);
+  const idle = steps.pop() ?? [];
+  assert.deepEqual(shape(idle), [
+    'handlePreemptions',
+    'bindConnectorMetadata',
+    'startLoadKv',
+    'getFinished',
+    ...FORWARD_STEP_TAIL.slice(1),
+  ]);
+  assert.ok(idle.includes('startLoadKv idle') && idle.includes('getFinished [r1]'));
   for (const step of steps) {
     assert.deepEqual(shape(step), [
       'handlePreemptions',
@@ -104,16 +122,20 @@ test('worker hooks run in vLLM order every step, layer hooks per layer, schedule
       LAYERS.flatMap((l) => [`waitForLayerLoad ${l}`, `saveKvLayer ${l}`]),
     );
   }
-  assert.deepEqual(calls.scheduler.slice(0, 4), [
+  assert.deepEqual(calls.scheduler.slice(0, 5), [
+    'setXferHandshakeMetadata 0',
     'onNewRequest r1',
     'getNumNewMatchedTokens r1 0',
     'updateStateAfterAlloc r1 0',
     'buildConnectorMeta 16',
   ]);
   assert.equal(calls.scheduler.filter((c) => c === 'requestFinished r1').length, 1);
-  assert.equal(calls.scheduler.filter((c) => c.startsWith('buildConnectorMeta')).length, steps.length);
+  assert.equal(calls.scheduler.filter((c) => c.startsWith('buildConnectorMeta')).length, steps.length + 1);
   // The finished id reaches the workers in the next step's getFinished; none here, so the engine stopped.
-  assert.ok(calls.scheduler.indexOf('requestFinished r1') > calls.scheduler.lastIndexOf('getNumNewMatchedTokens r1 0'));
+  assert.ok(
+    calls.scheduler.indexOf('requestFinished r1') >
+      calls.scheduler.lastIndexOf('getNumNewMatchedTokens r1 0'),
+  );
 });
 
 test('KV saved by a producer (delayed free) and loaded asynchronously by a consumer gives the plain tokens', async () => {
@@ -149,7 +171,12 @@ test('KV saved by a producer (delayed free) and loaded asynchronously by a consu
   const consumer = await engineWith('kv_consumer', { async_load: true, load_delay_steps: 2 });
   try {
     const deltas = await collect(
-      consumer.engine.generate({ requestId: 'd1', promptTokenIds: PROMPT, sampling: GREEDY, kvTransferParams: params }),
+      consumer.engine.generate({
+        requestId: 'd1',
+        promptTokenIds: PROMPT,
+        sampling: GREEDY,
+        kvTransferParams: params,
+      }),
     );
     assert.deepEqual(tokensOf(deltas), expected, 'loaded KV gives the same tokens as computing it');
     const metrics = deltas.at(-1)?.metrics;
@@ -159,7 +186,8 @@ test('KV saved by a producer (delayed free) and loaded asynchronously by a consu
     await consumer.engine.shutdown();
   }
   const dCalls = recorded(consumer.id);
-  assert.deepEqual(dCalls.scheduler.slice(0, 3), [
+  assert.deepEqual(dCalls.scheduler.slice(0, 4), [
+    'setXferHandshakeMetadata 0',
     'onNewRequest d1',
     'getNumNewMatchedTokens d1 0',
     `updateStateAfterAlloc d1 ${PROMPT.length}`,
@@ -239,7 +267,12 @@ for (const mode of ['async', 'sync'] as const) {
     const failing = await engineWith('kv_consumer', { ...extra, kv_load_failure_policy: 'fail' });
     try {
       const deltas = await collect(
-        failing.engine.generate({ requestId: 'f', promptTokenIds: PROMPT, sampling: GREEDY, kvTransferParams: { load_key: key } }),
+        failing.engine.generate({
+          requestId: 'f',
+          promptTokenIds: PROMPT,
+          sampling: GREEDY,
+          kvTransferParams: { load_key: key },
+        }),
       );
       const last = deltas.at(-1);
       assert.equal(last?.finishReason, 'error');
@@ -250,12 +283,21 @@ for (const mode of ['async', 'sync'] as const) {
     } finally {
       await failing.engine.shutdown();
     }
-    assert.ok(recorded(failing.id).scheduler.some((c) => c.startsWith('updateConnectorOutput') && c.includes('invalid=')));
+    assert.ok(
+      recorded(failing.id).scheduler.some(
+        (c) => c.startsWith('updateConnectorOutput') && c.includes('invalid='),
+      ),
+    );
 
     const recovering = await engineWith('kv_consumer', { ...extra, kv_load_failure_policy: 'recompute' });
     try {
       const deltas = await collect(
-        recovering.engine.generate({ requestId: 'r', promptTokenIds: PROMPT, sampling: GREEDY, kvTransferParams: { load_key: key } }),
+        recovering.engine.generate({
+          requestId: 'r',
+          promptTokenIds: PROMPT,
+          sampling: GREEDY,
+          kvTransferParams: { load_key: key },
+        }),
       );
       assert.deepEqual(tokensOf(deltas), expected);
       assert.equal(deltas.at(-1)?.finishReason, 'length');
@@ -293,6 +335,11 @@ test('abort while loading: the blocks stay held until finished_recving, then are
   }
   const calls = recorded(consumer.id);
   assert.ok(calls.scheduler.includes('requestFinished a'));
-  assert.ok(calls.scheduler.indexOf('updateConnectorOutput recving=a') > calls.scheduler.indexOf('requestFinished a'));
-  assert.ok(calls.worker.some((s) => s.some((c) => c.startsWith('getFinished [a]'))), 'workers are told about the abort');
+  assert.ok(
+    calls.scheduler.indexOf('updateConnectorOutput recving=a') > calls.scheduler.indexOf('requestFinished a'),
+  );
+  assert.ok(
+    calls.worker.some((s) => s.some((c) => c.startsWith('getFinished [a]'))),
+    'workers are told about the abort',
+  );
 });

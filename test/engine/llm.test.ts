@@ -28,7 +28,8 @@ async function greedyTokens(options: LLMOptions, prompts = PROMPTS): Promise<num
       assert.equal(o.finishReason, 'length');
     }
     const stats = (await llm.engine()).stats();
-    if (options.enable_prefix_caching === true) assert.ok(stats.prefixCacheHitsTotal > 0, 'the second run hit the prefix cache');
+    if (options.enable_prefix_caching === true)
+      assert.ok(stats.prefixCacheHitsTotal > 0, 'the second run hit the prefix cache');
     if (options.enable_prefix_caching === false) assert.equal(stats.prefixCacheHitsTotal, 0);
     return first.map((o) => o.tokenIds);
   } finally {
@@ -56,7 +57,9 @@ test('tp=2 (worker threads) equals tp=1, greedy, through the whole engine', asyn
 test('the same prompt gives the same tokens in another process (seeded sampling too)', async () => {
   const here = path.dirname(fileURLToPath(import.meta.url));
   const script = path.join(here, 'fixtures', 'generate-once.ts');
-  const { stdout } = await promisify(execFile)(process.execPath, ['--import', 'tsx', script], { timeout: 60_000 });
+  const { stdout } = await promisify(execFile)(process.execPath, ['--import', 'tsx', script], {
+    timeout: 60_000,
+  });
   const child = JSON.parse(stdout.trim().split('\n').at(-1) as string) as number[][];
   const { generateOnce } = await import('./fixtures/generate-once.ts');
   assert.deepEqual(await generateOnce(), child);
@@ -73,7 +76,12 @@ test('text prompts are detokenized and stop strings end the request without the 
     assert.equal(free.text, tokenizer.decode(free.tokenIds));
     // Use a piece of the free-running output as a stop string.
     const stop = free.text.slice(3, 5);
-    const [stopped] = await llm.generate('Hello', { maxTokens: 12, temperature: 0, ignoreEos: true, stop: [stop] });
+    const [stopped] = await llm.generate('Hello', {
+      maxTokens: 12,
+      temperature: 0,
+      ignoreEos: true,
+      stop: [stop],
+    });
     assert.equal(stopped?.finishReason, 'stop');
     assert.equal(stopped?.text, free.text.slice(0, free.text.indexOf(stop)));
     const engine = await llm.engine();

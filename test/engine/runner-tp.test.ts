@@ -3,12 +3,12 @@ import { test } from 'node:test';
 import { buildEngineConfig } from '../../src/config/engine-config.ts';
 import { getModelPreset } from '../../src/config/model-presets.ts';
 import type { SchedulerOutput } from '../../src/connector/types.ts';
-import { buildKVCacheConfig } from '../../src/kv/kv-cache-config.ts';
 import type { SamplingParams } from '../../src/engine/api.ts';
 import type { ModelExecutor } from '../../src/engine/runner/executor.ts';
 import { LocalExecutor } from '../../src/engine/runner/local-executor.ts';
 import { setUpRank } from '../../src/engine/runner/rank-setup.ts';
 import { ThreadExecutor } from '../../src/engine/runner/thread-executor.ts';
+import { buildKVCacheConfig } from '../../src/kv/kv-cache-config.ts';
 
 const greedy: SamplingParams = {
   maxTokens: 6,
@@ -25,7 +25,13 @@ const greedy: SamplingParams = {
 function output(partial: Partial<SchedulerOutput>): SchedulerOutput {
   return {
     scheduledNewReqs: [],
-    scheduledCachedReqs: { reqIds: [], resumedFromPreemption: [], newBlockIds: [], newTokenIds: [], numComputedTokens: [] },
+    scheduledCachedReqs: {
+      reqIds: [],
+      resumedFromPreemption: [],
+      newBlockIds: [],
+      newTokenIds: [],
+      numComputedTokens: [],
+    },
     numScheduledTokens: {},
     totalNumScheduledTokens: 0,
     finishedReqIds: [],
@@ -78,8 +84,19 @@ test('tp=2 worker threads produce the same greedy tokens as tp=1', async () => {
   const hfConfig = getModelPreset('tiny')!.config;
   const prompt = Array.from({ length: 20 }, (_, i) => (i * 37 + 11) % 256);
   const run = async (tp: number): Promise<number[]> => {
-    const engineConfig = buildEngineConfig({ model: 'tiny', tensor_parallel_size: tp, num_gpu_blocks: 16, max_model_len: 64 });
-    const kvCacheConfig = buildKVCacheConfig({ hfConfig, blockSize: 16, numBlocks: 16, tensorParallelSize: tp, maxModelLen: 64 });
+    const engineConfig = buildEngineConfig({
+      model: 'tiny',
+      tensor_parallel_size: tp,
+      num_gpu_blocks: 16,
+      max_model_len: 64,
+    });
+    const kvCacheConfig = buildKVCacheConfig({
+      hfConfig,
+      blockSize: 16,
+      numBlocks: 16,
+      tensorParallelSize: tp,
+      maxModelLen: 64,
+    });
     let executor: ModelExecutor;
     if (tp === 1) {
       const rank = await setUpRank(engineConfig, kvCacheConfig, 0, 1);

@@ -3,7 +3,7 @@ import { hash } from 'node:crypto';
 import { test } from 'node:test';
 import { encode } from 'cbor2';
 import fc from 'fast-check';
-import { captureLogs } from '../../src/logging/logger.ts';
+import { CborBlockKeyWriter, type ExtraKey } from '../../src/kv/cbor-block-key.ts';
 import {
   BlockHashFunction,
   blockHashHex,
@@ -11,8 +11,8 @@ import {
   externalBlockHash,
   noneHash,
 } from '../../src/kv/index.ts';
-import { CborBlockKeyWriter, type ExtraKey } from '../../src/kv/cbor-block-key.ts';
 import { murmur3x86_128 } from '../../src/kv/murmur3.ts';
+import { captureLogs } from '../../src/logging/logger.ts';
 
 const env = {}; // no PYTHONHASHSEED
 const range = (from: number, n: number) => Array.from({ length: n }, (_, i) => from + i);
@@ -67,11 +67,17 @@ test('BlockHasher hashes full blocks only and grows with the request', () => {
   const hasher = createBlockHasher(16, 'sha256_cbor', env);
   const req = { allTokenIds: range(1, 20), blockHashes: [] as Uint8Array[] };
   assert.equal(hasher.update(req), 1);
-  assert.equal(blockHashHex(req.blockHashes[0]!), 'cd7c51bc5a8fc8643f383a2b9e01522fba7473c669e9270c7b0bf7bf7fd01682');
+  assert.equal(
+    blockHashHex(req.blockHashes[0]!),
+    'cd7c51bc5a8fc8643f383a2b9e01522fba7473c669e9270c7b0bf7bf7fd01682',
+  );
   assert.equal(hasher.update(req), 0, 'the partial block is not hashed');
   req.allTokenIds.push(...range(21, 12)); // decode appends tokens: now 32
   assert.equal(hasher.update(req), 1);
-  assert.equal(blockHashHex(req.blockHashes[1]!), '2533ea50426b36e9e4d68296cac6bce8cf602e46957d0fe40b368b33d87bf3bf');
+  assert.equal(
+    blockHashHex(req.blockHashes[1]!),
+    '2533ea50426b36e9e4d68296cac6bce8cf602e46957d0fe40b368b33d87bf3bf',
+  );
   assert.deepEqual(hasher.hashTokens(range(1, 32)), req.blockHashes);
 });
 
@@ -83,7 +89,12 @@ test('extra keys: salt on the first block only, LoRA name on every block, mm ite
   const e0 = fn.hashBlock(null, tokens, 0, 4, ['x']);
   assert.deepEqual(s0, e0);
   assert.deepEqual(s1, fn.hashBlock(e0, tokens, 4, 8, null));
-  const [l0, l1] = hasher.newHashes({ allTokenIds: tokens, blockHashes: [], loraName: 'ada', cacheSalt: 'x' });
+  const [l0, l1] = hasher.newHashes({
+    allTokenIds: tokens,
+    blockHashes: [],
+    loraName: 'ada',
+    cacheSalt: 'x',
+  });
   const f0 = fn.hashBlock(null, tokens, 0, 4, ['ada', 'x']);
   assert.deepEqual(l0, f0);
   assert.deepEqual(l1, fn.hashBlock(f0, tokens, 4, 8, ['ada']));
@@ -103,7 +114,9 @@ test('PYTHONHASHSEED overrides the NONE_HASH seed', () => {
 test('xxhash: 16-byte MurmurHash3 digests, random seed with a warning unless PYTHONHASHSEED', async () => {
   const { result, records } = await captureLogs(() => new BlockHashFunction('xxhash_cbor', {}));
   assert.equal(result.noneHash.length, 16);
-  assert.ok(records.some((r) => r.level === 'warn' && r.message.includes('random per-process NONE_HASH seed')));
+  assert.ok(
+    records.some((r) => r.level === 'warn' && r.message.includes('random per-process NONE_HASH seed')),
+  );
   const seeded = new BlockHashFunction('xxhash', { PYTHONHASHSEED: '7' });
   assert.deepEqual(seeded.noneHash, murmur3x86_128(new CborBlockKeyWriter().encodeText('7')));
   const h = seeded.hashBlock(null, range(1, 16));

@@ -13,7 +13,10 @@ test('null block is block 0, never handed out; LRU eviction; free in reverse ord
   assert.equal(pool.nullBlock.blockId, 0);
   assert.equal(pool.numFreeBlocks, 5);
   const a = pool.getNewBlocks(3);
-  assert.deepEqual(a.map((b) => b.blockId), [1, 2, 3]);
+  assert.deepEqual(
+    a.map((b) => b.blockId),
+    [1, 2, 3],
+  );
   pool.cacheFullBlocks({ allTokenIds: tokens, blockHashes: hashes }, a, 0, 3, 4, 0);
   const [stored] = pool.takeEvents();
   assert.deepEqual(stored, {
@@ -33,7 +36,10 @@ test('null block is block 0, never handed out; LRU eviction; free in reverse ord
   assert.equal(a[0]!.refCount, 1);
   assert.equal(pool.isFree(1), false);
   const b = pool.getNewBlocks(3); // 4, 5, then 3 is evicted
-  assert.deepEqual(b.map((x) => x.blockId), [4, 5, 3]);
+  assert.deepEqual(
+    b.map((x) => x.blockId),
+    [4, 5, 3],
+  );
   assert.equal(pool.getCachedBlock(hashes[2]!, [0]), null);
   assert.deepEqual(pool.takeEvents(), [
     { type: 'BlockRemoved', blockHashes: [externalBlockHash(hashes[2]!)], groupIdx: 0, medium: 'GPU' },
@@ -54,7 +60,10 @@ test('evictBlocks removes the hash; hash maps are per group', () => {
   pool.cacheFullBlocks({ allTokenIds: tokens, blockHashes: hashes }, g0, 0, 2, 4, 0);
   assert.equal(pool.getCachedBlock(hashes[0]!, [0, 1]), null, 'group 1 has not cached it');
   pool.cacheFullBlocks({ allTokenIds: tokens, blockHashes: hashes }, g1, 0, 2, 4, 1);
-  assert.deepEqual(pool.getCachedBlock(hashes[0]!, [0, 1])!.map((b) => b.blockId), [g0[0]!.blockId, g1[0]!.blockId]);
+  assert.deepEqual(
+    pool.getCachedBlock(hashes[0]!, [0, 1])!.map((b) => b.blockId),
+    [g0[0]!.blockId, g1[0]!.blockId],
+  );
   pool.evictBlocks([g0[0]!.blockId]);
   assert.equal(pool.getCachedBlock(hashes[0]!, [0]), null);
   assert.ok(pool.getCachedBlock(hashes[0]!, [1]));
@@ -101,7 +110,7 @@ test('property: random get/touch/cache/free/evict keeps the pool consistent', ()
           const fresh = list.filter((b) => b.blockHash === null);
           const hs = fresh.map(() => hashes[next++ % 16]!);
           pool.cacheFullBlocks({ allTokenIds: tokens, blockHashes: hs }, fresh, 0, fresh.length, 4, 0);
-          fresh.forEach((b, j) => cachedBy.set(b.blockId, (next - fresh.length + j) % 16));
+          for (const [j, b] of fresh.entries()) cachedBy.set(b.blockId, (next - fresh.length + j) % 16);
         } else if (o.kind === 'evict') {
           pool.evictBlocks([o.id]);
           cachedBy.delete(o.id);

@@ -48,7 +48,7 @@ test('float16: midpoints between neighbours round to even, and ±1 ulp around th
     assert.equal(f32[0], mid, 'midpoints are exact in float32');
     for (const delta of [-1, 0, 1]) {
       u32[0] = u32[0]! + delta;
-      const x = f32[0]!;
+      const x: number = f32[0]!;
       assert.equal(f32ToF16Bits(x), oracleF16(x), `x=${x}`);
       assert.equal(f32ToF16Bits(-x), oracleF16(-x), `x=${-x}`);
       f32[0] = mid;

@@ -10,7 +10,13 @@ const hybrid = getModelPreset('tiny-hybrid')!.config;
 const L = attentionLayerName;
 
 test('tiny: one full-attention group, one tensor per layer, page size from the geometry', () => {
-  const cfg = buildKVCacheConfig({ hfConfig: tiny, blockSize: 16, dtype: 'float16', numBlocks: 300, maxModelLen: 1024 });
+  const cfg = buildKVCacheConfig({
+    hfConfig: tiny,
+    blockSize: 16,
+    dtype: 'float16',
+    numBlocks: 300,
+    maxModelLen: 1024,
+  });
   assert.equal(cfg.groups.length, 1);
   assert.deepEqual(cfg.groups[0]!.layerNames, [0, 1, 2, 3].map(L));
   const spec = cfg.groups[0]!.spec;
@@ -56,7 +62,10 @@ test('KV heads per rank: split, replicated beyond the head count, rejected when 
   assert.equal(kvHeadsPerRank(tiny, 1), 2);
   assert.equal(kvHeadsPerRank(tiny, 2), 1);
   assert.equal(kvHeadsPerRank(tiny, 4), 1);
-  assert.throws(() => kvHeadsPerRank(tiny, 3), (e: unknown) => e instanceof KVError && e.code === 'KV_TP_MISMATCH');
+  assert.throws(
+    () => kvHeadsPerRank(tiny, 3),
+    (e: unknown) => e instanceof KVError && e.code === 'KV_TP_MISMATCH',
+  );
   const cfg = buildKVCacheConfig({ hfConfig: tiny, numBlocks: 300, tensorParallelSize: 2 });
   assert.equal(cfg.groups[0]!.spec.numKvHeads, 1);
 });
@@ -79,5 +88,8 @@ test('sizing from a byte budget, and a clear error when one max-length request c
     (e: unknown) => e instanceof KVError && e.field === 'cache.num_gpu_blocks',
   );
   assert.equal(buildKVCacheConfig({ hfConfig: tiny, numBlocks: 65, maxModelLen: 1024 }).numBlocks, 65);
-  assert.throws(() => buildKVCacheConfig({ hfConfig: tiny }), (e: unknown) => e instanceof KVError && e.code === 'KV_CACHE_SIZE_MISSING');
+  assert.throws(
+    () => buildKVCacheConfig({ hfConfig: tiny }),
+    (e: unknown) => e instanceof KVError && e.code === 'KV_CACHE_SIZE_MISSING',
+  );
 });

@@ -20,14 +20,25 @@ interface Req extends CacheRequest {
 }
 
 function request(id: string, tokens: number[]): Req {
-  const r: Req = { requestId: id, allTokenIds: [...tokens], numTokens: tokens.length, blockHashes: [], numComputedTokens: 0 };
+  const r: Req = {
+    requestId: id,
+    allTokenIds: [...tokens],
+    numTokens: tokens.length,
+    blockHashes: [],
+    numComputedTokens: 0,
+  };
   hasher.update(r);
   return r;
 }
 
 const seq = (from: number, n: number) => Array.from({ length: n }, (_, i) => (from + i) % 250);
 
-function manager(preset: 'tiny' | 'tiny-hybrid', numBlocks: number, enablePrefixCaching = true, maxModelLen = 256) {
+function manager(
+  preset: 'tiny' | 'tiny-hybrid',
+  numBlocks: number,
+  enablePrefixCaching = true,
+  maxModelLen = 256,
+) {
   const hfConfig = getModelPreset(preset)!.config;
   const kvCacheConfig = buildKVCacheConfig({ hfConfig, blockSize: 16, numBlocks, maxModelLen });
   return createKVCacheManager({ kvCacheConfig, enablePrefixCaching, maxModelLen, enableKvCacheEvents: true });
@@ -110,13 +121,19 @@ test('tiny-hybrid (2 full + 4 sliding, window 32): sliding groups keep only the 
   assert.equal(m.numGroups, 3);
   const long = request('long', seq(0, 160)); // 10 blocks
   admit(m, long);
-  assert.deepEqual(m.getBlockIds('long').map((g) => g.length), [10, 10, 10]);
+  assert.deepEqual(
+    m.getBlockIds('long').map((g) => g.length),
+    [10, 10, 10],
+  );
   m.removeSkippedBlocks('long', 160);
   const ids = m.getBlockIds('long');
   // Tokens 0..128 are outside the window of the next token (160): blocks 0..7 become null.
   assert.deepEqual(ids[1]!.slice(0, 8), [0, 0, 0, 0, 0, 0, 0, 0]);
   assert.ok(ids[1]![8]! > 0 && ids[1]![9]! > 0);
-  assert.ok(ids[0]!.every((id) => id > 0), 'full attention keeps everything');
+  assert.ok(
+    ids[0]!.every((id) => id > 0),
+    'full attention keeps everything',
+  );
   assert.deepEqual(m.getBlocks('long').getUnhashedBlockIdsAllGroups()[1], [], 'null blocks are skipped');
   assert.equal(m.numFreeBlocks, 199 - 30 + 16);
   // Decode appends a token: allocation trims again and adds one block per group.
@@ -139,25 +156,41 @@ test('tiny-hybrid (2 full + 4 sliding, window 32): sliding groups keep only the 
   m.evictBlocks([hitIds[0]![4]!]);
   const shorter = m.getComputedBlocks(again);
   assert.equal(shorter.numComputedTokens, 64);
-  assert.deepEqual(shorter.blocks.getBlockIds().map((g) => g.length), [4, 4, 4]);
+  assert.deepEqual(
+    shorter.blocks.getBlockIds().map((g) => g.length),
+    [4, 4, 4],
+  );
   // Evicting the window's last block of one sliding group moves the hit left in all groups.
   const onlySliding = m.getComputedBlocks(request('s', [...long.allTokenIds.slice(0, 64), 9]));
   assert.equal(onlySliding.numComputedTokens, 64);
   m.evictBlocks([onlySliding.blocks.getBlockIds()[2]![3]!]);
   const afterSw = m.getComputedBlocks(request('s2', [...long.allTokenIds.slice(0, 64), 9]));
   assert.equal(afterSw.numComputedTokens, 48);
-  assert.deepEqual(afterSw.blocks.getBlockIds().map((g) => g.length), [3, 3, 3]);
-  const admitted = m.allocateSlots(again, 99, { numNewComputedTokens: 64, newComputedBlocks: shorter.blocks });
+  assert.deepEqual(
+    afterSw.blocks.getBlockIds().map((g) => g.length),
+    [3, 3, 3],
+  );
+  const admitted = m.allocateSlots(again, 99, {
+    numNewComputedTokens: 64,
+    newComputedBlocks: shorter.blocks,
+  });
   assert.ok(admitted);
   const held = m.getBlockIds('again');
-  assert.deepEqual(held.map((g) => g.length), [11, 11, 11]);
+  assert.deepEqual(
+    held.map((g) => g.length),
+    [11, 11, 11],
+  );
   assert.deepEqual(held[1]!.slice(0, 2), [0, 0], 'hits outside the window are not held');
   assert.deepEqual(held[1]!.slice(2, 4), shorter.blocks.getBlockIds()[1]!.slice(2, 4));
 });
 
 test('property: random admit/decode/free/evict sequences keep the manager consistent', () => {
   const op = fc.oneof(
-    fc.record({ kind: fc.constant('admit' as const), prefix: fc.nat(3), len: fc.integer({ min: 1, max: 120 }) }),
+    fc.record({
+      kind: fc.constant('admit' as const),
+      prefix: fc.nat(3),
+      len: fc.integer({ min: 1, max: 120 }),
+    }),
     fc.record({ kind: fc.constant('decode' as const), i: fc.nat() }),
     fc.record({ kind: fc.constant('free' as const), i: fc.nat() }),
     fc.record({ kind: fc.constant('evict' as const), id: fc.nat(60) }),

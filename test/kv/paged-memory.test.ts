@@ -16,7 +16,10 @@ const hybrid = getModelPreset('tiny-hybrid')!.config;
 const L = attentionLayerName;
 
 function memory(dtype: KVCacheDtype) {
-  return createPagedKVMemory(buildKVCacheConfig({ hfConfig: hybrid, blockSize: 16, dtype, numBlocks: 200, maxModelLen: 512 }), dtype);
+  return createPagedKVMemory(
+    buildKVCacheConfig({ hfConfig: hybrid, blockSize: 16, dtype, numBlocks: 200, maxModelLen: 512 }),
+    dtype,
+  );
 }
 
 test('layout [block][K,V][token][head][dim]; writes land at the computed byte offsets', () => {
@@ -93,7 +96,11 @@ test('a worker thread rebuilt from the SharedArrayBuffers sees and writes the sa
   again.readKV(L(4), [40], kOut, vOut);
   assert.equal(vOut[0], 42);
   assert.throws(
-    () => pagedKVMemoryFromBuffers({ ...mem.toTransfer(), buffers: [new SharedArrayBuffer(8), new SharedArrayBuffer(8)] }),
+    () =>
+      pagedKVMemoryFromBuffers({
+        ...mem.toTransfer(),
+        buffers: [new SharedArrayBuffer(8), new SharedArrayBuffer(8)],
+      }),
     (e: unknown) => e instanceof KVError && e.code === 'KV_BUFFER_MISMATCH',
   );
 });

@@ -16,7 +16,7 @@ const submitted: GenerateRequest[] = [];
 
 before(async () => {
   if (engineMissing) return;
-  engine = await startEngine({ max_num_seqs: 2 });
+  engine = await startEngine({ max_num_seqs: 2, max_model_len: 1024 });
   const recording: AsyncEngineLike = Object.create(engine, {
     generate: {
       value: (req: GenerateRequest, signal?: AbortSignal) => {
@@ -76,14 +76,14 @@ test('unknown model is a 404, unknown route a 404, wrong method a 405', { skip }
 
 test('oversize prompts get vLLM\'s max-context message', { skip }, async () => {
   const url = `${running.url}/v1/completions`;
-  const long = 'a'.repeat(300);
+  const long = 'a'.repeat(1100);
   const n = engine.tokenizer.encode(long).length;
   const e = await expectError(await postJson(url, { prompt: long, max_tokens: 1 }), 400);
   assert.equal(
     e.message,
-    `This model's maximum context length is 256 tokens. However, your request has ${n} input tokens. Please reduce the length of the input messages.`,
+    `This model's maximum context length is 1024 tokens. However, your request has ${n} input tokens. Please reduce the length of the input messages.`,
   );
-  const e2 = await expectError(await postJson(url, { prompt: 'a'.repeat(200), max_tokens: 100 }), 400, 'max_tokens');
+  const e2 = await expectError(await postJson(url, { prompt: 'a'.repeat(1000), max_tokens: 100 }), 400, 'max_tokens');
   assert.match(e2.message, /^'max_tokens' or 'max_completion_tokens' is too large: 100\./);
 });
 
@@ -127,13 +127,14 @@ test('API key: 401 when missing or wrong, 200 when right; /metrics stays open', 
   }
 });
 
-/** Opens a streaming completion and resolves once its first event arrived; destroy() disconnects. */
+/** Opens a streaming completion and resolves once the response headers arrived; destroy() disconnects. */
 function openStream(url: string, maxTokens: number): Promise<{ destroy(): void; status: number }> {
   return new Promise((resolve, reject) => {
     const body = JSON.stringify({ prompt: 'stream me', max_tokens: maxTokens, ignore_eos: true, stream: true });
     const req = httpRequest(`${url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' } }, (res) => {
-      res.once('data', () => resolve({ destroy: () => req.destroy(), status: res.statusCode ?? 0 }));
       res.on('error', () => {});
+      res.resume();
+      resolve({ destroy: () => req.destroy(), status: res.statusCode ?? 0 });
     });
     req.on('error', (e) => {
       if (!(e as NodeJS.ErrnoException).code?.startsWith('ECONNRESET')) reject(e);
@@ -147,7 +148,7 @@ async function metrics(): Promise<string> {
 }
 
 test('a client that disconnects mid-stream frees its KV blocks', { skip }, async () => {
-  const stream = await openStream(running.url, 200);
+  const stream = await openStream(running.url, 1000);
   assert.equal(stream.status, 200);
   await waitFor(async () => metricValue(await metrics(), 'vllm:kv_cache_usage_perc') > 0, 3000, 'KV usage during the stream');
   assert.equal(metricValue(await metrics(), 'vllm:num_requests_running'), 1);
@@ -165,7 +166,7 @@ test('a client that disconnects mid-stream frees its KV blocks', { skip }, async
 
 test('a full queue answers 503 instead of growing, and recovers', { skip }, async () => {
   // capacity = max_num_seqs (2) + maxQueue (1)
-  const streams = await Promise.all([openStream(running.url, 200), openStream(running.url, 200), openStream(running.url, 200)]);
+  const streams = await Promise.all([openStream(running.url, 1000), openStream(running.url, 1000), openStream(running.url, 1000)]);
   try {
     const e = await postJson(`${running.url}/v1/completions`, good);
     assert.equal(e.status, 503);

@@ -21,7 +21,10 @@ export interface AllReduceBuffers {
 /** Default slot size in float32 elements (4 MiB per slot); larger vectors go in chunks. */
 export const DEFAULT_ALL_REDUCE_CAPACITY = 1 << 20;
 
-export function createAllReduceBuffers(tpSize: number, capacity = DEFAULT_ALL_REDUCE_CAPACITY): AllReduceBuffers {
+export function createAllReduceBuffers(
+  tpSize: number,
+  capacity = DEFAULT_ALL_REDUCE_CAPACITY,
+): AllReduceBuffers {
   return {
     control: new SharedArrayBuffer(2 * Int32Array.BYTES_PER_ELEMENT),
     data: new SharedArrayBuffer(2 * tpSize * capacity * Float32Array.BYTES_PER_ELEMENT),
@@ -47,7 +50,11 @@ export class SharedMemoryAllReduce {
       Array.from(
         { length: buffers.tpSize },
         (_, r) =>
-          new Float32Array(buffers.data, ((region * buffers.tpSize + r) * buffers.capacity) * 4, buffers.capacity),
+          new Float32Array(
+            buffers.data,
+            (region * buffers.tpSize + r) * buffers.capacity * 4,
+            buffers.capacity,
+          ),
       ),
     );
   }

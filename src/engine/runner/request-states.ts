@@ -70,7 +70,11 @@ export class RunnerRequestStates {
         const expected = state.numComputedTokens + state.numScheduledTokens;
         // The scheduler rolled the request back (invalid blocks): the token sampled last step was discarded.
         if (numComputed < expected && state.sampledInLastStep) state.tokenIds.length = expected;
-        if (newBlocks) newBlocks.forEach((ids, g) => state.blockTables[g]?.push(...ids));
+        if (newBlocks) {
+          newBlocks.forEach((ids, g) => {
+            state.blockTables[g]?.push(...ids);
+          });
+        }
       }
       state.numComputedTokens = numComputed;
       state.numScheduledTokens = out.numScheduledTokens[reqId] ?? 0;

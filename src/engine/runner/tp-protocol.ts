@@ -39,9 +39,7 @@ export interface SerializedError {
   stack?: string;
 }
 
-export type ToWorker =
-  | { type: 'execute'; id: number; input: RunnerInput }
-  | { type: 'shutdown'; id: number };
+export type ToWorker = { type: 'execute'; id: number; input: RunnerInput } | { type: 'shutdown'; id: number };
 
 export type FromWorker =
   | { type: 'ready'; handshake: KVConnectorHandshakeMetadata | null }

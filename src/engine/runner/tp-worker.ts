@@ -17,8 +17,12 @@ async function main(): Promise<void> {
   let rank: Awaited<ReturnType<typeof setUpRank>>;
   try {
     const allReduce = new SharedMemoryAllReduce(data.allReduce, data.tpRank);
-    rank = await setUpRank(fromPlainEngineConfig(data.engineConfig), data.kvCacheConfig, data.tpRank, data.tpSize, (x) =>
-      allReduce.allReduce(x),
+    rank = await setUpRank(
+      fromPlainEngineConfig(data.engineConfig),
+      data.kvCacheConfig,
+      data.tpRank,
+      data.tpSize,
+      (x) => allReduce.allReduce(x),
     );
   } catch (e) {
     post({ type: 'init-error', error: serializeError(e) });

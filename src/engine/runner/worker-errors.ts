@@ -4,14 +4,21 @@ import type { SerializedError } from './tp-protocol.ts';
 
 export function serializeError(e: unknown): SerializedError {
   if (e instanceof KVError) {
-    return { code: e.code, message: e.message, ...(e.hint ? { hint: e.hint } : {}), ...(e.stack ? { stack: e.stack } : {}) };
+    return {
+      code: e.code,
+      message: e.message,
+      ...(e.hint ? { hint: e.hint } : {}),
+      ...(e.stack ? { stack: e.stack } : {}),
+    };
   }
   const err = e instanceof Error ? e : new Error(String(e));
   return { code: 'KV_WORKER_ERROR', message: err.message, ...(err.stack ? { stack: err.stack } : {}) };
 }
 
 export function deserializeError(s: SerializedError): KVError {
-  const error = new KVError(s.code, s.message, { hint: s.hint ?? 'See the tensor-parallel worker stack in the cause.' });
+  const error = new KVError(s.code, s.message, {
+    hint: s.hint ?? 'See the tensor-parallel worker stack in the cause.',
+  });
   if (s.stack) error.stack = `${error.stack}\n    --- in tensor-parallel worker ---\n${s.stack}`;
   return error;
 }

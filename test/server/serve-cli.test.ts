@@ -1,0 +1,73 @@
+/**
+ * `kvconnect serve` as a process: a bad --kv-transfer-config stops it before it listens
+ * (exact vLLM message + hint, exit 2); a good one prints its address, serves, and shuts
+ * down cleanly on SIGTERM.
+ */
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { test } from 'node:test';
+
+const ENTRY = fileURLToPath(new URL('./serve-entry.ts', import.meta.url));
+
+function run(args: string[]) {
+  const child = spawn(process.execPath, ['--import', 'tsx', ENTRY, ...args], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: { ...process.env, KVCONNECT_LOG_LEVEL: 'error' },
+  });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (d: Buffer) => {
+    stdout += d.toString();
+  });
+  child.stderr.on('data', (d: Buffer) => {
+    stderr += d.toString();
+  });
+  const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+  return { child, exited, out: () => stdout, err: () => stderr };
+}
+
+test('a bad --kv-transfer-config exits 2 before listening, with the exact message and a hint', async () => {
+  const p = run(['--port', '0', '--kv-transfer-config', '{"kv_connector":"NixlConnector"}']);
+  const code = await p.exited;
+  assert.equal(code, 2);
+  const lines = p.err().trim().split('\n');
+  assert.equal(
+    lines[0],
+    "error[KV_ROLE_REQUIRED]: Please specify kv_role when kv_connector is set, supported roles are ('kv_producer', 'kv_both', 'kv_consumer')",
+  );
+  assert.match(lines[1] ?? '', /^hint: .*kv_role/);
+  assert.doesNotMatch(p.out(), /listening/);
+});
+
+test('serve prints its address, answers, and stops cleanly on SIGTERM', async () => {
+  const p = run(['--port', '0', '--model', 'tiny', '--max-model-len', '512', '--served-model-name', 'my-tiny', '--max-num-seqs', '4']);
+  try {
+    const deadline = Date.now() + 15_000;
+    let url: string | undefined;
+    while (!url && Date.now() < deadline) {
+      url = /listening on (http:\/\/127\.0\.0\.1:\d+)/.exec(p.out())?.[1];
+      if (!url) await new Promise((r) => setTimeout(r, 50));
+    }
+    assert.ok(url, `no address printed; stderr: ${p.err()}`);
+    const models = (await (await fetch(`${url}/v1/models`)).json()) as { data: Array<{ id: string; max_model_len: number }> };
+    assert.deepEqual(
+      models.data.map((m) => [m.id, m.max_model_len]),
+      [['my-tiny', 512]],
+    );
+    const info = (await (await fetch(`${url}/kvconnect/info`)).json()) as Record<string, unknown>;
+    assert.equal(info['kv_connector'], null);
+    assert.equal(info['tensor_parallel_size'], 1);
+    const res = await fetch(`${url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'my-tiny', prompt: 'hi', max_tokens: 2 }),
+    });
+    assert.equal(res.status, 200);
+    await res.json();
+    p.child.kill('SIGTERM');
+    assert.equal(await p.exited, 0);
+  } finally {
+    if (p.child.exitCode === null) p.child.kill('SIGKILL');
+  }
+});

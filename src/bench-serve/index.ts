@@ -1,6 +1,12 @@
 export { type BenchSummary, type Distribution, distribution, percentile, summarize } from './metrics.ts';
 export { BENCH_SERVE_DEFAULTS, type BenchServeOptions, resolveBenchOptions } from './options.ts';
-export { type PlannedRequest, randomRequests, seededRandom, TRACE_BLOCK_TOKENS, traceRequests } from './prompts.ts';
+export {
+  type PlannedRequest,
+  randomRequests,
+  seededRandom,
+  TRACE_BLOCK_TOKENS,
+  traceRequests,
+} from './prompts.ts';
 export { formatTable, resultJson } from './report.ts';
 export { type BenchRun, planRequests, runBenchServe } from './runner.ts';
 export { type RequestResult, sendStreaming } from './sse-client.ts';

@@ -50,6 +50,8 @@ export const BENCH_SERVE_DEFAULTS: Omit<BenchServeOptions, 'model'> = {
   svg: undefined,
 };
 
-export function resolveBenchOptions(partial: Partial<BenchServeOptions> & { model: string }): BenchServeOptions {
+export function resolveBenchOptions(
+  partial: Partial<BenchServeOptions> & { model: string },
+): BenchServeOptions {
   return { ...BENCH_SERVE_DEFAULTS, ...partial };
 }

@@ -54,7 +54,12 @@ export function randomRequests(
   const rand = seededRandom(seed);
   return Array.from({ length: count }, () => {
     const promptLen = drawLength(inputLen, rangeRatio, rand);
-    return { prompt: words(promptLen, rand), promptLen, maxTokens: drawLength(outputLen, rangeRatio, rand), arrivalMs: null };
+    return {
+      prompt: words(promptLen, rand),
+      promptLen,
+      maxTokens: drawLength(outputLen, rangeRatio, rand),
+      arrivalMs: null,
+    };
   });
 }
 
@@ -79,7 +84,9 @@ export function traceRequests(entries: readonly TraceEntry[], opts: TraceReplayO
   const blockWords = (id: number): string[] => {
     let b = blocks.get(id);
     if (!b) {
-      b = words(opts.blockTokens, seededRandom(id * 2654435761 + 1)).trimEnd().split(' ');
+      b = words(opts.blockTokens, seededRandom(id * 2654435761 + 1))
+        .trimEnd()
+        .split(' ');
       blocks.set(id, b);
     }
     return b;

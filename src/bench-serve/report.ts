@@ -17,7 +17,10 @@ export function formatTable(s: BenchSummary): string {
   ];
   const lines = ['============ Serving Benchmark Result ============'];
   for (const [k, v] of rows) lines.push(`${k.padEnd(38)}${v.padStart(11)}`);
-  lines.push('', `${'metric (ms)'.padEnd(16)}${['mean', 'p50', 'p90', 'p99'].map((h) => h.padStart(11)).join('')}`);
+  lines.push(
+    '',
+    `${'metric (ms)'.padEnd(16)}${['mean', 'p50', 'p90', 'p99'].map((h) => h.padStart(11)).join('')}`,
+  );
   const dist = (name: string, d: Distribution) =>
     lines.push(`${name.padEnd(16)}${[d.mean, d.p50, d.p90, d.p99].map((v) => fmt(v).padStart(11)).join('')}`);
   dist('TTFT', s.ttftMs);

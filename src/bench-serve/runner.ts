@@ -18,7 +18,10 @@ export interface BenchRun {
   traceProblems: TraceProblem[];
 }
 
-export function planRequests(o: BenchServeOptions): { planned: PlannedRequest[]; traceProblems: TraceProblem[] } {
+export function planRequests(o: BenchServeOptions): {
+  planned: PlannedRequest[];
+  traceProblems: TraceProblem[];
+} {
   if (o.trace !== undefined) {
     const trace = loadTrace(o.trace);
     for (const p of trace.problems) log.warn('%s line %d skipped: %s', o.trace, p.line, p.message);
@@ -75,7 +78,11 @@ export async function runBenchServe(o: BenchServeOptions): Promise<BenchRun> {
       }
       while (running.size >= limit) await Promise.race(running);
       if (performance.now() - runStart > o.maxDurationS * 1000) {
-        log.warn('stopping after %d s (--max-duration); %d requests not sent', o.maxDurationS, planned.length - results.length - running.size);
+        log.warn(
+          'stopping after %d s (--max-duration); %d requests not sent',
+          o.maxDurationS,
+          planned.length - results.length - running.size,
+        );
         break;
       }
       const task = sendStreaming({
@@ -100,6 +107,7 @@ export async function runBenchServe(o: BenchServeOptions): Promise<BenchRun> {
   const durationS = (performance.now() - runStart) / 1000;
   results.sort((a, b) => a.startMs - b.startMs);
   const failed = results.filter((r) => !r.ok);
-  if (failed.length > 0) log.warn('%d of %d requests failed; first error: %s', failed.length, results.length, failed[0]!.error);
+  if (failed.length > 0)
+    log.warn('%d of %d requests failed; first error: %s', failed.length, results.length, failed[0]!.error);
   return { summary: summarize(results, durationS), results, traceProblems };
 }

@@ -9,12 +9,14 @@ const H = 220;
 const PAD = 36;
 const BINS = 20;
 
-function escape(s: string): string {
+function escapeXml(s: string): string {
   return s.replaceAll('&', '&amp;').replaceAll('<', '&lt;').replaceAll('>', '&gt;');
 }
 
 function histogram(title: string, values: readonly number[], x0: number): string {
-  const parts = [`<text x="${x0 + W / 2}" y="18" text-anchor="middle" font-size="13">${escape(title)}</text>`];
+  const parts = [
+    `<text x="${x0 + W / 2}" y="18" text-anchor="middle" font-size="13">${escapeXml(title)}</text>`,
+  ];
   const plotW = W - 2 * PAD;
   const plotH = H - 2 * PAD;
   parts.push(

@@ -43,7 +43,8 @@ function parseLine(text: string): Omit<TraceEntry, 'line'> {
   if (!isCount(o['input_length'])) throw new Error('input_length must be a non-negative integer');
   if (!isCount(o['output_length'])) throw new Error('output_length must be a non-negative integer');
   const ids = o['hash_ids'];
-  if (!Array.isArray(ids) || !ids.every(isCount)) throw new Error('hash_ids must be an array of non-negative integers');
+  if (!Array.isArray(ids) || !ids.every(isCount))
+    throw new Error('hash_ids must be an array of non-negative integers');
   return {
     timestampMs: o['timestamp'],
     inputLength: o['input_length'],

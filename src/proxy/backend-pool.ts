@@ -5,7 +5,7 @@
  */
 import { getLogger } from '../logging/logger.ts';
 import { Backend } from './backend.ts';
-import { CONNECTOR_KINDS, type BackendInfo, type BackendRole, type DiscoveryPing } from './types.ts';
+import { type BackendInfo, type BackendRole, CONNECTOR_KINDS, type DiscoveryPing } from './types.ts';
 import type { Upstream } from './upstream.ts';
 
 const log = getLogger('proxy');
@@ -66,7 +66,12 @@ export class BackendPool {
       const b = this.#backends[i]!;
       if (b.source === 'discovery' && b.registration !== null && b.registration.expiresAt <= now) {
         this.#backends.splice(i, 1);
-        log.warn('%s instance %s expired: no discovery ping for %d ms', b.role, b.url, this.#options.discoveryTtlMs);
+        log.warn(
+          '%s instance %s expired: no discovery ping for %d ms',
+          b.role,
+          b.url,
+          this.#options.discoveryTtlMs,
+        );
       }
     }
   }
@@ -119,7 +124,10 @@ export class BackendPool {
 
   async #fetchInfo(backend: Backend): Promise<void> {
     try {
-      const res = await this.#upstream.getJson(`${backend.url}/kvconnect/info`, this.#options.healthTimeoutMs);
+      const res = await this.#upstream.getJson(
+        `${backend.url}/kvconnect/info`,
+        this.#options.healthTimeoutMs,
+      );
       const info = res.json as Partial<BackendInfo> | null;
       if (res.status === 200 && info && typeof info === 'object' && typeof info.connector === 'string') {
         backend.info = info as BackendInfo;

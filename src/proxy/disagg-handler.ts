@@ -53,7 +53,9 @@ async function parseClientBody(req: IncomingMessage): Promise<Json> {
 
 function isConnectError(e: unknown): boolean {
   const code = (e as { code?: unknown })?.code;
-  return code === 'ECONNREFUSED' || code === 'UND_ERR_SOCKET' || code === 'ECONNRESET' || code === 'EHOSTUNREACH';
+  return (
+    code === 'ECONNREFUSED' || code === 'UND_ERR_SOCKET' || code === 'ECONNRESET' || code === 'EHOSTUNREACH'
+  );
 }
 
 export async function handleCompletion(
@@ -74,7 +76,9 @@ export async function handleCompletion(
   const decodes = pool.healthy('decode');
   if (decodes.length === 0) throw noBackend('decode');
   const ctx = {
-    prefixHashes: policy.needsPrefixHashes ? chainedPrefixHashes(promptText(body), options.prefixChunkBytes) : [],
+    prefixHashes: policy.needsPrefixHashes
+      ? chainedPrefixHashes(promptText(body), options.prefixChunkBytes)
+      : [],
   };
   const prefill = policy.select('prefill', prefills, ctx);
   const decode = policy.select('decode', decodes, ctx);
@@ -101,9 +105,18 @@ export async function handleCompletion(
 
   const auth = headerValue(req, 'authorization') ?? bearerFromEnv();
   const extra: Record<string, string> = auth === undefined ? {} : { authorization: auth };
-  const send = async (backend: Backend, legBody: Json, headers: Record<string, string>): Promise<UpstreamResponse> => {
+  const send = async (
+    backend: Backend,
+    legBody: Json,
+    headers: Record<string, string>,
+  ): Promise<UpstreamResponse> => {
     try {
-      return await upstream.postJson(`${backend.url}${path}`, legBody, { ...extra, ...headers }, abort.signal);
+      return await upstream.postJson(
+        `${backend.url}${path}`,
+        legBody,
+        { ...extra, ...headers },
+        abort.signal,
+      );
     } catch (e) {
       if (!abort.signal.aborted && isConnectError(e)) pool.markDown(backend, String((e as Error).message));
       throw abort.signal.aborted ? e : upstreamUnreachable(backend.role, backend.url, e);
@@ -135,7 +148,10 @@ export async function handleCompletion(
     const returned = (pJson as { kv_transfer_params?: unknown } | null)?.kv_transfer_params;
     const prefillParams = typeof returned === 'object' && returned !== null ? (returned as Json) : null;
     if (prefillParams === null && !plan.concurrent) {
-      log.warnOnce('prefill %s returned no kv_transfer_params; decode will recompute the prompt', prefill.url);
+      log.warnOnce(
+        'prefill %s returned no kv_transfer_params; decode will recompute the prompt',
+        prefill.url,
+      );
     }
     decodeLeg ??= send(decode, plan.decodeBody(prefillParams), plan.decodeHeaders);
     const dRes = await decodeLeg;
@@ -160,7 +176,9 @@ function relayError(res: ServerResponse, status: number, text: string, backend: 
   try {
     json = JSON.parse(text);
   } catch {
-    json = { error: { message: text || `HTTP ${status}`, type: 'UpstreamError', code: 'PROXY_UPSTREAM_ERROR' } };
+    json = {
+      error: { message: text || `HTTP ${status}`, type: 'UpstreamError', code: 'PROXY_UPSTREAM_ERROR' },
+    };
   }
   log.warn('%s instance %s answered %d', backend.role, backend.url, status);
   sendJson(res, status, json);

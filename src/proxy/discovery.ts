@@ -14,9 +14,11 @@ import type { DiscoveryPing } from './types.ts';
 const ZMQ_ADDRESS = /^host:[^,]+,handshake:\d+,notify:\d+$/;
 
 export function parsePing(raw: unknown): DiscoveryPing {
-  if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) throw badPing('the body must be a JSON object');
+  if (typeof raw !== 'object' || raw === null || Array.isArray(raw))
+    throw badPing('the body must be a JSON object');
   const p = raw as Record<string, unknown>;
-  if (p['type'] !== 'P' && p['type'] !== 'D') throw badPing(`type must be "P" or "D", got ${JSON.stringify(p['type'])}`);
+  if (p['type'] !== 'P' && p['type'] !== 'D')
+    throw badPing(`type must be "P" or "D", got ${JSON.stringify(p['type'])}`);
   const http = p['http_address'];
   if (typeof http !== 'string' || !/^[^\s/]+:\d+$/.test(http)) {
     throw badPing(`http_address must be "ip:port", got ${JSON.stringify(http)}`);
@@ -72,7 +74,12 @@ export async function startDiscovery(
     }
     if (req.method === 'GET' && path === '/instances') {
       pool.expire();
-      sendJson(res, 200, { instances: pool.all().filter((b) => b.source === 'discovery').map((b) => b.describe()) });
+      sendJson(res, 200, {
+        instances: pool
+          .all()
+          .filter((b) => b.source === 'discovery')
+          .map((b) => b.describe()),
+      });
       return;
     }
     throw notFound(req.method ?? 'GET', path ?? '/');

@@ -15,7 +15,10 @@ export function chainedPrefixHashes(text: string, chunkBytes: number): string[] 
   const hashes: string[] = [];
   let prev = SEED;
   for (let start = 0; start + chunkBytes <= bytes.length; start += chunkBytes) {
-    prev = createHash('sha256').update(prev).update(bytes.subarray(start, start + chunkBytes)).digest();
+    prev = createHash('sha256')
+      .update(prev)
+      .update(bytes.subarray(start, start + chunkBytes))
+      .digest();
     hashes.push(prev.toString('hex'));
   }
   return hashes;

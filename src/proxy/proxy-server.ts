@@ -8,8 +8,8 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 import { getLogger } from '../logging/logger.ts';
 import { BackendPool } from './backend-pool.ts';
-import { type DiscoveryListener, startDiscovery } from './discovery.ts';
 import { type HandlerDeps, handleCompletion } from './disagg-handler.ts';
+import { type DiscoveryListener, startDiscovery } from './discovery.ts';
 import { sendError, sendJson, writeChunk } from './http-util.ts';
 import { createPolicy } from './policies.ts';
 import { noBackend, notFound, optionsInvalid } from './proxy-errors.ts';
@@ -51,7 +51,12 @@ export async function startProxy(options: ProxyOptions): Promise<RunningProxy> {
   for (const url of options.decode) pool.add(url, 'decode');
   await pool.checkAll();
   pool.start();
-  const deps: HandlerDeps = { pool, policy: createPolicy(options.policy, options.prefixCacheEntries), upstream, options };
+  const deps: HandlerDeps = {
+    pool,
+    policy: createPolicy(options.policy, options.prefixCacheEntries),
+    upstream,
+    options,
+  };
 
   const discovery: DiscoveryListener | undefined =
     options.discoveryPort === undefined
@@ -110,7 +115,11 @@ async function route(deps: HandlerDeps, req: IncomingMessage, res: ServerRespons
     const p = deps.pool.healthy('prefill').length;
     const d = deps.pool.healthy('decode').length;
     const ok = p > 0 && d > 0;
-    sendJson(res, ok ? 200 : 503, { status: ok ? 'ok' : 'unavailable', prefill_instances: p, decode_instances: d });
+    sendJson(res, ok ? 200 : 503, {
+      status: ok ? 'ok' : 'unavailable',
+      prefill_instances: p,
+      decode_instances: d,
+    });
     return;
   }
   if (method === 'GET' && path === '/v1/models') {

@@ -99,7 +99,11 @@ export function moriioPrefillParams(decode: MoriioPeer, transferId: string): Jso
  * What D receives in MoRIIO. WRITE: sent before P answers, so no P block ids. READ: P's
  * remote_engine_id / remote_block_ids / transfer_id are copied from P's response.
  */
-export function moriioDecodeParams(prefill: MoriioPeer, transferId: string, prefillReturned: Json | null): Json {
+export function moriioDecodeParams(
+  prefill: MoriioPeer,
+  transferId: string,
+  prefillReturned: Json | null,
+): Json {
   const params: Json = {
     do_remote_decode: false,
     do_remote_prefill: true,

@@ -32,7 +32,11 @@ export class Upstream {
     return { status: res.statusCode, headers: res.headers, body: res.body };
   }
 
-  async get(url: string, signal: AbortSignal, headers: Record<string, string> = {}): Promise<UpstreamResponse> {
+  async get(
+    url: string,
+    signal: AbortSignal,
+    headers: Record<string, string> = {},
+  ): Promise<UpstreamResponse> {
     const res = await request(url, { method: 'GET', dispatcher: this.#agent, headers, signal });
     return { status: res.statusCode, headers: res.headers, body: res.body };
   }

@@ -42,7 +42,9 @@ async function startSseServer(): Promise<{ url: string; server: Server; bodies: 
       const choice = chat ? { index: 0, delta: { content: `w${i} ` } } : { index: 0, text: `w${i} ` };
       res.write(`data: ${JSON.stringify({ choices: [choice] })}\n\n`);
     }
-    res.write(`data: ${JSON.stringify({ choices: [], usage: { prompt_tokens: 5, completion_tokens: TOKENS } })}\n\n`);
+    res.write(
+      `data: ${JSON.stringify({ choices: [], usage: { prompt_tokens: 5, completion_tokens: TOKENS } })}\n\n`,
+    );
     res.end('data: [DONE]\n\n');
   });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
@@ -64,7 +66,14 @@ describe('bench serve against a real SSE server', () => {
 
   test('TTFT, ITL, TPOT, E2E and throughput match the server timing', async () => {
     const run = await runBenchServe(
-      resolveBenchOptions({ model: 'tiny', baseUrl: srv.url, numPrompts: 6, maxConcurrency: 2, randomInputLen: 8, randomOutputLen: 4 }),
+      resolveBenchOptions({
+        model: 'tiny',
+        baseUrl: srv.url,
+        numPrompts: 6,
+        maxConcurrency: 2,
+        randomInputLen: 8,
+        randomOutputLen: 4,
+      }),
     );
     const s = run.summary;
     assert.equal(s.completed, 6);
@@ -76,7 +85,10 @@ describe('bench serve against a real SSE server', () => {
     const e2e = FIRST_MS + (TOKENS - 1) * GAP_MS;
     assert.ok(Math.abs(s.e2eMs.p50 - e2e) < 60, `e2e ${s.e2eMs.p50}`);
     // Two at a time, three waves of ~250 ms.
-    assert.ok(s.durationS > (3 * e2e) / 1000 - 0.05 && s.durationS < (3 * e2e) / 1000 + 0.5, `duration ${s.durationS}`);
+    assert.ok(
+      s.durationS > (3 * e2e) / 1000 - 0.05 && s.durationS < (3 * e2e) / 1000 + 0.5,
+      `duration ${s.durationS}`,
+    );
     assert.ok(Math.abs(s.requestThroughput - 6 / s.durationS) < 1e-9);
     assert.ok(Math.abs(s.outputThroughput - (6 * TOKENS) / s.durationS) < 1e-9);
     const body = srv.bodies.at(-1)!;
@@ -95,8 +107,24 @@ describe('bench serve against a real SSE server', () => {
     console.log = (...a: unknown[]) => printed.push(a.join(' '));
     try {
       await program.parseAsync(
-        ['bench', 'serve', '--model', 'tiny', '--base-url', srv.url, '--endpoint', '/v1/chat/completions',
-          '--num-prompts', '3', '--request-rate', '20', '--result-json', jsonPath, '--svg', svgPath],
+        [
+          'bench',
+          'serve',
+          '--model',
+          'tiny',
+          '--base-url',
+          srv.url,
+          '--endpoint',
+          '/v1/chat/completions',
+          '--num-prompts',
+          '3',
+          '--request-rate',
+          '20',
+          '--result-json',
+          jsonPath,
+          '--svg',
+          svgPath,
+        ],
         { from: 'user' },
       );
     } finally {
@@ -118,7 +146,9 @@ describe('bench serve against a real SSE server', () => {
   });
 
   test('a refused connection counts as failed, not a crash', async () => {
-    const run = await runBenchServe(resolveBenchOptions({ model: 'm', baseUrl: 'http://127.0.0.1:1', numPrompts: 2 }));
+    const run = await runBenchServe(
+      resolveBenchOptions({ model: 'm', baseUrl: 'http://127.0.0.1:1', numPrompts: 2 }),
+    );
     assert.equal(run.summary.completed, 0);
     assert.equal(run.summary.failed, 2);
   });
@@ -138,13 +168,22 @@ describe('workload planning', () => {
     assert.ok(gaps.every((g) => g >= 0));
     const mean = gaps.reduce((s, g) => s + g, 0) / gaps.length;
     assert.ok(Math.abs(mean - 20) < 2, `mean gap ${mean}`);
-    assert.deepEqual(planRequests(o).planned.map((r) => r.arrivalMs), a);
+    assert.deepEqual(
+      planRequests(o).planned.map((r) => r.arrivalMs),
+      a,
+    );
     const inf = planRequests(resolveBenchOptions({ model: 'm', numPrompts: 3 })).planned;
     assert.ok(inf.every((r) => r.arrivalMs === null));
   });
 
   test('random lengths stay within the range ratio', () => {
-    const o = resolveBenchOptions({ model: 'm', numPrompts: 200, randomInputLen: 100, randomOutputLen: 10, randomRangeRatio: 0.5 });
+    const o = resolveBenchOptions({
+      model: 'm',
+      numPrompts: 200,
+      randomInputLen: 100,
+      randomOutputLen: 10,
+      randomRangeRatio: 0.5,
+    });
     for (const r of planRequests(o).planned) {
       assert.ok(r.promptLen >= 50 && r.promptLen <= 150);
       assert.equal(r.prompt.trim().split(' ').length, r.promptLen);
@@ -162,7 +201,10 @@ describe('workload planning', () => {
       '{"timestamp": 40, "input_length": 7, "output_length": 2, "hash_ids": "x"}',
     ].join('\n');
     const parsed = parseTrace(text);
-    assert.deepEqual(parsed.entries.map((e) => e.line), [1, 5]);
+    assert.deepEqual(
+      parsed.entries.map((e) => e.line),
+      [1, 5],
+    );
     assert.deepEqual(parsed.problems, [
       { line: 2, message: 'not valid JSON' },
       { line: 4, message: 'input_length must be a non-negative integer' },
@@ -178,13 +220,27 @@ describe('workload planning', () => {
         '{"timestamp": 900, "input_length": 10, "output_length": 1, "hash_ids": [3]}',
       ].join('\n'),
     );
-    const planned = traceRequests(entries, { blockTokens: 16, timeScale: 0.1, maxRequests: 10, maxOutputLen: 50 });
+    const planned = traceRequests(entries, {
+      blockTokens: 16,
+      timeScale: 0.1,
+      maxRequests: 10,
+      maxOutputLen: 50,
+    });
     const w = planned.map((r) => r.prompt.trim().split(' '));
-    assert.deepEqual(w.map((x) => x.length), [Math.ceil((1000 * 16) / 512), Math.ceil((700 * 16) / 512), 1]);
+    assert.deepEqual(
+      w.map((x) => x.length),
+      [Math.ceil((1000 * 16) / 512), Math.ceil((700 * 16) / 512), 1],
+    );
     assert.deepEqual(w[0]!.slice(0, 16), w[1]!.slice(0, 16), 'hash id 0 is the same block in both');
     assert.notDeepEqual(w[0]!.slice(16, 22), w[1]!.slice(16, 22), 'ids 1 and 2 differ');
-    assert.deepEqual(planned.map((r) => r.arrivalMs), [0, 50, 90]);
-    assert.deepEqual(planned.map((r) => r.maxTokens), [5, 50, 1]);
+    assert.deepEqual(
+      planned.map((r) => r.arrivalMs),
+      [0, 50, 90],
+    );
+    assert.deepEqual(
+      planned.map((r) => r.maxTokens),
+      [5, 50, 1],
+    );
     assert.equal(traceRequests(entries, { blockTokens: 16, timeScale: 1, maxRequests: 2 }).length, 2);
   });
 
@@ -195,10 +251,13 @@ describe('workload planning', () => {
       writeFileSync(path, 'nope\n');
       assert.throws(
         () => planRequests(resolveBenchOptions({ model: 'm', trace: path })),
-        (e: Error & { code?: string; hint?: string }) => e.code === 'BENCH_TRACE_EMPTY' && /Line 1: not valid JSON/.test(e.hint ?? ''),
+        (e: Error & { code?: string; hint?: string }) =>
+          e.code === 'BENCH_TRACE_EMPTY' && /Line 1: not valid JSON/.test(e.hint ?? ''),
       );
       writeFileSync(path, '{"timestamp": 0, "input_length": 3, "output_length": 1, "hash_ids": [0]}\nbad\n');
-      const { planned, traceProblems } = planRequests(resolveBenchOptions({ model: 'm', trace: path, traceBlockTokens: 4 }));
+      const { planned, traceProblems } = planRequests(
+        resolveBenchOptions({ model: 'm', trace: path, traceBlockTokens: 4 }),
+      );
       assert.equal(planned.length, 1);
       assert.deepEqual(traceProblems, [{ line: 2, message: 'not valid JSON' }]);
     } finally {

@@ -3,7 +3,14 @@ import { describe, test } from 'node:test';
 import { setLogLevel } from '../../src/logging/logger.ts';
 import { resolveProxyOptions, startProxy } from '../../src/proxy/index.ts';
 import type { ProxyOptions } from '../../src/proxy/types.ts';
-import { decodeResponder, json, prefillResponder, sleep, UpstreamDouble, waitFor } from './upstream-double.ts';
+import {
+  decodeResponder,
+  json,
+  prefillResponder,
+  sleep,
+  UpstreamDouble,
+  waitFor,
+} from './upstream-double.ts';
 
 setLogLevel('silent');
 
@@ -74,7 +81,11 @@ describe('client aborts', () => {
       await waitFor(() => p.completions().length === 1 && d.completions().length === 1, 2000, 'both legs');
       ac.abort();
       await pending;
-      await waitFor(() => p.completions()[0]!.closedEarly && d.completions()[0]!.closedEarly, 3000, 'legs closed');
+      await waitFor(
+        () => p.completions()[0]!.closedEarly && d.completions()[0]!.closedEarly,
+        3000,
+        'legs closed',
+      );
     });
   });
 });
@@ -85,7 +96,8 @@ describe('health checks', () => {
     const p2 = await UpstreamDouble.start(prefillResponder());
     const d = await UpstreamDouble.start(decodeResponder());
     await withPd([p1, p2], [d], { healthIntervalMs: 40, healthTimeoutMs: 500 }, async (url) => {
-      const health = async () => (await (await fetch(`${url}/health`)).json()) as { prefill_instances: number };
+      const health = async () =>
+        (await (await fetch(`${url}/health`)).json()) as { prefill_instances: number };
       assert.equal((await health()).prefill_instances, 2);
       p1.healthy = false;
       const deadline = Date.now() + 2000;
@@ -150,7 +162,10 @@ describe('errors', () => {
       await p.close();
       const res = await send(url, body);
       assert.equal(res.status, 502);
-      assert.equal(((await res.json()) as { error: { code: string } }).error.code, 'PROXY_UPSTREAM_UNREACHABLE');
+      assert.equal(
+        ((await res.json()) as { error: { code: string } }).error.code,
+        'PROXY_UPSTREAM_UNREACHABLE',
+      );
       const h = (await (await fetch(`${url}/health`)).json()) as { prefill_instances: number };
       assert.equal(h.prefill_instances, 0, 'a refused connection marks the backend down at once');
     });
@@ -159,7 +174,8 @@ describe('errors', () => {
   test('startProxy without backends or discovery is rejected with a hint', async () => {
     await assert.rejects(
       startProxy(resolveProxyOptions({ prefill: [], decode: ['http://127.0.0.1:1'], port: 0 })),
-      (e: Error & { code?: string; hint?: string }) => e.code === 'PROXY_OPTIONS_INVALID' && /--prefill/.test(e.hint ?? ''),
+      (e: Error & { code?: string; hint?: string }) =>
+        e.code === 'PROXY_OPTIONS_INVALID' && /--prefill/.test(e.hint ?? ''),
     );
   });
 });

@@ -16,7 +16,11 @@ async function pd(
 }
 
 async function post(url: string, body: unknown, headers: Record<string, string> = {}): Promise<Response> {
-  return fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) });
+  return fetch(url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body: JSON.stringify(body),
+  });
 }
 
 const CLIENT_BODY = {
@@ -49,7 +53,10 @@ describe('NIXL pull flow', () => {
   });
 
   test('a backend without /kvconnect/info is treated as NixlConnector, with a log line', () => {
-    assert.ok(logLines.some((l) => l.includes(p.url) && l.includes('assuming NixlConnector')), logLines.join('\n'));
+    assert.ok(
+      logLines.some((l) => l.includes(p.url) && l.includes('assuming NixlConnector')),
+      logLines.join('\n'),
+    );
   });
 
   test('P gets do_remote_decode and max_tokens=1, D gets the original body plus P params, SSE streamed', async () => {
@@ -61,7 +68,8 @@ describe('NIXL pull flow', () => {
     const first = await reader.read();
     const firstAt = performance.now() - started;
     let text = Buffer.from(first.value!).toString();
-    for (let r = await reader.read(); !r.done; r = await reader.read()) text += Buffer.from(r.value).toString();
+    for (let r = await reader.read(); !r.done; r = await reader.read())
+      text += Buffer.from(r.value).toString();
     const endAt = performance.now() - started;
     // The decode double needs 2 x 120 ms after its first chunk: a buffering proxy would deliver everything at the end.
     assert.ok(endAt - firstAt >= 180, `first chunk at ${firstAt} ms, end at ${endAt} ms`);
@@ -132,10 +140,17 @@ describe('NIXL push flow', () => {
       tp_size: 2,
       pp_size: 1,
     });
-    const d = await UpstreamDouble.start(decodeResponder(2), { connector: 'NixlPushConnector', kv_role: 'kv_consumer' });
+    const d = await UpstreamDouble.start(decodeResponder(2), {
+      connector: 'NixlPushConnector',
+      kv_role: 'kv_consumer',
+    });
     const proxy = await pd(p, d);
     try {
-      const res = await post(`${proxy.url}/v1/completions`, { ...CLIENT_BODY, stream: false }, { 'x-request-id': 'rid-7' });
+      const res = await post(
+        `${proxy.url}/v1/completions`,
+        { ...CLIENT_BODY, stream: false },
+        { 'x-request-id': 'rid-7' },
+      );
       assert.equal(res.status, 200);
       await res.json();
       const pReq = p.completions()[0]!;
@@ -210,15 +225,30 @@ describe('MoRIIO flows', () => {
     tp_size: 4,
     transfer_mode: mode,
   });
-  const dInfo = { connector: 'MoRIIOConnector', kv_role: 'kv_consumer', zmq_address: 'host:10.0.0.2,handshake:6401,notify:62005', dp_size: 1, tp_size: 2 };
+  const dInfo = {
+    connector: 'MoRIIOConnector',
+    kv_role: 'kv_consumer',
+    zmq_address: 'host:10.0.0.2,handshake:6401,notify:62005',
+    dp_size: 1,
+    tp_size: 2,
+  };
 
   test('READ: P first, then D with P engine id, block ids and transfer id; request id embedding', async () => {
-    const pReturned = { remote_engine_id: '10.0.0.1:6301', remote_block_ids: [4, 5], transfer_id: 'ignored-will-copy' };
+    const pReturned = {
+      remote_engine_id: '10.0.0.1:6301',
+      remote_block_ids: [4, 5],
+      transfer_id: 'ignored-will-copy',
+    };
     const p = await UpstreamDouble.start(prefillResponder(100, pReturned), pInfo('READ'));
     const d = await UpstreamDouble.start(decodeResponder(2), dInfo);
     const proxy = await pd(p, d);
     try {
-      const res = await post(`${proxy.url}/v1/completions`, { model: 'tiny', prompt: 'abc', max_tokens: 5, stream: true });
+      const res = await post(`${proxy.url}/v1/completions`, {
+        model: 'tiny',
+        prompt: 'abc',
+        max_tokens: 5,
+        stream: true,
+      });
       assert.equal(res.status, 200);
       await res.text();
       const pReq = p.completions()[0]!;
@@ -255,10 +285,15 @@ describe('MoRIIO flows', () => {
       assert.equal(dReq.body['max_tokens'], 5, 'kvconnect keeps max_tokens (token-identical outputs)');
       assert.ok(dReq.at - pReq.at >= 90, 'READ mode is sequential');
       // The next request uses P's second DP rank.
-      await (await post(`${proxy.url}/v1/completions`, { model: 'tiny', prompt: 'abc', max_tokens: 5 })).text();
+      await (
+        await post(`${proxy.url}/v1/completions`, { model: 'tiny', prompt: 'abc', max_tokens: 5 })
+      ).text();
       const p2 = p.completions()[1]!;
       assert.equal(p2.headers['x-data-parallel-rank'], '1');
-      assert.equal((d.completions()[1]!.body['kv_transfer_params'] as Record<string, unknown>)['remote_dp_rank'], 1);
+      assert.equal(
+        (d.completions()[1]!.body['kv_transfer_params'] as Record<string, unknown>)['remote_dp_rank'],
+        1,
+      );
     } finally {
       await proxy.close();
       await p.close();
@@ -280,7 +315,10 @@ describe('MoRIIO flows', () => {
       const dParams = dReq.body['kv_transfer_params'] as Record<string, unknown>;
       assert.equal(dParams['remote_block_ids'], null);
       assert.equal(dParams['remote_engine_id'], null);
-      assert.equal(dParams['transfer_id'], (pReq.body['kv_transfer_params'] as Record<string, unknown>)['transfer_id']);
+      assert.equal(
+        dParams['transfer_id'],
+        (pReq.body['kv_transfer_params'] as Record<string, unknown>)['transfer_id'],
+      );
       assert.equal(dReq.body['max_tokens'], 4);
     } finally {
       await proxy.close();

@@ -14,14 +14,18 @@ import { decodeResponder, prefillResponder, sleep, UpstreamDouble, waitFor } fro
 
 setLogLevel('silent');
 
-const backends = (n: number) => Array.from({ length: n }, (_, i) => new Backend(`http://10.0.0.${i + 1}:8000`, 'prefill', 'cli', true));
+const backends = (n: number) =>
+  Array.from({ length: n }, (_, i) => new Backend(`http://10.0.0.${i + 1}:8000`, 'prefill', 'cli', true));
 
 describe('routing policies', () => {
   test('round_robin cycles through the candidates', () => {
     const policy = createPolicy('round_robin', 10);
     const bs = backends(3);
     const picks = Array.from({ length: 6 }, () => policy.select('prefill', bs, { prefixHashes: [] }).url);
-    assert.deepEqual(picks, [...bs, ...bs].map((b) => b.url));
+    assert.deepEqual(
+      picks,
+      [...bs, ...bs].map((b) => b.url),
+    );
   });
 
   test('least_loaded picks the backend with the fewest requests in flight', () => {
@@ -57,7 +61,10 @@ describe('routing policies', () => {
   });
 
   test('prefix_aware sends shared-prefix requests to the backend that served the prefix (through the proxy)', async () => {
-    const ps = [await UpstreamDouble.start(prefillResponder()), await UpstreamDouble.start(prefillResponder())];
+    const ps = [
+      await UpstreamDouble.start(prefillResponder()),
+      await UpstreamDouble.start(prefillResponder()),
+    ];
     const ds = [await UpstreamDouble.start(decodeResponder()), await UpstreamDouble.start(decodeResponder())];
     const proxy = await startProxy(
       resolveProxyOptions({
@@ -121,14 +128,26 @@ describe('MoRIIO discovery', () => {
       () => parsePing({ ...ping('P', '1.2.3.4:80', 'host:1.2.3.4,handshake:1,notify:2'), tp_size: 0 }),
       /tp_size must be a positive integer/,
     );
-    assert.equal(parsePing({ ...ping('D', '1.2.3.4:80', 'host:1.2.3.4,handshake:1,notify:2'), transfer_mode: 'write' }).transfer_mode, 'WRITE');
+    assert.equal(
+      parsePing({ ...ping('D', '1.2.3.4:80', 'host:1.2.3.4,handshake:1,notify:2'), transfer_mode: 'write' })
+        .transfer_mode,
+      'WRITE',
+    );
   });
 
   test('instances register by ping, serve MoRIIO requests with their zmq addresses, and expire', async () => {
-    const p = await UpstreamDouble.start(prefillResponder(0, { remote_engine_id: 'pe', remote_block_ids: [1], transfer_id: 'tx-1' }));
+    const p = await UpstreamDouble.start(
+      prefillResponder(0, { remote_engine_id: 'pe', remote_block_ids: [1], transfer_id: 'tx-1' }),
+    );
     const d = await UpstreamDouble.start(decodeResponder(1));
     const proxy = await startProxy(
-      resolveProxyOptions({ port: 0, discoveryPort: 0, discoveryHost: '127.0.0.1', discoveryTtlMs: 400, kvConnector: 'MoRIIOConnector' }),
+      resolveProxyOptions({
+        port: 0,
+        discoveryPort: 0,
+        discoveryHost: '127.0.0.1',
+        discoveryTtlMs: 400,
+        kvConnector: 'MoRIIOConnector',
+      }),
     );
     const reg = `http://127.0.0.1:${proxy.discoveryPort}/register`;
     const register = (b: unknown) => fetch(reg, { method: 'POST', body: JSON.stringify(b) });
@@ -138,7 +157,10 @@ describe('MoRIIO discovery', () => {
       await before.json();
       const bad = await register({ type: 'P' });
       assert.equal(bad.status, 400);
-      assert.equal(((await bad.json()) as { error: { code: string } }).error.code, 'PROXY_DISCOVERY_BAD_PING');
+      assert.equal(
+        ((await bad.json()) as { error: { code: string } }).error.code,
+        'PROXY_DISCOVERY_BAD_PING',
+      );
       const pZmq = 'host:127.0.0.9,handshake:7001,notify:7002';
       const dZmq = 'host:127.0.0.8,handshake:8001,notify:8002';
       const ok = await register(ping('P', p.url, pZmq));
@@ -153,7 +175,10 @@ describe('MoRIIO discovery', () => {
       await res.json();
       const id = String(p.completions()[0]!.headers['x-request-id']);
       assert.ok(id.startsWith(`___prefill_addr_${pZmq}___decode_addr_${dZmq}_`), id);
-      assert.equal((d.completions()[0]!.body['kv_transfer_params'] as Record<string, unknown>)['remote_engine_id'], 'pe');
+      assert.equal(
+        (d.completions()[0]!.body['kv_transfer_params'] as Record<string, unknown>)['remote_engine_id'],
+        'pe',
+      );
       const listed = (await (await fetch(`http://127.0.0.1:${proxy.discoveryPort}/instances`)).json()) as {
         instances: unknown[];
       };
@@ -162,7 +187,10 @@ describe('MoRIIO discovery', () => {
       const deadline = Date.now() + 1500;
       while (Date.now() < deadline) {
         await (await register(ping('P', p.url, pZmq))).json();
-        const h = (await (await fetch(`${proxy.url}/health`)).json()) as { decode_instances: number; prefill_instances: number };
+        const h = (await (await fetch(`${proxy.url}/health`)).json()) as {
+          decode_instances: number;
+          prefill_instances: number;
+        };
         if (h.decode_instances === 0) {
           assert.equal(h.prefill_instances, 1);
           break;

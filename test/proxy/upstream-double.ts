@@ -34,11 +34,19 @@ export const P_RETURNED_PARAMS = {
 export const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 /** A prefill double: one token, P's kv_transfer_params. */
-export function prefillResponder(delayMs = 0, params: Record<string, unknown> = P_RETURNED_PARAMS): Responder {
+export function prefillResponder(
+  delayMs = 0,
+  params: Record<string, unknown> = P_RETURNED_PARAMS,
+): Responder {
   return async (_rec, res) => {
     if (delayMs > 0) await sleep(delayMs);
     if (res.destroyed) return;
-    json(res, 200, { id: 'cmpl-p', object: 'text_completion', choices: [{ index: 0, text: 'P' }], kv_transfer_params: params });
+    json(res, 200, {
+      id: 'cmpl-p',
+      object: 'text_completion',
+      choices: [{ index: 0, text: 'P' }],
+      kv_transfer_params: params,
+    });
   };
 }
 
@@ -81,7 +89,10 @@ export class UpstreamDouble {
     this.#server = createServer((req, res) => void this.#handle(req, res));
   }
 
-  static async start(respond: Responder, info: Record<string, unknown> | null = null): Promise<UpstreamDouble> {
+  static async start(
+    respond: Responder,
+    info: Record<string, unknown> | null = null,
+  ): Promise<UpstreamDouble> {
     const d = new UpstreamDouble(respond, info);
     await new Promise<void>((resolve) => d.#server.listen(0, '127.0.0.1', () => resolve()));
     d.url = `http://127.0.0.1:${(d.#server.address() as AddressInfo).port}`;

@@ -124,7 +124,7 @@ describe('helpers', () => {
 describe('malformed frames on a real socket', () => {
   it('closes only the offending connection, logs it, and keeps serving other peers', async () => {
     const a = await TransferAgent.create({ engineId: 'A', backends: ['TCP'] });
-    const b = await TransferAgent.create({ engineId: 'B', backends: ['TCP'] });
+    const b = await TransferAgent.create({ engineId: 'B', backends: ['TCP'], connectTimeoutMs: 400 });
     a.registerMemory([makeRegion(0, 1024, 16, 1)]);
     b.registerMemory([makeRegion(0, 1024, 16, 2)]);
     b.grantRead('g', { blockIds: [1, 2] });
@@ -144,7 +144,8 @@ describe('malformed frames on a real socket', () => {
         f.fill(0x7b, 16);
         return f;
       })(),
-      ...Array.from({ length: 6 }, () => randomBytes(1 + Math.floor(Math.random() * 2000))),
+      ...Array.from({ length: 6 }, () => randomBytes(16 + Math.floor(Math.random() * 2000))),
+      randomBytes(5), // a partial prefix: dropped by the handshake timeout
     ];
     const { records } = await captureLogs(async () => {
       for (const body of bodies) {

@@ -12,7 +12,8 @@ const collect = (value: string, previous: string[]): string[] => [...previous, v
 function intArg(name: string, min: number) {
   return (value: string): number => {
     const n = Number(value);
-    if (!Number.isInteger(n) || n < min) throw new InvalidArgumentError(`${name} must be an integer >= ${min}.`);
+    if (!Number.isInteger(n) || n < min)
+      throw new InvalidArgumentError(`${name} must be an integer >= ${min}.`);
     return n;
   };
 }
@@ -25,29 +26,74 @@ export interface ProxyCommandHooks {
 export function registerProxyCommand(program: Command, hooks: ProxyCommandHooks = {}): Command {
   return program
     .command('proxy')
-    .description('Prefill/decode proxy: runs the P/D flow of the backends\' KV connector (speaks vLLM\'s HTTP protocol)')
+    .description(
+      "Prefill/decode proxy: runs the P/D flow of the backends' KV connector (speaks vLLM's HTTP protocol)",
+    )
     .option('--prefill <url>', 'prefill server URL (repeatable)', collect, [])
     .option('--decode <url>', 'decode server URL (repeatable)', collect, [])
     .requiredOption('--port <n>', 'port to listen on (0 = any free port)', intArg('--port', 0))
     .option('--host <host>', 'address to listen on', PROXY_DEFAULTS.host)
-    .addOption(new Option('--policy <name>', 'routing policy').choices(POLICY_NAMES).default(PROXY_DEFAULTS.policy))
+    .addOption(
+      new Option('--policy <name>', 'routing policy').choices(POLICY_NAMES).default(PROXY_DEFAULTS.policy),
+    )
     .addOption(
       new Option('--kv-connector <name>', 'P/D flow; default: ask each backend GET /kvconnect/info').choices(
         CONNECTOR_KINDS,
       ),
     )
-    .option('--discovery-port <n>', 'listen for MoRIIO registration pings (HTTP POST /register)', intArg('--discovery-port', 0))
+    .option(
+      '--discovery-port <n>',
+      'listen for MoRIIO registration pings (HTTP POST /register)',
+      intArg('--discovery-port', 0),
+    )
     .option('--discovery-host <host>', 'address of the discovery listener', PROXY_DEFAULTS.discoveryHost)
-    .option('--discovery-ttl-ms <ms>', 'drop an instance after this long without a ping', intArg('--discovery-ttl-ms', 1), PROXY_DEFAULTS.discoveryTtlMs)
-    .option('--health-interval-ms <ms>', 'period of GET /health checks', intArg('--health-interval-ms', 10), PROXY_DEFAULTS.healthIntervalMs)
-    .option('--health-timeout-ms <ms>', 'deadline of one health check', intArg('--health-timeout-ms', 1), PROXY_DEFAULTS.healthTimeoutMs)
-    .option('--prefix-chunk-bytes <n>', 'chunk size of prefix_aware hashing', intArg('--prefix-chunk-bytes', 1), PROXY_DEFAULTS.prefixChunkBytes)
-    .option('--prefix-cache-entries <n>', 'prefix_aware LRU capacity', intArg('--prefix-cache-entries', 1), PROXY_DEFAULTS.prefixCacheEntries)
+    .option(
+      '--discovery-ttl-ms <ms>',
+      'drop an instance after this long without a ping',
+      intArg('--discovery-ttl-ms', 1),
+      PROXY_DEFAULTS.discoveryTtlMs,
+    )
+    .option(
+      '--health-interval-ms <ms>',
+      'period of GET /health checks',
+      intArg('--health-interval-ms', 10),
+      PROXY_DEFAULTS.healthIntervalMs,
+    )
+    .option(
+      '--health-timeout-ms <ms>',
+      'deadline of one health check',
+      intArg('--health-timeout-ms', 1),
+      PROXY_DEFAULTS.healthTimeoutMs,
+    )
+    .option(
+      '--prefix-chunk-bytes <n>',
+      'chunk size of prefix_aware hashing',
+      intArg('--prefix-chunk-bytes', 1),
+      PROXY_DEFAULTS.prefixChunkBytes,
+    )
+    .option(
+      '--prefix-cache-entries <n>',
+      'prefix_aware LRU capacity',
+      intArg('--prefix-cache-entries', 1),
+      PROXY_DEFAULTS.prefixCacheEntries,
+    )
     .option('--prefill-engine-id <id>', 'NIXL push: the prefill engine id (else from /kvconnect/info)')
     .option('--prefill-side-channel-host <host>', 'NIXL push: the prefill side-channel host')
-    .option('--prefill-side-channel-port <n>', 'NIXL push: the prefill side-channel port', intArg('--prefill-side-channel-port', 1))
-    .option('--prefill-tp-size <n>', 'NIXL push: the prefill tensor-parallel size', intArg('--prefill-tp-size', 1))
-    .option('--prefill-pp-size <n>', 'NIXL push: the prefill pipeline-parallel size', intArg('--prefill-pp-size', 1))
+    .option(
+      '--prefill-side-channel-port <n>',
+      'NIXL push: the prefill side-channel port',
+      intArg('--prefill-side-channel-port', 1),
+    )
+    .option(
+      '--prefill-tp-size <n>',
+      'NIXL push: the prefill tensor-parallel size',
+      intArg('--prefill-tp-size', 1),
+    )
+    .option(
+      '--prefill-pp-size <n>',
+      'NIXL push: the prefill pipeline-parallel size',
+      intArg('--prefill-pp-size', 1),
+    )
     .addOption(new Option('--moriio-mode <mode>', 'MoRIIO: force READ or WRITE').choices(['READ', 'WRITE']))
     .option('--moriio-decrement-max-tokens', "MoRIIO: send D max_tokens - 1 as vLLM's toy proxy does", false)
     .action(async (o: Record<string, unknown>) => {
@@ -71,7 +117,9 @@ export function registerProxyCommand(program: Command, hooks: ProxyCommandHooks 
         prefixCacheEntries: o['prefixCacheEntries'] as number,
         push,
         moriioDecrementMaxTokens: o['moriioDecrementMaxTokens'] === true,
-        ...(o['kvConnector'] === undefined ? {} : { kvConnector: o['kvConnector'] as ProxyOptions['kvConnector'] & string }),
+        ...(o['kvConnector'] === undefined
+          ? {}
+          : { kvConnector: o['kvConnector'] as ProxyOptions['kvConnector'] & string }),
         ...(o['discoveryPort'] === undefined ? {} : { discoveryPort: o['discoveryPort'] as number }),
         ...(o['moriioMode'] === undefined ? {} : { moriioMode: o['moriioMode'] as 'READ' | 'WRITE' }),
       };

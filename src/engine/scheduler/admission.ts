@@ -171,8 +171,10 @@ function promote(core: SchedulerCore, req: Request): boolean {
     }
   } else {
     core.kv.cacheBlocks(req, req.numComputedTokens);
-    if (req.numComputedTokens === req.numTokens) req.numComputedTokens = req.numTokens - 1;
   }
+  // Full prompt hit: recompute the last token for its logits. (After a failure whose bad
+  // block another request recomputes, the count can still be full: same rule.)
+  if (req.numComputedTokens >= req.numTokens) req.numComputedTokens = req.numTokens - 1;
   core.finishedRecving.delete(id);
   req.status = req.numPreemptions > 0 ? 'PREEMPTED' : 'WAITING';
   return true;

@@ -57,7 +57,10 @@ const pool = new Pool(url, { connections: concurrency, pipelining: 1 });
 function runLoad(url: string, concurrency: number, seconds: number): Promise<LoadResult> {
   const body = JSON.stringify({ model: 'tiny', prompt: 'Hi', max_tokens: 1, temperature: 0 });
   const undiciPath = import.meta.resolve('undici').replace('file://', '');
-  const worker = new Worker(CLIENT, { eval: true, workerData: { url, body, concurrency, seconds, warmup: 1, undiciPath } });
+  const worker = new Worker(CLIENT, {
+    eval: true,
+    workerData: { url, body, concurrency, seconds, warmup: 1, undiciPath },
+  });
   return new Promise((resolve, reject) => {
     worker.once('message', (m: LoadResult) => {
       void worker.terminate();
@@ -81,7 +84,10 @@ async function baselineServer(): Promise<{ url: string; close: () => Promise<voi
     req.on('data', (c: Buffer) => chunks.push(c));
     req.on('end', () => {
       JSON.parse(Buffer.concat(chunks).toString('utf8'));
-      res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) });
+      res.writeHead(200, {
+        'content-type': 'application/json',
+        'content-length': Buffer.byteLength(payload),
+      });
       res.end(payload);
     });
   });
@@ -94,6 +100,54 @@ async function baselineServer(): Promise<{ url: string; close: () => Promise<voi
         server.close(() => resolve());
         server.closeAllConnections();
       }),
+  };
+}
+
+/** The same load without HTTP: `concurrency` loops calling engine.generate directly. */
+async function engineAlone(engine: AsyncEngine, concurrency: number, seconds: number): Promise<LoadResult> {
+  const ids = engine.tokenizer.encode('Hi');
+  const sampling = {
+    maxTokens: 1,
+    temperature: 0,
+    topP: 1,
+    topK: 0,
+    seed: null,
+    stop: [],
+    stopTokenIds: [],
+    ignoreEos: false,
+    logprobs: null,
+  };
+  const latencies: number[] = [];
+  let next = 0;
+  const warmupEnd = Date.now() + 1000;
+  const stopAt = warmupEnd + seconds * 1000;
+  let startedAt = 0;
+  const loop = async (): Promise<void> => {
+    while (Date.now() < stopAt) {
+      const t0 = performance.now();
+      for await (const _ of engine.generate({
+        requestId: `bench-${next++}`,
+        promptTokenIds: ids,
+        sampling,
+      })) {
+        // drain
+      }
+      if (Date.now() >= warmupEnd) {
+        if (!startedAt) startedAt = t0;
+        latencies.push(performance.now() - t0);
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: concurrency }, loop));
+  latencies.sort((a, b) => a - b);
+  const q = (p: number): number =>
+    latencies[Math.min(latencies.length - 1, Math.floor(p * latencies.length))] ?? 0;
+  return {
+    requests: latencies.length,
+    errors: 0,
+    seconds: (performance.now() - startedAt) / 1000,
+    p50Ms: q(0.5),
+    p99Ms: q(0.99),
   };
 }
 
@@ -114,7 +168,10 @@ export async function main(args: string[]): Promise<void> {
   const baseline = await runLoad(base.url, concurrency, seconds);
   await base.close();
 
-  const engine = await AsyncEngine.create(buildEngineConfig({ model: 'tiny', max_num_seqs: 256, max_num_batched_tokens: 8192 }));
+  const engine = await AsyncEngine.create(
+    buildEngineConfig({ model: 'tiny', max_num_seqs: 256, max_num_batched_tokens: 8192 }),
+  );
+  const alone = await engineAlone(engine, concurrency, seconds);
   const server = createServer({ engine });
   const { url } = await server.start('127.0.0.1', 0);
   const measured = await runLoad(url, concurrency, seconds);
@@ -124,9 +181,12 @@ export async function main(args: string[]): Promise<void> {
   const rps = (r: LoadResult): number => r.requests / r.seconds;
   const rows: Array<[string, LoadResult]> = [
     ['baseline: bare node:http, static JSON', baseline],
+    ['engine alone: AsyncEngine.generate, no HTTP', alone],
     ['kvconnect serve (tiny, max_tokens=1)', measured],
   ];
-  console.log(`concurrency ${concurrency}, ${seconds} s measured after 1 s warm-up, client in a worker thread (undici)`);
+  console.log(
+    `concurrency ${concurrency}, ${seconds} s measured after 1 s warm-up, client in a worker thread (undici)`,
+  );
   console.log('| server | req/s | p50 ms | p99 ms | errors |');
   console.log('| --- | --- | --- | --- | --- |');
   for (const [name, r] of rows) {
@@ -139,10 +199,13 @@ export async function main(args: string[]): Promise<void> {
       duration_s: seconds,
       baseline_req_per_s: Math.round(rps(baseline)),
       baseline_p50_ms: Number(baseline.p50Ms.toFixed(3)),
+      engine_alone_req_per_s: Math.round(rps(alone)),
+      engine_alone_p50_ms: Number(alone.p50Ms.toFixed(3)),
       server_req_per_s: Math.round(rps(measured)),
       server_p50_ms: Number(measured.p50Ms.toFixed(3)),
       server_p99_ms: Number(measured.p99Ms.toFixed(3)),
       server_errors: measured.errors,
+      server_vs_engine_alone: Number((rps(measured) / rps(alone)).toFixed(3)),
       target_req_per_s: 1000,
       meets_target: rps(measured) >= 1000,
     }),

@@ -110,7 +110,13 @@ export class Engine {
     }
     // Spec §3.11: the scheduler-side connector serves every rank's handshake metadata.
     if (connector && Object.keys(executor.handshakeMetadata).length > 0) {
-      await connector.setXferHandshakeMetadata(executor.handshakeMetadata);
+      try {
+        await connector.setXferHandshakeMetadata(executor.handshakeMetadata);
+      } catch (e) {
+        await executor.shutdown();
+        await connector.shutdown();
+        throw e;
+      }
     }
     return new Engine({
       config,

@@ -54,7 +54,11 @@ export const QUEUED_STATES: ReadonlySet<LifecycleState> = new Set([
 ]);
 
 /** Queued states in which a request holds no KV blocks. */
-export const BLOCKLESS_STATES: ReadonlySet<LifecycleState> = new Set(['WAITING', 'LOOKUP_PENDING', 'PREEMPTED']);
+export const BLOCKLESS_STATES: ReadonlySet<LifecycleState> = new Set([
+  'WAITING',
+  'LOOKUP_PENDING',
+  'PREEMPTED',
+]);
 
 export function canTransition(from: LifecycleState, to: LifecycleState): boolean {
   return TRANSITIONS[from].includes(to);
@@ -128,9 +132,11 @@ export function assertInvariants(scheduler: InspectableScheduler): void {
   for (const req of waiting) {
     if (seen.has(req.requestId)) fail(req.requestId, 'is queued twice');
     seen.add(req.requestId);
-    if (!QUEUED_STATES.has(req.lifecycle)) fail(req.requestId, `is in the waiting queue in state ${req.lifecycle}`);
+    if (!QUEUED_STATES.has(req.lifecycle))
+      fail(req.requestId, `is in the waiting queue in state ${req.lifecycle}`);
     const loading = req.status === 'WAITING_FOR_REMOTE_KVS';
-    if (req.lifecycle === 'WAITING_FOR_REMOTE_KV' && !loading) fail(req.requestId, `waits for remote KV with status ${req.status}`);
+    if (req.lifecycle === 'WAITING_FOR_REMOTE_KV' && !loading)
+      fail(req.requestId, `waits for remote KV with status ${req.status}`);
     if (req.status !== 'WAITING' && req.status !== 'PREEMPTED' && !loading) {
       fail(req.requestId, `is in the waiting queue with status ${req.status}`);
     }
@@ -145,7 +151,8 @@ export function assertInvariants(scheduler: InspectableScheduler): void {
   const inUse = new Set<number>();
   for (const [id, req] of requests) {
     if (req.requestId !== id) fail(id, 'is stored under another id');
-    if (req.numComputedTokens > req.numTokens) fail(id, `has ${req.numComputedTokens} computed of ${req.numTokens} tokens`);
+    if (req.numComputedTokens > req.numTokens)
+      fail(id, `has ${req.numComputedTokens} computed of ${req.numTokens} tokens`);
     const held = heldBlockIds(kv, id);
     for (const b of held) inUse.add(b);
     if (!seen.has(id)) {
@@ -160,7 +167,8 @@ export function assertInvariants(scheduler: InspectableScheduler): void {
       }
     } else if (BLOCKLESS_STATES.has(req.lifecycle)) {
       if (held.length > 0) fail(id, `holds blocks ${held.join(',')} in state ${req.lifecycle}`);
-      if (req.numComputedTokens !== 0) fail(id, `has ${req.numComputedTokens} computed tokens in state ${req.lifecycle}`);
+      if (req.numComputedTokens !== 0)
+        fail(id, `has ${req.numComputedTokens} computed tokens in state ${req.lifecycle}`);
     } else if (req.lifecycle === 'WAITING_FOR_REMOTE_KV' && held.length === 0) {
       fail(id, 'waits for remote KV without blocks');
     }

@@ -9,7 +9,9 @@ import type { FinishReason, RequestMetrics, SamplingParams } from './api.ts';
 import type { LifecycleState } from './request-lifecycle.ts';
 
 /** Hashes of the request's new full blocks: a function, or src/kv's createBlockHasher() object. */
-export type BlockHasher = ((request: CacheRequest) => BlockHash[]) | { newHashes(request: CacheRequest): BlockHash[] };
+export type BlockHasher =
+  | ((request: CacheRequest) => BlockHash[])
+  | { newHashes(request: CacheRequest): BlockHash[] };
 
 export interface RequestInit {
   requestId: string;

@@ -23,7 +23,9 @@ export class AdmissionGate {
         503,
         'SERVER_QUEUE_FULL',
         `The server is overloaded: ${this.#inFlight} requests in flight, capacity ${this.capacity}.`,
-        { hint: 'Retry later with backoff, send fewer concurrent requests, or raise maxQueue / --max-num-seqs.' },
+        {
+          hint: 'Retry later with backoff, send fewer concurrent requests, or raise maxQueue / --max-num-seqs.',
+        },
       );
     }
     this.#inFlight += count;

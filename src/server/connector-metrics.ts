@@ -30,17 +30,67 @@ export function connectorMetricSpecs(connectorName: string): readonly ConnectorM
 }
 
 const SECONDS_BUCKETS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 2, 5];
-const BYTES_BUCKETS = [2 ** 10, 2 ** 14, 2 ** 16, 2 ** 18, 2 ** 20, 2 ** 22, 2 ** 24, 2 ** 26, 2 ** 28, 2 ** 30];
+const BYTES_BUCKETS = [
+  2 ** 10,
+  2 ** 14,
+  2 ** 16,
+  2 ** 18,
+  2 ** 20,
+  2 ** 22,
+  2 ** 24,
+  2 ** 26,
+  2 ** 28,
+  2 ** 30,
+];
 const COUNT_BUCKETS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384];
 
 const NIXL_METRICS: readonly ConnectorMetricSpec[] = [
-  { name: 'vllm:nixl_xfer_time_seconds', help: 'Histogram of transfer duration for NIXL KV cache transfers.', type: 'histogram', key: 'transfer_duration', buckets: SECONDS_BUCKETS },
-  { name: 'vllm:nixl_post_time_seconds', help: 'Histogram of transfer post time for NIXL KV cache transfers.', type: 'histogram', key: 'post_duration', buckets: SECONDS_BUCKETS },
-  { name: 'vllm:nixl_bytes_transferred', help: 'Histogram of bytes transferred per NIXL KV cache transfer.', type: 'histogram', key: 'bytes_transferred', buckets: BYTES_BUCKETS },
-  { name: 'vllm:nixl_num_descriptors', help: 'Histogram of number of descriptors per NIXL KV cache transfer.', type: 'histogram', key: 'num_descriptors', buckets: COUNT_BUCKETS },
-  { name: 'vllm:nixl_num_failed_transfers', help: 'Number of failed NIXL KV cache transfers.', type: 'counter', key: 'num_failed_transfers' },
-  { name: 'vllm:nixl_num_failed_notifications', help: 'Number of failed NIXL KV cache notifications.', type: 'counter', key: 'num_failed_notifications' },
-  { name: 'vllm:nixl_num_kv_expired_reqs', help: 'Number of requests whose KV blocks expired before the decode side read them.', type: 'counter', key: 'num_kv_expired_reqs' },
+  {
+    name: 'vllm:nixl_xfer_time_seconds',
+    help: 'Histogram of transfer duration for NIXL KV cache transfers.',
+    type: 'histogram',
+    key: 'transfer_duration',
+    buckets: SECONDS_BUCKETS,
+  },
+  {
+    name: 'vllm:nixl_post_time_seconds',
+    help: 'Histogram of transfer post time for NIXL KV cache transfers.',
+    type: 'histogram',
+    key: 'post_duration',
+    buckets: SECONDS_BUCKETS,
+  },
+  {
+    name: 'vllm:nixl_bytes_transferred',
+    help: 'Histogram of bytes transferred per NIXL KV cache transfer.',
+    type: 'histogram',
+    key: 'bytes_transferred',
+    buckets: BYTES_BUCKETS,
+  },
+  {
+    name: 'vllm:nixl_num_descriptors',
+    help: 'Histogram of number of descriptors per NIXL KV cache transfer.',
+    type: 'histogram',
+    key: 'num_descriptors',
+    buckets: COUNT_BUCKETS,
+  },
+  {
+    name: 'vllm:nixl_num_failed_transfers',
+    help: 'Number of failed NIXL KV cache transfers.',
+    type: 'counter',
+    key: 'num_failed_transfers',
+  },
+  {
+    name: 'vllm:nixl_num_failed_notifications',
+    help: 'Number of failed NIXL KV cache notifications.',
+    type: 'counter',
+    key: 'num_failed_notifications',
+  },
+  {
+    name: 'vllm:nixl_num_kv_expired_reqs',
+    help: 'Number of requests whose KV blocks expired before the decode side read them.',
+    type: 'counter',
+    key: 'num_kv_expired_reqs',
+  },
 ];
 registerConnectorMetrics('NixlConnector', NIXL_METRICS);
 registerConnectorMetrics('NixlPullConnector', NIXL_METRICS);
@@ -52,7 +102,10 @@ type Sink = (values: number[], scalar: boolean) => void;
 
 function samples(value: unknown, scale: number): number[] | null {
   if (typeof value === 'number' && Number.isFinite(value)) return [value * scale];
-  if (Array.isArray(value)) return value.filter((v): v is number => typeof v === 'number' && Number.isFinite(v)).map((v) => v * scale);
+  if (Array.isArray(value))
+    return value
+      .filter((v): v is number => typeof v === 'number' && Number.isFinite(v))
+      .map((v) => v * scale);
   return null;
 }
 
@@ -89,14 +142,24 @@ export class ConnectorMetrics {
       return;
     }
     for (const [child, childData] of Object.entries(data)) {
-      if (this.#sinks.has(child) && typeof childData === 'object' && childData !== null && !Array.isArray(childData)) {
+      if (
+        this.#sinks.has(child) &&
+        typeof childData === 'object' &&
+        childData !== null &&
+        !Array.isArray(childData)
+      ) {
         this.observe(child, childData as Record<string, unknown>);
       }
     }
   }
 }
 
-function makeSink(registry: Registry, spec: ConnectorMetricSpec, labelNames: string[], labels: LabelValues): Sink {
+function makeSink(
+  registry: Registry,
+  spec: ConnectorMetricSpec,
+  labelNames: string[],
+  labels: LabelValues,
+): Sink {
   const common = { name: spec.name, help: spec.help, labelNames, registers: [registry] };
   switch (spec.type) {
     case 'histogram': {

@@ -9,7 +9,8 @@ export type Body = Record<string, unknown>;
 function describe(value: unknown): string {
   if (value === null) return 'null';
   if (Array.isArray(value)) return 'an array';
-  if (typeof value === 'string') return JSON.stringify(value.length > 40 ? `${value.slice(0, 37)}...` : value);
+  if (typeof value === 'string')
+    return JSON.stringify(value.length > 40 ? `${value.slice(0, 37)}...` : value);
   if (typeof value === 'object') return 'an object';
   return String(value);
 }
@@ -24,7 +25,11 @@ export function invalid(field: string, expected: string, received: unknown, hint
 
 export function asBody(value: unknown): Body {
   if (typeof value !== 'object' || value === null || Array.isArray(value)) {
-    throw badRequest('The request body must be a JSON object.', 'body', 'Send a JSON object such as {"model": "...", "prompt": "..."}.');
+    throw badRequest(
+      'The request body must be a JSON object.',
+      'body',
+      'Send a JSON object such as {"model": "...", "prompt": "..."}.',
+    );
   }
   return value as Body;
 }
@@ -86,17 +91,22 @@ export function optStop(body: Body): string[] {
   const v = body['stop'];
   if (v === undefined || v === null) return [];
   if (typeof v === 'string') return v === '' ? [] : [v];
-  if (Array.isArray(v) && v.every((s) => typeof s === 'string')) return (v as string[]).filter((s) => s !== '');
+  if (Array.isArray(v) && v.every((s) => typeof s === 'string'))
+    return (v as string[]).filter((s) => s !== '');
   throw invalid('stop', 'a string or an array of strings', v);
 }
 
 export function optTokenIds(body: Body, key: string, vocabSize: number): number[] {
   const v = body[key];
   if (v === undefined || v === null) return [];
-  if (!isTokenIdArray(v, vocabSize)) throw invalid(key, `an array of integer token ids in [0, ${vocabSize})`, v);
+  if (!isTokenIdArray(v, vocabSize))
+    throw invalid(key, `an array of integer token ids in [0, ${vocabSize})`, v);
   return v;
 }
 
 export function isTokenIdArray(v: unknown, vocabSize: number): v is number[] {
-  return Array.isArray(v) && v.every((t) => typeof t === 'number' && Number.isInteger(t) && t >= 0 && t < vocabSize);
+  return (
+    Array.isArray(v) &&
+    v.every((t) => typeof t === 'number' && Number.isInteger(t) && t >= 0 && t < vocabSize)
+  );
 }

@@ -93,7 +93,8 @@ export async function handleGenerate(
 
 function parse(ctx: GenerateHandlerContext, kind: GenerationKind, body: Body): GenerationPlan {
   const parseCtx = { tokenizer: ctx.engine.tokenizer, maxModelLen: ctx.engine.config.model.maxModelLen };
-  const plan = kind === 'completion' ? parseCompletionRequest(body, parseCtx) : parseChatRequest(body, parseCtx);
+  const plan =
+    kind === 'completion' ? parseCompletionRequest(body, parseCtx) : parseChatRequest(body, parseCtx);
   if (plan.model !== undefined && plan.model !== ctx.servedModelName) {
     throw new HttpError(404, 'SERVER_MODEL_NOT_FOUND', `The model \`${plan.model}\` does not exist.`, {
       field: 'model',
@@ -151,17 +152,27 @@ async function streamResponse(
     for await (const { index, promptIndex, delta } of events) {
       const choice = choices[index]!;
       const part = applyDelta(rctx, choice, delta);
-      if (rctx.plan.echo && !started.has(index)) part.text = rctx.tokenizer.decode(rctx.plan.prompts[promptIndex]!) + part.text;
+      if (rctx.plan.echo && !started.has(index))
+        part.text = rctx.tokenizer.decode(rctx.plan.prompts[promptIndex]!) + part.text;
       started.add(index);
       if (delta.finished) {
         ctx.metrics.observeFinished(delta);
         if (delta.finishReason === 'error') throw engineFailure(delta.error);
       }
       if (part.text === '' && !delta.finished && part.logprobs === null) continue;
-      await sse.send(chunkOf(rctx, index, part, delta.finished ? delta.finishReason : null, delta.finished ? delta.kvTransferParams : null));
+      await sse.send(
+        chunkOf(
+          rctx,
+          index,
+          part,
+          delta.finished ? delta.finishReason : null,
+          delta.finished ? delta.kvTransferParams : null,
+        ),
+      );
       if (sse.closed) return;
     }
-    if (rctx.plan.includeUsage) await sse.send(usageChunk(rctx, usageOf(promptTokenCount(rctx.plan), choices)));
+    if (rctx.plan.includeUsage)
+      await sse.send(usageChunk(rctx, usageOf(promptTokenCount(rctx.plan), choices)));
   } catch (e) {
     if (sse.closed) return;
     await sse.send(errorBody(e));
@@ -170,7 +181,12 @@ async function streamResponse(
 }
 
 function engineFailure(error: { code: string; message: string; hint?: string } | undefined): HttpError {
-  return new HttpError(500, error?.code ?? 'ENGINE_ERROR', error?.message ?? 'The engine failed this request.', {
-    ...(error?.hint === undefined ? {} : { hint: error.hint }),
-  });
+  return new HttpError(
+    500,
+    error?.code ?? 'ENGINE_ERROR',
+    error?.message ?? 'The engine failed this request.',
+    {
+      ...(error?.hint === undefined ? {} : { hint: error.hint }),
+    },
+  );
 }

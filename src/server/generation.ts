@@ -18,7 +18,11 @@ export function choiceSeed(seed: number | null, choice: number): number | null {
   return seed === null ? null : seed + choice;
 }
 
-export function buildEngineRequests(plan: GenerationPlan, baseId: string, disableRandomization: boolean): GenerateRequest[] {
+export function buildEngineRequests(
+  plan: GenerationPlan,
+  baseId: string,
+  disableRandomization: boolean,
+): GenerateRequest[] {
   const total = plan.prompts.length * plan.n;
   const out: GenerateRequest[] = [];
   for (const [p, prompt] of plan.prompts.entries()) {

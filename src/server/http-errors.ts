@@ -49,6 +49,11 @@ export function sendError(res: ServerResponse, e: unknown): void {
   res.end(payload);
 }
 
-export function badRequest(message: string, param: string, hint: string, code = 'SERVER_INVALID_REQUEST'): HttpError {
+export function badRequest(
+  message: string,
+  param: string,
+  hint: string,
+  code = 'SERVER_INVALID_REQUEST',
+): HttpError {
   return new HttpError(400, code, message, { field: param, hint });
 }

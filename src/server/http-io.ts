@@ -38,9 +38,14 @@ export function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
 }
 
 function tooLarge(size: number, limit: number): HttpError {
-  return new HttpError(413, 'SERVER_BODY_TOO_LARGE', `Request body too large: ${size} bytes exceeds the limit of ${limit} bytes.`, {
-    hint: 'Send a shorter prompt, or start the server with a larger maxBodyBytes.',
-  });
+  return new HttpError(
+    413,
+    'SERVER_BODY_TOO_LARGE',
+    `Request body too large: ${size} bytes exceeds the limit of ${limit} bytes.`,
+    {
+      hint: 'Send a shorter prompt, or start the server with a larger maxBodyBytes.',
+    },
+  );
 }
 
 export async function readJson(req: IncomingMessage, limit: number): Promise<unknown> {
@@ -54,7 +59,12 @@ export async function readJson(req: IncomingMessage, limit: number): Promise<unk
   }
 }
 
-export function sendJson(res: ServerResponse, status: number, value: unknown, headers: Record<string, string> = {}): void {
+export function sendJson(
+  res: ServerResponse,
+  status: number,
+  value: unknown,
+  headers: Record<string, string> = {},
+): void {
   const payload = JSON.stringify(value);
   res.writeHead(status, {
     'content-type': 'application/json',

@@ -25,8 +25,14 @@ const KNOWN_KEYS: Record<string, { check: Check; expected: string }> = {
   remote_host: { check: isStringOrNull, expected: 'a host name or IP string' },
   remote_port: { check: isPortOrNull, expected: 'an integer port in 0..65535' },
   remote_block_ids: { check: isBlockIds, expected: 'a list of block ids, or one list per KV cache group' },
-  tp_size: { check: (v) => v === null || (isNonNegInt(v) && (v as number) >= 1), expected: 'a positive integer' },
-  pp_size: { check: (v) => v === null || (isNonNegInt(v) && (v as number) >= 1), expected: 'a positive integer' },
+  tp_size: {
+    check: (v) => v === null || (isNonNegInt(v) && (v as number) >= 1),
+    expected: 'a positive integer',
+  },
+  pp_size: {
+    check: (v) => v === null || (isNonNegInt(v) && (v as number) >= 1),
+    expected: 'a positive integer',
+  },
   remote_num_tokens: { check: isIntOrNull, expected: 'a non-negative integer' },
   remote_dp_rank: { check: isIntOrNull, expected: 'a non-negative integer' },
   transfer_id: { check: isStringOrNull, expected: 'a string' },
@@ -57,5 +63,9 @@ export function parseKvTransferParams(value: unknown): KVTransferParams | null {
 
 /** True when rejecting this request must still tell the engine, so the prefill peer frees its blocks (§3.6). */
 export function needsRejectionNotice(params: unknown): params is KVTransferParams {
-  return typeof params === 'object' && params !== null && (params as Record<string, unknown>)['do_remote_prefill'] === true;
+  return (
+    typeof params === 'object' &&
+    params !== null &&
+    (params as Record<string, unknown>)['do_remote_prefill'] === true
+  );
 }

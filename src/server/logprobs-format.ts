@@ -47,7 +47,11 @@ export function completionLogprobs(
   return out;
 }
 
-export function chatLogprobs(tokenizer: TokenizerLike, delta: RequestOutputDelta, topN: number): ChatLogprobEntry[] {
+export function chatLogprobs(
+  tokenizer: TokenizerLike,
+  delta: RequestOutputDelta,
+  topN: number,
+): ChatLogprobEntry[] {
   return delta.newTokenIds.map((id, i) => {
     const token = tokenText(tokenizer, id);
     return {

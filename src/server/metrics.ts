@@ -7,7 +7,9 @@ import { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { EngineStats, RequestOutputDelta } from '../engine/api.ts';
 import { ConnectorMetrics } from './connector-metrics.ts';
 
-const TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80];
+const TTFT_BUCKETS = [
+  0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80,
+];
 const E2E_BUCKETS = [0.01, 0.05, 0.1, 0.3, 0.5, 0.8, 1, 1.5, 2, 2.5, 5, 10, 15, 20, 30, 40, 50, 60, 120, 240];
 
 type CounterKey =
@@ -21,8 +23,16 @@ type CounterKey =
 const ENGINE_COUNTERS: ReadonlyArray<[string, string, CounterKey]> = [
   ['vllm:prompt_tokens_total', 'Number of prefill tokens processed.', 'promptTokensTotal'],
   ['vllm:generation_tokens_total', 'Number of generation tokens processed.', 'generationTokensTotal'],
-  ['vllm:prefix_cache_queries_total', 'Prefix cache queries, in terms of number of queried tokens.', 'prefixCacheQueriesTotal'],
-  ['vllm:prefix_cache_hits_total', 'Prefix cache hits, in terms of number of cached tokens.', 'prefixCacheHitsTotal'],
+  [
+    'vllm:prefix_cache_queries_total',
+    'Prefix cache queries, in terms of number of queried tokens.',
+    'prefixCacheQueriesTotal',
+  ],
+  [
+    'vllm:prefix_cache_hits_total',
+    'Prefix cache hits, in terms of number of cached tokens.',
+    'prefixCacheHitsTotal',
+  ],
   [
     'vllm:external_prefix_cache_queries_total',
     'External prefix cache queries from KV connector cross-instance cache sharing, in terms of number of queried tokens.',
@@ -64,16 +74,43 @@ export class ServerMetrics {
     this.#connectorName = options.connectorName;
     const labelNames = Object.keys(this.#labels);
     const registers = [this.registry];
-    this.#running = new Gauge({ name: 'vllm:num_requests_running', help: 'Number of requests in model execution batches.', labelNames, registers });
-    this.#waiting = new Gauge({ name: 'vllm:num_requests_waiting', help: 'Number of requests waiting to be processed.', labelNames, registers });
-    this.#kvUsage = new Gauge({ name: 'vllm:kv_cache_usage_perc', help: 'KV-cache usage. 1 means 100 percent usage.', labelNames, registers });
+    this.#running = new Gauge({
+      name: 'vllm:num_requests_running',
+      help: 'Number of requests in model execution batches.',
+      labelNames,
+      registers,
+    });
+    this.#waiting = new Gauge({
+      name: 'vllm:num_requests_waiting',
+      help: 'Number of requests waiting to be processed.',
+      labelNames,
+      registers,
+    });
+    this.#kvUsage = new Gauge({
+      name: 'vllm:kv_cache_usage_perc',
+      help: 'KV-cache usage. 1 means 100 percent usage.',
+      labelNames,
+      registers,
+    });
     for (const [name, help, key] of ENGINE_COUNTERS) {
       const counter = new Counter({ name, help, labelNames, registers });
       counter.inc(this.#labels, 0);
       this.#counters.push({ counter, key, last: 0 });
     }
-    this.#ttft = new Histogram({ name: 'vllm:time_to_first_token_seconds', help: 'Histogram of time to first token in seconds.', labelNames, buckets: TTFT_BUCKETS, registers });
-    this.#e2e = new Histogram({ name: 'vllm:e2e_request_latency_seconds', help: 'Histogram of e2e request latency in seconds.', labelNames, buckets: E2E_BUCKETS, registers });
+    this.#ttft = new Histogram({
+      name: 'vllm:time_to_first_token_seconds',
+      help: 'Histogram of time to first token in seconds.',
+      labelNames,
+      buckets: TTFT_BUCKETS,
+      registers,
+    });
+    this.#e2e = new Histogram({
+      name: 'vllm:e2e_request_latency_seconds',
+      help: 'Histogram of e2e request latency in seconds.',
+      labelNames,
+      buckets: E2E_BUCKETS,
+      registers,
+    });
     this.#success = new Counter({
       name: 'vllm:request_success_total',
       help: 'Count of successfully processed requests.',
@@ -105,7 +142,8 @@ export class ServerMetrics {
       if (now > entry.last) entry.counter.inc(this.#labels, now - entry.last);
       entry.last = Math.max(entry.last, now);
     }
-    if (this.#connector && this.#connectorName) this.#connector.observe(this.#connectorName, stats.kvConnectorStats);
+    if (this.#connector && this.#connectorName)
+      this.#connector.observe(this.#connectorName, stats.kvConnectorStats);
     return stats;
   }
 

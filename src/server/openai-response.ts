@@ -78,7 +78,11 @@ function wireFinishReason(reason: FinishReason | null): string | null {
 
 export function usageOf(promptTokens: number, choices: readonly ChoiceState[]): Usage {
   const completion = choices.reduce((sum, c) => sum + c.numTokens, 0);
-  return { prompt_tokens: promptTokens, completion_tokens: completion, total_tokens: promptTokens + completion };
+  return {
+    prompt_tokens: promptTokens,
+    completion_tokens: completion,
+    total_tokens: promptTokens + completion,
+  };
 }
 
 export function promptTokenCount(plan: GenerationPlan): number {
@@ -86,7 +90,11 @@ export function promptTokenCount(plan: GenerationPlan): number {
 }
 
 /** The whole (non-streaming) response body. */
-export function fullResponse(ctx: ResponseContext, choices: readonly ChoiceState[], echoText: string[]): unknown {
+export function fullResponse(
+  ctx: ResponseContext,
+  choices: readonly ChoiceState[],
+  echoText: string[],
+): unknown {
   const kvTransferParams = choices.find((c) => c.kvTransferParams !== null)?.kvTransferParams ?? null;
   const usage = usageOf(promptTokenCount(ctx.plan), choices);
   const head = { id: ctx.id, created: ctx.created, model: ctx.model };

@@ -55,13 +55,24 @@ export function parseChatRequest(body: Body, ctx: ParseContext): GenerationPlan 
   const wantsLogprobs = optBool(body, 'logprobs') ?? false;
   const top = optNumber(body, 'top_logprobs', { integer: true, min: 0, max: MAX_LOGPROBS });
   if (top !== undefined && top > 0 && !wantsLogprobs) {
-    throw badRequest('when using `top_logprobs`, `logprobs` must be set to true.', 'top_logprobs', 'Add "logprobs": true.');
+    throw badRequest(
+      'when using `top_logprobs`, `logprobs` must be set to true.',
+      'top_logprobs',
+      'Add "logprobs": true.',
+    );
   }
   const maxTokens =
     optNumber(body, 'max_completion_tokens', { integer: true, min: 1 }) ??
     optNumber(body, 'max_tokens', { integer: true, min: 1 }) ??
     null;
-  return buildPlan('chat', body, ctx, [ctx.tokenizer.encode(text)], maxTokens, wantsLogprobs ? (top ?? 0) : null);
+  return buildPlan(
+    'chat',
+    body,
+    ctx,
+    [ctx.tokenizer.encode(text)],
+    maxTokens,
+    wantsLogprobs ? (top ?? 0) : null,
+  );
 }
 
 function buildPlan(
@@ -76,7 +87,8 @@ function buildPlan(
   const n = optNumber(body, 'n', { integer: true, min: 1, max: MAX_N }) ?? 1;
   const stream = optBool(body, 'stream') ?? false;
   const streamOptions = optObject(body, 'stream_options');
-  const includeUsage = streamOptions === undefined ? false : (optBool(streamOptions, 'include_usage') ?? false);
+  const includeUsage =
+    streamOptions === undefined ? false : (optBool(streamOptions, 'include_usage') ?? false);
   const temperature = optNumber(body, 'temperature', { min: 0, max: 2 }) ?? 1;
   const topP = optNumber(body, 'top_p', { above: 0, max: 1 }) ?? 1;
   const topK = optNumber(body, 'top_k', { integer: true, min: -1 }) ?? 0;
@@ -94,7 +106,7 @@ function buildPlan(
       maxTokens,
       temperature,
       topP,
-      topK: topK < 0 ? 0 : topK,
+      topK: Math.max(topK, 0),
       seed,
       stop,
       stopTokenIds,
@@ -134,7 +146,8 @@ function readPrompts(body: Body, tokenizer: TokenizerLike): number[][] {
   if (typeof p === 'string') return [tokenizer.encode(p)];
   if (Array.isArray(p) && p.length > 0) {
     if (p.every((t) => typeof t === 'number')) {
-      if (!isTokenIdArray(p, vocab)) throw invalid('prompt', `token ids that are integers in [0, ${vocab})`, p);
+      if (!isTokenIdArray(p, vocab))
+        throw invalid('prompt', `token ids that are integers in [0, ${vocab})`, p);
       return [p];
     }
     return p.map((item) => {

@@ -3,7 +3,12 @@
  * AsyncEngineLike and shuts it down after close().
  */
 import { readFileSync } from 'node:fs';
-import { createServer as createHttpServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import {
+  createServer as createHttpServer,
+  type IncomingMessage,
+  type Server,
+  type ServerResponse,
+} from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { AsyncEngineLike } from '../engine/api.ts';
 import { getLogger } from '../logging/logger.ts';
@@ -48,7 +53,9 @@ export interface KVServer {
 
 export function packageVersion(): string {
   try {
-    const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version?: string };
+    const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as {
+      version?: string;
+    };
     return pkg.version ?? '0.0.0';
   } catch {
     return '0.0.0';
@@ -70,7 +77,9 @@ export function createServer(options: ServerOptions): KVServer {
     connectorChildren: children,
     readStats: () => engine.stats(),
   });
-  const gate = new AdmissionGate(engine.config.scheduler.maxNumSeqs + (options.maxQueue ?? DEFAULT_MAX_QUEUE));
+  const gate = new AdmissionGate(
+    engine.config.scheduler.maxNumSeqs + (options.maxQueue ?? DEFAULT_MAX_QUEUE),
+  );
   const ctx: GenerateHandlerContext = {
     engine,
     servedModelName,
@@ -113,14 +122,19 @@ export function createServer(options: ServerOptions): KVServer {
   const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     try {
       const handler = router.resolve(req.method ?? 'GET', req.url ?? '/');
-      if (apiKey !== null && (req.url ?? '').startsWith('/v1/') && req.headers.authorization !== `Bearer ${apiKey}`) {
+      if (
+        apiKey !== null &&
+        (req.url ?? '').startsWith('/v1/') &&
+        req.headers.authorization !== `Bearer ${apiKey}`
+      ) {
         throw new HttpError(401, 'SERVER_UNAUTHORIZED', 'Unauthorized: missing or wrong API key.', {
           hint: 'Send the header "Authorization: Bearer <key>" with the key given to --api-key.',
         });
       }
       await handler(req, res);
     } catch (e) {
-      if (!(e instanceof HttpError)) log.error('Unhandled error on %s %s: %s', req.method, req.url, (e as Error).stack);
+      if (!(e instanceof HttpError))
+        log.error('Unhandled error on %s %s: %s', req.method, req.url, (e as Error).stack);
       sendError(res, e);
     }
   };

@@ -343,3 +343,28 @@ test('abort while loading: the blocks stay held until finished_recving, then are
     'workers are told about the abort',
   );
 });
+
+test('tp=2: every rank registers and publishes handshake metadata; hand-offs finish once all ranks report', async () => {
+  const producer = await engineWith('kv_producer', {}, { tensor_parallel_size: 2 });
+  try {
+    const deltas = await collect(
+      producer.engine.generate({
+        requestId: 'tp',
+        promptTokenIds: PROMPT,
+        sampling: samplingParams({ maxTokens: 2, temperature: 0, ignoreEos: true }),
+        kvTransferParams: { save_key: `${producer.id}-k` },
+      }),
+    );
+    assert.deepEqual(deltas.at(-1)?.kvTransferParams, {
+      load_key: `${producer.id}-k`,
+      saved_by: producer.id,
+    });
+    await producer.engine.waitIdle();
+    assert.equal(producer.engine.stats().kvCacheUsage, 0);
+  } finally {
+    await producer.engine.shutdown();
+  }
+  const calls = recorded(producer.id).scheduler;
+  assert.equal(calls[0], 'setXferHandshakeMetadata 0,1');
+  assert.equal(calls.filter((c) => c === 'updateConnectorOutput sending=tp').length, 1);
+});

@@ -63,7 +63,12 @@ test('chunked prefill never exceeds max batched tokens and decodes go first', ()
 });
 
 test('without chunked prefill a prompt larger than the budget waits instead of being split', () => {
-  const h = createHarness({ withConnector: false, maxModelLen: 8, maxNumBatchedTokens: 8, enableChunkedPrefill: false });
+  const h = createHarness({
+    withConnector: false,
+    maxModelLen: 8,
+    maxNumBatchedTokens: 8,
+    enableChunkedPrefill: false,
+  });
   h.add('a', tokens(6), { maxTokens: 4 });
   h.add('b', tokens(6, 400), { maxTokens: 1 });
   const first = h.step();

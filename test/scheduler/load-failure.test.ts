@@ -21,7 +21,11 @@ test('async failure, recompute: truncated to the first invalid block, only the v
   assert.equal(s.out.numScheduledTokens.ok, 1);
   assert.equal(d.metrics.numExternalTokens, 4);
   const probe = h.makeRequest('probe', tokens(12));
-  assert.equal(h.kv.getComputedBlocks(probe).numComputedTokens, 8, 'the recomputed blocks are cached again after the step');
+  assert.equal(
+    h.kv.getComputedBlocks(probe).numComputedTokens,
+    8,
+    'the recomputed blocks are cached again after the step',
+  );
 });
 
 test('progressive async failures across steps keep the earliest truncation', () => {
@@ -137,5 +141,9 @@ test('sync failure, fail policy: both requests error and poisoned blocks leave t
   assert.equal(update.outputs[0]?.status, 'FINISHED_ERROR');
   assert.equal(h.kv.usage, 0);
   const probe = h.makeRequest('probe', tokens(10));
-  assert.equal(h.kv.getComputedBlocks(probe).numComputedTokens, 4, 'the first (valid) block still hits; the bad one does not');
+  assert.equal(
+    h.kv.getComputedBlocks(probe).numComputedTokens,
+    4,
+    'the first (valid) block still hits; the bad one does not',
+  );
 });

@@ -1,12 +1,16 @@
 /** Recompute preemption under memory pressure; the partial-tail rule; the aggregator. */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { emptyConnectorOutput } from '../../src/connector/types.ts';
 import { resolveExternalHit } from '../../src/engine/scheduler/external-hit.ts';
 import { KVOutputAggregator } from '../../src/engine/scheduler/kv-output-aggregator.ts';
-import { emptyConnectorOutput } from '../../src/connector/types.ts';
 import { createHarness, drain, tokens } from './fixtures/harness.ts';
 
-function generate(numBlocks: number): { texts: Map<string, number[]>; preemptions: number; preemptedSeen: boolean } {
+function generate(numBlocks: number): {
+  texts: Map<string, number[]>;
+  preemptions: number;
+  preemptedSeen: boolean;
+} {
   const h = createHarness({ numBlocks, withConnector: false, enablePrefixCaching: false });
   for (const id of ['a', 'b', 'c']) h.add(id, tokens(6, id.charCodeAt(0) * 10), { maxTokens: 14 });
   const texts = new Map<string, number[]>();
@@ -14,7 +18,8 @@ function generate(numBlocks: number): { texts: Map<string, number[]>; preemption
   for (let i = 0; i < 300 && h.scheduler.hasRequests(); i++) {
     const { out, update } = h.step();
     if (out.preemptedReqIds.length > 0) preemptedSeen = true;
-    for (const o of update.outputs) texts.set(o.requestId, [...(texts.get(o.requestId) ?? []), ...o.newTokenIds]);
+    for (const o of update.outputs)
+      texts.set(o.requestId, [...(texts.get(o.requestId) ?? []), ...o.newTokenIds]);
   }
   assert.equal(h.kv.usage, 0);
   return { texts, preemptions: h.scheduler.stats().numPreemptions, preemptedSeen };
@@ -46,21 +51,54 @@ test('a preempted request restarts from zero computed tokens at the front of the
 });
 
 test('partial-tail rule: a longer remote hit supersedes the local tail, a shorter one keeps it', () => {
-  assert.deepEqual(resolveExternalHit(10, 4, 6, true), { numLocal: 8, numExternal: 6, loadAsync: true, dropLocalTail: true });
-  assert.deepEqual(resolveExternalHit(10, 4, 2, true), { numLocal: 10, numExternal: 0, loadAsync: false, dropLocalTail: false });
-  assert.deepEqual(resolveExternalHit(8, 4, 5, false), { numLocal: 8, numExternal: 5, loadAsync: false, dropLocalTail: false });
-  assert.deepEqual(resolveExternalHit(8, 4, 0, true), { numLocal: 8, numExternal: 0, loadAsync: false, dropLocalTail: false });
+  assert.deepEqual(resolveExternalHit(10, 4, 6, true), {
+    numLocal: 8,
+    numExternal: 6,
+    loadAsync: true,
+    dropLocalTail: true,
+  });
+  assert.deepEqual(resolveExternalHit(10, 4, 2, true), {
+    numLocal: 10,
+    numExternal: 0,
+    loadAsync: false,
+    dropLocalTail: false,
+  });
+  assert.deepEqual(resolveExternalHit(8, 4, 5, false), {
+    numLocal: 8,
+    numExternal: 5,
+    loadAsync: false,
+    dropLocalTail: false,
+  });
+  assert.deepEqual(resolveExternalHit(8, 4, 0, true), {
+    numLocal: 8,
+    numExternal: 0,
+    loadAsync: false,
+    dropLocalTail: false,
+  });
 });
 
 test('KVOutputAggregator: finished only when every rank reported it, across steps; invalid blocks unioned', () => {
   const agg = new KVOutputAggregator(2);
-  const r0 = { ...emptyConnectorOutput(), finishedSending: ['a', 'b'], invalidBlockIds: [3], kvConnectorStats: { bytes: 10 } };
-  const r1 = { ...emptyConnectorOutput(), finishedSending: ['a'], invalidBlockIds: [5, 3], kvConnectorStats: { bytes: 7 } };
+  const r0 = {
+    ...emptyConnectorOutput(),
+    finishedSending: ['a', 'b'],
+    invalidBlockIds: [3],
+    kvConnectorStats: { bytes: 10 },
+  };
+  const r1 = {
+    ...emptyConnectorOutput(),
+    finishedSending: ['a'],
+    invalidBlockIds: [5, 3],
+    kvConnectorStats: { bytes: 7 },
+  };
   const first = agg.aggregate([r0, r1]);
   assert.deepEqual(first.finishedSending, ['a']);
   assert.deepEqual(first.invalidBlockIds, [3, 5]);
   assert.deepEqual(first.kvConnectorStats, { bytes: 17 });
-  const second = agg.aggregate([emptyConnectorOutput(), { ...emptyConnectorOutput(), finishedSending: ['b'] }]);
+  const second = agg.aggregate([
+    emptyConnectorOutput(),
+    { ...emptyConnectorOutput(), finishedSending: ['b'] },
+  ]);
   assert.deepEqual(second.finishedSending, ['b']);
   assert.equal(second.finishedRecving, null);
 });
@@ -68,7 +106,9 @@ test('KVOutputAggregator: finished only when every rank reported it, across step
 test('KVOutputAggregator: a dynamic expected count applies to new ids; in-flight ids keep their count', () => {
   const agg = new KVOutputAggregator(3);
   agg.aggregate([{ ...emptyConnectorOutput(), finishedRecving: ['req1'] }]);
-  const changed = agg.aggregate([{ ...emptyConnectorOutput(), expectedFinishedCount: 1, finishedRecving: ['req2'] }]);
+  const changed = agg.aggregate([
+    { ...emptyConnectorOutput(), expectedFinishedCount: 1, finishedRecving: ['req2'] },
+  ]);
   assert.deepEqual(changed.finishedRecving, ['req2']);
   assert.equal(agg.expectedCount, 1);
   const one = agg.aggregate([{ ...emptyConnectorOutput(), finishedRecving: ['req1'] }]);

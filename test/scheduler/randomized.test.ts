@@ -135,6 +135,5 @@ test('randomized: invariants hold after every step and blocks never leak', () =>
     setLogLevel('info');
   }
   // The generated scenarios must actually exercise every path.
-  console.log(seen);
   for (const [key, value] of Object.entries(seen)) assert.ok(value > 0, `no run exercised ${key}`);
 });

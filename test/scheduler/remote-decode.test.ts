@@ -18,7 +18,7 @@ test('remote decode: finish → requestFinished(delay, params) → blocks freed 
   assert.deepEqual(final?.kvTransferParams, { do_remote_prefill: true, remote_request_id: 'p' });
   const finished = h.connector.callsOf('requestFinished', 'p');
   assert.equal(finished.length, 1);
-  const blockIds = (finished[0]?.detail as { blockIds: number[][] }).blockIds;
+  const blockIds = (finished[0]?.detail as { blockIds: number[][] } | undefined)?.blockIds ?? [];
   assert.equal(blockIds[0]?.length, 3, 'cdiv(10 computed tokens, 4)');
   assert.deepEqual(h.kv.getBlockIds('p'), blockIds);
   assert.equal(h.scheduler.getRequest('p')?.lifecycle, 'HANDOFF_PENDING');
@@ -52,7 +52,10 @@ test('a prefix-cache hit still yields params and holds the shared blocks', () =>
   h.add('p', tokens(12), { maxTokens: 1 });
   const s = h.step();
   assert.equal(s.out.scheduledNewReqs[0]?.numComputedTokens, 8);
-  assert.deepEqual(s.update.outputs[0]?.kvTransferParams, { do_remote_prefill: true, remote_request_id: 'p' });
+  assert.deepEqual(s.update.outputs[0]?.kvTransferParams, {
+    do_remote_prefill: true,
+    remote_request_id: 'p',
+  });
   assert.equal(h.kv.getBlockIds('p')[0]?.length, 3);
 });
 

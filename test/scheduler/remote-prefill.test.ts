@@ -18,7 +18,7 @@ test('remote prefill: WAITING_FOR_REMOTE_KVS → finished_recving → RUNNING, l
   assert.equal(req.lifecycle, 'WAITING_FOR_REMOTE_KV');
   const alloc = h.connector.callsOf('updateStateAfterAlloc', 'd');
   assert.equal(alloc.length, 1);
-  assert.deepEqual((alloc[0]?.detail as { numExternalTokens: number }).numExternalTokens, 10);
+  assert.equal((alloc[0]?.detail as { numExternalTokens: number } | undefined)?.numExternalTokens, 10);
   assert.equal(h.kv.getBlockIds('d')[0]?.length, 3);
 
   // Not cached yet: an identical request gets no local hit against unloaded blocks.
@@ -41,7 +41,10 @@ test('remote prefill: WAITING_FOR_REMOTE_KVS → finished_recving → RUNNING, l
   assert.equal(req.metrics.numExternalTokens, 10);
   assert.equal(req.metrics.numLocalComputedTokens, 1);
   assert.equal(s4.update.outputs[0]?.newTokenIds.length, 1);
-  assert.ok(h.connector.callsOf('updateStateAfterAlloc', 'd').length >= 2, 'called again when more blocks are allocated');
+  assert.ok(
+    h.connector.callsOf('updateStateAfterAlloc', 'd').length >= 2,
+    'called again when more blocks are allocated',
+  );
 });
 
 test('remote prefill interleaves with normal requests; buildConnectorMeta runs every step', () => {
@@ -73,7 +76,9 @@ test('a prompt of exactly one block loads and recomputes its last token', () => 
 test('null from getNumNewMatchedTokens = ask again next step, with no side effect', () => {
   const h = createHarness();
   let ready = false;
-  h.connector.matches.set('r', (req, computed) => (ready ? { count: req.numTokens - computed, loadAsync: true } : { count: null, loadAsync: false }));
+  h.connector.matches.set('r', (req, computed) =>
+    ready ? { count: req.numTokens - computed, loadAsync: true } : { count: null, loadAsync: false },
+  );
   const req = h.add('r', tokens(8));
   h.add('other', tokens(4, 600), { maxTokens: 1 });
   const s1 = h.step();
@@ -109,7 +114,11 @@ test('async-load reservation gate: a second load waits while the first still nee
   h.add('b', tokens(18, 900), { maxTokens: 1 });
   h.step();
   assert.equal(h.scheduler.getRequest('a')?.status, 'WAITING_FOR_REMOTE_KVS');
-  assert.equal(h.scheduler.getRequest('b')?.status, 'WAITING_FOR_REMOTE_KVS', 'both fit: 11 free - 2 for a >= 3 reserved for a + 2 for b');
+  assert.equal(
+    h.scheduler.getRequest('b')?.status,
+    'WAITING_FOR_REMOTE_KVS',
+    'both fit: 11 free - 2 for a >= 3 reserved for a + 2 for b',
+  );
   const h2 = createHarness({ numBlocks: 7 });
   h2.connector.matches.set('a', () => ({ count: 8, loadAsync: true }));
   h2.connector.matches.set('b', () => ({ count: 8, loadAsync: true }));

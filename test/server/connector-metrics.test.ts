@@ -1,9 +1,13 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { Registry } from 'prom-client';
-import { ConnectorMetrics, connectorMetricSpecs, registerConnectorMetrics } from '../../src/server/connector-metrics.ts';
-import { parseKvTransferParams, needsRejectionNotice } from '../../src/server/kv-transfer-params.ts';
 import { AdmissionGate } from '../../src/server/admission.ts';
+import {
+  ConnectorMetrics,
+  connectorMetricSpecs,
+  registerConnectorMetrics,
+} from '../../src/server/connector-metrics.ts';
+import { needsRejectionNotice, parseKvTransferParams } from '../../src/server/kv-transfer-params.ts';
 import { internalRequestId } from '../../src/server/request-id.ts';
 
 const labels = { model_name: 'tiny', engine: '0' };
@@ -34,11 +38,22 @@ test('NIXL stats feed vLLM-named histograms and counters', async () => {
 test('a connector declares its own metrics; MultiConnector stats reach each child', async () => {
   registerConnectorMetrics('TestFileConnector', [
     { name: 'kvconnect:test_file_bytes_written', help: 'bytes', type: 'counter', key: 'bytes_written' },
-    { name: 'kvconnect:test_file_load_seconds', help: 'load time', type: 'histogram', key: 'load_ms', scale: 1e-3, buckets: [0.01, 0.1, 1] },
+    {
+      name: 'kvconnect:test_file_load_seconds',
+      help: 'load time',
+      type: 'histogram',
+      key: 'load_ms',
+      scale: 1e-3,
+      buckets: [0.01, 0.1, 1],
+    },
   ]);
   assert.equal(connectorMetricSpecs('TestFileConnector').length, 2);
   const registry = new Registry();
-  const metrics = new ConnectorMetrics(registry, ['MultiConnector', 'TestFileConnector', 'NixlConnector'], labels);
+  const metrics = new ConnectorMetrics(
+    registry,
+    ['MultiConnector', 'TestFileConnector', 'NixlConnector'],
+    labels,
+  );
   metrics.observe('MultiConnector', {
     TestFileConnector: { bytes_written: 1000, load_ms: [50, 500] },
     NixlConnector: { transfer_duration: [0.01] },
@@ -62,7 +77,10 @@ test('kv_transfer_params: objects pass through, garbage is a 400 naming the key'
     [{ do_remote_prefill: 'true' }, 'kv_transfer_params.do_remote_prefill'],
     [{ remote_block_ids: [1, 'x'] }, 'kv_transfer_params.remote_block_ids'],
   ] as const) {
-    assert.throws(() => parseKvTransferParams(bad), (e: { status: number; field: string }) => e.status === 400 && e.field === field);
+    assert.throws(
+      () => parseKvTransferParams(bad),
+      (e: { status: number; field: string }) => e.status === 400 && e.field === field,
+    );
   }
   assert.equal(needsRejectionNotice({ do_remote_prefill: true }), true);
   assert.equal(needsRejectionNotice({ do_remote_decode: true }), false);
@@ -79,7 +97,10 @@ test('internal ids carry 8 random hex chars unless randomization is disabled', (
 test('the admission gate refuses past capacity with a 503 and recovers on release', () => {
   const gate = new AdmissionGate(3);
   gate.acquire(2);
-  assert.throws(() => gate.acquire(2), (e: { status: number; code: string }) => e.status === 503 && e.code === 'SERVER_QUEUE_FULL');
+  assert.throws(
+    () => gate.acquire(2),
+    (e: { status: number; code: string }) => e.status === 503 && e.code === 'SERVER_QUEUE_FULL',
+  );
   gate.acquire(1);
   gate.release(3);
   assert.equal(gate.inFlight, 0);

@@ -36,7 +36,11 @@ export async function startServer(options: ServerOptions): Promise<Running> {
   return { server, url, close: () => server.close() };
 }
 
-export async function postJson(url: string, body: unknown, headers: Record<string, string> = {}): Promise<Response> {
+export async function postJson(
+  url: string,
+  body: unknown,
+  headers: Record<string, string> = {},
+): Promise<Response> {
   return fetch(url, {
     method: 'POST',
     headers: { 'content-type': 'application/json', ...headers },
@@ -48,12 +52,18 @@ export async function postJson(url: string, body: unknown, headers: Record<strin
 export function metricValue(text: string, name: string, ...filter: string[]): number {
   const line = text
     .split('\n')
-    .find((l) => (l.startsWith(`${name}{`) || l.startsWith(`${name} `)) && filter.every((f) => l.includes(f)));
+    .find(
+      (l) => (l.startsWith(`${name}{`) || l.startsWith(`${name} `)) && filter.every((f) => l.includes(f)),
+    );
   if (!line) throw new Error(`metric ${name} not found`);
   return Number(line.slice(line.lastIndexOf(' ') + 1));
 }
 
-export async function waitFor(check: () => Promise<boolean>, timeoutMs = 5000, what = 'condition'): Promise<void> {
+export async function waitFor(
+  check: () => Promise<boolean>,
+  timeoutMs = 5000,
+  what = 'condition',
+): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (Date.now() < deadline) {
     if (await check()) return;

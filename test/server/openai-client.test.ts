@@ -28,7 +28,9 @@ const skip = engineMissing;
 /** Fields the server accepts beyond OpenAI's typed parameters. */
 const ignoreEos = { ignore_eos: true } as Record<string, unknown>;
 
-test('completions: greedy text, usage and length finish; streaming yields the same text', { skip }, async () => {
+test('completions: greedy text, usage and length finish; streaming yields the same text', {
+  skip,
+}, async () => {
   const params = { model: 'tiny', prompt: 'The cat', max_tokens: 6, temperature: 0, ...ignoreEos };
   const full = await client.completions.create(params);
   assert.equal(full.object, 'text_completion');
@@ -38,7 +40,11 @@ test('completions: greedy text, usage and length finish; streaming yields the sa
   assert.equal(full.usage?.prompt_tokens, engine.tokenizer.encode('The cat').length);
   assert.equal(full.usage?.total_tokens, (full.usage?.prompt_tokens ?? 0) + 6);
 
-  const stream = await client.completions.create({ ...params, stream: true, stream_options: { include_usage: true } });
+  const stream = await client.completions.create({
+    ...params,
+    stream: true,
+    stream_options: { include_usage: true },
+  });
   let text = '';
   let finish: string | null = null;
   let usage: OpenAI.CompletionUsage | undefined;
@@ -56,11 +62,24 @@ test('completions: greedy text, usage and length finish; streaming yields the sa
 
 test('chat: message content and the stream (role first, then content) agree', { skip }, async () => {
   const messages = [{ role: 'user' as const, content: 'Say hi' }];
-  const full = await client.chat.completions.create({ model: 'tiny', messages, max_completion_tokens: 5, temperature: 0, ...ignoreEos });
+  const full = await client.chat.completions.create({
+    model: 'tiny',
+    messages,
+    max_completion_tokens: 5,
+    temperature: 0,
+    ...ignoreEos,
+  });
   assert.equal(full.object, 'chat.completion');
   assert.equal(full.choices[0]?.message.role, 'assistant');
   assert.equal(full.usage?.completion_tokens, 5);
-  const stream = await client.chat.completions.create({ model: 'tiny', messages, max_tokens: 5, temperature: 0, stream: true, ...ignoreEos });
+  const stream = await client.chat.completions.create({
+    model: 'tiny',
+    messages,
+    max_tokens: 5,
+    temperature: 0,
+    stream: true,
+    ...ignoreEos,
+  });
   let text = '';
   let sawRoleFirst = false;
   let first = true;
@@ -76,21 +95,39 @@ test('chat: message content and the stream (role first, then content) agree', { 
 
 test('prompt as token ids gives the same completion as the text it encodes', { skip }, async () => {
   const ids = engine.tokenizer.encode('Once upon');
-  const a = await client.completions.create({ model: 'tiny', prompt: 'Once upon', max_tokens: 4, temperature: 0 });
+  const a = await client.completions.create({
+    model: 'tiny',
+    prompt: 'Once upon',
+    max_tokens: 4,
+    temperature: 0,
+  });
   const b = await client.completions.create({ model: 'tiny', prompt: ids, max_tokens: 4, temperature: 0 });
   assert.equal(b.choices[0]?.text, a.choices[0]?.text);
   assert.equal(b.usage?.prompt_tokens, ids.length);
 });
 
 test('stop: generation ends before the stop string with finish_reason stop', { skip }, async () => {
-  const base = await client.completions.create({ model: 'tiny', prompt: 'abc', max_tokens: 12, temperature: 0, ...ignoreEos });
+  const base = await client.completions.create({
+    model: 'tiny',
+    prompt: 'abc',
+    max_tokens: 12,
+    temperature: 0,
+    ...ignoreEos,
+  });
   const text = base.choices[0]?.text ?? '';
   // A stop string taken from inside the greedy output (printable ASCII so it survives decoding).
   const at = [...text].findIndex((ch, i) => i >= 2 && /[ -~]/.test(ch));
   if (at < 0) return assert.fail(`no printable character to stop on in ${JSON.stringify(text)}`);
   const stop = [...text][at]!;
   const cut = text.indexOf(stop);
-  const stopped = await client.completions.create({ model: 'tiny', prompt: 'abc', max_tokens: 12, temperature: 0, stop, ...ignoreEos });
+  const stopped = await client.completions.create({
+    model: 'tiny',
+    prompt: 'abc',
+    max_tokens: 12,
+    temperature: 0,
+    stop,
+    ...ignoreEos,
+  });
   assert.equal(stopped.choices[0]?.finish_reason, 'stop');
   assert.equal(stopped.choices[0]?.text, text.slice(0, cut));
 });
@@ -116,7 +153,14 @@ test('n choices with a seed are reproducible, and choice 0 equals the n=1 reques
 });
 
 test('logprobs: completions top-N arrays and chat content entries', { skip }, async () => {
-  const c = await client.completions.create({ model: 'tiny', prompt: 'Hi', max_tokens: 4, temperature: 0, logprobs: 3, ...ignoreEos });
+  const c = await client.completions.create({
+    model: 'tiny',
+    prompt: 'Hi',
+    max_tokens: 4,
+    temperature: 0,
+    logprobs: 3,
+    ...ignoreEos,
+  });
   const lp = c.choices[0]?.logprobs;
   assert.ok(lp);
   assert.equal(lp.tokens?.length, 4);

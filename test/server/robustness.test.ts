@@ -7,7 +7,15 @@ import assert from 'node:assert/strict';
 import { request as httpRequest } from 'node:http';
 import { after, before, test } from 'node:test';
 import type { AsyncEngineLike, GenerateRequest } from '../../src/engine/api.ts';
-import { engineMissing, metricValue, postJson, type Running, startEngine, startServer, waitFor } from './harness.ts';
+import {
+  engineMissing,
+  metricValue,
+  postJson,
+  type Running,
+  startEngine,
+  startServer,
+  waitFor,
+} from './harness.ts';
 
 let engine: AsyncEngineLike;
 let running: Running;
@@ -36,10 +44,16 @@ after(async () => {
 const skip = engineMissing;
 const good = { model: 'tiny', prompt: 'ok', max_tokens: 2 };
 
-async function expectError(res: Response, status: number, param?: string): Promise<{ message: string; code: string }> {
+async function expectError(
+  res: Response,
+  status: number,
+  param?: string,
+): Promise<{ message: string; code: string }> {
   assert.equal(res.status, status, await res.clone().text());
   assert.match(res.headers.get('content-type') ?? '', /application\/json/);
-  const body = (await res.json()) as { error: { message: string; type: string; code: string; param?: string; hint?: string } };
+  const body = (await res.json()) as {
+    error: { message: string; type: string; code: string; param?: string; hint?: string };
+  };
   assert.equal(typeof body.error.message, 'string');
   assert.equal(typeof body.error.type, 'string');
   assert.ok(body.error.hint, 'every error carries a hint');
@@ -64,17 +78,25 @@ test('malformed JSON, non-object body, wrong types and out-of-range values are 4
   await expectError(await postJson(url, { ...good, stream: 'yes' }), 400, 'stream');
   const chat = `${running.url}/v1/chat/completions`;
   await expectError(await postJson(chat, { messages: 'hi' }), 400, 'messages');
-  await expectError(await postJson(chat, { messages: [{ role: 'user', content: 'x' }], top_logprobs: 2 }), 400, 'top_logprobs');
+  await expectError(
+    await postJson(chat, { messages: [{ role: 'user', content: 'x' }], top_logprobs: 2 }),
+    400,
+    'top_logprobs',
+  );
 });
 
 test('unknown model is a 404, unknown route a 404, wrong method a 405', { skip }, async () => {
-  const e = await expectError(await postJson(`${running.url}/v1/completions`, { ...good, model: 'gpt-9' }), 404, 'model');
+  const e = await expectError(
+    await postJson(`${running.url}/v1/completions`, { ...good, model: 'gpt-9' }),
+    404,
+    'model',
+  );
   assert.equal(e.message, 'The model `gpt-9` does not exist.');
   await expectError(await fetch(`${running.url}/v2/nothing`), 404);
   await expectError(await fetch(`${running.url}/v1/completions`), 405);
 });
 
-test('oversize prompts get vLLM\'s max-context message', { skip }, async () => {
+test("oversize prompts get vLLM's max-context message", { skip }, async () => {
   const url = `${running.url}/v1/completions`;
   const long = 'a'.repeat(1100);
   const n = engine.tokenizer.encode(long).length;
@@ -83,31 +105,64 @@ test('oversize prompts get vLLM\'s max-context message', { skip }, async () => {
     e.message,
     `This model's maximum context length is 1024 tokens. However, your request has ${n} input tokens. Please reduce the length of the input messages.`,
   );
-  const e2 = await expectError(await postJson(url, { prompt: 'a'.repeat(1000), max_tokens: 100 }), 400, 'max_tokens');
+  const e2 = await expectError(
+    await postJson(url, { prompt: 'a'.repeat(1000), max_tokens: 100 }),
+    400,
+    'max_tokens',
+  );
   assert.match(e2.message, /^'max_tokens' or 'max_completion_tokens' is too large: 100\./);
 });
 
 test('a body over the limit is a 413', { skip }, async () => {
-  const e = await expectError(await postJson(`${running.url}/v1/completions`, { prompt: 'x'.repeat(100 * 1024) }), 413);
+  const e = await expectError(
+    await postJson(`${running.url}/v1/completions`, { prompt: 'x'.repeat(100 * 1024) }),
+    413,
+  );
   assert.equal(e.code, 'SERVER_BODY_TOO_LARGE');
 });
 
-test('garbage kv_transfer_params is a 400; rejected do_remote_prefill requests still reach the engine', { skip }, async () => {
+test('garbage kv_transfer_params is a 400; rejected do_remote_prefill requests still reach the engine', {
+  skip,
+}, async () => {
   const url = `${running.url}/v1/completions`;
   await expectError(await postJson(url, { ...good, kv_transfer_params: 'yes' }), 400, 'kv_transfer_params');
-  await expectError(await postJson(url, { ...good, kv_transfer_params: { remote_port: 'x' } }), 400, 'kv_transfer_params.remote_port');
+  await expectError(
+    await postJson(url, { ...good, kv_transfer_params: { remote_port: 'x' } }),
+    400,
+    'kv_transfer_params.remote_port',
+  );
 
-  const params = { do_remote_prefill: true, remote_engine_id: 'P-engine', remote_block_ids: [1, 2], remote_host: '127.0.0.1', remote_port: 5600 };
+  const params = {
+    do_remote_prefill: true,
+    remote_engine_id: 'P-engine',
+    remote_block_ids: [1, 2],
+    remote_host: '127.0.0.1',
+    remote_port: 5600,
+  };
   const before = submitted.length;
-  const res = await postJson(url, { ...good, temperature: -1, kv_transfer_params: params }, { 'X-Request-Id': 'rejected-1' });
+  const res = await postJson(
+    url,
+    { ...good, temperature: -1, kv_transfer_params: params },
+    { 'X-Request-Id': 'rejected-1' },
+  );
   assert.equal(res.status, 400);
   await res.json();
-  await waitFor(async () => submitted.slice(before).some((r) => r.kvTransferParams?.['remote_engine_id'] === 'P-engine'), 2000, 'the rejection notice');
-  const notice = submitted.slice(before).find((r) => r.kvTransferParams?.['remote_engine_id'] === 'P-engine')!;
+  await waitFor(
+    async () => submitted.slice(before).some((r) => r.kvTransferParams?.['remote_engine_id'] === 'P-engine'),
+    2000,
+    'the rejection notice',
+  );
+  const notice = submitted
+    .slice(before)
+    .find((r) => r.kvTransferParams?.['remote_engine_id'] === 'P-engine')!;
   assert.match(notice.requestId, /^cmpl-rejected-1-[0-9a-f]{8}$/);
   assert.deepEqual(notice.kvTransferParams, params);
   assert.equal(notice.sampling.maxTokens, 1);
-  await waitFor(async () => engine.stats().numRequestsRunning + engine.stats().numRequestsWaiting === 0, 2000, 'the dummy request to finish');
+  await waitFor(
+    async () => engine.stats().numRequestsRunning + engine.stats().numRequestsWaiting === 0,
+    2000,
+    'the dummy request to finish',
+  );
 });
 
 test('API key: 401 when missing or wrong, 200 when right; /metrics stays open', { skip }, async () => {
@@ -130,12 +185,21 @@ test('API key: 401 when missing or wrong, 200 when right; /metrics stays open', 
 /** Opens a streaming completion and resolves once the response headers arrived; destroy() disconnects. */
 function openStream(url: string, maxTokens: number): Promise<{ destroy(): void; status: number }> {
   return new Promise((resolve, reject) => {
-    const body = JSON.stringify({ prompt: 'stream me', max_tokens: maxTokens, ignore_eos: true, stream: true });
-    const req = httpRequest(`${url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' } }, (res) => {
-      res.on('error', () => {});
-      res.resume();
-      resolve({ destroy: () => req.destroy(), status: res.statusCode ?? 0 });
+    const body = JSON.stringify({
+      prompt: 'stream me',
+      max_tokens: maxTokens,
+      ignore_eos: true,
+      stream: true,
     });
+    const req = httpRequest(
+      `${url}/v1/completions`,
+      { method: 'POST', headers: { 'content-type': 'application/json' } },
+      (res) => {
+        res.on('error', () => {});
+        res.resume();
+        resolve({ destroy: () => req.destroy(), status: res.statusCode ?? 0 });
+      },
+    );
     req.on('error', (e) => {
       if (!(e as NodeJS.ErrnoException).code?.startsWith('ECONNRESET')) reject(e);
     });
@@ -150,13 +214,20 @@ async function metrics(): Promise<string> {
 test('a client that disconnects mid-stream frees its KV blocks', { skip }, async () => {
   const stream = await openStream(running.url, 1000);
   assert.equal(stream.status, 200);
-  await waitFor(async () => metricValue(await metrics(), 'vllm:kv_cache_usage_perc') > 0, 3000, 'KV usage during the stream');
+  await waitFor(
+    async () => metricValue(await metrics(), 'vllm:kv_cache_usage_perc') > 0,
+    3000,
+    'KV usage during the stream',
+  );
   assert.equal(metricValue(await metrics(), 'vllm:num_requests_running'), 1);
   stream.destroy();
   await waitFor(
     async () => {
       const text = await metrics();
-      return metricValue(text, 'vllm:kv_cache_usage_perc') === 0 && metricValue(text, 'vllm:num_requests_running') === 0;
+      return (
+        metricValue(text, 'vllm:kv_cache_usage_perc') === 0 &&
+        metricValue(text, 'vllm:num_requests_running') === 0
+      );
     },
     3000,
     'KV usage back to 0 after the disconnect',
@@ -166,7 +237,11 @@ test('a client that disconnects mid-stream frees its KV blocks', { skip }, async
 
 test('a full queue answers 503 instead of growing, and recovers', { skip }, async () => {
   // capacity = max_num_seqs (2) + maxQueue (1)
-  const streams = await Promise.all([openStream(running.url, 1000), openStream(running.url, 1000), openStream(running.url, 1000)]);
+  const streams = await Promise.all([
+    openStream(running.url, 1000),
+    openStream(running.url, 1000),
+    openStream(running.url, 1000),
+  ]);
   try {
     const e = await postJson(`${running.url}/v1/completions`, good);
     assert.equal(e.status, 503);
@@ -183,7 +258,11 @@ test('a full queue answers 503 instead of growing, and recovers', { skip }, asyn
 });
 
 test('/metrics exposes vLLM names with sane values after traffic', { skip }, async () => {
-  const res = await postJson(`${running.url}/v1/completions`, { prompt: 'count me', max_tokens: 3, ignore_eos: true });
+  const res = await postJson(`${running.url}/v1/completions`, {
+    prompt: 'count me',
+    max_tokens: 3,
+    ignore_eos: true,
+  });
   await res.json();
   const text = await metrics();
   for (const name of [
@@ -203,10 +282,19 @@ test('/metrics exposes vLLM names with sane values after traffic', { skip }, asy
   const generated = metricValue(text, 'vllm:generation_tokens_total');
   assert.ok(prompt >= engine.tokenizer.encode('count me').length);
   assert.ok(generated >= 3);
-  assert.ok(metricValue(text, 'vllm:prefix_cache_hits_total') <= metricValue(text, 'vllm:prefix_cache_queries_total'));
+  assert.ok(
+    metricValue(text, 'vllm:prefix_cache_hits_total') <= metricValue(text, 'vllm:prefix_cache_queries_total'),
+  );
   assert.ok(metricValue(text, 'vllm:time_to_first_token_seconds_count') >= 1);
   assert.ok(metricValue(text, 'vllm:e2e_request_latency_seconds_count') >= 1);
-  assert.ok(metricValue(text, 'vllm:e2e_request_latency_seconds_sum') >= metricValue(text, 'vllm:time_to_first_token_seconds_sum'));
+  assert.ok(
+    metricValue(text, 'vllm:e2e_request_latency_seconds_sum') >=
+      metricValue(text, 'vllm:time_to_first_token_seconds_sum'),
+  );
   const again = await metrics();
-  assert.equal(metricValue(again, 'vllm:prompt_tokens_total'), prompt, 'counters do not move without traffic');
+  assert.equal(
+    metricValue(again, 'vllm:prompt_tokens_total'),
+    prompt,
+    'counters do not move without traffic',
+  );
 });

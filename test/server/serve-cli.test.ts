@@ -5,8 +5,8 @@
  */
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
 import { test } from 'node:test';
+import { fileURLToPath } from 'node:url';
 
 const ENTRY = fileURLToPath(new URL('./serve-entry.ts', import.meta.url));
 
@@ -41,7 +41,18 @@ test('a bad --kv-transfer-config exits 2 before listening, with the exact messag
 });
 
 test('serve prints its address, answers, and stops cleanly on SIGTERM', async () => {
-  const p = run(['--port', '0', '--model', 'tiny', '--max-model-len', '512', '--served-model-name', 'my-tiny', '--max-num-seqs', '4']);
+  const p = run([
+    '--port',
+    '0',
+    '--model',
+    'tiny',
+    '--max-model-len',
+    '512',
+    '--served-model-name',
+    'my-tiny',
+    '--max-num-seqs',
+    '4',
+  ]);
   try {
     const deadline = Date.now() + 15_000;
     let url: string | undefined;
@@ -50,7 +61,9 @@ test('serve prints its address, answers, and stops cleanly on SIGTERM', async ()
       if (!url) await new Promise((r) => setTimeout(r, 50));
     }
     assert.ok(url, `no address printed; stderr: ${p.err()}`);
-    const models = (await (await fetch(`${url}/v1/models`)).json()) as { data: Array<{ id: string; max_model_len: number }> };
+    const models = (await (await fetch(`${url}/v1/models`)).json()) as {
+      data: Array<{ id: string; max_model_len: number }>;
+    };
     assert.deepEqual(
       models.data.map((m) => [m.id, m.max_model_len]),
       [['my-tiny', 512]],

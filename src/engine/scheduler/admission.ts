@@ -127,7 +127,11 @@ function lookupPrefix(core: SchedulerCore, req: Request): Lookup | null {
       const blockSize = core.options.blockSize;
       const numLocal = Math.floor((req.numTokens - 1) / blockSize) * blockSize;
       const groups = core.kv.kvCacheConfig.groups;
-      lookup = { ...lookup, numLocal, computedBlocks: truncateComputedBlocks(lookup.computedBlocks, numLocal, groups, blockSize) };
+      lookup = {
+        ...lookup,
+        numLocal,
+        computedBlocks: truncateComputedBlocks(lookup.computedBlocks, numLocal, groups, blockSize),
+      };
     }
   }
   return lookup;

@@ -103,7 +103,9 @@ export class SchedulerCore {
       throw new KVError(
         'KV_CONNECTOR_HMA_REQUIRED',
         `Connector ${connectorClass.name} does not support HMA but the KV cache has ${blockIds.length} groups.`,
-        { hint: 'Set `--disable-hybrid-kv-cache-manager`, or use a connector with static supportsHMA = true.' },
+        {
+          hint: 'Set `--disable-hybrid-kv-cache-manager`, or use a connector with static supportsHMA = true.',
+        },
       );
     }
     req.handoffBlockIds = blockIds;
@@ -158,13 +160,19 @@ export class SchedulerCore {
     let reserved = 0;
     for (const req of this.inflightPrefills) {
       const fullTokens = Math.min(req.numTokens, this.options.maxModelLen);
-      const held = this.kv.getBlockIds(req.requestId).reduce((n, ids) => n + ids.filter((id) => id !== 0).length, 0);
+      const held = this.kv
+        .getBlockIds(req.requestId)
+        .reduce((n, ids) => n + ids.filter((id) => id !== 0).length, 0);
       reserved += Math.max(0, this.kv.numBlocksNeeded(fullTokens) - held);
     }
     return reserved;
   }
 
-  makeOutput(req: Request, newTokenIds: number[], kvTransferParams: KVTransferParams | null): EngineCoreOutput {
+  makeOutput(
+    req: Request,
+    newTokenIds: number[],
+    kvTransferParams: KVTransferParams | null,
+  ): EngineCoreOutput {
     const output: EngineCoreOutput = {
       requestId: req.requestId,
       newTokenIds,

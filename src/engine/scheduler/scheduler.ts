@@ -2,13 +2,14 @@
  * The continuous-batching scheduler with every connector hook in vLLM v1's order
  * (spec §3.5–3.7). One step is `schedule()` → the model runner → `updateFromOutput()`.
  */
+
+import type { EngineConfig } from '../../config/types.ts';
 import type { KVConnectorBase } from '../../connector/base.ts';
 import type { KVConnectorOutput, RequestStatus, SchedulerOutput } from '../../connector/types.ts';
-import type { EngineConfig } from '../../config/types.ts';
 import { KVError } from '../../errors/kv-error.ts';
 import type { KVCacheEvent, KVCacheManager } from '../../kv/interfaces.ts';
 import { getLogger } from '../../logging/logger.ts';
-import { type Request, isFinishedStatus } from '../request.ts';
+import { isFinishedStatus, type Request } from '../request.ts';
 import { transition } from '../request-lifecycle.ts';
 import type { ModelRunnerOutput } from '../runner-io.ts';
 import { admitWaiting } from './admission.ts';
@@ -17,7 +18,13 @@ import { handleInvalidBlocks } from './invalid-blocks.ts';
 import { scheduleRunning } from './running.ts';
 import { buildSchedulerOutput, newStepPlan } from './step-plan.ts';
 import { processSampledTokens } from './token-processing.ts';
-import type { EngineCoreOutput, ResolvedSchedulerOptions, SchedulerOptions, SchedulerStats, SchedulerUpdate } from './types.ts';
+import type {
+  EngineCoreOutput,
+  ResolvedSchedulerOptions,
+  SchedulerOptions,
+  SchedulerStats,
+  SchedulerUpdate,
+} from './types.ts';
 
 const log = getLogger('scheduler');
 
@@ -123,7 +130,11 @@ export class Scheduler {
     const kvOutput = runnerOutput.kvConnectorOutput;
     let failed = new Set<string>();
     if (kvOutput && kvOutput.invalidBlockIds.length > 0) {
-      failed = handleInvalidBlocks(core, new Set(kvOutput.invalidBlockIds), schedulerOutput.numScheduledTokens);
+      failed = handleInvalidBlocks(
+        core,
+        new Set(kvOutput.invalidBlockIds),
+        schedulerOutput.numScheduledTokens,
+      );
       if (core.options.kvLoadFailurePolicy === 'fail') {
         for (const id of failed) outputs.push(...this.failRequest(id));
       }
@@ -185,9 +196,13 @@ export class Scheduler {
    */
   finishRequests(requestIds: Iterable<string>, status: RequestStatus): EngineCoreOutput[] {
     if (!isFinishedStatus(status)) {
-      throw new KVError('KV_INVALID_FINISH_STATUS', `finishRequests needs a FINISHED_* status, got ${status}`, {
-        hint: "Use 'FINISHED_ABORTED' for aborts.",
-      });
+      throw new KVError(
+        'KV_INVALID_FINISH_STATUS',
+        `finishRequests needs a FINISHED_* status, got ${status}`,
+        {
+          hint: "Use 'FINISHED_ABORTED' for aborts.",
+        },
+      );
     }
     const core = this.core;
     const outputs: EngineCoreOutput[] = [];
@@ -211,7 +226,11 @@ export class Scheduler {
     for (const req of [...this.core.requests.values()]) {
       const pending = req.pendingHandoff;
       if (pending?.recv && now - pending.since >= deadline) {
-        log.warn('Reclaiming KV blocks of %s: no finished_recving within %d ms after the abort', req.requestId, deadline);
+        log.warn(
+          'Reclaiming KV blocks of %s: no finished_recving within %d ms after the abort',
+          req.requestId,
+          deadline,
+        );
         this.core.completeHandoff(req, 'recv');
       }
     }
@@ -220,7 +239,11 @@ export class Scheduler {
   /** Live requests, hand-offs still holding blocks, or connector transfers in flight. */
   hasRequests(): boolean {
     const core = this.core;
-    return core.requests.size > 0 || core.finishedReqIds.size > 0 || (core.connector?.hasPendingPushWork() ?? false);
+    return (
+      core.requests.size > 0 ||
+      core.finishedReqIds.size > 0 ||
+      (core.connector?.hasPendingPushWork() ?? false)
+    );
   }
 
   hasUnfinishedRequests(): boolean {

@@ -60,7 +60,7 @@ export function buildSchedulerOutput(
     const ids = plan.newBlocks.get(req.requestId)?.getBlockIds() ?? null;
     cached.reqIds.push(req.requestId);
     cached.resumedFromPreemption.push(false);
-    cached.newBlockIds.push(ids && ids.some((g) => g.length > 0) ? ids : null);
+    cached.newBlockIds.push(ids?.some((g) => g.length > 0) ? ids : null);
     cached.newTokenIds.push([]);
     cached.numComputedTokens.push(req.numComputedTokens);
   }

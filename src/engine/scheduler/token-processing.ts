@@ -17,7 +17,7 @@ export function processSampledTokens(
   runnerOutput.reqIds.forEach((id, i) => {
     const req = core.requests.get(id);
     // Finished meanwhile (abort, load failure) or rolled back for recompute: drop its tokens.
-    if (!req || req.status !== 'RUNNING' || skip.has(id)) return;
+    if (req?.status !== 'RUNNING' || skip.has(id)) return;
     if ((schedulerOutput.numScheduledTokens[id] ?? 0) === 0) return;
     const sampled = runnerOutput.sampledTokenIds[i] ?? [];
     const newTokenIds: number[] = [];

@@ -2,8 +2,9 @@
  * What the scheduler returns to the engine (vLLM's EngineCoreOutput(s) and SchedulerStats)
  * and how it is configured.
  */
-import type { KVConnectorStatsData, KVTransferParams, RequestStatus } from '../../connector/types.ts';
+
 import type { KVLoadFailurePolicy } from '../../config/types.ts';
+import type { KVConnectorStatsData, KVTransferParams, RequestStatus } from '../../connector/types.ts';
 import type { KVCacheEvent } from '../../kv/interfaces.ts';
 import type { FinishReason, RequestMetrics } from '../api.ts';
 

@@ -6,12 +6,20 @@
 import { Command, CommanderError } from 'commander';
 import { extractDottedArgs } from '../config/dotted-args.ts';
 import { formatErrorText } from '../errors/format.ts';
+import { registerBenchServeCommand } from './commands/bench-serve.ts';
 import { registerCheckConfig } from './commands/check-config.ts';
+import { registerProxyCommand } from './commands/proxy.ts';
+import { registerServeCommand } from './commands/serve.ts';
 import { type CliContext, type CliIO, EXIT_OK, EXIT_USAGE } from './context.ts';
 
 type RegisterCommand = (program: Command, ctx: CliContext) => void;
 
-const COMMANDS: readonly RegisterCommand[] = [registerCheckConfig];
+const COMMANDS: readonly RegisterCommand[] = [
+  registerCheckConfig,
+  (program, ctx) => void registerServeCommand(program, ctx),
+  (program) => void registerProxyCommand(program),
+  (program) => void registerBenchServeCommand(program),
+];
 
 const stdio: CliIO = {
   out: (t) => void process.stdout.write(t),

@@ -32,17 +32,17 @@ export const BUILTIN_CONNECTORS: readonly BuiltinConnector[] = [
   {
     name: 'ExampleConnector',
     className: 'ExampleConnector',
-    load: null, // () => import('../connectors/example/index.ts')
+    load: () => import('../connectors/example/index.ts'),
     supportsHMA: false,
-    status: 'planned',
+    status: 'available',
     needs: 'a shared directory (kv_connector_extra_config.shared_storage_path)',
   },
   {
     name: 'SharedStorageConnector',
     className: 'ExampleConnector',
-    load: null, // () => import('../connectors/example/index.ts')
+    load: () => import('../connectors/example/index.ts'),
     supportsHMA: false,
-    status: 'planned',
+    status: 'available',
     needs: 'the old name of ExampleConnector; same options',
   },
   {
@@ -75,33 +75,33 @@ export const BUILTIN_CONNECTORS: readonly BuiltinConnector[] = [
   {
     name: 'NixlConnector',
     className: 'NixlConnector',
-    load: null, // () => import('../connectors/nixl/index.ts')
+    load: () => import('../connectors/nixl/index.ts'),
     supportsHMA: true,
-    status: 'planned',
+    status: 'available',
     needs: "kvconnect's transfer agent (tcp or shm transport); same as NixlPullConnector",
   },
   {
     name: 'NixlPullConnector',
     className: 'NixlPullConnector',
-    load: null, // () => import('../connectors/nixl/index.ts')
+    load: () => import('../connectors/nixl/index.ts'),
     supportsHMA: true,
-    status: 'planned',
+    status: 'available',
     needs: "kvconnect's transfer agent (tcp or shm transport)",
   },
   {
     name: 'NixlPushConnector',
     className: 'NixlPushConnector',
-    load: null, // () => import('../connectors/nixl/index.ts')
+    load: () => import('../connectors/nixl/index.ts'),
     supportsHMA: true,
-    status: 'planned',
+    status: 'available',
     needs: "kvconnect's transfer agent (tcp or shm transport)",
   },
   {
     name: 'MultiConnector',
     className: 'MultiConnector',
-    load: null, // () => import('../connectors/multi/index.ts')
+    load: () => import('./multi-connector.ts'),
     supportsHMA: true,
-    status: 'planned',
+    status: 'available',
     needs: 'kv_connector_extra_config.connectors: a list of child configs',
   },
   {
@@ -115,7 +115,7 @@ export const BUILTIN_CONNECTORS: readonly BuiltinConnector[] = [
   {
     name: 'OffloadingConnector',
     className: 'OffloadingConnector',
-    load: null, // () => import('../connectors/offloading/index.ts')
+    load: () => import('../connectors/offloading/index.ts'),
     supportsHMA: true,
     status: 'planned',
     needs: 'kv_connector_extra_config.cpu_bytes_to_use',
@@ -123,9 +123,9 @@ export const BUILTIN_CONNECTORS: readonly BuiltinConnector[] = [
   {
     name: 'DecodeBenchConnector',
     className: 'DecodeBenchConnector',
-    load: null, // () => import('../connectors/decode-bench/index.ts')
+    load: () => import('../connectors/decode-bench/index.ts'),
     supportsHMA: true,
-    status: 'planned',
+    status: 'available',
     needs: 'nothing (fills KV with synthetic values)',
   },
   {

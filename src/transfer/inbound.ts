@@ -37,7 +37,9 @@ export class InboundSession {
     const label = `${socket.remoteAddress}:${socket.remotePort}→${core.agentName}`;
     this.#conn = new FramedConnection(socket, this.#sink(), label);
     const timer = setTimeout(() => {
-      if (!this.#peer) this.#conn.close('handshake timeout');
+      if (this.#peer) return;
+      log.warn('closing connection %s: no handshake within %d ms', label, core.handshakeTimeoutMs);
+      this.#conn.close('handshake timeout');
     }, core.handshakeTimeoutMs);
     timer.unref();
     this.#conn.onClose(() => clearTimeout(timer));

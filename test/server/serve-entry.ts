@@ -2,7 +2,7 @@
  * Test-only entry: runs `serve` on a fresh commander program exactly as src/cli/program.ts
  * would (dotted --kv-transfer-config extracted first), then exits with the command's code.
  */
-import { Command } from 'commander';
+import { Command, CommanderError } from 'commander';
 import { registerServeCommand } from '../../src/cli/commands/serve.ts';
 import type { CliContext } from '../../src/cli/context.ts';
 import { extractDottedArgs } from '../../src/config/dotted-args.ts';
@@ -18,7 +18,7 @@ const program = new Command('kvconnect').exitOverride();
 registerServeCommand(program, ctx);
 try {
   await program.parseAsync(['serve', ...rest], { from: 'user' });
-} catch {
-  ctx.exitCode = 2;
+} catch (e) {
+  ctx.exitCode = e instanceof CommanderError && e.exitCode === 0 ? 0 : 2;
 }
 process.exitCode = ctx.exitCode;

@@ -46,3 +46,4 @@ for await (const line of createInterface({ input: process.stdin })) {
   }
 }
 await agent.close();
+process.exit(0);

@@ -1,0 +1,13 @@
+/** DecodeBenchConnector: synthetic KV for decode-only benchmarks. */
+export { BlockFiller } from './block-filler.ts';
+export {
+  DEFAULT_FILL_MEAN,
+  DEFAULT_FILL_STD,
+  type DecodeBenchConfig,
+  parseDecodeBenchConfig,
+} from './config.ts';
+export {
+  DecodeBenchConnector,
+  type DecodeBenchFill,
+  type DecodeBenchMetadata,
+} from './decode-bench-connector.ts';

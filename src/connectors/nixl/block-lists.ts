@@ -1,0 +1,85 @@
+/**
+ * Block-list geometry shared by pull and push: which of a request's blocks a peer needs
+ * (sliding-window groups clipped to the window, spec §4.3) and how local blocks pair with
+ * remote ones. Pairing is by token position, never by list index, so a prefix-cache hit on
+ * the consumer or a consumer holding more blocks than the producer cannot misalign (§9 18).
+ */
+import type { KVCacheBlocks, KVCacheConfig } from '../../kv/interfaces.ts';
+
+const cdiv = (a: number, b: number): number => Math.ceil(a / b);
+
+/** Keeps the last cdiv(window, block_size) + 1 blocks of sliding-window groups. */
+export function clipToWindows(
+  kvCacheConfig: KVCacheConfig,
+  blockIds: readonly (readonly number[])[],
+): number[][] {
+  return blockIds.map((ids, g) => {
+    const spec = kvCacheConfig.groups[g]?.spec;
+    if (spec?.kind !== 'sliding_window' || spec.slidingWindow === null) return [...ids];
+    const keep = cdiv(spec.slidingWindow, spec.blockSize) + 1;
+    return ids.length > keep ? ids.slice(ids.length - keep) : [...ids];
+  });
+}
+
+/** Blocks of one group with the token-block position of each. */
+export interface PositionedBlocks {
+  readonly positions: number[];
+  readonly ids: number[];
+}
+
+/** A producer's (clipped) list ends at block cdiv(numTokens, block_size): derive positions. */
+export function remotePositions(
+  kvCacheConfig: KVCacheConfig,
+  remoteBlockIds: readonly (readonly number[])[],
+  remoteNumTokens: number | null,
+): PositionedBlocks[] {
+  return remoteBlockIds.map((ids, g) => {
+    const blockSize = kvCacheConfig.groups[g]?.spec.blockSize ?? 16;
+    const total =
+      remoteNumTokens !== null && remoteNumTokens > 0 ? cdiv(remoteNumTokens, blockSize) : ids.length;
+    const first = Math.max(0, total - ids.length);
+    return { positions: ids.map((_, i) => first + i), ids: [...ids] };
+  });
+}
+
+/** The consumer's blocks that must be loaded: allocated, not a prefix-cache hit, not null. */
+export function blocksToLoad(kvCacheConfig: KVCacheConfig, blocks: KVCacheBlocks): PositionedBlocks[] {
+  return kvCacheConfig.groups.map((_, g) => {
+    const out: PositionedBlocks = { positions: [], ids: [] };
+    (blocks.blocks[g] ?? []).forEach((b, pos) => {
+      if (b.isNull || b.blockHash !== null) return;
+      out.positions.push(pos);
+      out.ids.push(b.blockId);
+    });
+    return out;
+  });
+}
+
+/** Pairs local and remote blocks that hold the same token positions, per group. */
+export function pairByPosition(
+  local: readonly PositionedBlocks[],
+  remote: readonly PositionedBlocks[],
+): { local: number[][]; remote: number[][] } {
+  const outLocal: number[][] = [];
+  const outRemote: number[][] = [];
+  local.forEach((l, g) => {
+    const r = remote[g];
+    const byPos = new Map<number, number>();
+    if (r) for (let i = 0; i < r.positions.length; i++) byPos.set(r.positions[i]!, r.ids[i]!);
+    const li: number[] = [];
+    const ri: number[] = [];
+    l.positions.forEach((p, i) => {
+      const rid = byPos.get(p);
+      if (rid === undefined || rid === 0) return;
+      li.push(l.ids[i]!);
+      ri.push(rid);
+    });
+    outLocal.push(li);
+    outRemote.push(ri);
+  });
+  return { local: outLocal, remote: outRemote };
+}
+
+export function countBlocks(lists: readonly (readonly number[])[]): number {
+  return lists.reduce((s, l) => s + l.length, 0);
+}

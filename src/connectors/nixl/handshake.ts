@@ -1,0 +1,85 @@
+/**
+ * The consumer-side (or push producer-side) handshake with a remote engine (spec §5.1.4):
+ * fetch the remote rank's payload from its side channel, check the connector version, the
+ * compatibility hash and the engine id, check the block geometry, and add the remote agent.
+ * One handshake per remote engine is shared by every request waiting on it.
+ */
+import { KVError } from '../../errors/kv-error.ts';
+import { checkCompatibility, fetchRemoteMetadata, type TransferAgent } from '../../transfer/index.ts';
+import {
+  decodeAgentMetadata,
+  decodeHandshakePayload,
+  engineIdMismatch,
+  type NixlHandshakePayload,
+} from './metadata.ts';
+import type { RemoteEndpoint } from './step-metadata.ts';
+
+export interface HandshakeSettings {
+  readonly localPayload: NixlHandshakePayload;
+  readonly enforceCompat: boolean;
+  readonly timeoutMs: number;
+  readonly secret: string | undefined;
+}
+
+export class RemoteEngines {
+  readonly #agent: TransferAgent;
+  readonly #settings: HandshakeSettings;
+  readonly #engines = new Map<string, Promise<string>>();
+  readonly #lastUsed = new Map<string, number>();
+
+  constructor(agent: TransferAgent, settings: HandshakeSettings) {
+    this.#agent = agent;
+    this.#settings = settings;
+  }
+
+  /** Resolves with the remote agent name; a failed handshake is retried by the next caller. */
+  connect(remote: RemoteEndpoint, tpRank: number): Promise<string> {
+    const key = `${remote.engineId}@${remote.host}:${remote.port}#${tpRank}`;
+    this.#lastUsed.set(key, Date.now());
+    let p = this.#engines.get(key);
+    if (!p) {
+      p = this.#handshake(remote, tpRank);
+      this.#engines.set(key, p);
+      p.catch(() => this.#engines.delete(key));
+    }
+    return p;
+  }
+
+  async #handshake(remote: RemoteEndpoint, tpRank: number): Promise<string> {
+    const s = this.#settings;
+    const { metadata } = await fetchRemoteMetadata(remote.host, remote.port, tpRank, {
+      timeoutMs: s.timeoutMs,
+      ...(s.secret ? { secret: s.secret } : {}),
+    });
+    const payload = decodeHandshakePayload(metadata);
+    checkCompatibility(s.localPayload.compatibility_hash, payload.compatibility_hash, s.enforceCompat);
+    const meta = decodeAgentMetadata(payload);
+    if (meta.engine_id !== remote.engineId) throw engineIdMismatch(remote.engineId, meta.engine_id);
+    const local = s.localPayload.agent_metadata;
+    const sameGeometry =
+      meta.block_lens.length === local.block_lens.length &&
+      meta.block_lens.every((len, i) => len === local.block_lens[i]) &&
+      meta.block_size === local.block_size;
+    if (!sameGeometry) {
+      throw new KVError(
+        'NIXL_GEOMETRY_MISMATCH',
+        `Remote engine ${meta.engine_id} has KV blocks of [${meta.block_lens.join(', ')}] bytes (block size ${meta.block_size}), this engine [${local.block_lens.join(', ')}] (block size ${local.block_size})`,
+        { hint: 'Use the same model, block size, cache dtype and tensor-parallel size on both engines.' },
+      );
+    }
+    return this.#agent.addRemoteAgent(meta.agent);
+  }
+
+  /** Forgets engines idle for longer than `ttlSeconds` (engine_ttl; ≤ 0 disables). */
+  evictIdle(ttlSeconds: number): void {
+    if (ttlSeconds <= 0) return;
+    const now = Date.now();
+    for (const [key, used] of this.#lastUsed) {
+      if (now - used < ttlSeconds * 1000) continue;
+      const p = this.#engines.get(key);
+      this.#engines.delete(key);
+      this.#lastUsed.delete(key);
+      p?.then((name) => this.#agent.removeRemoteAgent(name)).catch(() => {});
+    }
+  }
+}

@@ -1,0 +1,27 @@
+/** The NIXL connectors (pull and push) on kvconnect's transfer agent. Loaded lazily by the registry. */
+
+export { clipToWindows, type PositionedBlocks, pairByPosition } from './block-lists.ts';
+export { KV_BOTH_DEPRECATION, NixlConnector, NixlPullConnector, NixlPushConnector } from './connector.ts';
+export { LeaseHeap } from './lease-heap.ts';
+export {
+  compatibilityFactors,
+  computeCompatibilityHash,
+  NIXL_CONNECTOR_VERSION,
+  type NixlHandshakePayload,
+  type TransferMode,
+} from './metadata.ts';
+export {
+  type NixlOptions,
+  parseNixlOptions,
+  SIDE_CHANNEL_HOST_ENV,
+  SIDE_CHANNEL_PORT_ENV,
+} from './options.ts';
+export { emptyNixlStats, type NixlStatsData, reduceNixlStats } from './stats.ts';
+export { setNixlTestHooks } from './test-hooks.ts';
+export {
+  computeTpMapping,
+  consumersPerProducer,
+  handshakeTargetRanks,
+  type TpMapping,
+  tpRatio,
+} from './tp-mapping.ts';

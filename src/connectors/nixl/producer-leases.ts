@@ -1,0 +1,109 @@
+/**
+ * The producer's hold on finished requests' blocks (spec §5.1.7 steps 5–6): a READ grant
+ * keyed by the request id, a lease renewed by the consumer's heartbeats (extend only), and
+ * completion counting. Expiry revokes the grant, so a late READ is refused and surfaces as
+ * a load error on the consumer instead of returning freed blocks (§9 item 6).
+ */
+import { getLogger } from '../../logging/logger.ts';
+import type { TransferAgent } from '../../transfer/index.ts';
+import { LeaseHeap } from './lease-heap.ts';
+import type { SendJob } from './step-metadata.ts';
+import { consumersPerProducer } from './tp-mapping.ts';
+
+const log = getLogger('nixl.worker');
+
+export class ProducerLeases {
+  readonly #agent: TransferAgent;
+  readonly #leaseMs: number;
+  readonly #tpSize: number;
+  readonly #heap = new LeaseHeap();
+  readonly #reads = new Map<string, number>();
+  /** Completions that arrived before the request's blocks were handed to this worker. */
+  readonly #early = new Map<string, { count: number; at: number }>();
+  #done: string[] = [];
+  #expired = 0;
+
+  constructor(agent: TransferAgent, leaseSeconds: number, tpSize: number) {
+    this.#agent = agent;
+    this.#leaseMs = leaseSeconds * 1000;
+    this.#tpSize = tpSize;
+  }
+
+  has(reqId: string): boolean {
+    return this.#heap.has(reqId);
+  }
+
+  add(job: SendJob): void {
+    const expiresAt = Date.now() + job.leaseSeconds * 1000;
+    const blockIds = job.blocks.flatMap((g) => g.ids).filter((id) => id !== 0);
+    this.#agent.grantRead(job.reqId, { blockIds, expiresAt });
+    this.#heap.set(job.reqId, expiresAt);
+    this.#reads.set(job.reqId, 0);
+    const early = this.#early.get(job.reqId);
+    if (early) {
+      this.#early.delete(job.reqId);
+      this.completion(job.reqId, early.count);
+    }
+  }
+
+  /** Heartbeat: each named lease moves to now + 2/3 of the lease duration, never earlier. */
+  heartbeat(reqIds: readonly string[]): void {
+    const target = Date.now() + Math.floor((this.#leaseMs * 2) / 3);
+    for (const id of reqIds) {
+      if (!this.#heap.has(id)) continue;
+      const expiresAt = this.#heap.set(id, target, false);
+      this.#agent.renewGrant(id, expiresAt);
+    }
+  }
+
+  /** One consumer rank reported completion ("{id}:{consumer world size}"). */
+  completion(reqId: string, consumerWorldSize: number): void {
+    const seen = this.#reads.get(reqId);
+    if (seen === undefined) {
+      log.warn(
+        'Potentially invalid KV blocks for unrecognized request %s were retrieved by a decode worker. They may have expired.',
+        reqId,
+      );
+      this.#early.set(reqId, { count: consumerWorldSize, at: Date.now() });
+      return;
+    }
+    this.#reads.set(reqId, seen + 1);
+    if (seen + 1 >= consumersPerProducer(this.#tpSize, consumerWorldSize)) this.finish(reqId);
+  }
+
+  /** The blocks go back to the pool: revoke the grant and report finished_sending. */
+  finish(reqId: string): void {
+    if (!this.#heap.has(reqId)) return;
+    this.#heap.delete(reqId);
+    this.#reads.delete(reqId);
+    this.#agent.revokeGrant(reqId);
+    this.#done.push(reqId);
+  }
+
+  expire(now = Date.now()): void {
+    for (const id of this.#heap.popExpired(now)) {
+      log.warn(
+        'Releasing expired KV blocks for request %s which were retrieved by %d remote worker(s) before lease expired.',
+        id,
+        this.#reads.get(id) ?? 0,
+      );
+      this.#reads.delete(id);
+      this.#agent.revokeGrant(id);
+      this.#done.push(id);
+      this.#expired++;
+    }
+    for (const [id, e] of this.#early) if (now - e.at > this.#leaseMs) this.#early.delete(id);
+  }
+
+  takeDone(): string[] {
+    const d = this.#done;
+    this.#done = [];
+    return d;
+  }
+
+  takeExpiredCount(): number {
+    const n = this.#expired;
+    this.#expired = 0;
+    return n;
+  }
+}

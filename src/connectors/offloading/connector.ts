@@ -1,0 +1,152 @@
+/**
+ * OffloadingConnector (spec §5.8): KV offload keyed by prefix block hashes, per KV cache
+ * group (HMA). One instance per role; the scheduler half keeps the index and decides, the
+ * worker half moves bytes. Stores happen after compute; CPU hits load synchronously in
+ * startLoadKv, secondary-tier hits asynchronously (WAITING_FOR_REMOTE_KVS).
+ */
+import type { EngineConfig } from '../../config/types.ts';
+import { KVConnectorBase } from '../../connector/base.ts';
+import type {
+  ConnectorRequest,
+  ForwardContext,
+  KVConnectorOutput,
+  KVConnectorRole,
+  KVConnectorStatsData,
+  KVConnectorWorkerMetadata,
+  MatchedTokens,
+  RequestFinishedResult,
+  SchedulerOutput,
+} from '../../connector/types.ts';
+import type { KVCacheBlocks, KVCacheConfig, KVCacheEvent, PagedKVMemory } from '../../kv/interfaces.ts';
+import { getLogger } from '../../logging/logger.ts';
+import { type OffloadingConfig, parseOffloadingConfig } from './config.ts';
+import { OffloadLayout } from './layout.ts';
+import { type OffloadMetadata, WORKER_META_KEY } from './metadata.ts';
+import { OffloadScheduler } from './scheduler-side.ts';
+import { createSecondaryTiers } from './tier-factory.ts';
+import { OffloadWorker } from './worker-side.ts';
+
+const log = getLogger('kvconnect.connectors.offloading');
+
+export class OffloadingConnector extends KVConnectorBase {
+  static override supportsHMA = true;
+
+  static override validateExtraConfig(extra: Record<string, unknown>, engineConfig: EngineConfig): OffloadingConfig {
+    return parseOffloadingConfig(extra, engineConfig);
+  }
+
+  readonly offloadConfig: OffloadingConfig;
+  readonly layout: OffloadLayout;
+  readonly scheduler: OffloadScheduler | null = null;
+  readonly worker: OffloadWorker | null = null;
+
+  constructor(engineConfig: EngineConfig, role: KVConnectorRole, kvCacheConfig: KVCacheConfig) {
+    super(engineConfig, role, kvCacheConfig);
+    this.offloadConfig = parseOffloadingConfig(this.kvTransferConfig.kv_connector_extra_config, engineConfig);
+    this.layout = new OffloadLayout(engineConfig, kvCacheConfig, this.offloadConfig);
+    const tiers = createSecondaryTiers(this.offloadConfig.secondaryTiers);
+    if (role === 'scheduler') {
+      this.scheduler = new OffloadScheduler(this.layout, this.offloadConfig, tiers);
+      log.info(
+        'OffloadingConnector: %d CPU slots of %d bytes (%d tokens per chunk, %s eviction)%s',
+        this.layout.numSlots,
+        this.layout.slotBytes,
+        this.layout.chunkTokens,
+        this.offloadConfig.evictionPolicy,
+        tiers.length > 0 ? `, secondary tiers: ${tiers.map((t) => t.kind).join(', ')}` : '',
+      );
+    } else {
+      this.worker = new OffloadWorker(this.layout, tiers);
+    }
+  }
+
+  override get requiresKvDelivery(): boolean {
+    return false;
+  }
+
+  // ---- worker side ----
+
+  override registerKvCaches(memory: PagedKVMemory): void {
+    this.#worker().register(memory);
+  }
+
+  /** Stores copy synchronously in waitForSave, so no preempted block is still being read. */
+  override handlePreemptions(): void {}
+
+  startLoadKv(_ctx: ForwardContext): void {
+    const meta = this.getConnectorMetadata<OffloadMetadata>();
+    if (Array.isArray(meta.loads)) this.#worker().startLoads(meta);
+  }
+
+  waitForLayerLoad(_layerName: string): void {}
+
+  saveKvLayer(_layerName: string, _ctx: ForwardContext): void {}
+
+  waitForSave(): void {
+    const meta = this.getConnectorMetadata<OffloadMetadata>();
+    if (Array.isArray(meta.stores)) this.#worker().stores(meta);
+  }
+
+  override getFinished(): { sending: string[] | null; recving: string[] | null } {
+    const recving = this.#worker().takeFinishedLoads();
+    return { sending: null, recving: recving.length > 0 ? recving : null };
+  }
+
+  override getBlockIdsWithLoadErrors(): number[] {
+    return this.#worker().takeLoadErrors();
+  }
+
+  override getKvConnectorStats(): KVConnectorStatsData | null {
+    return this.scheduler ? this.scheduler.stats() : this.#worker().stats();
+  }
+
+  override buildConnectorWorkerMeta(): KVConnectorWorkerMetadata | null {
+    return { [WORKER_META_KEY]: this.#worker().workerMeta() };
+  }
+
+  override async shutdown(): Promise<void> {
+    if (this.worker) await this.worker.shutdown();
+    if (this.scheduler) await Promise.all(this.scheduler.tiers.map((t) => t.close()));
+  }
+
+  // ---- scheduler side ----
+
+  getNumNewMatchedTokens(request: ConnectorRequest, numComputedTokens: number): MatchedTokens {
+    return this.#scheduler().getNumNewMatchedTokens(request, numComputedTokens);
+  }
+
+  updateStateAfterAlloc(request: ConnectorRequest, blocks: KVCacheBlocks, numExternalTokens: number): void {
+    this.#scheduler().updateStateAfterAlloc(request, blocks, numExternalTokens);
+  }
+
+  buildConnectorMeta(schedulerOutput: SchedulerOutput): OffloadMetadata {
+    return this.#scheduler().buildConnectorMeta(schedulerOutput);
+  }
+
+  override updateConnectorOutput(output: KVConnectorOutput): void {
+    this.#scheduler().updateConnectorOutput(output);
+  }
+
+  override requestFinished(request: ConnectorRequest, _blockIds: number[][]): RequestFinishedResult {
+    this.#scheduler().requestFinished(request);
+    return { delayFree: false, kvTransferParams: null };
+  }
+
+  override takeEvents(): KVCacheEvent[] {
+    return this.scheduler ? this.scheduler.takeEvents() : [];
+  }
+
+  override resetCache(): boolean {
+    return this.scheduler ? this.scheduler.resetCache() : true;
+  }
+
+  #scheduler(): OffloadScheduler {
+    if (!this.scheduler) throw new Error(`OffloadingConnector: scheduler hook called on the ${this.role} role`);
+    return this.scheduler;
+  }
+
+  #worker(): OffloadWorker {
+    if (!this.worker) throw new Error(`OffloadingConnector: worker hook called on the ${this.role} role`);
+    return this.worker;
+  }
+}

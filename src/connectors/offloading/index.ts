@@ -1,0 +1,9 @@
+/** OffloadingConnector and its tiers (spec §5.8). Loaded lazily by the connector registry. */
+export * from './config.ts';
+export { OffloadingConnector } from './connector.ts';
+export { CpuTier, type CpuTierOptions } from './cpu-tier.ts';
+export { createEvictionPolicy, type EvictionPolicy, type InsertResult } from './eviction-policy.ts';
+export { FsTier, type FsTierOptions } from './fs-tier.ts';
+export { emptyTierStats, type KVTier, type TierEntry, type TierStats } from './kv-tier.ts';
+export { RedisTier, type RedisTierOptions } from './redis-tier.ts';
+export { createSecondaryTier, createSecondaryTiers } from './tier-factory.ts';

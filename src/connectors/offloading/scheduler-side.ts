@@ -1,0 +1,284 @@
+/**
+ * The scheduler half of the OffloadingConnector: answers prefix lookups from the CPU
+ * index (synchronously) and the secondary tiers (asynchronously, "ask again" until known),
+ * decides which computed chunks to store and which to load, and turns the workers'
+ * reports into KV events. It never touches KV bytes and never awaits.
+ */
+import type { ConnectorRequest, KVConnectorOutput, MatchedTokens, SchedulerOutput } from '../../connector/types.ts';
+import type { KVCacheBlocks, KVCacheEvent } from '../../kv/interfaces.ts';
+import type { OffloadingConfig } from './config.ts';
+import { CpuSlotIndex } from './cpu-slot-index.ts';
+import type { KVTier } from './kv-tier.ts';
+import type { OffloadLayout } from './layout.ts';
+import { LookupTracker } from './lookup-tracker.ts';
+import type { LoadItem, LoadJob, OffloadMetadata, OffloadWorkerMeta, StoreOp } from './metadata.ts';
+import { WORKER_META_KEY } from './metadata.ts';
+import { OffloadEvents } from './offload-events.ts';
+import { SecondaryLookup } from './secondary-lookup.ts';
+
+/** Slack on top of the tiers' own timeouts before an unanswered lookup counts as a miss. */
+const LOOKUP_MARGIN_MS = 50;
+
+interface RequestState {
+  req: ConnectorRequest;
+  blockIds: number[][];
+  /** Chunks before this index were stored (or skipped) already. */
+  storeCursor: number;
+  counted: boolean;
+}
+
+export class OffloadScheduler {
+  readonly layout: OffloadLayout;
+  readonly config: OffloadingConfig;
+  readonly index: CpuSlotIndex;
+  readonly tracker: LookupTracker;
+  readonly lookup: SecondaryLookup | null;
+  readonly events: OffloadEvents;
+  readonly tiers: readonly KVTier[];
+  readonly #requests = new Map<string, RequestState>();
+  /** The numComputedTokens each request's last lookup answered for. */
+  readonly #lastLookup = new Map<string, number>();
+  #pendingLoads: LoadJob[] = [];
+  readonly #asyncLoads = new Map<string, LoadJob>();
+  readonly #syncLoadsByStep = new Map<number, LoadJob[]>();
+  readonly #storesByStep = new Map<number, StoreOp[]>();
+  #step = 0;
+  #reportedTierErrors = 0;
+  #stats = { storedChunks: 0, loadedChunks: 0, promotedChunks: 0, failedChunks: 0, evictedChunks: 0 };
+
+  constructor(layout: OffloadLayout, config: OffloadingConfig, tiers: readonly KVTier[]) {
+    this.layout = layout;
+    this.config = config;
+    this.tiers = tiers;
+    this.index = new CpuSlotIndex(layout.numSlots, config.evictionPolicy);
+    this.tracker = new LookupTracker(config.storeThreshold);
+    const bound = tiers.reduce((ms, t) => ms + t.timeoutMs, LOOKUP_MARGIN_MS);
+    this.lookup = tiers.length > 0 ? new SecondaryLookup(tiers, bound) : null;
+    this.events = new OffloadEvents(layout.gpuBlockSize);
+  }
+
+  getNumNewMatchedTokens(req: ConnectorRequest, numComputedTokens: number): MatchedTokens {
+    const L = this.layout;
+    const maxChunks = Math.min(
+      Math.floor((req.numTokens - 1) / L.chunkTokens),
+      Math.floor(req.blockHashes.length / L.blocksPerChunk),
+    );
+    const start = Math.floor(numComputedTokens / L.chunkTokens);
+    if (start >= maxChunks) return { count: 0, loadAsync: false };
+    const chunkKeys: string[][] = [];
+    for (let c = start; c < maxChunks; c++) chunkKeys.push(L.chunkKeys(req.blockHashes, c) ?? []);
+    if (this.lookup) this.lookup.prefetch(chunkKeys.flat().filter((k) => !this.index.isReady(k)));
+    let end = start;
+    let loadAsync = false;
+    for (const keys of chunkKeys) {
+      if (keys.length === 0) break;
+      if (keys.every((k) => this.index.isReady(k))) {
+        end++;
+        continue;
+      }
+      if (!this.lookup) break;
+      const where = keys.map((k) => (this.index.isReady(k) ? 'cpu' : (this.lookup as SecondaryLookup).locate(k)));
+      if (where.includes('unknown')) return { count: null, loadAsync: false };
+      if (where.includes(-1)) break;
+      loadAsync = true;
+      end++;
+    }
+    this.#lastLookup.set(req.requestId, numComputedTokens);
+    const count = Math.max(0, end * L.chunkTokens - numComputedTokens);
+    return { count, loadAsync: count > 0 && loadAsync };
+  }
+
+  updateStateAfterAlloc(req: ConnectorRequest, blocks: KVCacheBlocks, numExternalTokens: number): void {
+    const st = this.#state(req);
+    st.blockIds = blocks.getBlockIds().map((ids) => [...ids]);
+    if (!st.counted) {
+      st.counted = true;
+      const prompt = Math.floor(req.numPromptTokens / this.layout.chunkTokens);
+      for (let c = 0; c < prompt; c++) for (const k of this.layout.chunkKeys(req.blockHashes, c) ?? []) this.tracker.record(k);
+    }
+    if (numExternalTokens > 0) {
+      const start = this.#lastLookup.get(req.requestId) ?? req.numComputedTokens;
+      this.#pendingLoads.push(this.#planLoad(st, start, start + numExternalTokens));
+    }
+    this.#lastLookup.delete(req.requestId);
+  }
+
+  buildConnectorMeta(so: SchedulerOutput): OffloadMetadata {
+    const step = ++this.#step;
+    const computedBefore = new Map<string, number>();
+    for (const nr of so.scheduledNewReqs) {
+      const st = this.#requests.get(nr.reqId);
+      if (st) st.blockIds = nr.blockIds.map((ids) => [...ids]);
+      computedBefore.set(nr.reqId, nr.numComputedTokens);
+    }
+    const cached = so.scheduledCachedReqs;
+    cached.reqIds.forEach((id, i) => {
+      computedBefore.set(id, cached.numComputedTokens[i] ?? 0);
+      const st = this.#requests.get(id);
+      const added = cached.newBlockIds[i];
+      if (!st || !added) return;
+      if (cached.resumedFromPreemption[i]) st.blockIds = added.map((ids) => [...ids]);
+      else added.forEach((ids, g) => st.blockIds[g]?.push(...ids));
+    });
+    const stores: StoreOp[] = [];
+    for (const [id, before] of computedBefore) {
+      const n = so.numScheduledTokens[id] ?? 0;
+      const st = this.#requests.get(id);
+      if (n > 0 && st) stores.push(...this.#planStores(st, before + n));
+    }
+    const loads = this.#pendingLoads;
+    this.#pendingLoads = [];
+    for (const job of loads) {
+      if (job.async) this.#asyncLoads.set(job.reqId, job);
+      else this.#syncLoadsByStep.set(step, [...(this.#syncLoadsByStep.get(step) ?? []), job]);
+    }
+    if (stores.length > 0) this.#storesByStep.set(step, stores);
+    return { step, stores, loads };
+  }
+
+  updateConnectorOutput(out: KVConnectorOutput): void {
+    const meta = out.kvConnectorWorkerMeta?.[WORKER_META_KEY] as OffloadWorkerMeta | undefined;
+    if (meta) this.#applyWorkerMeta(meta);
+    for (const id of out.finishedRecving ?? []) {
+      const job = this.#asyncLoads.get(id);
+      if (!job) continue;
+      this.#asyncLoads.delete(id);
+      for (const item of job.items) if (item.slot >= 0) this.index.unpin(item.key);
+    }
+  }
+
+  requestFinished(req: ConnectorRequest): void {
+    this.#requests.delete(req.requestId);
+    this.#lastLookup.delete(req.requestId);
+  }
+
+  takeEvents(): KVCacheEvent[] {
+    return this.events.take();
+  }
+
+  resetCache(): boolean {
+    this.events.removed(this.index.clear(), 'CPU');
+    this.lookup?.clear();
+    return true;
+  }
+
+  stats(): Record<string, number> {
+    const s = { ...this.#stats };
+    this.#stats = { storedChunks: 0, loadedChunks: 0, promotedChunks: 0, failedChunks: 0, evictedChunks: 0 };
+    const tierErrors = this.tiers.reduce((n, t) => n + t.stats().errors, 0);
+    const newErrors = tierErrors - this.#reportedTierErrors;
+    this.#reportedTierErrors = tierErrors;
+    return {
+      offload_stored_chunks: s.storedChunks,
+      offload_loaded_chunks: s.loadedChunks,
+      offload_promoted_chunks: s.promotedChunks,
+      offload_failed_chunks: s.failedChunks,
+      offload_cpu_evicted_chunks: s.evictedChunks,
+      offload_lookup_tier_errors: newErrors,
+    };
+  }
+
+  #state(req: ConnectorRequest): RequestState {
+    let st = this.#requests.get(req.requestId);
+    if (!st) {
+      st = { req, blockIds: [], storeCursor: 0, counted: false };
+      this.#requests.set(req.requestId, st);
+    }
+    st.req = req;
+    return st;
+  }
+
+  #evicted(evicted: readonly { key: string }[]): void {
+    if (evicted.length === 0) return;
+    const keys = evicted.map((e) => e.key);
+    this.#stats.evictedChunks += keys.length;
+    this.events.removed(keys, 'CPU');
+    this.lookup?.forget(keys);
+  }
+
+  #planLoad(st: RequestState, startToken: number, endToken: number): LoadJob {
+    const L = this.layout;
+    const items: LoadItem[] = [];
+    for (let c = Math.floor(startToken / L.chunkTokens); c < endToken / L.chunkTokens; c++) {
+      const keys = L.chunkKeys(st.req.blockHashes, c) ?? [];
+      keys.forEach((key, g) => {
+        const blockIds: number[] = [];
+        for (let p = 0; p < L.blocksPerChunk; p++) {
+          const b = c * L.blocksPerChunk + p;
+          blockIds.push(b * L.gpuBlockSize < startToken ? 0 : (st.blockIds[g]?.[b] ?? 0));
+        }
+        const cpuSlot = this.index.peek(key);
+        if (cpuSlot !== null) {
+          this.index.pin(key);
+          this.index.touch(key);
+          items.push({ key, group: g, slot: cpuSlot, source: 'cpu', blockIds });
+          return;
+        }
+        const where = this.lookup?.locate(key);
+        const alloc = this.index.allocate(key);
+        if (alloc) {
+          this.#evicted(alloc.evicted);
+          this.index.pin(key);
+          this.events.describe(key, g, st.req.blockHashes, c * L.blocksPerChunk, L.blocksPerChunk, st.req.allTokenIds);
+        }
+        items.push({ key, group: g, slot: alloc ? alloc.slot : -1, source: typeof where === 'number' && where >= 0 ? where : 0, blockIds });
+      });
+      this.lookup?.forget(keys);
+    }
+    this.#stats.loadedChunks += items.length;
+    return { reqId: st.req.requestId, async: items.some((i) => i.source !== 'cpu'), items };
+  }
+
+  #planStores(st: RequestState, computedAfter: number): StoreOp[] {
+    const L = this.layout;
+    const req = st.req;
+    const limit = this.config.offloadPromptOnly ? req.numPromptTokens : req.numTokens;
+    const done = Math.min(
+      Math.floor(Math.min(computedAfter, limit) / L.chunkTokens),
+      Math.floor(req.blockHashes.length / L.blocksPerChunk),
+    );
+    const ops: StoreOp[] = [];
+    for (let c = st.storeCursor; c < done; c++) {
+      const keys = L.chunkKeys(req.blockHashes, c) ?? [];
+      keys.forEach((key, g) => {
+        if (this.index.has(key) || !this.tracker.shouldStore(key)) return;
+        const blockIds = (st.blockIds[g] ?? []).slice(c * L.blocksPerChunk, (c + 1) * L.blocksPerChunk);
+        if (blockIds.length < L.blocksPerChunk || blockIds.includes(0)) return;
+        const alloc = this.index.allocate(key);
+        if (!alloc) return;
+        this.#evicted(alloc.evicted);
+        this.events.describe(key, g, req.blockHashes, c * L.blocksPerChunk, L.blocksPerChunk, req.allTokenIds);
+        ops.push({ key, group: g, slot: alloc.slot, blockIds, writeThrough: this.tiers.length > 0 });
+      });
+    }
+    st.storeCursor = Math.max(st.storeCursor, done);
+    this.#stats.storedChunks += ops.length;
+    return ops;
+  }
+
+  #applyWorkerMeta(meta: OffloadWorkerMeta): void {
+    for (const [step, stores] of this.#storesByStep) {
+      if (step > meta.step) continue;
+      this.#storesByStep.delete(step);
+      for (const s of stores) this.index.markReady(s.key);
+      this.events.stored(
+        stores.map((s) => s.key),
+        'CPU',
+      );
+    }
+    for (const [step, jobs] of this.#syncLoadsByStep) {
+      if (step > meta.step) continue;
+      this.#syncLoadsByStep.delete(step);
+      for (const job of jobs) for (const item of job.items) this.index.unpin(item.key);
+    }
+    for (const key of meta.failed) {
+      if (!this.index.isReady(key)) this.index.remove(key);
+    }
+    this.#stats.failedChunks += meta.failed.length;
+    for (const key of meta.promoted) this.index.markReady(key);
+    this.#stats.promotedChunks += meta.promoted.length;
+    this.events.stored(meta.promoted, 'CPU');
+    for (const s of meta.storedSecondary) this.events.stored(s.keys, 'STORAGE');
+    for (const s of meta.evictedSecondary) this.events.removed(s.keys, 'STORAGE');
+  }
+}

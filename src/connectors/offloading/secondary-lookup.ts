@@ -1,0 +1,94 @@
+/**
+ * Asynchronous existence checks against the secondary tiers for the scheduler, whose
+ * hooks are synchronous: the first question starts the I/O in the background and answers
+ * "unknown"; later questions read the answer. A check that has not answered by its
+ * deadline counts as a miss, so a slow tier delays admission by at most the bound.
+ */
+import type { KVTier } from './kv-tier.ts';
+
+/** Where a key was found: the index of the first tier that has it, or -1. */
+export type TierLocation = number;
+
+interface Pending {
+  deadline: number;
+  done: boolean;
+}
+
+export class SecondaryLookup {
+  readonly tiers: readonly KVTier[];
+  readonly boundMs: number;
+  readonly #found = new Map<string, TierLocation>();
+  readonly #pending = new Map<string, Pending>();
+  readonly #maxEntries: number;
+  lookups = 0;
+
+  constructor(tiers: readonly KVTier[], boundMs: number, maxEntries = 100_000) {
+    this.tiers = tiers;
+    this.boundMs = boundMs;
+    this.#maxEntries = maxEntries;
+  }
+
+  /** The known location, 'unknown' while the check runs (it starts one if needed). */
+  locate(key: string, now = Date.now()): TierLocation | 'unknown' {
+    const known = this.#found.get(key);
+    if (known !== undefined) return known;
+    const p = this.#pending.get(key);
+    if (p) return p.done || now >= p.deadline ? -1 : 'unknown';
+    this.#start([key], now);
+    return 'unknown';
+  }
+
+  /** Starts checks for several keys in one batch (one pipelined round trip per tier). */
+  prefetch(keys: readonly string[], now = Date.now()): void {
+    const missing = keys.filter((k) => !this.#found.has(k) && !this.#pending.has(k));
+    if (missing.length > 0) this.#start(missing, now);
+  }
+
+  /** Forget what is known about keys (they were stored, evicted or failed to load). */
+  forget(keys: readonly string[]): void {
+    for (const k of keys) {
+      this.#found.delete(k);
+      this.#pending.delete(k);
+    }
+  }
+
+  clear(): void {
+    this.#found.clear();
+    this.#pending.clear();
+  }
+
+  #start(keys: string[], now: number): void {
+    this.lookups++;
+    const state: Pending = { deadline: now + this.boundMs, done: false };
+    for (const k of keys) this.#pending.set(k, state);
+    void this.#check(keys).then((where) => {
+      state.done = true;
+      keys.forEach((k, i) => {
+        if (this.#pending.get(k) !== state) return;
+        this.#pending.delete(k);
+        this.#found.set(k, where[i] ?? -1);
+      });
+      while (this.#found.size > this.#maxEntries) {
+        const oldest = this.#found.keys().next();
+        if (oldest.done) break;
+        this.#found.delete(oldest.value);
+      }
+    });
+  }
+
+  async #check(keys: string[]): Promise<TierLocation[]> {
+    const where: TierLocation[] = keys.map(() => -1);
+    let remaining = keys.map((_, i) => i);
+    for (let t = 0; t < this.tiers.length && remaining.length > 0; t++) {
+      const tier = this.tiers[t] as KVTier;
+      const has = await tier.hasMany(remaining.map((i) => keys[i] as string));
+      const next: number[] = [];
+      remaining.forEach((i, j) => {
+        if (has[j]) where[i] = t;
+        else next.push(i);
+      });
+      remaining = next;
+    }
+    return where;
+  }
+}

@@ -1,0 +1,213 @@
+/**
+ * The worker half of the OffloadingConnector: owns the CPU tier's bytes and the clients
+ * of the secondary tiers. Stores copy GPU blocks into CPU slots synchronously in
+ * waitForSave (so a later step may reuse the blocks at once), then write through to the
+ * secondary tiers in the background. CPU hits load synchronously in startLoadKv; chunks
+ * from a secondary tier load asynchronously, pass through their CPU slot (promotion) and
+ * report the request in finished_recving; anything missing or corrupt becomes a load error.
+ */
+import type { PagedKVMemory } from '../../kv/interfaces.ts';
+import { CpuSlotBuffers } from './cpu-slot-buffers.ts';
+import { copyBlocksToChunk, copyChunkToBlocks } from './kv-copy.ts';
+import type { KVTier, TierEntry } from './kv-tier.ts';
+import type { OffloadLayout } from './layout.ts';
+import type { LoadItem, LoadJob, OffloadMetadata, OffloadWorkerMeta } from './metadata.ts';
+
+interface CompletedJob {
+  reqId: string;
+  invalidBlockIds: number[];
+}
+
+/** How long shutdown waits for in-flight loads and write-throughs. */
+const SHUTDOWN_WAIT_MS = 2000;
+
+export class OffloadWorker {
+  readonly layout: OffloadLayout;
+  readonly tiers: readonly KVTier[];
+  #memory: PagedKVMemory | null = null;
+  #buffers: CpuSlotBuffers | null = null;
+  readonly #inflight = new Set<Promise<void>>();
+  #completed: CompletedJob[] = [];
+  #loadErrors: number[] = [];
+  #lastStep = 0;
+  #promoted: string[] = [];
+  #failed: string[] = [];
+  #storedSecondary: { tier: number; keys: string[] }[] = [];
+  #reportedTiers = { errors: 0, corrupt: 0, outages: 0 };
+  #stats = { storeBytes: 0, loadBytes: 0, secondaryHits: 0, secondaryMisses: 0, writeThroughBytes: 0 };
+
+  constructor(layout: OffloadLayout, tiers: readonly KVTier[]) {
+    this.layout = layout;
+    this.tiers = tiers;
+  }
+
+  register(memory: PagedKVMemory): void {
+    this.#memory = memory;
+    this.#buffers = new CpuSlotBuffers(this.layout.numSlots, this.layout.slotBytes);
+  }
+
+  startLoads(meta: OffloadMetadata): void {
+    for (const job of meta.loads) {
+      if (!job.async) {
+        for (const item of job.items) this.#loadFromCpu(item, this.#loadErrors);
+        continue;
+      }
+      const done = this.#runAsync(job).finally(() => this.#inflight.delete(done));
+      this.#inflight.add(done);
+    }
+  }
+
+  /** GPU → CPU copies of this step, then the write-through in the background. */
+  stores(meta: OffloadMetadata): void {
+    const memory = this.#requireMemory();
+    const buffers = this.#buffers as CpuSlotBuffers;
+    const writeThrough: TierEntry[] = [];
+    for (const op of meta.stores) {
+      const group = this.layout.groups[op.group];
+      if (!group || op.slot < 0 || op.slot >= buffers.numSlots) continue;
+      const chunk = buffers.writable(op.slot).subarray(0, group.chunkBytes);
+      copyBlocksToChunk(memory, group, op.blockIds, chunk, this.layout.blocksPerChunk);
+      buffers.setLength(op.slot, group.chunkBytes);
+      this.#stats.storeBytes += group.chunkBytes;
+      if (op.writeThrough) writeThrough.push({ key: op.key, value: Buffer.from(chunk) });
+    }
+    this.#lastStep = Math.max(this.#lastStep, meta.step);
+    if (writeThrough.length > 0 && this.tiers.length > 0) {
+      const done = this.#writeThrough(writeThrough).finally(() => this.#inflight.delete(done));
+      this.#inflight.add(done);
+    }
+  }
+
+  /** Requests whose async load finished; their load errors move to the error list. */
+  takeFinishedLoads(): string[] {
+    const done = this.#completed;
+    this.#completed = [];
+    for (const j of done) this.#loadErrors.push(...j.invalidBlockIds);
+    return done.map((j) => j.reqId);
+  }
+
+  takeLoadErrors(): number[] {
+    const out = this.#loadErrors;
+    this.#loadErrors = [];
+    return out;
+  }
+
+  workerMeta(): OffloadWorkerMeta {
+    const evictedSecondary = this.tiers
+      .map((t, tier) => ({ tier, keys: t.takeEvicted() }))
+      .filter((e) => e.keys.length > 0);
+    const meta: OffloadWorkerMeta = {
+      step: this.#lastStep,
+      promoted: this.#promoted,
+      failed: this.#failed,
+      storedSecondary: this.#storedSecondary,
+      evictedSecondary,
+    };
+    this.#promoted = [];
+    this.#failed = [];
+    this.#storedSecondary = [];
+    return meta;
+  }
+
+  stats(): Record<string, number> {
+    const s = this.#stats;
+    this.#stats = { storeBytes: 0, loadBytes: 0, secondaryHits: 0, secondaryMisses: 0, writeThroughBytes: 0 };
+    const tiers = { errors: 0, corrupt: 0, outages: 0 };
+    for (const t of this.tiers) {
+      const ts = t.stats();
+      tiers.errors += ts.errors;
+      tiers.corrupt += ts.corrupt;
+      tiers.outages += (t as { health?: { outages: number } }).health?.outages ?? 0;
+    }
+    const seen = this.#reportedTiers;
+    this.#reportedTiers = tiers;
+    // Counters since the last call: the engine sums what connectors report.
+    return {
+      offload_store_bytes: s.storeBytes,
+      offload_load_bytes: s.loadBytes,
+      offload_secondary_hits: s.secondaryHits,
+      offload_secondary_misses: s.secondaryMisses,
+      offload_write_through_bytes: s.writeThroughBytes,
+      offload_tier_errors: tiers.errors - seen.errors,
+      offload_tier_corrupt: tiers.corrupt - seen.corrupt,
+      offload_tier_outages: tiers.outages - seen.outages,
+    };
+  }
+
+  async shutdown(): Promise<void> {
+    const wait = Promise.allSettled([...this.#inflight]);
+    await Promise.race([wait, new Promise((r) => setTimeout(r, SHUTDOWN_WAIT_MS).unref())]);
+    await Promise.all(this.tiers.map((t) => t.close()));
+  }
+
+  #requireMemory(): PagedKVMemory {
+    if (!this.#memory) throw new Error('OffloadingConnector worker: registerKvCaches was not called');
+    return this.#memory;
+  }
+
+  #destinations(item: LoadItem): number[] {
+    return item.blockIds.filter((id) => id !== 0);
+  }
+
+  #loadFromCpu(item: LoadItem, errors: number[]): void {
+    const group = this.layout.groups[item.group];
+    const bytes = item.slot >= 0 ? this.#buffers?.read(item.slot) : null;
+    if (!group || !bytes || bytes.byteLength !== group.chunkBytes) {
+      errors.push(...this.#destinations(item));
+      return;
+    }
+    copyChunkToBlocks(this.#requireMemory(), group, bytes, item.blockIds, this.layout.blocksPerChunk);
+    this.#stats.loadBytes += bytes.byteLength;
+  }
+
+  async #runAsync(job: LoadJob): Promise<void> {
+    const errors: number[] = [];
+    try {
+      const bySource = new Map<number, LoadItem[]>();
+      for (const item of job.items) {
+        if (item.source === 'cpu') this.#loadFromCpu(item, errors);
+        else bySource.set(item.source, [...(bySource.get(item.source) ?? []), item]);
+      }
+      await Promise.all(
+        [...bySource].map(async ([tierIndex, items]) => {
+          const tier = this.tiers[tierIndex];
+          const values = tier ? await tier.getMany(items.map((i) => i.key)) : items.map(() => null);
+          items.forEach((item, i) => this.#promote(item, values[i] ?? null, errors));
+        }),
+      );
+    } catch {
+      for (const item of job.items) if (item.source !== 'cpu') errors.push(...this.#destinations(item));
+    } finally {
+      this.#completed.push({ reqId: job.reqId, invalidBlockIds: errors });
+    }
+  }
+
+  #promote(item: LoadItem, value: Uint8Array | null, errors: number[]): void {
+    const group = this.layout.groups[item.group];
+    if (!group || !value || value.byteLength !== group.chunkBytes) {
+      this.#stats.secondaryMisses++;
+      errors.push(...this.#destinations(item));
+      this.#failed.push(item.key);
+      return;
+    }
+    this.#stats.secondaryHits++;
+    if (item.slot >= 0 && this.#buffers) {
+      this.#buffers.write(item.slot, value);
+      this.#promoted.push(item.key);
+    }
+    copyChunkToBlocks(this.#requireMemory(), group, value, item.blockIds, this.layout.blocksPerChunk);
+    this.#stats.loadBytes += value.byteLength;
+  }
+
+  async #writeThrough(entries: TierEntry[]): Promise<void> {
+    await Promise.all(
+      this.tiers.map(async (tier, index) => {
+        const keys = await tier.putMany(entries);
+        if (keys.length > 0) this.#storedSecondary.push({ tier: index, keys });
+        this.#stats.writeThroughBytes += entries
+          .filter((e) => keys.includes(e.key))
+          .reduce((n, e) => n + e.value.byteLength, 0);
+      }),
+    );
+  }
+}

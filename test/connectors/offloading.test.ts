@@ -1,0 +1,272 @@
+/**
+ * OffloadingConnector end to end: the shared conformance suite over the fs and Redis tiers
+ * (a fresh consumer engine has an empty CPU tier, so every load is a promotion from the
+ * secondary tier through the CPU tier), the CPU tier within one engine (GPU prefix cache
+ * evicted, KV reloaded from CPU), and Redis failures: down → recompute within the bound.
+ */
+import assert from 'node:assert/strict';
+import { rmSync, truncateSync } from 'node:fs';
+import { after, before, describe, test } from 'node:test';
+import { resolveModelInfo } from '../../src/config/model-info.ts';
+import { buildEngineConfig } from '../../src/config/engine-config.ts';
+import { parseOffloadingConfig } from '../../src/connectors/offloading/config.ts';
+import { FsTier } from '../../src/connectors/offloading/fs-tier.ts';
+import { OffloadLayout } from '../../src/connectors/offloading/layout.ts';
+import type { RequestOutputDelta } from '../../src/engine/api.ts';
+import { AsyncEngine } from '../../src/engine/async-engine.ts';
+import { samplingParams } from '../../src/engine/llm.ts';
+import { BlockHashFunction } from '../../src/kv/block-hash.ts';
+import { buildKVCacheConfig } from '../../src/kv/kv-cache-config.ts';
+import { captureLogs } from '../../src/logging/logger.ts';
+import { type ConformanceContext, type ConformanceModel, runConnectorConformance } from './conformance.ts';
+import { freePort, type RedisClusterHandle, type RedisServer, redisCommand, startRedis, startRedisCluster } from './redis-helpers.ts';
+
+const MiB = 1 << 20;
+const GREEDY = samplingParams({ maxTokens: 6, temperature: 0, ignoreEos: true });
+
+function offloadConfig(extra: Record<string, unknown>): Record<string, unknown> {
+  return { kv_connector: 'OffloadingConnector', kv_role: 'kv_both', kv_connector_extra_config: { cpu_bytes_to_use: 16 * MiB, ...extra } };
+}
+
+/** The tier keys of one chunk of a prompt, computed the way the engine does. */
+function chunkKeys(ctx: ConformanceContext, extra: Record<string, unknown>, prompt: number[], chunk: number): string[] {
+  const engineConfig = buildEngineConfig({ model: ctx.model, block_size: ctx.blockSize, num_gpu_blocks: 96, max_model_len: 256 });
+  const kvCacheConfig = buildKVCacheConfig({
+    hfConfig: resolveModelInfo(ctx.model).hfConfig,
+    blockSize: ctx.blockSize,
+    numBlocks: 96,
+    hybridEnabled: ctx.hybridKvCacheManager,
+    maxModelLen: 256,
+  });
+  const config = parseOffloadingConfig({ cpu_bytes_to_use: 16 * MiB, ...extra }, engineConfig);
+  const layout = new OffloadLayout(engineConfig, kvCacheConfig, config);
+  const hasher = new BlockHashFunction('sha256_cbor');
+  const hashes = [];
+  let parent = null;
+  for (let b = 0; (b + 1) * ctx.blockSize <= prompt.length; b++) {
+    parent = hasher.hashBlock(parent, prompt, b * ctx.blockSize, (b + 1) * ctx.blockSize);
+    hashes.push(parent);
+  }
+  const keys = layout.chunkKeys(hashes, chunk);
+  assert.ok(keys, 'the chunk is fully hashed');
+  assert.equal(keys.length, ctx.hybridKvCacheManager ? 2 : 1);
+  return keys;
+}
+
+// ---- fs tier ----
+const fsExtra = (ctx: ConformanceContext) => ({
+  spec_name: 'TieringOffloadingSpec',
+  secondary_tiers: [{ type: 'fs', path: `${ctx.dir}/tier`, timeout_ms: 2000 }],
+});
+
+runConnectorConformance({
+  name: 'OffloadingConnector (fs tier)',
+  mode: 'storage',
+  supportsHybrid: true,
+  makeProducerConfig: (ctx) => offloadConfig(fsExtra(ctx)),
+  makeConsumerConfig: (ctx) => offloadConfig(fsExtra(ctx)),
+  corruptionKinds: ['corrupt'],
+  corrupt: (ctx, target) => {
+    const tier = new FsTier({ path: `${ctx.dir}/tier`, capacityBytes: null, timeoutMs: 2000 });
+    for (const key of chunkKeys(ctx, fsExtra(ctx), target.promptTokenIds, 0)) truncateSync(tier.fileOf(key), 100);
+  },
+});
+
+// ---- redis tier (single server) ----
+const redisExtra = (ctx: ConformanceContext) => ({
+  spec_name: 'TieringOffloadingSpec',
+  secondary_tiers: [{ type: 'redis', url: ctx.state['url'], key_prefix: ctx.state['prefix'], timeout_ms: 2000 }],
+});
+let conformanceRedis: RedisServer | null = null;
+let prefixCounter = 0;
+
+runConnectorConformance({
+  name: 'OffloadingConnector (redis tier)',
+  mode: 'storage',
+  models: ['tiny'],
+  supportsHybrid: true,
+  setup: async (ctx) => {
+    conformanceRedis ??= await startRedis();
+    ctx.state['url'] = conformanceRedis.url;
+    ctx.state['prefix'] = `conf${prefixCounter++}`;
+  },
+  makeProducerConfig: (ctx) => offloadConfig(redisExtra(ctx)),
+  makeConsumerConfig: (ctx) => offloadConfig(redisExtra(ctx)),
+  corruptionKinds: ['corrupt'],
+  corrupt: async (ctx, target) => {
+    const port = conformanceRedis?.port ?? 0;
+    for (const key of chunkKeys(ctx, redisExtra(ctx), target.promptTokenIds, 0)) {
+      assert.equal((await redisCommand(port, `EXISTS ${ctx.state['prefix']}:${key}`)).trim(), ':1');
+      await redisCommand(port, `SETRANGE ${ctx.state['prefix']}:${key} 200 CORRUPTED`);
+    }
+  },
+});
+after(async () => {
+  await conformanceRedis?.stop();
+});
+
+// ---- single-engine tests ----
+const PROMPTS = [0, 1, 2, 3].map((s) => Array.from({ length: 64 }, (_, i) => (i * (13 + s * 2) + 53 + s) % 256));
+
+interface Run {
+  tokens: number[];
+  last: RequestOutputDelta;
+}
+
+async function run(engine: AsyncEngine, prompt: number[], id: string): Promise<Run> {
+  const tokens: number[] = [];
+  let last: RequestOutputDelta | null = null;
+  for await (const d of engine.generate({ requestId: id, promptTokenIds: prompt, sampling: GREEDY })) {
+    tokens.push(...d.newTokenIds);
+    last = d;
+  }
+  assert.ok(last);
+  return { tokens, last };
+}
+
+async function plainTokens(model: ConformanceModel, prompt: number[]): Promise<number[]> {
+  const engine = await AsyncEngine.create({ model, block_size: 16, num_gpu_blocks: 64, max_model_len: 128 });
+  try {
+    return (await run(engine, prompt, 'plain')).tokens;
+  } finally {
+    await engine.shutdown();
+  }
+}
+
+/** Runs PROMPTS[0], then the others (evicting it from the small GPU pool), then PROMPTS[0] again. */
+async function evictAndRepeat(engine: AsyncEngine): Promise<{ first: Run; again: Run }> {
+  const first = await run(engine, PROMPTS[0]!, 'first');
+  for (let i = 1; i < PROMPTS.length; i++) await run(engine, PROMPTS[i]!, `other-${i}`);
+  const again = await run(engine, PROMPTS[0]!, 'again');
+  return { first, again };
+}
+
+for (const model of ['tiny', 'tiny-hybrid'] as const) {
+  test(`CPU tier (${model}${model === 'tiny-hybrid' ? ', HMA on' : ''}): KV evicted from the GPU is reloaded from CPU, same tokens`, async () => {
+    const reference = await plainTokens(model, PROMPTS[0]!);
+    const engine = await AsyncEngine.create({
+      model,
+      block_size: 16,
+      num_gpu_blocks: model === 'tiny' ? 16 : 26,
+      max_model_len: 128,
+      disable_hybrid_kv_cache_manager: model === 'tiny-hybrid' ? false : null,
+      kv_transfer_config: offloadConfig({}),
+    });
+    try {
+      const { first, again } = await evictAndRepeat(engine);
+      assert.deepEqual(first.tokens, reference);
+      assert.deepEqual(again.tokens, reference);
+      assert.equal(again.last.metrics.numLocalCachedTokens, 0, 'the GPU prefix cache was evicted');
+      assert.equal(again.last.metrics.numExternalTokens, 48, 'three 16-token chunks come from the CPU tier');
+      assert.equal(again.last.metrics.numLocalComputedTokens, 16);
+      await engine.waitIdle();
+      assert.equal(engine.stats().kvCacheUsage, 0);
+    } finally {
+      await engine.shutdown();
+    }
+  });
+}
+
+test('CPU tier too small for the prompt: a secondary fs tier serves the evicted chunks (promotion through CPU)', async () => {
+  const dir = (await import('node:fs')).mkdtempSync(`${(await import('node:os')).tmpdir()}/kvconnect-offload-`);
+  try {
+    const reference = await plainTokens('tiny', PROMPTS[0]!);
+    const engine = await AsyncEngine.create({
+      model: 'tiny',
+      block_size: 16,
+      num_gpu_blocks: 16,
+      max_model_len: 128,
+      kv_transfer_config: offloadConfig({
+        cpu_bytes_to_use: 3 * 32768,
+        spec_name: 'TieringOffloadingSpec',
+        secondary_tiers: [{ type: 'fs', path: dir }],
+      }),
+    });
+    try {
+      const { again } = await evictAndRepeat(engine);
+      assert.deepEqual(again.tokens, reference);
+      assert.equal(again.last.metrics.numExternalTokens, 48);
+      const stats = engine.stats().kvConnectorStats ?? {};
+      assert.ok(Number(stats['offload_promoted_chunks']) >= 3, `promoted ${stats['offload_promoted_chunks']}`);
+      assert.ok(Number(stats['offload_cpu_evicted_chunks']) > 0);
+    } finally {
+      await engine.shutdown();
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+describe('redis tier failures', () => {
+  test('Redis down: lookups degrade to a miss within the bound, one warning, a metric; the request completes with the right tokens', async () => {
+    const reference = await plainTokens('tiny', PROMPTS[0]!);
+    const port = await freePort();
+    const { records } = await captureLogs(async () => {
+      const engine = await AsyncEngine.create({
+        model: 'tiny',
+        block_size: 16,
+        num_gpu_blocks: 16,
+        max_model_len: 128,
+        kv_transfer_config: offloadConfig({
+          spec_name: 'TieringOffloadingSpec',
+          secondary_tiers: [{ type: 'redis', url: `redis://127.0.0.1:${port}`, timeout_ms: 150 }],
+        }),
+      });
+      try {
+        const t0 = performance.now();
+        const out = await run(engine, PROMPTS[0]!, 'down');
+        const elapsed = performance.now() - t0;
+        assert.deepEqual(out.tokens, reference);
+        assert.equal(out.last.error, undefined);
+        assert.equal(out.last.metrics.numExternalTokens, 0);
+        assert.ok(elapsed < 2000, `the request took ${elapsed} ms with Redis down`);
+        assert.ok((out.last.metrics.queuedMs ?? 0) < 150 + 50 + 250, `queued ${out.last.metrics.queuedMs} ms`);
+        await engine.waitIdle();
+        const stats = engine.stats().kvConnectorStats ?? {};
+        assert.ok(Number(stats['offload_lookup_tier_errors']) + Number(stats['offload_tier_errors']) > 0, JSON.stringify(stats));
+        assert.ok(Number(stats['offload_tier_outages']) >= 1, JSON.stringify(stats));
+      } finally {
+        await engine.shutdown();
+      }
+    });
+    const warnings = records.filter((r) => r.level === 'warn' && r.message.includes(`127.0.0.1:${port}`) && r.message.includes('unavailable'));
+    assert.ok(warnings.length >= 1 && warnings.length <= 2, `one warning per tier client and outage, got ${warnings.length}`);
+  });
+});
+
+describe('redis cluster tier', () => {
+  let cluster: RedisClusterHandle;
+  before(async () => {
+    cluster = await startRedisCluster(3);
+  });
+  after(async () => {
+    await cluster?.stop();
+  });
+
+  test('a producer engine stores through a 3-node cluster; a fresh consumer loads from it with the same tokens', async () => {
+    const reference = await plainTokens('tiny', PROMPTS[2]!);
+    const config = offloadConfig({
+      spec_name: 'TieringOffloadingSpec',
+      secondary_tiers: [{ type: 'redis', cluster_nodes: [cluster.urls[0]], timeout_ms: 3000, key_prefix: 'cl' }],
+    });
+    const options = { model: 'tiny', block_size: 16, num_gpu_blocks: 32, max_model_len: 128, kv_transfer_config: config };
+    const producer = await AsyncEngine.create(options);
+    try {
+      assert.deepEqual((await run(producer, PROMPTS[2]!, 'p')).tokens, reference);
+      await producer.waitIdle();
+    } finally {
+      await producer.shutdown();
+    }
+    let keys = 0;
+    for (const n of cluster.nodes) keys += Number((await redisCommand(n.port, 'DBSIZE')).slice(1));
+    assert.equal(keys, 4, 'four 16-token chunks of the prompt are in the cluster');
+    const consumer = await AsyncEngine.create(options);
+    try {
+      const out = await run(consumer, PROMPTS[2]!, 'c');
+      assert.deepEqual(out.tokens, reference);
+      assert.equal(out.last.metrics.numExternalTokens, 48);
+    } finally {
+      await consumer.shutdown();
+    }
+  });
+});

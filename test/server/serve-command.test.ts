@@ -1,0 +1,137 @@
+/**
+ * `registerServeCommand` in-process on a fresh commander program: bad flags and configs are
+ * refused with message + hint and exit code 2 before any engine or socket exists; a good
+ * invocation (dotted --kv-transfer-config form) serves until its stop signal.
+ */
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import { Command } from 'commander';
+import { registerServeCommand, type ServeDeps } from '../../src/cli/commands/serve.ts';
+import type { CliContext } from '../../src/cli/context.ts';
+import { extractDottedArgs } from '../../src/config/dotted-args.ts';
+import { engineMissing } from './harness.ts';
+
+async function serve(
+  argv: string[],
+  deps: ServeDeps = {},
+  onOut: (text: string) => void = () => {},
+): Promise<{ code: number; out: string; err: string }> {
+  let out = '';
+  let err = '';
+  const { rest, dotted } = extractDottedArgs(argv, '--kv-transfer-config');
+  const ctx: CliContext = {
+    io: {
+      out: (t) => {
+        out += t;
+        onOut(out);
+      },
+      err: (t) => {
+        err += t;
+      },
+    },
+    dottedKvTransferConfig: dotted,
+    exitCode: 0,
+  };
+  const program = new Command('kvconnect')
+    .exitOverride()
+    .configureOutput({ writeOut: ctx.io.out, writeErr: ctx.io.err });
+  registerServeCommand(program, ctx, deps);
+  await program.parseAsync(['serve', ...rest], { from: 'user' });
+  return { code: ctx.exitCode, out, err };
+}
+
+const noEngine: ServeDeps = {
+  createEngine: () => {
+    throw new Error('the engine must not be created for an invalid configuration');
+  },
+};
+
+test('invalid flags exit 2 with the message and a hint, before creating the engine', async () => {
+  const cases: Array<[string[], RegExp]> = [
+    [
+      ['--port', '99999'],
+      /^error\[KV_CONFIG_INVALID\]: Invalid value for port: expected an integer in 0\.\.65535, received "99999"\nhint: /,
+    ],
+    [
+      ['--block-size', 'abc'],
+      /^error\[KV_CONFIG_INVALID\]: Invalid value for block_size: expected an integer, received "abc"\nhint: /,
+    ],
+    [
+      ['--prefix-caching-hash-algo', 'md5'],
+      /^error\[KV_CONFIG_INVALID\]: Invalid value for prefix_caching_hash_algo: .*\nhint: .*sha256_cbor/,
+    ],
+    [
+      ['--kv-transfer-config', '{"kv_connector": "NixlConnector", "kv_rol": "kv_producer"}'],
+      /^error\[KV_CONFIG_UNKNOWN_KEY\]: Unknown field 'kv_rol' in kv_transfer_config\nhint: /,
+    ],
+    [
+      ['--kv-transfer-config.kv_connector', 'NixlConnector'],
+      /^error\[KV_ROLE_REQUIRED\]: Please specify kv_role when kv_connector is set/,
+    ],
+  ];
+  for (const [argv, expected] of cases) {
+    const r = await serve(argv, noEngine);
+    assert.equal(r.code, 2, argv.join(' '));
+    assert.match(r.err, expected);
+    assert.equal(r.out, '');
+  }
+});
+
+test('an unknown connector stops the command before it listens', { skip: engineMissing }, async () => {
+  const r = await serve([
+    '--port',
+    '0',
+    '--kv-transfer-config',
+    '{"kv_connector":"NoSuchConnector","kv_role":"kv_both"}',
+  ]);
+  assert.equal(r.code, 2);
+  assert.match(r.err, /^error\[[A-Z_]+\]: .*NoSuchConnector.*\nhint: /);
+  assert.doesNotMatch(r.out, /listening/);
+});
+
+test('the dotted --kv-transfer-config form configures the connector of a running server', {
+  skip: engineMissing,
+}, async () => {
+  let stop!: () => void;
+  const stopped = new Promise<void>((resolve) => {
+    stop = resolve;
+  });
+  let listening!: (url: string) => void;
+  const address = new Promise<string>((resolve) => {
+    listening = resolve;
+  });
+  const run = serve(
+    [
+      '--port',
+      '0',
+      '--kv-transfer-config.kv_connector',
+      'EchoParamsConnector',
+      '--kv-transfer-config.kv_role',
+      'kv_producer',
+      '--kv-transfer-config.kv_connector_module_path',
+      fileURLToPath(new URL('./echo-connector.ts', import.meta.url)),
+      '--kv-transfer-config.engine_id',
+      'dotted-engine',
+    ],
+    { stopSignal: () => stopped },
+    (out) => {
+      const url = /listening on (http:\/\/127\.0\.0\.1:\d+)/.exec(out)?.[1];
+      if (url) listening(url);
+    },
+  );
+  try {
+    const url = await Promise.race([
+      address,
+      run.then((r) => Promise.reject(new Error(`serve exited: ${r.err}`))),
+    ]);
+    const info = (await (await fetch(`${url}/kvconnect/info`)).json()) as Record<string, unknown>;
+    assert.equal(info['kv_connector'], 'EchoParamsConnector');
+    assert.equal(info['kv_role'], 'kv_producer');
+    assert.equal(info['engine_id'], 'dotted-engine');
+  } finally {
+    stop();
+  }
+  const r = await run;
+  assert.equal(r.code, 0, r.err);
+});

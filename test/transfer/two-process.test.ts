@@ -1,0 +1,99 @@
+import assert from 'node:assert/strict';
+import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
+import { createInterface, type Interface } from 'node:readline';
+import { describe, it } from 'node:test';
+import { crc32 } from 'node:zlib';
+import { setLogLevel } from '../../src/logging/logger.ts';
+import { type AgentMetadata, TransferAgent } from '../../src/transfer/index.ts';
+import { fillPattern, makeRegion } from './pattern.ts';
+
+setLogLevel('silent');
+const BB = 16 << 10;
+
+interface Child {
+  proc: ChildProcessWithoutNullStreams;
+  meta: AgentMetadata;
+  ask(line: string): Promise<string>;
+  stop(): Promise<void>;
+}
+
+async function startChild(backend: string, numBlocks: number, seed: number): Promise<Child> {
+  const proc = spawn(
+    process.execPath,
+    ['--import', 'tsx', new URL('./peer-child.ts', import.meta.url).pathname, backend, String(numBlocks), String(BB), String(seed)],
+    { stdio: ['pipe', 'pipe', 'pipe'], env: { ...process.env, KVCONNECT_LOG_LEVEL: 'silent' } },
+  );
+  const lines: Interface = createInterface({ input: proc.stdout });
+  const queue: ((l: string) => void)[] = [];
+  lines.on('line', (l) => queue.shift()?.(l));
+  const next = () => new Promise<string>((resolve) => queue.push(resolve));
+  const meta = JSON.parse(await next()) as AgentMetadata;
+  const exited = new Promise<void>((r) => proc.once('exit', () => r()));
+  return {
+    proc,
+    meta,
+    ask: (line) => {
+      const p = next();
+      proc.stdin.write(`${line}\n`);
+      return p;
+    },
+    stop: async () => {
+      if (proc.exitCode === null && proc.signalCode === null) proc.stdin.end('exit\n');
+      await exited;
+    },
+  };
+}
+
+for (const backend of ['TCP', 'SHM']) {
+  describe(`two processes over ${backend}`, () => {
+    it('READs and WRITEs block runs across processes, byte for byte', async () => {
+      const N = 256;
+      const child = await startChild(backend, N, 9);
+      const agent = await TransferAgent.create({ engineId: 'parent', agentName: 'parent', backends: [backend] });
+      const local = makeRegion(0, BB, N, 5);
+      agent.registerMemory([local]);
+      const remote = agent.addRemoteAgent(child.meta);
+      assert.equal(agent.transportFor(remote), backend.toLowerCase());
+      const expected = new Uint8Array(N * BB);
+      fillPattern(expected, BB, 9);
+      const reads = [
+        [10, 100, 50],
+        [70, 3, 5],
+        [200, 160, 40],
+      ] as const;
+      const hs = reads.map(([l, r, n]) =>
+        agent.read(remote, [{ localRegion: 0, localFirst: l, remoteRegion: 0, remoteFirst: r, count: n }]),
+      );
+      for (const h of hs) assert.equal((await agent.waitFor(h)).state, 'DONE');
+      for (const [l, r, n] of reads) {
+        assert.ok(Buffer.from(local.bytes.subarray(l * BB, (l + n) * BB)).equals(expected.subarray(r * BB, (r + n) * BB)));
+      }
+      const w = agent.write(remote, [{ localRegion: 0, localFirst: 0, remoteRegion: 0, remoteFirst: 128, count: 100 }]);
+      assert.equal((await agent.waitFor(w)).state, 'DONE');
+      const want = crc32(local.bytes.subarray(0, 100 * BB));
+      assert.equal(Number(await child.ask('crc 128 100')), want);
+      await agent.close();
+      await child.stop();
+    });
+
+    it('fails an in-flight READ with ERR, in bounded time, when the peer is killed', async () => {
+      const N = 1024;
+      const child = await startChild(backend, N, 3);
+      const agent = await TransferAgent.create({ engineId: 'parent', agentName: 'parent', backends: [backend] });
+      const local = makeRegion(0, BB, N, 5);
+      agent.registerMemory([local]);
+      const remote = agent.addRemoteAgent(child.meta);
+      assert.equal(await child.ask('die-after 8'), 'ok');
+      const t0 = Date.now();
+      const h = agent.read(remote, [{ localRegion: 0, localFirst: 0, remoteRegion: 0, remoteFirst: 0, count: N }]);
+      const s = await agent.waitFor(h);
+      assert.equal(s.state, 'ERR');
+      assert.match(s.reason ?? '', /connection .* lost/);
+      assert.ok(s.failedBlockIds.length > 0 && s.failedBlockIds.length < N, `${s.failedBlockIds.length} failed`);
+      assert.ok(s.failedBlockIds.includes(N - 1));
+      assert.ok(Date.now() - t0 < 5000);
+      await child.stop();
+      await agent.close();
+    });
+  });
+}

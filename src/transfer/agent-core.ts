@@ -18,4 +18,4 @@ export interface AgentCore {
 }
 
 /** Largest number of descriptors one READ/WRITE request may carry. */
-export const MAX_DESCRIPTORS = 1 << 16;
+export const MAX_DESCRIPTORS = 1 << 14;

@@ -5,7 +5,7 @@
  */
 import { createServer, type Server, type Socket } from 'node:net';
 import { KVError } from '../errors/index.ts';
-import type { AgentCore } from './agent-core.ts';
+import { type AgentCore, MAX_DESCRIPTORS } from './agent-core.ts';
 import { resolveSecret } from './auth.ts';
 import { type BackendChoice, chooseTransport, resolveBackends } from './backends.ts';
 import type { OutgoingHook } from './block-io.ts';
@@ -15,7 +15,7 @@ import { MAX_PAYLOAD_BYTES } from './framing.ts';
 import { type GrantKind, type GrantSpec, GrantTable } from './grants.ts';
 import { defaultShmDir, localHostId } from './host-id.ts';
 import { InboundSession } from './inbound.ts';
-import { type OutboundTransfer, OutboundPeer, unreachable } from './outbound.ts';
+import { OutboundPeer, type OutboundTransfer, unreachable } from './outbound.ts';
 import { TransferStats, type TransferStatsSnapshot } from './stats.ts';
 import type {
   AgentMetadata,
@@ -85,6 +85,7 @@ export class TransferAgent {
   readonly #transfers = new Map<number, Tracked>();
   readonly #sockets = new Set<Socket>();
   readonly #notifications: Notification[] = [];
+  readonly #waiters = new Map<number, (() => void)[]>();
   readonly #stats = new TransferStats();
   #nextId = 1;
   #port = 0;
@@ -153,14 +154,22 @@ export class TransferAgent {
         r.numBlocks > 0 &&
         r.bytes.length >= r.blockBytes * r.numBlocks;
       if (!ok) {
-        throw new KVError('TRANSFER_BAD_REGION', `region ${r.id} is inconsistent: ${r.bytes.length} bytes for ${r.numBlocks} blocks of ${r.blockBytes}`, {
-          hint: 'A region must hold numBlocks × blockBytes bytes, with positive integer sizes.',
-        });
+        throw new KVError(
+          'TRANSFER_BAD_REGION',
+          `region ${r.id} is inconsistent: ${r.bytes.length} bytes for ${r.numBlocks} blocks of ${r.blockBytes}`,
+          {
+            hint: 'A region must hold numBlocks × blockBytes bytes, with positive integer sizes.',
+          },
+        );
       }
       if (r.blockBytes > MAX_PAYLOAD_BYTES) {
-        throw new KVError('TRANSFER_BAD_REGION', `block of ${r.blockBytes} bytes exceeds ${MAX_PAYLOAD_BYTES}`, {
-          hint: 'Use a smaller KV block size.',
-        });
+        throw new KVError(
+          'TRANSFER_BAD_REGION',
+          `block of ${r.blockBytes} bytes exceeds ${MAX_PAYLOAD_BYTES}`,
+          {
+            hint: 'Use a smaller KV block size.',
+          },
+        );
       }
       this.#regions.set(r.id, r);
     }
@@ -178,7 +187,11 @@ export class TransferAgent {
         tcp: { host, port: this.#port },
         ...(this.#backends.shm ? { shm: { hostId: this.#hostId } } : {}),
       },
-      regions: [...this.#regions.values()].map(({ id, blockBytes, numBlocks }) => ({ id, blockBytes, numBlocks })),
+      regions: [...this.#regions.values()].map(({ id, blockBytes, numBlocks }) => ({
+        id,
+        blockBytes,
+        numBlocks,
+      })),
     };
   }
 
@@ -213,11 +226,19 @@ export class TransferAgent {
     return chooseTransport(this.#backends, this.#hostId, meta);
   }
 
-  read(remoteAgent: string, descs: readonly DescPair[] | readonly BlockListPair[], options: PostOptions = {}): TransferHandle {
+  read(
+    remoteAgent: string,
+    descs: readonly DescPair[] | readonly BlockListPair[],
+    options: PostOptions = {},
+  ): TransferHandle {
     return this.#post('READ', remoteAgent, descs, options);
   }
 
-  write(remoteAgent: string, descs: readonly DescPair[] | readonly BlockListPair[], options: Omit<PostOptions, 'grantKey'> = {}): TransferHandle {
+  write(
+    remoteAgent: string,
+    descs: readonly DescPair[] | readonly BlockListPair[],
+    options: Omit<PostOptions, 'grantKey'> = {},
+  ): TransferHandle {
     return this.#post('WRITE', remoteAgent, descs, options);
   }
 
@@ -228,12 +249,15 @@ export class TransferAgent {
     options: PostOptions,
   ): TransferHandle {
     const started = performance.now();
-    if (this.#closed) throw new KVError('TRANSFER_CLOSED', 'transfer agent is closed', { hint: 'Create a new agent.' });
+    if (this.#closed)
+      throw new KVError('TRANSFER_CLOSED', 'transfer agent is closed', { hint: 'Create a new agent.' });
     const meta = this.#remotes.get(remoteAgent);
     if (!meta) throw unreachable(remoteAgent);
     const descs = isBlockLists(input) ? coalesceBlockLists(input) : [...input];
-    if (descs.length === 0) {
-      throw new KVError('TRANSFER_EMPTY', `${kind} with no descriptors`, { hint: 'Pass at least one block.' });
+    if (descs.length === 0 || descs.length > MAX_DESCRIPTORS) {
+      throw new KVError('TRANSFER_BAD_DESCRIPTOR_COUNT', `${kind} with ${descs.length} descriptors`, {
+        hint: `Pass between 1 and ${MAX_DESCRIPTORS} descriptors (contiguous block runs) per transfer.`,
+      });
     }
     const remoteGeometry = new Map<number, RegionGeometry>(meta.regions.map((r) => [r.id, r]));
     validateDescPairs(descs, this.#regions, remoteGeometry);
@@ -267,26 +291,39 @@ export class TransferAgent {
     let peer = this.#peers.get(meta.agentName);
     if (peer && !peer.closed) return peer;
     const transport = chooseTransport(this.#backends, this.#hostId, meta);
-    peer = new OutboundPeer(this.#core, meta, transport, this.#opts.connectTimeoutMs ?? 5000, (t) => this.#finished(t));
+    peer = new OutboundPeer(this.#core, meta, transport, this.#opts.connectTimeoutMs ?? 5000, (t) =>
+      this.#finished(t),
+    );
     this.#peers.set(meta.agentName, peer);
     return peer;
   }
 
   #finished(t: OutboundTransfer): void {
+    const waiters = this.#waiters.get(t.id);
+    this.#waiters.delete(t.id);
     if (t.state === 'DONE') {
       const duration = ((t.finishedAt ?? performance.now()) - t.postedAt) / 1000;
       this.#stats.recordSuccess(duration, t.postSeconds, t.bytes, t.descs.length);
     } else {
       this.#stats.recordFailedTransfer();
     }
+    if (waiters) {
+      queueMicrotask(() => {
+        for (const w of waiters) w();
+      });
+    }
   }
 
   status(handle: TransferHandle): TransferStatus {
     const tracked = this.#transfers.get(handle.id);
     if (!tracked) {
-      throw new KVError('TRANSFER_UNKNOWN_HANDLE', `transfer handle ${handle.id} is unknown or was released`, {
-        hint: 'Poll only handles returned by read()/write() and not yet released.',
-      });
+      throw new KVError(
+        'TRANSFER_UNKNOWN_HANDLE',
+        `transfer handle ${handle.id} is unknown or was released`,
+        {
+          hint: 'Poll only handles returned by read()/write() and not yet released.',
+        },
+      );
     }
     const t = tracked.transfer;
     if (t.state === 'PROC' && performance.now() > t.deadline) tracked.peer.expire(t);
@@ -300,13 +337,26 @@ export class TransferAgent {
     this.#transfers.delete(handle.id);
   }
 
-  /** Waits until the transfer leaves PROC (convenience for tests and tools; polls status). */
-  async waitFor(handle: TransferHandle, pollMs = 1): Promise<TransferStatus> {
-    for (;;) {
-      const s = this.status(handle);
-      if (s.state !== 'PROC') return s;
-      await new Promise((r) => setTimeout(r, pollMs));
-    }
+  /** Resolves when the transfer leaves PROC (DONE or ERR, including its deadline passing). */
+  waitFor(handle: TransferHandle): Promise<TransferStatus> {
+    const first = this.status(handle);
+    const tracked = this.#transfers.get(handle.id)!;
+    if (first.state !== 'PROC') return Promise.resolve(first);
+    return new Promise((resolve) => {
+      const timer = setTimeout(
+        () => tracked.peer.expire(tracked.transfer),
+        tracked.transfer.deadline - performance.now() + 1,
+      );
+      let list = this.#waiters.get(handle.id);
+      if (!list) {
+        list = [];
+        this.#waiters.set(handle.id, list);
+      }
+      list.push(() => {
+        clearTimeout(timer);
+        resolve(this.status(handle));
+      });
+    });
   }
 
   /** Sends a notification; resolves when written, rejects (and counts a failure) if unreachable. */

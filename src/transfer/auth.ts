@@ -17,7 +17,12 @@ export function newNonce(): string {
 }
 
 /** The proof one side sends: role separates the client's proof from the server's. */
-export function authProof(secret: string, role: 'client' | 'server', serverNonce: string, clientNonce: string): string {
+export function authProof(
+  secret: string,
+  role: 'client' | 'server',
+  serverNonce: string,
+  clientNonce: string,
+): string {
   return createHmac('sha256', secret).update(`${role}|${serverNonce}|${clientNonce}`).digest('hex');
 }
 

@@ -46,7 +46,11 @@ export function resolveBackends(names: readonly string[] | undefined): BackendCh
 }
 
 /** Picks the transport to reach `remote`, or throws when the two agents share none. */
-export function chooseTransport(choice: BackendChoice, localHostId: string, remote: AgentMetadata): TransportName {
+export function chooseTransport(
+  choice: BackendChoice,
+  localHostId: string,
+  remote: AgentMetadata,
+): TransportName {
   const sameHost = remote.endpoints.shm !== undefined && remote.endpoints.shm.hostId === localHostId;
   if (choice.shm && sameHost && (choice.preferShm || !choice.tcp)) return 'shm';
   if (choice.tcp) return 'tcp';

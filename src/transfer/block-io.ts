@@ -36,13 +36,13 @@ export function sendRuns(
       const n = Math.min(perChunk, run.count - o);
       const start = (run.first + o) * bb;
       const view = region.bytes.subarray(start, start + n * bb);
-      let checksums: number[] = [];
-      const header = (): FrameHeader => {
-        checksums = blockChecksums(view, bb, n);
-        return { t: 'data', x: xferId, d, o, n, c: checksums };
-      };
-      const out = hook ? hook(view, { region: run.region, first: run.first + o, count: n }) : view;
-      last = link.sendData(header, out);
+      last = link.sendData(() => {
+        const header: FrameHeader = { t: 'data', x: xferId, d, o, n, c: blockChecksums(view, bb, n) };
+        return {
+          header,
+          view: hook ? hook(view, { region: run.region, first: run.first + o, count: n }) : view,
+        };
+      });
     }
   });
   return last;
@@ -106,11 +106,13 @@ export class IncomingRuns {
         if (state[i] === OK) continue;
         positions.push([d, i]);
         let list = per.get(run.region);
-        if (!list) per.set(run.region, (list = []));
+        if (!list) {
+          list = [];
+          per.set(run.region, list);
+        }
         list.push(run.first + i);
       }
     });
     return { byRegion: [...per].map(([region, blockIds]) => ({ region, blockIds })), positions };
   }
 }
-

@@ -5,7 +5,7 @@
  */
 import type { Socket } from 'node:net';
 import { getLogger } from '../logging/logger.ts';
-import { FrameDecoder, type FrameHeader, type FrameSink, encodePrefixAndHeader } from './framing.ts';
+import { encodePrefixAndHeader, FrameDecoder, type FrameHeader, type FrameSink } from './framing.ts';
 
 const log = getLogger('transfer');
 
@@ -19,6 +19,7 @@ const DRAIN_THRESHOLD = 32 << 20;
 export class FramedConnection {
   readonly socket: Socket;
   readonly label: string;
+  readonly #decoder: FrameDecoder;
   #closed = false;
   #closeReason = '';
   readonly #closeListeners: ((reason: string) => void)[] = [];
@@ -27,21 +28,29 @@ export class FramedConnection {
     this.socket = socket;
     this.label = label;
     socket.setNoDelay(true);
-    const decoder = new FrameDecoder(sink);
-    socket.on('data', (chunk: Buffer) => {
-      if (this.#closed) return;
-      try {
-        decoder.push(chunk);
-      } catch (e) {
-        const msg = e instanceof Error ? `${e.name}: ${e.message}` : String(e);
-        log.warn('closing connection %s: %s', label, msg);
-        this.close(msg);
-      }
-    });
+    this.#decoder = new FrameDecoder(sink);
+    socket.on('data', (chunk: Buffer) => this.feed(chunk));
     socket.on('error', (e) => {
       if (!this.#closed) this.#closeReason = e.message;
     });
     socket.on('close', () => this.#markClosed(this.#closeReason || 'connection closed by peer'));
+  }
+
+  /** Decodes bytes read from the socket; a framing or protocol error closes the connection. */
+  feed(chunk: Uint8Array, direct = false): void {
+    if (this.#closed) return;
+    try {
+      if (direct) this.#decoder.directFilled(chunk.length);
+      else this.#decoder.push(chunk);
+    } catch (e) {
+      const msg = e instanceof Error ? `${e.name}: ${e.message}` : String(e);
+      log.warn('closing connection %s: %s', this.label, msg);
+      this.close(msg);
+    }
+  }
+
+  directTarget(): Uint8Array | null {
+    return this.#closed ? null : this.#decoder.directTarget();
   }
 
   get closed(): boolean {
@@ -92,4 +101,24 @@ export class FramedConnection {
     const listeners = this.#closeListeners.splice(0);
     for (const l of listeners) l(reason);
   }
+}
+
+/**
+ * Socket `onread` options that let the kernel write payload bytes straight into the
+ * destination view (no intermediate Buffer) whenever a payload with a destination is being
+ * received; other bytes go through a reused scratch buffer. Only sockets we create with
+ * net.connect can take this option (accepted sockets cannot).
+ */
+export function zeroCopyRead(connection: () => FramedConnection | undefined): {
+  buffer: () => Uint8Array;
+  callback: (n: number, buf: Uint8Array) => boolean;
+} {
+  const scratch = Buffer.allocUnsafe(256 << 10);
+  return {
+    buffer: () => connection()?.directTarget() ?? scratch,
+    callback: (n, buf) => {
+      connection()?.feed(buf.subarray(0, n), buf !== scratch);
+      return true;
+    },
+  };
 }

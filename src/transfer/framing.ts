@@ -93,6 +93,18 @@ export class FrameDecoder {
     }
   }
 
+  /** Where the next socket read may go directly: the rest of the current payload's view. */
+  directTarget(): Uint8Array | null {
+    if (this.#phase !== 'payload' || this.#dest === null) return null;
+    return this.#dest.subarray(this.#filled, this.#payloadLength);
+  }
+
+  /** `n` payload bytes were read straight into directTarget(). */
+  directFilled(n: number): void {
+    this.#filled += n;
+    if (this.#filled === this.#payloadLength) this.#finish();
+  }
+
   #onPrefix(): void {
     const p = this.#prefix;
     const magic = p.readUInt32BE(0);

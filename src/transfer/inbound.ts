@@ -7,7 +7,7 @@ import { basename, dirname } from 'node:path';
 import { getLogger } from '../logging/logger.ts';
 import type { AgentCore } from './agent-core.ts';
 import { MAX_DESCRIPTORS } from './agent-core.ts';
-import { newNonce, authProof, verifyProof } from './auth.ts';
+import { authProof, newNonce, verifyProof } from './auth.ts';
 import { type BlockRun, IncomingRuns, sendRuns } from './block-io.ts';
 import { FramedConnection, ProtocolError } from './connection.ts';
 import { checkRun } from './descriptors.ts';
@@ -183,7 +183,10 @@ export class InboundSession {
       void link.sendControl({ t: 'xfer_err', x, reason: `WRITE refused: ${reason}` }).catch(() => {});
       return;
     }
-    this.#writes.set(x, { runs: new IncomingRuns(runs, this.#core.regions), notification: optionalString(h, 'notif') });
+    this.#writes.set(x, {
+      runs: new IncomingRuns(runs, this.#core.regions),
+      notification: optionalString(h, 'notif'),
+    });
   }
 
   #onData(link: PeerLink, h: FrameHeader, payload: Uint8Array | null): void {
@@ -206,7 +209,8 @@ export class InboundSession {
     if (positions.length === 0 && w.notification !== undefined) {
       this.#core.deliver({ agent: this.#peer!.agentName, message: w.notification });
     }
-    if (positions.length > 0) log.warn('WRITE %d from %s: %d blocks failed verification', x, this.#peer!.agentName, positions.length);
+    if (positions.length > 0)
+      log.warn('WRITE %d from %s: %d blocks failed verification', x, this.#peer!.agentName, positions.length);
     void link.sendControl({ t: 'write_done', x, bad: positions }).catch(() => {});
   }
 }

@@ -9,8 +9,8 @@ import { KVError } from '../errors/index.ts';
 import { getLogger } from '../logging/logger.ts';
 import type { AgentCore } from './agent-core.ts';
 import { authProof, newNonce, verifyProof } from './auth.ts';
-import { type BlockRun, IncomingRuns, sendRuns } from './block-io.ts';
-import { FramedConnection, ProtocolError } from './connection.ts';
+import { type BlockRun, type IncomingRuns, sendRuns } from './block-io.ts';
+import { FramedConnection, ProtocolError, zeroCopyRead } from './connection.ts';
 import type { FrameHeader } from './framing.ts';
 import { intField, PeerLink, stringField } from './peer-link.ts';
 import { ShmRingReader, ShmRingWriter } from './shm-ring.ts';
@@ -46,12 +46,23 @@ export class OutboundPeer {
   readonly #inflight = new Map<number, OutboundTransfer>();
   readonly #onFinish: FinishListener;
 
-  constructor(core: AgentCore, meta: AgentMetadata, transport: TransportName, connectTimeoutMs: number, onFinish: FinishListener) {
+  constructor(
+    core: AgentCore,
+    meta: AgentMetadata,
+    transport: TransportName,
+    connectTimeoutMs: number,
+    onFinish: FinishListener,
+  ) {
     this.#core = core;
     this.meta = meta;
     this.transport = transport;
     this.#onFinish = onFinish;
-    const socket = connect({ host: meta.endpoints.tcp.host, port: meta.endpoints.tcp.port });
+    let connRef: FramedConnection | undefined;
+    const socket = connect({
+      host: meta.endpoints.tcp.host,
+      port: meta.endpoints.tcp.port,
+      onread: zeroCopyRead(() => connRef),
+    });
     let resolveReady!: () => void;
     let rejectReady!: (e: Error) => void;
     this.#ready = new Promise((res, rej) => {
@@ -71,9 +82,10 @@ export class OutboundPeer {
             return null;
           }
           const t = this.#inflight.get(intField(h, 'x'));
-          if (!t || t.kind !== 'READ') return null;
+          if (t?.kind !== 'READ') return null;
           const view = t.incoming.destination(h);
-          if (view.length !== length) throw new ProtocolError('data payload length does not match its blocks');
+          if (view.length !== length)
+            throw new ProtocolError('data payload length does not match its blocks');
           return view;
         },
         frame: (h, payload) => {
@@ -97,7 +109,10 @@ export class OutboundPeer {
             return;
           }
           if (h.t !== 'welcome') throw new ProtocolError(`'${h.t}' before the handshake`);
-          if (core.secret !== undefined && !verifyProof(core.secret, 'server', serverNonce, nonce, h['proof'])) {
+          if (
+            core.secret !== undefined &&
+            !verifyProof(core.secret, 'server', serverNonce, nonce, h['proof'])
+          ) {
             throw new ProtocolError('peer failed authentication (shared secret mismatch)');
           }
           if (transport === 'shm') {
@@ -111,16 +126,24 @@ export class OutboundPeer {
       },
       `${core.agentName}→${meta.agentName}`,
     );
+    connRef = conn;
     this.#link = new PeerLink(conn, transport);
     if (transport === 'shm') this.#link.ringOut = new ShmRingWriter(core.shmDir, core.ringBytes);
     this.#link.gate(this.#ready);
-    const timer = setTimeout(() => conn.close(`handshake with ${meta.agentName} timed out`), connectTimeoutMs);
+    const timer = setTimeout(
+      () => conn.close(`handshake with ${meta.agentName} timed out`),
+      connectTimeoutMs,
+    );
     timer.unref();
-    void this.#ready.then(() => clearTimeout(timer), () => clearTimeout(timer));
+    void this.#ready.then(
+      () => clearTimeout(timer),
+      () => clearTimeout(timer),
+    );
     conn.onClose((reason) => {
       clearTimeout(timer);
       rejectReady(new Error(reason));
-      for (const t of [...this.#inflight.values()]) this.#finish(t, `connection to ${meta.agentName} lost: ${reason}`);
+      for (const t of [...this.#inflight.values()])
+        this.#finish(t, `connection to ${meta.agentName} lost: ${reason}`);
     });
   }
 
@@ -140,7 +163,8 @@ export class OutboundPeer {
   post(t: OutboundTransfer, grantKey: string | undefined): void {
     this.#inflight.set(t.id, t);
     const descs = t.descs.map((d) => [d.remoteRegion, d.remoteFirst, d.count]);
-    const fail = (e: unknown): void => this.#finish(t, `sending failed: ${e instanceof Error ? e.message : String(e)}`);
+    const fail = (e: unknown): void =>
+      this.#finish(t, `sending failed: ${e instanceof Error ? e.message : String(e)}`);
     if (t.kind === 'READ') {
       void this.#link
         .sendControl({ t: 'read', x: t.id, descs, ...(grantKey === undefined ? {} : { grant: grantKey }) })
@@ -148,10 +172,21 @@ export class OutboundPeer {
       return;
     }
     const link = this.#link;
-    const runs: BlockRun[] = t.descs.map((d) => ({ region: d.localRegion, first: d.localFirst, count: d.count }));
+    const runs: BlockRun[] = t.descs.map((d) => ({
+      region: d.localRegion,
+      first: d.localFirst,
+      count: d.count,
+    }));
     void link
-      .sendControl({ t: 'write', x: t.id, descs, ...(t.notification === undefined ? {} : { notif: t.notification }) })
-      .then(() => sendRuns(link, this.#core.regions, this.#core.chunkBytes, t.id, runs, this.#core.outgoingHook))
+      .sendControl({
+        t: 'write',
+        x: t.id,
+        descs,
+        ...(t.notification === undefined ? {} : { notif: t.notification }),
+      })
+      .then(() =>
+        sendRuns(link, this.#core.regions, this.#core.chunkBytes, t.id, runs, this.#core.outgoingHook),
+      )
       .then(() => link.sendControl({ t: 'write_end', x: t.id }))
       .catch(fail);
   }
@@ -171,7 +206,10 @@ export class OutboundPeer {
 
   #onFrame(h: FrameHeader, payload: Uint8Array | null): void {
     const link = this.#link;
-    if (h.t === 'ack') return link.onAck(h);
+    if (h.t === 'ack') {
+      link.onAck(h);
+      return;
+    }
     const t = this.#inflight.get(intField(h, 'x'));
     switch (h.t) {
       case 'data': {
@@ -211,20 +249,32 @@ export class OutboundPeer {
     }
     const badSet = new Set((bad as [number, number][]).map(([d, o]) => `${d}:${o}`));
     const positions = all.filter(([d, o]) => badSet.has(`${d}:${o}`));
-    this.#finish(t, `${positions.length} block(s) failed checksum verification at the receiver`, false, positions);
+    this.#finish(
+      t,
+      `${positions.length} block(s) failed checksum verification at the receiver`,
+      false,
+      positions,
+    );
   }
 
   /**
    * Completes a transfer once. READ failures are the blocks not verified locally; WRITE
    * failures are the positions the receiver rejected (or every block if we cannot know).
    */
-  #finish(t: OutboundTransfer, reason: string | undefined, allFailed = false, writeBad?: [number, number][]): void {
+  #finish(
+    t: OutboundTransfer,
+    reason: string | undefined,
+    allFailed = false,
+    writeBad?: [number, number][],
+  ): void {
     if (!this.#inflight.delete(t.id) || t.state !== 'PROC') return;
     t.finishedAt = performance.now();
     let failed: FailedBlocks[];
     if (t.kind === 'READ') {
       failed = allFailed ? allBlocks(t.descs) : t.incoming.failed().byRegion;
       if (reason === undefined && failed.length > 0) reason = 'block checksum mismatch';
+      // Every block landed and verified: the data is valid even if the end marker was lost.
+      if (failed.length === 0) reason = undefined;
     } else {
       failed = writeBad === undefined ? allBlocks(t.descs) : positionsToBlocks(t.descs, writeBad);
     }
@@ -250,13 +300,19 @@ function allBlocks(descs: readonly DescPair[]): FailedBlocks[] {
   );
 }
 
-function positionsToBlocks(descs: readonly DescPair[], positions: readonly [number, number][]): FailedBlocks[] {
+function positionsToBlocks(
+  descs: readonly DescPair[],
+  positions: readonly [number, number][],
+): FailedBlocks[] {
   const per = new Map<number, number[]>();
   for (const [d, o] of positions) {
     const desc = descs[d];
     if (!desc || o >= desc.count) continue;
     let list = per.get(desc.localRegion);
-    if (!list) per.set(desc.localRegion, (list = []));
+    if (!list) {
+      list = [];
+      per.set(desc.localRegion, list);
+    }
     list.push(desc.localFirst + o);
   }
   return [...per].map(([region, blockIds]) => ({ region, blockIds }));

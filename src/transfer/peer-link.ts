@@ -64,10 +64,10 @@ export class PeerLink {
     return this.enqueue(() => this.conn.send(header));
   }
 
-  /** Sends block bytes; `makeHeader` runs just before the bytes leave (checksums are fresh). */
-  sendData(makeHeader: () => FrameHeader, view: Uint8Array): Promise<void> {
+  /** Sends block bytes; `make` runs just before the bytes leave (checksums are fresh). */
+  sendData(make: () => { header: FrameHeader; view: Uint8Array }): Promise<void> {
     return this.enqueue(() => {
-      const header = makeHeader();
+      const { header, view } = make();
       if (this.transport === 'tcp') return this.conn.send(header, [view]);
       const ring = this.ringOut!;
       return ring.put([view], view.length).then((offset) => {
@@ -118,7 +118,8 @@ export function intField(h: FrameHeader, key: string): number {
 
 export function stringField(h: FrameHeader, key: string): string {
   const v = h[key];
-  if (typeof v !== 'string' || v.length > 4096) throw new ProtocolError(`field '${key}' of '${h.t}' must be a string`);
+  if (typeof v !== 'string' || v.length > 4096)
+    throw new ProtocolError(`field '${key}' of '${h.t}' must be a string`);
   return v;
 }
 

@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { readdirSync } from 'node:fs';
+import { createServer, type Socket } from 'node:net';
 import { after, describe, it } from 'node:test';
 import { isKVError } from '../../src/errors/index.ts';
 import { type DescPair, TransferAgent, type TransferAgentOptions } from '../../src/transfer/index.ts';
@@ -8,9 +9,18 @@ import { blocksEqual, makeRegion } from './pattern.ts';
 const BB = 4096;
 const N = 128;
 
-async function pair(backend: string, extra: Partial<TransferAgentOptions> = {}, extraB: Partial<TransferAgentOptions> = {}) {
+async function pair(
+  backend: string,
+  extra: Partial<TransferAgentOptions> = {},
+  extraB: Partial<TransferAgentOptions> = {},
+) {
   const a = await TransferAgent.create({ engineId: 'A', backends: [backend], chunkBytes: 16 * BB, ...extra });
-  const b = await TransferAgent.create({ engineId: 'B', backends: [backend], chunkBytes: 16 * BB, ...extraB });
+  const b = await TransferAgent.create({
+    engineId: 'B',
+    backends: [backend],
+    chunkBytes: 16 * BB,
+    ...extraB,
+  });
   const ra = [makeRegion(0, BB, N, 1), makeRegion(1, 2 * BB, N, 2)];
   const rb = [makeRegion(0, BB, N, 3), makeRegion(1, 2 * BB, N, 4)];
   a.registerMemory(ra);
@@ -30,7 +40,13 @@ function randomRuns(seed: number, runs: number): DescPair[] {
   for (let i = 0; i < runs; i++) {
     const count = 1 + rnd(8);
     const region = rnd(2);
-    out.push({ localRegion: region, localFirst: 1 + rnd(N - 9), remoteRegion: region, remoteFirst: 1 + rnd(N - 9), count });
+    out.push({
+      localRegion: region,
+      localFirst: 1 + rnd(N - 9),
+      remoteRegion: region,
+      remoteFirst: 1 + rnd(N - 9),
+      count,
+    });
   }
   return out;
 }
@@ -60,15 +76,32 @@ for (const backend of ['TCP', 'SHM']) {
         for (let k = 0; k < d.count; k++) used.add(`${d.localRegion}:${d.localFirst + k}`);
         return true;
       });
-      const handles = descs.map((d, i) => p.a.read(p.remote, [d], { grantKey: 'req-1', notification: `n${i}` }));
-      assert.ok(handles.some((h) => p.a.status(h).state === 'PROC'), 'transfers are asynchronous');
+      const handles = descs.map((d, i) =>
+        p.a.read(p.remote, [d], { grantKey: 'req-1', notification: `n${i}` }),
+      );
+      assert.ok(
+        handles.some((h) => p.a.status(h).state === 'PROC'),
+        'transfers are asynchronous',
+      );
       for (const h of handles) assert.equal((await p.a.waitFor(h)).state, 'DONE');
       for (const d of descs) {
         const bb = d.localRegion === 0 ? BB : 2 * BB;
-        assert.ok(blocksEqual(p.ra[d.localRegion]!.bytes, d.localFirst, p.rb[d.remoteRegion]!.bytes, d.remoteFirst, d.count, bb));
+        assert.ok(
+          blocksEqual(
+            p.ra[d.localRegion]!.bytes,
+            d.localFirst,
+            p.rb[d.remoteRegion]!.bytes,
+            d.remoteFirst,
+            d.count,
+            bb,
+          ),
+        );
       }
       await new Promise((r) => setTimeout(r, 50));
-      const notes = p.b.drainNotifications().map((n) => n.message).sort();
+      const notes = p.b
+        .drainNotifications()
+        .map((n) => n.message)
+        .sort();
       assert.deepEqual(notes, descs.map((_, i) => `n${i}`).sort());
       assert.ok(notes.length > 0);
       const stats = p.a.resetStats();
@@ -83,7 +116,14 @@ for (const backend of ['TCP', 'SHM']) {
       p.b.grantWrite('push-1', { peer: 'A', blockIds: [50, 51, 52, 53, 70, 90], regions: [0] });
       const h = p.a.write(
         p.remote,
-        [{ localRegion: 0, localBlockIds: [3, 4, 5, 6, 9, 10], remoteRegion: 0, remoteBlockIds: [50, 51, 52, 53, 70, 90] }],
+        [
+          {
+            localRegion: 0,
+            localBlockIds: [3, 4, 5, 6, 9, 10],
+            remoteRegion: 0,
+            remoteBlockIds: [50, 51, 52, 53, 70, 90],
+          },
+        ],
         { notification: 'pushed' },
       );
       assert.equal((await p.a.waitFor(h)).state, 'DONE');
@@ -162,9 +202,13 @@ for (const backend of ['TCP', 'SHM']) {
       assert.deepEqual(r.failedBlockIds, [61]);
       assert.ok(blocksEqual(p.ra[0]!.bytes, 60, p.rb[0]!.bytes, 20, 1, BB));
       const w = await p.a.waitFor(
-        p.a.write(p.remote, [{ localRegion: 0, localFirst: 30, remoteRegion: 0, remoteFirst: 100, count: 6 }], {
-          notification: 'never',
-        }),
+        p.a.write(
+          p.remote,
+          [{ localRegion: 0, localFirst: 30, remoteRegion: 0, remoteFirst: 100, count: 6 }],
+          {
+            notification: 'never',
+          },
+        ),
       );
       assert.equal(w.state, 'ERR');
       assert.deepEqual(w.failedBlockIds, [33]);
@@ -190,3 +234,32 @@ for (const backend of ['TCP', 'SHM']) {
     });
   });
 }
+
+describe('unreachable peers', () => {
+  it('fails transfers in bounded time when the peer is gone or never answers', async () => {
+    const p = await pair('TCP', { connectTimeoutMs: 300, transferTimeoutMs: 2000 });
+    await p.b.close();
+    const d = [{ localRegion: 0, localFirst: 1, remoteRegion: 0, remoteFirst: 1, count: 3 }];
+    const gone = await p.a.waitFor(p.a.read(p.remote, d));
+    assert.equal(gone.state, 'ERR');
+    assert.deepEqual(gone.failedBlockIds, [1, 2, 3]);
+
+    const sockets: Socket[] = [];
+    const silent = createServer((s) => sockets.push(s));
+    await new Promise<void>((r) => silent.listen(0, '127.0.0.1', r));
+    const addr = silent.address();
+    const meta = {
+      ...p.b.metadata(),
+      agentName: 'silent',
+      endpoints: { tcp: { host: '127.0.0.1', port: typeof addr === 'object' && addr ? addr.port : 0 } },
+    };
+    const t0 = Date.now();
+    const mute = await p.a.waitFor(p.a.read(p.a.addRemoteAgent(meta), d));
+    assert.equal(mute.state, 'ERR');
+    assert.match(mute.reason ?? '', /timed out/);
+    assert.ok(Date.now() - t0 < 1500);
+    for (const s of sockets) s.destroy();
+    await new Promise<void>((r) => silent.close(() => r()));
+    await p.a.close();
+  });
+});

@@ -6,12 +6,12 @@ import fc from 'fast-check';
 import { isKVError } from '../../src/errors/index.ts';
 import { captureLogs, setLogLevel } from '../../src/logging/logger.ts';
 import {
+  encodePrefixAndHeader,
   FRAME_MAGIC,
   FrameDecoder,
   type FrameHeader,
   FramingError,
   MAX_PAYLOAD_BYTES,
-  encodePrefixAndHeader,
 } from '../../src/transfer/framing.ts';
 import {
   checkCompatibility,
@@ -37,7 +37,10 @@ describe('framing', () => {
   it('decodes frames split at arbitrary points', () => {
     fc.assert(
       fc.property(
-        fc.array(fc.tuple(fc.string({ maxLength: 40 }), fc.uint8Array({ maxLength: 300 })), { minLength: 1, maxLength: 6 }),
+        fc.array(fc.tuple(fc.string({ maxLength: 40 }), fc.uint8Array({ maxLength: 300 })), {
+          minLength: 1,
+          maxLength: 6,
+        }),
         fc.array(fc.integer({ min: 1, max: 64 }), { minLength: 1, maxLength: 20 }),
         (msgs, cuts) => {
           const wire = Buffer.concat(
@@ -77,7 +80,10 @@ describe('framing', () => {
       [hugeHeader, /header length/],
       [hugePayload, /exceeds/],
     ] as const) {
-      assert.throws(() => collect().decoder.push(wire), (e: unknown) => e instanceof FramingError && re.test(e.message));
+      assert.throws(
+        () => collect().decoder.push(wire),
+        (e: unknown) => e instanceof FramingError && re.test(e.message),
+      );
     }
     assert.equal(good.readUInt32BE(0), FRAME_MAGIC);
   });
@@ -86,7 +92,12 @@ describe('framing', () => {
 describe('helpers', () => {
   it('coalesces block lists into runs contiguous on both sides', () => {
     const d = coalesceBlockLists([
-      { localRegion: 0, localBlockIds: [1, 2, 3, 7, 8, 9], remoteRegion: 2, remoteBlockIds: [10, 11, 13, 14, 15, 20] },
+      {
+        localRegion: 0,
+        localBlockIds: [1, 2, 3, 7, 8, 9],
+        remoteRegion: 2,
+        remoteBlockIds: [10, 11, 13, 14, 15, 20],
+      },
     ]);
     assert.deepEqual(
       d.map((x) => [x.localFirst, x.remoteFirst, x.count]),
@@ -97,7 +108,9 @@ describe('helpers', () => {
         [9, 20, 1],
       ],
     );
-    assert.throws(() => coalesceBlockLists([{ localRegion: 0, localBlockIds: [1], remoteRegion: 0, remoteBlockIds: [] }]));
+    assert.throws(() =>
+      coalesceBlockLists([{ localRegion: 0, localBlockIds: [1], remoteRegion: 0, remoteBlockIds: [] }]),
+    );
   });
 
   it('resolves backend names as vLLM users write them', () => {
@@ -106,16 +119,22 @@ describe('helpers', () => {
     assert.deepEqual(resolveBackends(['SHM']), { tcp: false, shm: true, preferShm: true });
     assert.throws(
       () => resolveBackends(['GDS']),
-      (e: unknown) => isKVError(e) && e.code === 'TRANSFER_UNKNOWN_BACKEND' && /TCP, SHM, UCX/.test(e.message),
+      (e: unknown) =>
+        isKVError(e) && e.code === 'TRANSFER_UNKNOWN_BACKEND' && /TCP, SHM, UCX/.test(e.message),
     );
   });
 
   it('produces vLLM’s exact compatibility mismatch text', () => {
     const msg = compatibilityMismatchMessage('aaa', 'bbb');
-    assert.ok(msg.startsWith('NIXL compatibility hash mismatch. Local: aaa, Remote: bbb. Prefill and decode'));
+    assert.ok(
+      msg.startsWith('NIXL compatibility hash mismatch. Local: aaa, Remote: bbb. Prefill and decode'),
+    );
     assert.ok(msg.includes('identical configurations.Disable this check using --kv-transfer-config'));
     assert.ok(msg.endsWith(`'{"kv_connector_extra_config": {"enforce_handshake_compat": false}}'`));
-    assert.throws(() => checkCompatibility('a', 'b'), (e: unknown) => isKVError(e) && e.message === compatibilityMismatchMessage('a', 'b'));
+    assert.throws(
+      () => checkCompatibility('a', 'b'),
+      (e: unknown) => isKVError(e) && e.message === compatibilityMismatchMessage('a', 'b'),
+    );
     checkCompatibility('a', 'b', false);
     checkCompatibility('a', 'a');
   });
@@ -132,7 +151,10 @@ describe('malformed frames on a real socket', () => {
     const { port } = b.metadata().endpoints.tcp;
     const bodies: Buffer[] = [
       randomBytes(64),
-      Buffer.concat([encodePrefixAndHeader({ t: 'x' }, 0).subarray(0, 8), Buffer.from([0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0])]),
+      Buffer.concat([
+        encodePrefixAndHeader({ t: 'x' }, 0).subarray(0, 8),
+        Buffer.from([0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0]),
+      ]),
       (() => {
         const f = encodePrefixAndHeader({ t: 'hello' }, 0);
         f.writeUInt16BE(77, 4);
@@ -160,11 +182,16 @@ describe('malformed frames on a real socket', () => {
           }, 2000).unref();
         });
         assert.ok(closed, `server must close a connection that sent ${body.subarray(0, 16).toString('hex')}`);
-        const h = a.read(remote, [{ localRegion: 0, localFirst: 1, remoteRegion: 0, remoteFirst: 1, count: 2 }]);
+        const h = a.read(remote, [
+          { localRegion: 0, localFirst: 1, remoteRegion: 0, remoteFirst: 1, count: 2 },
+        ]);
         assert.equal((await a.waitFor(h)).state, 'DONE', 'the server still serves well-behaved peers');
       }
     });
-    assert.ok(records.filter((r) => r.level === 'warn' && /closing connection/.test(r.message)).length >= bodies.length);
+    assert.ok(
+      records.filter((r) => r.level === 'warn' && /closing connection/.test(r.message)).length >=
+        bodies.length,
+    );
     await Promise.all([a.close(), b.close()]);
   });
 });

@@ -63,10 +63,18 @@ describe('side channel', () => {
   });
 
   it('authenticates with a shared secret and refuses a wrong one', async () => {
-    const server = new SideChannelServer({ host: '127.0.0.1', port: 0, getMetadata: () => ({ ok: 1 }), secret: 'k' });
+    const server = new SideChannelServer({
+      host: '127.0.0.1',
+      port: 0,
+      getMetadata: () => ({ ok: 1 }),
+      secret: 'k',
+    });
     const { port } = await server.start();
     assert.deepEqual((await fetchRemoteMetadata('127.0.0.1', port, 0, { secret: 'k' })).metadata, { ok: 1 });
-    await assert.rejects(fetchRemoteMetadata('127.0.0.1', port, 0, { secret: 'other' }), /authentication failed/);
+    await assert.rejects(
+      fetchRemoteMetadata('127.0.0.1', port, 0, { secret: 'other' }),
+      /authentication failed/,
+    );
     await assert.rejects(fetchRemoteMetadata('127.0.0.1', port, 0), (e: unknown) => isKVError(e));
     await server.close();
   });

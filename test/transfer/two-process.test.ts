@@ -20,7 +20,15 @@ interface Child {
 async function startChild(backend: string, numBlocks: number, seed: number): Promise<Child> {
   const proc = spawn(
     process.execPath,
-    ['--import', 'tsx', new URL('./peer-child.ts', import.meta.url).pathname, backend, String(numBlocks), String(BB), String(seed)],
+    [
+      '--import',
+      'tsx',
+      new URL('./peer-child.ts', import.meta.url).pathname,
+      backend,
+      String(numBlocks),
+      String(BB),
+      String(seed),
+    ],
     { stdio: ['pipe', 'pipe', 'pipe'], env: { ...process.env, KVCONNECT_LOG_LEVEL: 'silent' } },
   );
   const lines: Interface = createInterface({ input: proc.stdout });
@@ -28,6 +36,7 @@ async function startChild(backend: string, numBlocks: number, seed: number): Pro
   lines.on('line', (l) => queue.shift()?.(l));
   const next = () => new Promise<string>((resolve) => queue.push(resolve));
   const meta = JSON.parse(await next()) as AgentMetadata;
+  proc.stdin.on('error', () => {}); // the kill test writes to a child that is already gone
   const exited = new Promise<void>((r) => proc.once('exit', () => r()));
   return {
     proc,
@@ -49,7 +58,11 @@ for (const backend of ['TCP', 'SHM']) {
     it('READs and WRITEs block runs across processes, byte for byte', async () => {
       const N = 256;
       const child = await startChild(backend, N, 9);
-      const agent = await TransferAgent.create({ engineId: 'parent', agentName: 'parent', backends: [backend] });
+      const agent = await TransferAgent.create({
+        engineId: 'parent',
+        agentName: 'parent',
+        backends: [backend],
+      });
       const local = makeRegion(0, BB, N, 5);
       agent.registerMemory([local]);
       const remote = agent.addRemoteAgent(child.meta);
@@ -66,9 +79,15 @@ for (const backend of ['TCP', 'SHM']) {
       );
       for (const h of hs) assert.equal((await agent.waitFor(h)).state, 'DONE');
       for (const [l, r, n] of reads) {
-        assert.ok(Buffer.from(local.bytes.subarray(l * BB, (l + n) * BB)).equals(expected.subarray(r * BB, (r + n) * BB)));
+        assert.ok(
+          Buffer.from(local.bytes.subarray(l * BB, (l + n) * BB)).equals(
+            expected.subarray(r * BB, (r + n) * BB),
+          ),
+        );
       }
-      const w = agent.write(remote, [{ localRegion: 0, localFirst: 0, remoteRegion: 0, remoteFirst: 128, count: 100 }]);
+      const w = agent.write(remote, [
+        { localRegion: 0, localFirst: 0, remoteRegion: 0, remoteFirst: 128, count: 100 },
+      ]);
       assert.equal((await agent.waitFor(w)).state, 'DONE');
       const want = crc32(local.bytes.subarray(0, 100 * BB));
       assert.equal(Number(await child.ask('crc 128 100')), want);
@@ -79,17 +98,26 @@ for (const backend of ['TCP', 'SHM']) {
     it('fails an in-flight READ with ERR, in bounded time, when the peer is killed', async () => {
       const N = 1024;
       const child = await startChild(backend, N, 3);
-      const agent = await TransferAgent.create({ engineId: 'parent', agentName: 'parent', backends: [backend] });
+      const agent = await TransferAgent.create({
+        engineId: 'parent',
+        agentName: 'parent',
+        backends: [backend],
+      });
       const local = makeRegion(0, BB, N, 5);
       agent.registerMemory([local]);
       const remote = agent.addRemoteAgent(child.meta);
       assert.equal(await child.ask('die-after 8'), 'ok');
       const t0 = Date.now();
-      const h = agent.read(remote, [{ localRegion: 0, localFirst: 0, remoteRegion: 0, remoteFirst: 0, count: N }]);
+      const h = agent.read(remote, [
+        { localRegion: 0, localFirst: 0, remoteRegion: 0, remoteFirst: 0, count: N },
+      ]);
       const s = await agent.waitFor(h);
       assert.equal(s.state, 'ERR');
       assert.match(s.reason ?? '', /connection .* lost/);
-      assert.ok(s.failedBlockIds.length > 0 && s.failedBlockIds.length < N, `${s.failedBlockIds.length} failed`);
+      assert.ok(
+        s.failedBlockIds.length > 0 && s.failedBlockIds.length < N,
+        `${s.failedBlockIds.length} failed`,
+      );
       assert.ok(s.failedBlockIds.includes(N - 1));
       assert.ok(Date.now() - t0 < 5000);
       await child.stop();

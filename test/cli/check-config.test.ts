@@ -122,7 +122,11 @@ test('auto HMA in the report: off with the warning for non-HMA, on for Nixl and 
     kv_connector_extra_config: {
       connectors: [
         { kv_connector: 'NixlConnector', kv_role: 'kv_both' },
-        { kv_connector: 'OffloadingConnector', kv_role: 'kv_both' },
+        {
+          kv_connector: 'OffloadingConnector',
+          kv_role: 'kv_both',
+          kv_connector_extra_config: { cpu_bytes_to_use: 1 << 26 },
+        },
       ],
     },
   };

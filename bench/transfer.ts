@@ -11,8 +11,9 @@ import { randomFillSync } from 'node:crypto';
 import { createServer } from 'node:net';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
+import { crc32 } from 'node:zlib';
 import { setLogLevel } from '../src/logging/logger.ts';
-import { type AgentMetadata, type DescPair, TransferAgent } from '../src/transfer/index.ts';
+import { type AgentMetadata, blockChecksum, type DescPair, TransferAgent } from '../src/transfer/index.ts';
 
 const SELF = fileURLToPath(import.meta.url);
 
@@ -29,9 +30,14 @@ function region(blockBytes: number, numBlocks: number) {
 }
 
 /** Peer mode: serve one region to 'bench' until stdin closes. */
-async function peer(backend: string, blockBytes: number, numBlocks: number): Promise<void> {
+async function peer(
+  backend: string,
+  blockBytes: number,
+  numBlocks: number,
+  chunkBytes: number,
+): Promise<void> {
   setLogLevel('error');
-  const agent = await TransferAgent.create({ engineId: 'peer', backends: [backend] });
+  const agent = await TransferAgent.create({ engineId: 'peer', backends: [backend], chunkBytes });
   agent.registerMemory([region(blockBytes, numBlocks)]);
   const all = Array.from({ length: numBlocks }, (_, i) => i);
   agent.grantRead('all', { blockIds: all, peer: 'bench' });
@@ -43,10 +49,10 @@ async function peer(backend: string, blockBytes: number, numBlocks: number): Pro
   process.exit(0);
 }
 
-async function startPeer(backend: string, blockBytes: number, numBlocks: number) {
+async function startPeer(backend: string, blockBytes: number, numBlocks: number, chunkBytes: number) {
   const proc = spawn(
     process.execPath,
-    ['--import', 'tsx', SELF, '--peer', backend, String(blockBytes), String(numBlocks)],
+    ['--import', 'tsx', SELF, '--peer', backend, String(blockBytes), String(numBlocks), String(chunkBytes)],
     {
       stdio: ['pipe', 'pipe', 'inherit'],
     },
@@ -81,9 +87,15 @@ async function measureTransport(
   blockBytes: number,
   numBlocks: number,
   rounds: number,
+  chunkBytes: number,
 ): Promise<TransportResult> {
-  const { proc, meta } = await startPeer(backend, blockBytes, numBlocks);
-  const agent = await TransferAgent.create({ engineId: 'bench', agentName: 'bench', backends: [backend] });
+  const { proc, meta } = await startPeer(backend, blockBytes, numBlocks, chunkBytes);
+  const agent = await TransferAgent.create({
+    engineId: 'bench',
+    agentName: 'bench',
+    backends: [backend],
+    chunkBytes,
+  });
   const local = region(blockBytes, numBlocks);
   agent.registerMemory([local]);
   const remote = agent.addRemoteAgent(meta);
@@ -168,16 +180,31 @@ function memcpyGbps(bytes: number, rounds: number): number {
   return best;
 }
 
+/** Single-thread throughput of a per-block hash over the whole region (cold memory). */
+function hashGbps(bytes: Uint8Array, blockBytes: number, hash: (b: Uint8Array) => number): number {
+  let best = 0;
+  for (let r = 0; r < 3; r++) {
+    const t0 = performance.now();
+    for (let o = 0; o < bytes.length; o += blockBytes) hash(bytes.subarray(o, o + blockBytes));
+    best = Math.max(best, bytes.length / ((performance.now() - t0) / 1000) / 1e9);
+  }
+  return best;
+}
+
 export async function main(args: string[]): Promise<void> {
   setLogLevel('error');
   const mib = flag(args, '--mib', 256);
   const blockBytes = flag(args, '--block-kib', 64) * 1024;
   const rounds = flag(args, '--rounds', 3);
+  const chunkBytes = flag(args, '--chunk-kib', 4096) * 1024;
   const numBlocks = Math.floor((mib << 20) / blockBytes);
-  const tcp = await measureTransport('TCP', blockBytes, numBlocks, rounds);
-  const shm = await measureTransport('SHM', blockBytes, numBlocks, rounds);
+  const tcp = await measureTransport('TCP', blockBytes, numBlocks, rounds, chunkBytes);
+  const shm = await measureTransport('SHM', blockBytes, numBlocks, rounds, chunkBytes);
   const iperf = await iperf3Gbps();
   const memcpy = memcpyGbps(numBlocks * blockBytes, rounds);
+  const sample = region(blockBytes, numBlocks).bytes;
+  const checksum = hashGbps(sample, blockBytes, blockChecksum);
+  const crc = hashGbps(sample, blockBytes, crc32);
   const r2 = (x: number) => Math.round(x * 100) / 100;
   const ratio = (x: number, base: number | null) => (base ? r2(x / base) : null);
   const rows = [
@@ -197,6 +224,9 @@ export async function main(args: string[]): Promise<void> {
   console.log('| path | GB/s | baseline GB/s | ratio |\n|---|---|---|---|');
   for (const r of rows) console.log(`| ${r.join(' | ')} |`);
   console.log(
+    `| block checksum (wasm simd) | ${r2(checksum)} | zlib.crc32 ${r2(crc)} | ${r2(checksum / crc)} |`,
+  );
+  console.log(
     `| 1-block (${blockBytes / 1024} KiB) READ round trip | tcp p50 ${r2(tcp.p50us)} µs, p99 ${r2(tcp.p99us)} µs | shm p50 ${r2(shm.p50us)} µs, p99 ${r2(shm.p99us)} µs | |`,
   );
   console.log(
@@ -215,10 +245,18 @@ export async function main(args: string[]): Promise<void> {
       read_64k_p99_us: r2(tcp.p99us),
       shm_read_64k_p50_us: r2(shm.p50us),
       shm_read_64k_p99_us: r2(shm.p99us),
+      checksum_gbps: r2(checksum),
+      crc32_gbps: r2(crc),
+      chunk_kib: chunkBytes / 1024,
     }),
   );
 }
 
 if (process.argv[1] === SELF && process.argv[2] === '--peer') {
-  await peer(process.argv[3] ?? 'TCP', Number(process.argv[4]), Number(process.argv[5]));
+  await peer(
+    process.argv[3] ?? 'TCP',
+    Number(process.argv[4]),
+    Number(process.argv[5]),
+    Number(process.argv[6]),
+  );
 }

@@ -8,6 +8,7 @@ import { extractDottedArgs } from '../config/dotted-args.ts';
 import { formatErrorText } from '../errors/format.ts';
 import { registerBenchServeCommand } from './commands/bench-serve.ts';
 import { registerCheckConfig } from './commands/check-config.ts';
+import { registerDemoCommand } from './commands/demo.ts';
 import { registerProxyCommand } from './commands/proxy.ts';
 import { registerServeCommand } from './commands/serve.ts';
 import { type CliContext, type CliIO, EXIT_OK, EXIT_USAGE } from './context.ts';
@@ -19,6 +20,7 @@ const COMMANDS: readonly RegisterCommand[] = [
   (program, ctx) => void registerServeCommand(program, ctx),
   (program) => void registerProxyCommand(program),
   (program) => void registerBenchServeCommand(program),
+  registerDemoCommand,
 ];
 
 const stdio: CliIO = {

@@ -4,6 +4,9 @@
  */
 import type { EngineConfig } from '../config/types.ts';
 import type { KVTransferParams } from '../connector/types.ts';
+import type { KVConnectorInfo } from './connector-info.ts';
+
+export type { KVConnectorInfo } from './connector-info.ts';
 
 export interface SamplingParams {
   maxTokens: number;
@@ -102,4 +105,11 @@ export interface AsyncEngineLike {
   /** Counters since start (monotonic) plus current gauges. */
   stats(): EngineStats;
   shutdown(): Promise<void>;
+  /** The connector's coordinates for peers and proxies (GET /kvconnect/info); null without one. */
+  kvConnectorInfo?(): KVConnectorInfo | null;
+  /**
+   * Spec §3.6: a request rejected before admission still reaches the connector, so a
+   * prefill peer frees the blocks it holds for it (vLLM's notify_kv_transfer_request_rejected).
+   */
+  notifyKvTransferRequestRejected?(requestId: string, params: KVTransferParams): void;
 }

@@ -5,9 +5,10 @@
  * compute (requests waiting for remote KV, hand-offs pending) it waits a short timer
  * instead of spinning. Aborts are applied between steps.
  */
-import { setTimeout as sleep, setImmediate as yieldToEventLoop } from 'node:timers/promises';
+import { setImmediate as yieldToEventLoop } from 'node:timers/promises';
 import type { EngineOptionsInput } from '../config/engine-config.ts';
 import type { EngineConfig } from '../config/types.ts';
+import type { KVTransferParams } from '../connector/types.ts';
 import { KVError } from '../errors/kv-error.ts';
 import type {
   AsyncEngineLike,
@@ -16,6 +17,7 @@ import type {
   RequestOutputDelta,
   TokenizerLike,
 } from './api.ts';
+import { describeConnector, type KVConnectorInfo } from './connector-info.ts';
 import { Engine } from './engine.ts';
 
 /** Wait between steps that computed nothing (ms). */
@@ -34,6 +36,12 @@ export class AsyncEngine implements AsyncEngineLike {
   private readonly pendingAborts = new Set<string>();
   private loop: Promise<void> | null = null;
   private closed = false;
+  /** Wait one event-loop turn before the first step after idling (benchmarks compare both). */
+  gatherOnStart = true;
+  /** Requests added so far; a step that computed nothing skips its idle wait if this moved. */
+  private arrivals = 0;
+  /** Ends the current idle wait early (a request or an abort arrived). */
+  private wakeLoop: (() => void) | null = null;
 
   constructor(engine: Engine) {
     this.engine = engine;
@@ -62,6 +70,8 @@ export class AsyncEngine implements AsyncEngineLike {
     this.engine.addRequest(request);
     const stream: Stream = { deltas: [], wake: null, finished: false, error: null };
     this.streams.set(request.requestId, stream);
+    this.arrivals++;
+    this.wakeLoop?.();
     this.ensureLoop();
     return this.iterate(request.requestId, stream, signal);
   }
@@ -99,6 +109,7 @@ export class AsyncEngine implements AsyncEngineLike {
     if (!this.streams.has(requestId)) return;
     this.pendingAborts.add(requestId);
     if (!this.loop) this.applyAborts();
+    this.wakeLoop?.();
     this.ensureLoop();
   }
 
@@ -141,12 +152,19 @@ export class AsyncEngine implements AsyncEngineLike {
 
   private async run(): Promise<void> {
     try {
+      // Started by the first request after an idle spell: let the requests that arrived in
+      // the same event-loop turn (one socket read each) join the first step.
+      if (this.gatherOnStart) await yieldToEventLoop();
       while (!this.closed && this.engine.hasWork()) {
         this.applyAborts();
+        const arrivalsBefore = this.arrivals;
         const { deltas, numScheduledTokens } = await this.engine.step();
         this.dispatch(deltas);
-        if (numScheduledTokens === 0) await sleep(IDLE_STEP_INTERVAL_MS);
-        else await yieldToEventLoop();
+        // A step that computed nothing (requests waiting for remote KV, or only reporting
+        // finished ids to the runner) waits, unless new requests already arrived or the
+        // engine ran out of work; a request or abort arriving ends the wait early.
+        if (numScheduledTokens > 0 || this.arrivals !== arrivalsBefore) await yieldToEventLoop();
+        else if (this.engine.hasWork()) await this.idleWait();
       }
       this.applyAborts();
     } catch (e) {
@@ -157,6 +175,18 @@ export class AsyncEngine implements AsyncEngineLike {
       }
       this.streams.clear();
     }
+  }
+
+  private idleWait(): Promise<void> {
+    return new Promise((resolve) => {
+      const done = (): void => {
+        clearTimeout(timer);
+        this.wakeLoop = null;
+        resolve();
+      };
+      const timer = setTimeout(done, IDLE_STEP_INTERVAL_MS);
+      this.wakeLoop = done;
+    });
   }
 
   private applyAborts(): void {
@@ -177,6 +207,35 @@ export class AsyncEngine implements AsyncEngineLike {
       }
       stream.wake?.();
     }
+  }
+
+  kvConnectorInfo(): KVConnectorInfo | null {
+    return describeConnector(this.engine.config, this.engine.connector);
+  }
+
+  /**
+   * Spec §3.6: vLLM's dummy request (one token) carrying the params, added and aborted at
+   * once, so the connector's requestFinished releases the peer. Its final delta is dropped.
+   */
+  notifyKvTransferRequestRejected(requestId: string, params: KVTransferParams): void {
+    if (this.closed) return;
+    this.generate({
+      requestId,
+      promptTokenIds: [0],
+      sampling: {
+        maxTokens: 1,
+        temperature: 0,
+        topP: 1,
+        topK: 0,
+        seed: null,
+        stop: [],
+        stopTokenIds: [],
+        ignoreEos: true,
+        logprobs: null,
+      },
+      kvTransferParams: params,
+    });
+    this.abort(requestId);
   }
 }
 

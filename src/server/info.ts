@@ -1,40 +1,54 @@
 /**
  * GET /kvconnect/info: which connector this backend runs, so a proxy can pick the P/D flow
- * without being told. Side-channel coordinates come from the engine when it advertises them.
+ * without being told, and the coordinates a NIXL push decode engine needs (engine id, side
+ * channel, parallel sizes). The engine supplies them through its optional kvConnectorInfo();
+ * the vLLM-style names (kv_connector, tensor_parallel_size, ...) are kept alongside the
+ * proxy's (connector, tp_size, ...).
  */
 import type { AsyncEngineLike } from '../engine/api.ts';
 
-/** Optional engine method: connector coordinates a peer needs (e.g. NIXL side channel). */
-export interface ConnectorInfoSource {
-  kvConnectorInfo?: () => Record<string, unknown> | null;
-}
+/** Kept for importers of the earlier name: the engine's optional info method. */
+export type ConnectorInfoSource = Pick<AsyncEngineLike, 'kvConnectorInfo'>;
 
 export interface BackendInfo {
+  /** The proxy's key: the configured kv_connector, null without one. */
+  connector: string | null;
   engine_id: string | null;
   kv_connector: string | null;
   kv_role: string | null;
   served_model_name: string;
   tensor_parallel_size: number;
   data_parallel_rank: number;
+  tp_size: number;
+  pp_size: number;
+  dp_size: number;
   side_channel_host: string | null;
   side_channel_port: number | null;
+  transfer_mode: string | null;
   [key: string]: unknown;
 }
 
 export function backendInfo(engine: AsyncEngineLike, servedModelName: string): BackendInfo {
   const kv = engine.config.kvTransferConfig;
-  const extra = (engine as AsyncEngineLike & ConnectorInfoSource).kvConnectorInfo?.() ?? {};
+  const parallel = engine.config.parallel;
+  const extra: Record<string, unknown> = engine.kvConnectorInfo?.() ?? {};
   const host = extra['side_channel_host'];
   const port = extra['side_channel_port'];
+  const mode = extra['transfer_mode'];
   return {
     ...extra,
+    connector: kv?.kv_connector ?? null,
     engine_id: kv?.engine_id ?? null,
     kv_connector: kv?.kv_connector ?? null,
     kv_role: kv?.kv_role ?? null,
     served_model_name: servedModelName,
-    tensor_parallel_size: engine.config.parallel.tensorParallelSize,
-    data_parallel_rank: engine.config.parallel.dataParallelRank,
+    tensor_parallel_size: parallel.tensorParallelSize,
+    data_parallel_rank: parallel.dataParallelRank,
+    tp_size: parallel.tensorParallelSize,
+    pp_size: typeof extra['pp_size'] === 'number' ? extra['pp_size'] : 1,
+    dp_size: parallel.dataParallelSize,
     side_channel_host: typeof host === 'string' ? host : null,
     side_channel_port: typeof port === 'number' ? port : null,
+    transfer_mode: typeof mode === 'string' ? mode : null,
   };
 }

@@ -10,20 +10,14 @@ import { getLogger } from '../logging/logger.ts';
 
 const log = getLogger('kvconnect.server');
 
-/** Optional engine method (vLLM's notify_kv_transfer_request_rejected). */
-interface RejectionAwareEngine {
-  notifyKvTransferRequestRejected?: (requestId: string, params: KVTransferParams) => void | Promise<void>;
-}
-
 export async function notifyKvTransferRequestRejected(
   engine: AsyncEngineLike,
   requestId: string,
   params: KVTransferParams,
 ): Promise<void> {
   try {
-    const native = (engine as AsyncEngineLike & RejectionAwareEngine).notifyKvTransferRequestRejected;
-    if (typeof native === 'function') {
-      await native.call(engine, requestId, params);
+    if (typeof engine.notifyKvTransferRequestRejected === 'function') {
+      engine.notifyKvTransferRequestRejected(requestId, params);
       return;
     }
     const controller = new AbortController();

@@ -28,7 +28,7 @@ import type {
   TransferStatus,
 } from './types.ts';
 
-export const TRANSFER_PROTOCOL_VERSION = 1;
+export const TRANSFER_PROTOCOL_VERSION = 2;
 
 export interface TransferAgentOptions {
   readonly engineId: string;

@@ -4,7 +4,7 @@
  * one CRC per block; the receiving side lands each chunk in its own memory and keeps a
  * per-block verdict, so a bad checksum or a missing chunk fails exactly those blocks.
  */
-import { blockChecksums } from './checksum.ts';
+import { blockChecksum } from './checksum.ts';
 import { ProtocolError } from './connection.ts';
 import type { FrameHeader } from './framing.ts';
 import { intField, type PeerLink } from './peer-link.ts';
@@ -37,7 +37,7 @@ export function sendRuns(
       const start = (run.first + o) * bb;
       const view = region.bytes.subarray(start, start + n * bb);
       last = link.sendData(() => {
-        const header: FrameHeader = { t: 'data', x: xferId, d, o, n, c: blockChecksums(view, bb, n) };
+        const header: FrameHeader = { t: 'data', x: xferId, d, o, n, c: checksumsFrom(view, bb, n, []) };
         return {
           header,
           view: hook ? hook(view, { region: run.region, first: run.first + o, count: n }) : view,
@@ -46,6 +46,21 @@ export function sendRuns(
     }
   });
   return last;
+}
+
+/** Appends the checksums of blocks sums.length.. of `view` that lie within its first `upTo` blocks. */
+function checksumsFrom(view: Uint8Array, bb: number, upTo: number, sums: number[]): number[] {
+  for (let i = sums.length; i < upTo; i++) sums.push(blockChecksum(view.subarray(i * bb, (i + 1) * bb)));
+  return sums;
+}
+
+/** The frame being received: checksums of its blocks are computed as each block lands. */
+interface PartialFrame {
+  readonly d: number;
+  readonly o: number;
+  readonly view: Uint8Array;
+  readonly blockBytes: number;
+  readonly sums: number[];
 }
 
 const PENDING = 0;
@@ -57,6 +72,7 @@ export class IncomingRuns {
   readonly #regions: ReadonlyMap<number, MemoryRegion>;
   readonly #state: Uint8Array[];
   #remaining: number;
+  #partial: PartialFrame | null = null;
 
   constructor(runs: readonly BlockRun[], regions: ReadonlyMap<number, MemoryRegion>) {
     this.#runs = runs;
@@ -74,7 +90,15 @@ export class IncomingRuns {
     if (!run || n === 0 || o + n > run.count) throw new ProtocolError(`data frame outside descriptor ${d}`);
     const region = this.#regions.get(run.region)!;
     const start = (run.first + o) * region.blockBytes;
-    return region.bytes.subarray(start, start + n * region.blockBytes);
+    const view = region.bytes.subarray(start, start + n * region.blockBytes);
+    this.#partial = { d, o, view, blockBytes: region.blockBytes, sums: [] };
+    return view;
+  }
+
+  /** `filled` bytes of the frame from the last destination() have landed: hash whole blocks now. */
+  progress(filled: number): void {
+    const p = this.#partial;
+    if (p) checksumsFrom(p.view, p.blockBytes, Math.floor(filled / p.blockBytes), p.sums);
   }
 
   /** Records the verdict for the blocks of a landed frame (`complete` false = short read). */
@@ -84,7 +108,10 @@ export class IncomingRuns {
     const n = h['n'] as number;
     const c = h['c'];
     const bb = this.#regions.get(this.#runs[d]!.region)!.blockBytes;
-    const sums = complete && Array.isArray(c) && c.length === n ? blockChecksums(view, bb, n) : null;
+    const p = this.#partial;
+    this.#partial = null;
+    const early = p !== null && p.d === d && p.o === o && p.view === view ? p.sums : [];
+    const sums = complete && Array.isArray(c) && c.length === n ? checksumsFrom(view, bb, n, early) : null;
     const state = this.#state[d]!;
     for (let i = 0; i < n; i++) {
       if (state[o + i] === PENDING) this.#remaining--;

@@ -1,18 +1,81 @@
 /**
- * Per-block checksum: CRC-32 via node:zlib (native, in Node ≥ 20.15). Measured here on
- * 64 KiB blocks: zlib.crc32 2.25 GB/s, a 4-lane xxh32-style hash in JS 1.9 GB/s,
- * crypto sha1 1.6 GB/s, md5 0.84 GB/s. CRC-32 detects every burst error up to 32 bits,
- * which covers the flipped-byte and torn-write cases we care about.
+ * Per-block checksum: a 53-bit multiply–xorshift hash over 32 u32 lanes, run as
+ * WebAssembly SIMD (8 × i32x4) emitted by wasm-hash-module.ts, with a plain-JS fallback
+ * (checksum-reference.ts). WASM cannot read the caller's SharedArrayBuffer in place, so
+ * each block is copied in 64 KiB pieces into the module's scratch memory (which stays in
+ * L1/L2) and hashed there. Measured on this VM with 64 KiB blocks of cold memory: 6.9 GB/s
+ * copy+hash (36 GB/s hashing alone), against 2.25–2.4 GB/s for zlib.crc32.
+ *
+ * Adequacy: it guards against bugs, torn or short reads and memory corruption, not against
+ * an adversary (the shared secret authenticates peers). Any change confined to one aligned
+ * 4-byte word (hence any single flipped byte) is always detected, because every lane step is
+ * a bijection for a fixed input word and the fold keeps a bijective term per lane; other
+ * changes collide with probability about 2^-32 per lane touched, far below CRC-32's
+ * 2^-32 for the same kind of multi-burst damage.
  */
-import { crc32 } from 'node:zlib';
+import { foldLanes, initLanes, referenceHash } from './checksum-reference.ts';
+import {
+  DATA_OFFSET,
+  hashModuleBytes,
+  SCRATCH_BYTES,
+  STATE_LANES,
+  STRIPE_BYTES,
+} from './wasm-hash-module.ts';
+
+/** The WebAssembly members used here (the project's TS lib setting does not declare them). */
+interface WasmApi {
+  Module: new (bytes: Uint8Array) => object;
+  Instance: new (module: object, imports: object) => { exports: Record<string, unknown> };
+}
+
+interface WasmHasher {
+  readonly update: (length: number) => void;
+  readonly lanes: Uint32Array;
+  readonly scratch: Uint8Array;
+}
+
+function instantiate(): WasmHasher | null {
+  if (process.env['KVCONNECT_DISABLE_WASM_HASH'] === '1') return null;
+  try {
+    const api = (globalThis as unknown as { WebAssembly: WasmApi }).WebAssembly;
+    const instance = new api.Instance(new api.Module(hashModuleBytes()), {});
+    const memory = instance.exports['mem'] as { buffer: ArrayBuffer };
+    return {
+      update: instance.exports['update'] as (length: number) => void,
+      lanes: new Uint32Array(memory.buffer, 0, STATE_LANES),
+      scratch: new Uint8Array(memory.buffer, DATA_OFFSET, SCRATCH_BYTES),
+    };
+  } catch {
+    return null;
+  }
+}
+
+const wasm = instantiate();
+
+/** Which implementation runs here ('wasm-simd' or 'js'). */
+export const checksumImplementation: 'wasm-simd' | 'js' = wasm ? 'wasm-simd' : 'js';
 
 export function blockChecksum(bytes: Uint8Array): number {
-  return crc32(bytes);
+  if (!wasm) return referenceHash(bytes);
+  const { update, lanes, scratch } = wasm;
+  initLanes(lanes);
+  const length = bytes.length;
+  let pos = 0;
+  while (pos < length) {
+    const n = Math.min(SCRATCH_BYTES, length - pos);
+    scratch.set(bytes.subarray(pos, pos + n));
+    const padded = Math.ceil(n / STRIPE_BYTES) * STRIPE_BYTES;
+    if (padded > n) scratch.fill(0, n, padded);
+    update(padded);
+    pos += n;
+  }
+  return foldLanes(lanes, length);
 }
 
 /** Checksums of `count` consecutive blocks starting at byte 0 of `bytes`. */
 export function blockChecksums(bytes: Uint8Array, blockBytes: number, count: number): number[] {
   const out = new Array<number>(count);
-  for (let i = 0; i < count; i++) out[i] = crc32(bytes.subarray(i * blockBytes, (i + 1) * blockBytes));
+  for (let i = 0; i < count; i++)
+    out[i] = blockChecksum(bytes.subarray(i * blockBytes, (i + 1) * blockBytes));
   return out;
 }

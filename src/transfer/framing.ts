@@ -49,6 +49,8 @@ export interface FrameSink {
   destination(header: FrameHeader, payloadLength: number): Uint8Array | null;
   /** Called when the whole frame has arrived; `payload` is the view from destination(). */
   frame(header: FrameHeader, payload: Uint8Array | null): void;
+  /** Optional: `filled` payload bytes of the current frame have landed (lets checksums run while data is hot). */
+  progress?(header: FrameHeader, filled: number): void;
 }
 
 type Phase = 'prefix' | 'header' | 'payload';
@@ -88,6 +90,7 @@ export class FrameDecoder {
         this.#dest?.set(chunk.subarray(pos, pos + n), this.#filled);
         this.#filled += n;
         pos += n;
+        this.#progress();
         if (this.#filled === this.#payloadLength) this.#finish();
       }
     }
@@ -102,7 +105,12 @@ export class FrameDecoder {
   /** `n` payload bytes were read straight into directTarget(). */
   directFilled(n: number): void {
     this.#filled += n;
+    this.#progress();
     if (this.#filled === this.#payloadLength) this.#finish();
+  }
+
+  #progress(): void {
+    if (this.#dest !== null && this.#sink.progress) this.#sink.progress(this.#parsed!, this.#filled);
   }
 
   #onPrefix(): void {

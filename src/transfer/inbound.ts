@@ -63,6 +63,9 @@ export class InboundSession {
         if (view.length !== length) throw new ProtocolError('data payload length does not match its blocks');
         return view;
       },
+      progress: (h: FrameHeader, filled: number): void => {
+        this.#writes.get(h['x'] as number)?.runs.progress(filled);
+      },
       frame: (h: FrameHeader, payload: Uint8Array | null): void => this.#onFrame(h, payload),
     };
   }

@@ -88,6 +88,10 @@ export class OutboundPeer {
             throw new ProtocolError('data payload length does not match its blocks');
           return view;
         },
+        progress: (h, filled) => {
+          const t = this.#inflight.get(h['x'] as number);
+          if (t?.kind === 'READ') t.incoming.progress(filled);
+        },
         frame: (h, payload) => {
           if (handshaken) return this.#onFrame(h, payload);
           if (h.t === 'error') throw new ProtocolError(stringField(h, 'reason'));

@@ -7,8 +7,8 @@
 import assert from 'node:assert/strict';
 import { rmSync, truncateSync } from 'node:fs';
 import { after, before, describe, test } from 'node:test';
-import { resolveModelInfo } from '../../src/config/model-info.ts';
 import { buildEngineConfig } from '../../src/config/engine-config.ts';
+import { resolveModelInfo } from '../../src/config/model-info.ts';
 import { parseOffloadingConfig } from '../../src/connectors/offloading/config.ts';
 import { FsTier } from '../../src/connectors/offloading/fs-tier.ts';
 import { OffloadLayout } from '../../src/connectors/offloading/layout.ts';
@@ -19,18 +19,39 @@ import { BlockHashFunction } from '../../src/kv/block-hash.ts';
 import { buildKVCacheConfig } from '../../src/kv/kv-cache-config.ts';
 import { captureLogs } from '../../src/logging/logger.ts';
 import { type ConformanceContext, type ConformanceModel, runConnectorConformance } from './conformance.ts';
-import { freePort, type RedisClusterHandle, type RedisServer, redisCommand, startRedis, startRedisCluster } from './redis-helpers.ts';
+import {
+  freePort,
+  type RedisClusterHandle,
+  type RedisServer,
+  redisCommand,
+  startRedis,
+  startRedisCluster,
+} from './redis-helpers.ts';
 
 const MiB = 1 << 20;
 const GREEDY = samplingParams({ maxTokens: 6, temperature: 0, ignoreEos: true });
 
 function offloadConfig(extra: Record<string, unknown>): Record<string, unknown> {
-  return { kv_connector: 'OffloadingConnector', kv_role: 'kv_both', kv_connector_extra_config: { cpu_bytes_to_use: 16 * MiB, ...extra } };
+  return {
+    kv_connector: 'OffloadingConnector',
+    kv_role: 'kv_both',
+    kv_connector_extra_config: { cpu_bytes_to_use: 16 * MiB, ...extra },
+  };
 }
 
 /** The tier keys of one chunk of a prompt, computed the way the engine does. */
-function chunkKeys(ctx: ConformanceContext, extra: Record<string, unknown>, prompt: number[], chunk: number): string[] {
-  const engineConfig = buildEngineConfig({ model: ctx.model, block_size: ctx.blockSize, num_gpu_blocks: 96, max_model_len: 256 });
+function chunkKeys(
+  ctx: ConformanceContext,
+  extra: Record<string, unknown>,
+  prompt: number[],
+  chunk: number,
+): string[] {
+  const engineConfig = buildEngineConfig({
+    model: ctx.model,
+    block_size: ctx.blockSize,
+    num_gpu_blocks: 96,
+    max_model_len: 256,
+  });
   const kvCacheConfig = buildKVCacheConfig({
     hfConfig: resolveModelInfo(ctx.model).hfConfig,
     blockSize: ctx.blockSize,
@@ -68,14 +89,17 @@ runConnectorConformance({
   corruptionKinds: ['corrupt'],
   corrupt: (ctx, target) => {
     const tier = new FsTier({ path: `${ctx.dir}/tier`, capacityBytes: null, timeoutMs: 2000 });
-    for (const key of chunkKeys(ctx, fsExtra(ctx), target.promptTokenIds, 0)) truncateSync(tier.fileOf(key), 100);
+    for (const key of chunkKeys(ctx, fsExtra(ctx), target.promptTokenIds, 0))
+      truncateSync(tier.fileOf(key), 100);
   },
 });
 
 // ---- redis tier (single server) ----
 const redisExtra = (ctx: ConformanceContext) => ({
   spec_name: 'TieringOffloadingSpec',
-  secondary_tiers: [{ type: 'redis', url: ctx.state['url'], key_prefix: ctx.state['prefix'], timeout_ms: 2000 }],
+  secondary_tiers: [
+    { type: 'redis', url: ctx.state['url'], key_prefix: ctx.state['prefix'], timeout_ms: 2000 },
+  ],
 });
 let conformanceRedis: RedisServer | null = null;
 let prefixCounter = 0;
@@ -106,7 +130,9 @@ after(async () => {
 });
 
 // ---- single-engine tests ----
-const PROMPTS = [0, 1, 2, 3].map((s) => Array.from({ length: 64 }, (_, i) => (i * (13 + s * 2) + 53 + s) % 256));
+const PROMPTS = [0, 1, 2, 3].map((s) =>
+  Array.from({ length: 64 }, (_, i) => (i * (13 + s * 2) + 53 + s) % 256),
+);
 
 interface Run {
   tokens: number[];
@@ -168,7 +194,9 @@ for (const model of ['tiny', 'tiny-hybrid'] as const) {
 }
 
 test('CPU tier too small for the prompt: a secondary fs tier serves the evicted chunks (promotion through CPU)', async () => {
-  const dir = (await import('node:fs')).mkdtempSync(`${(await import('node:os')).tmpdir()}/kvconnect-offload-`);
+  const dir = (await import('node:fs')).mkdtempSync(
+    `${(await import('node:os')).tmpdir()}/kvconnect-offload-`,
+  );
   try {
     const reference = await plainTokens('tiny', PROMPTS[0]!);
     const engine = await AsyncEngine.create({
@@ -187,7 +215,10 @@ test('CPU tier too small for the prompt: a secondary fs tier serves the evicted 
       assert.deepEqual(again.tokens, reference);
       assert.equal(again.last.metrics.numExternalTokens, 48);
       const stats = engine.stats().kvConnectorStats ?? {};
-      assert.ok(Number(stats['offload_promoted_chunks']) >= 3, `promoted ${stats['offload_promoted_chunks']}`);
+      assert.ok(
+        Number(stats['offload_promoted_chunks']) >= 3,
+        `promoted ${stats['offload_promoted_chunks']}`,
+      );
       assert.ok(Number(stats['offload_cpu_evicted_chunks']) > 0);
     } finally {
       await engine.shutdown();
@@ -220,17 +251,29 @@ describe('redis tier failures', () => {
         assert.equal(out.last.error, undefined);
         assert.equal(out.last.metrics.numExternalTokens, 0);
         assert.ok(elapsed < 2000, `the request took ${elapsed} ms with Redis down`);
-        assert.ok((out.last.metrics.queuedMs ?? 0) < 150 + 50 + 250, `queued ${out.last.metrics.queuedMs} ms`);
+        assert.ok(
+          (out.last.metrics.queuedMs ?? 0) < 150 + 50 + 250,
+          `queued ${out.last.metrics.queuedMs} ms`,
+        );
         await engine.waitIdle();
         const stats = engine.stats().kvConnectorStats ?? {};
-        assert.ok(Number(stats['offload_lookup_tier_errors']) + Number(stats['offload_tier_errors']) > 0, JSON.stringify(stats));
+        assert.ok(
+          Number(stats['offload_lookup_tier_errors']) + Number(stats['offload_tier_errors']) > 0,
+          JSON.stringify(stats),
+        );
         assert.ok(Number(stats['offload_tier_outages']) >= 1, JSON.stringify(stats));
       } finally {
         await engine.shutdown();
       }
     });
-    const warnings = records.filter((r) => r.level === 'warn' && r.message.includes(`127.0.0.1:${port}`) && r.message.includes('unavailable'));
-    assert.ok(warnings.length >= 1 && warnings.length <= 2, `one warning per tier client and outage, got ${warnings.length}`);
+    const warnings = records.filter(
+      (r) =>
+        r.level === 'warn' && r.message.includes(`127.0.0.1:${port}`) && r.message.includes('unavailable'),
+    );
+    assert.ok(
+      warnings.length >= 1 && warnings.length <= 2,
+      `one warning per tier client and outage, got ${warnings.length}`,
+    );
   });
 });
 
@@ -247,9 +290,17 @@ describe('redis cluster tier', () => {
     const reference = await plainTokens('tiny', PROMPTS[2]!);
     const config = offloadConfig({
       spec_name: 'TieringOffloadingSpec',
-      secondary_tiers: [{ type: 'redis', cluster_nodes: [cluster.urls[0]], timeout_ms: 3000, key_prefix: 'cl' }],
+      secondary_tiers: [
+        { type: 'redis', cluster_nodes: [cluster.urls[0]], timeout_ms: 3000, key_prefix: 'cl' },
+      ],
     });
-    const options = { model: 'tiny', block_size: 16, num_gpu_blocks: 32, max_model_len: 128, kv_transfer_config: config };
+    const options = {
+      model: 'tiny',
+      block_size: 16,
+      num_gpu_blocks: 32,
+      max_model_len: 128,
+      kv_transfer_config: config,
+    };
     const producer = await AsyncEngine.create(options);
     try {
       assert.deepEqual((await run(producer, PROMPTS[2]!, 'p')).tokens, reference);

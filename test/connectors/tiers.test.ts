@@ -87,7 +87,9 @@ function tierConformance(name: string, make: () => Promise<KVTier>): void {
         }));
         assert.equal((await tier.putMany(entries)).length, 64);
         const got = await tier.getMany(entries.map((e) => e.key));
-        got.forEach((v, i) => assert.deepEqual(Buffer.from(v!), Buffer.from(entries[i]!.value)));
+        got.forEach((v, i) => {
+          assert.deepEqual(Buffer.from(v!), Buffer.from(entries[i]!.value));
+        });
       } finally {
         await tier.close();
       }

@@ -1,6 +1,12 @@
 /** The NIXL connectors (pull and push) on kvconnect's transfer agent. Loaded lazily by the registry. */
 
-export { clipToWindows, type PositionedBlocks, pairByPosition } from './block-lists.ts';
+export {
+  blocksToLoad,
+  clipToWindows,
+  type PositionedBlocks,
+  pairByPosition,
+  remotePositions,
+} from './block-lists.ts';
 export { KV_BOTH_DEPRECATION, NixlConnector, NixlPullConnector, NixlPushConnector } from './connector.ts';
 export { LeaseHeap } from './lease-heap.ts';
 export {

@@ -97,7 +97,8 @@ export class ArcPolicy implements EvictionPolicy {
 
   /** ARC's REPLACE: evict from T1 when it is above its target, else from T2; into the ghost lists. */
   #replace(incomingInB2: boolean, canEvict: (key: string) => boolean): string | null {
-    const preferT1 = this.t1.size > 0 && (this.t1.size > this.#p || (incomingInB2 && this.t1.size === this.#p));
+    const preferT1 =
+      this.t1.size > 0 && (this.t1.size > this.#p || (incomingInB2 && this.t1.size === this.#p));
     const fromT1 = firstEvictable(this.t1, canEvict);
     const fromT2 = firstEvictable(this.t2, canEvict);
     const useT1 = preferT1 ? fromT1 !== null : fromT2 === null && fromT1 !== null;

@@ -50,11 +50,17 @@ const FIELD = 'kv_transfer_config.kv_connector_extra_config';
 
 function toNumber(value: unknown): number | null {
   if (typeof value === 'number' && Number.isFinite(value)) return value;
-  if (typeof value === 'string' && value.trim() !== '' && Number.isFinite(Number(value))) return Number(value);
+  if (typeof value === 'string' && value.trim() !== '' && Number.isFinite(Number(value)))
+    return Number(value);
   return null;
 }
 
-function intField(extra: Record<string, unknown>, key: string, min: number, hint: string): number | undefined {
+function intField(
+  extra: Record<string, unknown>,
+  key: string,
+  min: number,
+  hint: string,
+): number | undefined {
   const raw = extra[key];
   if (raw === undefined || raw === null) return undefined;
   const n = toNumber(raw);
@@ -76,17 +82,26 @@ function parseChunking(extra: Record<string, unknown>, gpuBlockSize: number): nu
   const hasBlockSize = extra['block_size'] !== undefined && extra['block_size'] !== null;
   const hasPerChunk = extra['blocks_per_chunk'] !== undefined && extra['blocks_per_chunk'] !== null;
   if (hasBlockSize && hasPerChunk) {
-    throw new KVError(CONFIG_INVALID, "Specify only one of 'block_size' or 'blocks_per_chunk' in kv_connector_extra_config.", {
-      field: `${FIELD}.block_size`,
-      hint: 'block_size is tokens per offloaded chunk; blocks_per_chunk is GPU blocks per chunk. Keep one of them.',
-      details: { expected: 'block_size xor blocks_per_chunk', received: 'both' },
-    });
+    throw new KVError(
+      CONFIG_INVALID,
+      "Specify only one of 'block_size' or 'blocks_per_chunk' in kv_connector_extra_config.",
+      {
+        field: `${FIELD}.block_size`,
+        hint: 'block_size is tokens per offloaded chunk; blocks_per_chunk is GPU blocks per chunk. Keep one of them.',
+        details: { expected: 'block_size xor blocks_per_chunk', received: 'both' },
+      },
+    );
   }
   if (hasPerChunk) {
     const raw = extra['blocks_per_chunk'];
     const n = toNumber(raw);
     if (n === null || !Number.isInteger(n)) {
-      throw configError(`${FIELD}.blocks_per_chunk`, 'a positive integer', raw, 'Use e.g. "blocks_per_chunk": 4.');
+      throw configError(
+        `${FIELD}.blocks_per_chunk`,
+        'a positive integer',
+        raw,
+        'Use e.g. "blocks_per_chunk": 4.',
+      );
     }
     if (n <= 0) {
       throw new KVError(CONFIG_INVALID, "'blocks_per_chunk' must be greater than 0.", {
@@ -128,20 +143,35 @@ function parseTimeout(tier: Record<string, unknown>, where: string): number {
 function parseTier(raw: unknown, index: number): SecondaryTierSpec {
   const where = `${FIELD}.secondary_tiers[${index}]`;
   if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) {
-    throw configError(where, "an object like {type: 'fs', path: '/var/kv'}", raw, 'Each tier is an object with a type.');
+    throw configError(
+      where,
+      "an object like {type: 'fs', path: '/var/kv'}",
+      raw,
+      'Each tier is an object with a type.',
+    );
   }
   const tier = raw as Record<string, unknown>;
   if (tier['type'] === 'fs') {
     const path = tier['path'];
     if (typeof path !== 'string' || path === '') {
-      throw configError(`${where}.path`, 'a directory path', path, 'Give the fs tier a directory, e.g. "/var/cache/kv".');
+      throw configError(
+        `${where}.path`,
+        'a directory path',
+        path,
+        'Give the fs tier a directory, e.g. "/var/cache/kv".',
+      );
     }
     const capacity = tier['capacity_bytes'];
     let capacityBytes: number | null = null;
     if (capacity !== undefined && capacity !== null) {
       const n = toNumber(capacity);
       if (n === null || n <= 0) {
-        throw configError(`${where}.capacity_bytes`, 'a positive byte count', capacity, 'Omit it for no bound.');
+        throw configError(
+          `${where}.capacity_bytes`,
+          'a positive byte count',
+          capacity,
+          'Omit it for no bound.',
+        );
       }
       capacityBytes = n;
     }
@@ -153,15 +183,26 @@ function parseTier(raw: unknown, index: number): SecondaryTierSpec {
     const clusterNodes: string[] = [];
     if (nodes !== undefined && nodes !== null) {
       if (!Array.isArray(nodes) || nodes.length === 0 || !nodes.every((n) => typeof n === 'string')) {
-        throw configError(`${where}.cluster_nodes`, 'a non-empty list of redis:// URLs', nodes, 'List one or more cluster nodes.');
+        throw configError(
+          `${where}.cluster_nodes`,
+          'a non-empty list of redis:// URLs',
+          nodes,
+          'List one or more cluster nodes.',
+        );
       }
       clusterNodes.push(...(nodes as string[]));
     }
     if (clusterNodes.length === 0 && (typeof url !== 'string' || !/^rediss?:\/\//.test(url))) {
-      throw configError(`${where}.url`, 'a redis:// URL', url, 'Use e.g. "url": "redis://127.0.0.1:6379", or "cluster_nodes": [...].');
+      throw configError(
+        `${where}.url`,
+        'a redis:// URL',
+        url,
+        'Use e.g. "url": "redis://127.0.0.1:6379", or "cluster_nodes": [...].',
+      );
     }
     const prefix = tier['key_prefix'] ?? 'kvconnect';
-    if (typeof prefix !== 'string') throw configError(`${where}.key_prefix`, 'a string', prefix, 'Omit it or use a short name.');
+    if (typeof prefix !== 'string')
+      throw configError(`${where}.key_prefix`, 'a string', prefix, 'Omit it or use a short name.');
     return {
       type: 'redis',
       url: clusterNodes.length > 0 ? null : (url as string),
@@ -170,11 +211,19 @@ function parseTier(raw: unknown, index: number): SecondaryTierSpec {
       keyPrefix: prefix,
     };
   }
-  throw configError(`${where}.type`, "'fs' or 'redis'", tier['type'], 'kvconnect ships the fs and redis tiers.');
+  throw configError(
+    `${where}.type`,
+    "'fs' or 'redis'",
+    tier['type'],
+    'kvconnect ships the fs and redis tiers.',
+  );
 }
 
 /** Parses and validates the extra config; throws KVError with vLLM's messages. */
-export function parseOffloadingConfig(extra: Record<string, unknown>, engineConfig: EngineConfig): OffloadingConfig {
+export function parseOffloadingConfig(
+  extra: Record<string, unknown>,
+  engineConfig: EngineConfig,
+): OffloadingConfig {
   const rawCpu = extra['cpu_bytes_to_use'];
   if (rawCpu === undefined || rawCpu === null) {
     throw new KVError(CONFIG_INVALID, 'cpu_bytes_to_use must be specified in kv_connector_extra_config', {
@@ -185,7 +234,12 @@ export function parseOffloadingConfig(extra: Record<string, unknown>, engineConf
   }
   const cpuBytesToUse = toNumber(rawCpu);
   if (cpuBytesToUse === null || cpuBytesToUse <= 0) {
-    throw configError(`${FIELD}.cpu_bytes_to_use`, 'a positive byte count', rawCpu, 'Use e.g. 1073741824 (1 GiB).');
+    throw configError(
+      `${FIELD}.cpu_bytes_to_use`,
+      'a positive byte count',
+      rawCpu,
+      'Use e.g. 1073741824 (1 GiB).',
+    );
   }
   const specName = extra['spec_name'] ?? 'CPUOffloadingSpec';
   if (typeof specName !== 'string' || !(OFFLOADING_SPECS as readonly string[]).includes(specName)) {
@@ -199,17 +253,32 @@ export function parseOffloadingConfig(extra: Record<string, unknown>, engineConf
   const blocksPerChunk = parseChunking(extra, gpuBlockSize);
   const policy = extra['eviction_policy'] ?? 'lru';
   if (typeof policy !== 'string' || !(EVICTION_POLICIES as readonly string[]).includes(policy)) {
-    throw configError(`${FIELD}.eviction_policy`, "'lru' or 'arc'", policy, 'kvconnect implements lru (default) and arc.');
+    throw configError(
+      `${FIELD}.eviction_policy`,
+      "'lru' or 'arc'",
+      policy,
+      'kvconnect implements lru (default) and arc.',
+    );
   }
   const storeThreshold = intField(extra, 'store_threshold', 0, 'Use 0 (store everything) or N >= 2.') ?? 0;
   const tiersRaw = extra['secondary_tiers'];
   const secondaryTiers: SecondaryTierSpec[] = [];
   if (tiersRaw !== undefined && tiersRaw !== null) {
     if (specName !== 'TieringOffloadingSpec') {
-      throw configError(`${FIELD}.secondary_tiers`, 'no secondary_tiers with CPUOffloadingSpec', tiersRaw, 'Set "spec_name": "TieringOffloadingSpec" to use secondary tiers.');
+      throw configError(
+        `${FIELD}.secondary_tiers`,
+        'no secondary_tiers with CPUOffloadingSpec',
+        tiersRaw,
+        'Set "spec_name": "TieringOffloadingSpec" to use secondary tiers.',
+      );
     }
     if (!Array.isArray(tiersRaw)) {
-      throw configError(`${FIELD}.secondary_tiers`, 'a list of tier objects', tiersRaw, "Use e.g. [{\"type\": \"fs\", \"path\": \"/var/kv\"}].");
+      throw configError(
+        `${FIELD}.secondary_tiers`,
+        'a list of tier objects',
+        tiersRaw,
+        'Use e.g. [{"type": "fs", "path": "/var/kv"}].',
+      );
     }
     tiersRaw.forEach((t, i) => {
       secondaryTiers.push(parseTier(t, i));
@@ -217,10 +286,20 @@ export function parseOffloadingConfig(extra: Record<string, unknown>, engineConf
   }
   if (specName === 'TieringOffloadingSpec') {
     if (secondaryTiers.length === 0) {
-      throw configError(`${FIELD}.secondary_tiers`, 'at least one tier', tiersRaw, 'List fs and/or redis tiers, or use CPUOffloadingSpec.');
+      throw configError(
+        `${FIELD}.secondary_tiers`,
+        'at least one tier',
+        tiersRaw,
+        'List fs and/or redis tiers, or use CPUOffloadingSpec.',
+      );
     }
     if (storeThreshold >= 2) {
-      throw configError(`${FIELD}.store_threshold`, '0 or 1 with TieringOffloadingSpec', storeThreshold, 'store_threshold is supported by CPUOffloadingSpec only.');
+      throw configError(
+        `${FIELD}.store_threshold`,
+        '0 or 1 with TieringOffloadingSpec',
+        storeThreshold,
+        'store_threshold is supported by CPUOffloadingSpec only.',
+      );
     }
     if (engineConfig.parallel.tensorParallelSize > 1) {
       throw configError(

@@ -31,7 +31,10 @@ const log = getLogger('kvconnect.connectors.offloading');
 export class OffloadingConnector extends KVConnectorBase {
   static override supportsHMA = true;
 
-  static override validateExtraConfig(extra: Record<string, unknown>, engineConfig: EngineConfig): OffloadingConfig {
+  static override validateExtraConfig(
+    extra: Record<string, unknown>,
+    engineConfig: EngineConfig,
+  ): OffloadingConfig {
     return parseOffloadingConfig(extra, engineConfig);
   }
 
@@ -141,7 +144,8 @@ export class OffloadingConnector extends KVConnectorBase {
   }
 
   #scheduler(): OffloadScheduler {
-    if (!this.scheduler) throw new Error(`OffloadingConnector: scheduler hook called on the ${this.role} role`);
+    if (!this.scheduler)
+      throw new Error(`OffloadingConnector: scheduler hook called on the ${this.role} role`);
     return this.scheduler;
   }
 

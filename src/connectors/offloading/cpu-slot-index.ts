@@ -56,7 +56,7 @@ export class CpuSlotIndex {
     if (this.numSlots === 0 || this.#entries.has(key)) return null;
     const canEvict = (k: string): boolean => {
       const e = this.#entries.get(k);
-      return e !== undefined && e.ready && e.pins === 0;
+      return e?.ready === true && e.pins === 0;
     };
     const result = this.policy.insert(key, canEvict);
     const evicted: { key: string; slot: number }[] = [];

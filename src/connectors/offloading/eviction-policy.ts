@@ -3,8 +3,9 @@
  * which keys are resident and picks victims; the tier owns the bytes and says which keys
  * may not be evicted right now (pinned by an in-flight load or store).
  */
-import type { EvictionPolicyName } from './config.ts';
+
 import { ArcPolicy } from './arc-policy.ts';
+import type { EvictionPolicyName } from './config.ts';
 import { LruPolicy } from './lru-policy.ts';
 
 export interface InsertResult {

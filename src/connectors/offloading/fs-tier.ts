@@ -59,12 +59,16 @@ export class FsTier implements KVTier {
     await this.#ready;
     const results = await Promise.all(
       entries.map((e) =>
-        this.health.run('put', async () => {
-          await this.#writeAtomic(e.key, encodeFrame(e.key, e.value));
-          this.#stats.puts++;
-          this.#stats.putBytes += e.value.byteLength;
-          return e.key;
-        }, () => null),
+        this.health.run(
+          'put',
+          async () => {
+            await this.#writeAtomic(e.key, encodeFrame(e.key, e.value));
+            this.#stats.puts++;
+            this.#stats.putBytes += e.value.byteLength;
+            return e.key;
+          },
+          () => null,
+        ),
       ),
     );
     await this.#enforceCapacity();
@@ -73,29 +77,49 @@ export class FsTier implements KVTier {
 
   async getMany(keys: readonly string[]): Promise<(Uint8Array | null)[]> {
     await this.#ready;
-    return Promise.all(keys.map((key) => this.health.run('get', () => this.#read(key), () => null)));
+    return Promise.all(
+      keys.map((key) =>
+        this.health.run(
+          'get',
+          () => this.#read(key),
+          () => null,
+        ),
+      ),
+    );
   }
 
   async hasMany(keys: readonly string[]): Promise<boolean[]> {
     await this.#ready;
     return Promise.all(
       keys.map((key) =>
-        this.health.run('has', async () => {
-          try {
-            const st = await stat(this.fileOf(key));
-            return st.isFile();
-          } catch (err) {
-            if ((err as NodeJS.ErrnoException).code === 'ENOENT') return false;
-            throw err;
-          }
-        }, () => false),
+        this.health.run(
+          'has',
+          async () => {
+            try {
+              const st = await stat(this.fileOf(key));
+              return st.isFile();
+            } catch (err) {
+              if ((err as NodeJS.ErrnoException).code === 'ENOENT') return false;
+              throw err;
+            }
+          },
+          () => false,
+        ),
       ),
     );
   }
 
   async deleteMany(keys: readonly string[]): Promise<void> {
     await this.#ready;
-    await Promise.all(keys.map((k) => this.health.run('delete', () => this.#remove(this.fileOf(k)), () => undefined)));
+    await Promise.all(
+      keys.map((k) =>
+        this.health.run(
+          'delete',
+          () => this.#remove(this.fileOf(k)),
+          () => undefined,
+        ),
+      ),
+    );
   }
 
   stats(): TierStats {

@@ -68,7 +68,12 @@ export class OffloadEvents {
     for (const key of keys) {
       const info = this.#info.get(key);
       if (!info) continue;
-      this.#events.push({ type: 'BlockRemoved', blockHashes: info.blockHashes, groupIdx: info.group, medium });
+      this.#events.push({
+        type: 'BlockRemoved',
+        blockHashes: info.blockHashes,
+        groupIdx: info.group,
+        medium,
+      });
     }
   }
 

@@ -48,6 +48,8 @@ export class RedisTier implements KVTier {
   }
   readonly #stats = emptyTierStats();
   #client: RedisCommands | null = null;
+  /** The client while connect() runs (it retries until Redis answers or close() destroys it). */
+  #pendingClient: RedisCommands | null = null;
   #connecting: Promise<void> | null = null;
   #lastConnectFailure = 0;
   #closed = false;
@@ -140,9 +142,13 @@ export class RedisTier implements KVTier {
 
   async close(): Promise<void> {
     this.#closed = true;
-    const client = this.#client;
+    for (const client of [this.#client, this.#pendingClient]) {
+      try {
+        client?.destroy();
+      } catch {}
+    }
     this.#client = null;
-    client?.destroy();
+    this.#pendingClient = null;
   }
 
   /** The connected client; connects lazily and at most every RECONNECT_BACKOFF_MS after a failure. */
@@ -175,14 +181,17 @@ export class RedisTier implements KVTier {
             disableOfflineQueue: true,
           }).withTypeMapping(BUFFER_REPLIES) as unknown as RedisCommands);
     client.on('error', (err) => this.health.failed(err));
+    this.#pendingClient = client;
     try {
       await client.connect();
+      this.#pendingClient = null;
       if (this.#closed) {
         client.destroy();
         return;
       }
       this.#client = client;
     } catch (err) {
+      this.#pendingClient = null;
       this.#lastConnectFailure = Date.now();
       try {
         client.destroy();

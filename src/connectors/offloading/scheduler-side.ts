@@ -4,7 +4,12 @@
  * decides which computed chunks to store and which to load, and turns the workers'
  * reports into KV events. It never touches KV bytes and never awaits.
  */
-import type { ConnectorRequest, KVConnectorOutput, MatchedTokens, SchedulerOutput } from '../../connector/types.ts';
+import type {
+  ConnectorRequest,
+  KVConnectorOutput,
+  MatchedTokens,
+  SchedulerOutput,
+} from '../../connector/types.ts';
 import type { KVCacheBlocks, KVCacheEvent } from '../../kv/interfaces.ts';
 import type { OffloadingConfig } from './config.ts';
 import { CpuSlotIndex } from './cpu-slot-index.ts';
@@ -25,6 +30,8 @@ interface RequestState {
   /** Chunks before this index were stored (or skipped) already. */
   storeCursor: number;
   counted: boolean;
+  /** Chunks [from, to) came from the tiers: they are stored already, never store them again. */
+  loaded: { from: number; to: number };
 }
 
 export class OffloadScheduler {
@@ -77,7 +84,9 @@ export class OffloadScheduler {
         continue;
       }
       if (!this.lookup) break;
-      const where = keys.map((k) => (this.index.isReady(k) ? 'cpu' : (this.lookup as SecondaryLookup).locate(k)));
+      const where = keys.map((k) =>
+        this.index.isReady(k) ? 'cpu' : (this.lookup as SecondaryLookup).locate(k),
+      );
       if (where.includes('unknown')) return { count: null, loadAsync: false };
       if (where.includes(-1)) break;
       loadAsync = true;
@@ -94,11 +103,16 @@ export class OffloadScheduler {
     if (!st.counted) {
       st.counted = true;
       const prompt = Math.floor(req.numPromptTokens / this.layout.chunkTokens);
-      for (let c = 0; c < prompt; c++) for (const k of this.layout.chunkKeys(req.blockHashes, c) ?? []) this.tracker.record(k);
+      for (let c = 0; c < prompt; c++)
+        for (const k of this.layout.chunkKeys(req.blockHashes, c) ?? []) this.tracker.record(k);
     }
     if (numExternalTokens > 0) {
       const start = this.#lastLookup.get(req.requestId) ?? req.numComputedTokens;
       this.#pendingLoads.push(this.#planLoad(st, start, start + numExternalTokens));
+      st.loaded = {
+        from: Math.floor(start / this.layout.chunkTokens),
+        to: Math.ceil((start + numExternalTokens) / this.layout.chunkTokens),
+      };
     }
     this.#lastLookup.delete(req.requestId);
   }
@@ -118,7 +132,10 @@ export class OffloadScheduler {
       const added = cached.newBlockIds[i];
       if (!st || !added) return;
       if (cached.resumedFromPreemption[i]) st.blockIds = added.map((ids) => [...ids]);
-      else added.forEach((ids, g) => st.blockIds[g]?.push(...ids));
+      else
+        added.forEach((ids, g) => {
+          st.blockIds[g]?.push(...ids);
+        });
     });
     const stores: StoreOp[] = [];
     for (const [id, before] of computedBefore) {
@@ -181,7 +198,7 @@ export class OffloadScheduler {
   #state(req: ConnectorRequest): RequestState {
     let st = this.#requests.get(req.requestId);
     if (!st) {
-      st = { req, blockIds: [], storeCursor: 0, counted: false };
+      st = { req, blockIds: [], storeCursor: 0, counted: false, loaded: { from: 0, to: 0 } };
       this.#requests.set(req.requestId, st);
     }
     st.req = req;
@@ -219,9 +236,22 @@ export class OffloadScheduler {
         if (alloc) {
           this.#evicted(alloc.evicted);
           this.index.pin(key);
-          this.events.describe(key, g, st.req.blockHashes, c * L.blocksPerChunk, L.blocksPerChunk, st.req.allTokenIds);
+          this.events.describe(
+            key,
+            g,
+            st.req.blockHashes,
+            c * L.blocksPerChunk,
+            L.blocksPerChunk,
+            st.req.allTokenIds,
+          );
         }
-        items.push({ key, group: g, slot: alloc ? alloc.slot : -1, source: typeof where === 'number' && where >= 0 ? where : 0, blockIds });
+        items.push({
+          key,
+          group: g,
+          slot: alloc ? alloc.slot : -1,
+          source: typeof where === 'number' && where >= 0 ? where : 0,
+          blockIds,
+        });
       });
       this.lookup?.forget(keys);
     }
@@ -239,6 +269,7 @@ export class OffloadScheduler {
     );
     const ops: StoreOp[] = [];
     for (let c = st.storeCursor; c < done; c++) {
+      if (c >= st.loaded.from && c < st.loaded.to) continue;
       const keys = L.chunkKeys(req.blockHashes, c) ?? [];
       keys.forEach((key, g) => {
         if (this.index.has(key) || !this.tracker.shouldStore(key)) return;
@@ -247,7 +278,14 @@ export class OffloadScheduler {
         const alloc = this.index.allocate(key);
         if (!alloc) return;
         this.#evicted(alloc.evicted);
-        this.events.describe(key, g, req.blockHashes, c * L.blocksPerChunk, L.blocksPerChunk, req.allTokenIds);
+        this.events.describe(
+          key,
+          g,
+          req.blockHashes,
+          c * L.blocksPerChunk,
+          L.blocksPerChunk,
+          req.allTokenIds,
+        );
         ops.push({ key, group: g, slot: alloc.slot, blockIds, writeThrough: this.tiers.length > 0 });
       });
     }

@@ -35,7 +35,10 @@ export class TierHealth {
   async run<T>(what: string, op: () => Promise<T>, fallback: () => T): Promise<T> {
     let timer: NodeJS.Timeout | undefined;
     const timeout = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new TierTimeoutError(`${this.name} ${what}`, this.timeoutMs)), this.timeoutMs);
+      timer = setTimeout(
+        () => reject(new TierTimeoutError(`${this.name} ${what}`, this.timeoutMs)),
+        this.timeoutMs,
+      );
       timer.unref?.();
     });
     try {

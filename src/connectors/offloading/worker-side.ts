@@ -172,7 +172,9 @@ export class OffloadWorker {
         [...bySource].map(async ([tierIndex, items]) => {
           const tier = this.tiers[tierIndex];
           const values = tier ? await tier.getMany(items.map((i) => i.key)) : items.map(() => null);
-          items.forEach((item, i) => this.#promote(item, values[i] ?? null, errors));
+          items.forEach((item, i) => {
+            this.#promote(item, values[i] ?? null, errors);
+          });
         }),
       );
     } catch {

@@ -8,6 +8,7 @@ import { attentionLayerName } from '../../config/model-presets.ts';
 import { KVError } from '../../errors/index.ts';
 import type { PagedKVMemory } from '../../kv/interfaces.ts';
 import { type AttentionShape, allocAttentionScratch, pagedAttention } from './attention.ts';
+import { allocDecodeScratch, pagedDecodeAttention } from './decode-attention.ts';
 import type { ModelDims, RankShard } from './dims.ts';
 import type { ForwardBatch, ForwardHooks, ForwardModel } from './forward-batch.ts';
 import { WasmRuntime } from './kernels/wasm-matmul.ts';
@@ -16,6 +17,13 @@ import { kRowOffset, layerKV, writeRow } from './paged-kv.ts';
 import { RopeTable } from './rope.ts';
 import type { TensorMap } from './weights.ts';
 
+/**
+ * Default of LlamaModel.decodeAttentionMaxTokens: sequences with at most this many new
+ * tokens use the block-copy decode attention (decode-attention.ts); longer ones the
+ * query-blocked prefill attention (attention.ts).
+ */
+export const DECODE_ATTENTION_MAX_TOKENS = 4;
+
 export class LlamaModel implements ForwardModel {
   readonly dims: ModelDims;
   readonly shard: RankShard;
@@ -23,6 +31,8 @@ export class LlamaModel implements ForwardModel {
   private readonly rt: WasmRuntime;
   private readonly w: PackedWeights;
   private readonly rope: RopeTable;
+  /** 0 sends every sequence through the prefill attention (the benchmark's baseline). */
+  decodeAttentionMaxTokens = DECODE_ATTENTION_MAX_TOKENS;
 
   constructor(dims: ModelDims, shard: RankShard, tensors: TensorMap) {
     this.dims = dims;
@@ -48,6 +58,8 @@ export class LlamaModel implements ForwardModel {
     const rows = batch.tokenIds.length;
     const positions = new Int32Array(rows);
     let maxContext = 1;
+    let maxGatherContext = 1;
+    let maxDecodeContext = 1;
     let numLogits = 0;
     for (const s of batch.sequences) {
       if (s.start < 0 || s.len < 1 || s.start + s.len > rows) {
@@ -61,6 +73,9 @@ export class LlamaModel implements ForwardModel {
       }
       for (let i = 0; i < s.len; i++) positions[s.start + i] = s.numComputedTokens + i;
       maxContext = Math.max(maxContext, s.numComputedTokens + s.len);
+      if (s.len > this.decodeAttentionMaxTokens)
+        maxGatherContext = Math.max(maxGatherContext, s.numComputedTokens + s.len);
+      else maxDecodeContext = Math.max(maxDecodeContext, s.numComputedTokens + s.len);
       if (s.computeLogits) numLogits++;
     }
     const kvSpec = kv.kvCacheConfig.groups[0]?.spec;
@@ -89,7 +104,8 @@ export class LlamaModel implements ForwardModel {
         headDim: hd,
         slidingWindow: null,
       };
-      const scratch = allocAttentionScratch(rt, shape, maxContext);
+      const scratch = allocAttentionScratch(rt, shape, maxGatherContext);
+      const decodeScratch = allocDecodeScratch(rt, shape, maxDecodeContext);
       const logitsIn = rt.alloc(Math.max(1, numLogits) * h);
       const logitsOut = rt.alloc(Math.max(1, numLogits) * dims.vocabSize);
       let mem = rt.f32;
@@ -141,7 +157,7 @@ export class LlamaModel implements ForwardModel {
             writeRow(layer, dst, mem, qkv + r * qkvDim + qDim, kvDim);
             writeRow(layer, dst + vShift, mem, qkv + r * qkvDim + qDim + kvDim, kvDim);
           }
-          pagedAttention(rt, shape, layer, scratch, {
+          const call = {
             qkv,
             qkvStride: qkvDim,
             out: attn,
@@ -149,7 +165,10 @@ export class LlamaModel implements ForwardModel {
             len: s.len,
             numComputedTokens: s.numComputedTokens,
             blockTable: table,
-          });
+          };
+          if (s.len <= this.decodeAttentionMaxTokens)
+            pagedDecodeAttention(rt, shape, layer, decodeScratch, call);
+          else pagedAttention(rt, shape, layer, scratch, call);
         }
         await hooks.afterLayer?.(l, name);
         rt.matmul(rows, h, qDim, attn, qDim, lw.o, h, proj, h);

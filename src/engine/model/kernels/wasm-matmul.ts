@@ -38,7 +38,8 @@ function matmulModule(): WasmModule {
 }
 
 const PAGE = 65536;
-const PANEL_COLUMNS = 128;
+/** A multiple of the 12-column register tile, so no panel ends in narrow tiles. */
+const PANEL_COLUMNS = 96;
 const MAX_PAGES = 65536;
 
 export class WasmRuntime {

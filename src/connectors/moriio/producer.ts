@@ -1,0 +1,263 @@
+/**
+ * Producer half of a MoRIIO worker. WRITE: every layer's freshly computed blocks are
+ * written into the consumer's blocks as soon as the layer is done (saveKvLayer), to every
+ * consumer rank that registered; when the prompt is done and all writes landed, each
+ * consumer rank gets write_done and the request is reported finished_sending. READ: the
+ * request's blocks are granted for reading and released after the expected ACK count.
+ */
+import { getLogger } from '../../logging/logger.ts';
+import type { TransferHandle } from '../../transfer/index.ts';
+import type { RemoteBlocksMessage } from './notify-channel.ts';
+import { sendNotify } from './notify-channel.ts';
+import type { SaveJob, SendJob } from './step-metadata.ts';
+import { moriioExpectedAckCount, validateMoRIIOHeterogeneousTp } from './tp.ts';
+import type { MoRIIOWorkerContext } from './worker-context.ts';
+
+const log = getLogger('kvconnect.connectors.moriio');
+
+interface Registration {
+  readonly msg: RemoteBlocksMessage;
+  agent: Promise<string> | null;
+  failed: boolean;
+}
+
+interface Outgoing {
+  readonly transferId: string;
+  reqId: string | null;
+  blockIds: number[];
+  /** Computed blocks per region: position → local block id. */
+  readonly computed: Map<number, Map<number, number>>;
+  readonly registrations: Registration[];
+  expectedRegistrations: number | null;
+  prefillDone: boolean;
+  readonly writes: Set<Promise<void>>;
+  acks: number;
+  expectedAcks: number | null;
+  released: boolean;
+  finished: boolean;
+  readonly createdAt: number;
+}
+
+export class MoRIIOProducer {
+  readonly #ctx: MoRIIOWorkerContext;
+  readonly #byTransfer = new Map<string, Outgoing>();
+  /** Saves of the current step (the layers' writes use them). */
+  #step: SaveJob[] = [];
+  #done: string[] = [];
+  #dropped = new Map<string, number>();
+
+  constructor(ctx: MoRIIOWorkerContext) {
+    this.#ctx = ctx;
+  }
+
+  get busy(): boolean {
+    return this.#byTransfer.size > 0;
+  }
+
+  #get(transferId: string): Outgoing {
+    let t = this.#byTransfer.get(transferId);
+    if (!t) {
+      t = {
+        transferId,
+        reqId: null,
+        blockIds: [],
+        computed: new Map(),
+        registrations: [],
+        expectedRegistrations: null,
+        prefillDone: false,
+        writes: new Set(),
+        acks: 0,
+        expectedAcks: null,
+        released: false,
+        finished: false,
+        createdAt: performance.now(),
+      };
+      this.#byTransfer.set(transferId, t);
+    }
+    return t;
+  }
+
+  beginStep(saves: readonly SaveJob[], sends: readonly SendJob[], dropped: readonly string[]): void {
+    for (const tx of dropped) this.#drop(tx);
+    this.#step = saves.filter((s) => !this.#dropped.has(s.transferId));
+    for (const s of this.#step) {
+      const t = this.#get(s.transferId);
+      t.reqId = s.reqId;
+      t.blockIds = s.blockIds;
+      if (this.#ctx.cfg.readMode) {
+        this.#ctx.agent.grantRead(s.transferId, { blockIds: s.blockIds });
+      }
+    }
+    for (const s of sends) {
+      const t = this.#byTransfer.get(s.transferId);
+      if (t && this.#ctx.cfg.readMode)
+        t.expectedAcks ??= moriioExpectedAckCount(this.#ctx.tpSize, s.consumerTpSize);
+      if (t) this.#maybeFinish(t);
+    }
+  }
+
+  /** WRITE: this layer's KV for this step's requests is in the cache; push it now. */
+  saveLayer(region: number): boolean {
+    if (this.#ctx.cfg.readMode) return false;
+    let posted = false;
+    for (const s of this.#step) {
+      const t = this.#byTransfer.get(s.transferId);
+      if (!t || t.finished) continue;
+      const bs = this.#blockSize();
+      const first = Math.floor(s.start / bs);
+      const lastPos = Math.ceil(s.end / bs);
+      const fresh = new Map<number, number>();
+      for (let pos = first; pos < lastPos; pos++) {
+        const id = s.blockIds[pos];
+        if (id !== undefined) fresh.set(pos, id);
+      }
+      let map = t.computed.get(region);
+      if (!map) {
+        map = new Map();
+        t.computed.set(region, map);
+      }
+      for (const [pos, id] of fresh) map.set(pos, id);
+      for (const reg of t.registrations) posted = this.#write(t, reg, region, fresh) || posted;
+    }
+    return posted;
+  }
+
+  /** After the forward pass: requests whose last prompt token was computed are complete. */
+  endStep(): void {
+    for (const s of this.#step) {
+      const t = this.#byTransfer.get(s.transferId);
+      if (t && s.last) {
+        t.prefillDone = true;
+        this.#maybeFinish(t);
+      }
+    }
+    this.#step = [];
+  }
+
+  /** A consumer rank announced its blocks (WRITE). */
+  registration(msg: RemoteBlocksMessage): void {
+    if (this.#dropped.has(msg.transfer_id)) return;
+    const t = this.#get(msg.transfer_id);
+    const ctx = this.#ctx;
+    try {
+      validateMoRIIOHeterogeneousTp(ctx.totalKvHeads, ctx.tpSize, msg.decode_tp_size);
+    } catch (e) {
+      log.error('%s', (e as Error).message);
+      return;
+    }
+    t.expectedRegistrations = msg.decode_tp_size > ctx.tpSize ? msg.decode_tp_size / ctx.tpSize : 1;
+    const reg: Registration = { msg, agent: null, failed: false };
+    reg.agent = ctx.connect(
+      msg.decode_host,
+      msg.decode_handshake_port,
+      msg.decode_tp_rank,
+      msg.decode_tp_size,
+    );
+    reg.agent.catch((e: unknown) => {
+      reg.failed = true;
+      log.error('MoRIIO handshake with decode %s failed: %s', msg.decode_host, (e as Error).message);
+    });
+    t.registrations.push(reg);
+    for (const [region, map] of t.computed) this.#write(t, reg, region, map);
+    this.#maybeFinish(t);
+  }
+
+  /** A consumer rank finished reading (READ), or the consumer gave the transfer up. */
+  release(transferId: string, consumerTpSize: number, abort: boolean): void {
+    const t = this.#get(transferId);
+    if (abort) t.released = true;
+    else {
+      t.acks++;
+      t.expectedAcks ??= moriioExpectedAckCount(this.#ctx.tpSize, consumerTpSize);
+    }
+    this.#maybeFinish(t);
+  }
+
+  #blockSize(): number {
+    return this.#ctx.blockSize;
+  }
+
+  #write(t: Outgoing, reg: Registration, region: number, blocks: ReadonlyMap<number, number>): boolean {
+    const remoteByPos = new Map<number, number>();
+    reg.msg.block_positions.forEach((pos, i) => {
+      const id = reg.msg.block_notify_list[i];
+      if (id !== undefined) remoteByPos.set(pos, id);
+    });
+    const local: number[] = [];
+    const remote: number[] = [];
+    for (const [pos, id] of blocks) {
+      const r = remoteByPos.get(pos);
+      if (r === undefined) continue;
+      local.push(id);
+      remote.push(r);
+    }
+    if (local.length === 0 || !reg.agent || reg.failed) return false;
+    const agent = this.#ctx.agent;
+    const pairs = [
+      { localRegion: region, localBlockIds: local, remoteRegion: region, remoteBlockIds: remote },
+    ];
+    const p = reg.agent
+      .then(async (name) => {
+        const handle: TransferHandle = agent.write(name, pairs);
+        const status = await agent.waitFor(handle);
+        agent.releaseHandle(handle);
+        if (status.state !== 'DONE') {
+          reg.failed = true;
+          log.error('MoRIIO write of transfer %s failed: %s', t.transferId, status.reason ?? '');
+        }
+      })
+      .catch(() => {
+        reg.failed = true;
+      });
+    t.writes.add(p);
+    p.finally(() => {
+      t.writes.delete(p);
+      this.#maybeFinish(t);
+    });
+    return true;
+  }
+
+  #maybeFinish(t: Outgoing): void {
+    if (t.finished || t.reqId === null) return;
+    if (!t.released) {
+      if (this.#ctx.cfg.readMode) {
+        if (t.expectedAcks === null || t.acks < t.expectedAcks) return;
+      } else {
+        const regs = t.registrations.length;
+        if (!t.prefillDone || t.expectedRegistrations === null || regs < t.expectedRegistrations) return;
+        if (t.writes.size > 0) return;
+        for (const reg of t.registrations) {
+          if (reg.failed) continue;
+          sendNotify(reg.msg.decode_host, reg.msg.decode_notify_port, {
+            type: 'write_done',
+            transfer_id: t.transferId,
+            tp_rank: this.#ctx.tpRank,
+          }).catch((e: unknown) => log.warn('MoRIIO write_done to decode failed: %s', (e as Error).message));
+        }
+      }
+    }
+    t.finished = true;
+    this.#ctx.agent.revokeGrant(t.transferId);
+    this.#byTransfer.delete(t.transferId);
+    this.#done.push(t.reqId);
+  }
+
+  #drop(transferId: string): void {
+    this.#dropped.set(transferId, performance.now());
+    this.#ctx.agent.revokeGrant(transferId);
+    this.#byTransfer.delete(transferId);
+  }
+
+  takeDone(): string[] {
+    const now = performance.now();
+    const ttl = this.#ctx.cfg.deferTimeoutS * 1000;
+    for (const [tx, at] of this.#dropped) if (now - at > ttl) this.#dropped.delete(tx);
+    // State for transfers whose request never showed up here (stray registrations/ACKs).
+    for (const t of this.#byTransfer.values()) {
+      if (t.reqId === null && now - t.createdAt > ttl) this.#byTransfer.delete(t.transferId);
+    }
+    const done = this.#done;
+    this.#done = [];
+    return done;
+  }
+}

@@ -1,0 +1,273 @@
+/**
+ * Worker side of MoRIIOConnector: one per tensor-parallel rank. Owns this rank's transfer
+ * agent (xgmi → the shm transport, rdma → tcp), its handshake listener and its notify
+ * listener, both at base + dp_local * tp_size + tp_rank, and routes each step's jobs to
+ * the producer and consumer halves.
+ */
+import { isMainThread, workerData } from 'node:worker_threads';
+import { resolveModelInfo } from '../../config/model-info.ts';
+import type { EngineConfig } from '../../config/types.ts';
+import { KVError } from '../../errors/kv-error.ts';
+import type { KVCacheConfig, PagedKVMemory } from '../../kv/interfaces.ts';
+import { getLogger } from '../../logging/logger.ts';
+import {
+  type AgentMetadata,
+  fetchRemoteMetadata,
+  SideChannelServer,
+  TransferAgent,
+} from '../../transfer/index.ts';
+import { type MoRIIOConfig, moriioPort } from './config.ts';
+import { MoRIIOConsumer } from './consumer.ts';
+import { type NotifyMessage, NotifyServer } from './notify-channel.ts';
+import { MoRIIOProducer } from './producer.ts';
+import type { MoRIIOStepMetadata } from './step-metadata.ts';
+import type { MoRIIOWorkerContext } from './worker-context.ts';
+
+const log = getLogger('kvconnect.connectors.moriio');
+
+/** What a worker's handshake listener serves. */
+export interface MoRIIOAgentPayload {
+  readonly engine_id: string;
+  readonly tp_rank: number;
+  readonly tp_size: number;
+  readonly total_kv_heads: number;
+  readonly block_size: number;
+  readonly block_lens: readonly number[];
+  readonly agent: AgentMetadata;
+}
+
+function currentTpRank(): number {
+  if (isMainThread) return 0;
+  const rank = (workerData as { tpRank?: unknown } | null)?.tpRank;
+  return typeof rank === 'number' ? rank : 0;
+}
+
+export class MoRIIOWorker {
+  readonly #cfg: MoRIIOConfig;
+  readonly #engineConfig: EngineConfig;
+  readonly #kvCacheConfig: KVCacheConfig;
+  readonly tpRank = currentTpRank();
+  #agent: TransferAgent | null = null;
+  #handshake: SideChannelServer | null = null;
+  #notify: NotifyServer | null = null;
+  #memory: PagedKVMemory | null = null;
+  #payload: MoRIIOAgentPayload | null = null;
+  #producer: MoRIIOProducer | null = null;
+  #consumer: MoRIIOConsumer | null = null;
+  readonly #peers = new Map<string, Promise<string>>();
+  #exitAfterLayers = Number(process.env['KVCONNECT_MORIIO_TEST_EXIT_AFTER_LAYERS'] ?? 0);
+
+  constructor(cfg: MoRIIOConfig, engineConfig: EngineConfig, kvCacheConfig: KVCacheConfig) {
+    this.#cfg = cfg;
+    this.#engineConfig = engineConfig;
+    this.#kvCacheConfig = kvCacheConfig;
+  }
+
+  get tpSize(): number {
+    return this.#engineConfig.parallel.tensorParallelSize;
+  }
+
+  get agent(): TransferAgent | null {
+    return this.#agent;
+  }
+
+  /** True while transfers of this rank are in flight. */
+  get busy(): boolean {
+    return (this.#producer?.busy ?? false) || (this.#consumer?.busy ?? false);
+  }
+
+  async registerKvCaches(memory: PagedKVMemory): Promise<void> {
+    const cfg = this.#cfg;
+    this.#memory = memory;
+    const agent = await TransferAgent.create({
+      engineId: cfg.engineId,
+      tpRank: this.tpRank,
+      host: cfg.hostIp,
+      backends: cfg.backend === 'xgmi' ? ['SHM'] : ['TCP'],
+      transferTimeoutMs: cfg.transferTimeoutS * 1000,
+    });
+    this.#agent = agent;
+    agent.registerMemory(
+      memory.tensors.map((t) => ({
+        id: t.index,
+        bytes: t.bytes,
+        blockBytes: t.blockBytes,
+        numBlocks: t.numBlocks,
+      })),
+    );
+    const blockSize = this.#kvCacheConfig.groups[0]?.spec.blockSize ?? 16;
+    const totalKvHeads = totalKvHeadsOf(this.#engineConfig, this.#kvCacheConfig);
+    this.#payload = {
+      engine_id: cfg.engineId,
+      tp_rank: this.tpRank,
+      tp_size: this.tpSize,
+      total_kv_heads: totalKvHeads,
+      block_size: blockSize,
+      block_lens: memory.tensors.map((t) => t.blockBytes),
+      agent: agent.metadata(),
+    };
+    const handshakePort = moriioPort(cfg.handshakePort, cfg.dpRankLocal, this.tpSize, this.tpRank);
+    const notifyPort = moriioPort(cfg.notifyPort, cfg.dpRankLocal, this.tpSize, this.tpRank);
+    const payload = this.#payload;
+    this.#handshake = new SideChannelServer({
+      host: cfg.hostIp,
+      port: handshakePort,
+      getMetadata: (rank) => (rank === this.tpRank ? payload : undefined),
+      portHint: `Each worker listens on handshake_port + dp_local * tp_size + tp_rank (${handshakePort} here); give every engine on this host its own handshake_port range.`,
+    });
+    try {
+      await this.#handshake.start();
+      this.#notify = new NotifyServer((m) => this.#onMessage(m));
+      await this.#notify.listen(cfg.hostIp, notifyPort, 'notify_port');
+    } catch (e) {
+      await this.shutdown();
+      throw e;
+    }
+    const ctx: MoRIIOWorkerContext = {
+      agent,
+      cfg,
+      tpRank: this.tpRank,
+      tpSize: this.tpSize,
+      totalKvHeads,
+      blockSize,
+      regions: memory.tensors.map((t) => t.index),
+      handshakePort,
+      notifyPort,
+      connect: (host, port, rank, remoteTp) => this.#connect(host, port, rank, remoteTp),
+    };
+    this.#producer = new MoRIIOProducer(ctx);
+    this.#consumer = new MoRIIOConsumer(ctx);
+    log.debug(
+      'MoRIIO worker %d: handshake %s:%d, notify %s:%d',
+      this.tpRank,
+      cfg.hostIp,
+      handshakePort,
+      cfg.hostIp,
+      notifyPort,
+    );
+  }
+
+  getHandshakeMetadata(): MoRIIOAgentPayload | null {
+    return this.#payload;
+  }
+
+  #connect(host: string, port: number, rank: number, remoteTp: number): Promise<string> {
+    const key = `${host}:${port}#${rank}`;
+    let p = this.#peers.get(key);
+    if (!p) {
+      p = this.#handshakeWith(host, port, rank, remoteTp);
+      this.#peers.set(key, p);
+      p.catch(() => this.#peers.delete(key));
+    }
+    return p;
+  }
+
+  async #handshakeWith(host: string, port: number, rank: number, remoteTp: number): Promise<string> {
+    const agent = this.#agent!;
+    const local = this.#payload!;
+    const { metadata } = await fetchRemoteMetadata(host, port, rank, { timeoutMs: 5000 });
+    const remote = metadata as MoRIIOAgentPayload | undefined;
+    if (!remote || typeof remote !== 'object' || typeof remote.agent !== 'object') {
+      throw new KVError(
+        'MORIIO_HANDSHAKE_FAILED',
+        `handshake failed, unexpected msg type from ${host}:${port}`,
+        {
+          hint: 'The port answered but is not a MoRIIO handshake listener; check handshake_port and the per-worker offset.',
+        },
+      );
+    }
+    if (remote.tp_size !== remoteTp) {
+      log.warn('MoRIIO peer %s:%d reports tp_size %d, expected %d', host, port, remote.tp_size, remoteTp);
+    }
+    const same =
+      remote.block_size === local.block_size &&
+      remote.block_lens.length === local.block_lens.length &&
+      remote.block_lens.every((n, i) => n === local.block_lens[i]);
+    if (!same) {
+      throw new KVError(
+        'MORIIO_GEOMETRY_MISMATCH',
+        `MoRIIO peer ${remote.engine_id} has KV blocks of [${remote.block_lens.join(', ')}] bytes (block size ${remote.block_size}), this engine [${local.block_lens.join(', ')}] (block size ${local.block_size})`,
+        { hint: 'Use the same model, block size and cache dtype on prefill and decode.' },
+      );
+    }
+    if (this.#cfg.backend === 'xgmi') {
+      const mine = local.agent.endpoints.shm?.hostId;
+      if (remote.agent.endpoints.shm?.hostId !== mine) {
+        throw new KVError(
+          'MORIIO_XGMI_REMOTE_HOST',
+          `MoRIIO backend 'xgmi' reaches only peers on the same host, but ${remote.engine_id} (${host}) is on another host (or uses backend 'rdma')`,
+          {
+            field: 'kv_connector_extra_config.backend',
+            hint: 'Set "backend": "rdma" on both engines for prefill and decode on different hosts (kvconnect maps it to the tcp transport).',
+          },
+        );
+      }
+    }
+    return agent.addRemoteAgent(remote.agent);
+  }
+
+  #onMessage(m: NotifyMessage): void {
+    if (m.type === 'remote_blocks') this.#producer?.registration(m);
+    else if (m.type === 'release')
+      this.#producer?.release(m.transfer_id, m.consumer_tp_size, m.abort === true);
+    else this.#consumer?.writeDone(m.transfer_id);
+  }
+
+  async startLoadKv(meta: MoRIIOStepMetadata): Promise<void> {
+    const producer = this.#producer;
+    const consumer = this.#consumer;
+    if (!producer || !consumer) return;
+    producer.beginStep(meta.saves ?? [], meta.sends ?? [], meta.dropped ?? []);
+    consumer.failLoads(meta.failedLoads ?? []);
+    for (const job of meta.writeRecvs ?? []) consumer.expectWrites(job);
+    if ((meta.reads ?? []).length > 0) await consumer.startReads(meta.reads);
+  }
+
+  async waitForLayerLoad(layerName: string): Promise<void> {
+    if (!this.#cfg.readMode || !this.#memory || !this.#consumer) return;
+    await this.#consumer.waitForRegion(this.#memory.tensorIndexOfLayer(layerName));
+  }
+
+  async saveKvLayer(layerName: string): Promise<void> {
+    if (!this.#memory || !this.#producer) return;
+    const posted = this.#producer.saveLayer(this.#memory.tensorIndexOfLayer(layerName));
+    if (posted && this.#exitAfterLayers > 0 && --this.#exitAfterLayers === 0) process.exit(137);
+    // Let the event loop push the bytes out while the next layer computes.
+    if (posted) await new Promise<void>((resolve) => setImmediate(resolve));
+  }
+
+  async waitForSave(): Promise<void> {
+    this.#producer?.endStep();
+    await this.#consumer?.finishReads();
+  }
+
+  getFinished(): { sending: string[] | null; recving: string[] | null } {
+    const sending = this.#producer?.takeDone() ?? [];
+    const recving = this.#consumer?.takeRecving() ?? [];
+    return { sending: sending.length > 0 ? sending : null, recving: recving.length > 0 ? recving : null };
+  }
+
+  getBlockIdsWithLoadErrors(): number[] {
+    return this.#consumer?.takeInvalid() ?? [];
+  }
+
+  async shutdown(): Promise<void> {
+    this.#consumer?.shutdown();
+    await this.#notify?.close();
+    await this.#handshake?.close();
+    await this.#agent?.close();
+    this.#notify = null;
+    this.#handshake = null;
+    this.#agent = null;
+  }
+}
+
+function totalKvHeadsOf(engineConfig: EngineConfig, kvCacheConfig: KVCacheConfig): number {
+  try {
+    const n = resolveModelInfo(engineConfig.model.model).hfConfig.num_key_value_heads;
+    if (typeof n === 'number' && n > 0) return n;
+  } catch {
+    // a checkpoint without config: fall back to this rank's heads
+  }
+  return kvCacheConfig.groups[0]?.spec.numKvHeads ?? 1;
+}

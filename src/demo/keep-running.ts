@@ -1,0 +1,46 @@
+/** What `--keep-running` prints: where everything listens, curl commands, how to stop. */
+import type { RunningProxy } from '../proxy/proxy-server.ts';
+import type { ServeProcess } from './processes.ts';
+
+export interface KeepRunningServers {
+  prefill: ServeProcess;
+  decode: ServeProcess;
+  reference: ServeProcess;
+  proxy: RunningProxy;
+}
+
+function curlCompletion(url: string, body: Record<string, unknown>): string {
+  return `curl -s ${url}/v1/completions -H 'content-type: application/json' -d '${JSON.stringify(body)}'`;
+}
+
+export function keepRunningHelp(s: KeepRunningServers, model: string, demoPid: number): string {
+  const chat = JSON.stringify({
+    model,
+    messages: [{ role: 'user', content: 'Hello!' }],
+    max_tokens: 16,
+    stream: true,
+  });
+  const completion = { model, prompt: 'The quick brown fox', max_tokens: 16, temperature: 0 };
+  return [
+    'The servers stay up (--keep-running):',
+    `  proxy      ${s.proxy.url}`,
+    `  prefill    ${s.prefill.url}   (pid ${s.prefill.pid})`,
+    `  decode     ${s.decode.url}   (pid ${s.decode.pid})`,
+    `  reference  ${s.reference.url}   (pid ${s.reference.pid})`,
+    '',
+    'Try them:',
+    '  # a disaggregated completion through the proxy (P prefills, D decodes)',
+    `  ${curlCompletion(s.proxy.url, completion)}`,
+    '  # a streamed chat through the proxy',
+    `  curl -sN ${s.proxy.url}/v1/chat/completions -H 'content-type: application/json' -d '${chat}'`,
+    '  # the prefill leg by hand: P keeps the KV (until D reads it or the lease ends) and returns kv_transfer_params',
+    `  ${curlCompletion(s.prefill.url, { ...completion, max_tokens: 1, kv_transfer_params: { do_remote_decode: true } })}`,
+    '  # the plain reference server: the same answer, computed by one server',
+    `  ${curlCompletion(s.reference.url, completion)}`,
+    `  # KV transfer metrics of D and P`,
+    `  curl -s ${s.decode.url}/metrics | grep -E 'nixl_bytes_transferred_sum|external_prefix_cache_hits'`,
+    `  curl -s ${s.prefill.url}/metrics | grep -E 'kv_cache_usage_perc|prompt_tokens_total'`,
+    '',
+    `Stop everything with Ctrl-C here, or: kill ${demoPid}`,
+  ].join('\n');
+}

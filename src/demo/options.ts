@@ -1,0 +1,95 @@
+/**
+ * What `kvconnect demo` can be asked to do, its defaults, and which connectors it can run
+ * as a prefill/decode pair.
+ */
+import { getBuiltinConnector } from '../connector/registry.ts';
+import { KVError } from '../errors/kv-error.ts';
+
+export interface DemoOptions {
+  /** KV connector of the prefill and decode servers. */
+  connector: string;
+  /** Model preset (or checkpoint directory) every server loads. */
+  model: string;
+  /** Requests in the workload (each is sent through the proxy and to the reference). */
+  requests: number;
+  /** Prompt families: each shares one long prefix. */
+  families: number;
+  /** Requests in flight at once after each family's first request. */
+  concurrency: number;
+  /** Tokens generated per request (greedy). */
+  maxTokens: number;
+  /** Bytes (= tokens with the byte-level tokenizer) of each family's shared prefix. */
+  prefixLength: number;
+  /** Leave the servers and the proxy up after the run, until Ctrl-C. */
+  keepRunning: boolean;
+  /** Print the summary as one JSON line at the end. */
+  json: boolean;
+  /** Seconds a single server may take to become healthy. */
+  startupTimeoutS: number;
+  /** `kv_lease_duration` of the prefill server (seconds). */
+  kvLeaseDuration: number;
+  /** What D does when a KV load fails: recompute the prompt (outputs stay identical) or fail. */
+  kvLoadFailurePolicy: 'recompute' | 'fail';
+}
+
+export const DEMO_DEFAULTS: DemoOptions = {
+  connector: 'NixlConnector',
+  model: 'tiny',
+  requests: 24,
+  families: 4,
+  concurrency: 4,
+  maxTokens: 16,
+  prefixLength: 384,
+  keepRunning: false,
+  json: false,
+  startupTimeoutS: 60,
+  kvLeaseDuration: 30,
+  kvLoadFailurePolicy: 'recompute',
+};
+
+/** Connectors the demo knows how to wire as P and D, with the flow the proxy runs. */
+export const DEMO_CONNECTORS = {
+  NixlConnector: 'NixlConnector',
+  NixlPullConnector: 'NixlConnector',
+  NixlPushConnector: 'NixlPushConnector',
+  MoRIIOConnector: 'MoRIIOConnector',
+} as const;
+
+export type DemoConnector = keyof typeof DEMO_CONNECTORS;
+export type DemoFlow = (typeof DEMO_CONNECTORS)[DemoConnector];
+
+function isDemoConnector(name: string): name is DemoConnector {
+  return Object.hasOwn(DEMO_CONNECTORS, name);
+}
+
+/** The connector to run, or a KVError saying why it cannot be demonstrated (yet). */
+export function resolveDemoConnector(name: string): DemoConnector {
+  const choices = Object.keys(DEMO_CONNECTORS).join(', ');
+  if (!isDemoConnector(name)) {
+    const known = getBuiltinConnector(name);
+    throw new KVError(
+      'DEMO_CONNECTOR_UNSUPPORTED',
+      known
+        ? `The demo runs prefill/decode disaggregation; ${name} is not a prefill/decode connector it can wire up.`
+        : `Unknown connector ${JSON.stringify(name)} for the demo.`,
+      { field: 'connector', hint: `Pass --connector with one of: ${choices}.` },
+    );
+  }
+  const entry = getBuiltinConnector(name);
+  if (entry !== undefined && entry.status !== 'available') {
+    throw new KVError(
+      'DEMO_CONNECTOR_NOT_AVAILABLE',
+      `${name} is not available yet in this version of kvconnect, so the demo cannot run it.`,
+      {
+        field: 'connector',
+        hint: `Run the demo with --connector NixlConnector or --connector NixlPushConnector (${entry.needs}).`,
+      },
+    );
+  }
+  return name;
+}
+
+/** The flow the proxy runs for a connector (NixlPullConnector is NixlConnector's pull flow). */
+export function demoFlow(connector: DemoConnector): DemoFlow {
+  return DEMO_CONNECTORS[connector];
+}

@@ -1,0 +1,47 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { LLM } from '../../src/engine/llm.ts';
+import {
+  moriioOptions,
+  moriioPorts,
+  type PairSpec,
+  plainOutputs,
+  runPair,
+  waitForEmptyPool,
+} from './moriio-fixtures/helpers.ts';
+
+async function disaggregate(spec: PairSpec): Promise<void> {
+  const expected = await plainOutputs();
+  const pPorts = await moriioPorts();
+  const dPorts = await moriioPorts();
+  const p = await LLM.create(moriioOptions(spec, 'kv_producer', pPorts));
+  const d = await LLM.create(moriioOptions(spec, 'kv_consumer', dPorts));
+  try {
+    const { tokens, pParams } = await runPair(p, d, pPorts, dPorts, spec);
+    assert.deepEqual(tokens, expected);
+    for (const params of pParams) {
+      assert.ok(params);
+      assert.equal(params['do_remote_prefill'], true);
+      assert.equal(params['remote_engine_id'], `127.0.0.1:${pPorts.handshakePort}`);
+      assert.equal(params['remote_handshake_port'], pPorts.handshakePort);
+      assert.equal(params['remote_notify_port'], pPorts.notifyPort);
+      assert.match(String(params['transfer_id']), /^tx-/);
+    }
+    await waitForEmptyPool(p);
+    await waitForEmptyPool(d);
+    const dStats = (await d.engine()).engine.schedulerStats();
+    assert.equal(dStats.kvCacheUsage, 0);
+  } finally {
+    await p.shutdown();
+    await d.shutdown();
+  }
+}
+
+for (const readMode of [false, true]) {
+  for (const backend of ['rdma', 'xgmi'] as const) {
+    describe(`MoRIIO ${readMode ? 'READ' : 'WRITE'} over ${backend}, two engines in one process`, () => {
+      it('tiny: D equals a single engine token for token; both pools drain', () =>
+        disaggregate({ readMode, backend }));
+    });
+  }
+}

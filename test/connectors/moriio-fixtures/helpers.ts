@@ -1,0 +1,187 @@
+/** Shared helpers of the MoRIIO tests: free port ranges, engine options, P/D runs in one process. */
+import assert from 'node:assert/strict';
+import { randomUUID } from 'node:crypto';
+import { createServer } from 'node:net';
+import { LLM, type LLMOptions } from '../../../src/engine/llm.ts';
+
+export const PROMPTS = [
+  'The quick brown fox jumps over the lazy dog and keeps running far away from the hunters.',
+  'A short one.',
+  'Disaggregated prefill moves the KV cache of a long prompt from one engine to another engine directly.',
+];
+export const GREEDY = { maxTokens: 6, temperature: 0, ignoreEos: true };
+
+function bindable(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const s = createServer();
+    s.once('error', () => resolve(false));
+    s.listen(port, '127.0.0.1', () => s.close(() => resolve(true)));
+  });
+}
+
+/** A base port whose next `span` ports are free right now (the OS picks the first). */
+export async function freePortRange(span: number): Promise<number> {
+  for (let attempt = 0; attempt < 50; attempt++) {
+    const base = await new Promise<number>((resolve) => {
+      const s = createServer();
+      s.listen(0, '127.0.0.1', () => {
+        const a = s.address();
+        const port = typeof a === 'object' && a ? a.port : 0;
+        s.close(() => resolve(port));
+      });
+    });
+    if (base + span > 65535) continue;
+    let ok = true;
+    for (let i = 1; i < span && ok; i++) ok = await bindable(base + i);
+    if (ok) return base;
+  }
+  throw new Error('no free port range');
+}
+
+export interface MoriioSide {
+  handshakePort: number;
+  notifyPort: number;
+}
+
+export async function moriioPorts(tp = 1): Promise<MoriioSide> {
+  return { handshakePort: await freePortRange(tp), notifyPort: await freePortRange(tp) };
+}
+
+export interface PairSpec {
+  model?: string;
+  readMode: boolean;
+  backend: 'rdma' | 'xgmi';
+  producerTp?: number;
+  consumerTp?: number;
+  transferTimeout?: number;
+  deferTimeout?: number;
+  policy?: 'fail' | 'recompute';
+}
+
+export function moriioOptions(
+  spec: PairSpec,
+  role: 'kv_producer' | 'kv_consumer',
+  ports: MoriioSide,
+  extra: Record<string, unknown> = {},
+): LLMOptions {
+  return {
+    model: spec.model ?? 'tiny',
+    num_gpu_blocks: 64,
+    max_model_len: 256,
+    tensor_parallel_size: (role === 'kv_producer' ? spec.producerTp : spec.consumerTp) ?? 1,
+    kvTransferConfig: {
+      kv_connector: 'MoRIIOConnector',
+      kv_role: role,
+      kv_load_failure_policy: spec.policy ?? 'fail',
+      kv_connector_extra_config: {
+        http_port: 8000,
+        host_ip: '127.0.0.1',
+        handshake_port: ports.handshakePort,
+        notify_port: ports.notifyPort,
+        backend: spec.backend,
+        read_mode: spec.readMode,
+        transfer_timeout: spec.transferTimeout ?? 10,
+        defer_timeout: spec.deferTimeout ?? 60,
+        ...extra,
+      },
+    },
+  };
+}
+
+export function zmq(ports: MoriioSide): string {
+  return `host:127.0.0.1,handshake:${ports.handshakePort},notify:${ports.notifyPort}`;
+}
+
+/** The proxy's request id: both peers' addresses and a 32-hex uuid. */
+export function proxyRequestId(p: MoriioSide, d: MoriioSide): string {
+  return `___prefill_addr_${zmq(p)}___decode_addr_${zmq(d)}_${randomUUID().replaceAll('-', '')}`;
+}
+
+export async function plainOutputs(model = 'tiny', prompts = PROMPTS, maxTokens = GREEDY.maxTokens): Promise<number[][]> {
+  const llm = await LLM.create({ model, num_gpu_blocks: 64, max_model_len: 256 });
+  try {
+    return (await llm.generate(prompts, { ...GREEDY, maxTokens })).map((o) => o.tokenIds);
+  } finally {
+    await llm.shutdown();
+  }
+}
+
+/** Waits until the engine holds no blocks and no hand-off (bounded). */
+export async function waitForEmptyPool(llm: LLM, timeoutMs = 5000): Promise<void> {
+  const engine = await llm.engine();
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    await llm.waitIdle();
+    if (engine.engine.schedulerStats().kvCacheUsage === 0 && !engine.engine.hasWork()) return;
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  assert.equal(engine.engine.schedulerStats().kvCacheUsage, 0, 'the block pool returns to empty');
+}
+
+export function producerParams(transferId: string, consumerTp = 1): Record<string, unknown> {
+  return {
+    do_remote_decode: true,
+    do_remote_prefill: false,
+    remote_engine_id: null,
+    remote_block_ids: null,
+    remote_dp_size: 1,
+    remote_tp_size: consumerTp,
+    transfer_id: transferId,
+  };
+}
+
+export function consumerParams(transferId: string, producerTp = 1): Record<string, unknown> {
+  return {
+    do_remote_decode: false,
+    do_remote_prefill: true,
+    remote_engine_id: null,
+    remote_block_ids: null,
+    transfer_id: transferId,
+    remote_dp_size: 1,
+    remote_tp_size: producerTp,
+    remote_dp_rank: 0,
+  };
+}
+
+/**
+ * One proxied request per prompt, as the proxy does it: WRITE fires P and D together,
+ * READ runs P first and copies its block ids into D's params.
+ */
+export async function runPair(
+  p: LLM,
+  d: LLM,
+  pPorts: MoriioSide,
+  dPorts: MoriioSide,
+  spec: PairSpec,
+  prompts = PROMPTS,
+): Promise<{ tokens: number[][]; pParams: (Record<string, unknown> | null)[] }> {
+  const runs = prompts.map(async (prompt) => {
+    const transferId = `tx-${randomUUID()}`;
+    const rid = proxyRequestId(pPorts, dPorts);
+    const pRun = p.generate([prompt], { ...GREEDY, maxTokens: 1 }, {
+      requestIdPrefix: rid,
+      kvTransferParams: producerParams(transferId, spec.consumerTp ?? 1),
+    });
+    const dParams = consumerParams(transferId, spec.producerTp ?? 1);
+    if (spec.readMode) {
+      const [pOut] = await pRun;
+      const returned = pOut?.kvTransferParams ?? {};
+      const [dOut] = await d.generate([prompt], GREEDY, {
+        requestIdPrefix: rid,
+        kvTransferParams: {
+          ...dParams,
+          remote_engine_id: returned['remote_engine_id'],
+          remote_block_ids: returned['remote_block_ids'],
+        },
+      });
+      return { tokens: dOut?.tokenIds ?? [], pParams: pOut?.kvTransferParams ?? null };
+    }
+    const [[pOut], [dOut]] = await Promise.all([
+      pRun,
+      d.generate([prompt], GREEDY, { requestIdPrefix: rid, kvTransferParams: dParams }),
+    ]);
+    return { tokens: dOut?.tokenIds ?? [], pParams: pOut?.kvTransferParams ?? null };
+  });
+  const results = await Promise.all(runs);
+  return { tokens: results.map((r) => r.tokens), pParams: results.map((r) => r.pParams) };
+}

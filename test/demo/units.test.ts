@@ -1,0 +1,76 @@
+/** The demo's pure parts: workload shape, percentiles, output comparison, metrics, progress. */
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import type { CompletionResult } from '../../src/demo/client.ts';
+import { metricDelta, parseReading, sumMetric } from '../../src/demo/metrics.ts';
+import { Progress } from '../../src/demo/progress.ts';
+import { percentile, sameOutput } from '../../src/demo/summary.ts';
+import { buildWorkload, familyPrefix, workloadWaves } from '../../src/demo/workload.ts';
+
+test('the workload interleaves families that share an exact prefix, and waves send each family first alone', () => {
+  const w = buildWorkload({ requests: 10, families: 3, prefixLength: 200, maxTokens: 8 });
+  assert.equal(w.length, 10);
+  for (const r of w) assert.ok(r.prompt.startsWith(familyPrefix(r.family, 200)));
+  assert.equal(familyPrefix(1, 200).length, 200);
+  assert.notEqual(familyPrefix(0, 200), familyPrefix(1, 200));
+  assert.equal(new Set(w.map((r) => r.prompt)).size, 10);
+  const waves = workloadWaves(w, 4);
+  assert.deepEqual(
+    waves.map((wave) => wave.map((r) => r.index)),
+    [[0], [1], [2], [3, 4, 5, 6], [7, 8, 9]],
+  );
+});
+
+test('percentile picks the nearest rank and ignores NaN', () => {
+  assert.equal(percentile([5, 1, 3, Number.NaN, 2, 4], 50), 3);
+  assert.equal(percentile([1, 2, 3, 4, 100], 99), 100);
+  assert.ok(Number.isNaN(percentile([], 50)));
+});
+
+test('sameOutput compares text, per-token strings and log-probabilities', () => {
+  const a: CompletionResult = {
+    index: 0,
+    text: '\uFFFDa',
+    tokens: ['\uFFFD', 'a'],
+    logprobs: [-0.5, -1],
+    finishReason: 'length',
+    ttftMs: 1,
+    e2eMs: 2,
+  };
+  assert.equal(sameOutput(a, { ...a, ttftMs: 9 }), true);
+  assert.equal(sameOutput(a, { ...a, text: '\uFFFDb', tokens: ['\uFFFD', 'b'] }), false);
+  // Two different bytes both decode to U+FFFD: the log-probability tells them apart.
+  assert.equal(sameOutput(a, { ...a, logprobs: [-2.25, -1] }), false);
+});
+
+test('metrics are summed over label sets and differenced (gauges keep the last value)', () => {
+  const text = [
+    '# HELP vllm:prompt_tokens_total x',
+    'vllm:prompt_tokens_total{model_name="tiny",engine="0"} 40',
+    'vllm:prompt_tokens_total{model_name="tiny",engine="1"} 2',
+    'vllm:nixl_bytes_transferred_sum{model_name="tiny"} 65536',
+    'vllm:nixl_bytes_transferred_bucket{le="+Inf"} 1',
+    'vllm:kv_cache_usage_perc{model_name="tiny"} 0.25',
+  ].join('\n');
+  assert.equal(sumMetric(text, 'vllm:prompt_tokens_total'), 42);
+  assert.equal(sumMetric(text, 'vllm:nixl_bytes_transferred'), 0);
+  const before = parseReading(text);
+  const after = parseReading(text.replace('} 40', '} 50').replace('0.25', '0'));
+  const d = metricDelta(before, after);
+  assert.equal(d.promptTokens, 10);
+  assert.equal(d.kvBytes, 0);
+  assert.equal(d.kvUsage, 0);
+});
+
+test('progress rewrites one line on a TTY and prints at most one line per quarter otherwise', () => {
+  const tty: string[] = [];
+  const p1 = new Progress({ write: (t) => void tty.push(t), isTTY: true });
+  for (let i = 0; i <= 8; i++) p1.update('phase', i, 8);
+  assert.ok(tty.slice(0, -1).every((t) => t.startsWith('\r\x1b[2K') && !t.includes('\n')));
+  assert.equal(tty.at(-1), '\n');
+  const plain: string[] = [];
+  const p2 = new Progress({ write: (t) => void plain.push(t) });
+  for (let i = 0; i <= 8; i++) p2.update('phase', i, 8);
+  assert.equal(plain.length, 5);
+  assert.ok(plain.every((t) => t.endsWith('\n') && !t.includes('\r')));
+});

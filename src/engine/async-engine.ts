@@ -3,7 +3,8 @@
  * their deltas. One background loop steps the engine while there is work, yielding to the
  * event loop between steps so sockets and transfers progress; when a step has nothing to
  * compute (requests waiting for remote KV, hand-offs pending) it waits a short timer
- * instead of spinning. Aborts are applied between steps.
+ * instead of spinning, cut short as soon as a request or an abort arrives. Aborts are
+ * applied between steps.
  */
 import { setImmediate as yieldToEventLoop } from 'node:timers/promises';
 import type { EngineOptionsInput } from '../config/engine-config.ts';
@@ -36,8 +37,6 @@ export class AsyncEngine implements AsyncEngineLike {
   private readonly pendingAborts = new Set<string>();
   private loop: Promise<void> | null = null;
   private closed = false;
-  /** Wait one event-loop turn before the first step after idling (benchmarks compare both). */
-  gatherOnStart = true;
   /** Requests added so far; a step that computed nothing skips its idle wait if this moved. */
   private arrivals = 0;
   /** Ends the current idle wait early (a request or an abort arrived). */
@@ -154,7 +153,7 @@ export class AsyncEngine implements AsyncEngineLike {
     try {
       // Started by the first request after an idle spell: let the requests that arrived in
       // the same event-loop turn (one socket read each) join the first step.
-      if (this.gatherOnStart) await yieldToEventLoop();
+      await yieldToEventLoop();
       while (!this.closed && this.engine.hasWork()) {
         this.applyAborts();
         const arrivalsBefore = this.arrivals;

@@ -87,7 +87,7 @@ describe('MoRIIO producer in another process', () => {
     const pPorts = await moriioPorts();
     const dPorts = await moriioPorts();
     const child = startProducer(moriioOptions(spec, 'kv_producer', pPorts), {
-      KVCONNECT_MORIIO_TEST_EXIT_AFTER_LAYERS: '1',
+      KVCONNECT_MORIIO_TEST_EXIT_AFTER_WRITES: '1',
     });
     const readLine = lineReader(child);
     const d = await LLM.create(moriioOptions(spec, 'kv_consumer', dPorts));

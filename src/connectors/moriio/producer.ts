@@ -15,6 +15,9 @@ import type { MoRIIOWorkerContext } from './worker-context.ts';
 
 const log = getLogger('kvconnect.connectors.moriio');
 
+/** Test hook: the process dies right after posting this many writes (a producer killed mid-write). */
+let exitAfterWrites = Number(process.env['KVCONNECT_MORIIO_TEST_EXIT_AFTER_WRITES'] ?? 0);
+
 interface Registration {
   readonly msg: RemoteBlocksMessage;
   agent: Promise<string> | null;
@@ -199,6 +202,7 @@ export class MoRIIOProducer {
     const p = reg.agent
       .then(async (name) => {
         const handle: TransferHandle = agent.write(name, pairs);
+        if (exitAfterWrites > 0 && --exitAfterWrites === 0) process.exit(137);
         const status = await agent.waitFor(handle);
         agent.releaseHandle(handle);
         if (status.state !== 'DONE') {

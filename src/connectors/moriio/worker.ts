@@ -55,7 +55,6 @@ export class MoRIIOWorker {
   #producer: MoRIIOProducer | null = null;
   #consumer: MoRIIOConsumer | null = null;
   readonly #peers = new Map<string, Promise<string>>();
-  #exitAfterLayers = Number(process.env['KVCONNECT_MORIIO_TEST_EXIT_AFTER_LAYERS'] ?? 0);
 
   constructor(cfg: MoRIIOConfig, engineConfig: EngineConfig, kvCacheConfig: KVCacheConfig) {
     this.#cfg = cfg;
@@ -231,7 +230,6 @@ export class MoRIIOWorker {
   async saveKvLayer(layerName: string): Promise<void> {
     if (!this.#memory || !this.#producer) return;
     const posted = this.#producer.saveLayer(this.#memory.tensorIndexOfLayer(layerName));
-    if (posted && this.#exitAfterLayers > 0 && --this.#exitAfterLayers === 0) process.exit(137);
     // Let the event loop push the bytes out while the next layer computes.
     if (posted) await new Promise<void>((resolve) => setImmediate(resolve));
   }

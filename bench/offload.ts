@@ -35,7 +35,11 @@ async function ttft(engine: AsyncEngine, prompt: number[], id: string): Promise<
   const t0 = performance.now();
   let first = 0;
   let external = 0;
-  for await (const d of engine.generate({ requestId: id, promptTokenIds: prompt, sampling: samplingParams({ maxTokens: 1, temperature: 0, ignoreEos: true }) })) {
+  for await (const d of engine.generate({
+    requestId: id,
+    promptTokenIds: prompt,
+    sampling: samplingParams({ maxTokens: 1, temperature: 0, ignoreEos: true }),
+  })) {
     if (first === 0 && d.newTokenIds.length > 0) first = performance.now() - t0;
     if (d.finished) external = d.metrics.numExternalTokens;
   }
@@ -57,7 +61,12 @@ function engineOptions(promptLen: number, extra: Record<string, unknown> | null)
 }
 
 /** Best TTFT over `repeats` runs of the prompt on one engine (after `warm` unmeasured runs). */
-async function measure(options: Record<string, unknown>, prompt: number[], repeats: number, warm: number): Promise<TtftResult> {
+async function measure(
+  options: Record<string, unknown>,
+  prompt: number[],
+  repeats: number,
+  warm: number,
+): Promise<TtftResult> {
   const engine = await AsyncEngine.create(options);
   try {
     for (let i = 0; i < warm; i++) await ttft(engine, prompt, `warm-${i}`);
@@ -74,12 +83,21 @@ async function measure(options: Record<string, unknown>, prompt: number[], repea
 }
 
 /** A fresh engine whose CPU tier has no slots: every chunk comes from the secondary tier. */
-async function measureSecondary(promptLen: number, prompt: number[], tier: Record<string, unknown>, repeats: number): Promise<TtftResult> {
+async function measureSecondary(
+  promptLen: number,
+  prompt: number[],
+  tier: Record<string, unknown>,
+  repeats: number,
+): Promise<TtftResult> {
   const extra = { cpu_bytes_to_use: 1, spec_name: 'TieringOffloadingSpec', secondary_tiers: [tier] };
   return measure(engineOptions(promptLen, extra), prompt, repeats, 0);
 }
 
-async function tierThroughput(url: string, valueBytes: number, n: number): Promise<{ putGBs: number; getGBs: number }> {
+async function tierThroughput(
+  url: string,
+  valueBytes: number,
+  n: number,
+): Promise<{ putGBs: number; getGBs: number }> {
   const tier = new RedisTier({ url, clusterNodes: [], timeoutMs: 30_000, keyPrefix: 'bench' });
   const value = new Uint8Array(valueBytes).fill(7);
   const batch = 16;
@@ -92,7 +110,8 @@ async function tierThroughput(url: string, valueBytes: number, n: number): Promi
     t0 = performance.now();
     for (let done = 0; done < n; done += batch) {
       const got = await tier.getMany(keys);
-      if (got.some((v) => v === null || v.byteLength !== valueBytes)) throw new Error('redis tier get returned a miss');
+      if (got.some((v) => v === null || v.byteLength !== valueBytes))
+        throw new Error('redis tier get returned a miss');
     }
     const getS = (performance.now() - t0) / 1000;
     const bytes = Math.ceil(n / batch) * batch * valueBytes;
@@ -105,7 +124,21 @@ async function tierThroughput(url: string, valueBytes: number, n: number): Promi
 function redisBenchmark(port: number, size: number, n: number): { setGBs: number; getGBs: number } {
   const csv = execFileSync(
     'redis-benchmark',
-    ['-h', '127.0.0.1', '-p', String(port), '-t', 'set,get', '-d', String(size), '-n', String(n), '-P', '16', '--csv'],
+    [
+      '-h',
+      '127.0.0.1',
+      '-p',
+      String(port),
+      '-t',
+      'set,get',
+      '-d',
+      String(size),
+      '-n',
+      String(n),
+      '-P',
+      '16',
+      '--csv',
+    ],
     { encoding: 'utf8' },
   );
   const rps = (test: string): number => {
@@ -129,7 +162,11 @@ export async function main(args: string[]): Promise<void> {
     const redisTier = { type: 'redis', url: redis.url, timeout_ms: 10_000 };
     const recompute = await measure(engineOptions(promptLen, null), prompt, 1, 0);
     // The first run computes and stores into CPU, fs and Redis (write-through); later runs hit CPU.
-    const producer = { cpu_bytes_to_use: 1024 * MiB, spec_name: 'TieringOffloadingSpec', secondary_tiers: [fsTier, redisTier] };
+    const producer = {
+      cpu_bytes_to_use: 1024 * MiB,
+      spec_name: 'TieringOffloadingSpec',
+      secondary_tiers: [fsTier, redisTier],
+    };
     const cpu = await measure(engineOptions(promptLen, producer), prompt, repeats, 1);
     const fsHit = await measureSecondary(promptLen, prompt, fsTier, repeats);
     const redisHit = await measureSecondary(promptLen, prompt, redisTier, repeats);
@@ -144,15 +181,26 @@ export async function main(args: string[]): Promise<void> {
       ['recompute (no connector)', recompute.ttftMs.toFixed(1), '0', '1.00×'],
       ['CPU tier hit', cpu.ttftMs.toFixed(1), String(cpu.externalTokens), `${ratio(cpu).toFixed(2)}×`],
       ['fs tier hit', fsHit.ttftMs.toFixed(1), String(fsHit.externalTokens), `${ratio(fsHit).toFixed(2)}×`],
-      ['Redis tier hit', redisHit.ttftMs.toFixed(1), String(redisHit.externalTokens), `${ratio(redisHit).toFixed(2)}×`],
+      [
+        'Redis tier hit',
+        redisHit.ttftMs.toFixed(1),
+        String(redisHit.externalTokens),
+        `${ratio(redisHit).toFixed(2)}×`,
+      ],
     ];
-    console.log(`TTFT, ${promptLen}-token prompt on small (recompute: one run; tier hits: best of ${repeats})`);
+    console.log(
+      `TTFT, ${promptLen}-token prompt on small (recompute: one run; tier hits: best of ${repeats})`,
+    );
     console.log('| case | TTFT ms | tokens loaded | speed-up vs recompute |\n|---|---|---|---|');
     for (const r of rows) console.log(`| ${r.join(' | ')} |`);
     console.log(`\nRedis throughput, values of ${chunkBytes} bytes, ${n} values, pipelines of 16`);
     console.log('| op | RedisTier GB/s | redis-benchmark GB/s | ratio |\n|---|---|---|---|');
-    console.log(`| put / SET | ${tierRate.putGBs.toFixed(3)} | ${rb.setGBs.toFixed(3)} | ${(tierRate.putGBs / rb.setGBs).toFixed(2)} |`);
-    console.log(`| get / GET | ${tierRate.getGBs.toFixed(3)} | ${rb.getGBs.toFixed(3)} | ${(tierRate.getGBs / rb.getGBs).toFixed(2)} |`);
+    console.log(
+      `| put / SET | ${tierRate.putGBs.toFixed(3)} | ${rb.setGBs.toFixed(3)} | ${(tierRate.putGBs / rb.setGBs).toFixed(2)} |`,
+    );
+    console.log(
+      `| get / GET | ${tierRate.getGBs.toFixed(3)} | ${rb.getGBs.toFixed(3)} | ${(tierRate.getGBs / rb.getGBs).toFixed(2)} |`,
+    );
     const r3 = (x: number) => Math.round(x * 1000) / 1000;
     console.log(
       JSON.stringify({

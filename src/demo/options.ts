@@ -44,7 +44,7 @@ export const DEMO_DEFAULTS: DemoOptions = {
   json: false,
   startupTimeoutS: 60,
   kvLeaseDuration: 30,
-  kvLoadFailurePolicy: 'recompute',
+  kvLoadFailurePolicy: 'fail',
 };
 
 /** Connectors the demo knows how to wire as P and D, with the flow the proxy runs. */

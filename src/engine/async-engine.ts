@@ -146,6 +146,10 @@ export class AsyncEngine implements AsyncEngineLike {
     if (this.loop || this.closed) return;
     this.loop = this.run().finally(() => {
       this.loop = null;
+      // A request added after run() made its last check but before this callback would
+      // otherwise wait for a loop that has already ended.
+      this.applyAborts();
+      if (this.streams.size > 0 && this.engine.hasWork()) this.ensureLoop();
     });
   }
 

@@ -12,7 +12,7 @@ import type { OutgoingHook } from './block-io.ts';
 import { IncomingRuns } from './block-io.ts';
 import { coalesceBlockLists, validateDescPairs } from './descriptors.ts';
 import { MAX_PAYLOAD_BYTES } from './framing.ts';
-import { type GrantKind, type GrantSpec, GrantTable } from './grants.ts';
+import { type GrantKind, type GrantSpec, GrantTable, isNotYetGrantedRefusal } from './grants.ts';
 import { defaultShmDir, localHostId } from './host-id.ts';
 import { InboundSession } from './inbound.ts';
 import { OutboundPeer, type OutboundTransfer, unreachable } from './outbound.ts';
@@ -53,6 +53,13 @@ export interface TransferAgentOptions {
   readonly chunkBytes?: number;
   readonly transferTimeoutMs?: number;
   readonly connectTimeoutMs?: number;
+  /**
+   * How long a peer's READ naming a grant this agent has not created yet waits for it
+   * before being refused (0 = refuse at once). Default 5000 ms.
+   */
+  readonly grantWaitMs?: number;
+  /** READs one peer may have waiting for grants at once. Default 256. */
+  readonly maxWaitingReadsPerPeer?: number;
   /** Test-only hooks. */
   readonly testHooks?: { readonly outgoing?: OutgoingHook };
 }
@@ -79,7 +86,7 @@ export class TransferAgent {
   readonly #backends: BackendChoice;
   readonly #hostId: string;
   readonly #regions = new Map<number, MemoryRegion>();
-  readonly #grants = new GrantTable();
+  readonly #grants: GrantTable;
   readonly #remotes = new Map<string, AgentMetadata>();
   readonly #peers = new Map<string, OutboundPeer>();
   readonly #transfers = new Map<number, Tracked>();
@@ -91,6 +98,15 @@ export class TransferAgent {
   #port = 0;
   #closed = false;
 
+  /**
+   * True when a transfer failed only because the remote owner had not created the named
+   * grant yet (it waited and gave up): posting it again may succeed. A grant that was
+   * revoked or expired is never retryable.
+   */
+  static isRetryableRefusal(reason: string | undefined): boolean {
+    return reason !== undefined && isNotYetGrantedRefusal(reason);
+  }
+
   private constructor(opts: TransferAgentOptions) {
     this.#opts = opts;
     this.engineId = opts.engineId;
@@ -101,6 +117,14 @@ export class TransferAgent {
     this.#hostId = localHostId(shmDir);
     const chunkBytes = opts.chunkBytes ?? 4 << 20;
     if (chunkBytes > MAX_PAYLOAD_BYTES) throw new RangeError(`chunkBytes must be ≤ ${MAX_PAYLOAD_BYTES}`);
+    const waitMs = opts.grantWaitMs;
+    if (waitMs !== undefined && !(Number.isFinite(waitMs) && waitMs >= 0 && waitMs <= 2 ** 31 - 1)) {
+      throw new RangeError(`grantWaitMs must be between 0 and ${2 ** 31 - 1}, got ${waitMs}`);
+    }
+    this.#grants = new GrantTable({
+      ...(opts.grantWaitMs === undefined ? {} : { waitMs: opts.grantWaitMs }),
+      ...(opts.maxWaitingReadsPerPeer === undefined ? {} : { maxPerPeer: opts.maxWaitingReadsPerPeer }),
+    });
     this.#core = {
       agentName: this.name,
       engineId: this.engineId,
@@ -394,7 +418,15 @@ export class TransferAgent {
     this.#grants.add(kind, key, spec);
   }
 
-  /** Revokes the read and write grants named `key`; true if one existed. */
+  /** READs of peers currently waiting for a grant of this agent to appear. */
+  get waitingReads(): number {
+    return this.#grants.waiting;
+  }
+
+  /**
+   * Revokes the read and write grants named `key`; true if one existed. A READ naming the
+   * key afterwards (or waiting for it) is refused at once.
+   */
   revokeGrant(key: string): boolean {
     const r = this.#grants.revoke('read', key);
     const w = this.#grants.revoke('write', key);

@@ -2,6 +2,8 @@
  * Grants: the local owner's permission for a peer to READ (or WRITE) given blocks. The NIXL
  * connector grants a request's blocks to its consumer and revokes them when they are freed
  * or the lease expires; a transfer is served only if one live grant covers all its blocks.
+ * A READ naming a grant that does not exist yet (the owner creates it a moment after telling
+ * the peer to read) waits a bounded time for it; one naming a grant that ended is refused.
  */
 export type GrantKind = 'read' | 'write';
 
@@ -35,21 +37,68 @@ export interface GrantRun {
   readonly count: number;
 }
 
+/** How long, and how much, READs naming a not-yet-created grant may wait for it. */
+export interface GrantWaitLimits {
+  /** Longest a READ waits for its named grant to appear; 0 = refuse at once. */
+  readonly waitMs: number;
+  /** READs one peer may have waiting at once. */
+  readonly maxPerPeer: number;
+  /** Descriptors (block runs) one peer's waiting READs may hold in total. */
+  readonly maxRunsPerPeer: number;
+}
+
+export const DEFAULT_GRANT_WAIT: GrantWaitLimits = { waitMs: 5000, maxPerPeer: 256, maxRunsPerPeer: 1 << 16 };
+
+/** Keys of ended (revoked or expired) grants remembered so a late READ is refused at once. */
+const ENDED_KEYS_KEPT = 1 << 16;
+
+/** A waiting READ's outcome: null = its grant appeared and covers it; else the refusal. */
+export type WaitDone = (refusal: string | null) => void;
+
+interface Waiter {
+  readonly requester: GrantRequester;
+  readonly runs: readonly GrantRun[];
+  readonly done: WaitDone;
+  readonly timer: NodeJS.Timeout;
+}
+
+/** A reason refusing a READ whose grant did not exist yet: the reader may try again. */
+export function isNotYetGrantedRefusal(reason: string): boolean {
+  return /\bno (read|write) grant '.*' yet\b/.test(reason);
+}
+
 export class GrantTable {
   readonly #grants = new Map<string, Grant>();
+  /** Insertion-ordered, so the oldest ended keys are forgotten first. */
+  readonly #ended = new Set<string>();
+  readonly #waiters = new Map<string, Set<Waiter>>();
+  readonly #parked = new Map<string, { reads: number; runs: number }>();
+  readonly limits: GrantWaitLimits;
+
+  constructor(limits: Partial<GrantWaitLimits> = {}) {
+    this.limits = { ...DEFAULT_GRANT_WAIT, ...limits };
+  }
 
   add(kind: GrantKind, key: string, spec: GrantSpec): void {
-    this.#grants.set(`${kind}:${key}`, {
+    const k = `${kind}:${key}`;
+    this.#ended.delete(k);
+    this.#grants.set(k, {
       kind,
       peer: spec.peer ?? '*',
       blocks: new Set(spec.blockIds),
       regions: spec.regions === undefined ? null : new Set(spec.regions),
       expiresAt: spec.expiresAt ?? Number.POSITIVE_INFINITY,
     });
+    this.#wake(k, (w) => this.check(kind, w.requester, w.runs, key));
   }
 
+  /** Ends a grant (or, for a key never granted, declares it dead): its READs are refused from now on. */
   revoke(kind: GrantKind, key: string): boolean {
-    return this.#grants.delete(`${kind}:${key}`);
+    const k = `${kind}:${key}`;
+    const existed = this.#grants.delete(k);
+    this.#markEnded(k);
+    this.#wake(k, () => `no live ${kind} grant '${key}' (revoked before it was granted)`);
+    return existed;
   }
 
   /** Moves the expiry of a live grant (lease renewal); false if there is no such grant. */
@@ -62,6 +111,13 @@ export class GrantTable {
 
   get size(): number {
     return this.#grants.size;
+  }
+
+  /** READs currently waiting for a grant to appear. */
+  get waiting(): number {
+    let n = 0;
+    for (const set of this.#waiters.values()) n += set.size;
+    return n;
   }
 
   /**
@@ -78,7 +134,11 @@ export class GrantTable {
     this.#dropExpired(now);
     if (key !== undefined) {
       const g = this.#grants.get(`${kind}:${key}`);
-      if (!g) return `no live ${kind} grant '${key}'`;
+      if (!g) {
+        return this.#ended.has(`${kind}:${key}`)
+          ? `no live ${kind} grant '${key}' (it was revoked or has expired)`
+          : `no ${kind} grant '${key}' yet`;
+      }
       return covers(g, requester, runs) ? null : `${kind} grant '${key}' does not cover the requested blocks`;
     }
     for (const g of this.#grants.values()) {
@@ -87,8 +147,93 @@ export class GrantTable {
     return `no live ${kind} grant covers the requested blocks`;
   }
 
+  /**
+   * True when a transfer naming `key` should wait for the grant instead of being refused:
+   * the key has neither a live grant nor an ended one, and waiting is enabled.
+   */
+  awaitable(kind: GrantKind, key: string | undefined): boolean {
+    if (key === undefined || this.limits.waitMs <= 0) return false;
+    const k = `${kind}:${key}`;
+    return !this.#grants.has(k) && !this.#ended.has(k);
+  }
+
+  /**
+   * Parks a transfer until the grant `key` appears (then `done` gets the coverage check),
+   * is revoked, or `waitMs` passes. Returns a cancel function, or the refusal when this
+   * peer already has too many transfers waiting.
+   */
+  park(
+    kind: GrantKind,
+    key: string,
+    requester: GrantRequester,
+    runs: readonly GrantRun[],
+    done: WaitDone,
+  ): (() => void) | string {
+    const { waitMs, maxPerPeer, maxRunsPerPeer } = this.limits;
+    const quota = this.#parked.get(requester.agentName) ?? { reads: 0, runs: 0 };
+    if (quota.reads + 1 > maxPerPeer || quota.runs + runs.length > maxRunsPerPeer) {
+      return `no ${kind} grant '${key}' yet, and ${requester.agentName} already has ${quota.reads} transfers waiting for grants`;
+    }
+    quota.reads++;
+    quota.runs += runs.length;
+    this.#parked.set(requester.agentName, quota);
+    const k = `${kind}:${key}`;
+    let set = this.#waiters.get(k);
+    if (!set) {
+      set = new Set();
+      this.#waiters.set(k, set);
+    }
+    const timer = setTimeout(() => {
+      if (this.#unpark(k, waiter)) done(`no ${kind} grant '${key}' yet (waited ${waitMs} ms)`);
+    }, waitMs);
+    timer.unref();
+    const waiter: Waiter = { requester, runs, done, timer };
+    set.add(waiter);
+    return () => {
+      this.#unpark(k, waiter);
+    };
+  }
+
+  /** Removes a waiter and releases its quota; false if it was already gone. */
+  #unpark(k: string, w: Waiter): boolean {
+    const set = this.#waiters.get(k);
+    if (!set?.delete(w)) return false;
+    if (set.size === 0) this.#waiters.delete(k);
+    clearTimeout(w.timer);
+    const quota = this.#parked.get(w.requester.agentName);
+    if (quota) {
+      quota.reads--;
+      quota.runs -= w.runs.length;
+      if (quota.reads <= 0) this.#parked.delete(w.requester.agentName);
+    }
+    return true;
+  }
+
+  /** Settles every waiter of `k` with `outcome(w)`, after the caller's own work is done. */
+  #wake(k: string, outcome: (w: Waiter) => string | null): void {
+    const set = this.#waiters.get(k);
+    if (!set) return;
+    for (const w of [...set]) {
+      this.#unpark(k, w);
+      queueMicrotask(() => w.done(outcome(w)));
+    }
+  }
+
+  #markEnded(k: string): void {
+    this.#ended.delete(k);
+    this.#ended.add(k);
+    if (this.#ended.size > ENDED_KEYS_KEPT) {
+      const oldest = this.#ended.values().next().value;
+      if (oldest !== undefined) this.#ended.delete(oldest);
+    }
+  }
+
   #dropExpired(now: number): void {
-    for (const [k, g] of this.#grants) if (g.expiresAt <= now) this.#grants.delete(k);
+    for (const [k, g] of this.#grants) {
+      if (g.expiresAt > now) continue;
+      this.#grants.delete(k);
+      this.#markEnded(k);
+    }
   }
 }
 

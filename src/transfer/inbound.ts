@@ -1,6 +1,7 @@
 /**
  * The serving side of a connection: authenticates the peer, then serves READs of granted
  * blocks from local memory and accepts WRITEs into granted blocks, and queues notifications.
+ * A READ whose named grant does not exist yet is parked until the grant appears (bounded).
  */
 import type { Socket } from 'node:net';
 import { basename, dirname } from 'node:path';
@@ -31,6 +32,8 @@ export class InboundSession {
   #link: PeerLink | null = null;
   #peer: { agentName: string; engineId: string } | null = null;
   readonly #writes = new Map<number, IncomingWrite | null>();
+  /** READs waiting for their grant to appear, by transfer id: the cancel of each. */
+  readonly #parked = new Map<number, () => void>();
 
   constructor(core: AgentCore, socket: Socket) {
     this.#core = core;
@@ -42,7 +45,11 @@ export class InboundSession {
       this.#conn.close('handshake timeout');
     }, core.handshakeTimeoutMs);
     timer.unref();
-    this.#conn.onClose(() => clearTimeout(timer));
+    this.#conn.onClose(() => {
+      clearTimeout(timer);
+      for (const cancel of this.#parked.values()) cancel();
+      this.#parked.clear();
+    });
     this.#conn.send({ t: 'challenge', nonce: this.#nonce, auth: core.secret !== undefined });
   }
 
@@ -164,12 +171,38 @@ export class InboundSession {
 
   #onRead(link: PeerLink, h: FrameHeader): void {
     const x = intField(h, 'x');
+    if (this.#parked.has(x)) throw new ProtocolError(`duplicate transfer id ${x}`);
     const { runs, reason } = this.#refusal('read', h);
-    if (reason !== null) {
-      log.warn('refusing READ %d from %s: %s', x, this.#peer!.agentName, reason);
-      void link.sendControl({ t: 'xfer_err', x, reason: `READ refused: ${reason}` }).catch(() => {});
+    if (reason === null) {
+      this.#serveRead(link, x, runs);
       return;
     }
+    const key = optionalString(h, 'grant');
+    const grants = this.#core.grants;
+    if (key !== undefined && runs.length > 0 && grants.awaitable('read', key)) {
+      const parked = grants.park('read', key, this.#peer!, runs, (refusal) => {
+        this.#parked.delete(x);
+        if (this.#conn.closed) return;
+        if (refusal === null) this.#serveRead(link, x, runs);
+        else this.#refuseRead(link, x, refusal);
+      });
+      if (typeof parked === 'function') {
+        log.debug('READ %d from %s waits for read grant %s', x, this.#peer!.agentName, key);
+        this.#parked.set(x, parked);
+        return;
+      }
+      this.#refuseRead(link, x, parked);
+      return;
+    }
+    this.#refuseRead(link, x, reason);
+  }
+
+  #refuseRead(link: PeerLink, x: number, reason: string): void {
+    log.warn('refusing READ %d from %s: %s', x, this.#peer!.agentName, reason);
+    void link.sendControl({ t: 'xfer_err', x, reason: `READ refused: ${reason}` }).catch(() => {});
+  }
+
+  #serveRead(link: PeerLink, x: number, runs: readonly BlockRun[]): void {
     const c = this.#core;
     void sendRuns(link, c.regions, c.chunkBytes, x, runs, c.outgoingHook)
       .then(() => link.sendControl({ t: 'read_done', x }))

@@ -4,7 +4,8 @@ import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';
 import { describe, it } from 'node:test';
-import { LLM } from '../../src/engine/llm.ts';
+import { LLM, samplingParams } from '../../src/engine/llm.ts';
+
 import { captureLogs } from '../../src/logging/logger.ts';
 import {
   consumerParams,
@@ -155,7 +156,7 @@ describe('MoRIIO failure paths in one process', () => {
     const pPorts = await moriioPorts();
     const dPorts = await moriioPorts();
     const p = await LLM.create(moriioOptions(spec, 'kv_producer', pPorts));
-    const d = await LLM.create({ ...moriioOptions(spec, 'kv_consumer', dPorts), max_model_len: 64 });
+    const d = await LLM.create(moriioOptions(spec, 'kv_consumer', dPorts));
     try {
       const tx = `tx-${randomUUID()}`;
       const rid = proxyRequestId(pPorts, dPorts);
@@ -166,9 +167,17 @@ describe('MoRIIO failure paths in one process', () => {
       });
       assert.equal(pOut?.kvTransferParams?.['transfer_id'], tx);
       assert.ok((await p.engine()).engine.schedulerStats().kvCacheUsage > 0);
-      // D rejects the request before it is ever scheduled (prompt longer than max_model_len).
-      const long = PROMPTS[2]!.repeat(4);
-      await d.generate([long], GREEDY, { requestIdPrefix: rid, kvTransferParams: consumerParams(tx) }).catch(() => null);
+      // D's request is aborted before its first schedule: D must release P's blocks itself.
+      const engine = await d.engine();
+      const controller = new AbortController();
+      controller.abort();
+      const stream = engine.generate(
+        { requestId: `${rid}-0`, prompt: PROMPTS[0]!, sampling: samplingParams({ maxTokens: 4 }), kvTransferParams: consumerParams(tx) },
+        controller.signal,
+      );
+      for await (const _ of stream) {
+        // drain
+      }
       await waitForEmptyPool(p, 3000);
       await waitForEmptyPool(d);
     } finally {

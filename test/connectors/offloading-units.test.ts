@@ -460,6 +460,38 @@ describe('scheduler half', () => {
     );
   });
 
+  test('write-through and fs evictions become STORAGE events; failed promotions free their slot', () => {
+    const { s } = schedulerWith({ cpu_bytes_to_use: 1 << 22 });
+    const req = request('w', PROMPT.slice(0, 40));
+    computeAndStore(s, req, [1, 2, 3]);
+    s.takeEvents();
+    const keys = [0, 1].map((c) => s.layout.chunkKeys(req.blockHashes, c)![0]!);
+    const wm = {
+      step: 0,
+      promoted: [],
+      failed: [],
+      storedSecondary: [{ tier: 0, keys }],
+      evictedSecondary: [{ tier: 0, keys: [keys[0]!] }],
+    };
+    s.updateConnectorOutput({ ...emptyConnectorOutput(), kvConnectorWorkerMeta: { [WORKER_META_KEY]: wm } });
+    const events = s.takeEvents();
+    assert.deepEqual(
+      events.map((e) => [e.type, 'medium' in e ? e.medium : null]),
+      [
+        ['BlockStored', 'STORAGE'],
+        ['BlockStored', 'STORAGE'],
+        ['BlockRemoved', 'STORAGE'],
+      ],
+    );
+    const first = events[0];
+    assert.ok(first?.type === 'BlockStored');
+    assert.equal(first.parentBlockHash, null);
+    assert.deepEqual(first.tokenIds, PROMPT.slice(0, 16));
+    const second = events[1];
+    assert.ok(second?.type === 'BlockStored');
+    assert.equal(second.parentBlockHash, first.blockHashes[0]);
+  });
+
   test('secondary tier lookups answer null ("ask again") until known, then load asynchronously', async () => {
     const dir = mkdtempSync(path.join(os.tmpdir(), 'kvconnect-offload-units-'));
     try {

@@ -19,6 +19,7 @@ import {
   type RedisClusterHandle,
   type RedisServer,
   redisCommand,
+  requireRedisBinaries,
   startRedis,
   startRedisCluster,
 } from './redis-helpers.ts';
@@ -219,6 +220,36 @@ describe('redis (single server)', () => {
   });
 });
 
+describe('redis slow', () => {
+  test('a server that stalls answers "miss" within the timeout and warns', async () => {
+    const server = await startRedis(['--enable-debug-command', 'yes']);
+    const tier = new RedisTier({ url: server.url, clusterNodes: [], timeoutMs: 150, keyPrefix: 'slow' });
+    try {
+      await tier.putMany([{ key: 'a', value: bytes(100, 1) }]);
+      const { records } = await captureLogs(async () => {
+        const stall = redisCommand(server.port, 'DEBUG SLEEP 1', 3000);
+        await new Promise((r) => setTimeout(r, 50));
+        const t0 = performance.now();
+        assert.deepEqual(await tier.getMany(['a']), [null]);
+        const elapsed = performance.now() - t0;
+        assert.ok(elapsed >= 140 && elapsed < 600, `answered after ${elapsed} ms`);
+        await stall;
+      });
+      assert.equal(tier.health.timeouts, 1);
+      assert.equal(
+        records.filter((r) => r.level === 'warn' && r.message.includes('did not answer within 150 ms'))
+          .length,
+        1,
+      );
+      const [v] = await tier.getMany(['a']);
+      assert.deepEqual(Buffer.from(v!), Buffer.from(bytes(100, 1)), 'answers again once the server is back');
+    } finally {
+      await tier.close();
+      await server.stop();
+    }
+  });
+});
+
 describe('redis down', () => {
   test('every operation answers "miss" within the bound, warns once per outage, counts errors', async () => {
     const port = await freePort();
@@ -298,4 +329,17 @@ describe('redis cluster (3 masters)', () => {
       await tier.close();
     }
   });
+});
+
+test('without redis-server on PATH the Redis tests fail with an install hint (never skip)', () => {
+  const saved = process.env['PATH'];
+  process.env['PATH'] = '';
+  try {
+    assert.throws(
+      () => requireRedisBinaries(),
+      /redis-server is not installed.*apt-get install redis-server/,
+    );
+  } finally {
+    process.env['PATH'] = saved;
+  }
 });

@@ -8,6 +8,7 @@
 import { getLogger } from '../../logging/logger.ts';
 import type { TransferHandle } from '../../transfer/index.ts';
 import { moriioPort } from './config.ts';
+import { emitMoRIIOEvent } from './events.ts';
 import { sendNotify } from './notify-channel.ts';
 import type { FailedLoad, ReadJob, WriteRecvJob } from './step-metadata.ts';
 import { moriioExpectedWriteDoneCount, moriioPeerRanks, validateMoRIIOHeterogeneousTp } from './tp.ts';
@@ -98,6 +99,7 @@ export class MoRIIOConsumer {
     clearTimeout(inc.timer);
     this.#incoming.delete(transferId);
     this.#ctx.agent.revokeGrant(transferId);
+    emitMoRIIOEvent('recv_complete', transferId);
     this.#recving.push(inc.job.reqId);
   }
 
@@ -164,7 +166,8 @@ export class MoRIIOConsumer {
   async finishReads(): Promise<void> {
     for (const region of this.#ctx.regions) await this.waitForRegion(region);
     const ctx = this.#ctx;
-    for (const { job } of this.#reads) {
+    for (const { job, failed } of this.#reads) {
+      if (!failed && job.localBlockIds.length > 0) emitMoRIIOEvent('reads_complete', job.transferId);
       for (const r of moriioPeerRanks(ctx.tpRank, ctx.tpSize, job.peer.tpSize)) {
         const port = moriioPort(job.peer.notifyPort, job.peer.dpRankLocal, job.peer.tpSize, r);
         sendNotify(job.peer.host, port, {

@@ -4,6 +4,7 @@ export * from './addressing.ts';
 export * from './config.ts';
 export { MoRIIOConnector, RDMA_AS_TCP_NOTICE } from './connector.ts';
 export * from './discovery.ts';
+export * from './events.ts';
 export { type NotifyMessage, NotifyServer, type RemoteBlocksMessage, sendNotify } from './notify-channel.ts';
 export type * from './step-metadata.ts';
 export * from './tp.ts';

@@ -7,6 +7,7 @@
  */
 import { getLogger } from '../../logging/logger.ts';
 import type { TransferHandle } from '../../transfer/index.ts';
+import { emitMoRIIOEvent } from './events.ts';
 import type { RemoteBlocksMessage } from './notify-channel.ts';
 import { sendNotify } from './notify-channel.ts';
 import type { SaveJob, SendJob } from './step-metadata.ts';
@@ -195,6 +196,7 @@ export class MoRIIOProducer {
       remote.push(r);
     }
     if (local.length === 0 || !reg.agent || reg.failed) return false;
+    if (t.writes.size === 0 && t.computed.size <= 1) emitMoRIIOEvent('first_layer_written', t.transferId);
     const agent = this.#ctx.agent;
     const pairs = [
       { localRegion: region, localBlockIds: local, remoteRegion: region, remoteBlockIds: remote },
@@ -241,6 +243,7 @@ export class MoRIIOProducer {
       }
     }
     t.finished = true;
+    if (!this.#ctx.cfg.readMode) emitMoRIIOEvent('write_complete', t.transferId);
     this.#ctx.agent.revokeGrant(t.transferId);
     this.#byTransfer.delete(t.transferId);
     this.#done.push(t.reqId);

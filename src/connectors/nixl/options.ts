@@ -29,6 +29,16 @@ export interface NixlOptions {
   /** kvconnect extensions: bounds on the handshake and on one transfer (seconds). */
   readonly handshakeTimeout: number;
   readonly transferTimeout: number;
+  /**
+   * Milliseconds a peer's READ may wait on this engine for a read grant that does not exist
+   * yet (the grant is created one engine step after the answer naming it left).
+   */
+  readonly grantWaitMs: number;
+}
+
+/** The wait the transfer agent uses: never more than half the transfer timeout. */
+export function effectiveGrantWaitMs(opts: NixlOptions): number {
+  return Math.min(opts.grantWaitMs, Math.floor((opts.transferTimeout * 1000) / 2));
 }
 
 const KNOWN_KEYS = new Set([
@@ -43,6 +53,7 @@ const KNOWN_KEYS = new Set([
   'auth_secret',
   'handshake_timeout',
   'transfer_timeout',
+  'grant_wait_ms',
   'enable_cross_layers_blocks',
   'bidirectional_kv_xfer',
   'decoder_kv_blocks_ttl',
@@ -166,6 +177,7 @@ export function parseNixlOptions(
     authSecret: typeof secret === 'string' && secret !== '' ? secret : undefined,
     handshakeTimeout: num(extra, 'handshake_timeout', 5, 0.01),
     transferTimeout: num(extra, 'transfer_timeout', 30, 0.01),
+    grantWaitMs: Math.min(num(extra, 'grant_wait_ms', 5000, 0), 2 ** 31 - 1),
   };
 }
 

@@ -24,7 +24,7 @@ import {
   type NixlHandshakePayload,
   type TransferMode,
 } from './metadata.ts';
-import type { NixlOptions } from './options.ts';
+import { effectiveGrantWaitMs, type NixlOptions } from './options.ts';
 import { ProducerLeases } from './producer-leases.ts';
 import { PushConsumer, PushProducer } from './push-worker.ts';
 import { isEmptyNixlStats, statsFromTransfer } from './stats.ts';
@@ -47,7 +47,15 @@ interface Load {
   readonly job: RecvJob;
   handle: TransferHandle | null;
   settled: boolean;
+  /** performance.now() of the first READ; retries stop a lease duration after it. */
+  firstPostAt: number;
+  retries: number;
+  retryTimer: NodeJS.Timeout | null;
 }
+
+/** Backoff before re-posting a READ that P refused because its grant did not exist yet. */
+const RETRY_BASE_MS = 50;
+const RETRY_MAX_MS = 1000;
 
 /** Everything the pull and push parts share. */
 export interface WorkerContext {
@@ -120,6 +128,7 @@ export class NixlWorker {
       backends: opts.backends,
       ...(opts.authSecret ? { secret: opts.authSecret } : {}),
       transferTimeoutMs: opts.transferTimeout * 1000,
+      grantWaitMs: effectiveGrantWaitMs(opts),
       connectTimeoutMs: opts.handshakeTimeout * 1000,
       ...(hooks ? { testHooks: hooks } : {}),
     });
@@ -205,7 +214,7 @@ export class NixlWorker {
 
   #startRead(ctx: WorkerContext, job: RecvJob): void {
     const release = countBlocks(job.localBlockIds) === 0;
-    const load: Load = { job, handle: null, settled: false };
+    const load: Load = { job, handle: null, settled: false, firstPostAt: 0, retries: 0, retryTimer: null };
     if (!release) this.#loads.set(job.reqId, load);
     const notification = `${job.remoteRequestId}:${this.tpSize}`;
     const run = async (): Promise<void> => {
@@ -214,14 +223,8 @@ export class NixlWorker {
         await ctx.agent.sendNotification(agentName, notification);
         return;
       }
-      load.handle = ctx.agent.read(
-        agentName,
-        ctx.regionPairs(job.localBlockIds.flat(), job.remoteBlockIds.flat()),
-        {
-          notification,
-          grantKey: job.remoteRequestId,
-        },
-      );
+      load.firstPostAt = performance.now();
+      this.#postRead(ctx, load, agentName);
     };
     run().catch((e: unknown) => {
       const kind = load.handle === null && !release ? 'handshake_failed' : 'notification_failed';
@@ -234,9 +237,56 @@ export class NixlWorker {
     });
   }
 
+  #postRead(ctx: WorkerContext, load: Load, agentName: string): void {
+    const job = load.job;
+    load.handle = ctx.agent.read(
+      agentName,
+      ctx.regionPairs(job.localBlockIds.flat(), job.remoteBlockIds.flat()),
+      { notification: `${job.remoteRequestId}:${this.tpSize}`, grantKey: job.remoteRequestId },
+    );
+  }
+
+  /**
+   * P refused the READ only because its grant did not exist yet (P's worker creates it one
+   * engine step after P answered): post it again after a backoff, while P's lease could
+   * still be running. A grant that was revoked or expired is never retried.
+   */
+  #retryLater(ctx: WorkerContext, load: Load, agentName: string, reason: string | undefined): boolean {
+    if (!Agent.isRetryableRefusal(reason)) return false;
+    const delay = Math.min(RETRY_BASE_MS * 2 ** load.retries, RETRY_MAX_MS);
+    const budgetMs = this.#opts.kvLeaseDuration * 1000;
+    if (performance.now() + delay - load.firstPostAt > budgetMs) return false;
+    load.retries++;
+    load.handle = null;
+    log.warn(
+      'NIXL READ for request %s refused (%s); retrying in %d ms (attempt %d)',
+      load.job.reqId,
+      reason ?? '',
+      delay,
+      load.retries + 1,
+    );
+    load.retryTimer = setTimeout(() => {
+      load.retryTimer = null;
+      if (load.settled) return;
+      try {
+        this.#postRead(ctx, load, agentName);
+      } catch (e) {
+        log.error(
+          'NIXL transfer failure: transfer_failed | Context: request %s: %s',
+          load.job.reqId,
+          String((e as Error)?.message ?? e),
+        );
+        this.#failLoad(load, load.job.localBlockIds.flat());
+      }
+    }, delay);
+    return true;
+  }
+
   #failLoad(load: Load, invalid: readonly number[]): void {
     if (load.settled) return;
     load.settled = true;
+    if (load.retryTimer) clearTimeout(load.retryTimer);
+    load.retryTimer = null;
     this.#loads.delete(load.job.reqId);
     this.#ctx?.recvDone(load.job.reqId, invalid);
   }
@@ -273,12 +323,13 @@ export class NixlWorker {
       if (!load.handle) continue;
       const status = ctx.agent.status(load.handle);
       if (status.state === 'PROC') continue;
-      ctx.agent.releaseHandle(load.handle);
+      const handle = load.handle;
+      ctx.agent.releaseHandle(handle);
       if (status.state === 'DONE') {
         load.settled = true;
         this.#loads.delete(load.job.reqId);
         this.#recving.push(load.job.reqId);
-      } else {
+      } else if (!this.#retryLater(ctx, load, handle.remoteAgent, status.reason)) {
         log.error(
           'NIXL transfer failure: transfer_failed | Context: request %s: %s',
           load.job.reqId,
@@ -289,7 +340,7 @@ export class NixlWorker {
         this.#failLoad(load, failed);
         // D will not read again (the policy recomputes or fails): let P free its blocks now.
         const note = `${load.job.remoteRequestId}:${this.tpSize}`;
-        ctx.agent.sendNotification(load.handle.remoteAgent, note).catch(() => {});
+        ctx.agent.sendNotification(handle.remoteAgent, note).catch(() => {});
       }
     }
     this.#pushProducer?.poll();
@@ -320,6 +371,7 @@ export class NixlWorker {
   }
 
   async shutdown(): Promise<void> {
+    for (const load of this.#loads.values()) if (load.retryTimer) clearTimeout(load.retryTimer);
     await this.#ctx?.agent.close();
   }
 }

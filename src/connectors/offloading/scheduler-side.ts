@@ -115,6 +115,7 @@ export class OffloadScheduler {
       };
     }
     this.#lastLookup.delete(req.requestId);
+    this.#forgetLookups(req);
   }
 
   buildConnectorMeta(so: SchedulerOutput): OffloadMetadata {
@@ -167,6 +168,7 @@ export class OffloadScheduler {
   requestFinished(req: ConnectorRequest): void {
     this.#requests.delete(req.requestId);
     this.#lastLookup.delete(req.requestId);
+    this.#forgetLookups(req);
   }
 
   takeEvents(): KVCacheEvent[] {
@@ -203,6 +205,13 @@ export class OffloadScheduler {
     }
     st.req = req;
     return st;
+  }
+
+  /** Secondary-tier answers are only valid while a request is being admitted: a later one must ask again. */
+  #forgetLookups(req: ConnectorRequest): void {
+    if (!this.lookup) return;
+    const chunks = Math.floor(req.blockHashes.length / this.layout.blocksPerChunk);
+    for (let c = 0; c < chunks; c++) this.lookup.forget(this.layout.chunkKeys(req.blockHashes, c) ?? []);
   }
 
   #evicted(evicted: readonly { key: string }[]): void {

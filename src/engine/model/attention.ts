@@ -1,8 +1,10 @@
 /**
- * Paged attention of one sequence for one layer. K and V of the visible positions are
- * gathered from the paged KV memory through the block table into contiguous scratch
- * (K transposed), then scores and outputs are computed with the WASM matmul over blocks
- * of query tokens, so a causal or sliding-window mask wastes little work.
+ * Paged attention of one sequence for one layer (prefill and chunked prefill). K and V of
+ * the visible positions are staged from the paged KV memory block by block: V with one
+ * memcpy per block (the KV layout already holds a token's V row for all heads), K
+ * transposed per head so it can be the matmul's right operand. Scores and outputs are then
+ * computed with the WASM matmul over blocks of query tokens, so a causal or
+ * sliding-window mask wastes little work. Decode-sized sequences use decode-attention.ts.
  */
 import type { WasmRuntime } from './kernels/wasm-matmul.ts';
 import { kRowOffset, type LayerKV, readElement } from './paged-kv.ts';
@@ -94,8 +96,8 @@ export function pagedAttention(
         const first = (window === null ? 0 : Math.max(0, p - window + 1)) - kLo;
         softmaxMasked(mem, scratch.scores + r * kn, kn, Math.max(0, first), p - kLo);
       }
-      const v = scratch.values + h * ctx * hd + (kLo - lo) * hd;
-      rt.matmul(rows, hd, kn, scratch.scores, kn, v, hd, scratch.outputs, hd);
+      const v = scratch.values + (kLo - lo) * numKvHeads * hd + h * hd;
+      rt.matmul(rows, hd, kn, scratch.scores, kn, v, numKvHeads * hd, scratch.outputs, hd);
       for (let t = t0; t < t1; t++) {
         const dst = call.out + (call.firstRow + t) * qDim + h * group * hd;
         const src = scratch.outputs + (t - t0) * group * hd;
@@ -135,24 +137,37 @@ function gather(
   hd: number,
 ): void {
   const mem = rt.f32;
-  const vShift = layer.blockSize * layer.rowSize;
+  const rs = layer.rowSize;
+  const bs = layer.blockSize;
+  const vShift = bs * rs;
   const src = layer.f32;
-  for (let i = 0; i < ctx; i++) {
-    const k = kRowOffset(layer, blockTable, lo + i);
-    const v = k + vShift;
+  const hi = lo + ctx - 1;
+  if (src === null) {
+    for (let i = 0; i < ctx; i++) {
+      const k = kRowOffset(layer, blockTable, lo + i);
+      for (let h = 0; h < numKvHeads; h++) {
+        const kt = scratch.keysT + h * hd * ctx + i;
+        for (let d = 0; d < hd; d++) mem[kt + d * ctx] = readElement(layer, k + h * hd + d);
+      }
+      for (let e = 0; e < rs; e++) mem[scratch.values + i * rs + e] = readElement(layer, k + vShift + e);
+    }
+    return;
+  }
+  for (let b = Math.floor(lo / bs); b * bs <= hi; b++) {
+    const block = blockTable[b];
+    if (block === undefined)
+      throw new RangeError(`position ${b * bs} is beyond the block table (${blockTable.length} blocks)`);
+    const j0 = Math.max(lo, b * bs);
+    const j1 = Math.min(hi, b * bs + bs - 1);
+    const from = (block * 2 * bs + (j0 - b * bs)) * rs;
+    const n = j1 - j0 + 1;
+    mem.set(src.subarray(from + vShift, from + vShift + n * rs), scratch.values + (j0 - lo) * rs);
     for (let h = 0; h < numKvHeads; h++) {
-      const kt = scratch.keysT + h * hd * ctx + i;
-      const vd = scratch.values + h * ctx * hd + i * hd;
-      const hk = k + h * hd;
-      const hv = v + h * hd;
-      if (src !== null) {
-        for (let d = 0; d < hd; d++) mem[kt + d * ctx] = src[hk + d] as number;
-        mem.set(src.subarray(hv, hv + hd), vd);
-      } else {
-        for (let d = 0; d < hd; d++) {
-          mem[kt + d * ctx] = readElement(layer, hk + d);
-          mem[vd + d] = readElement(layer, hv + d);
-        }
+      const kt = scratch.keysT + h * hd * ctx + (j0 - lo);
+      for (let d = 0; d < hd; d++) {
+        const dst = kt + d * ctx;
+        let at = from + h * hd + d;
+        for (let i = 0; i < n; i++, at += rs) mem[dst + i] = src[at] as number;
       }
     }
   }

@@ -29,7 +29,11 @@ export interface DecodeScratch {
   probs: number;
 }
 
-export function allocDecodeScratch(rt: WasmRuntime, shape: AttentionShape, maxContext: number): DecodeScratch {
+export function allocDecodeScratch(
+  rt: WasmRuntime,
+  shape: AttentionShape,
+  maxContext: number,
+): DecodeScratch {
   const group = shape.numHeads / shape.numKvHeads;
   const groupPadded = Math.ceil(group / 4) * 4;
   const rowSize = shape.numKvHeads * shape.headDim;
@@ -72,7 +76,8 @@ export function pagedDecodeAttention(
     for (let h = 0; h < numKvHeads; h++) {
       const q = qRow + h * group * hd;
       for (let g = 0; g < group; g++) {
-        for (let d = 0; d < hd; d++) mem[scratch.queriesT + d * gp + g] = (mem[q + g * hd + d] as number) * scale;
+        for (let d = 0; d < hd; d++)
+          mem[scratch.queriesT + d * gp + g] = (mem[q + g * hd + d] as number) * scale;
       }
       const k = scratch.keys + skip + h * hd;
       rt.matmul(ctx, gp, hd, k, rs, scratch.queriesT, gp, scratch.scoresT, gp);

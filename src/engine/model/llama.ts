@@ -177,7 +177,7 @@ export class LlamaModel implements ForwardModel {
         addInPlace(mem, x, proj, rows * h);
         rmsnorm(mem, x, hn, lw.postNorm, rows, h, dims.rmsNormEps);
         rt.matmul(rows, 2 * inter, h, hn, h, lw.gateUp, 2 * inter, gateUp, 2 * inter);
-        swiglu(mem, gateUp, act, rows, inter);
+        swiglu(rt, gateUp, act, rows, inter);
         rt.matmul(rows, h, inter, act, inter, lw.down, h, proj, h);
         await this.reduce(hooks, proj, rows * h);
         mem = rt.f32;
@@ -238,13 +238,7 @@ function addInPlace(mem: Float32Array, dst: number, src: number, n: number): voi
   for (let i = 0; i < n; i++) mem[dst + i] = (mem[dst + i] as number) + (mem[src + i] as number);
 }
 
-function swiglu(mem: Float32Array, gateUp: number, out: number, rows: number, inter: number): void {
-  for (let r = 0; r < rows; r++) {
-    const g = gateUp + r * 2 * inter;
-    const o = out + r * inter;
-    for (let i = 0; i < inter; i++) {
-      const gv = mem[g + i] as number;
-      mem[o + i] = (gv / (1 + Math.exp(-gv))) * (mem[g + inter + i] as number);
-    }
-  }
+function swiglu(rt: WasmRuntime, gateUp: number, out: number, rows: number, inter: number): void {
+  for (let r = 0; r < rows; r++)
+    rt.swiglu(gateUp + r * 2 * inter, gateUp + r * 2 * inter + inter, out + r * inter, inter);
 }

@@ -53,8 +53,10 @@ export function kRowOffset(layer: LayerKV, blockTable: readonly number[], positi
 }
 
 export function writeRow(layer: LayerKV, dst: number, src: Float32Array, srcOff: number, n: number): void {
-  if (layer.f32 !== null) {
-    layer.f32.set(src.subarray(srcOff, srcOff + n), dst);
+  const f32 = layer.f32;
+  if (f32 !== null) {
+    // A plain loop: rows are short (numKvHeads × headSize), a subarray per row costs more.
+    for (let i = 0; i < n; i++) f32[dst + i] = src[srcOff + i] as number;
     return;
   }
   const u16 = layer.u16 as Uint16Array;

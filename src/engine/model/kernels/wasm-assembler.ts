@@ -35,7 +35,7 @@ const simd = {
   f32x4Mul: 0xe6,
 } as const;
 
-function uleb(n: number): number[] {
+export function uleb(n: number): number[] {
   const out: number[] = [];
   do {
     let byte = n & 0x7f;
@@ -46,7 +46,7 @@ function uleb(n: number): number[] {
   return out;
 }
 
-function sleb(n: number): number[] {
+export function sleb(n: number): number[] {
   const out: number[] = [];
   for (;;) {
     const byte = n & 0x7f;
@@ -59,11 +59,11 @@ function sleb(n: number): number[] {
   }
 }
 
-function section(id: number, payload: number[]): number[] {
+export function section(id: number, payload: number[]): number[] {
   return [id, ...uleb(payload.length), ...payload];
 }
 
-function name(s: string): number[] {
+export function name(s: string): number[] {
   const bytes = [...new TextEncoder().encode(s)];
   return [...uleb(bytes.length), ...bytes];
 }

@@ -6,6 +6,7 @@
 import { KVError } from '../../../errors/index.ts';
 import { type WasmMemory, type WasmModule, wasmApi } from './wasm-api.ts';
 import { assembleMatmulModule } from './wasm-assembler.ts';
+import { assembleSwigluModule } from './wasm-swiglu.ts';
 
 type Kernel = (
   a: number,
@@ -18,7 +19,16 @@ type Kernel = (
   ldc: number,
 ) => void;
 
+type Activation = (gate: number, up: number, out: number, bytes: number) => void;
+
 let compiled: WasmModule | undefined;
+let compiledSwiglu: WasmModule | undefined;
+
+function swigluModule(): WasmModule {
+  matmulModule();
+  compiledSwiglu ??= new wasmApi.Module(assembleSwigluModule());
+  return compiledSwiglu;
+}
 
 function matmulModule(): WasmModule {
   if (compiled === undefined) {
@@ -39,12 +49,13 @@ function matmulModule(): WasmModule {
 
 const PAGE = 65536;
 /** A multiple of the 12-column register tile, so no panel ends in narrow tiles. */
-const PANEL_COLUMNS = 96;
+const PANEL_COLUMNS = 48;
 const MAX_PAGES = 65536;
 
 export class WasmRuntime {
   readonly memory: WasmMemory;
   private readonly kernels: [Kernel, Kernel, Kernel, Kernel];
+  private readonly swigluKernel: Activation;
   private top = 16;
   private view: Float32Array;
 
@@ -57,6 +68,19 @@ export class WasmRuntime {
     const e = instance.exports as Record<string, Kernel>;
     this.kernels = [e.mm1 as Kernel, e.mm2 as Kernel, e.mm3 as Kernel, e.mm4 as Kernel];
     this.view = new Float32Array(this.memory.buffer);
+    const act = new wasmApi.Instance(swigluModule(), { env: { memory: this.memory } });
+    this.swigluKernel = act.exports.swiglu as Activation;
+  }
+
+  /** out[i] = silu(gate[i]) · up[i] for i < n (float offsets). */
+  swiglu(gate: number, up: number, out: number, n: number): void {
+    const vec = n & ~3;
+    if (vec > 0) this.swigluKernel(gate * 4, up * 4, out * 4, vec * 4);
+    const mem = this.f32;
+    for (let i = vec; i < n; i++) {
+      const g = mem[gate + i] as number;
+      mem[out + i] = (g / (1 + Math.exp(-g))) * (mem[up + i] as number);
+    }
   }
 
   /** Float32 view of the whole memory (re-created after the memory grows). */

@@ -117,7 +117,7 @@ export const BUILTIN_CONNECTORS: readonly BuiltinConnector[] = [
     className: 'OffloadingConnector',
     load: () => import('../connectors/offloading/index.ts'),
     supportsHMA: true,
-    status: 'planned',
+    status: 'available',
     needs: 'kv_connector_extra_config.cpu_bytes_to_use',
   },
   {

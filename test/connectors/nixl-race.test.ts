@@ -83,9 +83,10 @@ describe('NIXL pull: D reads before P created the read grant', () => {
       const failed = failedCounter(d);
       const loaded = d.generate(PROMPTS[2]!, GREEDY, { kvTransferParams: params });
       let settled = false;
-      void loaded.finally(() => {
+      const settle = () => {
         settled = true;
-      });
+      };
+      loaded.then(settle, settle);
       await until(() => agent.waitingReads === 1 || settled, "D's READ to reach P");
       assert.equal(settled, false, 'D finished before P created the grant: its READ was refused');
       await new Promise((r) => setTimeout(r, 100));

@@ -198,8 +198,12 @@ export async function main(args: string[]): Promise<void> {
   const rounds = flag(args, '--rounds', 3);
   const chunkBytes = flag(args, '--chunk-kib', 4096) * 1024;
   const numBlocks = Math.floor((mib << 20) / blockBytes);
-  const tcp = await measureTransport('TCP', blockBytes, numBlocks, rounds, chunkBytes);
-  const shm = await measureTransport('SHM', blockBytes, numBlocks, rounds, chunkBytes);
+  const only = args.includes('--only') ? args[args.indexOf('--only') + 1] : undefined;
+  const skipped: TransportResult = { readGbps: 0, writeGbps: 0, p50us: 0, p99us: 0 };
+  const tcp =
+    only === 'shm' ? skipped : await measureTransport('TCP', blockBytes, numBlocks, rounds, chunkBytes);
+  const shm =
+    only === 'tcp' ? skipped : await measureTransport('SHM', blockBytes, numBlocks, rounds, chunkBytes);
   const iperf = await iperf3Gbps();
   const memcpy = memcpyGbps(numBlocks * blockBytes, rounds);
   const sample = region(blockBytes, numBlocks).bytes;

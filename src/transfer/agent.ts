@@ -10,6 +10,7 @@ import { resolveSecret } from './auth.ts';
 import { type BackendChoice, chooseTransport, resolveBackends } from './backends.ts';
 import type { OutgoingHook } from './block-io.ts';
 import { IncomingRuns } from './block-io.ts';
+import { adoptAcceptedSocket, zeroCopyRead } from './connection.ts';
 import { coalesceBlockLists, validateDescPairs } from './descriptors.ts';
 import { MAX_PAYLOAD_BYTES } from './framing.ts';
 import { type GrantKind, type GrantSpec, GrantTable, isNotYetGrantedRefusal } from './grants.ts';
@@ -138,10 +139,16 @@ export class TransferAgent {
       outgoingHook: opts.testHooks?.outgoing,
       deliver: (n) => this.#notifications.push(n),
     };
-    this.#server = createServer((socket) => {
+    // Paused on accept so the socket can be re-wrapped to read payloads in place (WRITE data).
+    this.#server = createServer({ pauseOnConnect: true }, (accepted) => {
+      let session: InboundSession | undefined;
+      const socket = adoptAcceptedSocket(
+        accepted,
+        zeroCopyRead(() => session?.connection),
+      );
       this.#sockets.add(socket);
       socket.on('close', () => this.#sockets.delete(socket));
-      new InboundSession(this.#core, socket);
+      session = new InboundSession(this.#core, socket);
     });
   }
 

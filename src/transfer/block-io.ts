@@ -36,13 +36,13 @@ export function sendRuns(
       const n = Math.min(perChunk, run.count - o);
       const start = (run.first + o) * bb;
       const view = region.bytes.subarray(start, start + n * bb);
-      last = link.sendData(() => {
-        const header: FrameHeader = { t: 'data', x: xferId, d, o, n, c: checksumsFrom(view, bb, n, []) };
-        return {
-          header,
-          view: hook ? hook(view, { region: run.region, first: run.first + o, count: n }) : view,
-        };
-      });
+      last = link.sendData(() => ({
+        header: { t: 'data', x: xferId, d, o, n },
+        view,
+        wire: hook ? hook(view, { region: run.region, first: run.first + o, count: n }) : view,
+        blockBytes: bb,
+        count: n,
+      }));
     }
   });
   return last;
@@ -99,6 +99,11 @@ export class IncomingRuns {
   progress(filled: number): void {
     const p = this.#partial;
     if (p) checksumsFrom(p.view, p.blockBytes, Math.floor(filled / p.blockBytes), p.sums);
+  }
+
+  /** Block size of the frame from the last destination() (0 if none). */
+  get pieceBytes(): number {
+    return this.#partial?.blockBytes ?? 0;
   }
 
   /** Records the verdict for the blocks of a landed frame (`complete` false = short read). */

@@ -3,7 +3,7 @@
  * bytes go from the caller's memory to the kernel without a user-space copy), frames in via
  * FrameDecoder. Any framing or protocol error closes this connection only, and is logged.
  */
-import type { Socket } from 'node:net';
+import { Socket } from 'node:net';
 import { getLogger } from '../logging/logger.ts';
 import { encodePrefixAndHeader, FrameDecoder, type FrameHeader, type FrameSink } from './framing.ts';
 
@@ -122,3 +122,35 @@ export function zeroCopyRead(connection: () => FramedConnection | undefined): {
     },
   };
 }
+
+type ZeroCopyRead = ReturnType<typeof zeroCopyRead>;
+
+/**
+ * Node lets only sockets it creates itself read into caller-chosen buffers (`onread`), not
+ * the sockets a server accepts. This moves the handle of an accepted socket (from a server
+ * created with `pauseOnConnect`, so nothing was read yet) into a new Socket that has
+ * `onread`, and retires the accepted one, so WRITE payloads land in KV memory the way
+ * READ payloads do. `_handle` is not public API: if it is missing or anything fails, the
+ * accepted socket is used as it is (each payload chunk is then copied once).
+ */
+export function adoptAcceptedSocket(accepted: Socket, onread: ZeroCopyRead): Socket {
+  const holder = accepted as unknown as { _handle?: { readStart?: unknown } | null };
+  const handle = holder._handle;
+  if (process.env[DISABLE_ADOPT_ENV] !== '1' && handle && typeof handle.readStart === 'function') {
+    try {
+      const socket = new Socket({ handle, onread, readable: true, writable: true } as ConstructorParameters<
+        typeof Socket
+      >[0]);
+      holder._handle = null;
+      accepted.destroy();
+      return socket;
+    } catch (e) {
+      log.debug('cannot adopt an accepted socket (%s); reading it with a copy', String(e));
+    }
+  }
+  accepted.resume();
+  return accepted;
+}
+
+/** Set to 1 to read accepted sockets the plain way (one copy per payload chunk). */
+export const DISABLE_ADOPT_ENV = 'KVCONNECT_DISABLE_SOCKET_ADOPT';

@@ -228,8 +228,7 @@ export class InboundSession {
   #onData(link: PeerLink, h: FrameHeader, payload: Uint8Array | null): void {
     const w = this.#writes.get(intField(h, 'x'));
     if (link.transport === 'shm' && h['so'] !== undefined) {
-      const view = w ? w.runs.destination(h) : null;
-      const ok = link.landShm(h, view);
+      const { view, ok } = link.landShm(h, w ? w.runs : null);
       if (w && view) w.runs.landed(h, view, ok);
       return;
     }

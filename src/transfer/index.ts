@@ -11,6 +11,7 @@ export { blockChecksum, blockChecksums } from './checksum.ts';
 export { checkCompatibility, compatibilityMismatchMessage } from './compat.ts';
 export { coalesceBlockLists, validateDescPairs } from './descriptors.ts';
 export type { GrantSpec } from './grants.ts';
+export { DISABLE_NATIVE_ENV, shmRingImplementation } from './native-shm.ts';
 export {
   type FetchOptions,
   fetchRemoteMetadata,

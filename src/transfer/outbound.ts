@@ -218,8 +218,7 @@ export class OutboundPeer {
     switch (h.t) {
       case 'data': {
         if (link.transport === 'shm' && h['so'] !== undefined) {
-          const view = t && t.kind === 'READ' ? t.incoming.destination(h) : null;
-          const ok = link.landShm(h, view);
+          const { view, ok } = link.landShm(h, t?.kind === 'READ' ? t.incoming : null);
           if (t && view) t.incoming.landed(h, view, ok);
         } else if (t && payload) {
           t.incoming.landed(h, payload, true);

@@ -5,8 +5,22 @@
  */
 import { type FramedConnection, ProtocolError } from './connection.ts';
 import type { FrameHeader } from './framing.ts';
+import type { IncomingRuns } from './block-io.ts';
+import { blockChecksums } from './checksum.ts';
 import type { ShmRingReader, ShmRingWriter } from './shm-ring.ts';
 import type { TransportName } from './types.ts';
+
+/** One data frame to send: `view` is hashed, `wire` is what is sent (the same view unless a test hook altered it). */
+export interface DataChunk {
+  readonly header: FrameHeader;
+  readonly view: Uint8Array;
+  readonly wire: Uint8Array;
+  readonly blockBytes: number;
+  readonly count: number;
+}
+
+/** Positional-read size for unmapped rings: a few blocks per syscall, still cache-sized. */
+const FILE_PIECE_BYTES = 256 << 10;
 
 export class PeerLink {
   readonly conn: FramedConnection;
@@ -64,33 +78,56 @@ export class PeerLink {
     return this.enqueue(() => this.conn.send(header));
   }
 
-  /** Sends block bytes; `make` runs just before the bytes leave (checksums are fresh). */
-  sendData(make: () => { header: FrameHeader; view: Uint8Array }): Promise<void> {
+  /**
+   * Sends block bytes; `make` runs just before the bytes leave, so checksums are fresh:
+   * over tcp they are computed right before the write, over a mapped shm ring in the same
+   * pass as the copy into the ring. `wire` differs from `view` only under a test hook.
+   */
+  sendData(make: () => DataChunk): Promise<void> {
     return this.enqueue(() => {
-      const { header, view } = make();
-      if (this.transport === 'tcp') return this.conn.send(header, [view]);
+      const { header, view, wire, blockBytes, count } = make();
+      if (this.transport === 'tcp') {
+        return this.conn.send({ ...header, c: blockChecksums(view, blockBytes, count) }, [wire]);
+      }
       const ring = this.ringOut!;
-      return ring.put([view], view.length).then((offset) => {
-        this.conn.send({ ...header, so: offset, sl: view.length });
+      if (ring.mapped && wire === view) {
+        return ring.putHashed(view, blockBytes, count).then(({ offset, sums }) => {
+          this.conn.send({ ...header, c: sums, so: offset, sl: view.length });
+        });
+      }
+      const c = blockChecksums(view, blockBytes, count);
+      return ring.put([wire], wire.length).then((offset) => {
+        this.conn.send({ ...header, c, so: offset, sl: wire.length });
       });
     });
   }
 
-  /** For shm data frames: fills `dest` from the peer's ring (null dest = skip) and acks. */
-  landShm(header: FrameHeader, dest: Uint8Array | null): boolean {
+  /**
+   * For shm data frames: fills the destination that `runs` assigns to the frame (none =
+   * skip) from the peer's ring, and acks. Each block is hashed right after it lands
+   * in local memory, while it is still in cache (a mapped ring is copied one block at a
+   * time, a file ring read a few blocks per syscall).
+   */
+  landShm(header: FrameHeader, runs: IncomingRuns | null): { view: Uint8Array | null; ok: boolean } {
     const offset = header['so'];
     const length = header['sl'];
-    if (!Number.isSafeInteger(offset) || !Number.isSafeInteger(length) || !this.ringIn) {
+    const ring = this.ringIn;
+    if (!Number.isSafeInteger(offset) || !Number.isSafeInteger(length) || !ring) {
       throw new ProtocolError('shm data frame without a valid ring location');
     }
+    const view = runs ? runs.destination(header) : null;
     let ok = false;
-    if (dest !== null) ok = dest.length === length && this.ringIn.read(dest, offset as number) === length;
+    if (runs && view && view.length === length) {
+      const bb = runs.pieceBytes;
+      const piece = ring.mapped ? bb : bb * Math.max(1, Math.floor(FILE_PIECE_BYTES / bb));
+      ok = ring.read(view, offset as number, piece, (filled) => runs.progress(filled)) === length;
+    }
     this.#pendingAcks++;
     if (!this.#ackScheduled) {
       this.#ackScheduled = true;
       setImmediate(() => this.#flushAcks());
     }
-    return ok;
+    return { view, ok };
   }
 
   #flushAcks(): void {

@@ -1,23 +1,35 @@
 /**
  * Same-host data path: each side that sends payload over shm owns a staging file in
- * /dev/shm (a ring). The sender writes block bytes straight from its registered view into
- * the file with positional I/O, then sends a small control frame naming the offset; the
- * receiver reads straight into its destination view and acknowledges, which frees the
- * space. The file is unlinked as soon as both sides have it open, so a crash leaks nothing.
+ * /dev/shm (a ring). The sender copies block bytes from its registered view into the ring,
+ * then sends a small control frame naming the offset; the receiver copies them into its
+ * destination view and acknowledges, which frees the space. The file is unlinked as soon
+ * as both sides have it open, so a crash leaks nothing.
+ *
+ * With the native addon (native-shm.ts) the ring is mapped memory shared by both
+ * processes: one memcpy per side, and the sender hashes each block in the same pass as
+ * its copy. Without it, the ring is accessed with positional file I/O. Either side may use
+ * either mode: the file and the control frames are the same.
  */
-import { closeSync, ftruncateSync, openSync, readSync, unlinkSync, writeSync } from 'node:fs';
+import { closeSync, fstatSync, ftruncateSync, openSync, readSync, unlinkSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { newNonce } from './auth.ts';
+import { blockChecksum } from './checksum.ts';
+import { nativeShm } from './native-shm.ts';
 
 interface Chunk {
   readonly offset: number;
   readonly length: number;
 }
 
+/** Largest peer ring this side agrees to map. */
+const MAX_RING_BYTES = 2 ** 32;
+
 export class ShmRingWriter {
   readonly path: string;
   readonly size: number;
-  #fd: number;
+  #fd = -1;
+  #mapped: ArrayBuffer | null = null;
+  #mem: Uint8Array | null = null;
   #writePos = 0;
   readonly #outstanding: Chunk[] = [];
   #wake: (() => void) | null = null;
@@ -26,12 +38,57 @@ export class ShmRingWriter {
   constructor(dir: string, size: number) {
     this.path = join(dir, `kvconnect-${process.pid}-${newNonce()}.ring`);
     this.size = size;
+    if (nativeShm) {
+      try {
+        this.#mapped = nativeShm.map(this.path, size, true);
+        this.#mem = new Uint8Array(this.#mapped);
+        return;
+      } catch {
+        // e.g. /dev/shm too small to reserve the ring: the sparse file below may still do.
+      }
+    }
     this.#fd = openSync(this.path, 'w+', 0o600);
     ftruncateSync(this.#fd, size);
   }
 
+  /** True when the ring is mapped memory (native addon). */
+  get mapped(): boolean {
+    return this.#mem !== null;
+  }
+
   /** Copies the views into the ring (waiting for space) and returns the offset used. */
   async put(views: readonly Uint8Array[], length: number): Promise<number> {
+    const offset = await this.#reserve(length);
+    let pos = offset;
+    for (const v of views) {
+      this.#copyIn(v, pos);
+      pos += v.length;
+    }
+    this.#commit(offset, length);
+    return offset;
+  }
+
+  /**
+   * Copies `count` blocks of `view` into the ring and returns their checksums, each block
+   * hashed right after its copy, from the ring while it is still in cache (measured faster
+   * than hashing the source first or hashing in the copy loop). Mapped rings only.
+   */
+  async putHashed(view: Uint8Array, blockBytes: number, count: number): Promise<{ offset: number; sums: number[] }> {
+    const offset = await this.#reserve(view.length);
+    const mem = this.#mem;
+    if (mem === null) throw new Error('putHashed needs a mapped ring');
+    const sums = new Array<number>(count);
+    for (let i = 0; i < count; i++) {
+      const at = i * blockBytes;
+      const block = mem.subarray(offset + at, offset + at + blockBytes);
+      block.set(view.subarray(at, at + blockBytes));
+      sums[i] = blockChecksum(block);
+    }
+    this.#commit(offset, view.length);
+    return { offset, sums };
+  }
+
+  async #reserve(length: number): Promise<number> {
     if (length > this.size) throw new Error(`chunk of ${length} bytes exceeds the ${this.size}-byte ring`);
     let offset = this.#place(length);
     while (offset < 0) {
@@ -41,15 +98,22 @@ export class ShmRingWriter {
       });
       offset = this.#place(length);
     }
-    let pos = offset;
-    for (const v of views) {
-      let done = 0;
-      while (done < v.length) done += writeSync(this.#fd, v, done, v.length - done, pos + done);
-      pos += v.length;
+    if (this.#closed) throw new Error('shm ring closed');
+    return offset;
+  }
+
+  #copyIn(v: Uint8Array, pos: number): void {
+    if (this.#mem !== null) {
+      this.#mem.set(v, pos);
+      return;
     }
+    let done = 0;
+    while (done < v.length) done += writeSync(this.#fd, v, done, v.length - done, pos + done);
+  }
+
+  #commit(offset: number, length: number): void {
     this.#outstanding.push({ offset, length });
     this.#writePos = offset + length;
-    return offset;
   }
 
   /** The receiver consumed the `n` oldest chunks. */
@@ -80,30 +144,78 @@ export class ShmRingWriter {
     if (this.#closed) return;
     this.#closed = true;
     this.unlink();
-    closeSync(this.#fd);
+    if (this.#mapped !== null) nativeShm?.release(this.#mapped);
+    else closeSync(this.#fd);
+    this.#mapped = null;
+    this.#mem = null;
     this.release(0);
   }
 }
 
 export class ShmRingReader {
-  #fd: number;
+  #fd = -1;
+  #mapped: ArrayBuffer | null = null;
+  #mem: Uint8Array | null = null;
 
   constructor(path: string) {
+    if (nativeShm) {
+      const fd = openSync(path, 'r');
+      try {
+        const size = fstatSync(fd).size;
+        if (size > 0 && size <= MAX_RING_BYTES) {
+          this.#mapped = nativeShm.map(path, size, false);
+          this.#mem = new Uint8Array(this.#mapped);
+          return;
+        }
+      } catch {
+        // Fall back to positional reads of the same file.
+      } finally {
+        closeSync(fd);
+      }
+    }
     this.#fd = openSync(path, 'r');
   }
 
-  /** Fills `dest` from the ring at `offset`; returns the bytes read (short if the file is). */
-  read(dest: Uint8Array, offset: number): number {
+  /** True when the peer's ring is mapped memory (native addon). */
+  get mapped(): boolean {
+    return this.#mem !== null;
+  }
+
+  /**
+   * Fills `dest` from the ring at `offset` in pieces of `pieceBytes`, calling `progress`
+   * with the bytes filled so far after each piece; returns the bytes read (short if the
+   * location lies outside the ring or the file is short).
+   */
+  read(dest: Uint8Array, offset: number, pieceBytes: number, progress?: (filled: number) => void): number {
+    const mem = this.#mem;
+    if (mem !== null && offset + dest.length > mem.length) return 0;
+
+    const step = Math.max(1, pieceBytes);
     let done = 0;
     while (done < dest.length) {
-      const n = readSync(this.#fd, dest, done, dest.length - done, offset + done);
-      if (n === 0) break;
+      const n = Math.min(step, dest.length - done);
+      if (mem !== null) {
+        dest.set(mem.subarray(offset + done, offset + done + n), done);
+      } else {
+        let got = 0;
+        while (got < n) {
+          const r = readSync(this.#fd, dest, done + got, n - got, offset + done + got);
+          if (r === 0) return done + got;
+          got += r;
+        }
+      }
       done += n;
+      progress?.(done);
     }
     return done;
   }
 
   close(): void {
-    closeSync(this.#fd);
+    if (this.#mapped !== null) nativeShm?.release(this.#mapped);
+    else if (this.#fd >= 0) closeSync(this.#fd);
+    this.#mapped = null;
+    this.#mem = null;
+    this.#fd = -1;
   }
 }
+

@@ -2,11 +2,12 @@
  * Child process for the two-process tests: a transfer agent over one region whose block b
  * is filled with a pattern derived from (seed, b). It prints its metadata as one JSON line,
  * then obeys stdin commands: `crc FIRST COUNT` (prints the CRC of those blocks),
- * `die-after CHUNKS` (SIGKILLs itself after sending that many data chunks), `exit`.
+ * `die-after CHUNKS` (SIGKILLs itself after sending that many data chunks), `impl` (prints
+ * which shm ring it uses), `exit`.
  */
 import { createInterface } from 'node:readline';
 import { crc32 } from 'node:zlib';
-import { TransferAgent } from '../../src/transfer/index.ts';
+import { shmRingImplementation, TransferAgent } from '../../src/transfer/index.ts';
 import { fillPattern } from './pattern.ts';
 
 const [backend = 'TCP', numBlocksArg = '64', blockBytesArg = '4096', seedArg = '1'] = process.argv.slice(2);
@@ -41,6 +42,8 @@ for await (const line of createInterface({ input: process.stdin })) {
   } else if (cmd === 'die-after') {
     dieAfter = Number(a);
     process.stdout.write('ok\n');
+  } else if (cmd === 'impl') {
+    process.stdout.write(`${JSON.stringify(shmRingImplementation())}\n`);
   } else if (cmd === 'exit') {
     break;
   }

@@ -17,7 +17,12 @@ interface Child {
   stop(): Promise<void>;
 }
 
-async function startChild(backend: string, numBlocks: number, seed: number): Promise<Child> {
+async function startChild(
+  backend: string,
+  numBlocks: number,
+  seed: number,
+  env: Record<string, string> = {},
+): Promise<Child> {
   const proc = spawn(
     process.execPath,
     [
@@ -29,7 +34,7 @@ async function startChild(backend: string, numBlocks: number, seed: number): Pro
       String(BB),
       String(seed),
     ],
-    { stdio: ['pipe', 'pipe', 'pipe'], env: { ...process.env, KVCONNECT_LOG_LEVEL: 'silent' } },
+    { stdio: ['pipe', 'pipe', 'pipe'], env: { ...process.env, KVCONNECT_LOG_LEVEL: 'silent', ...env } },
   );
   const lines: Interface = createInterface({ input: proc.stdout });
   const queue: ((l: string) => void)[] = [];
@@ -53,47 +58,64 @@ async function startChild(backend: string, numBlocks: number, seed: number): Pro
   };
 }
 
+async function readsAndWrites(backend: string, env: Record<string, string>): Promise<void> {
+  const N = 256;
+  const child = await startChild(backend, N, 9, env);
+  const agent = await TransferAgent.create({
+    engineId: 'parent',
+    agentName: 'parent',
+    backends: [backend],
+  });
+  const local = makeRegion(0, BB, N, 5);
+  agent.registerMemory([local]);
+  const remote = agent.addRemoteAgent(child.meta);
+  assert.equal(agent.transportFor(remote), backend.toLowerCase());
+  if (env['KVCONNECT_DISABLE_NATIVE'] === '1') {
+    assert.equal((JSON.parse(await child.ask('impl')) as { native: boolean }).native, false);
+  }
+  const expected = new Uint8Array(N * BB);
+  fillPattern(expected, BB, 9);
+  const reads = [
+    [10, 100, 50],
+    [70, 3, 5],
+    [200, 160, 40],
+  ] as const;
+  const hs = reads.map(([l, r, n]) =>
+    agent.read(remote, [{ localRegion: 0, localFirst: l, remoteRegion: 0, remoteFirst: r, count: n }]),
+  );
+  for (const h of hs) assert.equal((await agent.waitFor(h)).state, 'DONE');
+  for (const [l, r, n] of reads) {
+    assert.ok(
+      Buffer.from(local.bytes.subarray(l * BB, (l + n) * BB)).equals(expected.subarray(r * BB, (r + n) * BB)),
+    );
+  }
+  const w = agent.write(remote, [
+    { localRegion: 0, localFirst: 0, remoteRegion: 0, remoteFirst: 128, count: 100 },
+  ]);
+  assert.equal((await agent.waitFor(w)).state, 'DONE');
+  const want = crc32(local.bytes.subarray(0, 100 * BB));
+  assert.equal(Number(await child.ask('crc 128 100')), want);
+  await agent.close();
+  await child.stop();
+}
+
+/**
+ * The child runs each data-path variant the parent may meet: over shm, a peer without the
+ * native ring (its ring is a file, the parent's is mapped when the addon is built); over
+ * tcp, a peer that reads accepted sockets the plain way.
+ */
+const VARIANTS: Record<string, Record<string, Record<string, string>>> = {
+  TCP: { default: {}, 'accepted sockets not adopted': { KVCONNECT_DISABLE_SOCKET_ADOPT: '1' } },
+  SHM: { default: {}, 'peer without the native ring': { KVCONNECT_DISABLE_NATIVE: '1' } },
+};
+
 for (const backend of ['TCP', 'SHM']) {
   describe(`two processes over ${backend}`, () => {
-    it('READs and WRITEs block runs across processes, byte for byte', async () => {
-      const N = 256;
-      const child = await startChild(backend, N, 9);
-      const agent = await TransferAgent.create({
-        engineId: 'parent',
-        agentName: 'parent',
-        backends: [backend],
+    for (const [variant, env] of Object.entries(VARIANTS[backend]!)) {
+      it(`READs and WRITEs block runs across processes, byte for byte (${variant})`, async () => {
+        await readsAndWrites(backend, env);
       });
-      const local = makeRegion(0, BB, N, 5);
-      agent.registerMemory([local]);
-      const remote = agent.addRemoteAgent(child.meta);
-      assert.equal(agent.transportFor(remote), backend.toLowerCase());
-      const expected = new Uint8Array(N * BB);
-      fillPattern(expected, BB, 9);
-      const reads = [
-        [10, 100, 50],
-        [70, 3, 5],
-        [200, 160, 40],
-      ] as const;
-      const hs = reads.map(([l, r, n]) =>
-        agent.read(remote, [{ localRegion: 0, localFirst: l, remoteRegion: 0, remoteFirst: r, count: n }]),
-      );
-      for (const h of hs) assert.equal((await agent.waitFor(h)).state, 'DONE');
-      for (const [l, r, n] of reads) {
-        assert.ok(
-          Buffer.from(local.bytes.subarray(l * BB, (l + n) * BB)).equals(
-            expected.subarray(r * BB, (r + n) * BB),
-          ),
-        );
-      }
-      const w = agent.write(remote, [
-        { localRegion: 0, localFirst: 0, remoteRegion: 0, remoteFirst: 128, count: 100 },
-      ]);
-      assert.equal((await agent.waitFor(w)).state, 'DONE');
-      const want = crc32(local.bytes.subarray(0, 100 * BB));
-      assert.equal(Number(await child.ask('crc 128 100')), want);
-      await agent.close();
-      await child.stop();
-    });
+    }
 
     it('fails an in-flight READ with ERR, in bounded time, when the peer is killed', async () => {
       const N = 1024;

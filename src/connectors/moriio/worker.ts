@@ -24,6 +24,7 @@ import type { MoRIIOStepMetadata } from './step-metadata.ts';
 import type { MoRIIOWorkerContext } from './worker-context.ts';
 
 const log = getLogger('kvconnect.connectors.moriio');
+const WARMUP = 'moriio-link-up';
 
 /** What a worker's handshake listener serves. */
 export interface MoRIIOAgentPayload {
@@ -84,6 +85,8 @@ export class MoRIIOWorker {
       host: cfg.hostIp,
       backends: cfg.backend === 'xgmi' ? ['SHM'] : ['TCP'],
       transferTimeoutMs: cfg.transferTimeoutS * 1000,
+      // The peer's event loop may be busy with a long prefill while the link comes up.
+      connectTimeoutMs: Math.max(5000, cfg.transferTimeoutS * 1000),
     });
     this.#agent = agent;
     agent.registerMemory(
@@ -202,7 +205,10 @@ export class MoRIIOWorker {
         );
       }
     }
-    return agent.addRemoteAgent(remote.agent);
+    const name = agent.addRemoteAgent(remote.agent);
+    // Bring the data link up now, not at the first write in the middle of a prefill.
+    await agent.sendNotification(name, WARMUP);
+    return name;
   }
 
   #onMessage(m: NotifyMessage): void {
@@ -240,6 +246,8 @@ export class MoRIIOWorker {
   }
 
   getFinished(): { sending: string[] | null; recving: string[] | null } {
+    // MoRIIO's control messages use the notify channel; agent notifications are link warm-ups.
+    this.#agent?.drainNotifications();
     const sending = this.#producer?.takeDone() ?? [];
     const recving = this.#consumer?.takeRecving() ?? [];
     return { sending: sending.length > 0 ? sending : null, recving: recving.length > 0 ? recving : null };

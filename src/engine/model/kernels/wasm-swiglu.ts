@@ -54,17 +54,17 @@ function i32x4(value: number): number[] {
   return s(simd.const, ...bytes);
 }
 
-/** Pushes e^(local X) (X already clamped to ±87). */
-function exp(): number[] {
-  const code = [...get(X), ...f32x4(Math.LOG2E), ...s(simd.f32x4Mul), ...s(simd.f32x4Nearest), ...set(K)];
-  code.push(...get(X), ...get(K), ...f32x4(0.693359375), ...s(simd.f32x4Mul), ...s(simd.f32x4Sub));
-  code.push(...get(K), ...f32x4(-2.1219444e-4), ...s(simd.f32x4Mul), ...s(simd.f32x4Sub), ...set(R));
+/** Pushes e^(local x) (x already clamped to ±87), using locals k and r as temporaries. */
+function exp(x = X, k = K, r = R): number[] {
+  const code = [...get(x), ...f32x4(Math.LOG2E), ...s(simd.f32x4Mul), ...s(simd.f32x4Nearest), ...set(k)];
+  code.push(...get(x), ...get(k), ...f32x4(0.693359375), ...s(simd.f32x4Mul), ...s(simd.f32x4Sub));
+  code.push(...get(k), ...f32x4(-2.1219444e-4), ...s(simd.f32x4Mul), ...s(simd.f32x4Sub), ...set(r));
   const coefficients = [1 / 5040, 1 / 720, 1 / 120, 1 / 24, 1 / 6, 1 / 2, 1, 1];
   code.push(...f32x4(coefficients[0] as number));
   for (const c of coefficients.slice(1)) {
-    code.push(...get(R), ...s(simd.f32x4Mul), ...f32x4(c), ...s(simd.f32x4Add));
+    code.push(...get(r), ...s(simd.f32x4Mul), ...f32x4(c), ...s(simd.f32x4Add));
   }
-  code.push(...get(K), ...s(simd.i32x4TruncSatF32x4S), ...i32x4(127), ...s(simd.i32x4Add));
+  code.push(...get(k), ...s(simd.i32x4TruncSatF32x4S), ...i32x4(127), ...s(simd.i32x4Add));
   code.push(0x41, 23, ...s(simd.i32x4Shl), ...s(simd.f32x4Mul));
   return code;
 }

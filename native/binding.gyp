@@ -1,0 +1,10 @@
+{
+  "targets": [
+    {
+      "target_name": "kvshm",
+      "sources": ["kvshm.c"],
+      "defines": ["NAPI_VERSION=8"],
+      "cflags": ["-O2", "-Wall", "-Wextra"]
+    }
+  ]
+}

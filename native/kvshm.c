@@ -1,0 +1,153 @@
+/*
+ * kvshm: maps a file of a shared-memory directory (/dev/shm) into this process and hands
+ * it to JavaScript as an external ArrayBuffer, so two processes on one host can move KV
+ * blocks with one memcpy per side. The JS side (src/transfer/native-shm.ts) falls back to
+ * positional file I/O when this addon is missing.
+ *
+ *   map(path, size, create) -> ArrayBuffer
+ *     create=true : creates the file (O_EXCL, mode 0600) and reserves `size` bytes with
+ *                   posix_fallocate, so a full tmpfs fails here (ENOSPC) instead of
+ *                   raising SIGBUS on a later page fault; mapped read-write.
+ *     create=false: opens an existing file, checks it holds at least `size` bytes, maps it
+ *                   read-only.
+ *   release(buffer)  detaches the ArrayBuffer (every view becomes empty); the mapping is
+ *                    unmapped by the finalizer once the engine drops its backing store.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <node_api.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+typedef struct {
+  void *addr;
+  size_t size;
+} mapping_t;
+
+static napi_value throw_errno(napi_env env, const char *what, int err) {
+  char msg[256];
+  snprintf(msg, sizeof msg, "kvshm %s: %s", what, strerror(err));
+  napi_throw_error(env, "KVSHM_OS_ERROR", msg);
+  return NULL;
+}
+
+static void finalize_mapping(napi_env env, void *data, void *hint) {
+  (void)data;
+  mapping_t *m = (mapping_t *)hint;
+  int64_t adjusted;
+  munmap(m->addr, m->size);
+  napi_adjust_external_memory(env, -(int64_t)m->size, &adjusted);
+  free(m);
+}
+
+static napi_value kv_map(napi_env env, napi_callback_info info) {
+  size_t argc = 3;
+  napi_value argv[3];
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc != 3) {
+    napi_throw_type_error(env, NULL, "map(path, size, create) takes three arguments");
+    return NULL;
+  }
+  char path[4096];
+  size_t path_len = 0;
+  if (napi_get_value_string_utf8(env, argv[0], path, sizeof path, &path_len) != napi_ok ||
+      path_len == 0 || path_len >= sizeof path - 1) {
+    napi_throw_type_error(env, NULL, "path must be a non-empty string");
+    return NULL;
+  }
+  int64_t size = 0;
+  if (napi_get_value_int64(env, argv[1], &size) != napi_ok || size <= 0 ||
+      size > ((int64_t)1 << 40)) {
+    napi_throw_range_error(env, NULL, "size must be a positive byte count");
+    return NULL;
+  }
+  bool create = false;
+  if (napi_get_value_bool(env, argv[2], &create) != napi_ok) {
+    napi_throw_type_error(env, NULL, "create must be a boolean");
+    return NULL;
+  }
+
+  int fd = create ? open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600)
+                  : open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return throw_errno(env, "open", errno);
+  if (create) {
+    int err = posix_fallocate(fd, 0, (off_t)size);
+    if (err != 0) {
+      close(fd);
+      unlink(path);
+      return throw_errno(env, "posix_fallocate", err);
+    }
+  } else {
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+      int err = errno;
+      close(fd);
+      return throw_errno(env, "fstat", err);
+    }
+    if (st.st_size < size) {
+      close(fd);
+      napi_throw_range_error(env, "KVSHM_SHORT_FILE", "kvshm map: the file is smaller than the ring");
+      return NULL;
+    }
+  }
+  void *addr = mmap(NULL, (size_t)size, create ? PROT_READ | PROT_WRITE : PROT_READ,
+                    MAP_SHARED, fd, 0);
+  int map_err = errno;
+  close(fd);
+  if (addr == MAP_FAILED) {
+    if (create) unlink(path);
+    return throw_errno(env, "mmap", map_err);
+  }
+
+  mapping_t *m = (mapping_t *)malloc(sizeof *m);
+  if (m == NULL) {
+    munmap(addr, (size_t)size);
+    return throw_errno(env, "malloc", ENOMEM);
+  }
+  m->addr = addr;
+  m->size = (size_t)size;
+  napi_value buffer;
+  if (napi_create_external_arraybuffer(env, addr, (size_t)size, finalize_mapping, m, &buffer) != napi_ok) {
+    munmap(addr, (size_t)size);
+    free(m);
+    napi_throw_error(env, NULL, "kvshm map: cannot create the ArrayBuffer");
+    return NULL;
+  }
+  int64_t adjusted;
+  napi_adjust_external_memory(env, size, &adjusted);
+  return buffer;
+}
+
+static napi_value kv_release(napi_env env, napi_callback_info info) {
+  size_t argc = 1;
+  napi_value argv[1];
+  bool is_ab = false;
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc != 1 ||
+      napi_is_arraybuffer(env, argv[0], &is_ab) != napi_ok || !is_ab) {
+    napi_throw_type_error(env, NULL, "release(buffer) takes the ArrayBuffer returned by map");
+    return NULL;
+  }
+  bool detached = false;
+  napi_is_detached_arraybuffer(env, argv[0], &detached);
+  if (!detached && napi_detach_arraybuffer(env, argv[0]) != napi_ok) {
+    napi_throw_error(env, NULL, "kvshm release: cannot detach the ArrayBuffer");
+    return NULL;
+  }
+  return NULL;
+}
+
+static napi_value init(napi_env env, napi_value exports) {
+  napi_property_descriptor props[] = {
+      {"map", NULL, kv_map, NULL, NULL, NULL, napi_enumerable, NULL},
+      {"release", NULL, kv_release, NULL, NULL, NULL, napi_enumerable, NULL},
+  };
+  napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
+  return exports;
+}
+
+NAPI_MODULE(NODE_GYP_MODULE_NAME, init)

@@ -6,7 +6,7 @@
  * plain prefill time. Hidden = share of READ's exposed transfer time WRITE hides:
  * 1 - (write_total - prefill) / (read_total - prefill).
  *
- *   npm run bench -- moriio [--tokens 2048] [--backend xgmi|rdma] [--reps 3]
+ *   npm run bench -- moriio [--tokens 2048] [--backend xgmi|rdma] [--reps 2]
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
@@ -33,27 +33,35 @@ async function freePort(): Promise<number> {
   });
 }
 
-function options(role: string, tokens: number, ports: { h: number; n: number }, backend: string, read: boolean): LLMOptions {
+function options(
+  role: string,
+  tokens: number,
+  ports: { h: number; n: number },
+  backend: string,
+  read: boolean,
+): LLMOptions {
   return {
     model: MODEL,
     max_model_len: tokens + 64,
     max_num_batched_tokens: tokens + 64,
     num_gpu_blocks: Math.ceil(tokens / 16) * 2 + 16,
-    ...(role === '' ? {} : {
-      kvTransferConfig: {
-        kv_connector: 'MoRIIOConnector',
-        kv_role: role as 'kv_producer' | 'kv_consumer',
-        kv_connector_extra_config: {
-          http_port: 8000,
-          host_ip: '127.0.0.1',
-          handshake_port: ports.h,
-          notify_port: ports.n,
-          backend,
-          read_mode: read,
-          transfer_timeout: 120,
-        },
-      },
-    }),
+    ...(role === ''
+      ? {}
+      : {
+          kvTransferConfig: {
+            kv_connector: 'MoRIIOConnector',
+            kv_role: role as 'kv_producer' | 'kv_consumer',
+            kv_connector_extra_config: {
+              http_port: 8000,
+              host_ip: '127.0.0.1',
+              handshake_port: ports.h,
+              notify_port: ports.n,
+              backend,
+              read_mode: read,
+              transfer_timeout: 120,
+            },
+          },
+        }),
   };
 }
 
@@ -71,13 +79,21 @@ async function consumer(optionsJson: string): Promise<void> {
   for await (const chunk of process.stdin) {
     buf += String(chunk);
     for (let nl = buf.indexOf('\n'); nl >= 0; nl = buf.indexOf('\n')) {
-      const job = JSON.parse(buf.slice(0, nl)) as { tokens: number[]; rid: string; params: Record<string, unknown> };
+      const job = JSON.parse(buf.slice(0, nl)) as {
+        tokens: number[];
+        rid: string;
+        params: Record<string, unknown>;
+      };
       buf = buf.slice(nl + 1);
       void llm
-        .generate([{ promptTokenIds: job.tokens }], { maxTokens: 1, temperature: 0, ignoreEos: true }, {
-          requestIdPrefix: job.rid,
-          kvTransferParams: job.params,
-        })
+        .generate(
+          [{ promptTokenIds: job.tokens }],
+          { maxTokens: 1, temperature: 0, ignoreEos: true },
+          {
+            requestIdPrefix: job.rid,
+            kvTransferParams: job.params,
+          },
+        )
         .then(() => process.stdout.write('DONE\n'));
     }
   }
@@ -114,7 +130,12 @@ class Child {
 
 const now = (): number => performance.timeOrigin + performance.now();
 
-async function runMode(read: boolean, tokens: number, backend: string, reps: number): Promise<{ totalMs: number[]; prefillMs: number[] }> {
+async function runMode(
+  read: boolean,
+  tokens: number,
+  backend: string,
+  reps: number,
+): Promise<{ totalMs: number[]; prefillMs: number[] }> {
   const pPorts = { h: await freePort(), n: await freePort() };
   const dPorts = { h: await freePort(), n: await freePort() };
   const p = await LLM.create(options('kv_producer', tokens, pPorts, backend, read));
@@ -127,7 +148,8 @@ async function runMode(read: boolean, tokens: number, backend: string, reps: num
     for (let rep = 0; rep < reps + 1; rep++) {
       const tx = `tx-${randomUUID()}`;
       const rid = `___prefill_addr_${zmq(pPorts)}___decode_addr_${zmq(dPorts)}_${randomUUID().replaceAll('-', '')}`;
-      const prompt = promptTokens(tokens).map((t, i) => (i === 0 ? 32 + rep : t));
+      // rep 0 warms up with a short prompt (connections, code paths) and is not counted.
+      const prompt = promptTokens(rep === 0 ? 64 : tokens).map((t, i) => (i === 0 ? 32 + rep : t));
       const dParams = {
         do_remote_decode: false,
         do_remote_prefill: true,
@@ -145,10 +167,14 @@ async function runMode(read: boolean, tokens: number, backend: string, reps: num
         await new Promise((r) => setTimeout(r, 200));
       }
       const t0 = now();
-      const [pOut] = await p.generate([{ promptTokenIds: prompt }], { maxTokens: 1, temperature: 0, ignoreEos: true }, {
-        requestIdPrefix: rid,
-        kvTransferParams: { do_remote_decode: true, transfer_id: tx, remote_tp_size: 1 },
-      });
+      const [pOut] = await p.generate(
+        [{ promptTokenIds: prompt }],
+        { maxTokens: 1, temperature: 0, ignoreEos: true },
+        {
+          requestIdPrefix: rid,
+          kvTransferParams: { do_remote_decode: true, transfer_id: tx, remote_tp_size: 1 },
+        },
+      );
       const tPrefill = now();
       if (read) send({ ...dParams, remote_block_ids: pOut?.kvTransferParams?.['remote_block_ids'] });
       const kind = read ? 'reads_complete' : 'recv_complete';
@@ -167,18 +193,19 @@ async function runMode(read: boolean, tokens: number, backend: string, reps: num
   return { totalMs, prefillMs };
 }
 
-const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? Number.NaN;
+const median = (xs: number[]): number =>
+  [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? Number.NaN;
 
 export async function main(args: string[]): Promise<void> {
   if (args[0] === '--consumer') return consumer(args[1] ?? '{}');
   setLogLevel('error');
   const tokens = Number(arg(args, '--tokens', '2048'));
   const backend = arg(args, '--backend', 'xgmi');
-  const reps = Number(arg(args, '--reps', '3'));
+  const reps = Number(arg(args, '--reps', '2'));
   const plain = await LLM.create(options('', tokens, { h: 0, n: 0 }, backend, false));
   const base: number[] = [];
   for (let rep = 0; rep < reps + 1; rep++) {
-    const prompt = promptTokens(tokens).map((t, i) => (i === 0 ? 40 + rep : t));
+    const prompt = promptTokens(rep === 0 ? 64 : tokens).map((t, i) => (i === 0 ? 40 + rep : t));
     const t0 = now();
     await plain.generate([{ promptTokenIds: prompt }], { maxTokens: 1, temperature: 0, ignoreEos: true });
     if (rep > 0) base.push(now() - t0);

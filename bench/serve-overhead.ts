@@ -11,6 +11,7 @@ import type { AddressInfo } from 'node:net';
 import { Worker } from 'node:worker_threads';
 import { buildEngineConfig } from '../src/config/engine-config.ts';
 import { AsyncEngine } from '../src/engine/async-engine.ts';
+import { samplingParams } from '../src/engine/sampling-params.ts';
 import { setLogLevel } from '../src/logging/logger.ts';
 import { createServer } from '../src/server/server.ts';
 
@@ -106,17 +107,8 @@ async function baselineServer(): Promise<{ url: string; close: () => Promise<voi
 /** The same load without HTTP: `concurrency` loops calling engine.generate directly. */
 async function engineAlone(engine: AsyncEngine, concurrency: number, seconds: number): Promise<LoadResult> {
   const ids = engine.tokenizer.encode('Hi');
-  const sampling = {
-    maxTokens: 1,
-    temperature: 0,
-    topP: 1,
-    topK: 0,
-    seed: null,
-    stop: [],
-    stopTokenIds: [],
-    ignoreEos: false,
-    logprobs: null,
-  };
+  const sampling = samplingParams({ maxTokens: 1, temperature: 0 });
+
   const latencies: number[] = [];
   let next = 0;
   const warmupEnd = Date.now() + 1000;

@@ -1,5 +1,5 @@
 /**
- * `npm run bench -- transfer [--mib 256] [--block-kib 64] [--rounds 3]`
+ * `npm run bench -- transfer [--mib 256] [--block-kib 64] [--rounds 3] [--chunk-kib 4096] [--only tcp|shm]`
  *
  * Two processes move KV blocks with the transfer agent (READ and WRITE) over tcp and shm,
  * and the same run measures the baselines: iperf3 single-stream loopback (for tcp) and a
@@ -13,7 +13,13 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { crc32 } from 'node:zlib';
 import { setLogLevel } from '../src/logging/logger.ts';
-import { type AgentMetadata, blockChecksum, type DescPair, TransferAgent } from '../src/transfer/index.ts';
+import {
+  type AgentMetadata,
+  blockChecksum,
+  type DescPair,
+  shmRingImplementation,
+  TransferAgent,
+} from '../src/transfer/index.ts';
 
 const SELF = fileURLToPath(import.meta.url);
 
@@ -29,7 +35,7 @@ function region(blockBytes: number, numBlocks: number) {
   return { id: 0, bytes, blockBytes, numBlocks };
 }
 
-/** Peer mode: serve one region to 'bench' until stdin closes. */
+/** Peer mode: serve one region to 'bench' until stdin closes; each stdin line asks for its CPU time (µs). */
 async function peer(
   backend: string,
   blockBytes: number,
@@ -43,8 +49,10 @@ async function peer(
   agent.grantRead('all', { blockIds: all, peer: 'bench' });
   agent.grantWrite('all', { blockIds: all, peer: 'bench' });
   process.stdout.write(`${JSON.stringify(agent.metadata())}\n`);
-  process.stdin.resume();
-  await new Promise((r) => process.stdin.once('end', r));
+  for await (const _ of createInterface({ input: process.stdin })) {
+    const c = process.cpuUsage();
+    process.stdout.write(`${c.user + c.system}\n`);
+  }
   await agent.close();
   process.exit(0);
 }
@@ -57,11 +65,20 @@ async function startPeer(backend: string, blockBytes: number, numBlocks: number,
       stdio: ['pipe', 'pipe', 'inherit'],
     },
   );
+  const lines = createInterface({ input: proc.stdout! });
+  const queue: ((line: string) => void)[] = [];
+  lines.on('line', (l) => queue.shift()?.(l));
   const line = await new Promise<string>((resolve, reject) => {
-    createInterface({ input: proc.stdout! }).once('line', resolve);
+    queue.push(resolve);
     proc.once('exit', (code) => reject(new Error(`peer exited with ${code}`)));
   });
-  return { proc, meta: JSON.parse(line) as AgentMetadata };
+  /** The peer's CPU time so far, in µs. */
+  const cpuMicros = (): Promise<number> =>
+    new Promise((resolve) => {
+      queue.push((l) => resolve(Number(l)));
+      proc.stdin!.write('cpu\n');
+    });
+  return { proc, meta: JSON.parse(line) as AgentMetadata, cpuMicros };
 }
 
 function stopPeer(proc: ChildProcess): Promise<void> {
@@ -75,9 +92,17 @@ function percentile(sorted: number[], p: number): number {
   return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
 }
 
+/** GB moved per CPU-second of one side: how fast it would go with a core to itself. */
+interface Cpu {
+  receiver: number;
+  sender: number;
+}
+
 interface TransportResult {
   readGbps: number;
   writeGbps: number;
+  readCpu: Cpu;
+  writeCpu: Cpu;
   p50us: number;
   p99us: number;
 }
@@ -89,7 +114,7 @@ async function measureTransport(
   rounds: number,
   chunkBytes: number,
 ): Promise<TransportResult> {
-  const { proc, meta } = await startPeer(backend, blockBytes, numBlocks, chunkBytes);
+  const { proc, meta, cpuMicros } = await startPeer(backend, blockBytes, numBlocks, chunkBytes);
   const agent = await TransferAgent.create({
     engineId: 'bench',
     agentName: 'bench',
@@ -109,20 +134,33 @@ async function measureTransport(
     count: per,
   }));
   const bytes = per * 16 * blockBytes;
-  const run = async (kind: 'read' | 'write'): Promise<number> => {
+  /** Best wall-clock GB/s, and GB per CPU-second of the receiving and of the sending process. */
+  const run = async (kind: 'read' | 'write'): Promise<[number, Cpu]> => {
     let best = 0;
+    let bestRecv = 0;
+    let bestSend = 0;
     for (let r = 0; r < rounds + 1; r++) {
+      const p0 = await cpuMicros();
       const t0 = performance.now();
+      const c0 = process.cpuUsage();
       const h = kind === 'read' ? agent.read(remote, descs) : agent.write(remote, descs);
       const s = await agent.waitFor(h);
       if (s.state !== 'DONE') throw new Error(`${kind} failed: ${s.reason}`);
+      const c = process.cpuUsage(c0);
       const gbps = bytes / ((performance.now() - t0) / 1000) / 1e9;
-      if (r > 0) best = Math.max(best, gbps); // round 0 warms up the connection
+      const peerMicros = (await cpuMicros()) - p0;
+      const [receiver, sender] =
+        kind === 'read' ? [c.user + c.system, peerMicros] : [peerMicros, c.user + c.system];
+      if (r > 0) {
+        best = Math.max(best, gbps); // round 0 warms up the connection
+        bestRecv = Math.max(bestRecv, bytes / (receiver / 1e6) / 1e9);
+        bestSend = Math.max(bestSend, bytes / (sender / 1e6) / 1e9);
+      }
     }
-    return best;
+    return [best, { receiver: bestRecv, sender: bestSend }];
   };
-  const readGbps = await run('read');
-  const writeGbps = await run('write');
+  const [readGbps, readCpu] = await run('read');
+  const [writeGbps, writeCpu] = await run('write');
   const lat: number[] = [];
   const one = [{ localRegion: 0, localFirst: 1, remoteRegion: 0, remoteFirst: 2, count: 1 }];
   for (let i = 0; i < 2200; i++) {
@@ -135,7 +173,14 @@ async function measureTransport(
   lat.sort((a, b) => a - b);
   await agent.close();
   await stopPeer(proc);
-  return { readGbps, writeGbps, p50us: percentile(lat, 50), p99us: percentile(lat, 99) };
+  return {
+    readGbps,
+    writeGbps,
+    readCpu,
+    writeCpu,
+    p50us: percentile(lat, 50),
+    p99us: percentile(lat, 99),
+  };
 }
 
 async function freePort(): Promise<number> {
@@ -199,7 +244,14 @@ export async function main(args: string[]): Promise<void> {
   const chunkBytes = flag(args, '--chunk-kib', 4096) * 1024;
   const numBlocks = Math.floor((mib << 20) / blockBytes);
   const only = args.includes('--only') ? args[args.indexOf('--only') + 1] : undefined;
-  const skipped: TransportResult = { readGbps: 0, writeGbps: 0, p50us: 0, p99us: 0 };
+  const skipped: TransportResult = {
+    readGbps: 0,
+    writeGbps: 0,
+    readCpu: { receiver: 0, sender: 0 },
+    writeCpu: { receiver: 0, sender: 0 },
+    p50us: 0,
+    p99us: 0,
+  };
   const tcp =
     only === 'shm' ? skipped : await measureTransport('TCP', blockBytes, numBlocks, rounds, chunkBytes);
   const shm =
@@ -222,11 +274,17 @@ export async function main(args: string[]): Promise<void> {
     ['shm READ', r2(shm.readGbps), r2(memcpy), ratio(shm.readGbps, memcpy)],
     ['shm WRITE', r2(shm.writeGbps), r2(memcpy), ratio(shm.writeGbps, memcpy)],
   ];
+  const ring = shmRingImplementation();
+  const cpuPair = (c: Cpu) => `${r2(c.receiver)} / ${r2(c.sender)}`;
   console.log(
-    `transfer: ${numBlocks} blocks × ${blockBytes / 1024} KiB = ${mib} MiB per transfer, best of ${rounds}`,
+    `transfer: ${numBlocks} blocks × ${blockBytes / 1024} KiB = ${mib} MiB per transfer, best of ${rounds}; ` +
+      `shm ring: ${ring.native ? 'native (mmap)' : `pure JS (${ring.reason})`}`,
   );
   console.log('| path | GB/s | baseline GB/s | ratio |\n|---|---|---|---|');
   for (const r of rows) console.log(`| ${r.join(' | ')} |`);
+  console.log(
+    `| GB per CPU-second, receiver / sender | tcp READ ${cpuPair(tcp.readCpu)}, WRITE ${cpuPair(tcp.writeCpu)} | shm READ ${cpuPair(shm.readCpu)}, WRITE ${cpuPair(shm.writeCpu)} | |`,
+  );
   console.log(
     `| block checksum (wasm simd) | ${r2(checksum)} | zlib.crc32 ${r2(crc)} | ${r2(checksum / crc)} |`,
   );
@@ -252,6 +310,11 @@ export async function main(args: string[]): Promise<void> {
       checksum_gbps: r2(checksum),
       crc32_gbps: r2(crc),
       chunk_kib: chunkBytes / 1024,
+      tcp_read_cpu_gbps: [r2(tcp.readCpu.receiver), r2(tcp.readCpu.sender)],
+      tcp_write_cpu_gbps: [r2(tcp.writeCpu.receiver), r2(tcp.writeCpu.sender)],
+      shm_read_cpu_gbps: [r2(shm.readCpu.receiver), r2(shm.readCpu.sender)],
+      shm_write_cpu_gbps: [r2(shm.writeCpu.receiver), r2(shm.writeCpu.sender)],
+      shm_ring: ring.native ? 'native' : 'js',
     }),
   );
 }

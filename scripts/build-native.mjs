@@ -14,7 +14,10 @@ function run(cmd, args) {
   const r = spawnSync(cmd, args, { cwd: nativeDir, encoding: 'utf8', timeout: 180_000 });
   if (r.error) return r.error.message;
   if (r.status !== 0) {
-    const lines = `${r.stderr ?? ''}\n${r.stdout ?? ''}`.trim().split('\n').filter((l) => /error/i.test(l));
+    const lines = `${r.stderr ?? ''}\n${r.stdout ?? ''}`
+      .trim()
+      .split('\n')
+      .filter((l) => /error/i.test(l));
     return lines[0]?.trim() || `${cmd} exited with ${r.status}`;
   }
   return null;
@@ -23,7 +26,17 @@ function run(cmd, args) {
 function nodeGypScript() {
   const fromNpm = process.env.npm_config_node_gyp;
   if (fromNpm && existsSync(fromNpm)) return fromNpm;
-  const bundled = join(dirname(process.execPath), '..', 'lib', 'node_modules', 'npm', 'node_modules', 'node-gyp', 'bin', 'node-gyp.js');
+  const bundled = join(
+    dirname(process.execPath),
+    '..',
+    'lib',
+    'node_modules',
+    'npm',
+    'node_modules',
+    'node-gyp',
+    'bin',
+    'node-gyp.js',
+  );
   return existsSync(bundled) ? bundled : null;
 }
 
@@ -47,8 +60,15 @@ function build() {
   if (nodeDir) {
     mkdirSync(dirname(output), { recursive: true });
     const ccError = run(process.env.CC || 'cc', [
-      '-shared', '-fPIC', '-O2', '-DNAPI_VERSION=8', '-DNODE_GYP_MODULE_NAME=kvshm',
-      `-I${join(nodeDir, 'include', 'node')}`, 'kvshm.c', '-o', output,
+      '-shared',
+      '-fPIC',
+      '-O2',
+      '-DNAPI_VERSION=8',
+      '-DNODE_GYP_MODULE_NAME=kvshm',
+      `-I${join(nodeDir, 'include', 'node')}`,
+      'kvshm.c',
+      '-o',
+      output,
     ]);
     if (ccError === null && existsSync(output)) return null;
   }
@@ -57,9 +77,12 @@ function build() {
 
 try {
   const problem = build();
-  if (problem === null) console.log('kvconnect: built the native shm addon (native/build/Release/kvshm.node)');
+  if (problem === null)
+    console.log('kvconnect: built the native shm addon (native/build/Release/kvshm.node)');
   else console.log(`kvconnect: native shm addon not built: ${problem}; ${fallback}`);
 } catch (e) {
-  console.log(`kvconnect: native shm addon not built: ${e instanceof Error ? e.message : String(e)}; ${fallback}`);
+  console.log(
+    `kvconnect: native shm addon not built: ${e instanceof Error ? e.message : String(e)}; ${fallback}`,
+  );
 }
 process.exit(0);

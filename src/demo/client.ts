@@ -1,6 +1,7 @@
 /**
  * One streamed, greedy completion as the demo sends it, timed on the client side: time to
- * first token (first chunk carrying text or tokens) and end-to-end latency.
+ * first token (first chunk carrying text or tokens) and end-to-end latency. It asks for
+ * `return_tokens_as_token_ids`, so the output is compared by the token ids themselves.
  */
 import { KVError } from '../errors/kv-error.ts';
 import type { DemoRequest } from './workload.ts';
@@ -8,8 +9,8 @@ import type { DemoRequest } from './workload.ts';
 export interface CompletionResult {
   index: number;
   text: string;
-  /** Per-token text (logprobs.tokens): distinguishes outputs that decode to the same text. */
-  tokens: string[];
+  /** Generated token ids (from logprobs.tokens, `token_id:{id}`): outputs can decode to the same text. */
+  tokenIds: number[];
   /** Per-token log-probabilities; greedy runs on the same KV give the same values. */
   logprobs: number[];
   finishReason: string | null;
@@ -42,6 +43,7 @@ export async function streamCompletion(
       max_tokens: request.maxTokens,
       temperature: 0,
       logprobs: 1,
+      return_tokens_as_token_ids: true,
       stream: true,
     }),
   });
@@ -58,7 +60,7 @@ export async function streamCompletion(
   const result: CompletionResult = {
     index: request.index,
     text: '',
-    tokens: [],
+    tokenIds: [],
     logprobs: [],
     finishReason: null,
     ttftMs: Number.NaN,
@@ -100,7 +102,24 @@ function absorbChunk(result: CompletionResult, chunk: StreamChunk, baseUrl: stri
     result.ttftMs = performance.now() - started;
   }
   result.text += choice.text ?? '';
-  result.tokens.push(...tokens);
+  result.tokenIds.push(...tokenIdsOf(tokens, result.index, baseUrl));
   result.logprobs.push(...(choice.logprobs?.token_logprobs ?? []));
   if (choice.finish_reason) result.finishReason = choice.finish_reason;
+}
+
+/** The ids of `token_id:{id}` labels (vLLM's rendering under return_tokens_as_token_ids). */
+export function tokenIdsOf(labels: readonly string[], index: number, baseUrl: string): number[] {
+  return labels.map((label) => {
+    const match = /^token_id:(\d+)$/.exec(label);
+    if (!match) {
+      throw new KVError(
+        'DEMO_REQUEST_FAILED',
+        `Request ${index} to ${baseUrl} returned the token "${label}" where "token_id:{id}" was expected`,
+        {
+          hint: 'The demo needs servers that honour return_tokens_as_token_ids (kvconnect serve does).',
+        },
+      );
+    }
+    return Number(match[1]);
+  });
 }

@@ -45,12 +45,16 @@ export function percentile(values: readonly number[], p: number): number {
   return sorted[rank] ?? Number.NaN;
 }
 
-/** Identical = same text, same per-token strings and the same per-token log-probabilities. */
+/** Identical = same text, same token ids and the same per-token log-probabilities. */
 export function sameOutput(a: CompletionResult, b: CompletionResult): boolean {
-  if (a.text !== b.text || a.tokens.length !== b.tokens.length || a.logprobs.length !== b.logprobs.length) {
+  if (
+    a.text !== b.text ||
+    a.tokenIds.length !== b.tokenIds.length ||
+    a.logprobs.length !== b.logprobs.length
+  ) {
     return false;
   }
-  if (a.tokens.some((t, i) => t !== b.tokens[i])) return false;
+  if (a.tokenIds.some((t, i) => t !== b.tokenIds[i])) return false;
   return a.logprobs.every((l, i) => Math.abs(l - (b.logprobs[i] ?? Number.NaN)) <= 1e-4);
 }
 
@@ -157,7 +161,7 @@ export function renderTable(s: DemoSummary): string {
     [
       'outputs identical',
       `${s.outputs_identical ? '✓' : '✗'} ${s.identical_count}/${s.requests}`,
-      '(greedy, text + tokens)',
+      '(greedy, text + token ids)',
     ],
   ];
   const w0 = Math.max(...rows.map((r) => r[0].length));

@@ -20,6 +20,7 @@ import type {
 } from './api.ts';
 import { describeConnector, type KVConnectorInfo } from './connector-info.ts';
 import { Engine } from './engine.ts';
+import { rejectedKvTransferRequest } from './sampling-params.ts';
 
 /** Wait between steps that computed nothing (ms). */
 export const IDLE_STEP_INTERVAL_MS = 2;
@@ -222,22 +223,7 @@ export class AsyncEngine implements AsyncEngineLike {
    */
   notifyKvTransferRequestRejected(requestId: string, params: KVTransferParams): void {
     if (this.closed) return;
-    this.generate({
-      requestId,
-      promptTokenIds: [0],
-      sampling: {
-        maxTokens: 1,
-        temperature: 0,
-        topP: 1,
-        topK: 0,
-        seed: null,
-        stop: [],
-        stopTokenIds: [],
-        ignoreEos: true,
-        logprobs: null,
-      },
-      kvTransferParams: params,
-    });
+    this.generate(rejectedKvTransferRequest(requestId, params));
     this.abort(requestId);
   }
 }

@@ -8,23 +8,9 @@ import type { EngineOptionsInput } from '../config/engine-config.ts';
 import type { KVTransferParams } from '../connector/types.ts';
 import type { FinishReason, RequestMetrics, RequestOutputDelta, SamplingParams } from './api.ts';
 import { AsyncEngine } from './async-engine.ts';
+import { samplingParams } from './sampling-params.ts';
 
-/** vLLM's SamplingParams defaults (max_tokens 16, temperature 1.0, top_p 1, top_k off). */
-export const DEFAULT_SAMPLING_PARAMS: Readonly<SamplingParams> = {
-  maxTokens: 16,
-  temperature: 1,
-  topP: 1,
-  topK: 0,
-  seed: null,
-  stop: [],
-  stopTokenIds: [],
-  ignoreEos: false,
-  logprobs: null,
-};
-
-export function samplingParams(overrides: Partial<SamplingParams> = {}): SamplingParams {
-  return { ...DEFAULT_SAMPLING_PARAMS, ...overrides };
-}
+export { DEFAULT_SAMPLING_PARAMS, samplingParams } from './sampling-params.ts';
 
 export type LLMOptions = EngineOptionsInput & {
   /** Same as kv_transfer_config (camelCase alias). */

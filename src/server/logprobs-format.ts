@@ -19,25 +19,37 @@ function tokenText(tokenizer: TokenizerLike, id: number): string {
   return tokenizer.decode([id]);
 }
 
+/** vLLM's rendering of a token under `return_tokens_as_token_ids`. */
+export function tokenIdLabel(id: number): string {
+  return `token_id:${id}`;
+}
+
+/** How a token is named in logprobs: its decoded text, or `token_id:{id}` when asked for ids. */
+function tokenName(tokenizer: TokenizerLike, id: number, asTokenIds: boolean): string {
+  return asTokenIds ? tokenIdLabel(id) : tokenText(tokenizer, id);
+}
+
 function bytesOf(text: string): number[] {
   return [...Buffer.from(text, 'utf8')];
 }
 
+/** `text_offset` always indexes the generated text, also when tokens are named by id. */
 export function completionLogprobs(
   tokenizer: TokenizerLike,
   delta: RequestOutputDelta,
   startOffset: number,
+  asTokenIds = false,
 ): CompletionLogprobs {
   const out: CompletionLogprobs = { tokens: [], token_logprobs: [], top_logprobs: [], text_offset: [] };
   let offset = startOffset;
   for (const [i, id] of delta.newTokenIds.entries()) {
     const text = tokenText(tokenizer, id);
-    out.tokens.push(text);
+    out.tokens.push(asTokenIds ? tokenIdLabel(id) : text);
     out.token_logprobs.push(delta.logprobs?.[i] ?? 0);
     const top: Record<string, number> = Object.create(null) as Record<string, number>;
     for (const t of delta.topLogprobs?.[i] ?? []) {
       // Distinct ids can decode to the same text (partial UTF-8): keep the most likely.
-      const key = tokenText(tokenizer, t.tokenId);
+      const key = tokenName(tokenizer, t.tokenId, asTokenIds);
       if (!(key in top) || (top[key] ?? -Infinity) < t.logprob) top[key] = t.logprob;
     }
     out.top_logprobs.push(top);
@@ -51,15 +63,16 @@ export function chatLogprobs(
   tokenizer: TokenizerLike,
   delta: RequestOutputDelta,
   topN: number,
+  asTokenIds = false,
 ): ChatLogprobEntry[] {
   return delta.newTokenIds.map((id, i) => {
-    const token = tokenText(tokenizer, id);
+    const token = tokenName(tokenizer, id, asTokenIds);
     return {
       token,
       logprob: delta.logprobs?.[i] ?? 0,
       bytes: bytesOf(token),
       top_logprobs: (delta.topLogprobs?.[i] ?? []).slice(0, topN).map((t) => {
-        const text = tokenText(tokenizer, t.tokenId);
+        const text = tokenName(tokenizer, t.tokenId, asTokenIds);
         return { token: text, logprob: t.logprob, bytes: bytesOf(text) };
       }),
     };

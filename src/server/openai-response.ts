@@ -54,11 +54,21 @@ export function applyDelta(
   let logprobs: unknown = null;
   if (wantsLogprobs(ctx)) {
     if (ctx.plan.kind === 'completion') {
-      const lp = completionLogprobs(ctx.tokenizer, delta, choice.text.length);
+      const lp = completionLogprobs(
+        ctx.tokenizer,
+        delta,
+        choice.text.length,
+        ctx.plan.returnTokensAsTokenIds,
+      );
       appendCompletionLogprobs(choice.completionLp, lp);
       logprobs = lp;
     } else {
-      const lp = chatLogprobs(ctx.tokenizer, delta, ctx.plan.sampling[0]?.logprobs ?? 0);
+      const lp = chatLogprobs(
+        ctx.tokenizer,
+        delta,
+        ctx.plan.sampling[0]?.logprobs ?? 0,
+        ctx.plan.returnTokensAsTokenIds,
+      );
       choice.chatLp.push(...lp);
       logprobs = { content: lp };
     }

@@ -35,6 +35,8 @@ export interface GenerationPlan {
   kvTransferParams: KVTransferParams | null;
   cacheSalt: string | undefined;
   echo: boolean;
+  /** vLLM's `return_tokens_as_token_ids`: logprobs name tokens `token_id:{id}` instead of their text. */
+  returnTokensAsTokenIds: boolean;
 }
 
 export interface ParseContext {
@@ -99,6 +101,7 @@ function buildPlan(
   const echo = kind === 'completion' ? (optBool(body, 'echo') ?? false) : false;
   const cacheSalt = optString(body, 'cache_salt');
   const kvTransferParams = parseKvTransferParams(body['kv_transfer_params']);
+  const returnTokensAsTokenIds = optBool(body, 'return_tokens_as_token_ids') ?? false;
 
   const sampling = prompts.map((prompt): SamplingParams => {
     const maxTokens = checkLength(prompt.length, requestedMaxTokens, ctx.maxModelLen);
@@ -114,7 +117,19 @@ function buildPlan(
       logprobs,
     };
   });
-  return { kind, model, prompts, n, stream, includeUsage, sampling, kvTransferParams, cacheSalt, echo };
+  return {
+    kind,
+    model,
+    prompts,
+    n,
+    stream,
+    includeUsage,
+    sampling,
+    kvTransferParams,
+    cacheSalt,
+    echo,
+    returnTokensAsTokenIds,
+  };
 }
 
 /** vLLM's serving-layer length checks; returns the effective max_tokens. */

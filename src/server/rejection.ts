@@ -6,6 +6,7 @@
  */
 import type { KVTransferParams } from '../connector/types.ts';
 import type { AsyncEngineLike } from '../engine/api.ts';
+import { rejectedKvTransferRequest } from '../engine/sampling-params.ts';
 import { getLogger } from '../logging/logger.ts';
 
 const log = getLogger('kvconnect.server');
@@ -21,25 +22,7 @@ export async function notifyKvTransferRequestRejected(
       return;
     }
     const controller = new AbortController();
-    const stream = engine.generate(
-      {
-        requestId,
-        promptTokenIds: [0],
-        sampling: {
-          maxTokens: 1,
-          temperature: 0,
-          topP: 1,
-          topK: 0,
-          seed: null,
-          stop: [],
-          stopTokenIds: [],
-          ignoreEos: true,
-          logprobs: null,
-        },
-        kvTransferParams: params,
-      },
-      controller.signal,
-    );
+    const stream = engine.generate(rejectedKvTransferRequest(requestId, params), controller.signal);
     const iterator = stream[Symbol.asyncIterator]();
     const first = iterator.next();
     controller.abort();

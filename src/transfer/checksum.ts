@@ -79,4 +79,3 @@ export function blockChecksums(bytes: Uint8Array, blockBytes: number, count: num
     out[i] = blockChecksum(bytes.subarray(i * blockBytes, (i + 1) * blockBytes));
   return out;
 }
-

@@ -3,10 +3,11 @@
  * so shm ring order matches frame order), and the data path of the chosen transport —
  * tcp payload rides in the frame, shm payload goes through the staging rings.
  */
-import { type FramedConnection, ProtocolError } from './connection.ts';
-import type { FrameHeader } from './framing.ts';
+
 import type { IncomingRuns } from './block-io.ts';
 import { blockChecksums } from './checksum.ts';
+import { type FramedConnection, ProtocolError } from './connection.ts';
+import type { FrameHeader } from './framing.ts';
 import type { ShmRingReader, ShmRingWriter } from './shm-ring.ts';
 import type { TransportName } from './types.ts';
 

@@ -73,7 +73,11 @@ export class ShmRingWriter {
    * hashed right after its copy, from the ring while it is still in cache (measured faster
    * than hashing the source first or hashing in the copy loop). Mapped rings only.
    */
-  async putHashed(view: Uint8Array, blockBytes: number, count: number): Promise<{ offset: number; sums: number[] }> {
+  async putHashed(
+    view: Uint8Array,
+    blockBytes: number,
+    count: number,
+  ): Promise<{ offset: number; sums: number[] }> {
     const offset = await this.#reserve(view.length);
     const mem = this.#mem;
     if (mem === null) throw new Error('putHashed needs a mapped ring');
@@ -218,4 +222,3 @@ export class ShmRingReader {
     this.#fd = -1;
   }
 }
-

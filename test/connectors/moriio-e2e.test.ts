@@ -5,18 +5,21 @@ import {
   moriioOptions,
   moriioPorts,
   type PairSpec,
+  PROMPTS,
   plainOutputs,
   runPair,
   waitForEmptyPool,
 } from './moriio-fixtures/helpers.ts';
 
-async function disaggregate(spec: PairSpec): Promise<void> {
+async function disaggregate(spec: PairSpec, warmProducer = false): Promise<void> {
   const expected = await plainOutputs();
   const pPorts = await moriioPorts();
   const dPorts = await moriioPorts();
   const p = await LLM.create(moriioOptions(spec, 'kv_producer', pPorts));
   const d = await LLM.create(moriioOptions(spec, 'kv_consumer', dPorts));
   try {
+    // A producer prefix-cache hit must still send the cached blocks.
+    if (warmProducer) await p.generate(PROMPTS, { maxTokens: 1, temperature: 0 });
     const { tokens, pParams } = await runPair(p, d, pPorts, dPorts, spec);
     assert.deepEqual(tokens, expected);
     for (const params of pParams) {
@@ -42,6 +45,8 @@ for (const readMode of [false, true]) {
     describe(`MoRIIO ${readMode ? 'READ' : 'WRITE'} over ${backend}, two engines in one process`, () => {
       it('tiny: D equals a single engine token for token; both pools drain', () =>
         disaggregate({ readMode, backend }));
+      it('tiny, P already holds the prompt in its prefix cache: still token-identical', () =>
+        disaggregate({ readMode, backend }, true));
     });
   }
 }

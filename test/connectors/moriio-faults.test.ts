@@ -2,8 +2,8 @@ import assert from 'node:assert/strict';
 import { type ChildProcess, spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
-import { fileURLToPath } from 'node:url';
 import { describe, it } from 'node:test';
+import { fileURLToPath } from 'node:url';
 import { LLM, samplingParams } from '../../src/engine/llm.ts';
 
 import { captureLogs } from '../../src/logging/logger.ts';
@@ -12,8 +12,8 @@ import {
   GREEDY,
   moriioOptions,
   moriioPorts,
-  PROMPTS,
   type PairSpec,
+  PROMPTS,
   plainOutputs,
   producerParams,
   proxyRequestId,
@@ -48,42 +48,47 @@ function lineReader(child: ChildProcess): (prefix: string) => Promise<string> {
     for (;;) {
       const i = lines.findIndex((l) => l.startsWith(prefix));
       if (i >= 0) return lines.splice(i, 1)[0]!.slice(prefix.length).trim();
-      if (child.exitCode !== null || child.signalCode !== null) throw new Error(`producer exited before ${prefix}`);
+      if (child.exitCode !== null || child.signalCode !== null)
+        throw new Error(`producer exited before ${prefix}`);
       await new Promise<void>((r) => waiters.push(r));
     }
   };
 }
 
 describe('MoRIIO producer in another process', () => {
-  it('WRITE over rdma: D equals a single engine; D pool drains', { timeout: 30_000 }, async () => {
-    const spec: PairSpec = { readMode: false, backend: 'rdma' };
-    const [expected] = await plainOutputs('tiny', [PROMPTS[2]!]);
-    const pPorts = await moriioPorts();
-    const dPorts = await moriioPorts();
-    const child = startProducer(moriioOptions(spec, 'kv_producer', pPorts));
-    const readLine = lineReader(child);
-    const d = await LLM.create(moriioOptions(spec, 'kv_consumer', dPorts));
-    try {
-      await readLine('READY');
-      const tx = `tx-${randomUUID()}`;
-      const rid = proxyRequestId(pPorts, dPorts);
-      child.stdin!.write(
-        `${JSON.stringify({ prompt: PROMPTS[2], requestId: rid, kvTransferParams: producerParams(tx) })}\n`,
-      );
-      const [[dOut], pDone] = await Promise.all([
-        d.generate([PROMPTS[2]!], GREEDY, { requestIdPrefix: rid, kvTransferParams: consumerParams(tx) }),
-        readLine('DONE'),
-      ]);
-      assert.deepEqual(dOut?.tokenIds, expected);
-      assert.equal(JSON.parse(pDone).transfer_id, tx);
-      await waitForEmptyPool(d);
-    } finally {
-      child.kill('SIGKILL');
-      await d.shutdown();
-    }
-  });
+  for (const backend of ['rdma', 'xgmi'] as const) {
+    it(`WRITE over ${backend}: D equals a single engine; D pool drains`, { timeout: 30_000 }, async () => {
+      const spec: PairSpec = { readMode: false, backend };
+      const [expected] = await plainOutputs('tiny', [PROMPTS[2]!]);
+      const pPorts = await moriioPorts();
+      const dPorts = await moriioPorts();
+      const child = startProducer(moriioOptions(spec, 'kv_producer', pPorts));
+      const readLine = lineReader(child);
+      const d = await LLM.create(moriioOptions(spec, 'kv_consumer', dPorts));
+      try {
+        await readLine('READY');
+        const tx = `tx-${randomUUID()}`;
+        const rid = proxyRequestId(pPorts, dPorts);
+        child.stdin!.write(
+          `${JSON.stringify({ prompt: PROMPTS[2], requestId: rid, kvTransferParams: producerParams(tx) })}\n`,
+        );
+        const [[dOut], pDone] = await Promise.all([
+          d.generate([PROMPTS[2]!], GREEDY, { requestIdPrefix: rid, kvTransferParams: consumerParams(tx) }),
+          readLine('DONE'),
+        ]);
+        assert.deepEqual(dOut?.tokenIds, expected);
+        assert.equal(JSON.parse(pDone).transfer_id, tx);
+        await waitForEmptyPool(d);
+      } finally {
+        child.kill('SIGKILL');
+        await d.shutdown();
+      }
+    });
+  }
 
-  it('a producer killed mid-write: D gives up after transfer_timeout and frees its blocks', { timeout: 30_000 }, async () => {
+  it('a producer killed mid-write: D gives up after transfer_timeout and frees its blocks', {
+    timeout: 30_000,
+  }, async () => {
     const spec: PairSpec = { readMode: false, backend: 'rdma', transferTimeout: 1.5 };
     const pPorts = await moriioPorts();
     const dPorts = await moriioPorts();
@@ -99,7 +104,10 @@ describe('MoRIIO producer in another process', () => {
       const exited = once(child, 'exit');
       const started = Date.now();
       const { result, records } = await captureLogs(async () => {
-        const dRun = d.generate([PROMPTS[0]!], GREEDY, { requestIdPrefix: rid, kvTransferParams: consumerParams(tx) });
+        const dRun = d.generate([PROMPTS[0]!], GREEDY, {
+          requestIdPrefix: rid,
+          kvTransferParams: consumerParams(tx),
+        });
         child.stdin!.write(
           `${JSON.stringify({ prompt: PROMPTS[0], requestId: rid, kvTransferParams: producerParams(tx) })}\n`,
         );
@@ -132,9 +140,13 @@ describe('MoRIIO failure paths in one process', () => {
     const p = await LLM.create(moriioOptions(spec, 'kv_producer', pPorts));
     try {
       const { records } = await captureLogs(async () => {
-        const [out] = await p.generate([PROMPTS[0]!], { ...GREEDY, maxTokens: 1 }, {
-          kvTransferParams: producerParams(`tx-${randomUUID()}`),
-        });
+        const [out] = await p.generate(
+          [PROMPTS[0]!],
+          { ...GREEDY, maxTokens: 1 },
+          {
+            kvTransferParams: producerParams(`tx-${randomUUID()}`),
+          },
+        );
         assert.equal(out?.kvTransferParams?.['do_remote_prefill'], true);
         assert.ok((await p.engine()).engine.schedulerStats().kvCacheUsage > 0, 'P holds the blocks');
         await waitForEmptyPool(p);
@@ -161,10 +173,14 @@ describe('MoRIIO failure paths in one process', () => {
       const tx = `tx-${randomUUID()}`;
       const rid = proxyRequestId(pPorts, dPorts);
       // P finishes and holds its blocks (no D registered yet).
-      const [pOut] = await p.generate([PROMPTS[0]!], { ...GREEDY, maxTokens: 1 }, {
-        requestIdPrefix: rid,
-        kvTransferParams: producerParams(tx),
-      });
+      const [pOut] = await p.generate(
+        [PROMPTS[0]!],
+        { ...GREEDY, maxTokens: 1 },
+        {
+          requestIdPrefix: rid,
+          kvTransferParams: producerParams(tx),
+        },
+      );
       assert.equal(pOut?.kvTransferParams?.['transfer_id'], tx);
       assert.ok((await p.engine()).engine.schedulerStats().kvCacheUsage > 0);
       // D's request is aborted before its first schedule: D must release P's blocks itself.
@@ -172,7 +188,12 @@ describe('MoRIIO failure paths in one process', () => {
       const controller = new AbortController();
       controller.abort();
       const stream = engine.generate(
-        { requestId: `${rid}-0`, prompt: PROMPTS[0]!, sampling: samplingParams({ maxTokens: 4 }), kvTransferParams: consumerParams(tx) },
+        {
+          requestId: `${rid}-0`,
+          prompt: PROMPTS[0]!,
+          sampling: samplingParams({ maxTokens: 4 }),
+          kvTransferParams: consumerParams(tx),
+        },
         controller.signal,
       );
       for await (const _ of stream) {

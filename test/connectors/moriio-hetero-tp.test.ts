@@ -59,7 +59,13 @@ describe('MoRIIO WRITE with heterogeneous TP (one KV head, replicated)', { timeo
 
 describe('MoRIIO heterogeneous TP without replicated heads', { timeout: 60_000 }, () => {
   it('tiny (2 KV heads) P tp=1 → D tp=2 fails the load (replicated-heads rule); pools drain', async () => {
-    const spec: PairSpec = { readMode: false, backend: 'xgmi', producerTp: 1, consumerTp: 2, deferTimeout: 0.5 };
+    const spec: PairSpec = {
+      readMode: false,
+      backend: 'xgmi',
+      producerTp: 1,
+      consumerTp: 2,
+      deferTimeout: 0.5,
+    };
     const pPorts = await moriioPorts(1);
     const dPorts = await moriioPorts(2);
     const p = await LLM.create(moriioOptions(spec, 'kv_producer', pPorts));

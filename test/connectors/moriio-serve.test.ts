@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
 import { describe, it } from 'node:test';
+import { fileURLToPath } from 'node:url';
 import { LLM } from '../../src/engine/llm.ts';
 import { startProxy } from '../../src/proxy/index.ts';
 import { PROXY_DEFAULTS } from '../../src/proxy/types.ts';
@@ -18,7 +18,18 @@ describe('MoRIIO config errors end to end (seed 004)', () => {
     };
     const child = spawn(
       process.execPath,
-      ['--import', 'tsx', CLI, 'serve', '--model', 'tiny', '--port', '0', '--kv-transfer-config', JSON.stringify(config)],
+      [
+        '--import',
+        'tsx',
+        CLI,
+        'serve',
+        '--model',
+        'tiny',
+        '--port',
+        '0',
+        '--kv-transfer-config',
+        JSON.stringify(config),
+      ],
       { stdio: ['ignore', 'pipe', 'pipe'] },
     );
     let out = '';
@@ -84,4 +95,3 @@ describe('MoRIIO service discovery', () => {
     }
   });
 });
-

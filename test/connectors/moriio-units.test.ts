@@ -75,13 +75,16 @@ describe('MoRIIO addressing (spec §5.2.5)', () => {
     assert.equal(embedded?.host, '10.0.0.1');
     assert.equal(embedded?.tpSize, 2);
     assert.equal(prefillPeerOf('cmpl-abc-0', { remote_host: 'h' }), null);
-    assert.deepEqual(prefillPeerOf('x', { remote_hosts: ['10.1.1.1'], remote_handshake_port: 1, remote_notify_port: 2 }), {
-      host: '10.1.1.1',
-      handshakePort: 1,
-      notifyPort: 2,
-      dpRankLocal: 0,
-      tpSize: 1,
-    });
+    assert.deepEqual(
+      prefillPeerOf('x', { remote_hosts: ['10.1.1.1'], remote_handshake_port: 1, remote_notify_port: 2 }),
+      {
+        host: '10.1.1.1',
+        handshakePort: 1,
+        notifyPort: 2,
+        dpRankLocal: 0,
+        tpSize: 1,
+      },
+    );
   });
 });
 
@@ -129,7 +132,10 @@ describe('MoRIIO heterogeneous TP (spec §5.2.4)', () => {
     assert.equal(moriioExpectedAckCount(2, 1), 1);
     assert.equal(moriioExpectedWriteDoneCount(2, 1), 2);
     assert.equal(moriioExpectedWriteDoneCount(1, 2), 1);
-    assert.throws(() => moriioRemoteTpRank(0, 2, 3), /remote tp_size 3 must be a multiple of local tp_size 2/);
+    assert.throws(
+      () => moriioRemoteTpRank(0, 2, 3),
+      /remote tp_size 3 must be a multiple of local tp_size 2/,
+    );
   });
 
   it('requires replicated KV heads on both sides, with vLLM message', () => {

@@ -8,63 +8,18 @@
 import assert from 'node:assert/strict';
 import { rmSync, truncateSync } from 'node:fs';
 import { test } from 'node:test';
-import { buildEngineConfig } from '../../src/config/engine-config.ts';
-import { resolveModelInfo } from '../../src/config/model-info.ts';
-import { parseOffloadingConfig } from '../../src/connectors/offloading/config.ts';
 import { FsTier } from '../../src/connectors/offloading/fs-tier.ts';
-import { OffloadLayout } from '../../src/connectors/offloading/layout.ts';
-import type { RequestOutputDelta } from '../../src/engine/api.ts';
 import { AsyncEngine } from '../../src/engine/async-engine.ts';
-import { samplingParams } from '../../src/engine/llm.ts';
-import { BlockHashFunction } from '../../src/kv/block-hash.ts';
-import { buildKVCacheConfig } from '../../src/kv/kv-cache-config.ts';
-import { type ConformanceContext, type ConformanceModel, runConnectorConformance } from './conformance.ts';
-
-const MiB = 1 << 20;
-const GREEDY = samplingParams({ maxTokens: 6, temperature: 0, ignoreEos: true });
-
-function offloadConfig(extra: Record<string, unknown>): Record<string, unknown> {
-  return {
-    kv_connector: 'OffloadingConnector',
-    kv_role: 'kv_both',
-    kv_connector_extra_config: { cpu_bytes_to_use: 16 * MiB, ...extra },
-  };
-}
-
-/** The tier keys of one chunk of a prompt, computed the way the engine does. */
-function chunkKeys(
-  ctx: ConformanceContext,
-  extra: Record<string, unknown>,
-  prompt: number[],
-  chunk: number,
-): string[] {
-  const engineConfig = buildEngineConfig({
-    model: ctx.model,
-    block_size: ctx.blockSize,
-    num_gpu_blocks: 96,
-    max_model_len: 256,
-  });
-  const kvCacheConfig = buildKVCacheConfig({
-    hfConfig: resolveModelInfo(ctx.model).hfConfig,
-    blockSize: ctx.blockSize,
-    numBlocks: 96,
-    hybridEnabled: ctx.hybridKvCacheManager,
-    maxModelLen: 256,
-  });
-  const config = parseOffloadingConfig({ cpu_bytes_to_use: 16 * MiB, ...extra }, engineConfig);
-  const layout = new OffloadLayout(engineConfig, kvCacheConfig, config);
-  const hasher = new BlockHashFunction('sha256_cbor');
-  const hashes = [];
-  let parent = null;
-  for (let b = 0; (b + 1) * ctx.blockSize <= prompt.length; b++) {
-    parent = hasher.hashBlock(parent, prompt, b * ctx.blockSize, (b + 1) * ctx.blockSize);
-    hashes.push(parent);
-  }
-  const keys = layout.chunkKeys(hashes, chunk);
-  assert.ok(keys, 'the chunk is fully hashed');
-  assert.equal(keys.length > 1, ctx.hybridKvCacheManager, 'one key per KV cache group');
-  return keys;
-}
+import { type ConformanceContext, runConnectorConformance } from './conformance.ts';
+import {
+  chunkKeys,
+  createSmallOffloadEngine,
+  offloadConfig,
+  PROMPTS,
+  plainTokens,
+  type Run,
+  run,
+} from './offloading-helpers.ts';
 
 // ---- fs tier ----
 const fsExtra = (ctx: ConformanceContext) => ({
@@ -87,48 +42,6 @@ runConnectorConformance({
 });
 
 // ---- single-engine tests ----
-const PROMPTS = [0, 1, 2, 3].map((s) =>
-  Array.from({ length: 64 }, (_, i) => (i * (13 + s * 2) + 53 + s) % 256),
-);
-
-interface Run {
-  tokens: number[];
-  last: RequestOutputDelta;
-}
-
-async function run(engine: AsyncEngine, prompt: number[], id: string): Promise<Run> {
-  const tokens: number[] = [];
-  let last: RequestOutputDelta | null = null;
-  for await (const d of engine.generate({ requestId: id, promptTokenIds: prompt, sampling: GREEDY })) {
-    tokens.push(...d.newTokenIds);
-    last = d;
-  }
-  assert.ok(last);
-  return { tokens, last };
-}
-
-const plainCache = new Map<string, Promise<number[]>>();
-
-/** The plain engine's tokens (memoised: the same reference serves several tests). */
-function plainTokens(model: ConformanceModel, prompt: number[]): Promise<number[]> {
-  const key = `${model}:${prompt.join(',')}`;
-  let out = plainCache.get(key);
-  if (!out) {
-    out = computePlainTokens(model, prompt);
-    plainCache.set(key, out);
-  }
-  return out;
-}
-
-async function computePlainTokens(model: ConformanceModel, prompt: number[]): Promise<number[]> {
-  const engine = await AsyncEngine.create({ model, block_size: 16, num_gpu_blocks: 64, max_model_len: 128 });
-  try {
-    return (await run(engine, prompt, 'plain')).tokens;
-  } finally {
-    await engine.shutdown();
-  }
-}
-
 /** Runs PROMPTS[0], then the others (evicting it from the small GPU pool), then PROMPTS[0] again. */
 async function evictAndRepeat(engine: AsyncEngine): Promise<{ first: Run; again: Run }> {
   const first = await run(engine, PROMPTS[0]!, 'first');
@@ -174,16 +87,10 @@ test('CPU tier too small for the prompt: a secondary fs tier serves the evicted 
   );
   try {
     const reference = await plainTokens('tiny', PROMPTS[0]!);
-    const engine = await AsyncEngine.create({
-      model: 'tiny',
-      block_size: 16,
-      num_gpu_blocks: 16,
-      max_model_len: 128,
-      kv_transfer_config: offloadConfig({
-        cpu_bytes_to_use: 3 * 32768,
-        spec_name: 'TieringOffloadingSpec',
-        secondary_tiers: [{ type: 'fs', path: dir }],
-      }),
+    const engine = await createSmallOffloadEngine({
+      cpu_bytes_to_use: 3 * 32768,
+      spec_name: 'TieringOffloadingSpec',
+      secondary_tiers: [{ type: 'fs', path: dir }],
     });
     try {
       const { again } = await evictAndRepeat(engine);

@@ -2,6 +2,7 @@
 import { type ChildProcessByStdio, spawn } from 'node:child_process';
 import type { Readable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
+import { captureOutput } from '../helpers/captured-child.ts';
 
 const MAIN = fileURLToPath(new URL('../../src/cli/main.ts', import.meta.url));
 
@@ -22,20 +23,12 @@ export function runDemoCli(args: string[]): DemoChild {
     detached: true,
     env,
   });
-  let stdout = '';
-  let stderr = '';
-  child.stdout.on('data', (d: Buffer) => {
-    stdout += d.toString();
-  });
-  child.stderr.on('data', (d: Buffer) => {
-    stderr += d.toString();
-  });
-  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  const { exited, out, err } = captureOutput(child);
   return {
     child,
     exited,
-    out: () => stdout,
-    err: () => stderr,
+    out,
+    err,
     killGroup: () => {
       try {
         if (child.pid !== undefined) process.kill(-child.pid, 'SIGKILL');

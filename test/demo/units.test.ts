@@ -1,11 +1,12 @@
 /** The demo's pure parts: workload shape, percentiles, output comparison, metrics, progress. */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import type { CompletionResult } from '../../src/demo/client.ts';
+import { type CompletionResult, tokenIdsOf } from '../../src/demo/client.ts';
 import { metricDelta, parseReading, sumMetric } from '../../src/demo/metrics.ts';
 import { Progress } from '../../src/demo/progress.ts';
 import { percentile, sameOutput } from '../../src/demo/summary.ts';
 import { buildWorkload, familyPrefix, workloadWaves } from '../../src/demo/workload.ts';
+import type { KVError } from '../../src/errors/kv-error.ts';
 
 test('the workload interleaves families that share an exact prefix, and waves send each family first alone', () => {
   const w = buildWorkload({ requests: 10, families: 3, prefixLength: 200, maxTokens: 8 });
@@ -27,20 +28,33 @@ test('percentile picks the nearest rank and ignores NaN', () => {
   assert.ok(Number.isNaN(percentile([], 50)));
 });
 
-test('sameOutput compares text, per-token strings and log-probabilities', () => {
+test('sameOutput compares text, token ids and log-probabilities', () => {
   const a: CompletionResult = {
     index: 0,
     text: '\uFFFDa',
-    tokens: ['\uFFFD', 'a'],
+    tokenIds: [200, 97],
     logprobs: [-0.5, -1],
     finishReason: 'length',
     ttftMs: 1,
     e2eMs: 2,
   };
   assert.equal(sameOutput(a, { ...a, ttftMs: 9 }), true);
-  assert.equal(sameOutput(a, { ...a, text: '\uFFFDb', tokens: ['\uFFFD', 'b'] }), false);
-  // Two different bytes both decode to U+FFFD: the log-probability tells them apart.
+  assert.equal(sameOutput(a, { ...a, text: '\uFFFDb', tokenIds: [200, 98] }), false);
+  // Two different bytes both decode to U+FFFD: same text, same log-probabilities, different ids.
+  assert.equal(sameOutput(a, { ...a, tokenIds: [201, 97] }), false);
   assert.equal(sameOutput(a, { ...a, logprobs: [-2.25, -1] }), false);
+  assert.equal(sameOutput(a, { ...a, tokenIds: [200] }), false);
+});
+
+test('tokenIdsOf reads token_id:{id} labels and rejects anything else', () => {
+  assert.deepEqual(tokenIdsOf(['token_id:200', 'token_id:0', 'token_id:97'], 3, 'http://d'), [200, 0, 97]);
+  assert.throws(
+    () => tokenIdsOf(['token_id:5', '\uFFFD'], 3, 'http://d'),
+    (e: KVError) =>
+      e.code === 'DEMO_REQUEST_FAILED' &&
+      e.message.includes('Request 3 to http://d') &&
+      /return_tokens_as_token_ids/.test(e.hint ?? ''),
+  );
 });
 
 test('metrics are summed over label sets and differenced (gauges keep the last value)', () => {

@@ -3,24 +3,14 @@ import { test } from 'node:test';
 import { buildEngineConfig } from '../../src/config/engine-config.ts';
 import { getModelPreset } from '../../src/config/model-presets.ts';
 import type { SchedulerOutput } from '../../src/connector/types.ts';
-import type { SamplingParams } from '../../src/engine/api.ts';
 import type { ModelExecutor } from '../../src/engine/runner/executor.ts';
 import { LocalExecutor } from '../../src/engine/runner/local-executor.ts';
 import { setUpRank } from '../../src/engine/runner/rank-setup.ts';
 import { ThreadExecutor } from '../../src/engine/runner/thread-executor.ts';
+import { samplingParams } from '../../src/engine/sampling-params.ts';
 import { buildKVCacheConfig } from '../../src/kv/kv-cache-config.ts';
 
-const greedy: SamplingParams = {
-  maxTokens: 6,
-  temperature: 0,
-  topP: 1,
-  topK: 0,
-  seed: null,
-  stop: [],
-  stopTokenIds: [],
-  ignoreEos: true,
-  logprobs: null,
-};
+const greedy = samplingParams({ maxTokens: 6, temperature: 0, ignoreEos: true });
 
 function output(partial: Partial<SchedulerOutput>): SchedulerOutput {
   return {

@@ -1,7 +1,24 @@
 /** Invalid blocks under both kv_load_failure_policy values (spec §3.7). */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { emptyConnectorOutput } from '../../src/connector/types.ts';
+import type { ModelRunnerOutput } from '../../src/engine/runner-io.ts';
 import { createHarness, tokens } from './fixtures/harness.ts';
+
+/** A step's runner output (no logprobs) whose connector reports `invalidBlockIds` as failed loads. */
+function outputWithInvalidBlocks(
+  reqIds: string[],
+  sampledTokenIds: number[][],
+  invalidBlockIds: number[],
+): ModelRunnerOutput {
+  return {
+    reqIds,
+    sampledTokenIds,
+    logprobs: reqIds.map(() => null),
+    topLogprobs: reqIds.map(() => null),
+    kvConnectorOutput: { ...emptyConnectorOutput(), invalidBlockIds },
+  };
+}
 
 test('async failure, recompute: truncated to the first invalid block, only the valid prefix is cached', () => {
   const h = createHarness({ policy: 'recompute' });
@@ -66,21 +83,7 @@ test('sync failure, recompute: the running request rolls back and recomputes; th
   const s1 = h.scheduler.schedule();
   assert.equal(s1.numScheduledTokens.s, 2);
   const bad = h.kv.getBlockIds('s')[0]?.[1] as number;
-  const update = h.scheduler.updateFromOutput(s1, {
-    reqIds: ['s'],
-    sampledTokenIds: [[42]],
-    logprobs: [null],
-    topLogprobs: [null],
-    kvConnectorOutput: {
-      finishedSending: null,
-      finishedRecving: null,
-      invalidBlockIds: [bad],
-      kvConnectorStats: null,
-      kvCacheEvents: null,
-      kvConnectorWorkerMeta: null,
-      expectedFinishedCount: 0,
-    },
-  });
+  const update = h.scheduler.updateFromOutput(s1, outputWithInvalidBlocks(['s'], [[42]], [bad]));
   assert.deepEqual(update.outputs, []);
   assert.equal(req.numOutputTokens, 0);
   assert.equal(req.numComputedTokens, 4);
@@ -98,21 +101,7 @@ test('sync failure with a block shared between requests: the first recomputes it
   assert.equal(out.scheduledNewReqs[1]?.numComputedTokens, 8, 'b hits the blocks a loads this step');
   const shared = h.kv.getBlockIds('a')[0]?.[1] as number;
   assert.equal(h.kv.getBlockIds('b')[0]?.[1], shared);
-  h.scheduler.updateFromOutput(out, {
-    reqIds: ['a', 'b'],
-    sampledTokenIds: [[1], [1]],
-    logprobs: [null, null],
-    topLogprobs: [null, null],
-    kvConnectorOutput: {
-      finishedSending: null,
-      finishedRecving: null,
-      invalidBlockIds: [shared],
-      kvConnectorStats: null,
-      kvCacheEvents: null,
-      kvConnectorWorkerMeta: null,
-      expectedFinishedCount: 0,
-    },
-  });
+  h.scheduler.updateFromOutput(out, outputWithInvalidBlocks(['a', 'b'], [[1], [1]], [shared]));
   assert.equal(a.numComputedTokens, 4);
   assert.equal(b.numComputedTokens, 8);
 });
@@ -123,21 +112,7 @@ test('sync failure, fail policy: both requests error and poisoned blocks leave t
   h.add('a', tokens(10), { maxTokens: 2 });
   const out = h.scheduler.schedule();
   const bad = h.kv.getBlockIds('a')[0]?.[1] as number;
-  const update = h.scheduler.updateFromOutput(out, {
-    reqIds: ['a'],
-    sampledTokenIds: [[1]],
-    logprobs: [null],
-    topLogprobs: [null],
-    kvConnectorOutput: {
-      finishedSending: null,
-      finishedRecving: null,
-      invalidBlockIds: [bad],
-      kvConnectorStats: null,
-      kvCacheEvents: null,
-      kvConnectorWorkerMeta: null,
-      expectedFinishedCount: 0,
-    },
-  });
+  const update = h.scheduler.updateFromOutput(out, outputWithInvalidBlocks(['a'], [[1]], [bad]));
   assert.equal(update.outputs[0]?.status, 'FINISHED_ERROR');
   assert.equal(h.kv.usage, 0);
   const probe = h.makeRequest('probe', tokens(10));

@@ -7,6 +7,7 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
+import { captureOutput } from '../helpers/captured-child.ts';
 
 const ENTRY = fileURLToPath(new URL('./serve-entry.ts', import.meta.url));
 
@@ -15,16 +16,7 @@ function run(args: string[]) {
     stdio: ['ignore', 'pipe', 'pipe'],
     env: { ...process.env, KVCONNECT_LOG_LEVEL: 'error' },
   });
-  let stdout = '';
-  let stderr = '';
-  child.stdout.on('data', (d: Buffer) => {
-    stdout += d.toString();
-  });
-  child.stderr.on('data', (d: Buffer) => {
-    stderr += d.toString();
-  });
-  const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
-  return { child, exited, out: () => stdout, err: () => stderr };
+  return { child, ...captureOutput(child) };
 }
 
 test('a bad --kv-transfer-config exits 2 before listening, with the exact message and a hint', async () => {

@@ -36,7 +36,10 @@ describe('shm ring implementation', () => {
     const at = await writer.put([src.subarray(0, 3 * BB)], 3 * BB);
     const dest = new Uint8Array(new SharedArrayBuffer(8 * BB));
     const progress: number[] = [];
-    assert.equal(reader.read(dest.subarray(0, 3 * BB), at, BB, (f) => progress.push(f)), 3 * BB);
+    assert.equal(
+      reader.read(dest.subarray(0, 3 * BB), at, BB, (f) => progress.push(f)),
+      3 * BB,
+    );
     assert.deepEqual(progress, [BB, 2 * BB, 3 * BB]);
     assert.ok(Buffer.from(dest.subarray(0, 3 * BB)).equals(src.subarray(0, 3 * BB)));
     if (writer.mapped) {

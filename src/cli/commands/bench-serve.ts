@@ -17,121 +17,231 @@ function num(name: string, min: number, integer: boolean) {
   };
 }
 
+type NumField = {
+  [K in keyof BenchServeOptions]: BenchServeOptions[K] extends number | undefined ? K : never;
+}[keyof BenchServeOptions];
+type TextField = Exclude<keyof BenchServeOptions, NumField | 'model' | 'ignoreEos'>;
+
+/**
+ * The flags in help order, each naming the BenchServeOptions field it fills; a flag shows a
+ * default when BENCH_SERVE_DEFAULTS has one for its field.
+ */
+type FlagDef =
+  | { kind: 'num'; flag: string; arg: string; help: string; min: number; integer: boolean; field: NumField }
+  | { kind: 'text'; flag: string; arg: string; help: string; field: TextField }
+  | { kind: 'bool'; flag: string; help: string; field: 'ignoreEos' };
+
+const FLAGS: readonly FlagDef[] = [
+  { kind: 'text', flag: '--base-url', arg: '<url>', help: 'server URL', field: 'baseUrl' },
+  {
+    kind: 'text',
+    flag: '--endpoint',
+    arg: '<path>',
+    help: '/v1/completions or /v1/chat/completions',
+    field: 'endpoint',
+  },
+  {
+    kind: 'num',
+    flag: '--request-rate',
+    arg: '<r>',
+    help: 'requests per second (Poisson arrivals) or inf',
+    min: 0,
+    integer: false,
+    field: 'requestRate',
+  },
+  {
+    kind: 'num',
+    flag: '--max-concurrency',
+    arg: '<n>',
+    help: 'requests in flight at most',
+    min: 1,
+    integer: true,
+    field: 'maxConcurrency',
+  },
+  {
+    kind: 'num',
+    flag: '--num-prompts',
+    arg: '<n>',
+    help: 'number of requests',
+    min: 1,
+    integer: true,
+    field: 'numPrompts',
+  },
+  {
+    kind: 'num',
+    flag: '--random-input-len',
+    arg: '<n>',
+    help: 'prompt length in words',
+    min: 1,
+    integer: true,
+    field: 'randomInputLen',
+  },
+  {
+    kind: 'num',
+    flag: '--random-output-len',
+    arg: '<n>',
+    help: 'max_tokens per request',
+    min: 1,
+    integer: true,
+    field: 'randomOutputLen',
+  },
+  {
+    kind: 'num',
+    flag: '--random-range-ratio',
+    arg: '<r>',
+    help: 'lengths uniform in [len*(1-r), len*(1+r)]',
+    min: 0,
+    integer: false,
+    field: 'randomRangeRatio',
+  },
+  {
+    kind: 'num',
+    flag: '--seed',
+    arg: '<n>',
+    help: 'seed of the random prompts and arrivals',
+    min: 0,
+    integer: true,
+    field: 'seed',
+  },
+  {
+    kind: 'text',
+    flag: '--trace',
+    arg: '<path>',
+    help: 'replay a Mooncake-format JSONL trace instead of random prompts',
+    field: 'trace',
+  },
+  {
+    kind: 'num',
+    flag: '--trace-block-tokens',
+    arg: '<n>',
+    help: 'words per trace hash block (the trace uses 512)',
+    min: 1,
+    integer: true,
+    field: 'traceBlockTokens',
+  },
+  {
+    kind: 'num',
+    flag: '--trace-time-scale',
+    arg: '<x>',
+    help: 'multiply trace timestamps (0.1 = 10x faster)',
+    min: 0,
+    integer: false,
+    field: 'traceTimeScale',
+  },
+  {
+    kind: 'num',
+    flag: '--max-requests',
+    arg: '<n>',
+    help: 'replay at most this many requests',
+    min: 1,
+    integer: true,
+    field: 'maxRequests',
+  },
+  {
+    kind: 'num',
+    flag: '--trace-max-output-len',
+    arg: '<n>',
+    help: 'cap the trace output lengths',
+    min: 1,
+    integer: true,
+    field: 'traceMaxOutputLen',
+  },
+  {
+    kind: 'bool',
+    flag: '--ignore-eos',
+    help: 'send ignore_eos so every request generates max_tokens',
+    field: 'ignoreEos',
+  },
+  {
+    kind: 'num',
+    flag: '--timeout-ms',
+    arg: '<ms>',
+    help: 'per-request deadline',
+    min: 1,
+    integer: true,
+    field: 'timeoutMs',
+  },
+  {
+    kind: 'num',
+    flag: '--max-duration',
+    arg: '<s>',
+    help: 'start no request after this many seconds',
+    min: 0,
+    integer: false,
+    field: 'maxDurationS',
+  },
+  { kind: 'text', flag: '--api-key', arg: '<key>', help: 'sent as Authorization: Bearer', field: 'apiKey' },
+  {
+    kind: 'text',
+    flag: '--result-json',
+    arg: '<file>',
+    help: 'write the results as JSON',
+    field: 'resultJson',
+  },
+  { kind: 'text', flag: '--svg', arg: '<file>', help: 'write a TTFT/ITL histogram as SVG', field: 'svg' },
+];
+
+/** Commander's attribute name of a flag (`--max-duration` → `maxDuration`). */
+function attributeName(flag: string): string {
+  return flag.slice(2).replace(/-([a-z])/g, (_, c: string) => c.toUpperCase());
+}
+
+function addFlag(command: Command, def: FlagDef): void {
+  const d = BENCH_SERVE_DEFAULTS;
+  if (def.kind === 'bool') {
+    command.option(def.flag, def.help, d[def.field]);
+  } else if (def.kind === 'num') {
+    const parse = num(def.flag, def.min, def.integer);
+    const fallback = d[def.field];
+    if (fallback === undefined) command.option(`${def.flag} ${def.arg}`, def.help, parse);
+    else command.option(`${def.flag} ${def.arg}`, def.help, parse, fallback);
+  } else {
+    const fallback = d[def.field];
+    if (fallback === undefined) command.option(`${def.flag} ${def.arg}`, def.help);
+    else command.option(`${def.flag} ${def.arg}`, def.help, fallback);
+  }
+}
+
+/** BenchServeOptions from commander's values; the API key falls back to OPENAI_API_KEY. */
+function optionsFromFlags(o: Record<string, unknown>): BenchServeOptions {
+  const options: Record<string, unknown> = { ...BENCH_SERVE_DEFAULTS, model: o['model'] };
+  for (const def of FLAGS) options[def.field] = o[attributeName(def.flag)];
+  options['ignoreEos'] = o['ignoreEos'] === true;
+  options['apiKey'] = (o['apiKey'] as string | undefined) ?? process.env['OPENAI_API_KEY'];
+  return options as unknown as BenchServeOptions;
+}
+
 /** Adds `bench serve` (creating `bench` if another command did not already). */
 export function registerBenchServeCommand(program: Command): Command {
   const bench =
     program.commands.find((c) => c.name() === 'bench') ?? program.command('bench').description('benchmarks');
-  const d = BENCH_SERVE_DEFAULTS;
-  return bench
+  const command = bench
     .command('serve')
     .description('Load-test an OpenAI-compatible server (kvconnect serve, kvconnect proxy or vLLM)')
-    .requiredOption('--model <name>', 'model name sent in each request')
-    .option('--base-url <url>', 'server URL', d.baseUrl)
-    .option('--endpoint <path>', '/v1/completions or /v1/chat/completions', d.endpoint)
-    .option(
-      '--request-rate <r>',
-      'requests per second (Poisson arrivals) or inf',
-      num('--request-rate', 0, false),
-      d.requestRate,
-    )
-    .option('--max-concurrency <n>', 'requests in flight at most', num('--max-concurrency', 1, true))
-    .option('--num-prompts <n>', 'number of requests', num('--num-prompts', 1, true), d.numPrompts)
-    .option(
-      '--random-input-len <n>',
-      'prompt length in words',
-      num('--random-input-len', 1, true),
-      d.randomInputLen,
-    )
-    .option(
-      '--random-output-len <n>',
-      'max_tokens per request',
-      num('--random-output-len', 1, true),
-      d.randomOutputLen,
-    )
-    .option(
-      '--random-range-ratio <r>',
-      'lengths uniform in [len*(1-r), len*(1+r)]',
-      num('--random-range-ratio', 0, false),
-      d.randomRangeRatio,
-    )
-    .option('--seed <n>', 'seed of the random prompts and arrivals', num('--seed', 0, true), d.seed)
-    .option('--trace <path>', 'replay a Mooncake-format JSONL trace instead of random prompts')
-    .option(
-      '--trace-block-tokens <n>',
-      'words per trace hash block (the trace uses 512)',
-      num('--trace-block-tokens', 1, true),
-      d.traceBlockTokens,
-    )
-    .option(
-      '--trace-time-scale <x>',
-      'multiply trace timestamps (0.1 = 10x faster)',
-      num('--trace-time-scale', 0, false),
-      d.traceTimeScale,
-    )
-    .option('--max-requests <n>', 'replay at most this many requests', num('--max-requests', 1, true))
-    .option(
-      '--trace-max-output-len <n>',
-      'cap the trace output lengths',
-      num('--trace-max-output-len', 1, true),
-    )
-    .option('--ignore-eos', 'send ignore_eos so every request generates max_tokens', false)
-    .option('--timeout-ms <ms>', 'per-request deadline', num('--timeout-ms', 1, true), d.timeoutMs)
-    .option(
-      '--max-duration <s>',
-      'start no request after this many seconds',
-      num('--max-duration', 0, false),
-      d.maxDurationS,
-    )
-    .option('--api-key <key>', 'sent as Authorization: Bearer')
-    .option('--result-json <file>', 'write the results as JSON')
-    .option('--svg <file>', 'write a TTFT/ITL histogram as SVG')
-    .action(async (o: Record<string, unknown>) => {
-      const options: BenchServeOptions = {
-        ...d,
-        model: o['model'] as string,
-        baseUrl: o['baseUrl'] as string,
-        endpoint: o['endpoint'] as string,
-        requestRate: o['requestRate'] as number,
-        maxConcurrency: o['maxConcurrency'] as number | undefined,
-        numPrompts: o['numPrompts'] as number,
-        randomInputLen: o['randomInputLen'] as number,
-        randomOutputLen: o['randomOutputLen'] as number,
-        randomRangeRatio: o['randomRangeRatio'] as number,
-        seed: o['seed'] as number,
-        trace: o['trace'] as string | undefined,
-        traceBlockTokens: o['traceBlockTokens'] as number,
-        traceTimeScale: o['traceTimeScale'] as number,
-        maxRequests: o['maxRequests'] as number | undefined,
-        traceMaxOutputLen: o['traceMaxOutputLen'] as number | undefined,
-        ignoreEos: o['ignoreEos'] === true,
-        timeoutMs: o['timeoutMs'] as number,
-        maxDurationS: o['maxDuration'] as number,
-        apiKey: (o['apiKey'] as string | undefined) ?? process.env['OPENAI_API_KEY'],
-        resultJson: o['resultJson'] as string | undefined,
-        svg: o['svg'] as string | undefined,
-      };
-      const { runBenchServe, formatTable, resultJson, latencySvg } = await import(
-        '../../bench-serve/index.ts'
-      );
-      try {
-        const run = await runBenchServe(options);
-        console.log(formatTable(run.summary));
-        if (options.resultJson)
-          writeFileSync(options.resultJson, `${JSON.stringify(resultJson(run, options), null, 2)}\n`);
-        if (options.svg) {
-          const ok = run.results.filter((r) => r.ok);
-          writeFileSync(
-            options.svg,
-            latencySvg(
-              ok.map((r) => r.ttftMs),
-              ok.flatMap((r) => r.itlMs),
-            ),
-          );
-        }
-        if (run.summary.completed === 0) process.exitCode = 1;
-      } catch (e) {
-        console.error(formatErrorText(e));
-        process.exitCode = 2;
+    .requiredOption('--model <name>', 'model name sent in each request');
+  for (const def of FLAGS) addFlag(command, def);
+  return command.action(async (o: Record<string, unknown>) => {
+    const options = optionsFromFlags(o);
+    const { runBenchServe, formatTable, resultJson, latencySvg } = await import('../../bench-serve/index.ts');
+    try {
+      const run = await runBenchServe(options);
+      console.log(formatTable(run.summary));
+      if (options.resultJson)
+        writeFileSync(options.resultJson, `${JSON.stringify(resultJson(run, options), null, 2)}\n`);
+      if (options.svg) {
+        const ok = run.results.filter((r) => r.ok);
+        writeFileSync(
+          options.svg,
+          latencySvg(
+            ok.map((r) => r.ttftMs),
+            ok.flatMap((r) => r.itlMs),
+          ),
+        );
       }
-    });
+      if (run.summary.completed === 0) process.exitCode = 1;
+    } catch (e) {
+      console.error(formatErrorText(e));
+      process.exitCode = 2;
+    }
+  });
 }

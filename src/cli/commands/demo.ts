@@ -16,24 +16,93 @@ function intArg(name: string, min: number, max: number) {
   };
 }
 
-interface DemoFlags {
-  connector: string;
-  model: string;
-  requests: number;
-  families: number;
-  concurrency: number;
-  maxTokens: number;
-  prefixLength: number;
-  keepRunning: boolean;
-  json: boolean;
-  startupTimeout: number;
-  kvLeaseDuration: number;
-  kvLoadFailurePolicy: 'recompute' | 'fail';
-}
+/** Commander's view of the flags: DemoOptions, except `--startup-timeout` lands in `startupTimeout`. */
+type DemoFlags = Omit<DemoOptions, 'startupTimeoutS'> & { startupTimeout: number };
+
+type IntField = {
+  [K in keyof DemoOptions]: DemoOptions[K] extends number ? K : never;
+}[keyof DemoOptions];
+
+/** The plain flags in help order; each takes its default from the DemoOptions field it fills. */
+type FlagDef =
+  | { kind: 'int'; flag: string; arg: string; help: string; min: number; max: number; field: IntField }
+  | { kind: 'bool'; flag: string; help: string };
+
+const FLAGS: readonly FlagDef[] = [
+  {
+    kind: 'int',
+    flag: '--requests',
+    arg: '<n>',
+    help: 'requests in the workload',
+    min: 1,
+    max: 10_000,
+    field: 'requests',
+  },
+  {
+    kind: 'int',
+    flag: '--families',
+    arg: '<n>',
+    help: 'prompt families; each shares one long prefix',
+    min: 1,
+    max: 1000,
+    field: 'families',
+  },
+  {
+    kind: 'int',
+    flag: '--concurrency',
+    arg: '<n>',
+    help: 'requests in flight at once (after each family’s first request)',
+    min: 1,
+    max: 1000,
+    field: 'concurrency',
+  },
+  {
+    kind: 'int',
+    flag: '--max-tokens',
+    arg: '<n>',
+    help: 'tokens generated per request (greedy)',
+    min: 1,
+    max: 1024,
+    field: 'maxTokens',
+  },
+  {
+    kind: 'int',
+    flag: '--prefix-length',
+    arg: '<n>',
+    help: 'characters (= tokens with the byte-level tiny tokenizer) of each shared prefix',
+    min: 16,
+    max: 1500,
+    field: 'prefixLength',
+  },
+  {
+    kind: 'bool',
+    flag: '--keep-running',
+    help: 'leave the servers and the proxy up afterwards and print curl commands; Ctrl-C stops them',
+  },
+  { kind: 'bool', flag: '--json', help: 'also print the summary as one JSON line at the end' },
+  {
+    kind: 'int',
+    flag: '--startup-timeout',
+    arg: '<s>',
+    help: 'seconds each server may take to become healthy',
+    min: 1,
+    max: 3600,
+    field: 'startupTimeoutS',
+  },
+  {
+    kind: 'int',
+    flag: '--kv-lease-duration',
+    arg: '<s>',
+    help: 'kv_lease_duration of the servers: how long P keeps KV that D has not read',
+    min: 1,
+    max: 3600,
+    field: 'kvLeaseDuration',
+  },
+];
 
 export function registerDemoCommand(program: Command, ctx: CliContext): Command {
   const d = DEMO_DEFAULTS;
-  return program
+  const command = program
     .command('demo')
     .description(
       'Run prefill/decode disaggregation end to end: starts a prefill and a decode server, a proxy and a plain reference server on free loopback ports, sends a shared-prefix workload through both, and compares every output',
@@ -43,50 +112,12 @@ export function registerDemoCommand(program: Command, ctx: CliContext): Command 
       `KV connector of the prefill and decode servers (${Object.keys(DEMO_CONNECTORS).join(', ')})`,
       d.connector,
     )
-    .option('--model <name>', 'model preset or checkpoint directory every server loads', d.model)
-    .option('--requests <n>', 'requests in the workload', intArg('--requests', 1, 10_000), d.requests)
-    .option(
-      '--families <n>',
-      'prompt families; each shares one long prefix',
-      intArg('--families', 1, 1000),
-      d.families,
-    )
-    .option(
-      '--concurrency <n>',
-      'requests in flight at once (after each family’s first request)',
-      intArg('--concurrency', 1, 1000),
-      d.concurrency,
-    )
-    .option(
-      '--max-tokens <n>',
-      'tokens generated per request (greedy)',
-      intArg('--max-tokens', 1, 1024),
-      d.maxTokens,
-    )
-    .option(
-      '--prefix-length <n>',
-      'characters (= tokens with the byte-level tiny tokenizer) of each shared prefix',
-      intArg('--prefix-length', 16, 1500),
-      d.prefixLength,
-    )
-    .option(
-      '--keep-running',
-      'leave the servers and the proxy up afterwards and print curl commands; Ctrl-C stops them',
-      false,
-    )
-    .option('--json', 'also print the summary as one JSON line at the end', false)
-    .option(
-      '--startup-timeout <s>',
-      'seconds each server may take to become healthy',
-      intArg('--startup-timeout', 1, 3600),
-      d.startupTimeoutS,
-    )
-    .option(
-      '--kv-lease-duration <s>',
-      'kv_lease_duration of the servers: how long P keeps KV that D has not read',
-      intArg('--kv-lease-duration', 1, 3600),
-      d.kvLeaseDuration,
-    )
+    .option('--model <name>', 'model preset or checkpoint directory every server loads', d.model);
+  for (const def of FLAGS) {
+    if (def.kind === 'bool') command.option(def.flag, def.help, false);
+    else command.option(`${def.flag} ${def.arg}`, def.help, intArg(def.flag, def.min, def.max), d[def.field]);
+  }
+  return command
     .addOption(
       new Option(
         '--kv-load-failure-policy <policy>',
@@ -100,20 +131,8 @@ export function registerDemoCommand(program: Command, ctx: CliContext): Command 
       '\nExit code: 0 when every disaggregated output equals the plain output, 1 when one differs or the run fails, 2 for a bad flag.\nSee docs/demo.md for what the table means.',
     )
     .action(async (flags: DemoFlags) => {
-      const options: DemoOptions = {
-        connector: flags.connector,
-        model: flags.model,
-        requests: flags.requests,
-        families: flags.families,
-        concurrency: flags.concurrency,
-        maxTokens: flags.maxTokens,
-        prefixLength: flags.prefixLength,
-        keepRunning: flags.keepRunning,
-        json: flags.json,
-        startupTimeoutS: flags.startupTimeout,
-        kvLeaseDuration: flags.kvLeaseDuration,
-        kvLoadFailurePolicy: flags.kvLoadFailurePolicy,
-      };
+      const { startupTimeout, ...rest } = flags;
+      const options: DemoOptions = { ...rest, startupTimeoutS: startupTimeout };
       const { runDemo } = await import('../../demo/run-demo.ts');
       const run = await runDemo(options, {
         out: ctx.io.out,

@@ -76,9 +76,9 @@ export class DecodeBenchConnector extends KVConnectorBase {
     return { fills };
   }
 
-  override requestFinished(request: ConnectorRequest, _blockIds: number[][]): RequestFinishedResult {
+  override requestFinished(request: ConnectorRequest, blockIds: number[][]): RequestFinishedResult {
     this.filled.delete(request.requestId);
-    return { delayFree: false, kvTransferParams: null };
+    return super.requestFinished(request, blockIds);
   }
 
   /** Requests currently marked as filled (for tests: 0 once every request finished). */

@@ -103,9 +103,9 @@ export class ExampleConnector extends KVConnectorBase {
     return this.state.build(schedulerOutput);
   }
 
-  override requestFinished(request: ConnectorRequest, _blockIds: number[][]): RequestFinishedResult {
+  override requestFinished(request: ConnectorRequest, blockIds: number[][]): RequestFinishedResult {
     this.state.forget(request.requestId);
-    return { delayFree: false, kvTransferParams: null };
+    return super.requestFinished(request, blockIds);
   }
 
   /** Requests with a pending load or save (for tests: 0 once every request finished). */

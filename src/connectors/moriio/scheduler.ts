@@ -136,12 +136,12 @@ export class MoRIIOScheduler {
   }
 
   buildConnectorMeta(out: SchedulerOutput): MoRIIOStepMetadata {
-    const step = (reqId: string, blockIds: number[] | null, start: number): void => {
+    const step = (reqId: string, blockIds: number[] | null, start: number, computed = start): void => {
       const t = this.#produced.get(reqId);
       if (!t) return;
       if (blockIds) t.blockIds = blockIds;
       if (start >= t.numPromptTokens) return;
-      const end = Math.min(t.numPromptTokens, start + (out.numScheduledTokens[reqId] ?? 0));
+      const end = Math.min(t.numPromptTokens, computed + (out.numScheduledTokens[reqId] ?? 0));
       if (end <= start) return;
       this.#meta.saves.push({
         reqId,
@@ -152,7 +152,8 @@ export class MoRIIOScheduler {
         last: end >= t.numPromptTokens,
       });
     };
-    for (const r of out.scheduledNewReqs) step(r.reqId, r.blockIds[0] ?? [], r.numComputedTokens);
+    // Start at 0: blocks this engine had in its prefix cache must reach the consumer too.
+    for (const r of out.scheduledNewReqs) step(r.reqId, r.blockIds[0] ?? [], 0, r.numComputedTokens);
     const cached = out.scheduledCachedReqs;
     cached.reqIds.forEach((id, i) => {
       const t = this.#produced.get(id);

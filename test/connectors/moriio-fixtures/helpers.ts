@@ -97,7 +97,11 @@ export function proxyRequestId(p: MoriioSide, d: MoriioSide): string {
   return `___prefill_addr_${zmq(p)}___decode_addr_${zmq(d)}_${randomUUID().replaceAll('-', '')}`;
 }
 
-export async function plainOutputs(model = 'tiny', prompts = PROMPTS, maxTokens = GREEDY.maxTokens): Promise<number[][]> {
+export async function plainOutputs(
+  model = 'tiny',
+  prompts = PROMPTS,
+  maxTokens = GREEDY.maxTokens,
+): Promise<number[][]> {
   const llm = await LLM.create({ model, num_gpu_blocks: 64, max_model_len: 256 });
   try {
     return (await llm.generate(prompts, { ...GREEDY, maxTokens })).map((o) => o.tokenIds);
@@ -158,10 +162,14 @@ export async function runPair(
   const runs = prompts.map(async (prompt) => {
     const transferId = `tx-${randomUUID()}`;
     const rid = proxyRequestId(pPorts, dPorts);
-    const pRun = p.generate([prompt], { ...GREEDY, maxTokens: 1 }, {
-      requestIdPrefix: rid,
-      kvTransferParams: producerParams(transferId, spec.consumerTp ?? 1),
-    });
+    const pRun = p.generate(
+      [prompt],
+      { ...GREEDY, maxTokens: 1 },
+      {
+        requestIdPrefix: rid,
+        kvTransferParams: producerParams(transferId, spec.consumerTp ?? 1),
+      },
+    );
     const dParams = consumerParams(transferId, spec.producerTp ?? 1);
     if (spec.readMode) {
       const [pOut] = await pRun;

@@ -11,11 +11,19 @@ const llm = await LLM.create(options);
 process.stdout.write('READY\n');
 const lines = createInterface({ input: process.stdin });
 for await (const line of lines) {
-  const job = JSON.parse(line) as { prompt: string; requestId: string; kvTransferParams: Record<string, unknown> };
-  const [out] = await llm.generate([job.prompt], { maxTokens: 1, temperature: 0, ignoreEos: true }, {
-    requestIdPrefix: job.requestId,
-    kvTransferParams: job.kvTransferParams,
-  });
+  const job = JSON.parse(line) as {
+    prompt: string;
+    requestId: string;
+    kvTransferParams: Record<string, unknown>;
+  };
+  const [out] = await llm.generate(
+    [job.prompt],
+    { maxTokens: 1, temperature: 0, ignoreEos: true },
+    {
+      requestIdPrefix: job.requestId,
+      kvTransferParams: job.kvTransferParams,
+    },
+  );
   process.stdout.write(`DONE ${JSON.stringify(out?.kvTransferParams ?? null)}\n`);
 }
 await llm.shutdown();

@@ -1,0 +1,205 @@
+/**
+ * vLLM's `return_tokens_as_token_ids`: logprobs name each token `token_id:{id}` (completions
+ * and chat, streaming and not, chosen and top tokens), the ids are the ones the engine
+ * generated, everything else in the response is unchanged, and a bad value is a 400.
+ */
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import type { AsyncEngineLike, RequestOutputDelta } from '../../src/engine/api.ts';
+import { samplingParams } from '../../src/engine/sampling-params.ts';
+import { completionLogprobs, tokenIdLabel } from '../../src/server/logprobs-format.ts';
+import { engineMissing, postJson, type Running, startEngine, startServer } from './harness.ts';
+
+let engine: AsyncEngineLike;
+let running: Running;
+
+before(async () => {
+  if (engineMissing) return;
+  engine = await startEngine();
+  running = await startServer({ engine });
+});
+
+after(async () => {
+  await running?.close();
+  await engine?.shutdown();
+});
+
+const skip = engineMissing;
+const PROMPT = 'The quick brown fox';
+const MAX_TOKENS = 6;
+
+interface CompletionLp {
+  tokens: string[];
+  token_logprobs: number[];
+  top_logprobs: Array<Record<string, number>>;
+  text_offset: number[];
+}
+
+interface CompletionBody {
+  choices: Array<{ text: string; logprobs: CompletionLp | null }>;
+}
+
+function idOf(label: string): number {
+  const match = /^token_id:(\d+)$/.exec(label);
+  assert.ok(match, `"${label}" is not token_id:{id}`);
+  return Number(match[1]);
+}
+
+/** The ids the engine itself generates for PROMPT (greedy), without HTTP. */
+async function engineTokenIds(): Promise<number[]> {
+  const ids: number[] = [];
+  const request = {
+    requestId: `direct-${Math.random()}`,
+    promptTokenIds: engine.tokenizer.encode(PROMPT),
+    sampling: samplingParams({ maxTokens: MAX_TOKENS, temperature: 0, ignoreEos: true }),
+  };
+  for await (const delta of engine.generate(request)) ids.push(...delta.newTokenIds);
+  return ids;
+}
+
+/** POSTs a greedy completion of PROMPT with `extra` fields; expects 200. */
+async function postCompletion(extra: Record<string, unknown>): Promise<Response> {
+  const res = await postJson(`${running.url}/v1/completions`, {
+    model: 'tiny',
+    prompt: PROMPT,
+    max_tokens: MAX_TOKENS,
+    temperature: 0,
+    ignore_eos: true,
+    ...extra,
+  });
+  assert.equal(res.status, 200);
+  return res;
+}
+
+async function complete(extra: Record<string, unknown>): Promise<CompletionBody> {
+  return (await (await postCompletion(extra)).json()) as CompletionBody;
+}
+
+test('completions: tokens and top-logprob keys are token_id:{id} with the generated ids; text, logprobs and offsets unchanged', {
+  skip,
+}, async () => {
+  const expected = await engineTokenIds();
+  const plain = await complete({ logprobs: 2 });
+  const byId = await complete({ logprobs: 2, return_tokens_as_token_ids: true });
+  const plainLp = plain.choices[0]?.logprobs;
+  const idLp = byId.choices[0]?.logprobs;
+  assert.ok(plainLp && idLp);
+
+  assert.deepEqual(idLp.tokens.map(idOf), expected);
+  assert.deepEqual(
+    expected.map((id) => engine.tokenizer.decode([id])),
+    plainLp.tokens,
+    'the plain response names the same tokens by text',
+  );
+  assert.equal(byId.choices[0]?.text, plain.choices[0]?.text);
+  assert.deepEqual(idLp.token_logprobs, plainLp.token_logprobs);
+  assert.deepEqual(idLp.text_offset, plainLp.text_offset, 'offsets index the text, not the labels');
+  for (const [i, top] of idLp.top_logprobs.entries()) {
+    const keys = Object.keys(top);
+    assert.ok(keys.length >= 1 && keys.length <= 2);
+    assert.equal(
+      top[tokenIdLabel(expected[i] ?? -1)],
+      idLp.token_logprobs[i],
+      'greedy: the chosen id is on top',
+    );
+    for (const key of keys) {
+      const text = engine.tokenizer.decode([idOf(key)]);
+      assert.ok((plainLp.top_logprobs[i]?.[text] ?? Number.NaN) >= (top[key] ?? 0));
+    }
+  }
+});
+
+test('completions, streaming: the chunks carry the same token_id labels', { skip }, async () => {
+  const full = await complete({ logprobs: 0, return_tokens_as_token_ids: true });
+  const res = await postCompletion({ logprobs: 0, return_tokens_as_token_ids: true, stream: true });
+  const labels: string[] = [];
+  for (const line of (await res.text()).split('\n')) {
+    if (!line.startsWith('data: ') || line === 'data: [DONE]') continue;
+    const chunk = JSON.parse(line.slice(6)) as CompletionBody;
+    labels.push(...(chunk.choices[0]?.logprobs?.tokens ?? []));
+  }
+  assert.equal(labels.length, MAX_TOKENS);
+  assert.deepEqual(labels, full.choices[0]?.logprobs?.tokens);
+});
+
+test('chat: content entries and their top_logprobs are token_id:{id}, bytes are the label’s', {
+  skip,
+}, async () => {
+  const res = await postJson(`${running.url}/v1/chat/completions`, {
+    model: 'tiny',
+    messages: [{ role: 'user', content: 'Hi' }],
+    max_tokens: 3,
+    temperature: 0,
+    ignore_eos: true,
+    logprobs: true,
+    top_logprobs: 2,
+    return_tokens_as_token_ids: true,
+  });
+  assert.equal(res.status, 200);
+  const body = (await res.json()) as {
+    choices: Array<{
+      logprobs: {
+        content: Array<{
+          token: string;
+          logprob: number;
+          bytes: number[];
+          top_logprobs: Array<{ token: string; logprob: number; bytes: number[] }>;
+        }>;
+      };
+    }>;
+  };
+  const content = body.choices[0]?.logprobs.content ?? [];
+  assert.equal(content.length, 3);
+  for (const entry of content) {
+    idOf(entry.token);
+    assert.deepEqual(entry.bytes, [...Buffer.from(entry.token, 'utf8')]);
+    assert.equal(entry.top_logprobs.length, 2);
+    for (const top of entry.top_logprobs) idOf(top.token);
+    assert.equal(entry.top_logprobs[0]?.token, entry.token, 'greedy: the chosen id is the most likely');
+  }
+});
+
+test('without logprobs the option changes nothing; a non-boolean value is a 400 naming it', {
+  skip,
+}, async () => {
+  const plain = await complete({});
+  const flagged = await complete({ return_tokens_as_token_ids: true });
+  assert.equal(flagged.choices[0]?.logprobs, null);
+  assert.equal(flagged.choices[0]?.text, plain.choices[0]?.text);
+
+  const res = await postJson(`${running.url}/v1/completions`, {
+    model: 'tiny',
+    prompt: PROMPT,
+    logprobs: 1,
+    return_tokens_as_token_ids: 'yes',
+  });
+  assert.equal(res.status, 400);
+  const err = (await res.json()) as { error: { param: string; message: string } };
+  assert.equal(err.error.param, 'return_tokens_as_token_ids');
+});
+
+test('ids tell apart tokens whose text is the same (bytes the tokenizer decodes to U+FFFD)', { skip }, () => {
+  const tokenizer = engine.tokenizer;
+  const replacement: number[] = [];
+  for (let id = 0; id < tokenizer.vocabSize && replacement.length < 2; id++) {
+    if (tokenizer.decode([id]) === '\uFFFD') replacement.push(id);
+  }
+  assert.equal(replacement.length, 2, 'the tiny tokenizer has several ids that decode to U+FFFD');
+  const delta = (id: number): RequestOutputDelta => ({
+    requestId: 'r',
+    newTokenIds: [id],
+    newText: tokenizer.decode([id]),
+    logprobs: [-1],
+    topLogprobs: [[{ tokenId: id, logprob: -1 }]],
+    finished: false,
+    finishReason: null,
+    kvTransferParams: null,
+    metrics: { arrivalTime: 0 } as RequestOutputDelta['metrics'],
+  });
+  const [a, b] = replacement.map((id) => delta(id)) as [RequestOutputDelta, RequestOutputDelta];
+  assert.deepEqual(completionLogprobs(tokenizer, a, 0).tokens, completionLogprobs(tokenizer, b, 0).tokens);
+  assert.notDeepEqual(
+    completionLogprobs(tokenizer, a, 0, true).tokens,
+    completionLogprobs(tokenizer, b, 0, true).tokens,
+  );
+});

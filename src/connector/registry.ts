@@ -109,8 +109,8 @@ export const BUILTIN_CONNECTORS: readonly BuiltinConnector[] = [
     className: 'MoRIIOConnector',
     load: () => import('../connectors/moriio/index.ts'),
     supportsHMA: false,
-    status: 'planned',
-    needs: 'kv_connector_extra_config.http_port; config validation is complete, the transfer runtime is not',
+    status: 'available',
+    needs: 'kv_connector_extra_config.http_port (the OpenAI HTTP port of this instance)',
   },
   {
     name: 'OffloadingConnector',

@@ -128,7 +128,7 @@ test('deprecated environment variables are warned about once and ignored', async
   ]);
 });
 
-test('MoRIIOConnector resolves through the factory: no HMA, validates config, runtime not implemented', async () => {
+test('MoRIIOConnector resolves through the factory: no HMA, validates config, constructs the connector', async () => {
   const transfer = KVTransferConfig.fromObject({
     kv_connector: 'MoRIIOConnector',
     kv_role: 'kv_producer',
@@ -145,12 +145,15 @@ test('MoRIIOConnector resolves through the factory: no HMA, validates config, ru
     disable_hybrid_kv_cache_manager: true,
     kv_transfer_config: { ...transfer.toJSON(), kv_connector_extra_config: { http_port: 8000 } },
   });
-  await assert.rejects(
-    KVConnectorFactory.createConnector(ok, 'worker', {
-      numBlocks: 4,
-      tensors: [],
-      groups: [],
-    } as unknown as KVCacheConfig),
-    (e: unknown) => e instanceof KVError && e.code === 'KV_CONNECTOR_NOT_IMPLEMENTED',
-  );
+  const connector = await KVConnectorFactory.createConnector(ok, 'worker', {
+    numBlocks: 4,
+    tensors: [],
+    groups: [],
+  } as unknown as KVCacheConfig);
+  try {
+    assert.equal(connector.constructor.name, 'MoRIIOConnector');
+    assert.equal(connector.role, 'worker');
+  } finally {
+    await connector.shutdown();
+  }
 });

@@ -13,7 +13,39 @@ function curlCompletion(url: string, body: Record<string, unknown>): string {
   return `curl -s ${url}/v1/completions -H 'content-type: application/json' -d '${JSON.stringify(body)}'`;
 }
 
-export function keepRunningHelp(s: KeepRunningServers, model: string, demoPid: number): string {
+/** The lines that show one leg or one figure by hand; they differ between NIXL and MoRIIO. */
+function connectorLines(
+  s: KeepRunningServers,
+  completion: Record<string, unknown>,
+  moriio: boolean,
+): string[] {
+  if (moriio) {
+    return [
+      '  # how the proxy addresses P and D: MoRIIO zmq address (host, handshake, notify ports) and mode',
+      `  curl -s ${s.prefill.url}/kvconnect/info`,
+      '  # the plain reference server: the same answer, computed by one server',
+      `  ${curlCompletion(s.reference.url, completion)}`,
+      '  # prompt tokens D loaded from P instead of computing them (MoRIIO exports no transfer metrics)',
+      `  curl -s ${s.decode.url}/metrics | grep -E 'external_prefix_cache_hits|prompt_tokens_total'`,
+    ];
+  }
+  return [
+    '  # the prefill leg by hand: P keeps the KV (until D reads it or the lease ends) and returns kv_transfer_params',
+    `  ${curlCompletion(s.prefill.url, { ...completion, max_tokens: 1, kv_transfer_params: { do_remote_decode: true } })}`,
+    '  # the plain reference server: the same answer, computed by one server',
+    `  ${curlCompletion(s.reference.url, completion)}`,
+    `  # KV transfer metrics of D and P`,
+    `  curl -s ${s.decode.url}/metrics | grep -E 'nixl_bytes_transferred_sum|external_prefix_cache_hits'`,
+    `  curl -s ${s.prefill.url}/metrics | grep -E 'kv_cache_usage_perc|prompt_tokens_total'`,
+  ];
+}
+
+export function keepRunningHelp(
+  s: KeepRunningServers,
+  model: string,
+  demoPid: number,
+  moriio = false,
+): string {
   const chat = JSON.stringify({
     model,
     messages: [{ role: 'user', content: 'Hello!' }],
@@ -33,13 +65,7 @@ export function keepRunningHelp(s: KeepRunningServers, model: string, demoPid: n
     `  ${curlCompletion(s.proxy.url, completion)}`,
     '  # a streamed chat through the proxy',
     `  curl -sN ${s.proxy.url}/v1/chat/completions -H 'content-type: application/json' -d '${chat}'`,
-    '  # the prefill leg by hand: P keeps the KV (until D reads it or the lease ends) and returns kv_transfer_params',
-    `  ${curlCompletion(s.prefill.url, { ...completion, max_tokens: 1, kv_transfer_params: { do_remote_decode: true } })}`,
-    '  # the plain reference server: the same answer, computed by one server',
-    `  ${curlCompletion(s.reference.url, completion)}`,
-    `  # KV transfer metrics of D and P`,
-    `  curl -s ${s.decode.url}/metrics | grep -E 'nixl_bytes_transferred_sum|external_prefix_cache_hits'`,
-    `  curl -s ${s.prefill.url}/metrics | grep -E 'kv_cache_usage_perc|prompt_tokens_total'`,
+    ...connectorLines(s, completion, moriio),
     '',
     `Stop everything with Ctrl-C here, or: kill ${demoPid}`,
   ].join('\n');

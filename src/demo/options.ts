@@ -30,7 +30,14 @@ export interface DemoOptions {
   kvLeaseDuration: number;
   /** What D does when a KV load fails: recompute the prompt (outputs stay identical) or fail. */
   kvLoadFailurePolicy: 'recompute' | 'fail';
+  /** MoRIIO only: `xgmi` (same host, shm transport) or `rdma` (tcp transport). */
+  moriioBackend: MoriioBackend;
+  /** MoRIIO only: READ mode (D pulls after P finished) instead of WRITE (P pushes layer by layer). */
+  moriioReadMode: boolean;
 }
+
+export const MORIIO_BACKENDS = ['xgmi', 'rdma'] as const;
+export type MoriioBackend = (typeof MORIIO_BACKENDS)[number];
 
 export const DEMO_DEFAULTS: DemoOptions = {
   connector: 'NixlConnector',
@@ -45,6 +52,8 @@ export const DEMO_DEFAULTS: DemoOptions = {
   startupTimeoutS: 60,
   kvLeaseDuration: 30,
   kvLoadFailurePolicy: 'fail',
+  moriioBackend: 'xgmi',
+  moriioReadMode: false,
 };
 
 /** Connectors the demo knows how to wire as P and D, with the flow the proxy runs. */
@@ -82,7 +91,7 @@ export function resolveDemoConnector(name: string): DemoConnector {
       `${name} is not available yet in this version of kvconnect, so the demo cannot run it.`,
       {
         field: 'connector',
-        hint: `Run the demo with --connector NixlConnector or --connector NixlPushConnector (${entry.needs}).`,
+        hint: `Run the demo with --connector NixlConnector or NixlPushConnector instead (${name} needs ${entry.needs}).`,
       },
     );
   }
@@ -92,4 +101,27 @@ export function resolveDemoConnector(name: string): DemoConnector {
 /** The flow the proxy runs for a connector (NixlPullConnector is NixlConnector's pull flow). */
 export function demoFlow(connector: DemoConnector): DemoFlow {
   return DEMO_CONNECTORS[connector];
+}
+
+/**
+ * Whether the connector's servers export the `vllm:nixl_*` transfer metrics the table reads
+ * (bytes, transfer time, failures). MoRIIO exports none, so those rows say n/a.
+ */
+export function exportsTransferMetrics(connector: DemoConnector): boolean {
+  return demoFlow(connector) !== 'MoRIIOConnector';
+}
+
+/** How KV moves, for the title and the JSON: pull/push for NIXL, READ/WRITE for MoRIIO. */
+export function transferMode(
+  connector: DemoConnector,
+  options: DemoOptions,
+): 'pull' | 'push' | 'READ' | 'WRITE' {
+  switch (demoFlow(connector)) {
+    case 'NixlConnector':
+      return 'pull';
+    case 'NixlPushConnector':
+      return 'push';
+    case 'MoRIIOConnector':
+      return options.moriioReadMode ? 'READ' : 'WRITE';
+  }
 }

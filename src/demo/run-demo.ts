@@ -5,15 +5,22 @@
  */
 import { formatErrorText } from '../errors/format.ts';
 import { setLogLevel } from '../logging/logger.ts';
-import type { RunningProxy } from '../proxy/proxy-server.ts';
 import { type CompletionResult, streamCompletion } from './client.ts';
 import { keepRunningHelp } from './keep-running.ts';
 import { type MetricReading, metricDelta, readMetrics } from './metrics.ts';
-import { type DemoOptions, demoFlow, resolveDemoConnector } from './options.ts';
-import { ProcessGroup, type ServeProcess, startServe } from './processes.ts';
+import {
+  type DemoConnector,
+  type DemoOptions,
+  demoFlow,
+  exportsTransferMetrics,
+  resolveDemoConnector,
+  transferMode,
+} from './options.ts';
+import { ProcessGroup } from './processes.ts';
 import { Progress, type ProgressSink } from './progress.ts';
+import { type Running, type Servers, startServers } from './start-servers.ts';
 import { type DemoSummary, type PhaseResult, percentile, renderTable, summarize } from './summary.ts';
-import { kvBytesPerBlock, planTopology } from './topology.ts';
+import { kvBytesPerBlock } from './topology.ts';
 import { buildWorkload, type DemoRequest, workloadWaves } from './workload.ts';
 
 export const DEMO_EXIT_OK = 0;
@@ -29,13 +36,6 @@ export interface DemoIO {
 export interface DemoRun {
   exitCode: number;
   summary: DemoSummary | null;
-}
-
-interface Servers {
-  prefill: ServeProcess;
-  decode: ServeProcess;
-  reference: ServeProcess;
-  proxy: RunningProxy;
 }
 
 /** Resolves when SIGINT or SIGTERM arrives; `dispose` removes the handlers. */
@@ -84,39 +84,30 @@ async function runPhase(
   return { results, wallMs: performance.now() - started };
 }
 
-/** What is running so far, for cleanup whatever step fails or is interrupted. */
-interface Running {
-  group: ProcessGroup;
-  proxy?: RunningProxy;
-  servers?: Servers;
-}
-
-async function startServers(options: DemoOptions, running: Running, progress: Progress): Promise<Servers> {
-  const group = running.group;
-  const connector = resolveDemoConnector(options.connector);
-  const topology = await planTopology(connector, options);
-  const timeoutMs = options.startupTimeoutS * 1000;
-  progress.note(`starting prefill (${connector}, kv_producer), decode (kv_consumer) and reference servers…`);
-  const [prefill, decode, reference] = await Promise.all([
-    startServe('prefill', topology.prefillArgs, { timeoutMs, group }),
-    startServe('decode', topology.decodeArgs, { timeoutMs, group }),
-    startServe('reference', topology.referenceArgs, { timeoutMs, group }),
-  ]);
-  const { resolveProxyOptions, startProxy } = await import('../proxy/proxy-server.ts');
-  const proxy = await startProxy(
-    resolveProxyOptions({
-      prefill: [prefill.url],
-      decode: [decode.url],
-      port: 0,
-      kvConnector: demoFlow(connector),
-      push: topology.push,
-    }),
-  );
-  running.proxy = proxy;
-  progress.note(
-    `prefill ${prefill.url} · decode ${decode.url} · proxy ${proxy.url} · reference ${reference.url}`,
-  );
-  return { prefill, decode, reference, proxy };
+/**
+ * The mode and MoRIIO backend P itself reports (GET /kvconnect/info), so the summary shows
+ * what ran, not what was asked; the asked-for values if P does not say.
+ */
+async function reportedMode(
+  prefillUrl: string,
+  connector: DemoConnector,
+  options: DemoOptions,
+): Promise<{ transferMode: string; moriioBackend: string | null }> {
+  const moriio = demoFlow(connector) === 'MoRIIOConnector';
+  const asked = {
+    transferMode: transferMode(connector, options),
+    moriioBackend: moriio ? options.moriioBackend : null,
+  };
+  try {
+    const res = await fetch(`${prefillUrl}/kvconnect/info`);
+    const info = (await res.json()) as { transfer_mode?: unknown; backend?: unknown };
+    return {
+      transferMode: typeof info.transfer_mode === 'string' ? info.transfer_mode : asked.transferMode,
+      moriioBackend: moriio && typeof info.backend === 'string' ? info.backend : asked.moriioBackend,
+    };
+  } catch {
+    return asked;
+  }
 }
 
 async function measure(options: DemoOptions, s: Servers, progress: Progress): Promise<DemoSummary> {
@@ -140,6 +131,8 @@ async function measure(options: DemoOptions, s: Servers, progress: Progress): Pr
   ];
   return summarize({
     connector,
+    ...(await reportedMode(s.prefill.url, connector, options)),
+    transferMetrics: exportsTransferMetrics(connector),
     model: options.model,
     concurrency: options.concurrency,
     bytesPerBlock: kvBytesPerBlock(options.model),
@@ -181,7 +174,8 @@ export async function runDemo(options: DemoOptions, io: DemoIO): Promise<DemoRun
     if (options.json) io.out(`${JSON.stringify(summary)}\n`);
     const exitCode = summary.outputs_identical ? DEMO_EXIT_OK : DEMO_EXIT_MISMATCH;
     if (options.keepRunning && running.servers) {
-      io.out(`\n${keepRunningHelp(running.servers, options.model, process.pid)}\n`);
+      const moriio = summary.moriio_backend !== null;
+      io.out(`\n${keepRunningHelp(running.servers, options.model, process.pid, moriio)}\n`);
       const s = await signals.signalled;
       progress.note(`${s}: stopping…`);
     }

@@ -18,18 +18,23 @@ export interface Mismatch {
 
 export interface DemoSummary {
   connector: string;
+  /** pull/push (NIXL) or READ/WRITE (MoRIIO). */
+  transfer_mode: string;
+  /** MoRIIO's backend (xgmi or rdma); null for NIXL. */
+  moriio_backend: string | null;
   model: string;
   requests: number;
   concurrency: number;
   ttft_p50_ms: { disaggregated: number; plain: number };
   ttft_p99_ms: { disaggregated: number; plain: number };
   wall_time_s: { disaggregated: number; plain: number };
-  kv_bytes_moved: number;
-  kv_blocks_moved: number;
-  kv_transfers: number;
-  kv_transfer_time_s: number;
-  transfer_gb_per_s: number;
-  failed_transfers: number;
+  /** The transfer figures are null when the connector exports no transfer metrics (MoRIIO). */
+  kv_bytes_moved: number | null;
+  kv_blocks_moved: number | null;
+  kv_transfers: number | null;
+  kv_transfer_time_s: number | null;
+  transfer_gb_per_s: number | null;
+  failed_transfers: number | null;
   prompt_tokens_computed: { prefill: number; decode: number; plain: number };
   decode_tokens_loaded: number;
   prefix_cache_hit_rate: { prefill: number; plain: number };
@@ -60,6 +65,10 @@ export function sameOutput(a: CompletionResult, b: CompletionResult): boolean {
 
 export interface SummaryInput {
   connector: string;
+  transferMode: string;
+  moriioBackend: string | null;
+  /** false: the servers export no vllm:nixl_* metrics, so the transfer figures are null. */
+  transferMetrics: boolean;
   model: string;
   concurrency: number;
   bytesPerBlock: number;
@@ -94,20 +103,23 @@ export function summarize(input: SummaryInput): DemoSummary {
       2,
     );
   const count = disaggregated.results.length;
+  const known = <T>(value: T): T | null => (input.transferMetrics ? value : null);
   return {
     connector: input.connector,
+    transfer_mode: input.transferMode,
+    moriio_backend: input.moriioBackend,
     model: input.model,
     requests: count,
     concurrency: input.concurrency,
     ttft_p50_ms: { disaggregated: ttft(disaggregated, 50), plain: ttft(plain, 50) },
     ttft_p99_ms: { disaggregated: ttft(disaggregated, 99), plain: ttft(plain, 99) },
     wall_time_s: { disaggregated: round(disaggregated.wallMs / 1000), plain: round(plain.wallMs / 1000) },
-    kv_bytes_moved: bytes,
-    kv_blocks_moved: input.bytesPerBlock > 0 ? Math.round(bytes / input.bytesPerBlock) : 0,
-    kv_transfers: prefill.transfers + decode.transfers,
-    kv_transfer_time_s: round(seconds, 6),
-    transfer_gb_per_s: round(ratio(bytes, seconds) / 1e9, 3),
-    failed_transfers: prefill.failedTransfers + decode.failedTransfers,
+    kv_bytes_moved: known(bytes),
+    kv_blocks_moved: known(input.bytesPerBlock > 0 ? Math.round(bytes / input.bytesPerBlock) : 0),
+    kv_transfers: known(prefill.transfers + decode.transfers),
+    kv_transfer_time_s: known(round(seconds, 6)),
+    transfer_gb_per_s: known(round(ratio(bytes, seconds) / 1e9, 3)),
+    failed_transfers: known(prefill.failedTransfers + decode.failedTransfers),
     prompt_tokens_computed: {
       prefill: prefill.promptTokens,
       decode: decode.promptTokens,
@@ -128,6 +140,13 @@ function formatBytes(n: number): string {
   if (n >= 1 << 20) return `${(n / (1 << 20)).toFixed(2)} MiB`;
   if (n >= 1 << 10) return `${(n / (1 << 10)).toFixed(1)} KiB`;
   return `${n} B`;
+}
+
+const NOT_EXPORTED = 'n/a (no transfer metrics)';
+
+function kvMoved(s: DemoSummary): string {
+  if (s.kv_bytes_moved === null) return NOT_EXPORTED;
+  return `${formatBytes(s.kv_bytes_moved)} · ${s.kv_blocks_moved} blocks · ${s.kv_transfers} transfers`;
 }
 
 const pct = (v: number): string => `${(v * 100).toFixed(1)}%`;
@@ -151,13 +170,14 @@ export function renderTable(s: DemoSummary): string {
       `P ${pct(s.prefix_cache_hit_rate.prefill)}`,
       pct(s.prefix_cache_hit_rate.plain),
     ],
+    ['KV moved P→D', kvMoved(s), '—'],
+    ['KV loaded by D', `${s.decode_tokens_loaded} prompt tokens`, '—'],
     [
-      'KV moved P→D',
-      `${formatBytes(s.kv_bytes_moved)} · ${s.kv_blocks_moved} blocks · ${s.kv_transfers} transfers`,
+      'transfer throughput',
+      s.transfer_gb_per_s === null ? NOT_EXPORTED : `${s.transfer_gb_per_s.toFixed(3)} GB/s`,
       '—',
     ],
-    ['transfer throughput', `${s.transfer_gb_per_s.toFixed(3)} GB/s`, '—'],
-    ['failed transfers', String(s.failed_transfers), '—'],
+    ['failed transfers', s.failed_transfers === null ? NOT_EXPORTED : String(s.failed_transfers), '—'],
     [
       'outputs identical',
       `${s.outputs_identical ? '✓' : '✗'} ${s.identical_count}/${s.requests}`,
@@ -167,9 +187,10 @@ export function renderTable(s: DemoSummary): string {
   const w0 = Math.max(...rows.map((r) => r[0].length));
   const w1 = Math.max(...rows.map((r) => r[1].length));
   const lines = rows.map(([a, b, c]) => `  ${a.padEnd(w0)}   ${b.padEnd(w1)}   ${c}`.trimEnd());
-  const title = `kvconnect demo — ${s.connector}, model ${s.model}, ${s.requests} requests (${s.concurrency} concurrent)`;
+  const mode = s.moriio_backend ? `${s.transfer_mode}, ${s.moriio_backend}` : s.transfer_mode;
+  const title = `kvconnect demo — ${s.connector} (${mode}), model ${s.model}, ${s.requests} requests (${s.concurrency} concurrent)`;
   const out = [title, '', ...lines];
-  if (s.failed_transfers > 0) {
+  if (s.failed_transfers !== null && s.failed_transfers > 0) {
     out.push(
       `  note: ${s.failed_transfers} KV load(s) failed; D recomputed those prompts (kv_load_failure_policy=recompute), see docs/demo.md`,
     );

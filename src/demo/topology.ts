@@ -4,10 +4,17 @@
  */
 
 import { randomUUID } from 'node:crypto';
-import { createServer } from 'node:net';
 import { resolveModelInfo } from '../config/model-info.ts';
-import type { PushCoordinates } from '../proxy/types.ts';
-import type { DemoConnector, DemoOptions } from './options.ts';
+import type { ConnectorKind, MoriioMode, PushCoordinates } from '../proxy/types.ts';
+import { type DemoConnector, type DemoOptions, demoFlow } from './options.ts';
+import {
+  freeMoriioPorts,
+  freePorts,
+  type MoriioPorts,
+  moriioEngineId,
+  moriioTransferConfig,
+  nixlTransferConfig,
+} from './transfer-configs.ts';
 
 /** The engine's defaults the demo relies on to turn bytes into blocks. */
 const BLOCK_SIZE = 16;
@@ -21,65 +28,69 @@ export interface DemoTopology {
   push: PushCoordinates;
   prefillEngineId: string;
   decodeEngineId: string;
+  /** The P/D flow the proxy runs. */
+  proxyFlow: ConnectorKind;
+  /** MoRIIO only: the mode the proxy is told to run (the servers run the same). */
+  moriioMode?: MoriioMode;
 }
 
 /** A port that was free a moment ago (the push proxy must know P's side channel up front). */
 export async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => resolve());
-  });
-  const address = server.address();
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  if (address === null || typeof address === 'string') throw new Error('no port');
-  return address.port;
+  const [port = 0] = await freePorts(1);
+  return port;
 }
 
-function transferConfig(
-  connector: DemoConnector,
-  role: 'kv_producer' | 'kv_consumer',
-  engineId: string,
-  sideChannelPort: number,
-  options: DemoOptions,
-): string {
-  return JSON.stringify({
-    kv_connector: connector,
-    kv_role: role,
-    engine_id: engineId,
-    kv_load_failure_policy: options.kvLoadFailurePolicy,
-    kv_connector_extra_config: {
-      side_channel_port: sideChannelPort,
-      kv_lease_duration: options.kvLeaseDuration,
-    },
-  });
+function serveArgs(options: DemoOptions, port: number, transferConfig?: Record<string, unknown>): string[] {
+  const args = ['--model', options.model, '--port', String(port)];
+  return transferConfig ? [...args, '--kv-transfer-config', JSON.stringify(transferConfig)] : args;
 }
 
 export async function planTopology(connector: DemoConnector, options: DemoOptions): Promise<DemoTopology> {
+  const flow = demoFlow(connector);
+  if (flow === 'MoRIIOConnector') return planMoriio(options);
   const suffix = randomUUID().slice(0, 8);
   const prefillEngineId = `demo-prefill-${suffix}`;
   const decodeEngineId = `demo-decode-${suffix}`;
   // Pull flows learn P's side channel from P's answer; push needs it before P answers.
-  const prefillSideChannel = connector === 'NixlPushConnector' ? await freePort() : 0;
-  const common = ['--model', options.model, '--port', '0'];
+  const push = flow === 'NixlPushConnector';
+  const prefillSideChannel = push ? await freePort() : 0;
   return {
-    prefillArgs: [
-      ...common,
-      '--kv-transfer-config',
-      transferConfig(connector, 'kv_producer', prefillEngineId, prefillSideChannel, options),
-    ],
-    decodeArgs: [
-      ...common,
-      '--kv-transfer-config',
-      transferConfig(connector, 'kv_consumer', decodeEngineId, 0, options),
-    ],
-    referenceArgs: common,
-    push:
-      connector === 'NixlPushConnector'
-        ? { engineId: prefillEngineId, host: '127.0.0.1', port: prefillSideChannel, tpSize: 1, ppSize: 1 }
-        : {},
+    prefillArgs: serveArgs(
+      options,
+      0,
+      nixlTransferConfig(connector, 'kv_producer', prefillEngineId, prefillSideChannel, options),
+    ),
+    decodeArgs: serveArgs(
+      options,
+      0,
+      nixlTransferConfig(connector, 'kv_consumer', decodeEngineId, 0, options),
+    ),
+    referenceArgs: serveArgs(options, 0),
+    push: push
+      ? { engineId: prefillEngineId, host: '127.0.0.1', port: prefillSideChannel, tpSize: 1, ppSize: 1 }
+      : {},
     prefillEngineId,
     decodeEngineId,
+    proxyFlow: flow,
+  };
+}
+
+/**
+ * MoRIIO advertises its own HTTP port (http_port must be the port the server listens on)
+ * and listens on fixed handshake/notify ports, so every port is chosen before the start.
+ * The proxy reads each server's zmq address from GET /kvconnect/info.
+ */
+async function planMoriio(options: DemoOptions): Promise<DemoTopology> {
+  const [prefill, decode] = (await freeMoriioPorts(2)) as [MoriioPorts, MoriioPorts];
+  return {
+    prefillArgs: serveArgs(options, prefill.http, moriioTransferConfig('kv_producer', prefill, options)),
+    decodeArgs: serveArgs(options, decode.http, moriioTransferConfig('kv_consumer', decode, options)),
+    referenceArgs: serveArgs(options, 0),
+    push: {},
+    prefillEngineId: moriioEngineId(prefill),
+    decodeEngineId: moriioEngineId(decode),
+    proxyFlow: 'MoRIIOConnector',
+    moriioMode: options.moriioReadMode ? 'READ' : 'WRITE',
   };
 }
 

@@ -4,7 +4,7 @@ import { test } from 'node:test';
 import { type CompletionResult, tokenIdsOf } from '../../src/demo/client.ts';
 import { metricDelta, parseReading, sumMetric } from '../../src/demo/metrics.ts';
 import { Progress } from '../../src/demo/progress.ts';
-import { percentile, sameOutput } from '../../src/demo/summary.ts';
+import { percentile, renderTable, sameOutput, summarize } from '../../src/demo/summary.ts';
 import { buildWorkload, familyPrefix, workloadWaves } from '../../src/demo/workload.ts';
 import type { KVError } from '../../src/errors/kv-error.ts';
 
@@ -87,4 +87,53 @@ test('progress rewrites one line on a TTY and prints at most one line per quarte
   for (let i = 0; i <= 8; i++) p2.update('phase', i, 8);
   assert.equal(plain.length, 5);
   assert.ok(plain.every((t) => t.endsWith('\n') && !t.includes('\r')));
+});
+
+test('summaries of connectors without transfer metrics say null / n/a, not 0', () => {
+  const result: CompletionResult = {
+    index: 0,
+    text: 'a',
+    tokenIds: [97],
+    logprobs: [-1],
+    finishReason: 'length',
+    ttftMs: 5,
+    e2eMs: 9,
+  };
+  const reading = parseReading(
+    'vllm:nixl_bytes_transferred_sum 4096\nvllm:nixl_bytes_transferred_count 2\nvllm:nixl_xfer_time_seconds_sum 0.5\nvllm:prompt_tokens_total 1\nvllm:external_prefix_cache_hits_total 30',
+  );
+  const input = {
+    connector: 'X',
+    transferMode: 'WRITE',
+    moriioBackend: 'xgmi',
+    model: 'tiny',
+    concurrency: 1,
+    bytesPerBlock: 1024,
+    disaggregated: { results: [result], wallMs: 10 },
+    plain: { results: [result], wallMs: 10 },
+    prefill: reading,
+    decode: reading,
+    reference: reading,
+  };
+  const without = summarize({ ...input, transferMetrics: false });
+  assert.equal(without.kv_bytes_moved, null);
+  assert.equal(without.kv_blocks_moved, null);
+  assert.equal(without.transfer_gb_per_s, null);
+  assert.equal(without.failed_transfers, null);
+  assert.equal(without.decode_tokens_loaded, 30);
+  const table = renderTable(without);
+  assert.match(table, /— X \(WRITE, xgmi\), model tiny/);
+  assert.match(table, /KV moved P→D\s+n\/a/);
+  assert.match(table, /KV loaded by D\s+30 prompt tokens/);
+  const withMetrics = summarize({
+    ...input,
+    moriioBackend: null,
+    transferMode: 'pull',
+    transferMetrics: true,
+  });
+  assert.equal(withMetrics.kv_bytes_moved, 8192);
+  assert.equal(withMetrics.kv_blocks_moved, 8);
+  assert.equal(withMetrics.kv_transfers, 4);
+  assert.equal(withMetrics.failed_transfers, 0);
+  assert.match(renderTable(withMetrics), /— X \(pull\), model tiny[\s\S]*8\.0 KiB · 8 blocks · 4 transfers/);
 });

@@ -3,7 +3,7 @@
  * and a plain reference server), checked token for token against the reference.
  */
 import { type Command, InvalidArgumentError, Option } from 'commander';
-import { DEMO_CONNECTORS, DEMO_DEFAULTS, type DemoOptions } from '../../demo/options.ts';
+import { DEMO_CONNECTORS, DEMO_DEFAULTS, type DemoOptions, MORIIO_BACKENDS } from '../../demo/options.ts';
 import type { CliContext } from '../context.ts';
 
 function intArg(name: string, min: number, max: number) {
@@ -125,6 +125,19 @@ export function registerDemoCommand(program: Command, ctx: CliContext): Command 
       )
         .choices(['recompute', 'fail'])
         .default(d.kvLoadFailurePolicy),
+    )
+    .addOption(
+      new Option(
+        '--moriio-backend <backend>',
+        'MoRIIOConnector only: xgmi (same host, shm transport) or rdma (tcp transport)',
+      )
+        .choices(MORIIO_BACKENDS)
+        .default(d.moriioBackend),
+    )
+    .option(
+      '--moriio-read-mode',
+      'MoRIIOConnector only: READ mode (D reads P’s blocks after the prefill) instead of WRITE (P writes into D’s blocks layer by layer)',
+      d.moriioReadMode,
     )
     .addHelpText(
       'after',

@@ -6,6 +6,7 @@
  */
 import { KVError } from '../../errors/kv-error.ts';
 import { checkCompatibility, fetchRemoteMetadata, type TransferAgent } from '../../transfer/index.ts';
+import { validateRemoteGeometry } from './head-plan.ts';
 import {
   decodeAgentMetadata,
   decodeHandshakePayload,
@@ -19,6 +20,9 @@ export interface HandshakeSettings {
   readonly enforceCompat: boolean;
   readonly timeoutMs: number;
   readonly secret: string | undefined;
+  readonly mode: 'pull' | 'push';
+  /** The model's KV heads (all ranks together), to scale block sizes across TP sizes. */
+  readonly totalKvHeads: number;
 }
 
 export class RemoteEngines {
@@ -56,17 +60,14 @@ export class RemoteEngines {
     const meta = decodeAgentMetadata(payload);
     if (meta.engine_id !== remote.engineId) throw engineIdMismatch(remote.engineId, meta.engine_id);
     const local = s.localPayload.agent_metadata;
-    const sameGeometry =
-      meta.block_lens.length === local.block_lens.length &&
-      meta.block_lens.every((len, i) => len === local.block_lens[i]) &&
-      meta.block_size === local.block_size;
-    if (!sameGeometry) {
-      throw new KVError(
-        'NIXL_GEOMETRY_MISMATCH',
-        `Remote engine ${meta.engine_id} has KV blocks of [${meta.block_lens.join(', ')}] bytes (block size ${meta.block_size}), this engine [${local.block_lens.join(', ')}] (block size ${local.block_size})`,
-        { hint: 'Use the same model, block size, cache dtype and tensor-parallel size on both engines.' },
-      );
-    }
+    if (meta.tp_size !== remote.tpSize) throw tpSizeMismatch(meta.engine_id, remote.tpSize, meta.tp_size);
+    validateRemoteGeometry({
+      engineId: meta.engine_id,
+      mode: s.mode,
+      totalKvHeads: s.totalKvHeads,
+      local: { tpSize: local.tp_size, blockSize: local.block_size, blockLens: local.block_lens },
+      remote: { tpSize: meta.tp_size, blockSize: meta.block_size, blockLens: meta.block_lens },
+    });
     return this.#agent.addRemoteAgent(meta.agent);
   }
 
@@ -82,4 +83,12 @@ export class RemoteEngines {
       p?.then((name) => this.#agent.removeRemoteAgent(name)).catch(() => {});
     }
   }
+}
+
+function tpSizeMismatch(engineId: string, expected: number, actual: number): KVError {
+  return new KVError(
+    'NIXL_TP_SIZE_MISMATCH',
+    `Remote engine ${engineId} reports tensor_parallel_size ${actual}, but its kv_transfer_params said tp_size ${expected}`,
+    { hint: 'Pass the prefill engine’s kv_transfer_params to the decode engine unchanged.' },
+  );
 }

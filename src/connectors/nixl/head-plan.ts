@@ -78,7 +78,11 @@ export interface GeometryCheck {
   readonly engineId: string;
   readonly mode: 'pull' | 'push';
   readonly totalKvHeads: number;
-  readonly local: { readonly tpSize: number; readonly blockSize: number; readonly blockLens: readonly number[] };
+  readonly local: {
+    readonly tpSize: number;
+    readonly blockSize: number;
+    readonly blockLens: readonly number[];
+  };
   readonly remote: {
     readonly tpSize: number;
     readonly blockSize: number;

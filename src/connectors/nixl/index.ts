@@ -8,6 +8,15 @@ export {
   remotePositions,
 } from './block-lists.ts';
 export { KV_BOTH_DEPRECATION, NixlConnector, NixlPullConnector, NixlPushConnector } from './connector.ts';
+export {
+  type HeadPlan,
+  type HeadSource,
+  planHeads,
+  type RankHeads,
+  rankKvHeads,
+  validateRemoteGeometry,
+} from './head-plan.ts';
+export { type BlockShape, type HeadCopy, scatterHeads } from './head-scatter.ts';
 export { LeaseHeap } from './lease-heap.ts';
 export {
   compatibilityFactors,
@@ -22,6 +31,7 @@ export {
   SIDE_CHANNEL_HOST_ENV,
   SIDE_CHANNEL_PORT_ENV,
 } from './options.ts';
+export { StagingPool } from './staging-pool.ts';
 export { emptyNixlStats, type NixlStatsData, reduceNixlStats } from './stats.ts';
 export { setNixlTestHooks } from './test-hooks.ts';
 export {

@@ -19,7 +19,7 @@ export class ProducerLeases {
   readonly #heap = new LeaseHeap();
   readonly #reads = new Map<string, number>();
   /** Completions that arrived before the request's blocks were handed to this worker. */
-  readonly #early = new Map<string, { count: number; at: number }>();
+  readonly #early = new Map<string, { worldSize: number; notes: number; at: number }>();
   #done: string[] = [];
   #expired = 0;
 
@@ -42,7 +42,7 @@ export class ProducerLeases {
     const early = this.#early.get(job.reqId);
     if (early) {
       this.#early.delete(job.reqId);
-      this.completion(job.reqId, early.count);
+      for (let i = 0; i < early.notes; i++) this.completion(job.reqId, early.worldSize);
     }
   }
 
@@ -64,7 +64,9 @@ export class ProducerLeases {
         'Potentially invalid KV blocks for unrecognized request %s were retrieved by a decode worker. They may have expired.',
         reqId,
       );
-      this.#early.set(reqId, { count: consumerWorldSize, at: Date.now() });
+      // Several consumer ranks may report before the blocks arrive (heterogeneous TP).
+      const prev = this.#early.get(reqId);
+      this.#early.set(reqId, { worldSize: consumerWorldSize, notes: (prev?.notes ?? 0) + 1, at: Date.now() });
       return;
     }
     this.#reads.set(reqId, seen + 1);

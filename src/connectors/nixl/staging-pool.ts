@@ -41,7 +41,9 @@ export class StagingPool {
         new KVError(
           'NIXL_STAGING_TOO_SMALL',
           `a heterogeneous-TP read needs ${need} staging blocks, the staging region has ${this.capacity}`,
-          { hint: 'Raise max_model_len-bounded staging (it is sized for one request of max_model_len tokens).' },
+          {
+            hint: 'Staging holds one request of max_model_len tokens: give the decode engine a max_model_len at least as large as the prefill engine’s.',
+          },
         ),
       );
     }

@@ -1,7 +1,7 @@
 /**
  * Heterogeneous tensor parallelism (spec §5.1.6) as pure functions: which remote ranks a
  * local rank reads from, which head slice it takes, and how many completion notifications
- * a producer rank waits for. Only tp 1↔1 is wired end to end today; MoRIIO reuses these.
+ * a producer rank waits for. Pull loads use them through ./head-plan.ts; MoRIIO reuses these.
  */
 import { KVError } from '../../errors/kv-error.ts';
 

@@ -17,12 +17,14 @@ import {
 } from '../../transfer/index.ts';
 import { countBlocks } from './block-lists.ts';
 import { RemoteEngines } from './handshake.ts';
+import { HeteroTpReader } from './hetero-reader.ts';
 import {
   compatibilityFactors,
   computeCompatibilityHash,
   NIXL_CONNECTOR_VERSION,
   type NixlHandshakePayload,
   type TransferMode,
+  totalKvHeads,
 } from './metadata.ts';
 import { effectiveGrantWaitMs, type NixlOptions } from './options.ts';
 import { ProducerLeases } from './producer-leases.ts';
@@ -87,6 +89,8 @@ export class NixlWorker {
   #payload: NixlHandshakePayload | null = null;
   #pushProducer: PushProducer | null = null;
   #pushConsumer: PushConsumer | null = null;
+  /** Pull loads from a producer with another tensor-parallel size (staged, head-sliced). */
+  #hetero: HeteroTpReader | null = null;
   readonly #loads = new Map<string, Load>();
   #recving: string[] = [];
   readonly #invalid = new Set<number>();
@@ -154,11 +158,14 @@ export class NixlWorker {
         agent: agent.metadata(),
       },
     };
+    const kvHeads = totalKvHeads(this.#engineConfig, this.#kvCacheConfig);
     const engines = new RemoteEngines(agent, {
       localPayload: this.#payload,
       enforceCompat: opts.enforceHandshakeCompat,
       timeoutMs: opts.handshakeTimeout * 1000,
       secret: opts.authSecret,
+      mode: this.mode,
+      totalKvHeads: kvHeads,
     });
     const regionIds = memory.tensors.map((t) => t.index);
     const ctx: WorkerContext = {
@@ -185,6 +192,20 @@ export class NixlWorker {
       },
     };
     this.#ctx = ctx;
+    if (this.mode === 'pull') {
+      this.#hetero = new HeteroTpReader({
+        agent,
+        engines,
+        memory,
+        kvCacheConfig: this.#kvCacheConfig,
+        tpRank: this.tpRank,
+        tpSize: this.tpSize,
+        totalKvHeads: kvHeads,
+        maxModelLen: this.#engineConfig.model.maxModelLen,
+        leaseSeconds: opts.kvLeaseDuration,
+        recvDone: ctx.recvDone,
+      });
+    }
     if (this.mode === 'push') {
       this.#pushProducer = new PushProducer(ctx);
       this.#pushConsumer = new PushConsumer(ctx);
@@ -213,6 +234,10 @@ export class NixlWorker {
   }
 
   #startRead(ctx: WorkerContext, job: RecvJob): void {
+    if (this.#hetero && job.remote.tpSize !== this.tpSize) {
+      this.#hetero.start(job, `${job.remoteRequestId}:${this.tpSize}`);
+      return;
+    }
     const release = countBlocks(job.localBlockIds) === 0;
     const load: Load = { job, handle: null, settled: false, firstPostAt: 0, retries: 0, retryTimer: null };
     if (!release) this.#loads.set(job.reqId, load);
@@ -292,10 +317,14 @@ export class NixlWorker {
   }
 
   #sendHeartbeat(ctx: WorkerContext, hb: HeartbeatJob): void {
-    ctx
-      .connect(hb.remote)
-      .then((name) => ctx.agent.sendNotification(name, HEARTBEAT_PREFIX + hb.remoteRequestIds.join(',')))
-      .catch((e: unknown) => log.warn('NIXL heartbeat to %s failed: %s', hb.remote.engineId, String(e)));
+    const send = async (): Promise<void> => {
+      // Every producer rank mapped to this rank holds the blocks under its own lease.
+      for (const rank of handshakeTargetRanks(this.tpSize, this.tpRank, hb.remote.tpSize)) {
+        const name = await ctx.engines.connect(hb.remote, rank);
+        await ctx.agent.sendNotification(name, HEARTBEAT_PREFIX + hb.remoteRequestIds.join(','));
+      }
+    };
+    send().catch((e: unknown) => log.warn('NIXL heartbeat to %s failed: %s', hb.remote.engineId, String(e)));
   }
 
   #drainNotifications(ctx: WorkerContext): void {
@@ -343,6 +372,7 @@ export class NixlWorker {
         ctx.agent.sendNotification(handle.remoteAgent, note).catch(() => {});
       }
     }
+    this.#hetero?.poll((job) => `${job.remoteRequestId}:${this.tpSize}`);
     this.#pushProducer?.poll();
     this.#pushConsumer?.poll();
     ctx.leases.expire();
@@ -367,11 +397,17 @@ export class NixlWorker {
 
   /** True while this worker still has loads or pushes in flight. */
   get busy(): boolean {
-    return this.#loads.size > 0 || (this.#pushProducer?.busy ?? false) || (this.#pushConsumer?.busy ?? false);
+    return (
+      this.#loads.size > 0 ||
+      (this.#hetero?.busy ?? false) ||
+      (this.#pushProducer?.busy ?? false) ||
+      (this.#pushConsumer?.busy ?? false)
+    );
   }
 
   async shutdown(): Promise<void> {
     for (const load of this.#loads.values()) if (load.retryTimer) clearTimeout(load.retryTimer);
+    this.#hetero?.shutdown();
     await this.#ctx?.agent.close();
   }
 }

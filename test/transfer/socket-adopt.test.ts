@@ -31,12 +31,19 @@ async function adoptAndSend(payload: Buffer, target: Uint8Array) {
   const client = connect(port, '127.0.0.1');
   const greeting = new Promise<string>((r) => client.once('data', (b) => r(b.toString())));
   client.write(payload);
+  // Bounded: if adoption did not happen, no read ever lands in `target`.
+  const timer = setTimeout(resolveDone, 5000);
   await done;
-  const hello = await greeting;
+  clearTimeout(timer);
+  const hello = await Promise.race([greeting, new Promise<string>((r) => setTimeout(() => r(''), 1000))]);
   client.destroy();
   adopted?.destroy();
   await new Promise<void>((r) => server.close(() => r()));
   return { reads, hello, adoptedIsNew: adopted !== accepted };
+}
+
+function filledBytes(reads: readonly { n: number }[]): number {
+  return reads.reduce((s, r) => s + r.n, 0);
 }
 
 describe('adopting accepted sockets for in-place reads', () => {
@@ -46,6 +53,7 @@ describe('adopting accepted sockets for in-place reads', () => {
     const target = new Uint8Array(new SharedArrayBuffer(payload.length));
     const { reads, hello, adoptedIsNew } = await adoptAndSend(payload, target);
     assert.equal(adoptedIsNew, true, 'the accepted socket was not adopted (Node internals changed?)');
+    assert.equal(filledBytes(reads), payload.length);
     assert.equal(hello, 'hello');
     assert.ok(reads.length > 0 && reads.every((r) => r.intoTarget));
     assert.ok(Buffer.from(target).equals(payload));

@@ -35,10 +35,12 @@ export function backendInfo(engine: AsyncEngineLike, servedModelName: string): B
   const host = extra['side_channel_host'];
   const port = extra['side_channel_port'];
   const mode = extra['transfer_mode'];
+  // A connector may define its own identity (MoRIIO: host_ip:handshake_port) — it wins.
+  const engineId = typeof extra['engine_id'] === 'string' ? extra['engine_id'] : (kv?.engine_id ?? null);
   return {
     ...extra,
     connector: kv?.kv_connector ?? null,
-    engine_id: kv?.engine_id ?? null,
+    engine_id: engineId,
     kv_connector: kv?.kv_connector ?? null,
     kv_role: kv?.kv_role ?? null,
     served_model_name: servedModelName,

@@ -96,6 +96,59 @@ registerConnectorMetrics('NixlConnector', NIXL_METRICS);
 registerConnectorMetrics('NixlPullConnector', NIXL_METRICS);
 registerConnectorMetrics('NixlPushConnector', NIXL_METRICS);
 
+/**
+ * kvconnect's own names: vLLM's MoRIIO connector has no Prometheus metrics. Same shapes as
+ * NIXL's; a transfer is observed on the engine that posts it (P in WRITE mode, D in READ).
+ */
+const MORIIO_METRICS: readonly ConnectorMetricSpec[] = [
+  {
+    name: 'vllm:moriio_xfer_time_seconds',
+    help: 'Histogram of transfer duration for MoRIIO KV cache transfers.',
+    type: 'histogram',
+    key: 'transfer_duration',
+    buckets: SECONDS_BUCKETS,
+  },
+  {
+    name: 'vllm:moriio_bytes_transferred',
+    help: 'Histogram of bytes transferred per MoRIIO KV cache transfer.',
+    type: 'histogram',
+    key: 'bytes_transferred',
+    buckets: BYTES_BUCKETS,
+  },
+  {
+    name: 'vllm:moriio_num_descriptors',
+    help: 'Histogram of number of descriptors per MoRIIO KV cache transfer.',
+    type: 'histogram',
+    key: 'num_descriptors',
+    buckets: COUNT_BUCKETS,
+  },
+  {
+    name: 'vllm:moriio_num_failed_transfers',
+    help: 'Number of failed MoRIIO KV cache transfers.',
+    type: 'counter',
+    key: 'num_failed_transfers',
+  },
+  {
+    name: 'vllm:moriio_num_failed_notifications',
+    help: 'Number of MoRIIO control messages (remote_blocks, write_done, release) that failed.',
+    type: 'counter',
+    key: 'num_failed_notifications',
+  },
+  {
+    name: 'vllm:moriio_num_transfer_timeouts',
+    help: 'Number of MoRIIO KV cache transfers that ran past transfer_timeout.',
+    type: 'counter',
+    key: 'num_transfer_timeouts',
+  },
+  {
+    name: 'vllm:moriio_num_reaped_sends',
+    help: 'Number of prefill requests whose held blocks were freed after defer_timeout without an ACK.',
+    type: 'counter',
+    key: 'num_reaped_sends',
+  },
+];
+registerConnectorMetrics('MoRIIOConnector', MORIIO_METRICS);
+
 type LabelValues = Record<string, string>;
 /** `scalar`: the stats value was one number (a total), not a list of per-event samples. */
 type Sink = (values: number[], scalar: boolean) => void;

@@ -11,6 +11,7 @@ import type {
   KVConnectorMetadata,
   KVConnectorOutput,
   KVConnectorRole,
+  KVConnectorStatsData,
   MatchedTokens,
   RequestFinishedResult,
   SchedulerOutput,
@@ -125,6 +126,12 @@ export class MoRIIOConnector extends KVConnectorBase {
 
   override getBlockIdsWithLoadErrors(): number[] {
     return this.#worker?.getBlockIdsWithLoadErrors() ?? [];
+  }
+
+  /** Worker: MoRIIOStatsData of this rank; scheduler: MoRIIOSchedulerStatsData. Drained per call. */
+  override getKvConnectorStats(): KVConnectorStatsData | null {
+    const data = this.#worker ? this.#worker.getStats() : (this.#scheduler?.takeStats() ?? null);
+    return data ? { ...data } : null;
   }
 
   override async shutdown(): Promise<void> {

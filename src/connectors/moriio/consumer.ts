@@ -10,6 +10,7 @@ import type { TransferHandle } from '../../transfer/index.ts';
 import { moriioPort } from './config.ts';
 import { emitMoRIIOEvent } from './events.ts';
 import { sendNotify } from './notify-channel.ts';
+import { isTimeoutReason } from './stats.ts';
 import type { FailedLoad, ReadJob, WriteRecvJob } from './step-metadata.ts';
 import { moriioExpectedWriteDoneCount, moriioPeerRanks, validateMoRIIOHeterogeneousTp } from './tp.ts';
 import { type MoRIIOWorkerContext, transferTimeoutMessage } from './worker-context.ts';
@@ -58,7 +59,10 @@ export class MoRIIOConsumer {
     const ctx = this.#ctx;
     const fail = (why: string): void => this.#failIncoming(job.transferId, why);
     const timeoutS = ctx.cfg.transferTimeoutS;
-    const timer = setTimeout(() => fail(transferTimeoutMessage(timeoutS)), timeoutS * 1000);
+    const timer = setTimeout(() => {
+      ctx.stats.timedOut();
+      fail(transferTimeoutMessage(timeoutS));
+    }, timeoutS * 1000);
     timer.unref();
     this.#incoming.set(job.transferId, {
       job,
@@ -87,7 +91,10 @@ export class MoRIIOConsumer {
         decode_host: ctx.cfg.hostIp,
         decode_handshake_port: ctx.handshakePort,
         decode_notify_port: ctx.notifyPort,
-      }).catch((e: unknown) => fail((e as Error).message));
+      }).catch((e: unknown) => {
+        ctx.stats.failedNotification();
+        fail((e as Error).message);
+      });
     }
   }
 
@@ -140,6 +147,7 @@ export class MoRIIOConsumer {
           pending.handles.set(region, ctx.agent.read(name, pairs, { grantKey: job.transferId }));
         }
       } catch (e) {
+        ctx.stats.failedTransfer();
         this.#failRead(pending, (e as Error).message);
       }
     }
@@ -154,7 +162,9 @@ export class MoRIIOConsumer {
       const status = await this.#ctx.agent.waitFor(handle);
       this.#ctx.agent.releaseHandle(handle);
       if (status.state !== 'DONE') {
-        const why = status.reason?.includes('timed out')
+        const timedOut = isTimeoutReason(status.reason);
+        if (timedOut) this.#ctx.stats.timedOut();
+        const why = timedOut
           ? transferTimeoutMessage(this.#ctx.cfg.transferTimeoutS)
           : (status.reason ?? 'transfer failed');
         this.#failRead(pending, why);
@@ -174,9 +184,10 @@ export class MoRIIOConsumer {
           type: 'release',
           transfer_id: job.transferId,
           consumer_tp_size: ctx.tpSize,
-        }).catch((e: unknown) =>
-          log.warn('MoRIIO release of %s failed: %s', job.transferId, (e as Error).message),
-        );
+        }).catch((e: unknown) => {
+          ctx.stats.failedNotification();
+          log.warn('MoRIIO release of %s failed: %s', job.transferId, (e as Error).message);
+        });
       }
     }
     this.#reads = [];

@@ -6,6 +6,7 @@ export { MoRIIOConnector, RDMA_AS_TCP_NOTICE } from './connector.ts';
 export * from './discovery.ts';
 export * from './events.ts';
 export { type NotifyMessage, NotifyServer, type RemoteBlocksMessage, sendNotify } from './notify-channel.ts';
+export * from './stats.ts';
 export type * from './step-metadata.ts';
 export * from './tp.ts';
 export { type MoRIIOAgentPayload, MoRIIOWorker } from './worker.ts';

@@ -10,6 +10,7 @@ import type { TransferHandle } from '../../transfer/index.ts';
 import { emitMoRIIOEvent } from './events.ts';
 import type { RemoteBlocksMessage } from './notify-channel.ts';
 import { sendNotify } from './notify-channel.ts';
+import { isTimeoutReason } from './stats.ts';
 import type { SaveJob, SendJob } from './step-metadata.ts';
 import { moriioExpectedAckCount, validateMoRIIOHeterogeneousTp } from './tp.ts';
 import type { MoRIIOWorkerContext } from './worker-context.ts';
@@ -146,6 +147,7 @@ export class MoRIIOProducer {
     try {
       validateMoRIIOHeterogeneousTp(ctx.totalKvHeads, ctx.tpSize, msg.decode_tp_size);
     } catch (e) {
+      ctx.stats.failedTransfer();
       log.error('%s', (e as Error).message);
       return;
     }
@@ -159,6 +161,7 @@ export class MoRIIOProducer {
     );
     reg.agent.catch((e: unknown) => {
       reg.failed = true;
+      ctx.stats.failedTransfer();
       log.error('MoRIIO handshake with decode %s failed: %s', msg.decode_host, (e as Error).message);
     });
     t.registrations.push(reg);
@@ -197,18 +200,25 @@ export class MoRIIOProducer {
     }
     if (local.length === 0 || !reg.agent || reg.failed) return false;
     if (t.writes.size === 0 && t.computed.size <= 1) emitMoRIIOEvent('first_layer_written', t.transferId);
-    const agent = this.#ctx.agent;
+    const { agent, stats } = this.#ctx;
     const pairs = [
       { localRegion: region, localBlockIds: local, remoteRegion: region, remoteBlockIds: remote },
     ];
     const p = reg.agent
       .then(async (name) => {
-        const handle: TransferHandle = agent.write(name, pairs);
+        let handle: TransferHandle;
+        try {
+          handle = agent.write(name, pairs);
+        } catch (e) {
+          stats.failedTransfer();
+          throw e;
+        }
         if (exitAfterWrites > 0 && --exitAfterWrites === 0) process.exit(137);
         const status = await agent.waitFor(handle);
         agent.releaseHandle(handle);
         if (status.state !== 'DONE') {
           reg.failed = true;
+          if (isTimeoutReason(status.reason)) stats.timedOut();
           log.error('MoRIIO write of transfer %s failed: %s', t.transferId, status.reason ?? '');
         }
       })
@@ -238,7 +248,10 @@ export class MoRIIOProducer {
             type: 'write_done',
             transfer_id: t.transferId,
             tp_rank: this.#ctx.tpRank,
-          }).catch((e: unknown) => log.warn('MoRIIO write_done to decode failed: %s', (e as Error).message));
+          }).catch((e: unknown) => {
+            this.#ctx.stats.failedNotification();
+            log.warn('MoRIIO write_done to decode failed: %s', (e as Error).message);
+          });
         }
       }
     }

@@ -21,6 +21,7 @@ import { AckReconciler } from './ack-reconciler.ts';
 import { type MoRIIOPeer, prefillPeerOf } from './addressing.ts';
 import { type MoRIIOConfig, moriioPort } from './config.ts';
 import { sendNotify } from './notify-channel.ts';
+import type { MoRIIOSchedulerStatsData } from './stats.ts';
 import { emptyStepMetadata, type MoRIIOStepMetadata } from './step-metadata.ts';
 
 const log = getLogger('kvconnect.connectors.moriio');
@@ -42,6 +43,7 @@ export class MoRIIOScheduler {
   /** transfer_id ↔ request id, the cross-instance key (spec §5.2.5). */
   readonly #reqOfTransfer = new Map<string, string>();
   #meta: MoRIIOStepMetadata = emptyStepMetadata();
+  #reapedSends = 0;
 
   constructor(cfg: MoRIIOConfig, engineConfig: EngineConfig, kvCacheConfig: KVCacheConfig) {
     this.#cfg = cfg;
@@ -232,10 +234,20 @@ export class MoRIIOScheduler {
 
   updateConnectorOutput(out: KVConnectorOutput): void {
     if (!this.isProducer) return;
-    out.finishedSending = this.#acks.reconcile(out.finishedSending, (tx) => this.#meta.dropped.push(tx));
+    out.finishedSending = this.#acks.reconcile(out.finishedSending, (tx) => {
+      this.#reapedSends++;
+      this.#meta.dropped.push(tx);
+    });
     for (const id of out.finishedSending ?? []) {
       for (const [tx, r] of this.#reqOfTransfer) if (r === id) this.#reqOfTransfer.delete(tx);
     }
+  }
+
+  /** Scheduler-side stats since the last call: holds reaped after defer_timeout. */
+  takeStats(): MoRIIOSchedulerStatsData | null {
+    const n = this.#reapedSends;
+    this.#reapedSends = 0;
+    return n > 0 ? { num_reaped_sends: n } : null;
   }
 
   hasPendingWork(): boolean {

@@ -1,6 +1,7 @@
 /** What the producer and consumer halves of a MoRIIO worker share. */
 import type { TransferAgent } from '../../transfer/index.ts';
 import type { MoRIIOConfig } from './config.ts';
+import type { MoRIIOStatsRecorder } from './stats.ts';
 
 export interface MoRIIOWorkerContext {
   readonly agent: TransferAgent;
@@ -14,6 +15,8 @@ export interface MoRIIOWorkerContext {
   /** This worker's own listener ports (after the per-worker offset). */
   readonly handshakePort: number;
   readonly notifyPort: number;
+  /** Failures outside the agent's own transfers (notify messages, timeouts, failed handshakes). */
+  readonly stats: MoRIIOStatsRecorder;
   /** Handshake with a peer worker at host:port (its actual listener); resolves to its agent name. */
   connect(host: string, port: number, remoteTpRank: number, remoteTpSize: number): Promise<string>;
 }

@@ -20,6 +20,7 @@ import { type MoRIIOConfig, moriioPort } from './config.ts';
 import { MoRIIOConsumer } from './consumer.ts';
 import { type NotifyMessage, NotifyServer } from './notify-channel.ts';
 import { MoRIIOProducer } from './producer.ts';
+import { isEmptyMoRIIOStats, type MoRIIOStatsData, MoRIIOStatsRecorder } from './stats.ts';
 import type { MoRIIOStepMetadata } from './step-metadata.ts';
 import type { MoRIIOWorkerContext } from './worker-context.ts';
 
@@ -56,6 +57,7 @@ export class MoRIIOWorker {
   #producer: MoRIIOProducer | null = null;
   #consumer: MoRIIOConsumer | null = null;
   readonly #peers = new Map<string, Promise<string>>();
+  readonly #stats = new MoRIIOStatsRecorder();
 
   constructor(cfg: MoRIIOConfig, engineConfig: EngineConfig, kvCacheConfig: KVCacheConfig) {
     this.#cfg = cfg;
@@ -135,6 +137,7 @@ export class MoRIIOWorker {
       regions: memory.tensors.map((t) => t.index),
       handshakePort,
       notifyPort,
+      stats: this.#stats,
       connect: (host, port, rank, remoteTp) => this.#connect(host, port, rank, remoteTp),
     };
     this.#producer = new MoRIIOProducer(ctx);
@@ -255,6 +258,12 @@ export class MoRIIOWorker {
 
   getBlockIdsWithLoadErrors(): number[] {
     return this.#consumer?.takeInvalid() ?? [];
+  }
+
+  /** This rank's transfer stats since the last call (MoRIIOStatsData), or null when nothing happened. */
+  getStats(): MoRIIOStatsData | null {
+    const data = this.#stats.take(this.#agent?.resetStats() ?? null);
+    return isEmptyMoRIIOStats(data) ? null : data;
   }
 
   async shutdown(): Promise<void> {

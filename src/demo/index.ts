@@ -1,5 +1,15 @@
 export { type CompletionResult, streamCompletion } from './client.ts';
-export { type MetricReading, metricDelta, parseReading, readMetrics, sumMetric } from './metrics.ts';
+export {
+  DEMO_METRICS,
+  type DemoMetricNames,
+  demoMetricNames,
+  type MetricReading,
+  MORIIO_DEMO_METRICS,
+  metricDelta,
+  parseReading,
+  readMetrics,
+  sumMetric,
+} from './metrics.ts';
 export {
   DEMO_CONNECTORS,
   DEMO_DEFAULTS,

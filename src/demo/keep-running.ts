@@ -25,8 +25,9 @@ function connectorLines(
       `  curl -s ${s.prefill.url}/kvconnect/info`,
       '  # the plain reference server: the same answer, computed by one server',
       `  ${curlCompletion(s.reference.url, completion)}`,
-      '  # prompt tokens D loaded from P instead of computing them (MoRIIO exports no transfer metrics)',
-      `  curl -s ${s.decode.url}/metrics | grep -E 'external_prefix_cache_hits|prompt_tokens_total'`,
+      '  # KV transfer metrics: P records them in WRITE mode (it posts the writes), D in READ mode',
+      `  curl -s ${s.prefill.url}/metrics | grep -E 'moriio_bytes_transferred_sum|moriio_num_failed'`,
+      `  curl -s ${s.decode.url}/metrics | grep -E 'moriio_bytes_transferred_sum|external_prefix_cache_hits'`,
     ];
   }
   return [

@@ -1,14 +1,12 @@
 /**
  * Reads the figures the demo reports from a server's Prometheus text (GET /metrics), as
- * totals over all label sets, and the difference between two readings.
+ * totals over all label sets, and the difference between two readings. The transfer
+ * figures come from the connector's own series (vllm:nixl_* or vllm:moriio_*); each engine
+ * records only the transfers it posts, so the demo sums P and D.
  */
+import { type DemoConnector, demoFlow } from './options.ts';
 
-export const DEMO_METRICS = {
-  kvBytes: 'vllm:nixl_bytes_transferred_sum',
-  transfers: 'vllm:nixl_bytes_transferred_count',
-  transferSeconds: 'vllm:nixl_xfer_time_seconds_sum',
-  failedTransfers: 'vllm:nixl_num_failed_transfers',
-  expiredLeases: 'vllm:nixl_num_kv_expired_reqs',
+const ENGINE_METRICS = {
   promptTokens: 'vllm:prompt_tokens_total',
   prefixQueries: 'vllm:prefix_cache_queries_total',
   prefixHits: 'vllm:prefix_cache_hits_total',
@@ -18,8 +16,36 @@ export const DEMO_METRICS = {
   waiting: 'vllm:num_requests_waiting',
 } as const;
 
+/** The NIXL connectors' series (the default names). */
+export const DEMO_METRICS = {
+  kvBytes: 'vllm:nixl_bytes_transferred_sum',
+  transfers: 'vllm:nixl_bytes_transferred_count',
+  transferSeconds: 'vllm:nixl_xfer_time_seconds_sum',
+  failedTransfers: 'vllm:nixl_num_failed_transfers',
+  /** P gave up on blocks it held for D (NIXL: the lease expired). */
+  abandonedHolds: 'vllm:nixl_num_kv_expired_reqs',
+  ...ENGINE_METRICS,
+} as const;
+
+/** MoRIIOConnector's series (kvconnect's names; P records WRITE transfers, D records READ). */
+export const MORIIO_DEMO_METRICS: DemoMetricNames = {
+  kvBytes: 'vllm:moriio_bytes_transferred_sum',
+  transfers: 'vllm:moriio_bytes_transferred_count',
+  transferSeconds: 'vllm:moriio_xfer_time_seconds_sum',
+  failedTransfers: 'vllm:moriio_num_failed_transfers',
+  /** MoRIIO: the hold was reaped after defer_timeout without an ACK. */
+  abandonedHolds: 'vllm:moriio_num_reaped_sends',
+  ...ENGINE_METRICS,
+};
+
 export type MetricKey = keyof typeof DEMO_METRICS;
 export type MetricReading = Record<MetricKey, number>;
+export type DemoMetricNames = Record<MetricKey, string>;
+
+/** The series the demo reads for a connector's servers. */
+export function demoMetricNames(connector: DemoConnector): DemoMetricNames {
+  return demoFlow(connector) === 'MoRIIOConnector' ? MORIIO_DEMO_METRICS : DEMO_METRICS;
+}
 
 /** Sum of every sample named exactly `name` (any labels); 0 when the metric is absent. */
 export function sumMetric(text: string, name: string): number {
@@ -34,15 +60,18 @@ export function sumMetric(text: string, name: string): number {
   return total;
 }
 
-export function parseReading(text: string): MetricReading {
+export function parseReading(text: string, names: DemoMetricNames = DEMO_METRICS): MetricReading {
   const out = {} as MetricReading;
-  for (const key of Object.keys(DEMO_METRICS) as MetricKey[]) out[key] = sumMetric(text, DEMO_METRICS[key]);
+  for (const key of Object.keys(names) as MetricKey[]) out[key] = sumMetric(text, names[key]);
   return out;
 }
 
-export async function readMetrics(baseUrl: string): Promise<MetricReading> {
+export async function readMetrics(
+  baseUrl: string,
+  names: DemoMetricNames = DEMO_METRICS,
+): Promise<MetricReading> {
   const res = await fetch(`${baseUrl}/metrics`);
-  return parseReading(await res.text());
+  return parseReading(await res.text(), names);
 }
 
 /** after − before for counters; gauges (usage, running, waiting) keep the later value. */

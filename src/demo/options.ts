@@ -104,11 +104,13 @@ export function demoFlow(connector: DemoConnector): DemoFlow {
 }
 
 /**
- * Whether the connector's servers export the `vllm:nixl_*` transfer metrics the table reads
- * (bytes, transfer time, failures). MoRIIO exports none, so those rows say n/a.
+ * Whether the connector's servers export the transfer metrics the table reads (bytes,
+ * transfer time, failures): `vllm:nixl_*` for NIXL, `vllm:moriio_*` for MoRIIO. When false
+ * those rows say n/a; every connector the demo runs exports them today.
  */
 export function exportsTransferMetrics(connector: DemoConnector): boolean {
-  return demoFlow(connector) !== 'MoRIIOConnector';
+  const flow: DemoFlow = demoFlow(connector);
+  return flow === 'NixlConnector' || flow === 'NixlPushConnector' || flow === 'MoRIIOConnector';
 }
 
 /** How KV moves, for the title and the JSON: pull/push for NIXL, READ/WRITE for MoRIIO. */

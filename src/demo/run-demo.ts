@@ -7,7 +7,7 @@ import { formatErrorText } from '../errors/format.ts';
 import { setLogLevel } from '../logging/logger.ts';
 import { type CompletionResult, streamCompletion } from './client.ts';
 import { keepRunningHelp } from './keep-running.ts';
-import { type MetricReading, metricDelta, readMetrics } from './metrics.ts';
+import { demoMetricNames, type MetricReading, metricDelta, readMetrics } from './metrics.ts';
 import {
   type DemoConnector,
   type DemoOptions,
@@ -118,8 +118,9 @@ async function measure(options: DemoOptions, s: Servers, progress: Progress): Pr
   const warmup: DemoRequest = { index: -1, family: -1, prompt: 'warm-up: hello', maxTokens: 2 };
   await streamCompletion(s.proxy.url, options.model, warmup, 'demo-warmup-proxy');
   await streamCompletion(s.reference.url, options.model, warmup, 'demo-warmup-reference');
+  const names = demoMetricNames(connector);
   const read = (): Promise<MetricReading[]> =>
-    Promise.all([readMetrics(s.prefill.url), readMetrics(s.decode.url), readMetrics(s.reference.url)]);
+    Promise.all([s.prefill.url, s.decode.url, s.reference.url].map((url) => readMetrics(url, names)));
   const before = await read();
   const disaggregated = await runPhase('disaggregated', s.proxy.url, options.model, waves, progress);
   const plain = await runPhase('plain        ', s.reference.url, options.model, waves, progress);

@@ -28,7 +28,10 @@ export interface DemoSummary {
   ttft_p50_ms: { disaggregated: number; plain: number };
   ttft_p99_ms: { disaggregated: number; plain: number };
   wall_time_s: { disaggregated: number; plain: number };
-  /** The transfer figures are null when the connector exports no transfer metrics (MoRIIO). */
+  /**
+   * Summed over P and D (each records the transfers it posts: NIXL pull and MoRIIO READ on D,
+   * NIXL push and MoRIIO WRITE on P); null when the connector exports no transfer metrics.
+   */
   kv_bytes_moved: number | null;
   kv_blocks_moved: number | null;
   kv_transfers: number | null;
@@ -67,7 +70,7 @@ export interface SummaryInput {
   connector: string;
   transferMode: string;
   moriioBackend: string | null;
-  /** false: the servers export no vllm:nixl_* metrics, so the transfer figures are null. */
+  /** false: the servers export no transfer metrics (vllm:nixl_* / vllm:moriio_*), so those figures are null. */
   transferMetrics: boolean;
   model: string;
   concurrency: number;

@@ -2,7 +2,8 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { type CompletionResult, tokenIdsOf } from '../../src/demo/client.ts';
-import { metricDelta, parseReading, sumMetric } from '../../src/demo/metrics.ts';
+import { demoMetricNames, metricDelta, parseReading, sumMetric } from '../../src/demo/metrics.ts';
+import { exportsTransferMetrics } from '../../src/demo/options.ts';
 import { Progress } from '../../src/demo/progress.ts';
 import { percentile, renderTable, sameOutput, summarize } from '../../src/demo/summary.ts';
 import { buildWorkload, familyPrefix, workloadWaves } from '../../src/demo/workload.ts';
@@ -136,4 +137,65 @@ test('summaries of connectors without transfer metrics say null / n/a, not 0', (
   assert.equal(withMetrics.kv_transfers, 4);
   assert.equal(withMetrics.failed_transfers, 0);
   assert.match(renderTable(withMetrics), /— X \(pull\), model tiny[\s\S]*8\.0 KiB · 8 blocks · 4 transfers/);
+});
+
+test('MoRIIO servers are read through vllm:moriio_*, NIXL through vllm:nixl_*; all export transfer metrics', () => {
+  for (const c of ['NixlConnector', 'NixlPullConnector', 'NixlPushConnector', 'MoRIIOConnector'] as const) {
+    assert.equal(exportsTransferMetrics(c), true, c);
+  }
+  const moriio = demoMetricNames('MoRIIOConnector');
+  assert.equal(moriio.kvBytes, 'vllm:moriio_bytes_transferred_sum');
+  assert.equal(moriio.transfers, 'vllm:moriio_bytes_transferred_count');
+  assert.equal(moriio.transferSeconds, 'vllm:moriio_xfer_time_seconds_sum');
+  assert.equal(moriio.failedTransfers, 'vllm:moriio_num_failed_transfers');
+  assert.equal(moriio.abandonedHolds, 'vllm:moriio_num_reaped_sends');
+  assert.equal(moriio.promptTokens, 'vllm:prompt_tokens_total');
+  assert.equal(demoMetricNames('NixlPushConnector').kvBytes, 'vllm:nixl_bytes_transferred_sum');
+  // P's /metrics in MoRIIO WRITE mode: P posted the writes, D posted nothing.
+  const pText = [
+    'vllm:moriio_bytes_transferred_sum{model_name="tiny"} 49152',
+    'vllm:moriio_bytes_transferred_count{model_name="tiny"} 4',
+    'vllm:moriio_xfer_time_seconds_sum{model_name="tiny"} 0.004',
+    'vllm:moriio_num_failed_transfers{model_name="tiny"} 1',
+    'vllm:nixl_bytes_transferred_sum{model_name="tiny"} 999',
+    'vllm:prompt_tokens_total{model_name="tiny"} 96',
+  ].join('\n');
+  const dText = 'vllm:moriio_bytes_transferred_sum{model_name="tiny"} 0\nvllm:prompt_tokens_total 1';
+  const zero = parseReading('', moriio);
+  const prefill = metricDelta(zero, parseReading(pText, moriio));
+  const decode = metricDelta(zero, parseReading(dText, moriio));
+  assert.equal(prefill.kvBytes, 49152, 'the MoRIIO series, not the NIXL one');
+  assert.equal(parseReading(pText).kvBytes, 999, 'the default names are NIXL');
+  const result: CompletionResult = {
+    index: 0,
+    text: 'a',
+    tokenIds: [97],
+    logprobs: [-1],
+    finishReason: 'length',
+    ttftMs: 5,
+    e2eMs: 9,
+  };
+  const s = summarize({
+    connector: 'MoRIIOConnector',
+    transferMode: 'WRITE',
+    moriioBackend: 'xgmi',
+    transferMetrics: exportsTransferMetrics('MoRIIOConnector'),
+    model: 'tiny',
+    concurrency: 1,
+    bytesPerBlock: 8192 * 4,
+    disaggregated: { results: [result], wallMs: 10 },
+    plain: { results: [result], wallMs: 10 },
+    prefill,
+    decode,
+    reference: decode,
+  });
+  assert.equal(s.kv_bytes_moved, 49152);
+  assert.equal(s.kv_blocks_moved, 2);
+  assert.equal(s.kv_transfers, 4);
+  assert.equal(s.transfer_gb_per_s, 0.012);
+  assert.equal(s.failed_transfers, 1);
+  const table = renderTable(s);
+  assert.match(table, /KV moved P→D\s+48\.0 KiB · 2 blocks · 4 transfers/);
+  assert.match(table, /transfer throughput\s+0\.012 GB\/s/);
+  assert.match(table, /failed transfers\s+1/);
 });

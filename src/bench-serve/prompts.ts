@@ -3,24 +3,16 @@
  * short word from a fixed vocabulary followed by a space; real token counts depend on the
  * model's tokenizer and are read back from the server's `usage` when it sends it.
  */
+
+import { seededRandom } from '../util/seeded-random.ts';
 import type { TraceEntry } from './trace.ts';
+
+export { seededRandom };
 
 const VOCAB =
   'the of and to in is was for on as with by at from his her an that which or are this be had not but were have they one all their been has more when who will no if out so said what up its about into than them can only other new some could time these two may then do first any my now such like our over man me even most made after also did many before must through back years where much your way well down should because each just those people how too little state good very make world still own see men work long get here between both life being under never day same another know while last might us great old year off come since against go came right used take three'.split(
     ' ',
   );
-
-/** A small deterministic generator (mulberry32) so a seed reproduces a workload. */
-export function seededRandom(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 export function words(count: number, rand: () => number): string {
   const out: string[] = [];

@@ -4,18 +4,7 @@
  */
 import { f32ToBf16Bits, f32ToF16Bits } from '../../kv/dtype.ts';
 import type { KVCacheDtype, PagedKVMemory } from '../../kv/interfaces.ts';
-
-/** mulberry32: a tiny, fast 32-bit generator; plenty for synthetic benchmark values. */
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+import { seededRandom } from '../../util/seeded-random.ts';
 
 function writeValue(view: DataView, index: number, value: number, dtype: KVCacheDtype): void {
   if (dtype === 'float32') view.setFloat32(index * 4, value, true);
@@ -34,7 +23,7 @@ export class BlockFiller {
     this.memory = memory;
     this.mean = mean;
     this.std = std;
-    this.uniform = mulberry32(seed);
+    this.uniform = seededRandom(seed);
   }
 
   private normal(): number {

@@ -20,3 +20,4 @@ export {
 } from './side-channel.ts';
 export type { TransferStatsSnapshot } from './stats.ts';
 export type * from './types.ts';
+export * from './threaded.ts';

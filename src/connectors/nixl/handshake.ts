@@ -5,7 +5,8 @@
  * One handshake per remote engine is shared by every request waiting on it.
  */
 import { KVError } from '../../errors/kv-error.ts';
-import { checkCompatibility, fetchRemoteMetadata, type TransferAgent } from '../../transfer/index.ts';
+import { checkCompatibility, fetchRemoteMetadata } from '../../transfer/index.ts';
+import type { TransferAgentLike } from '../../transfer/threaded.ts';
 import { validateRemoteGeometry } from './head-plan.ts';
 import {
   decodeAgentMetadata,
@@ -26,12 +27,12 @@ export interface HandshakeSettings {
 }
 
 export class RemoteEngines {
-  readonly #agent: TransferAgent;
+  readonly #agent: TransferAgentLike;
   readonly #settings: HandshakeSettings;
   readonly #engines = new Map<string, Promise<string>>();
   readonly #lastUsed = new Map<string, number>();
 
-  constructor(agent: TransferAgent, settings: HandshakeSettings) {
+  constructor(agent: TransferAgentLike, settings: HandshakeSettings) {
     this.#agent = agent;
     this.#settings = settings;
   }

@@ -10,7 +10,8 @@ import { KVError } from '../../errors/kv-error.ts';
 import { dtypeBytes } from '../../kv/dtype.ts';
 import type { KVCacheConfig, PagedKVMemory } from '../../kv/interfaces.ts';
 import { getLogger } from '../../logging/logger.ts';
-import { TransferAgent as Agent, type TransferAgent, type TransferHandle } from '../../transfer/index.ts';
+import { TransferAgent as Agent, type TransferHandle } from '../../transfer/index.ts';
+import type { TransferAgentLike } from '../../transfer/threaded.ts';
 import type { RemoteEngines } from './handshake.ts';
 import { type HeadPlan, planHeads } from './head-plan.ts';
 import { type BlockShape, type HeadCopy, scatterHeads } from './head-scatter.ts';
@@ -25,7 +26,7 @@ const RETRY_BASE_MS = 50;
 const RETRY_MAX_MS = 1000;
 
 export interface HeteroReaderDeps {
-  readonly agent: TransferAgent;
+  readonly agent: TransferAgentLike;
   readonly engines: RemoteEngines;
   readonly memory: PagedKVMemory;
   readonly kvCacheConfig: KVCacheConfig;

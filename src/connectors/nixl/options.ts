@@ -34,6 +34,11 @@ export interface NixlOptions {
    * yet (the grant is created one engine step after the answer naming it left).
    */
   readonly grantWaitMs: number;
+  /**
+   * Host the transfer agent in a worker thread so transfers progress while the engine
+   * computes a step (kvconnect extension; default false).
+   */
+  readonly transferThread: boolean;
 }
 
 /** The wait the transfer agent uses: never more than half the transfer timeout. */
@@ -54,6 +59,7 @@ const KNOWN_KEYS = new Set([
   'handshake_timeout',
   'transfer_timeout',
   'grant_wait_ms',
+  'transfer_thread',
   'enable_cross_layers_blocks',
   'bidirectional_kv_xfer',
   'decoder_kv_blocks_ttl',
@@ -178,6 +184,7 @@ export function parseNixlOptions(
     handshakeTimeout: num(extra, 'handshake_timeout', 5, 0.01),
     transferTimeout: num(extra, 'transfer_timeout', 30, 0.01),
     grantWaitMs: Math.min(num(extra, 'grant_wait_ms', 5000, 0), 2 ** 31 - 1),
+    transferThread: bool(extra, 'transfer_thread', false),
   };
 }
 

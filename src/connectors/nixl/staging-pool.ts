@@ -5,7 +5,7 @@
  * that does not fit waits until earlier ones release theirs, so memory stays at the cap.
  */
 import { KVError } from '../../errors/kv-error.ts';
-import type { TransferAgent } from '../../transfer/index.ts';
+import type { TransferAgentLike } from '../../transfer/threaded.ts';
 
 interface Waiter {
   readonly need: number;
@@ -21,11 +21,12 @@ export class StagingPool {
   #free: number[];
   readonly #waiters: Waiter[] = [];
 
-  constructor(agent: TransferAgent, regionId: number, blockBytes: number, capacity: number) {
+  constructor(agent: TransferAgentLike, regionId: number, blockBytes: number, capacity: number) {
     this.regionId = regionId;
     this.blockBytes = blockBytes;
     this.capacity = capacity;
-    this.bytes = new Uint8Array(blockBytes * capacity);
+    // Shared, so a transfer agent hosted in a worker thread can fill it in place.
+    this.bytes = new Uint8Array(new SharedArrayBuffer(blockBytes * capacity));
     this.#free = Array.from({ length: capacity }, (_, i) => i);
     agent.registerMemory([{ id: regionId, bytes: this.bytes, blockBytes, numBlocks: capacity }]);
   }

@@ -9,12 +9,8 @@ import type { EngineConfig } from '../../config/types.ts';
 import type { KVConnectorStatsData } from '../../connector/types.ts';
 import type { KVCacheConfig, PagedKVMemory } from '../../kv/interfaces.ts';
 import { getLogger } from '../../logging/logger.ts';
-import {
-  TransferAgent as Agent,
-  type BlockListPair,
-  type TransferAgent,
-  type TransferHandle,
-} from '../../transfer/index.ts';
+import { TransferAgent as Agent, type BlockListPair, type TransferHandle } from '../../transfer/index.ts';
+import { ThreadedTransferAgent, type TransferAgentLike } from '../../transfer/threaded.ts';
 import { countBlocks } from './block-lists.ts';
 import { RemoteEngines } from './handshake.ts';
 import { HeteroTpReader } from './hetero-reader.ts';
@@ -61,7 +57,7 @@ const RETRY_MAX_MS = 1000;
 
 /** Everything the pull and push parts share. */
 export interface WorkerContext {
-  readonly agent: TransferAgent;
+  readonly agent: TransferAgentLike;
   readonly engines: RemoteEngines;
   readonly tpRank: number;
   readonly tpSize: number;
@@ -112,7 +108,7 @@ export class NixlWorker {
     return this.#engineConfig.parallel.tensorParallelSize;
   }
 
-  get agent(): TransferAgent | null {
+  get agent(): TransferAgentLike | null {
     return this.#ctx?.agent ?? null;
   }
 
@@ -123,7 +119,7 @@ export class NixlWorker {
       compatibilityFactors(this.#engineConfig, this.#kvCacheConfig, this.mode),
     );
     const hooks = nixlTestHooks();
-    const agent = await Agent.create({
+    const agentOptions = {
       engineId,
       tpRank: this.tpRank,
       compatHash: hash,
@@ -134,8 +130,11 @@ export class NixlWorker {
       transferTimeoutMs: opts.transferTimeout * 1000,
       grantWaitMs: effectiveGrantWaitMs(opts),
       connectTimeoutMs: opts.handshakeTimeout * 1000,
-      ...(hooks ? { testHooks: hooks } : {}),
-    });
+    };
+    // Test hooks are functions and cannot cross into the agent thread.
+    const agent: TransferAgentLike = opts.transferThread
+      ? await ThreadedTransferAgent.create(agentOptions)
+      : await Agent.create({ ...agentOptions, ...(hooks ? { testHooks: hooks } : {}) });
     agent.registerMemory(
       memory.tensors.map((t) => ({
         id: t.index,

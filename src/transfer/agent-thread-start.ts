@@ -1,0 +1,56 @@
+/** Starting the worker thread that hosts a ThreadedTransferAgent's TransferAgent. */
+import { Worker } from 'node:worker_threads';
+import { KVError } from '../errors/index.ts';
+import type { AgentThreadData, FromAgentThread, PlainError } from './agent-thread-protocol.ts';
+import type { AgentMetadata } from './types.ts';
+
+export function fromPlainError(e: PlainError): KVError {
+  return new KVError(e.code, e.message, e.hint === undefined ? {} : { hint: e.hint });
+}
+
+/**
+ * The entry next to this file (agent-thread-entry.js in dist/). Under tsx, Node 20 does not
+ * pass `--import tsx` on to worker threads, so a bootstrap registers tsx's loader first.
+ */
+export function startAgentThread(data: AgentThreadData): Worker {
+  const isTs = import.meta.url.endsWith('.ts');
+  const entry = new URL(`./agent-thread-entry.${isTs ? 'ts' : 'js'}`, import.meta.url);
+  if (!isTs) return new Worker(entry, { workerData: data });
+  const tsxApi = import.meta.resolve('tsx/esm/api');
+  const bootstrap = `import(${JSON.stringify(tsxApi)}).then((tsx) => { tsx.register(); return import(${JSON.stringify(entry.href)}); }).catch((e) => { console.error(e); process.exit(1); });`;
+  return new Worker(bootstrap, { eval: true, workerData: data });
+}
+
+export function waitReady(worker: Worker): Promise<AgentMetadata> {
+  return new Promise((resolve, reject) => {
+    const onMessage = (msg: FromAgentThread): void => {
+      if (msg.type === 'ready') {
+        cleanup();
+        resolve(msg.metadata);
+      } else if (msg.type === 'init-error') {
+        cleanup();
+        reject(fromPlainError(msg.error));
+      }
+    };
+    const onError = (e: Error): void => {
+      cleanup();
+      reject(e);
+    };
+    const onExit = (code: number): void => {
+      cleanup();
+      reject(
+        new KVError('TRANSFER_THREAD_FAILED', `transfer thread exited with code ${code} during start-up`, {
+          hint: 'See the error printed above; the agent thread could not start.',
+        }),
+      );
+    };
+    const cleanup = (): void => {
+      worker.off('message', onMessage);
+      worker.off('error', onError);
+      worker.off('exit', onExit);
+    };
+    worker.on('message', onMessage);
+    worker.on('error', onError);
+    worker.on('exit', onExit);
+  });
+}

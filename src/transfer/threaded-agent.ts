@@ -1,0 +1,458 @@
+/**
+ * ThreadedTransferAgent: a TransferAgent hosted in a worker thread, so transfers progress
+ * (and peers' READs are served) while the main thread is busy computing a model step. The
+ * main thread keeps a mirror: posts, grants and notifications go to the worker as ordered
+ * messages; completions, inbound notifications and stats come back as messages and update
+ * the mirror, so status() and drainNotifications() stay synchronous and return the latest
+ * known state. Registered memory must live in SharedArrayBuffers (the worker views it).
+ */
+import type { Worker } from 'node:worker_threads';
+import { KVError } from '../errors/index.ts';
+import { type PostOptions, TRANSFER_PROTOCOL_VERSION, TransferAgent } from './agent.ts';
+import { MAX_DESCRIPTORS } from './agent-core.ts';
+import type { TransferAgentLike } from './agent-like.ts';
+import type {
+  FromAgentThread,
+  SharedRegion,
+  ThreadedAgentOptions,
+  ToAgentThread,
+} from './agent-thread-protocol.ts';
+import { fromPlainError, startAgentThread, waitReady } from './agent-thread-start.ts';
+import { type BackendChoice, chooseTransport, resolveBackends } from './backends.ts';
+import { coalesceBlockLists, validateDescPairs } from './descriptors.ts';
+import { MAX_PAYLOAD_BYTES } from './framing.ts';
+import type { GrantSpec } from './grants.ts';
+import { unreachable } from './outbound.ts';
+import { TransferStats, type TransferStatsSnapshot } from './stats.ts';
+import type {
+  AgentMetadata,
+  BlockListPair,
+  DescPair,
+  FailedBlocks,
+  MemoryRegion,
+  Notification,
+  RegionGeometry,
+  TransferHandle,
+  TransferStatus,
+} from './types.ts';
+
+export type { ThreadedAgentOptions } from './agent-thread-protocol.ts';
+
+interface MirroredTransfer {
+  readonly descs: readonly DescPair[];
+  status: TransferStatus;
+  waiters: ((s: TransferStatus) => void)[];
+}
+
+interface PendingNotify {
+  resolve(): void;
+  reject(e: KVError): void;
+}
+
+const PROC: TransferStatus = { state: 'PROC', failed: [], failedBlockIds: [] };
+
+export class ThreadedTransferAgent implements TransferAgentLike {
+  readonly name: string;
+  readonly engineId: string;
+  readonly tpRank: number;
+  readonly #worker: Worker;
+  readonly #backends: BackendChoice;
+  readonly #base: AgentMetadata;
+  readonly #regions = new Map<number, MemoryRegion>();
+  readonly #remotes = new Map<string, AgentMetadata>();
+  readonly #transfers = new Map<number, MirroredTransfer>();
+  readonly #notifies = new Map<number, PendingNotify>();
+  /** Grant keys believed live, with their expiry (epoch ms; Infinity = until revoked). */
+  readonly #grants = new Map<string, number>();
+  readonly #notifications: Notification[] = [];
+  readonly #stats = new TransferStats();
+  #waiting = 0;
+  #nextId = 1;
+  #failure: KVError | null = null;
+  #closed = false;
+  #onClosed: (() => void) | null = null;
+
+  static isRetryableRefusal(reason: string | undefined): boolean {
+    return TransferAgent.isRetryableRefusal(reason);
+  }
+
+  private constructor(worker: Worker, opts: ThreadedAgentOptions, base: AgentMetadata) {
+    this.#worker = worker;
+    this.#base = base;
+    this.name = base.agentName;
+    this.engineId = base.engineId;
+    this.tpRank = base.tpRank;
+    this.#backends = resolveBackends(opts.backends);
+    worker.on('message', (msg: FromAgentThread) => this.#onMessage(msg));
+    worker.on('error', (e) => this.#fail(e.message));
+    worker.on('exit', (code) => {
+      if (!this.#closed) this.#fail(`transfer thread exited with code ${code}`);
+      this.#onClosed?.();
+    });
+  }
+
+  /** Starts the worker, which creates the agent and binds its listener. */
+  static async create(opts: ThreadedAgentOptions, pollMs = 2): Promise<ThreadedTransferAgent> {
+    resolveBackends(opts.backends);
+    const worker = startAgentThread({ options: opts, pollMs });
+    try {
+      const base = await waitReady(worker);
+      return new ThreadedTransferAgent(worker, opts, base);
+    } catch (e) {
+      await worker.terminate();
+      throw e;
+    }
+  }
+
+  registerMemory(regions: readonly MemoryRegion[]): void {
+    this.#usable();
+    const shared: SharedRegion[] = regions.map((r) => {
+      checkRegion(r);
+      if (!(r.bytes.buffer instanceof SharedArrayBuffer)) {
+        throw new KVError(
+          'TRANSFER_REGION_NOT_SHARED',
+          `region ${r.id} is not backed by a SharedArrayBuffer`,
+          {
+            hint: 'With transfer_thread enabled, allocate registered memory in a SharedArrayBuffer.',
+          },
+        );
+      }
+      return {
+        id: r.id,
+        buffer: r.bytes.buffer,
+        byteOffset: r.bytes.byteOffset,
+        byteLength: r.bytes.byteLength,
+        blockBytes: r.blockBytes,
+        numBlocks: r.numBlocks,
+      };
+    });
+    for (const r of regions) this.#regions.set(r.id, r);
+    this.#send({ type: 'register', regions: shared });
+  }
+
+  metadata(): AgentMetadata {
+    const regions = [...this.#regions.values()].map(({ id, blockBytes, numBlocks }) => ({
+      id,
+      blockBytes,
+      numBlocks,
+    }));
+    return { ...this.#base, regions };
+  }
+
+  addRemoteAgent(meta: AgentMetadata): string {
+    this.#usable();
+    if (meta.protocolVersion !== TRANSFER_PROTOCOL_VERSION) {
+      throw new KVError(
+        'TRANSFER_PROTOCOL_MISMATCH',
+        `remote agent ${meta.agentName} speaks transfer protocol ${meta.protocolVersion}, this agent ${TRANSFER_PROTOCOL_VERSION}`,
+        { hint: 'Run the same kvconnect version on both engines.' },
+      );
+    }
+    this.#remotes.set(meta.agentName, meta);
+    this.#send({ type: 'add-remote', meta });
+    return meta.agentName;
+  }
+
+  removeRemoteAgent(name: string): void {
+    this.#remotes.delete(name);
+    if (!this.#failure && !this.#closed) this.#send({ type: 'remove-remote', name });
+  }
+
+  transportFor(name: string): 'tcp' | 'shm' {
+    const meta = this.#remotes.get(name);
+    if (!meta) throw unreachable(name);
+    return chooseTransport(this.#backends, this.#base.endpoints.shm?.hostId ?? '', meta);
+  }
+
+  read(
+    remoteAgent: string,
+    descs: readonly DescPair[] | readonly BlockListPair[],
+    options: PostOptions = {},
+  ): TransferHandle {
+    return this.#post('READ', remoteAgent, descs, options);
+  }
+
+  write(
+    remoteAgent: string,
+    descs: readonly DescPair[] | readonly BlockListPair[],
+    options: Omit<PostOptions, 'grantKey'> = {},
+  ): TransferHandle {
+    return this.#post('WRITE', remoteAgent, descs, options);
+  }
+
+  #post(
+    kind: 'READ' | 'WRITE',
+    remoteAgent: string,
+    input: readonly DescPair[] | readonly BlockListPair[],
+    options: PostOptions,
+  ): TransferHandle {
+    this.#usable();
+    const meta = this.#remotes.get(remoteAgent);
+    if (!meta) throw unreachable(remoteAgent);
+    const descs = isBlockLists(input) ? coalesceBlockLists(input) : [...input];
+    if (descs.length === 0 || descs.length > MAX_DESCRIPTORS) {
+      throw new KVError('TRANSFER_BAD_DESCRIPTOR_COUNT', `${kind} with ${descs.length} descriptors`, {
+        hint: `Pass between 1 and ${MAX_DESCRIPTORS} descriptors (contiguous block runs) per transfer.`,
+      });
+    }
+    const remoteGeometry = new Map<number, RegionGeometry>(meta.regions.map((r) => [r.id, r]));
+    validateDescPairs(descs, this.#regions, remoteGeometry);
+    const id = this.#nextId++;
+    this.#transfers.set(id, { descs, status: PROC, waiters: [] });
+    this.#send({
+      type: 'post',
+      id,
+      kind,
+      remoteAgent,
+      descs,
+      ...(options.notification === undefined ? {} : { notification: options.notification }),
+      ...(options.grantKey === undefined ? {} : { grantKey: options.grantKey }),
+    });
+    return { id, kind, remoteAgent };
+  }
+
+  status(handle: TransferHandle): TransferStatus {
+    const t = this.#transfers.get(handle.id);
+    if (!t) {
+      throw new KVError(
+        'TRANSFER_UNKNOWN_HANDLE',
+        `transfer handle ${handle.id} is unknown or was released`,
+        {
+          hint: 'Poll only handles returned by read()/write() and not yet released.',
+        },
+      );
+    }
+    return t.status;
+  }
+
+  releaseHandle(handle: TransferHandle): void {
+    this.#transfers.delete(handle.id);
+  }
+
+  waitFor(handle: TransferHandle): Promise<TransferStatus> {
+    const first = this.status(handle);
+    if (first.state !== 'PROC') return Promise.resolve(first);
+    const t = this.#transfers.get(handle.id)!;
+    return new Promise((resolve) => t.waiters.push(resolve));
+  }
+
+  sendNotification(remoteAgent: string, message: string): Promise<void> {
+    try {
+      this.#usable();
+      if (!this.#remotes.has(remoteAgent)) throw unreachable(remoteAgent);
+    } catch (e) {
+      this.#stats.recordFailedNotification();
+      return Promise.reject(e);
+    }
+    const id = this.#nextId++;
+    return new Promise((resolve, reject) => {
+      this.#notifies.set(id, { resolve, reject });
+      this.#send({ type: 'notify', id, remoteAgent, message });
+    });
+  }
+
+  drainNotifications(): Notification[] {
+    return this.#notifications.splice(0);
+  }
+
+  grantRead(key: string, spec: GrantSpec): void {
+    this.#grant('read', key, spec);
+  }
+
+  grantWrite(key: string, spec: GrantSpec): void {
+    this.#grant('write', key, spec);
+  }
+
+  #grant(kind: 'read' | 'write', key: string, spec: GrantSpec): void {
+    this.#usable();
+    this.#grants.set(key, spec.expiresAt ?? Number.POSITIVE_INFINITY);
+    this.#send({
+      type: 'grant',
+      kind,
+      key,
+      spec: {
+        blockIds: [...spec.blockIds],
+        ...(spec.peer === undefined ? {} : { peer: spec.peer }),
+        ...(spec.regions === undefined ? {} : { regions: [...spec.regions] }),
+        ...(spec.expiresAt === undefined ? {} : { expiresAt: spec.expiresAt }),
+      },
+    });
+  }
+
+  /** Peers' READs waiting for a grant of this agent, as last reported by the thread. */
+  get waitingReads(): number {
+    return this.#waiting;
+  }
+
+  revokeGrant(key: string): boolean {
+    this.#usable();
+    const existed = this.#grants.has(key);
+    this.#grants.delete(key);
+    this.#send({ type: 'revoke', key });
+    return existed;
+  }
+
+  renewGrant(key: string, expiresAt: number): boolean {
+    this.#usable();
+    if (!this.#grants.has(key)) return false;
+    this.#grants.set(key, expiresAt);
+    this.#send({ type: 'renew', key, expiresAt });
+    return true;
+  }
+
+  getStats(): TransferStatsSnapshot {
+    return this.#stats.snapshot();
+  }
+
+  resetStats(): TransferStatsSnapshot {
+    return this.#stats.reset();
+  }
+
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    if (this.#failure) {
+      await this.#worker.terminate();
+      return;
+    }
+    const exited = new Promise<void>((resolve) => {
+      this.#onClosed = resolve;
+    });
+    const closed = new Promise<void>((resolve) => {
+      const timer = setTimeout(resolve, 2000);
+      this.#worker.on('message', (m: FromAgentThread) => {
+        if (m.type === 'closed') {
+          clearTimeout(timer);
+          resolve();
+        }
+      });
+    });
+    this.#worker.postMessage({ type: 'close' } satisfies ToAgentThread);
+    await Promise.race([closed, exited]);
+    await this.#worker.terminate();
+    this.#fail('transfer agent closed');
+  }
+
+  /** Test-only: makes the worker throw an uncaught error, as a bug in it would. */
+  crashForTest(): void {
+    this.#send({ type: 'crash-for-test' });
+  }
+
+  #send(msg: ToAgentThread): void {
+    this.#worker.postMessage(msg);
+  }
+
+  #usable(): void {
+    if (this.#closed && !this.#failure) {
+      throw new KVError('TRANSFER_CLOSED', 'transfer agent is closed', { hint: 'Create a new agent.' });
+    }
+    if (this.#failure) throw this.#failure;
+  }
+
+  #onMessage(msg: FromAgentThread): void {
+    switch (msg.type) {
+      case 'done': {
+        const t = this.#transfers.get(msg.id);
+        if (t?.status.state !== 'PROC') return;
+        this.#settle(t, msg.status);
+        return;
+      }
+      case 'notify-result': {
+        const p = this.#notifies.get(msg.id);
+        this.#notifies.delete(msg.id);
+        if (msg.error) p?.reject(fromPlainError(msg.error));
+        else p?.resolve();
+        return;
+      }
+      case 'notifications':
+        this.#notifications.push(...msg.items);
+        return;
+      case 'waiting':
+        this.#waiting = msg.count;
+        return;
+      case 'stats':
+        mergeStats(this.#stats, msg.delta);
+        return;
+      case 'command-error':
+        this.#fail(`${msg.what} failed in the transfer thread: ${msg.error.message}`);
+        return;
+      default:
+        return;
+    }
+  }
+
+  #settle(t: MirroredTransfer, status: TransferStatus): void {
+    t.status = status;
+    const waiters = t.waiters.splice(0);
+    for (const w of waiters) w(status);
+  }
+
+  /** The thread is gone: every pending transfer and notification fails with the reason. */
+  #fail(reason: string): void {
+    if (this.#failure) return;
+    const closing = reason === 'transfer agent closed';
+    this.#failure = closing
+      ? new KVError('TRANSFER_CLOSED', 'transfer agent is closed', { hint: 'Create a new agent.' })
+      : new KVError('TRANSFER_THREAD_FAILED', `transfer thread failed: ${reason}`, {
+          hint: 'The transfer agent thread stopped; restart the engine (or disable transfer_thread) and report the cause.',
+        });
+    for (const t of this.#transfers.values()) {
+      if (t.status.state !== 'PROC') continue;
+      const failed = localBlocks(t.descs);
+      this.#stats.recordFailedTransfer();
+      this.#settle(t, {
+        state: 'ERR',
+        failed,
+        failedBlockIds: [...new Set(failed.flatMap((f) => f.blockIds))].sort((a, b) => a - b),
+        reason: this.#failure.message,
+      });
+    }
+    for (const p of this.#notifies.values()) p.reject(this.#failure);
+    this.#notifies.clear();
+  }
+}
+
+function checkRegion(r: MemoryRegion): void {
+  const ok =
+    Number.isSafeInteger(r.id) &&
+    Number.isSafeInteger(r.blockBytes) &&
+    r.blockBytes > 0 &&
+    r.blockBytes <= MAX_PAYLOAD_BYTES &&
+    Number.isSafeInteger(r.numBlocks) &&
+    r.numBlocks > 0 &&
+    r.bytes.length >= r.blockBytes * r.numBlocks;
+  if (!ok) {
+    throw new KVError(
+      'TRANSFER_BAD_REGION',
+      `region ${r.id} is inconsistent: ${r.bytes.length} bytes for ${r.numBlocks} blocks of ${r.blockBytes}`,
+      {
+        hint: `A region must hold numBlocks × blockBytes bytes, with positive integer sizes (a block ≤ ${MAX_PAYLOAD_BYTES} bytes).`,
+      },
+    );
+  }
+}
+
+function localBlocks(descs: readonly DescPair[]): FailedBlocks[] {
+  const byRegion = new Map<number, number[]>();
+  for (const d of descs) {
+    let ids = byRegion.get(d.localRegion);
+    if (!ids) {
+      ids = [];
+      byRegion.set(d.localRegion, ids);
+    }
+    for (let i = 0; i < d.count; i++) ids.push(d.localFirst + i);
+  }
+  return [...byRegion].map(([region, blockIds]) => ({ region, blockIds }));
+}
+
+function mergeStats(into: TransferStats, d: TransferStatsSnapshot): void {
+  for (const [i, s] of d.transferDuration.entries()) {
+    into.recordSuccess(s, d.postDuration[i] ?? 0, d.bytesTransferred[i] ?? 0, d.numDescriptors[i] ?? 0);
+  }
+  for (let i = 0; i < d.numFailedTransfers; i++) into.recordFailedTransfer();
+  for (let i = 0; i < d.numFailedNotifications; i++) into.recordFailedNotification();
+}
+
+function isBlockLists(x: readonly DescPair[] | readonly BlockListPair[]): x is readonly BlockListPair[] {
+  return x.length > 0 && 'localBlockIds' in (x[0] as object);
+}

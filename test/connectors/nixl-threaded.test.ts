@@ -1,0 +1,79 @@
+/** The NIXL connectors with kv_connector_extra_config.transfer_thread: the agent runs in a worker thread. */
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import type { NixlConnector } from '../../src/connectors/nixl/index.ts';
+import { parseNixlOptions } from '../../src/connectors/nixl/options.ts';
+import { LLM } from '../../src/engine/llm.ts';
+import type { LocalExecutor } from '../../src/engine/runner/local-executor.ts';
+import { isKVError } from '../../src/errors/index.ts';
+import { ThreadedTransferAgent } from '../../src/transfer/threaded.ts';
+import {
+  engineOptions,
+  GREEDY,
+  P_PARAMS,
+  type PairOptions,
+  PROMPTS,
+  plainOutputs,
+  waitForEmptyPool,
+} from './nixl-helpers.ts';
+
+async function agentOf(llm: LLM) {
+  const runner = ((await llm.engine()).engine.executor as LocalExecutor).runner;
+  return (runner.connector as NixlConnector).worker?.agent;
+}
+
+async function disaggregate(o: PairOptions): Promise<void> {
+  const expected = await plainOutputs(o.model);
+  const p = await LLM.create(engineOptions(o, 'kv_producer', 'prefill-engine'));
+  const d = await LLM.create(engineOptions(o, 'kv_consumer', 'decode-engine'));
+  try {
+    assert.ok((await agentOf(p)) instanceof ThreadedTransferAgent, 'P hosts its agent in a thread');
+    assert.ok((await agentOf(d)) instanceof ThreadedTransferAgent, 'D hosts its agent in a thread');
+    const pOut = await p.generate(PROMPTS, { ...GREEDY, maxTokens: 1 }, { kvTransferParams: P_PARAMS });
+    const dOut = await d.generate(PROMPTS, GREEDY, { kvTransferParams: pOut.map((x) => x.kvTransferParams) });
+    assert.deepEqual(
+      dOut.map((x) => x.tokenIds),
+      expected,
+    );
+    for (const out of dOut) {
+      assert.ok(
+        out.metrics.numLocalComputedTokens <= 1,
+        `D computed ${out.metrics.numLocalComputedTokens} prompt tokens`,
+      );
+      assert.ok(out.metrics.numExternalTokens > 0);
+    }
+    await waitForEmptyPool(p);
+    await waitForEmptyPool(d);
+    const poster = o.connector === 'NixlPushConnector' ? p : d;
+    const stats = (await poster.engine()).stats().kvConnectorStats;
+    assert.ok(stats, 'NIXL stats are reported from the thread');
+    assert.equal((stats['bytes_transferred'] as number[]).length, PROMPTS.length);
+  } finally {
+    await p.shutdown();
+    await d.shutdown();
+  }
+}
+
+describe('NIXL with transfer_thread: true', () => {
+  for (const backend of ['TCP', 'SHM'] as const) {
+    it(`pull over ${backend}: D's tokens equal a single engine's and both pools drain`, () =>
+      disaggregate({ model: 'tiny', connector: 'NixlConnector', backend, extra: { transfer_thread: true } }));
+  }
+
+  it('push over TCP: D receives the KV written by P', () =>
+    disaggregate({
+      model: 'tiny',
+      connector: 'NixlPushConnector',
+      backend: 'TCP',
+      extra: { transfer_thread: true },
+    }));
+
+  it('the option defaults to false and must be a boolean', () => {
+    assert.equal(parseNixlOptions({}, null, {}).transferThread, false);
+    assert.equal(parseNixlOptions({ transfer_thread: true }, null, {}).transferThread, true);
+    assert.throws(
+      () => parseNixlOptions({ transfer_thread: 'yes' }, null, {}),
+      (e: unknown) => isKVError(e) && e.code === 'NIXL_BAD_EXTRA_CONFIG',
+    );
+  });
+});

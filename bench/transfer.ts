@@ -13,6 +13,7 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { crc32 } from 'node:zlib';
 import { setLogLevel } from '../src/logging/logger.ts';
+import { checksumImplementation } from '../src/transfer/checksum.ts';
 import {
   type AgentMetadata,
   blockChecksum,
@@ -286,7 +287,7 @@ export async function main(args: string[]): Promise<void> {
     `| GB per CPU-second, receiver / sender | tcp READ ${cpuPair(tcp.readCpu)}, WRITE ${cpuPair(tcp.writeCpu)} | shm READ ${cpuPair(shm.readCpu)}, WRITE ${cpuPair(shm.writeCpu)} | |`,
   );
   console.log(
-    `| block checksum (wasm simd) | ${r2(checksum)} | zlib.crc32 ${r2(crc)} | ${r2(checksum / crc)} |`,
+    `| block checksum (${checksumImplementation}) | ${r2(checksum)} | zlib.crc32 ${r2(crc)} | ${r2(checksum / crc)} |`,
   );
   console.log(
     `| 1-block (${blockBytes / 1024} KiB) READ round trip | tcp p50 ${r2(tcp.p50us)} µs, p99 ${r2(tcp.p99us)} µs | shm p50 ${r2(shm.p50us)} µs, p99 ${r2(shm.p99us)} µs | |`,

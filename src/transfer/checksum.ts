@@ -1,10 +1,14 @@
 /**
- * Per-block checksum: a 53-bit multiply–xorshift hash over 32 u32 lanes, run as
- * WebAssembly SIMD (8 × i32x4) emitted by wasm-hash-module.ts, with a plain-JS fallback
- * (checksum-reference.ts). WASM cannot read the caller's SharedArrayBuffer in place, so
- * each block is copied in 64 KiB pieces into the module's scratch memory (which stays in
- * L1/L2) and hashed there. Measured on this VM with 64 KiB blocks of cold memory: 6.9 GB/s
- * copy+hash (36 GB/s hashing alone), against 2.25–2.4 GB/s for zlib.crc32.
+ * Per-block checksum: a 53-bit multiply–xorshift hash over 32 u32 lanes. Three
+ * implementations give identical values, the first available is used:
+ * - the optional native addon (native/kvshm.c, `hash`/`hashBlocks`), which reads the block
+ *   in place, SharedArrayBuffer included (off with KVCONNECT_DISABLE_NATIVE_HASH=1, or with
+ *   KVCONNECT_DISABLE_NATIVE=1 which turns off the whole addon);
+ * - WebAssembly SIMD (8 × i32x4) emitted by wasm-hash-module.ts. WASM cannot read the
+ *   caller's SharedArrayBuffer in place, so each block is copied in 64 KiB pieces into the
+ *   module's scratch memory (which stays in L1/L2) and hashed there: 6.9 GB/s copy+hash on
+ *   64 KiB blocks of cold memory (36 GB/s hashing alone), so every byte is read twice;
+ * - plain JS (checksum-reference.ts).
  *
  * Adequacy: it guards against bugs, torn or short reads and memory corruption, not against
  * an adversary (the shared secret authenticates peers). Any change confined to one aligned
@@ -14,6 +18,7 @@
  * 2^-32 for the same kind of multi-burst damage.
  */
 import { foldLanes, initLanes, referenceHash } from './checksum-reference.ts';
+import { nativeShm } from './native-shm.ts';
 import {
   DATA_OFFSET,
   hashModuleBytes,
@@ -50,12 +55,35 @@ function instantiate(): WasmHasher | null {
   }
 }
 
+/** The hash exports of native/kvshm.c (absent from an addon built before them). */
+interface NativeHash {
+  hash(bytes: Uint8Array): number;
+  hashBlocks(bytes: Uint8Array, blockBytes: number, count: number, out: Float64Array): void;
+}
+
+function nativeHasher(): NativeHash | null {
+  if (process.env['KVCONNECT_DISABLE_NATIVE_HASH'] === '1') return null;
+  const mod = nativeShm as Partial<NativeHash> | null;
+  if (typeof mod?.hash !== 'function' || typeof mod.hashBlocks !== 'function') return null;
+  return mod as NativeHash;
+}
+
+const native = nativeHasher();
 const wasm = instantiate();
 
-/** Which implementation runs here ('wasm-simd' or 'js'). */
-export const checksumImplementation: 'wasm-simd' | 'js' = wasm ? 'wasm-simd' : 'js';
+/** Which implementation runs here. */
+export const checksumImplementation: 'native' | 'wasm-simd' | 'js' = native
+  ? 'native'
+  : wasm
+    ? 'wasm-simd'
+    : 'js';
 
 export function blockChecksum(bytes: Uint8Array): number {
+  return native ? native.hash(bytes) : wasmChecksum(bytes);
+}
+
+/** The WebAssembly path (plain JS without WebAssembly), whatever `native` says: for tests. */
+export function wasmChecksum(bytes: Uint8Array): number {
   if (!wasm) return referenceHash(bytes);
   const { update, lanes, scratch } = wasm;
   initLanes(lanes);
@@ -72,9 +100,17 @@ export function blockChecksum(bytes: Uint8Array): number {
   return foldLanes(lanes, length);
 }
 
-/** Checksums of `count` consecutive blocks starting at byte 0 of `bytes`. */
+let batchOut = new Float64Array(64);
+
+/** Checksums of `count` consecutive blocks starting at byte 0 of `bytes` (one native call). */
 export function blockChecksums(bytes: Uint8Array, blockBytes: number, count: number): number[] {
   const out = new Array<number>(count);
+  if (native && count > 0 && blockBytes > 0 && blockBytes * count <= bytes.length) {
+    if (batchOut.length < count) batchOut = new Float64Array(count);
+    native.hashBlocks(bytes, blockBytes, count, batchOut);
+    for (let i = 0; i < count; i++) out[i] = batchOut[i]!;
+    return out;
+  }
   for (let i = 0; i < count; i++)
     out[i] = blockChecksum(bytes.subarray(i * blockBytes, (i + 1) * blockBytes));
   return out;

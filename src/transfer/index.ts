@@ -19,5 +19,5 @@ export {
   SideChannelServer,
 } from './side-channel.ts';
 export type { TransferStatsSnapshot } from './stats.ts';
-export type * from './types.ts';
 export * from './threaded.ts';
+export type * from './types.ts';

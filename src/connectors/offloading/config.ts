@@ -238,7 +238,7 @@ export function parseOffloadingConfig(
       `${FIELD}.cpu_bytes_to_use`,
       'a positive byte count',
       rawCpu,
-      'Use e.g. 1073741824 (1 GiB).',
+      'Use a number such as 1073741824 (1 GiB), or in --kv-transfer-config JSON an unquoted human-readable size such as 8G (binary) or 8g (decimal).',
     );
   }
   const specName = extra['spec_name'] ?? 'CPUOffloadingSpec';

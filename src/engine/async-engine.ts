@@ -3,8 +3,9 @@
  * their deltas. One background loop steps the engine while there is work, yielding to the
  * event loop between steps so sockets and transfers progress; when a step has nothing to
  * compute (requests waiting for remote KV, hand-offs pending) it waits a short timer
- * instead of spinning, cut short as soon as a request or an abort arrives. Aborts are
- * applied between steps.
+ * instead of spinning, cut short as soon as a request or an abort arrives. After a step
+ * that finished every running request it briefly waits for the answered clients to come
+ * back, so closed-loop clients keep sharing one batch. Aborts are applied between steps.
  */
 import { setImmediate as yieldToEventLoop } from 'node:timers/promises';
 import type { EngineOptionsInput } from '../config/engine-config.ts';
@@ -24,6 +25,9 @@ import { rejectedKvTransferRequest } from './sampling-params.ts';
 
 /** Wait between steps that computed nothing (ms). */
 export const IDLE_STEP_INTERVAL_MS = 2;
+/** Longest wait for just-answered clients to send their next request, ms and share of a step. */
+export const REFILL_WAIT_MAX_MS = 6;
+export const REFILL_WAIT_STEP_SHARE = 0.25;
 
 interface Stream {
   deltas: RequestOutputDelta[];
@@ -42,6 +46,10 @@ export class AsyncEngine implements AsyncEngineLike {
   private arrivals = 0;
   /** Ends the current idle wait early (a request or an abort arrived). */
   private wakeLoop: (() => void) | null = null;
+  /** Requests finished by the last computing step, `arrivals` at its end, its duration (ms). */
+  private lastFinished = 0;
+  private arrivalsAtFinish = 0;
+  private lastStepMs = 0;
 
   constructor(engine: Engine) {
     this.engine = engine;
@@ -160,9 +168,12 @@ export class AsyncEngine implements AsyncEngineLike {
       // the same event-loop turn (one socket read each) join the first step.
       await yieldToEventLoop();
       while (!this.closed && this.engine.hasWork()) {
+        await this.refillWait();
         this.applyAborts();
         const arrivalsBefore = this.arrivals;
+        const startedAt = performance.now();
         const { deltas, numScheduledTokens } = await this.engine.step();
+        if (numScheduledTokens > 0) this.noteFinished(deltas, performance.now() - startedAt);
         this.dispatch(deltas);
         // A step that computed nothing (requests waiting for remote KV, or only reporting
         // finished ids to the runner) waits, unless new requests already arrived or the
@@ -179,6 +190,46 @@ export class AsyncEngine implements AsyncEngineLike {
       }
       this.streams.clear();
     }
+  }
+
+  private noteFinished(deltas: readonly RequestOutputDelta[], stepMs: number): void {
+    let finished = 0;
+    for (const d of deltas) if (d.finished) finished++;
+    // Requests the step left queued (over its budget): the engine is saturated, never wait.
+    this.lastFinished = this.engine.schedulerStats().numWaitingReqs > 0 ? 0 : finished;
+    this.arrivalsAtFinish = this.arrivals;
+    this.lastStepMs = stepMs;
+  }
+
+  /**
+   * When a step finished every running request (e.g. max_tokens=1), the clients just
+   * answered usually send their next request within a millisecond or two; stepping at once
+   * would split them into a second, smaller batch a step later (two interleaved cohorts),
+   * and small batches cost more per token. So wait until as many requests arrived as
+   * finished, bounded by a small share of the last step so open-loop traffic loses little.
+   */
+  private async refillWait(): Promise<void> {
+    const expected = this.lastFinished;
+    this.lastFinished = 0;
+    // Requests already here (arrived while the step ran, or answered in-process at once)
+    // are enough: no client is left to wait for.
+    if (expected === 0 || this.arrivals - this.arrivalsAtFinish >= expected) return;
+    if (this.engine.schedulerStats().numRunningReqs > 0) return;
+    const arrivalsAtWait = this.arrivals;
+    const limitMs = Math.min(REFILL_WAIT_MAX_MS, this.lastStepMs * REFILL_WAIT_STEP_SHARE);
+    if (limitMs < 0.05) return;
+    await new Promise<void>((resolve) => {
+      const done = (): void => {
+        clearTimeout(timer);
+        this.wakeLoop = null;
+        resolve();
+      };
+      const timer = setTimeout(done, limitMs);
+      this.wakeLoop = (): void => {
+        if (this.closed || this.pendingAborts.size > 0) done();
+        else if (this.arrivals - arrivalsAtWait >= expected) done();
+      };
+    });
   }
 
   private idleWait(): Promise<void> {

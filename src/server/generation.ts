@@ -47,11 +47,6 @@ export async function* runChoices(
   n: number,
   signal: AbortSignal,
 ): AsyncGenerator<ChoiceEvent> {
-  const local = new AbortController();
-  const onAbort = (): void => local.abort();
-  signal.addEventListener('abort', onAbort, { once: true });
-  if (signal.aborted) local.abort();
-
   const queue: ChoiceEvent[] = [];
   let wake: (() => void) | null = null;
   let remaining = requests.length;
@@ -64,7 +59,7 @@ export async function* runChoices(
   for (const [index, request] of requests.entries()) {
     void (async () => {
       try {
-        for await (const delta of engine.generate(request, local.signal)) {
+        for await (const delta of engine.generate(request, signal)) {
           queue.push({ index, promptIndex: Math.floor(index / n), delta });
           notify();
         }
@@ -91,9 +86,8 @@ export async function* runChoices(
       });
     }
   } finally {
-    signal.removeEventListener('abort', onAbort);
+    // Stopped early (a choice failed, or the consumer left): abort the choices still live.
     if (remaining > 0) {
-      local.abort();
       for (const r of requests) engine.abort(r.requestId);
     }
   }

@@ -3,7 +3,7 @@
  * the engine's internal id appends 8 random hex chars so two servers given the same
  * X-Request-Id never share an internal id, unless VLLM_DISABLE_REQUEST_ID_RANDOMIZATION=1.
  */
-import { randomBytes, randomUUID } from 'node:crypto';
+import { randomFillSync, randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 
 const MAX_EXTERNAL_ID_LENGTH = 256;
@@ -21,5 +21,19 @@ export function randomizationDisabled(env: NodeJS.ProcessEnv = process.env): boo
 
 /** `{base}-{8 hex}`, or `base` itself when randomization is disabled. */
 export function internalRequestId(base: string, disableRandomization: boolean): string {
-  return disableRandomization ? base : `${base}-${randomBytes(4).toString('hex')}`;
+  return disableRandomization ? base : `${base}-${randomSuffix()}`;
+}
+
+// One crypto call per 512 ids instead of one per request (it showed in the server profile).
+const suffixPool = Buffer.alloc(4 * 512);
+let suffixOffset = suffixPool.length;
+
+function randomSuffix(): string {
+  if (suffixOffset === suffixPool.length) {
+    randomFillSync(suffixPool);
+    suffixOffset = 0;
+  }
+  const hex = suffixPool.toString('hex', suffixOffset, suffixOffset + 4);
+  suffixOffset += 4;
+  return hex;
 }

@@ -1,6 +1,7 @@
 /** Starting the worker thread that hosts a ThreadedTransferAgent's TransferAgent. */
-import { Worker } from 'node:worker_threads';
+import type { Worker } from 'node:worker_threads';
 import { KVError } from '../errors/index.ts';
+import { startModuleWorker } from '../util/start-worker.ts';
 import type { AgentThreadData, FromAgentThread, PlainError } from './agent-thread-protocol.ts';
 import type { AgentMetadata } from './types.ts';
 
@@ -8,17 +9,9 @@ export function fromPlainError(e: PlainError): KVError {
   return new KVError(e.code, e.message, e.hint === undefined ? {} : { hint: e.hint });
 }
 
-/**
- * The entry next to this file (agent-thread-entry.js in dist/). Under tsx, Node 20 does not
- * pass `--import tsx` on to worker threads, so a bootstrap registers tsx's loader first.
- */
+/** The entry next to this file: agent-thread-entry.js in dist/, .ts under tsx. */
 export function startAgentThread(data: AgentThreadData): Worker {
-  const isTs = import.meta.url.endsWith('.ts');
-  const entry = new URL(`./agent-thread-entry.${isTs ? 'ts' : 'js'}`, import.meta.url);
-  if (!isTs) return new Worker(entry, { workerData: data });
-  const tsxApi = import.meta.resolve('tsx/esm/api');
-  const bootstrap = `import(${JSON.stringify(tsxApi)}).then((tsx) => { tsx.register(); return import(${JSON.stringify(entry.href)}); }).catch((e) => { console.error(e); process.exit(1); });`;
-  return new Worker(bootstrap, { eval: true, workerData: data });
+  return startModuleWorker(import.meta.url, 'agent-thread-entry', data);
 }
 
 export function waitReady(worker: Worker): Promise<AgentMetadata> {

@@ -3,10 +3,11 @@
  * ranks at once; rank 0's tokens are returned with the connector outputs of every rank
  * aggregated (a request is finished only when every rank reported it).
  */
-import { Worker } from 'node:worker_threads';
+import type { Worker } from 'node:worker_threads';
 import type { EngineConfig } from '../../config/types.ts';
 import type { KVConnectorHandshakeMetadata } from '../../connector/types.ts';
 import type { KVCacheConfig } from '../../kv/interfaces.ts';
+import { startModuleWorker } from '../../util/start-worker.ts';
 import type { ModelRunnerOutput, RunnerInput } from '../runner-io.ts';
 import { createAllReduceBuffers } from './all-reduce.ts';
 import { type ConnectorOutputAggregator, type ModelExecutor, mergeRankOutputs } from './executor.ts';
@@ -120,18 +121,9 @@ export class ThreadExecutor implements ModelExecutor {
   }
 }
 
-/**
- * The worker entry next to this file: tp-worker.js in dist/. Under tsx (tests, `npm run
- * kvconnect`) the entry is tp-worker.ts; Node 20 does not run the inherited `--import tsx` in
- * worker threads, so a one-line bootstrap registers tsx's loader, then imports the entry.
- */
+/** The worker entry next to this file: tp-worker.js in dist/, tp-worker.ts under tsx. */
 function startWorker(workerData: TPWorkerData): Worker {
-  const isTs = import.meta.url.endsWith('.ts');
-  const entry = new URL(`./tp-worker.${isTs ? 'ts' : 'js'}`, import.meta.url);
-  if (!isTs) return new Worker(entry, { workerData });
-  const tsxApi = import.meta.resolve('tsx/esm/api');
-  const bootstrap = `import(${JSON.stringify(tsxApi)}).then((tsx) => { tsx.register(); return import(${JSON.stringify(entry.href)}); }).catch((e) => { console.error(e); process.exit(1); });`;
-  return new Worker(bootstrap, { eval: true, workerData });
+  return startModuleWorker(import.meta.url, 'tp-worker', workerData);
 }
 
 function waitReady(worker: Worker): Promise<KVConnectorHandshakeMetadata | null> {

@@ -5,13 +5,13 @@
  */
 import { createServer, type Server, type Socket } from 'node:net';
 import { KVError } from '../errors/index.ts';
-import { type AgentCore, MAX_DESCRIPTORS } from './agent-core.ts';
+import type { AgentCore } from './agent-core.ts';
 import { resolveSecret } from './auth.ts';
 import { type BackendChoice, chooseTransport, resolveBackends } from './backends.ts';
 import type { OutgoingHook } from './block-io.ts';
 import { IncomingRuns } from './block-io.ts';
 import { adoptAcceptedSocket, zeroCopyRead } from './connection.ts';
-import { coalesceBlockLists, validateDescPairs } from './descriptors.ts';
+import { prepareDescriptors } from './descriptors.ts';
 import { MAX_PAYLOAD_BYTES } from './framing.ts';
 import { type GrantKind, type GrantSpec, GrantTable, isNotYetGrantedRefusal } from './grants.ts';
 import { defaultShmDir, localHostId } from './host-id.ts';
@@ -24,7 +24,6 @@ import type {
   DescPair,
   MemoryRegion,
   Notification,
-  RegionGeometry,
   TransferHandle,
   TransferStatus,
 } from './types.ts';
@@ -284,14 +283,7 @@ export class TransferAgent {
       throw new KVError('TRANSFER_CLOSED', 'transfer agent is closed', { hint: 'Create a new agent.' });
     const meta = this.#remotes.get(remoteAgent);
     if (!meta) throw unreachable(remoteAgent);
-    const descs = isBlockLists(input) ? coalesceBlockLists(input) : [...input];
-    if (descs.length === 0 || descs.length > MAX_DESCRIPTORS) {
-      throw new KVError('TRANSFER_BAD_DESCRIPTOR_COUNT', `${kind} with ${descs.length} descriptors`, {
-        hint: `Pass between 1 and ${MAX_DESCRIPTORS} descriptors (contiguous block runs) per transfer.`,
-      });
-    }
-    const remoteGeometry = new Map<number, RegionGeometry>(meta.regions.map((r) => [r.id, r]));
-    validateDescPairs(descs, this.#regions, remoteGeometry);
+    const descs = prepareDescriptors(kind, input, this.#regions, meta);
     const peer = this.#peerFor(meta);
     let bytes = 0;
     for (const d of descs) bytes += d.count * this.#regions.get(d.localRegion)!.blockBytes;
@@ -463,10 +455,6 @@ export class TransferAgent {
     for (const s of this.#sockets) s.destroy();
     await new Promise<void>((resolve) => this.#server.close(() => resolve()));
   }
-}
-
-function isBlockLists(x: readonly DescPair[] | readonly BlockListPair[]): x is readonly BlockListPair[] {
-  return x.length > 0 && 'localBlockIds' in (x[0] as object);
 }
 
 function advertised(host: string): string {

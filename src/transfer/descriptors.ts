@@ -1,6 +1,7 @@
 /** Descriptor validation and coalescing of block lists into contiguous runs. */
 import { KVError } from '../errors/index.ts';
-import type { BlockListPair, DescPair, RegionGeometry } from './types.ts';
+import { MAX_DESCRIPTORS } from './agent-core.ts';
+import type { AgentMetadata, BlockListPair, DescPair, RegionGeometry } from './types.ts';
 
 /** Pairs local and remote block ids element by element and merges runs contiguous on both sides. */
 export function coalesceBlockLists(pairs: readonly BlockListPair[]): DescPair[] {
@@ -78,4 +79,29 @@ export function validateDescPairs(
       );
     }
   }
+}
+
+function isBlockLists(x: readonly DescPair[] | readonly BlockListPair[]): x is readonly BlockListPair[] {
+  return x.length > 0 && 'localBlockIds' in (x[0] as object);
+}
+
+/**
+ * What every agent does before posting a READ or WRITE: coalesce block lists into runs,
+ * bound the descriptor count, and bounds-check both sides against the registered regions.
+ */
+export function prepareDescriptors(
+  kind: 'READ' | 'WRITE',
+  input: readonly DescPair[] | readonly BlockListPair[],
+  local: ReadonlyMap<number, RegionGeometry>,
+  remote: AgentMetadata,
+): DescPair[] {
+  const descs = isBlockLists(input) ? coalesceBlockLists(input) : [...input];
+  if (descs.length === 0 || descs.length > MAX_DESCRIPTORS) {
+    throw new KVError('TRANSFER_BAD_DESCRIPTOR_COUNT', `${kind} with ${descs.length} descriptors`, {
+      hint: `Pass between 1 and ${MAX_DESCRIPTORS} descriptors (contiguous block runs) per transfer.`,
+    });
+  }
+  const remoteGeometry = new Map<number, RegionGeometry>(remote.regions.map((r) => [r.id, r]));
+  validateDescPairs(descs, local, remoteGeometry);
+  return descs;
 }

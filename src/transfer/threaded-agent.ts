@@ -9,7 +9,6 @@
 import type { Worker } from 'node:worker_threads';
 import { KVError } from '../errors/index.ts';
 import { type PostOptions, TRANSFER_PROTOCOL_VERSION, TransferAgent } from './agent.ts';
-import { MAX_DESCRIPTORS } from './agent-core.ts';
 import type { TransferAgentLike } from './agent-like.ts';
 import type {
   FromAgentThread,
@@ -19,7 +18,7 @@ import type {
 } from './agent-thread-protocol.ts';
 import { fromPlainError, startAgentThread, waitReady } from './agent-thread-start.ts';
 import { type BackendChoice, chooseTransport, resolveBackends } from './backends.ts';
-import { coalesceBlockLists, validateDescPairs } from './descriptors.ts';
+import { prepareDescriptors } from './descriptors.ts';
 import { MAX_PAYLOAD_BYTES } from './framing.ts';
 import type { GrantSpec } from './grants.ts';
 import { unreachable } from './outbound.ts';
@@ -31,7 +30,6 @@ import type {
   FailedBlocks,
   MemoryRegion,
   Notification,
-  RegionGeometry,
   TransferHandle,
   TransferStatus,
 } from './types.ts';
@@ -189,14 +187,7 @@ export class ThreadedTransferAgent implements TransferAgentLike {
     this.#usable();
     const meta = this.#remotes.get(remoteAgent);
     if (!meta) throw unreachable(remoteAgent);
-    const descs = isBlockLists(input) ? coalesceBlockLists(input) : [...input];
-    if (descs.length === 0 || descs.length > MAX_DESCRIPTORS) {
-      throw new KVError('TRANSFER_BAD_DESCRIPTOR_COUNT', `${kind} with ${descs.length} descriptors`, {
-        hint: `Pass between 1 and ${MAX_DESCRIPTORS} descriptors (contiguous block runs) per transfer.`,
-      });
-    }
-    const remoteGeometry = new Map<number, RegionGeometry>(meta.regions.map((r) => [r.id, r]));
-    validateDescPairs(descs, this.#regions, remoteGeometry);
+    const descs = prepareDescriptors(kind, input, this.#regions, meta);
     const id = this.#nextId++;
     this.#transfers.set(id, { descs, status: PROC, waiters: [] });
     this.#send({
@@ -451,8 +442,4 @@ function mergeStats(into: TransferStats, d: TransferStatsSnapshot): void {
   }
   for (let i = 0; i < d.numFailedTransfers; i++) into.recordFailedTransfer();
   for (let i = 0; i < d.numFailedNotifications; i++) into.recordFailedNotification();
-}
-
-function isBlockLists(x: readonly DescPair[] | readonly BlockListPair[]): x is readonly BlockListPair[] {
-  return x.length > 0 && 'localBlockIds' in (x[0] as object);
 }

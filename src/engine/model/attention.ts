@@ -7,7 +7,7 @@
  * sliding-window mask wastes little work. Decode-sized sequences use decode-attention.ts.
  */
 import type { WasmRuntime } from './kernels/wasm-matmul.ts';
-import { kRowOffset, type LayerKV, readElement } from './paged-kv.ts';
+import { forEachBlockRun, kRowOffset, type LayerKV, readElement } from './paged-kv.ts';
 
 /** Query tokens per score block. */
 export const QUERY_BLOCK = 32;
@@ -153,14 +153,7 @@ function gather(
     }
     return;
   }
-  for (let b = Math.floor(lo / bs); b * bs <= hi; b++) {
-    const block = blockTable[b];
-    if (block === undefined)
-      throw new RangeError(`position ${b * bs} is beyond the block table (${blockTable.length} blocks)`);
-    const j0 = Math.max(lo, b * bs);
-    const j1 = Math.min(hi, b * bs + bs - 1);
-    const from = (block * 2 * bs + (j0 - b * bs)) * rs;
-    const n = j1 - j0 + 1;
+  forEachBlockRun(blockTable, bs, rs, lo, hi, (from, j0, n) => {
     mem.set(src.subarray(from + vShift, from + vShift + n * rs), scratch.values + (j0 - lo) * rs);
     for (let h = 0; h < numKvHeads; h++) {
       const kt = scratch.keysT + h * hd * ctx + (j0 - lo);
@@ -170,5 +163,5 @@ function gather(
         for (let i = 0; i < n; i++, at += rs) mem[dst + i] = src[at] as number;
       }
     }
-  }
+  });
 }

@@ -15,7 +15,7 @@
  */
 import type { AttentionCall, AttentionShape } from './attention.ts';
 import type { WasmRuntime } from './kernels/wasm-matmul.ts';
-import { kRowOffset, type LayerKV, readElement } from './paged-kv.ts';
+import { forEachBlockRun, kRowOffset, type LayerKV, readElement } from './paged-kv.ts';
 
 /** Scratch regions (float offsets in the runtime) for contexts up to `maxContext`. */
 export interface DecodeScratch {
@@ -141,16 +141,10 @@ function copyContext(
     }
     return;
   }
-  for (let b = Math.floor(lo / bs); b * bs <= hi; b++) {
-    const block = table[b];
-    if (block === undefined)
-      throw new RangeError(`position ${b * bs} is beyond the block table (${table.length} blocks)`);
-    const j0 = Math.max(lo, b * bs);
-    const j1 = Math.min(hi, b * bs + bs - 1);
-    const from = (block * 2 * bs + (j0 - b * bs)) * rs;
-    const count = (j1 - j0 + 1) * rs;
+  forEachBlockRun(table, bs, rs, lo, hi, (from, j0, n) => {
+    const count = n * rs;
     const dst = (j0 - lo) * rs;
     mem.set(src.subarray(from, from + count), scratch.keys + dst);
     mem.set(src.subarray(from + vShift, from + vShift + count), scratch.values + dst);
-  }
+  });
 }

@@ -69,3 +69,30 @@ export function readElement(layer: LayerKV, offset: number): number {
   const bits = (layer.u16 as Uint16Array)[offset] as number;
   return decoderFor(layer.dtype as 'float16' | 'bfloat16')(bits);
 }
+
+/**
+ * Walks positions lo..hi (inclusive) of a sequence block by block: for each touched block,
+ * `visit(from, first, count)` gets the float offset of position `first`'s K row in the
+ * layer's buffer and the number of consecutive positions in that block (their rows are
+ * contiguous, V rows at the same offsets plus the layer's V shift).
+ */
+export function forEachBlockRun(
+  blockTable: readonly number[],
+  blockSize: number,
+  rowSize: number,
+  lo: number,
+  hi: number,
+  visit: (from: number, first: number, count: number) => void,
+): void {
+  for (let b = Math.floor(lo / blockSize); b * blockSize <= hi; b++) {
+    const block = blockTable[b];
+    if (block === undefined) {
+      throw new RangeError(
+        `position ${b * blockSize} is beyond the block table (${blockTable.length} blocks)`,
+      );
+    }
+    const j0 = Math.max(lo, b * blockSize);
+    const j1 = Math.min(hi, b * blockSize + blockSize - 1);
+    visit((block * 2 * blockSize + (j0 - b * blockSize)) * rowSize, j0, j1 - j0 + 1);
+  }
+}

@@ -1,7 +1,7 @@
 /** Starting the worker thread that hosts a ThreadedTransferAgent's TransferAgent. */
 import type { Worker } from 'node:worker_threads';
 import { KVError } from '../errors/index.ts';
-import { startModuleWorker } from '../util/start-worker.ts';
+import { startModuleWorker, waitForWorkerReady } from '../util/start-worker.ts';
 import type { AgentThreadData, FromAgentThread, PlainError } from './agent-thread-protocol.ts';
 import type { AgentMetadata } from './types.ts';
 
@@ -15,35 +15,17 @@ export function startAgentThread(data: AgentThreadData): Worker {
 }
 
 export function waitReady(worker: Worker): Promise<AgentMetadata> {
-  return new Promise((resolve, reject) => {
-    const onMessage = (msg: FromAgentThread): void => {
-      if (msg.type === 'ready') {
-        cleanup();
-        resolve(msg.metadata);
-      } else if (msg.type === 'init-error') {
-        cleanup();
-        reject(fromPlainError(msg.error));
-      }
-    };
-    const onError = (e: Error): void => {
-      cleanup();
-      reject(e);
-    };
-    const onExit = (code: number): void => {
-      cleanup();
-      reject(
-        new KVError('TRANSFER_THREAD_FAILED', `transfer thread exited with code ${code} during start-up`, {
-          hint: 'See the error printed above; the agent thread could not start.',
-        }),
-      );
-    };
-    const cleanup = (): void => {
-      worker.off('message', onMessage);
-      worker.off('error', onError);
-      worker.off('exit', onExit);
-    };
-    worker.on('message', onMessage);
-    worker.on('error', onError);
-    worker.on('exit', onExit);
-  });
+  return waitForWorkerReady(
+    worker,
+    (msg: FromAgentThread) =>
+      msg.type === 'ready'
+        ? { ready: msg.metadata }
+        : msg.type === 'init-error'
+          ? { failed: fromPlainError(msg.error) }
+          : undefined,
+    (code) =>
+      new KVError('TRANSFER_THREAD_FAILED', `transfer thread exited with code ${code} during start-up`, {
+        hint: 'See the error printed above; the agent thread could not start.',
+      }),
+  );
 }

@@ -15,3 +15,40 @@ export function startModuleWorker(callerUrl: string, entryBaseName: string, work
   const bootstrap = `import(${JSON.stringify(tsxApi)}).then((tsx) => { tsx.register(); return import(${JSON.stringify(entry.href)}); }).catch((e) => { console.error(e); process.exit(1); });`;
   return new Worker(bootstrap, { eval: true, workerData });
 }
+
+/**
+ * Resolves with the value a worker announces once it has started. `classify` reads each
+ * message: `{ ready: value }`, `{ failed: error }`, or undefined for messages to ignore.
+ * A worker error or exit before that rejects (`exitError(code)` builds the exit's error).
+ */
+export function waitForWorkerReady<M, T>(
+  worker: Worker,
+  classify: (msg: M) => { ready: T } | { failed: Error } | undefined,
+  exitError: (code: number) => Error,
+): Promise<T> {
+  return new Promise((resolve, reject) => {
+    const onMessage = (msg: M): void => {
+      const verdict = classify(msg);
+      if (!verdict) return;
+      cleanup();
+      if ('ready' in verdict) resolve(verdict.ready);
+      else reject(verdict.failed);
+    };
+    const onError = (e: Error): void => {
+      cleanup();
+      reject(e);
+    };
+    const onExit = (code: number): void => {
+      cleanup();
+      reject(exitError(code));
+    };
+    const cleanup = (): void => {
+      worker.off('message', onMessage);
+      worker.off('error', onError);
+      worker.off('exit', onExit);
+    };
+    worker.on('message', onMessage);
+    worker.on('error', onError);
+    worker.on('exit', onExit);
+  });
+}

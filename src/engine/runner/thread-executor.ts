@@ -7,7 +7,7 @@ import type { Worker } from 'node:worker_threads';
 import type { EngineConfig } from '../../config/types.ts';
 import type { KVConnectorHandshakeMetadata } from '../../connector/types.ts';
 import type { KVCacheConfig } from '../../kv/interfaces.ts';
-import { startModuleWorker } from '../../util/start-worker.ts';
+import { startModuleWorker, waitForWorkerReady } from '../../util/start-worker.ts';
 import type { ModelRunnerOutput, RunnerInput } from '../runner-io.ts';
 import { createAllReduceBuffers } from './all-reduce.ts';
 import { type ConnectorOutputAggregator, type ModelExecutor, mergeRankOutputs } from './executor.ts';
@@ -127,31 +127,14 @@ function startWorker(workerData: TPWorkerData): Worker {
 }
 
 function waitReady(worker: Worker): Promise<KVConnectorHandshakeMetadata | null> {
-  return new Promise((resolve, reject) => {
-    const onMessage = (msg: FromWorker): void => {
-      if (msg.type === 'ready') {
-        cleanup();
-        resolve(msg.handshake);
-      } else if (msg.type === 'init-error') {
-        cleanup();
-        reject(deserializeError(msg.error));
-      }
-    };
-    const onError = (e: Error): void => {
-      cleanup();
-      reject(e);
-    };
-    const onExit = (code: number): void => {
-      cleanup();
-      reject(new Error(`tensor-parallel worker exited with code ${code} during start-up`));
-    };
-    const cleanup = (): void => {
-      worker.off('message', onMessage);
-      worker.off('error', onError);
-      worker.off('exit', onExit);
-    };
-    worker.on('message', onMessage);
-    worker.on('error', onError);
-    worker.on('exit', onExit);
-  });
+  return waitForWorkerReady(
+    worker,
+    (msg: FromWorker) =>
+      msg.type === 'ready'
+        ? { ready: msg.handshake }
+        : msg.type === 'init-error'
+          ? { failed: deserializeError(msg.error) }
+          : undefined,
+    (code) => new Error(`tensor-parallel worker exited with code ${code} during start-up`),
+  );
 }

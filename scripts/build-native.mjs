@@ -67,6 +67,7 @@ function build() {
       '-DNODE_GYP_MODULE_NAME=kvshm',
       `-I${join(nodeDir, 'include', 'node')}`,
       'kvshm.c',
+      'kvhash.c',
       '-o',
       output,
     ]);

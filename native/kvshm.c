@@ -18,6 +18,9 @@
  *   hashBlocks(bytes, blockBytes, count, out)   (kvhash.c)
  *                    writes the checksums of `count` consecutive blocks into the Float64Array
  *                    `out`, in one call.
+ *   matmulF32(memory, m, n4, k, a, lda, b, ldb, c, ldc)   (kvmatmul.c, only with AVX2)
+ *                    the engine's float32 matmul, bit-identical to its WebAssembly kernel.
+ * The addon is named after its first job; it holds every native piece of kvconnect.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -32,6 +35,7 @@
 #include <unistd.h>
 
 #include "kvhash.h"
+#include "kvmatmul.h"
 
 typedef struct {
   void *addr;
@@ -151,6 +155,7 @@ static napi_value kv_release(napi_env env, napi_callback_info info) {
 
 static napi_value init(napi_env env, napi_value exports) {
   kvhash_init();
+  bool matmul = kvmatmul_init();
   napi_property_descriptor props[] = {
       {"map", NULL, kv_map, NULL, NULL, NULL, napi_enumerable, NULL},
       {"release", NULL, kv_release, NULL, NULL, NULL, napi_enumerable, NULL},
@@ -161,6 +166,14 @@ static napi_value init(napi_env env, napi_value exports) {
 #endif
   };
   napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
+  if (matmul) {
+    /* Exported only where the CPU has AVX2: elsewhere the engine keeps its WebAssembly matmul. */
+    napi_property_descriptor mm[] = {
+        {"matmulF32", NULL, kv_matmul_f32, NULL, NULL, NULL, napi_enumerable, NULL},
+        {"matmulIsa", NULL, kv_matmul_isa, NULL, NULL, NULL, napi_enumerable, NULL},
+    };
+    napi_define_properties(env, exports, 2, mm);
+  }
   return exports;
 }
 

@@ -63,11 +63,13 @@ function build() {
       '-shared',
       '-fPIC',
       '-O2',
+      '-ffp-contract=off',
       '-DNAPI_VERSION=8',
       '-DNODE_GYP_MODULE_NAME=kvshm',
       `-I${join(nodeDir, 'include', 'node')}`,
       'kvshm.c',
       'kvhash.c',
+      'kvmatmul.c',
       '-o',
       output,
     ]);

@@ -1,12 +1,12 @@
 /**
- * Loads the optional native addon (native/kvshm.c, built at install by
- * scripts/build-native.mjs) that maps a /dev/shm file into this process. With it, the shm
+ * The shm ring's part of the optional native addon (native/kvshm.c, loaded by
+ * src/util/native-addon.ts), which maps a /dev/shm file into this process. With it, the shm
  * ring is plain memory shared by both processes: one copy on each side, no syscalls on
  * the data path. Without it (not built, not Linux, or KVCONNECT_DISABLE_NATIVE=1), the
  * ring falls back to positional file I/O. Both sides use the same file and control
  * frames, so a native peer and a pure-JS peer interoperate.
  */
-import { createRequire } from 'node:module';
+import { DISABLE_NATIVE_ENV, nativeAddon, nativeAddonReason } from '../util/native-addon.ts';
 
 export interface KvShmBinding {
   /** Maps `size` bytes of `path`: create=true creates and reserves the file (read-write), false maps an existing one read-only. */
@@ -15,24 +15,15 @@ export interface KvShmBinding {
   release(buffer: ArrayBuffer): void;
 }
 
-export const DISABLE_NATIVE_ENV = 'KVCONNECT_DISABLE_NATIVE';
-
-/** Relative to this file in src/transfer/ and in dist/transfer/ alike. */
-const ADDON_PATH = '../../native/build/Release/kvshm.node';
+export { DISABLE_NATIVE_ENV };
 
 function load(): { binding: KvShmBinding | null; reason: string } {
-  if (process.env[DISABLE_NATIVE_ENV] === '1') return { binding: null, reason: `${DISABLE_NATIVE_ENV}=1` };
-  if (process.platform !== 'linux') return { binding: null, reason: `not Linux (${process.platform})` };
-  try {
-    const mod = createRequire(import.meta.url)(ADDON_PATH) as Partial<KvShmBinding>;
-    if (typeof mod.map !== 'function' || typeof mod.release !== 'function') {
-      return { binding: null, reason: 'the addon does not export map/release' };
-    }
-    return { binding: mod as KvShmBinding, reason: 'loaded' };
-  } catch (e) {
-    const msg = e instanceof Error ? e.message.split('\n')[0] : String(e);
-    return { binding: null, reason: `not built (${msg}); run \`node scripts/build-native.mjs\`` };
+  const mod = nativeAddon as Partial<KvShmBinding> | null;
+  if (mod === null) return { binding: null, reason: nativeAddonReason };
+  if (typeof mod.map !== 'function' || typeof mod.release !== 'function') {
+    return { binding: null, reason: 'the addon does not export map/release' };
   }
+  return { binding: mod as KvShmBinding, reason: 'loaded' };
 }
 
 const loaded = load();

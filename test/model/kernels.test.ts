@@ -102,3 +102,39 @@ test('reference ops: softmax, rmsnorm, rope and attention behave as defined', ()
   assert.deepEqual([...out], [5, 10]);
   assert.deepEqual([...attentionRef(Float32Array.from([0, 0]), keys, values, 2, 1, 1)], [0, 20]);
 });
+
+test('WASM SIMD softmax equals the reference at any length and offset, and touches nothing else', () => {
+  const rng = new SeededRandom(5);
+  const rt = new WasmRuntime();
+  for (const n of [1, 2, 3, 4, 5, 7, 8, 15, 16, 17, 31, 64, 100, 513]) {
+    for (const shift of [0, 1, 2, 3]) {
+      const mark = rt.mark();
+      const base = rt.alloc(n + 8);
+      const row = base + shift;
+      const x = Float32Array.from({ length: n }, () => 8 * rng.nextGaussian());
+      const mem = rt.f32;
+      mem.fill(-7, base, base + n + 8);
+      mem.set(x, row);
+      rt.softmax(row, n);
+      const ref = softmaxRef(x);
+      let sum = 0;
+      for (let i = 0; i < n; i++) {
+        const got = rt.f32[row + i]!;
+        sum += got;
+        assert.ok(
+          Math.abs(got - ref[i]!) <= 1e-6 + 2e-6 * ref[i]!,
+          `n=${n} shift=${shift} at ${i}: ${got} vs ${ref[i]}`,
+        );
+      }
+      assert.ok(Math.abs(sum - 1) < 1e-5, `n=${n}: probabilities sum to ${sum}`);
+      for (let i = base; i < row; i++) assert.equal(rt.f32[i], -7, 'before the row');
+      for (let i = row + n; i < base + n + 8; i++) assert.equal(rt.f32[i], -7, 'after the row');
+      rt.release(mark);
+    }
+  }
+  // Very negative scores underflow to 0 (clamped exp), the maximum still gets ~1.
+  const row = rt.upload(Float32Array.from([0, -200, -1000, -90, -88]));
+  rt.softmax(row, 5);
+  assert.ok(Math.abs(rt.f32[row]! - 1) < 1e-6);
+  for (let i = 1; i < 5; i++) assert.ok(rt.f32[row + i]! < 1e-30);
+});

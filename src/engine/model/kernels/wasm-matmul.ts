@@ -1,11 +1,15 @@
 /**
  * The fast matmul: C[M,N] = A[M,K] · B[K,N], all row-major float32 in one WebAssembly
- * memory, computed by the module from wasm-assembler.ts. A bump arena hands out 16-byte
- * aligned regions of that memory; `mark`/`release` recycle scratch space per forward.
+ * memory, computed by the module from wasm-assembler.ts, or by the native addon's
+ * `matmulF32` (AVX-512/AVX2, bit-identical, see native/kvmatmul.c) when it is loaded and
+ * KVCONNECT_DISABLE_NATIVE_MATMUL is not 1. A bump arena hands out 16-byte aligned regions
+ * of that memory; `mark`/`release` recycle scratch space per forward.
  */
 import { KVError } from '../../../errors/index.ts';
+import { nativeAddon } from '../../../util/native-addon.ts';
 import { type WasmMemory, type WasmModule, wasmApi } from './wasm-api.ts';
 import { assembleMatmulModule } from './wasm-assembler.ts';
+import { assembleSoftmaxModule } from './wasm-softmax.ts';
 import { assembleSwigluModule } from './wasm-swiglu.ts';
 
 type Kernel = (
@@ -19,6 +23,32 @@ type Kernel = (
   ldc: number,
 ) => void;
 
+type NativeMatmul = (
+  memory: ArrayBuffer,
+  m: number,
+  n4: number,
+  k: number,
+  a: number,
+  lda: number,
+  b: number,
+  ldb: number,
+  c: number,
+  ldc: number,
+) => void;
+
+function nativeMatmul(): NativeMatmul | null {
+  if (process.env['KVCONNECT_DISABLE_NATIVE_MATMUL'] === '1') return null;
+  const fn = nativeAddon?.['matmulF32'];
+  return typeof fn === 'function' ? (fn as NativeMatmul) : null;
+}
+
+const native = nativeMatmul();
+
+/** Which kernel computes the engine's matmuls in this process: 'avx512' or 'avx2' (native), or 'wasm-simd'. */
+export const matmulImplementation: string = native
+  ? String((nativeAddon?.['matmulIsa'] as (() => string) | undefined)?.() ?? 'native')
+  : 'wasm-simd';
+
 type Activation = (gate: number, up: number, out: number, bytes: number) => void;
 
 let compiled: WasmModule | undefined;
@@ -28,6 +58,14 @@ function swigluModule(): WasmModule {
   matmulModule();
   compiledSwiglu ??= new wasmApi.Module(assembleSwigluModule());
   return compiledSwiglu;
+}
+
+let compiledSoftmax: WasmModule | undefined;
+
+function softmaxModule(): WasmModule {
+  matmulModule();
+  compiledSoftmax ??= new wasmApi.Module(assembleSoftmaxModule());
+  return compiledSoftmax;
 }
 
 function matmulModule(): WasmModule {
@@ -56,10 +94,14 @@ export class WasmRuntime {
   readonly memory: WasmMemory;
   private readonly kernels: [Kernel, Kernel, Kernel, Kernel];
   private readonly swigluKernel: Activation;
+  private readonly softmaxKernel: (ptr: number, count: number) => void;
   private top = 16;
   private view: Float32Array;
+  private readonly native: NativeMatmul | null;
 
-  constructor(initialBytes = 1 << 20) {
+  /** `useNative: false` keeps this runtime on the WebAssembly kernel (tests compare the two). */
+  constructor(initialBytes = 1 << 20, useNative = true) {
+    this.native = useNative ? native : null;
     this.memory = new wasmApi.Memory({
       initial: Math.max(1, Math.ceil(initialBytes / PAGE)),
       maximum: MAX_PAGES,
@@ -70,6 +112,13 @@ export class WasmRuntime {
     this.view = new Float32Array(this.memory.buffer);
     const act = new wasmApi.Instance(swigluModule(), { env: { memory: this.memory } });
     this.swigluKernel = act.exports.swiglu as Activation;
+    const sm = new wasmApi.Instance(softmaxModule(), { env: { memory: this.memory } });
+    this.softmaxKernel = sm.exports.softmax as (ptr: number, count: number) => void;
+  }
+
+  /** In-place softmax of the `count` ≥ 1 floats at float offset `row` (wasm-softmax.ts). */
+  softmax(row: number, count: number): void {
+    this.softmaxKernel(row * 4, count);
   }
 
   /** out[i] = silu(gate[i]) · up[i] for i < n (float offsets). */
@@ -137,6 +186,12 @@ export class WasmRuntime {
     c: number,
     ldc: number,
   ): void {
+    if (this.native !== null && m > 0 && k > 0) {
+      const n4 = n & ~3;
+      if (n4 > 0) this.native(this.memory.buffer, m, n4, k, a, lda, b, ldb, c, ldc);
+      if (n4 < n) this.matmulPanel(m, n - n4, k, a, lda, b + n4, ldb, c + n4, ldc);
+      return;
+    }
     // Column panels keep the slice of B being streamed small enough to stay in cache.
     for (let j = 0; j < n; j += PANEL_COLUMNS) {
       this.matmulPanel(m, Math.min(PANEL_COLUMNS, n - j), k, a, lda, b + j, ldb, c + j, ldc);

@@ -9,6 +9,7 @@
  * Export: swiglu(gate, up, out, bytes): byte offsets, `bytes` a multiple of 16.
  */
 import { name, section, uleb } from './wasm-assembler.ts';
+import { exp, f32x4, get, s, set, simd } from './wasm-simd-ops.ts';
 
 const I32 = 0x7f;
 const V128 = 0x7b;
@@ -23,59 +24,13 @@ const K = 7;
 const R = 8;
 const E = 9;
 
-const simd = {
-  load: 0x00,
-  store: 0x0b,
-  const: 0x0c,
-  f32x4Nearest: 0x6a,
-  i32x4Shl: 0xab,
-  i32x4Add: 0xae,
-  f32x4Neg: 0xe1,
-  f32x4Add: 0xe4,
-  f32x4Sub: 0xe5,
-  f32x4Mul: 0xe6,
-  f32x4Div: 0xe7,
-  f32x4Min: 0xe8,
-  f32x4Max: 0xe9,
-  i32x4TruncSatF32x4S: 0xf8,
-} as const;
-
-const s = (code: number, ...imm: number[]): number[] => [0xfd, ...uleb(code), ...imm];
-const get = (i: number): number[] => [0x20, i];
-const set = (i: number): number[] => [0x21, i];
-
-function f32x4(value: number): number[] {
-  const bytes = new Uint8Array(new Float32Array([value, value, value, value]).buffer);
-  return s(simd.const, ...bytes);
-}
-
-function i32x4(value: number): number[] {
-  const bytes = new Uint8Array(new Int32Array([value, value, value, value]).buffer);
-  return s(simd.const, ...bytes);
-}
-
-/** Pushes e^(local x) (x already clamped to ±87), using locals k and r as temporaries. */
-function exp(x = X, k = K, r = R): number[] {
-  const code = [...get(x), ...f32x4(Math.LOG2E), ...s(simd.f32x4Mul), ...s(simd.f32x4Nearest), ...set(k)];
-  code.push(...get(x), ...get(k), ...f32x4(0.693359375), ...s(simd.f32x4Mul), ...s(simd.f32x4Sub));
-  code.push(...get(k), ...f32x4(-2.1219444e-4), ...s(simd.f32x4Mul), ...s(simd.f32x4Sub), ...set(r));
-  const coefficients = [1 / 5040, 1 / 720, 1 / 120, 1 / 24, 1 / 6, 1 / 2, 1, 1];
-  code.push(...f32x4(coefficients[0] as number));
-  for (const c of coefficients.slice(1)) {
-    code.push(...get(r), ...s(simd.f32x4Mul), ...f32x4(c), ...s(simd.f32x4Add));
-  }
-  code.push(...get(k), ...s(simd.i32x4TruncSatF32x4S), ...i32x4(127), ...s(simd.i32x4Add));
-  code.push(0x41, 23, ...s(simd.i32x4Shl), ...s(simd.f32x4Mul));
-  return code;
-}
-
 function body(): number[] {
   const loadAt = (base: number) => [...get(base), ...get(I), 0x6a, ...s(simd.load, 0, 0)];
   const code: number[] = [0x02, 0x40, 0x03, 0x40];
   code.push(...get(I), ...get(BYTES), 0x4e, 0x0d, 1);
   code.push(...loadAt(GATE), ...set(G));
   code.push(...get(G), ...s(simd.f32x4Neg), ...f32x4(87), ...s(simd.f32x4Min), ...f32x4(-87));
-  code.push(...s(simd.f32x4Max), ...set(X), ...exp(), ...set(E));
+  code.push(...s(simd.f32x4Max), ...set(X), ...exp(X, K, R), ...set(E));
   code.push(...get(OUT), ...get(I), 0x6a);
   code.push(...get(G), ...loadAt(UP), ...s(simd.f32x4Mul));
   code.push(...f32x4(1), ...get(E), ...s(simd.f32x4Add), ...s(simd.f32x4Div));

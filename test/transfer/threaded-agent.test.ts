@@ -25,8 +25,14 @@ async function threadedPair(backend: string, extra: Partial<ThreadedAgentOptions
   b.registerMemory(rb);
   const remote = a.addRemoteAgent(b.metadata());
   b.addRemoteAgent(a.metadata());
-  return { a, b, ra, rb, remote, close: () => Promise.all([a.close(), b.close()]) };
+  const close = () => Promise.all([a.close(), b.close()]);
+  open.push(close);
+  return { a, b, ra, rb, remote, close };
 }
+
+/** Every pair's close, run again after the tests: a failed assertion must not leave worker threads keeping the process alive. */
+const open: (() => Promise<unknown>)[] = [];
+after(() => Promise.all(open.map((close) => close().catch(() => {}))));
 
 const settle = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -113,9 +119,12 @@ for (const backend of ['TCP', 'SHM']) {
       p.b.grantRead('old', { blockIds: [10, 11], expiresAt: Date.now() - 1 });
       assert.equal((await p.a.waitFor(p.a.read(p.remote, d, { grantKey: 'old' }))).state, 'ERR');
       p.b.grantRead('ok', { blockIds: [10, 11], peer: 'A' });
+      // Grant changes reach the agent's thread as messages: let them land before racing a READ.
+      await settle(30);
       assert.equal((await p.a.waitFor(p.a.read(p.remote, d, { grantKey: 'ok' }))).state, 'DONE');
       assert.ok(p.b.revokeGrant('ok'));
       assert.equal(p.b.revokeGrant('ok'), false);
+      await settle(30);
       const revoked = await p.a.waitFor(p.a.read(p.remote, d, { grantKey: 'ok' }));
       assert.match(revoked.reason ?? '', /no live read grant 'ok'/);
       p.b.grantWrite('w', { blockIds: [5] });

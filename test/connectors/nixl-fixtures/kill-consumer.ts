@@ -12,8 +12,8 @@ const lines = createInterface({ input: process.stdin })[Symbol.asyncIterator]();
 const leaseSeconds = Number(process.argv[2] ?? '1');
 const d = await LLM.create({
   model: 'tiny',
-  num_gpu_blocks: 128,
-  max_model_len: 1024,
+  num_gpu_blocks: 300,
+  max_model_len: 4096,
   max_num_seqs: 1,
   kvTransferConfig: {
     kv_connector: 'NixlConnector',
@@ -29,7 +29,8 @@ const { prompt, params } = JSON.parse(first.value as string) as {
   prompt: string;
   params: Record<string, unknown>;
 };
-const busy = d.generate('keep the only slot busy', { ...GREEDY, maxTokens: 1000 });
+// ~4000 decode steps: several seconds even with the native matmul, longer than the test waits.
+const busy = d.generate('keep the only slot busy', { ...GREEDY, maxTokens: 4000 });
 const remote = d.generate(prompt, GREEDY, { kvTransferParams: params });
 process.stdout.write('queued\n');
 await Promise.race([Promise.all([busy, remote]), lines.next()]);

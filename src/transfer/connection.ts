@@ -14,7 +14,14 @@ export class ProtocolError extends Error {
   override readonly name = 'ProtocolError';
 }
 
-const DRAIN_THRESHOLD = 32 << 20;
+/**
+ * send() asks the caller to wait once this much is queued in Node (not yet in the kernel).
+ * 'drain' fires only when that queue is empty, so whatever the caller does before its next
+ * send (hashing the next chunk) runs while only the kernel's socket buffer feeds the peer.
+ * One 4 MiB chunk keeps that gap shorter than the buffer: 32 MiB (eight chunks hashed in a
+ * burst) starved the receiver and cost ~5% of tcp throughput (docs/BENCHMARKS.md, round 6).
+ */
+const DRAIN_THRESHOLD = 4 << 20;
 
 export class FramedConnection {
   readonly socket: Socket;

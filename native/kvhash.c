@@ -16,6 +16,15 @@
 
 typedef uint32_t v8u32 __attribute__((vector_size(32)));
 
+/*
+ * How far ahead of the stripe being hashed to prefetch. The loop is bound by the latency of
+ * its multiply chains, so the hardware prefetcher alone let memory reads lag: 6.4–7.0 GB/s on
+ * 256 MiB that is not in L2. Prefetching 2 KiB ahead: 9.9–10.7 GB/s (1–4 KiB all within
+ * 9.8–10.7; a read-only pass is 11.7). Prefetches never fault, so reading past the end is safe,
+ * and they cannot change the result.
+ */
+#define PREFETCH_BYTES 2048
+
 /* Word i of each 128-byte stripe goes to lane i: lane = imul(lane ^ word, P); lane ^= lane >> 15. */
 #define DEFINE_STEP(name, attr)                                                   \
   attr static void name(uint32_t *lanes, const uint8_t *p, size_t stripes) {      \
@@ -25,6 +34,8 @@ typedef uint32_t v8u32 __attribute__((vector_size(32)));
     memcpy(&c, lanes + 16, 32);                                                   \
     memcpy(&d, lanes + 24, 32);                                                   \
     for (size_t s = 0; s < stripes; s++, p += STRIPE) {                           \
+      __builtin_prefetch(p + PREFETCH_BYTES);                                     \
+      __builtin_prefetch(p + PREFETCH_BYTES + 64);                                \
       memcpy(&w, p, 32);                                                          \
       a = (a ^ w) * LANE_PRIME;                                                   \
       a ^= a >> 15;                                                               \

@@ -1,7 +1,9 @@
 /**
- * One streaming completion, timed: TTFT is the time to the first event carrying text,
- * ITLs are the gaps between text events, and the output token count comes from the
- * server's `usage` when it reports it (else one token per text event).
+ * One streaming completion, timed: TTFT is the time to the first event carrying a choice
+ * with text (possibly empty, as vLLM's bench counts it: a token can decode to no text, e.g. a
+ * special token or the first byte of a multi-byte character), ITLs are the gaps between such
+ * events, and the output token count comes from the server's `usage` when it reports it
+ * (else one token per event). A stream without any such event is a failed request.
  */
 import { type Dispatcher, request } from 'undici';
 
@@ -29,14 +31,17 @@ export interface SendOptions {
   runStart: number;
 }
 
-function eventText(data: unknown, chat: boolean): string {
+/** The text of an event's first choice; null when the event carries no token (chat's role-only chunk, usage-only chunks). */
+function eventText(data: unknown, chat: boolean): string | null {
   const choice = (data as { choices?: Array<Record<string, unknown>> }).choices?.[0];
-  if (!choice) return '';
+  if (!choice) return null;
   if (chat) {
-    const content = (choice['delta'] as { content?: unknown } | undefined)?.content;
-    return typeof content === 'string' ? content : '';
+    const delta = choice['delta'] as { content?: unknown; role?: unknown } | undefined;
+    // The role-only opening chunk is not a token (kvconnect sends it before the first one).
+    if (delta?.role !== undefined && delta.content === '') return null;
+    return typeof delta?.content === 'string' ? delta.content : null;
   }
-  return typeof choice['text'] === 'string' ? choice['text'] : '';
+  return typeof choice['text'] === 'string' ? choice['text'] : null;
 }
 
 export async function sendStreaming(o: SendOptions): Promise<RequestResult> {
@@ -81,7 +86,7 @@ export async function sendStreaming(o: SendOptions): Promise<RequestResult> {
           const data = JSON.parse(payload) as { usage?: { completion_tokens?: number } | null };
           if (typeof data.usage?.completion_tokens === 'number') usageTokens = data.usage.completion_tokens;
           const text = eventText(data, o.chat);
-          if (text === '') continue;
+          if (text === null) continue;
           const now = performance.now();
           if (events === 0) result.ttftMs = now - start;
           else result.itlMs.push(now - last);
@@ -94,7 +99,7 @@ export async function sendStreaming(o: SendOptions): Promise<RequestResult> {
     result.e2eMs = performance.now() - start;
     result.outputTokens = usageTokens ?? events;
     result.ok = events > 0;
-    if (!result.ok) result.error = 'the stream carried no text';
+    if (!result.ok) result.error = 'the stream carried no completion chunk';
   } catch (e) {
     result.error = e instanceof Error ? e.message : String(e);
   }

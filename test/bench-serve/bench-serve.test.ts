@@ -265,3 +265,58 @@ describe('workload planning', () => {
     }
   });
 });
+
+describe('what counts as a received token (as vLLM bench serve counts it)', () => {
+  /** Serves one fixed SSE body for every request. */
+  async function fixedStream(events: string[]): Promise<{ url: string; close: () => void }> {
+    const server = createServer((req, res) => {
+      req.resume();
+      req.on('end', () => {
+        res.writeHead(200, { 'content-type': 'text/event-stream' });
+        for (const e of events) res.write(`data: ${e}\n\n`);
+        res.end('data: [DONE]\n\n');
+      });
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, close: () => server.close() };
+  }
+
+  async function run(events: string[], endpoint: string) {
+    const s = await fixedStream(events);
+    try {
+      const r = await runBenchServe(
+        resolveBenchOptions({
+          model: 'm',
+          baseUrl: s.url,
+          endpoint,
+          numPrompts: 1,
+          randomInputLen: 2,
+          randomOutputLen: 1,
+        }),
+      );
+      return r.summary;
+    } finally {
+      s.close();
+    }
+  }
+
+  test('a completion chunk whose token decoded to no text still counts (a partial UTF-8 byte)', async () => {
+    const r = await run(['{"choices":[{"index":0,"text":"","finish_reason":"length"}]}'], '/v1/completions');
+    assert.equal(r.completed, 1);
+    assert.equal(r.failed, 0);
+  });
+
+  test("chat's role-only opening chunk is not a token; a stream with nothing else fails", async () => {
+    const role = '{"choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}';
+    const failed = await run(
+      [role, '{"choices":[],"usage":{"completion_tokens":0}}'],
+      '/v1/chat/completions',
+    );
+    assert.equal(failed.failed, 1);
+    const ok = await run(
+      [role, '{"choices":[{"index":0,"delta":{"content":"a"},"finish_reason":"length"}]}'],
+      '/v1/chat/completions',
+    );
+    assert.equal(ok.completed, 1);
+  });
+});

@@ -98,7 +98,11 @@ function handle(agent: TransferAgent, msg: ToAgentThread): void {
       agent.renewGrant(msg.key, msg.expiresAt);
       return;
     case 'close':
-      agent.close().then(() => send({ type: 'closed' }));
+      agent.close().then(() => {
+        send({ type: 'closed' });
+        // Nothing is left to do: let the thread exit on its own (see stopWorker).
+        port?.close();
+      });
       return;
     case 'crash-for-test':
       setTimeout(() => {

@@ -8,6 +8,7 @@
  */
 import type { Worker } from 'node:worker_threads';
 import { KVError } from '../errors/index.ts';
+import { stopWorker } from '../util/start-worker.ts';
 import { type PostOptions, TRANSFER_PROTOCOL_VERSION, TransferAgent } from './agent.ts';
 import type { TransferAgentLike } from './agent-like.ts';
 import type {
@@ -320,7 +321,8 @@ export class ThreadedTransferAgent implements TransferAgentLike {
     });
     this.#worker.postMessage({ type: 'close' } satisfies ToAgentThread);
     await Promise.race([closed, exited]);
-    await this.#worker.terminate();
+    // After 'closed' the thread closes its port and exits on its own.
+    await stopWorker(this.#worker);
     this.#fail('transfer agent closed');
   }
 

@@ -52,3 +52,23 @@ export function waitForWorkerReady<M, T>(
     worker.on('exit', onExit);
   });
 }
+
+/**
+ * Ends a worker that was asked to finish (it closes its port once done): waits up to
+ * `graceMs` for it to exit on its own, and only then terminates it. Terminating a worker
+ * while V8 still runs background compile jobs for it can abort the whole Node 20 process
+ * (`NodePlatform::ForIsolate` assertion, seen once in the test suite), so a clean exit is
+ * preferred.
+ */
+export async function stopWorker(worker: Worker, graceMs = 2000): Promise<void> {
+  if (worker.threadId < 0) return;
+  let timer: NodeJS.Timeout | undefined;
+  const exited = await Promise.race([
+    new Promise<boolean>((resolve) => worker.once('exit', () => resolve(true))),
+    new Promise<boolean>((resolve) => {
+      timer = setTimeout(() => resolve(false), graceMs);
+    }),
+  ]);
+  clearTimeout(timer);
+  if (!exited) await worker.terminate();
+}

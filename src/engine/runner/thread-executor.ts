@@ -7,7 +7,7 @@ import type { Worker } from 'node:worker_threads';
 import type { EngineConfig } from '../../config/types.ts';
 import type { KVConnectorHandshakeMetadata } from '../../connector/types.ts';
 import type { KVCacheConfig } from '../../kv/interfaces.ts';
-import { startModuleWorker, waitForWorkerReady } from '../../util/start-worker.ts';
+import { startModuleWorker, stopWorker, waitForWorkerReady } from '../../util/start-worker.ts';
 import type { ModelRunnerOutput, RunnerInput } from '../runner-io.ts';
 import { createAllReduceBuffers } from './all-reduce.ts';
 import { type ConnectorOutputAggregator, type ModelExecutor, mergeRankOutputs } from './executor.ts';
@@ -117,7 +117,8 @@ export class ThreadExecutor implements ModelExecutor {
     if (this.closed) return;
     this.closed = true;
     await Promise.allSettled(this.ranks.map((r) => r.request({ type: 'shutdown' })));
-    await Promise.all(this.ranks.map((r) => r.worker.terminate()));
+    // Each rank closes its port after 'shutdown-done' and exits on its own.
+    await Promise.all(this.ranks.map((r) => stopWorker(r.worker)));
   }
 }
 

@@ -30,79 +30,55 @@
 #include <immintrin.h>
 #define HAVE_AVX2_MATMUL 1
 
-#define TARGET __attribute__((target("avx2")))
-
-/* R rows × V·8 columns: R·V accumulators, V loads of B and one broadcast of A per step. */
-#define DEFINE_TILE(R, V)                                                                  \
-  TARGET static void tile_##R##x##V(const float *a, size_t lda, const float *b, size_t ldb, \
-                                    float *c, size_t ldc, size_t k) {                      \
-    __m256 acc[R][V];                                                                      \
+/*
+ * One register tile: R rows × V vectors of LANES columns (R·V accumulators, V loads of B and
+ * one broadcast of A per step of k), for a vector width given by its intrinsics prefix
+ * (_mm: 4 lanes, _mm256: 8, _mm512: 16) and the ISA that the function is compiled for.
+ */
+#define DEFINE_TILE(NAME, ISA, VEC, PFX, LANES, R, V)                                     \
+  __attribute__((target(ISA))) static void NAME(const float *a, size_t lda, const float *b, \
+                                                size_t ldb, float *c, size_t ldc, size_t k) { \
+    VEC acc[R][V];                                                                         \
     for (int r = 0; r < R; r++)                                                            \
-      for (int v = 0; v < V; v++) acc[r][v] = _mm256_setzero_ps();                        \
+      for (int v = 0; v < V; v++) acc[r][v] = PFX##_setzero_ps();                          \
     for (size_t p = 0; p < k; p++) {                                                       \
-      __m256 bv[V];                                                                        \
-      for (int v = 0; v < V; v++) bv[v] = _mm256_loadu_ps(b + p * ldb + 8 * v);            \
+      VEC bv[V];                                                                           \
+      for (int v = 0; v < V; v++) bv[v] = PFX##_loadu_ps(b + p * ldb + LANES * v);         \
       for (int r = 0; r < R; r++) {                                                        \
-        __m256 av = _mm256_broadcast_ss(a + r * lda + p);                                  \
-        for (int v = 0; v < V; v++) acc[r][v] = _mm256_add_ps(acc[r][v], _mm256_mul_ps(av, bv[v])); \
+        VEC av = PFX##_set1_ps(a[r * lda + p]);                                            \
+        for (int v = 0; v < V; v++) acc[r][v] = PFX##_add_ps(acc[r][v], PFX##_mul_ps(av, bv[v])); \
       }                                                                                    \
     }                                                                                      \
     for (int r = 0; r < R; r++)                                                            \
-      for (int v = 0; v < V; v++) _mm256_storeu_ps(c + r * ldc + 8 * v, acc[r][v]);        \
+      for (int v = 0; v < V; v++) PFX##_storeu_ps(c + r * ldc + LANES * v, acc[r][v]);     \
   }
 
-/* The same tile with 512-bit vectors (16 lanes), for CPUs with AVX-512F. */
-#define DEFINE_TILE512(R, V)                                                               \
-  __attribute__((target("avx512f"))) static void tile512_##R##x##V(                        \
-      const float *a, size_t lda, const float *b, size_t ldb, float *c, size_t ldc, size_t k) { \
-    __m512 acc[R][V];                                                                      \
-    for (int r = 0; r < R; r++)                                                            \
-      for (int v = 0; v < V; v++) acc[r][v] = _mm512_setzero_ps();                        \
-    for (size_t p = 0; p < k; p++) {                                                       \
-      __m512 bv[V];                                                                        \
-      for (int v = 0; v < V; v++) bv[v] = _mm512_loadu_ps(b + p * ldb + 16 * v);           \
-      for (int r = 0; r < R; r++) {                                                        \
-        __m512 av = _mm512_set1_ps(a[r * lda + p]);                                        \
-        for (int v = 0; v < V; v++) acc[r][v] = _mm512_add_ps(acc[r][v], _mm512_mul_ps(av, bv[v])); \
-      }                                                                                    \
-    }                                                                                      \
-    for (int r = 0; r < R; r++)                                                            \
-      for (int v = 0; v < V; v++) _mm512_storeu_ps(c + r * ldc + 16 * v, acc[r][v]);       \
-  }
+/* AVX2: 3 × 8 columns (12 accumulators fit the 16 registers), 8 columns, and the last 4. */
+#define TILE256(R, V) DEFINE_TILE(tile_##R##x##V, "avx2", __m256, _mm256, 8, R, V)
+#define TILE128(R) DEFINE_TILE(tile4_##R, "avx2", __m128, _mm, 4, R, 1)
+/* AVX-512F: 4 × 16 columns (16 of the 32 registers), and 16 columns. */
+#define TILE512(R, V) DEFINE_TILE(tile512_##R##x##V, "avx512f", __m512, _mm512, 16, R, V)
 
-/* The last 4 columns of a row block (n4 not a multiple of 8), with 128-bit vectors. */
-#define DEFINE_TILE4(R)                                                                    \
-  TARGET static void tile4_##R(const float *a, size_t lda, const float *b, size_t ldb,      \
-                               float *c, size_t ldc, size_t k) {                           \
-    __m128 acc[R];                                                                         \
-    for (int r = 0; r < R; r++) acc[r] = _mm_setzero_ps();                                 \
-    for (size_t p = 0; p < k; p++) {                                                       \
-      __m128 bv = _mm_loadu_ps(b + p * ldb);                                               \
-      for (int r = 0; r < R; r++) acc[r] = _mm_add_ps(acc[r], _mm_mul_ps(_mm_set1_ps(a[r * lda + p]), bv)); \
-    }                                                                                      \
-    for (int r = 0; r < R; r++) _mm_storeu_ps(c + r * ldc, acc[r]);                        \
-  }
-
-DEFINE_TILE(4, 3)
-DEFINE_TILE(3, 3)
-DEFINE_TILE(2, 3)
-DEFINE_TILE(1, 3)
-DEFINE_TILE(4, 1)
-DEFINE_TILE(3, 1)
-DEFINE_TILE(2, 1)
-DEFINE_TILE(1, 1)
-DEFINE_TILE512(4, 4)
-DEFINE_TILE512(3, 4)
-DEFINE_TILE512(2, 4)
-DEFINE_TILE512(1, 4)
-DEFINE_TILE512(4, 1)
-DEFINE_TILE512(3, 1)
-DEFINE_TILE512(2, 1)
-DEFINE_TILE512(1, 1)
-DEFINE_TILE4(4)
-DEFINE_TILE4(3)
-DEFINE_TILE4(2)
-DEFINE_TILE4(1)
+TILE256(4, 3)
+TILE256(3, 3)
+TILE256(2, 3)
+TILE256(1, 3)
+TILE256(4, 1)
+TILE256(3, 1)
+TILE256(2, 1)
+TILE256(1, 1)
+TILE512(4, 4)
+TILE512(3, 4)
+TILE512(2, 4)
+TILE512(1, 4)
+TILE512(4, 1)
+TILE512(3, 1)
+TILE512(2, 1)
+TILE512(1, 1)
+TILE128(4)
+TILE128(3)
+TILE128(2)
+TILE128(1)
 
 typedef void (*tile_fn)(const float *, size_t, const float *, size_t, float *, size_t, size_t);
 static const tile_fn wide[4] = {tile_1x3, tile_2x3, tile_3x3, tile_4x3};

@@ -17,8 +17,9 @@
  * changes collide with probability about 2^-32 per lane touched, far below CRC-32's
  * 2^-32 for the same kind of multi-burst damage.
  */
+
+import { nativeAddon } from '../util/native-addon.ts';
 import { foldLanes, initLanes, referenceHash } from './checksum-reference.ts';
-import { nativeShm } from './native-shm.ts';
 import {
   DATA_OFFSET,
   hashModuleBytes,
@@ -63,7 +64,7 @@ interface NativeHash {
 
 function nativeHasher(): NativeHash | null {
   if (process.env['KVCONNECT_DISABLE_NATIVE_HASH'] === '1') return null;
-  const mod = nativeShm as Partial<NativeHash> | null;
+  const mod = nativeAddon as Partial<NativeHash> | null;
   if (typeof mod?.hash !== 'function' || typeof mod.hashBlocks !== 'function') return null;
   return mod as NativeHash;
 }

@@ -94,7 +94,7 @@ export function pagedAttention(
       for (let r = 0; r < rows; r++) {
         const p = p0 + t0 + Math.floor(r / group);
         const first = (window === null ? 0 : Math.max(0, p - window + 1)) - kLo;
-        softmaxMasked(rt, mem, scratch.scores + r * kn, kn, Math.max(0, first), p - kLo);
+        softmaxMasked(rt, scratch.scores + r * kn, kn, Math.max(0, first), p - kLo);
       }
       const v = scratch.values + (kLo - lo) * numKvHeads * hd + h * hd;
       rt.matmul(rows, hd, kn, scratch.scores, kn, v, numKvHeads * hd, scratch.outputs, hd);
@@ -108,15 +108,9 @@ export function pagedAttention(
 }
 
 /** Softmax over [from, to] of a row of length n; everything outside becomes 0. */
-function softmaxMasked(
-  rt: WasmRuntime,
-  mem: Float32Array,
-  row: number,
-  n: number,
-  from: number,
-  to: number,
-): void {
+function softmaxMasked(rt: WasmRuntime, row: number, n: number, from: number, to: number): void {
   rt.softmax(row + from, to - from + 1);
+  const mem = rt.f32;
   if (from > 0) mem.fill(0, row, row + from);
   if (to < n - 1) mem.fill(0, row + to + 1, row + n);
 }

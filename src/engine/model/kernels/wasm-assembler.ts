@@ -1,72 +1,24 @@
 /**
  * Emits the bytes of the matmul WebAssembly module at run time (no build step, no
- * toolchain). Only the handful of opcodes the kernel needs are encoded here.
+ * toolchain), with the encoding of src/util/wasm-encoding.ts.
  *
  * Exports mm1..mm4(a, b, c, k, n4, lda, ldb, ldc): for R = 1..4 rows of A (row stride
  * lda bytes) times B (k rows, row stride ldb bytes) into C (row stride ldc bytes), over
  * the first n4 bytes of columns (a multiple of 16), with R×12 f32x4 register tiles then
  * 4-column tiles. All pointers are byte offsets; k must be at least 1.
  */
-
-const I32 = 0x7f;
-const V128 = 0x7b;
-const op = {
-  block: 0x02,
-  loop: 0x03,
-  end: 0x0b,
-  br: 0x0c,
-  brIf: 0x0d,
-  localGet: 0x20,
-  localSet: 0x21,
-  localTee: 0x22,
-  f32Load: 0x2a,
-  i32Const: 0x41,
-  i32GtS: 0x4a,
-  i32Add: 0x6a,
-  i32Sub: 0x6b,
-  simd: 0xfd,
-} as const;
-const simd = {
-  load: 0x00,
-  store: 0x0b,
-  const: 0x0c,
-  f32x4Splat: 0x13,
-  f32x4Add: 0xe4,
-  f32x4Mul: 0xe6,
-} as const;
-
-export function uleb(n: number): number[] {
-  const out: number[] = [];
-  do {
-    let byte = n & 0x7f;
-    n >>>= 7;
-    if (n !== 0) byte |= 0x80;
-    out.push(byte);
-  } while (n !== 0);
-  return out;
-}
-
-export function sleb(n: number): number[] {
-  const out: number[] = [];
-  for (;;) {
-    const byte = n & 0x7f;
-    n >>= 7;
-    if ((n === 0 && (byte & 0x40) === 0) || (n === -1 && (byte & 0x40) !== 0)) {
-      out.push(byte);
-      return out;
-    }
-    out.push(byte | 0x80);
-  }
-}
-
-export function section(id: number, payload: number[]): number[] {
-  return [id, ...uleb(payload.length), ...payload];
-}
-
-export function name(s: string): number[] {
-  const bytes = [...new TextEncoder().encode(s)];
-  return [...uleb(bytes.length), ...bytes];
-}
+import {
+  get,
+  I32,
+  memoryModule,
+  op,
+  set,
+  simd,
+  simdOp,
+  sleb,
+  uleb,
+  V128,
+} from '../../../util/wasm-encoding.ts';
 
 // Parameter and local indices of every kernel function.
 const A = 0;
@@ -84,18 +36,6 @@ const AP0 = 11;
 const CP = 15;
 const NUM_I32_LOCALS = 8;
 const FIRST_V128 = 16;
-
-function simdOp(code: number, ...imm: number[]): number[] {
-  return [op.simd, ...uleb(code), ...imm];
-}
-
-function get(i: number): number[] {
-  return [op.localGet, ...uleb(i)];
-}
-
-function set(i: number): number[] {
-  return [op.localSet, ...uleb(i)];
-}
 
 /** One pass over column tiles of `vectors` × 4 floats, for `rows` rows. */
 function columnTiles(rows: number, vectors: number): number[] {
@@ -157,15 +97,8 @@ function kernelBody(rows: number, wideVectors: number): number[] {
 
 /** The complete module bytes. */
 export function assembleMatmulModule(wideVectors = WIDE_TILE_VECTORS): Uint8Array {
-  const bytes: number[] = [0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00];
-  bytes.push(...section(1, [1, 0x60, 8, ...new Array(8).fill(I32), 0]));
-  bytes.push(...section(2, [1, ...name('env'), ...name('memory'), 0x02, 0x00, 1]));
-  bytes.push(...section(3, [4, 0, 0, 0, 0]));
-  const exports: number[] = [4];
-  for (let r = 1; r <= 4; r++) exports.push(...name(`mm${r}`), 0x00, r - 1);
-  bytes.push(...section(7, exports));
-  const bodies: number[] = [4];
-  for (let r = 1; r <= 4; r++) bodies.push(...kernelBody(r, wideVectors));
-  bytes.push(...section(10, bodies));
-  return new Uint8Array(bytes);
+  return memoryModule(
+    new Array(8).fill(I32),
+    [1, 2, 3, 4].map((r) => ({ name: `mm${r}`, body: kernelBody(r, wideVectors) })),
+  );
 }

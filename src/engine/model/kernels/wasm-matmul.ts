@@ -52,20 +52,17 @@ export const matmulImplementation: string = native
 type Activation = (gate: number, up: number, out: number, bytes: number) => void;
 
 let compiled: WasmModule | undefined;
-let compiledSwiglu: WasmModule | undefined;
+const compiledHelpers = new Map<() => Uint8Array, WasmModule>();
 
-function swigluModule(): WasmModule {
+/** A helper module (SwiGLU, softmax), compiled once; after the matmul module, whose check names a runtime without SIMD. */
+function helperModule(assemble: () => Uint8Array): WasmModule {
   matmulModule();
-  compiledSwiglu ??= new wasmApi.Module(assembleSwigluModule());
-  return compiledSwiglu;
-}
-
-let compiledSoftmax: WasmModule | undefined;
-
-function softmaxModule(): WasmModule {
-  matmulModule();
-  compiledSoftmax ??= new wasmApi.Module(assembleSoftmaxModule());
-  return compiledSoftmax;
+  let module = compiledHelpers.get(assemble);
+  if (module === undefined) {
+    module = new wasmApi.Module(assemble());
+    compiledHelpers.set(assemble, module);
+  }
+  return module;
 }
 
 function matmulModule(): WasmModule {
@@ -110,10 +107,10 @@ export class WasmRuntime {
     const e = instance.exports as Record<string, Kernel>;
     this.kernels = [e.mm1 as Kernel, e.mm2 as Kernel, e.mm3 as Kernel, e.mm4 as Kernel];
     this.view = new Float32Array(this.memory.buffer);
-    const act = new wasmApi.Instance(swigluModule(), { env: { memory: this.memory } });
-    this.swigluKernel = act.exports.swiglu as Activation;
-    const sm = new wasmApi.Instance(softmaxModule(), { env: { memory: this.memory } });
-    this.softmaxKernel = sm.exports.softmax as (ptr: number, count: number) => void;
+    const helper = (assemble: () => Uint8Array, fn: string): unknown =>
+      new wasmApi.Instance(helperModule(assemble), { env: { memory: this.memory } }).exports[fn];
+    this.swigluKernel = helper(assembleSwigluModule, 'swiglu') as Activation;
+    this.softmaxKernel = helper(assembleSoftmaxModule, 'softmax') as (ptr: number, count: number) => void;
   }
 
   /** In-place softmax of the `count` ≥ 1 floats at float offset `row` (wasm-softmax.ts). */

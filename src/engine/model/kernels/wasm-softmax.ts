@@ -7,12 +7,22 @@
  *
  * Export: softmax(ptr, count): byte offset of the row, count ≥ 1 elements.
  */
-import { name, section, sleb, uleb } from './wasm-assembler.ts';
-import { exp, f32x4, get, s, set, simd } from './wasm-simd-ops.ts';
+import {
+  F32,
+  f32x4,
+  get,
+  I32,
+  memoryModule,
+  op,
+  set,
+  simd,
+  simdOp,
+  sleb,
+  uleb,
+  V128,
+} from '../../../util/wasm-encoding.ts';
+import { exp } from './wasm-simd-ops.ts';
 
-const I32 = 0x7f;
-const F32 = 0x7d;
-const V128 = 0x7b;
 // Parameters, then locals.
 const PTR = 0;
 const COUNT = 1;
@@ -29,32 +39,12 @@ const R = 11;
 const E = 12;
 const VM = 13;
 
-const op = {
-  block: 0x02,
-  loop: 0x03,
-  end: 0x0b,
-  br: 0x0c,
-  brIf: 0x0d,
-  f32Load: 0x2a,
-  f32Store: 0x38,
-  i32Const: 0x41,
-  f32Const: 0x43,
-  i32GeS: 0x4e,
-  i32Add: 0x6a,
-  i32And: 0x71,
-  i32Shl: 0x74,
-  f32Add: 0x92,
-  f32Mul: 0x94,
-  f32Div: 0x95,
-  f32Max: 0x97,
-} as const;
-
 function f32(value: number): number[] {
   return [op.f32Const, ...new Uint8Array(new Float32Array([value]).buffer)];
 }
 
 const address = (): number[] => [...get(PTR), ...get(I), op.i32Add];
-const lane = (local: number, n: number): number[] => [...get(local), ...s(simd.f32x4ExtractLane, n)];
+const lane = (local: number, n: number): number[] => [...get(local), ...simdOp(simd.f32x4ExtractLane, n)];
 
 /** `while (i < limit) { body; i += step }` */
 function loop(limit: number, step: number, body: number[]): number[] {
@@ -85,9 +75,9 @@ const resetI = (): number[] => [op.i32Const, 0, ...set(I)];
 /** x = max(v − vm, −87), then e = e^x. */
 const shiftedExp = (): number[] => [
   ...get(VM),
-  ...s(simd.f32x4Sub),
+  ...simdOp(simd.f32x4Sub),
   ...f32x4(-87),
-  ...s(simd.f32x4Max),
+  ...simdOp(simd.f32x4Max),
   ...set(X),
   ...exp(X, K, R),
   ...set(E),
@@ -100,25 +90,31 @@ function body(): number[] {
   // Pass 1: the maximum.
   code.push(...f32x4(Number.NEGATIVE_INFINITY), ...set(ACC), ...resetI());
   code.push(
-    ...loop(VEND, 16, [...get(ACC), ...address(), ...s(simd.load, 0, 0), ...s(simd.f32x4Max), ...set(ACC)]),
+    ...loop(VEND, 16, [
+      ...get(ACC),
+      ...address(),
+      ...simdOp(simd.load, 0, 0),
+      ...simdOp(simd.f32x4Max),
+      ...set(ACC),
+    ]),
   );
   code.push(...lane(ACC, 0), ...lane(ACC, 1), op.f32Max, ...lane(ACC, 2), op.f32Max, ...lane(ACC, 3));
   code.push(op.f32Max, ...set(M));
   code.push(...loop(END, 4, [...get(M), ...address(), op.f32Load, 2, 0, op.f32Max, ...set(M)]));
-  code.push(...get(M), ...s(simd.f32x4Splat), ...set(VM));
+  code.push(...get(M), ...simdOp(simd.f32x4Splat), ...set(VM));
   // Pass 2: e^(x − max) in place, and the sum.
   code.push(...f32x4(0), ...set(ACC), ...resetI());
   code.push(
     ...loop(VEND, 16, [
       ...address(),
-      ...s(simd.load, 0, 0),
+      ...simdOp(simd.load, 0, 0),
       ...shiftedExp(),
       ...address(),
       ...get(E),
-      ...s(simd.store, 0, 0),
+      ...simdOp(simd.store, 0, 0),
       ...get(ACC),
       ...get(E),
-      ...s(simd.f32x4Add),
+      ...simdOp(simd.f32x4Add),
       ...set(ACC),
     ]),
   );
@@ -130,7 +126,7 @@ function body(): number[] {
       op.f32Load,
       2,
       0,
-      ...s(simd.f32x4Splat),
+      ...simdOp(simd.f32x4Splat),
       ...shiftedExp(),
       ...address(),
       ...lane(E, 0),
@@ -144,16 +140,24 @@ function body(): number[] {
     ]),
   );
   // Pass 3: scale by 1/sum.
-  code.push(...f32(1), ...get(SUM), op.f32Div, ...set(INV), ...get(INV), ...s(simd.f32x4Splat), ...set(VM));
+  code.push(
+    ...f32(1),
+    ...get(SUM),
+    op.f32Div,
+    ...set(INV),
+    ...get(INV),
+    ...simdOp(simd.f32x4Splat),
+    ...set(VM),
+  );
   code.push(...resetI());
   code.push(
     ...loop(VEND, 16, [
       ...address(),
       ...address(),
-      ...s(simd.load, 0, 0),
+      ...simdOp(simd.load, 0, 0),
       ...get(VM),
-      ...s(simd.f32x4Mul),
-      ...s(simd.store, 0, 0),
+      ...simdOp(simd.f32x4Mul),
+      ...simdOp(simd.store, 0, 0),
     ]),
   );
   code.push(
@@ -177,11 +181,5 @@ function body(): number[] {
 }
 
 export function assembleSoftmaxModule(): Uint8Array {
-  const bytes: number[] = [0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00];
-  bytes.push(...section(1, [1, 0x60, 2, I32, I32, 0]));
-  bytes.push(...section(2, [1, ...name('env'), ...name('memory'), 0x02, 0x00, 1]));
-  bytes.push(...section(3, [1, 0]));
-  bytes.push(...section(7, [1, ...name('softmax'), 0x00, 0]));
-  bytes.push(...section(10, [1, ...body()]));
-  return new Uint8Array(bytes);
+  return memoryModule([I32, I32], [{ name: 'softmax', body: body() }]);
 }

@@ -3,6 +3,7 @@
  * this file (src/config/). Wire names are snake_case (vLLM's); code uses camelCase.
  */
 import type { HashAlgo, KVCacheDtype } from '../kv/interfaces.ts';
+import type { KVEventsConfigFields } from './kv-events-config.ts';
 
 export type KVRole = 'kv_producer' | 'kv_consumer' | 'kv_both';
 export type KVLoadFailurePolicy = 'fail' | 'recompute';
@@ -72,4 +73,6 @@ export interface EngineConfig {
   scheduler: SchedulerConfig;
   parallel: ParallelConfig;
   kvTransferConfig: KVTransferConfigLike | null;
+  /** `--kv-events-config` (vLLM's KVEventsConfig); absent or null = no KV events. */
+  kvEventsConfig?: KVEventsConfigFields | null;
 }

@@ -3,6 +3,7 @@
  * output processor. `step()` = schedule → execute → update → detokenize, as in nano-vllm.
  */
 import { buildEngineConfig, type EngineOptionsInput } from '../config/engine-config.ts';
+import { warnKVEventsConfig } from '../config/kv-events-config.ts';
 import { resolveModelInfo } from '../config/model-info.ts';
 import type { EngineConfig } from '../config/types.ts';
 import type { KVConnectorBase } from '../connector/base.ts';
@@ -11,10 +12,11 @@ import { applyHMADecision, type HMADecision, resolveHybridKvCacheManager } from 
 import type { SchedulerOutput } from '../connector/types.ts';
 import { KVError } from '../errors/kv-error.ts';
 import { createBlockHasher } from '../kv/block-hasher.ts';
-import type { KVCacheConfig, KVCacheEvent } from '../kv/interfaces.ts';
+import type { KVCacheConfig } from '../kv/interfaces.ts';
 import { buildKVCacheConfig } from '../kv/kv-cache-config.ts';
 import { createKVCacheManager } from '../kv/kv-cache-manager.ts';
 import type { GenerateRequest, RequestOutputDelta, SamplingParams, TokenizerLike } from './api.ts';
+import { KVEventSink } from './kv-event-sink.ts';
 import { type BlockHasher, Request } from './request.ts';
 import type { ModelExecutor } from './runner/executor.ts';
 import { LocalExecutor } from './runner/local-executor.ts';
@@ -41,7 +43,8 @@ export class Engine {
   readonly executor: ModelExecutor;
   private readonly outputs: OutputProcessor;
   private readonly blockHasher: BlockHasher;
-  private kvEvents: KVCacheEvent[] = [];
+  /** Where each step's KV cache events go (published or dropped; never kept). */
+  readonly kvEvents: KVEventSink;
   private connectorStats: Record<string, unknown> | null = null;
   private closed = false;
 
@@ -53,6 +56,7 @@ export class Engine {
     scheduler: Scheduler;
     executor: ModelExecutor;
     blockHashSize: number;
+    kvEvents: KVEventSink;
   }) {
     this.config = parts.config;
     this.kvCacheConfig = parts.kvCacheConfig;
@@ -60,6 +64,7 @@ export class Engine {
     this.tokenizer = parts.tokenizer;
     this.scheduler = parts.scheduler;
     this.executor = parts.executor;
+    this.kvEvents = parts.kvEvents;
     this.outputs = new OutputProcessor(parts.tokenizer);
     const hasher = createBlockHasher(parts.blockHashSize, parts.config.cache.prefixCachingHashAlgo);
     this.blockHasher = (req) => hasher.newHashes(req);
@@ -88,8 +93,9 @@ export class Engine {
       enablePrefixCaching: config.cache.enablePrefixCaching,
       maxModelLen: config.model.maxModelLen,
       hashAlgo: config.cache.prefixCachingHashAlgo,
-      enableKvCacheEvents: config.kvTransferConfig !== null,
+      enableKvCacheEvents: config.kvEventsConfig?.enable_kv_cache_events ?? false,
     });
+    warnKVEventsConfig(config.kvEventsConfig ?? null, config.cache.enablePrefixCaching);
     const connector = config.kvTransferConfig
       ? await KVConnectorFactory.createConnector(config, 'scheduler', kvCacheConfig)
       : null;
@@ -118,7 +124,16 @@ export class Engine {
         throw e;
       }
     }
+    let kvEvents: KVEventSink;
+    try {
+      kvEvents = await KVEventSink.create(config, kvCacheConfig);
+    } catch (e) {
+      await executor.shutdown();
+      await connector?.shutdown();
+      throw e;
+    }
     return new Engine({
+      kvEvents,
       config,
       kvCacheConfig,
       hma,
@@ -171,7 +186,7 @@ export class Engine {
       newRequestSampling: this.samplingOfNewRequests(schedulerOutput),
     });
     const update = this.scheduler.updateFromOutput(schedulerOutput, runnerOutput);
-    this.kvEvents.push(...update.kvCacheEvents);
+    this.kvEvents.drain(update.kvCacheEvents);
     if (update.kvConnectorStats)
       this.connectorStats = mergeStats(this.connectorStats ?? {}, update.kvConnectorStats);
     return {
@@ -194,13 +209,6 @@ export class Engine {
     return this.scheduler.stats();
   }
 
-  /** KV cache events since the last call (for a KV event publisher). */
-  takeKvCacheEvents(): KVCacheEvent[] {
-    const events = this.kvEvents;
-    this.kvEvents = [];
-    return events;
-  }
-
   /** Connector stats since the last call (numbers summed over steps), or null. */
   takeKvConnectorStats(): Record<string, unknown> | null {
     const stats = this.connectorStats;
@@ -213,6 +221,7 @@ export class Engine {
     this.closed = true;
     await this.executor.shutdown();
     await this.scheduler.connector?.shutdown();
+    await this.kvEvents.shutdown();
   }
 
   private toDeltas(outputs: readonly EngineCoreOutput[]): RequestOutputDelta[] {

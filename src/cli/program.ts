@@ -43,9 +43,11 @@ export function buildProgram(ctx: CliContext): Command {
 export async function runCli(argv: readonly string[], io: CliIO = stdio): Promise<number> {
   const ctx: CliContext = { io, dottedKvTransferConfig: [], exitCode: EXIT_OK };
   try {
-    const { rest, dotted } = extractDottedArgs(argv, '--kv-transfer-config');
-    ctx.dottedKvTransferConfig = dotted;
-    await buildProgram(ctx).parseAsync(rest, { from: 'user' });
+    const transfer = extractDottedArgs(argv, '--kv-transfer-config');
+    const events = extractDottedArgs(transfer.rest, '--kv-events-config');
+    ctx.dottedKvTransferConfig = transfer.dotted;
+    ctx.dottedKvEventsConfig = events.dotted;
+    await buildProgram(ctx).parseAsync(events.rest, { from: 'user' });
     return ctx.exitCode;
   } catch (e) {
     if (e instanceof CommanderError) return e.exitCode === 0 ? EXIT_OK : EXIT_USAGE;

@@ -96,6 +96,14 @@ export interface EngineStats {
   kvConnectorStats: Record<string, unknown> | null;
 }
 
+export interface KVEventsInfo {
+  endpoint: string;
+  replay_endpoint: string | null;
+  topic: string;
+  block_size: number;
+  prefix_caching_hash_algo: string;
+}
+
 export interface AsyncEngineLike {
   readonly config: EngineConfig;
   readonly tokenizer: TokenizerLike;
@@ -105,6 +113,8 @@ export interface AsyncEngineLike {
   /** Counters since start (monotonic) plus current gauges. */
   stats(): EngineStats;
   shutdown(): Promise<void>;
+  /** Where this engine publishes KV cache events (snake_case, as /kvconnect/info serves it); null when it does not. */
+  kvEventsInfo?(): KVEventsInfo | null;
   /** The connector's coordinates for peers and proxies (GET /kvconnect/info); null without one. */
   kvConnectorInfo?(): KVConnectorInfo | null;
   /**

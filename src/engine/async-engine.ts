@@ -16,6 +16,7 @@ import type {
   AsyncEngineLike,
   EngineStats,
   GenerateRequest,
+  KVEventsInfo,
   RequestOutputDelta,
   TokenizerLike,
 } from './api.ts';
@@ -119,6 +120,10 @@ export class AsyncEngine implements AsyncEngineLike {
     if (!this.loop) this.applyAborts();
     this.wakeLoop?.();
     this.ensureLoop();
+  }
+
+  kvEventsInfo(): KVEventsInfo | null {
+    return this.engine.kvEventsInfo();
   }
 
   stats(): EngineStats {

@@ -15,7 +15,14 @@ import { createBlockHasher } from '../kv/block-hasher.ts';
 import type { KVCacheConfig } from '../kv/interfaces.ts';
 import { buildKVCacheConfig } from '../kv/kv-cache-config.ts';
 import { createKVCacheManager } from '../kv/kv-cache-manager.ts';
-import type { GenerateRequest, RequestOutputDelta, SamplingParams, TokenizerLike } from './api.ts';
+import { ZmqEventPublisher } from '../kv-events/publisher.ts';
+import type {
+  GenerateRequest,
+  KVEventsInfo,
+  RequestOutputDelta,
+  SamplingParams,
+  TokenizerLike,
+} from './api.ts';
 import { KVEventSink } from './kv-event-sink.ts';
 import { type BlockHasher, Request } from './request.ts';
 import type { ModelExecutor } from './runner/executor.ts';
@@ -43,6 +50,7 @@ export class Engine {
   readonly executor: ModelExecutor;
   private readonly outputs: OutputProcessor;
   private readonly blockHasher: BlockHasher;
+  private readonly blockHashSize: number;
   /** Where each step's KV cache events go (published or dropped; never kept). */
   readonly kvEvents: KVEventSink;
   private connectorStats: Record<string, unknown> | null = null;
@@ -66,6 +74,7 @@ export class Engine {
     this.executor = parts.executor;
     this.kvEvents = parts.kvEvents;
     this.outputs = new OutputProcessor(parts.tokenizer);
+    this.blockHashSize = parts.blockHashSize;
     const hasher = createBlockHasher(parts.blockHashSize, parts.config.cache.prefixCachingHashAlgo);
     this.blockHasher = (req) => hasher.newHashes(req);
   }
@@ -207,6 +216,19 @@ export class Engine {
 
   schedulerStats(): SchedulerStats {
     return this.scheduler.stats();
+  }
+
+  /** Where KV cache events are published, or null when they are not. */
+  kvEventsInfo(): KVEventsInfo | null {
+    const pub = this.kvEvents.publisher;
+    if (!(pub instanceof ZmqEventPublisher)) return null;
+    return {
+      endpoint: pub.endpoint,
+      replay_endpoint: pub.replayEndpoint,
+      topic: this.config.kvEventsConfig?.topic ?? '',
+      block_size: this.blockHashSize,
+      prefix_caching_hash_algo: this.config.cache.prefixCachingHashAlgo,
+    };
   }
 
   /** Connector stats since the last call (numbers summed over steps), or null. */

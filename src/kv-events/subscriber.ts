@@ -105,8 +105,8 @@ export class KVEventSubscriber {
           log.info(
             'KV event publisher %s restarted (sequence %s after %s)',
             this.#opts.endpoint,
-            seq,
-            this.#last,
+            String(seq),
+            String(this.#last),
           );
           this.#last = -1n;
           this.#dupFloor = -1n;

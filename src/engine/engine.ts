@@ -29,6 +29,7 @@ import type { ModelExecutor } from './runner/executor.ts';
 import { LocalExecutor } from './runner/local-executor.ts';
 import { OutputProcessor } from './runner/output-processor.ts';
 import { setUpRank } from './runner/rank-setup.ts';
+import { SimulatedExecutor, type SimulatedExecutorOptions } from './runner/simulated-executor.ts';
 import { ThreadExecutor } from './runner/thread-executor.ts';
 import { KVOutputAggregator, mergeStats } from './scheduler/kv-output-aggregator.ts';
 import { Scheduler } from './scheduler/scheduler.ts';
@@ -79,8 +80,14 @@ export class Engine {
     this.blockHasher = (req) => hasher.newHashes(req);
   }
 
-  /** Engine options (vLLM names, see src/config/engine-options.ts) or a built EngineConfig. */
-  static async create(input: EngineOptionsInput | EngineConfig = {}): Promise<Engine> {
+  /**
+   * Engine options (vLLM names, see src/config/engine-options.ts) or a built EngineConfig.
+   * `simulate` runs no model (./runner/simulated-executor.ts): for trace simulation.
+   */
+  static async create(
+    input: EngineOptionsInput | EngineConfig = {},
+    simulate: Omit<SimulatedExecutorOptions, 'lookup'> | null = null,
+  ): Promise<Engine> {
     let config = isEngineConfig(input) ? input : buildEngineConfig(input);
     const model = resolveModelInfo(config.model.model);
     const hma = await resolveHybridKvCacheManager(config);
@@ -113,7 +120,9 @@ export class Engine {
     const aggregator = connector ? new KVOutputAggregator(connector.getFinishedCount() ?? tpSize) : null;
     let executor: ModelExecutor;
     try {
-      if (tpSize === 1) {
+      if (simulate) {
+        executor = new SimulatedExecutor({ ...simulate, lookup: (id) => scheduler.getRequest(id) });
+      } else if (tpSize === 1) {
         const rank = await setUpRank(config, kvCacheConfig, 0, 1);
         executor = new LocalExecutor(rank.runner, rank.handshake, aggregator);
       } else {

@@ -89,6 +89,7 @@ test('control: an engine that keeps its events grows well past the bound', async
   const leak = await growth({ enable_kv_cache_events: true, publisher: 'null' }, (events) => {
     kept.push(...events);
   });
+  t.diagnostic(`kept ${kept.length} events, grew ${leak.mb.toFixed(1)} MB`);
   assert.ok(
     kept.length >= 2 * (REQUESTS - WARMUP),
     `BlockStored and BlockRemoved per request (${kept.length})`,

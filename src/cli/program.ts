@@ -7,6 +7,7 @@ import { Command, CommanderError } from 'commander';
 import { extractDottedArgs } from '../config/dotted-args.ts';
 import { formatErrorText } from '../errors/format.ts';
 import { registerBenchServeCommand } from './commands/bench-serve.ts';
+import { registerBenchTraceCommand } from './commands/bench-trace.ts';
 import { registerCheckConfig } from './commands/check-config.ts';
 import { registerDemoCommand } from './commands/demo.ts';
 import { registerProxyCommand } from './commands/proxy.ts';
@@ -20,6 +21,7 @@ const COMMANDS: readonly RegisterCommand[] = [
   (program, ctx) => void registerServeCommand(program, ctx),
   (program) => void registerProxyCommand(program),
   (program) => void registerBenchServeCommand(program),
+  (program) => void registerBenchTraceCommand(program),
   registerDemoCommand,
 ];
 

@@ -4,6 +4,7 @@
  */
 import type { EngineConfig } from '../config/types.ts';
 import type { KVTransferParams } from '../connector/types.ts';
+import type { TokenizerLike } from '../tokenizer/types.ts';
 import type { KVConnectorInfo } from './connector-info.ts';
 
 export type { KVConnectorInfo } from './connector-info.ts';
@@ -72,15 +73,7 @@ export interface RequestOutputDelta {
   error?: { code: string; message: string; hint?: string };
 }
 
-export interface TokenizerLike {
-  encode(text: string): number[];
-  decode(ids: readonly number[]): string;
-  readonly eosTokenId: number;
-  readonly bosTokenId: number | null;
-  readonly vocabSize: number;
-  /** Chat template application: messages → prompt text. */
-  applyChatTemplate(messages: ReadonlyArray<{ role: string; content: string }>): string;
-}
+export type { TokenizerLike };
 
 export interface EngineStats {
   numRequestsRunning: number;

@@ -16,6 +16,7 @@ import type { KVCacheConfig } from '../kv/interfaces.ts';
 import { buildKVCacheConfig } from '../kv/kv-cache-config.ts';
 import { createKVCacheManager } from '../kv/kv-cache-manager.ts';
 import { ZmqEventPublisher } from '../kv-events/publisher.ts';
+import { loadTokenizer } from '../tokenizer/load.ts';
 import type {
   GenerateRequest,
   KVEventsInfo,
@@ -34,7 +35,6 @@ import { ThreadExecutor } from './runner/thread-executor.ts';
 import { KVOutputAggregator, mergeStats } from './scheduler/kv-output-aggregator.ts';
 import { Scheduler } from './scheduler/scheduler.ts';
 import type { EngineCoreOutput, SchedulerStats } from './scheduler/types.ts';
-import { loadTokenizer } from './tokenizer/load.ts';
 
 export interface StepResult {
   deltas: RequestOutputDelta[];

@@ -71,6 +71,14 @@ export interface BackendInfo {
   side_channel_port?: number;
   zmq_address?: string;
   transfer_mode?: string;
+  /** Where the backend publishes KV cache events (kvconnect servers). */
+  kv_events?: {
+    endpoint: string;
+    replay_endpoint?: string | null;
+    topic?: string;
+    block_size?: number;
+    prefix_caching_hash_algo?: string;
+  } | null;
 }
 
 /** The MoRIIO discovery ping (spec §5.2.7), sent as JSON instead of msgpack-over-ZMQ. */

@@ -65,7 +65,7 @@ export function notFound(method: string, path: string): KVError {
     PROXY_NOT_FOUND,
     404,
     `No route for ${method} ${path}`,
-    'The proxy serves POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health and GET /healthcheck.',
+    'The proxy serves POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /metrics, GET /health and GET /healthcheck.',
   );
 }
 

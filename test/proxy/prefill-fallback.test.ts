@@ -121,7 +121,7 @@ describe('prefill fallback', () => {
     });
   });
 
-  test('--no-prefill-fallback keeps the errors: P's 5xx and 4xx are relayed as before', async () => {
+  test('--no-prefill-fallback keeps the errors: the 5xx and 4xx of P are relayed as before', async () => {
     const p = await UpstreamDouble.start((rec, res) =>
       rec.body['prompt'] === 'bad'
         ? json(res, 400, { error: { message: 'bad prompt' } })

@@ -133,6 +133,11 @@ export class BackendPool {
         this.#options.healthTimeoutMs,
       );
       const info = res.json as Partial<BackendInfo> | null;
+      if (res.status === 200 && info && typeof info === 'object' && info.connector === null) {
+        // A kvconnect server without a KV connector (a plain instance): keep what it reports.
+        backend.info = { ...info, connector: 'NixlConnector' };
+        return;
+      }
       if (res.status === 200 && info && typeof info === 'object' && typeof info.connector === 'string') {
         backend.info = info as BackendInfo;
         if (!(CONNECTOR_KINDS as readonly string[]).includes(info.connector)) {

@@ -31,6 +31,8 @@ export interface RunningProxy {
   /** The discovery listener's port, when --discovery-port was given. */
   discoveryPort: number | undefined;
   pool: BackendPool;
+  /** kv_aware's KV event subscriptions and block index; null for other policies. */
+  kvEvents: KvEventsFeed | null;
   close(): Promise<void>;
 }
 
@@ -115,6 +117,7 @@ export async function startProxy(options: ProxyOptions): Promise<RunningProxy> {
     port,
     discoveryPort: discovery?.port,
     pool,
+    kvEvents: feed,
     close: async () => {
       server.closeAllConnections();
       await new Promise<void>((resolve) => server.close(() => resolve()));

@@ -158,7 +158,7 @@ const CATALOG = {
     PROXY_NO_BACKEND: [503, 'No healthy prefill or decode instance'],
     PROXY_UPSTREAM_UNREACHABLE: [502, 'A backend could not be reached'],
     PROXY_UPSTREAM_BAD_RESPONSE: [502, 'A backend answered with an unusable body'],
-    PROXY_UPSTREAM_ERROR: [502, 'A backend error whose body was not JSON (relayed with its status)'],
+    PROXY_UPSTREAM_ERROR: [502, "A backend's error body was not JSON; sent with the backend's status"],
     PROXY_PUSH_COORDINATES_MISSING: [500, "NixlPushConnector needs the prefill instance's side channel"],
     PROXY_OPTIONS_INVALID: [400, 'Invalid proxy options'],
     PROXY_DISCOVERY_BAD_PING: [400, 'A MoRIIO discovery ping is malformed'],

@@ -5,6 +5,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { ErrorCode } from '../errors/index.ts';
 import { headerValue, readJson, sendJson, writeChunk } from '../http/index.ts';
 import { getLogger } from '../logging/logger.ts';
 import type { Backend } from './backend.ts';
@@ -173,7 +174,11 @@ function relayError(res: ServerResponse, status: number, text: string, backend: 
     json = JSON.parse(text);
   } catch {
     json = {
-      error: { message: text || `HTTP ${status}`, type: 'UpstreamError', code: 'PROXY_UPSTREAM_ERROR' },
+      error: {
+        message: text || `HTTP ${status}`,
+        type: 'UpstreamError',
+        code: 'PROXY_UPSTREAM_ERROR' satisfies ErrorCode,
+      },
     };
   }
   log.warn('%s instance %s answered %d', backend.role, backend.url, status);

@@ -45,6 +45,7 @@ const CATALOG = {
     KV_CONNECTOR_HMA_REQUIRED: [500, 'A non-HMA connector was handed several KV cache groups'],
     KV_CONNECTOR_SINGLE_GROUP_ONLY: [400, 'The connector handles one KV cache group only'],
     KV_CONNECTOR_TP_UNSUPPORTED: [400, 'The connector does not support tensor parallelism'],
+    KV_CONNECTOR_FACTORY_MISSING: [500, 'A composite connector was built without KVConnectorFactory loaded'],
     KV_CONNECTOR_METADATA_UNBOUND: [500, 'A worker hook ran with no connector metadata bound'],
     KV_CONNECTOR_NOT_REGISTERED_MEMORY: [500, 'A worker hook ran before registerKvCaches'],
     KV_CONNECTOR_MATCH_INVALID: [500, 'getNumNewMatchedTokens returned more tokens than the request has'],

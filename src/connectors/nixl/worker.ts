@@ -6,12 +6,12 @@
  */
 import { isMainThread, workerData } from 'node:worker_threads';
 import type { EngineConfig } from '../../config/types.ts';
+import { countBlocks } from '../../connector/block-lists.ts';
 import type { KVConnectorStatsData } from '../../connector/types.ts';
 import type { KVCacheConfig, PagedKVMemory } from '../../kv/interfaces.ts';
 import { getLogger } from '../../logging/logger.ts';
 import { TransferAgent as Agent, type BlockListPair, type TransferHandle } from '../../transfer/index.ts';
 import { ThreadedTransferAgent, type TransferAgentLike } from '../../transfer/threaded.ts';
-import { countBlocks } from './block-lists.ts';
 import { RemoteEngines } from './handshake.ts';
 import { HeteroTpReader } from './hetero-reader.ts';
 import {

@@ -5,6 +5,7 @@
  * (KVConnectorFactory.supportsHMAConfig decides that for the engine).
  */
 import { randomUUID } from 'node:crypto';
+import type { ExtraConfigSchema } from '../../config/extra-config.ts';
 import { multiConnectorChildren } from '../../config/multi-connector-config.ts';
 import type { EngineConfig, KVTransferConfigLike } from '../../config/types.ts';
 import { KVConnectorBase, type KVConnectorClass } from '../../connector/base.ts';
@@ -52,6 +53,11 @@ export interface MultiConnectorWorkerMetadata {
 export class MultiConnector extends KVConnectorBase {
   /** The class can hold HMA children; the effective answer is supportsHMAConfig's. */
   static override supportsHMA = true;
+
+  static override extraConfigSchema: ExtraConfigSchema = {
+    connector: 'MultiConnector',
+    fields: { connectors: { type: 'custom' } },
+  };
 
   static override validateExtraConfig(extra: Record<string, unknown>, engineConfig: EngineConfig): unknown {
     const parent = {

@@ -5,6 +5,7 @@
  * agent's notifications and reports finished sends/receives and invalid blocks.
  */
 import { isMainThread, workerData } from 'node:worker_threads';
+import { totalKvHeads } from '../../config/model-info.ts';
 import type { EngineConfig } from '../../config/types.ts';
 import { countBlocks } from '../../connector/block-lists.ts';
 import type { KVConnectorStatsData } from '../../connector/types.ts';
@@ -20,7 +21,6 @@ import {
   NIXL_CONNECTOR_VERSION,
   type NixlHandshakePayload,
   type TransferMode,
-  totalKvHeads,
 } from './metadata.ts';
 import { effectiveGrantWaitMs, type NixlOptions } from './options.ts';
 import { ProducerLeases } from './producer-leases.ts';
@@ -157,7 +157,7 @@ export class NixlWorker {
         agent: agent.metadata(),
       },
     };
-    const kvHeads = totalKvHeads(this.#engineConfig, this.#kvCacheConfig);
+    const kvHeads = totalKvHeads(this.#engineConfig.model.model);
     const engines = new RemoteEngines(agent, {
       localPayload: this.#payload,
       enforceCompat: opts.enforceHandshakeCompat,

@@ -5,15 +5,21 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { KVError } from '../errors/index.ts';
+import { type ErrorCode, KVError } from '../errors/index.ts';
+import { headerValue, readJson, sendJson, writeChunk } from '../http/index.ts';
 import { getLogger } from '../logging/logger.ts';
 import type { Backend } from './backend.ts';
 import type { BackendPool } from './backend-pool.ts';
 import { planFlow } from './flow-plan.ts';
-import { BodyTooLarge, headerValue, readBody, sendError, sendJson, writeChunk } from './http-util.ts';
 import type { RouteContext, RoutingPolicy } from './policies.ts';
 import { chainedPrefixHashes, promptText } from './prefix-hash.ts';
-import { badRequest, noBackend, upstreamBadResponse, upstreamUnreachable } from './proxy-errors.ts';
+import {
+  badRequest,
+  noBackend,
+  proxyBodyRules,
+  upstreamBadResponse,
+  upstreamUnreachable,
+} from './proxy-errors.ts';
 import type { FallbackReason, ProxyMetrics } from './proxy-metrics.ts';
 import type { Json } from './request-shaping.ts';
 import { CONNECTOR_KINDS, type ConnectorKind, type ProxyOptions } from './types.ts';
@@ -34,20 +40,10 @@ function connectorOf(backend: Backend): ConnectorKind {
   return (CONNECTOR_KINDS as readonly string[]).includes(c ?? '') ? (c as ConnectorKind) : 'NixlConnector';
 }
 
+const MAX_BODY_BYTES = 64 * 1024 * 1024;
+
 async function parseClientBody(req: IncomingMessage): Promise<Json> {
-  let text: string;
-  try {
-    text = await readBody(req);
-  } catch (e) {
-    if (e instanceof BodyTooLarge) throw badRequest(e.message);
-    throw e;
-  }
-  let body: unknown;
-  try {
-    body = JSON.parse(text);
-  } catch {
-    throw badRequest('The request body is not valid JSON');
-  }
+  const body = await readJson(req, proxyBodyRules(MAX_BODY_BYTES));
   if (typeof body !== 'object' || body === null || Array.isArray(body)) {
     throw badRequest('The request body must be a JSON object');
   }
@@ -285,7 +281,11 @@ function relayError(res: ServerResponse, status: number, text: string, backend: 
     json = JSON.parse(text);
   } catch {
     json = {
-      error: { message: text || `HTTP ${status}`, type: 'UpstreamError', code: 'PROXY_UPSTREAM_ERROR' },
+      error: {
+        message: text || `HTTP ${status}`,
+        type: 'UpstreamError',
+        code: 'PROXY_UPSTREAM_ERROR' satisfies ErrorCode,
+      },
     };
   }
   log.warn('%s instance %s answered %d', backend.role, backend.url, status);
@@ -307,5 +307,3 @@ async function relay(res: ServerResponse, up: UpstreamResponse, requestId: strin
   }
   res.end();
 }
-
-export { sendError };

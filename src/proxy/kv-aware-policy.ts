@@ -5,7 +5,7 @@
  * algorithm come with its KV events address); equal prefixes, and instances whose events are
  * unknown, are decided by load (fewest in flight), then in turn.
  */
-import type { HashAlgo } from '../kv/interfaces.ts';
+import type { HashAlgo } from '../config/types.ts';
 import type { Backend } from './backend.ts';
 import type { KvEventsFeed } from './kv-events-feed.ts';
 import type { RouteContext, RoutingPolicy } from './policies.ts';

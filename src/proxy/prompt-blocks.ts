@@ -5,9 +5,10 @@
  * src/kv's block hasher (same algorithm, NONE_HASH, block size and cache-salt extra key),
  * in the external 64-bit form KV events carry.
  */
+
+import type { HashAlgo } from '../config/types.ts';
 import { externalBlockHash } from '../kv/block-hash.ts';
 import { BlockHasher } from '../kv/block-hasher.ts';
-import type { HashAlgo } from '../kv/interfaces.ts';
 import type { TokenizerLike } from '../tokenizer/types.ts';
 
 type Json = Record<string, unknown>;

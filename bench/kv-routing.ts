@@ -95,6 +95,8 @@ async function runOnce(policy: PolicyName, tracePath: string, o: Record<string, 
       policy,
       tokenizer: 'tiny',
       healthIntervalMs: 1000,
+      // A busy engine answers /health late; the bench is about routing, not failure detection.
+      healthTimeoutMs: 30_000,
     }),
   );
   try {

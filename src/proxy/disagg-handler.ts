@@ -83,7 +83,7 @@ export async function handleCompletion(
   const requestId = headerValue(req, 'x-request-id') ?? randomUUID();
   const auth = headerValue(req, 'authorization') ?? bearerFromEnv();
   const extra: Record<string, string> = auth === undefined ? {} : { authorization: auth };
-  const fallback = (reason: FallbackReason, why: string): Promise<void> =>
+  const fallback = (reason: FallbackReason | null, why: string): Promise<void> =>
     serveOnDecode(
       deps,
       { path, body, requestId, headers: extra, ctx, signal: abort.signal, res },
@@ -91,7 +91,9 @@ export async function handleCompletion(
       why,
     );
   if (prefills.length === 0) {
-    await fallback('no_prefill', 'no healthy prefill instance');
+    // No prefill instance at all is a deployment without disaggregation, not a fallback.
+    const none = pool.all('prefill').length === 0;
+    await fallback(none ? null : 'no_prefill', 'no healthy prefill instance');
     return;
   }
   const prefill = policy.select('prefill', prefills, ctx);
@@ -240,15 +242,17 @@ interface PlainRequest {
 async function serveOnDecode(
   deps: HandlerDeps,
   r: PlainRequest,
-  reason: FallbackReason,
+  reason: FallbackReason | null,
   why: string,
 ): Promise<void> {
   const decodes = deps.pool.healthy('decode');
   if (decodes.length === 0) throw noBackend('decode');
   const decode = deps.policy.select('decode', decodes, r.ctx);
-  deps.metrics.fallbacks.inc({ reason });
   deps.metrics.requests.inc({ flow: 'decode_only' });
-  log.warn('request %s served by decode %s alone (local prefill): %s', r.requestId, decode.url, why);
+  if (reason !== null) {
+    deps.metrics.fallbacks.inc({ reason });
+    log.warn('request %s served by decode %s alone (local prefill): %s', r.requestId, decode.url, why);
+  }
   decode.inFlight += 1;
   try {
     const up = await sendLeg(

@@ -113,11 +113,13 @@ describe('prefill fallback', () => {
     });
   });
 
-  test('no --prefill at all: every request is a plain one to a decode instance', async () => {
+  test('no --prefill at all: every request is a plain one to a decode instance (not counted as a fallback)', async () => {
     const d = await UpstreamDouble.start(decodeResponder());
     await withProxy([], [d], {}, async (url) => {
       assert.equal((await send(url)).status, 200);
       assertPlain(d);
+      assert.equal(await metric(url, 'kvconnect:proxy_requests_total', 'flow="decode_only"'), 1);
+      assert.equal(await metric(url, 'kvconnect:proxy_prefill_fallbacks_total', 'reason="no_prefill"'), 0);
     });
   });
 

@@ -5,8 +5,8 @@
  * Reports the servers' prefix-cache hit rate (vllm:prefix_cache_hits_total / queries) and
  * TTFT p50/p99 per policy: medians over the rounds with min-max, and each policy's ratio to
  * round_robin (the baseline, measured in the same run).
- *   npm run bench -- kv-routing --trace FILE [--rounds 5] [--max-requests 300]
- *     [--block-words 2] [--time-scale 0.25] [--max-output-len 4] [--policies kv_aware,round_robin,prefix_aware]
+ *   npm run bench -- kv-routing --trace FILE [--rounds 5] [--max-requests 60]
+ *     [--block-words 4] [--time-scale 1] [--max-output-len 4] [--policies kv_aware,round_robin,prefix_aware]
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -46,7 +46,7 @@ async function startServer(): Promise<{ url: string; proc: ChildProcess }> {
       '--max-model-len',
       '4096',
       '--kv-cache-memory-bytes',
-      '64M',
+      '256M',
       '--max-num-batched-tokens',
       '4096',
       '--kv-events-config',
@@ -119,6 +119,7 @@ async function runOnce(policy: PolicyName, tracePath: string, o: Record<string, 
         trace: tracePath,
         traceBlockTokens: o['blockWords']!,
         traceTimeScale: o['timeScale']!,
+        timeoutMs: 600_000,
         maxRequests: o['maxRequests']!,
         traceMaxOutputLen: o['maxOutputLen']!,
         ignoreEos: true,
@@ -152,9 +153,9 @@ export async function main(args: string[]): Promise<void> {
   if (!trace) throw new Error('pass --trace FILE (a Mooncake-format JSONL trace)');
   const rounds = Number(arg(args, '--rounds', '5'));
   const o = {
-    maxRequests: Number(arg(args, '--max-requests', '300')),
-    blockWords: Number(arg(args, '--block-words', '2')),
-    timeScale: Number(arg(args, '--time-scale', '0.25')),
+    maxRequests: Number(arg(args, '--max-requests', '60')),
+    blockWords: Number(arg(args, '--block-words', '4')),
+    timeScale: Number(arg(args, '--time-scale', '1')),
     maxOutputLen: Number(arg(args, '--max-output-len', '4')),
   };
   const policies = arg(args, '--policies', 'kv_aware,round_robin,prefix_aware').split(',') as PolicyName[];

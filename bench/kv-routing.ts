@@ -1,12 +1,13 @@
 /**
- * KV-aware routing: a Mooncake trace replayed through `kvconnect proxy` in front of two
+ * KV-aware routing: multi-turn conversations of a Mooncake trace (see conversations())
+ * replayed through `kvconnect proxy` in front of two
  * kvconnect servers (separate processes, KV events on), once per policy, the policies
  * alternating over the rounds (fresh servers every run, so every run starts cold).
  * Reports the servers' prefix-cache hit rate (vllm:prefix_cache_hits_total / queries) and
  * TTFT p50/p99 per policy: medians over the rounds with min-max, and each policy's ratio to
  * round_robin (the baseline, measured in the same run).
  *   npm run bench -- kv-routing --trace FILE [--rounds 5] [--max-requests 60]
- *     [--block-words 4] [--time-scale 1] [--max-output-len 4] [--policies kv_aware,round_robin,prefix_aware]
+ *     [--block-words 4] [--time-scale 0.02] [--max-output-len 4] [--policies kv_aware,round_robin,prefix_aware]
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -14,7 +15,7 @@ import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
-import { loadTrace, resolveBenchOptions, runBenchServe } from '../src/bench-serve/index.ts';
+import { loadTrace, resolveBenchOptions, runBenchServe, type TraceEntry } from '../src/bench-serve/index.ts';
 import { setLogLevel } from '../src/logging/logger.ts';
 import { resolveProxyOptions, startProxy } from '../src/proxy/index.ts';
 import type { PolicyName } from '../src/proxy/types.ts';
@@ -145,6 +146,31 @@ async function runOnce(policy: PolicyName, tracePath: string, o: Record<string, 
   }
 }
 
+/**
+ * Whole multi-turn conversations of the trace: requests grouped by their first three hash
+ * ids (a conversation's shared head), groups of two or more taken in order of first
+ * appearance until `max` requests, replayed in timestamp order from time 0. A window of
+ * consecutive requests reuses little (the turns of one conversation are minutes apart), so
+ * it would say nothing about routing.
+ */
+function conversations(all: readonly TraceEntry[], max: number): TraceEntry[] {
+  const groups = new Map<string, TraceEntry[]>();
+  for (const e of all) {
+    if (e.hashIds.length < 3) continue;
+    const key = e.hashIds.slice(0, 3).join(',');
+    groups.set(key, [...(groups.get(key) ?? []), e]);
+  }
+  const picked: TraceEntry[] = [];
+  for (const g of groups.values()) {
+    if (g.length < 2) continue;
+    picked.push(...g);
+    if (picked.length >= max) break;
+  }
+  picked.sort((a, b) => a.timestampMs - b.timestampMs);
+  const t0 = picked[0]?.timestampMs ?? 0;
+  return picked.map((e) => ({ ...e, timestampMs: e.timestampMs - t0 }));
+}
+
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor((xs.length - 1) / 2)]!;
 
 export async function main(args: string[]): Promise<void> {
@@ -155,14 +181,13 @@ export async function main(args: string[]): Promise<void> {
   const o = {
     maxRequests: Number(arg(args, '--max-requests', '60')),
     blockWords: Number(arg(args, '--block-words', '4')),
-    timeScale: Number(arg(args, '--time-scale', '1')),
+    timeScale: Number(arg(args, '--time-scale', '0.02')),
     maxOutputLen: Number(arg(args, '--max-output-len', '4')),
   };
   const policies = arg(args, '--policies', 'kv_aware,round_robin,prefix_aware').split(',') as PolicyName[];
-  // The first requests of the trace, as they are (bench serve scales prompts by --block-words).
   const dir = mkdtempSync(join(tmpdir(), 'kvc-kv-routing-'));
   const subset = join(dir, 'trace.jsonl');
-  const entries = loadTrace(trace).entries.slice(0, o.maxRequests);
+  const entries = conversations(loadTrace(trace).entries, o.maxRequests);
   writeFileSync(
     subset,
     entries

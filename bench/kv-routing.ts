@@ -234,7 +234,7 @@ export async function main(args: string[]): Promise<void> {
   });
   const base = summary.find((s) => s.policy === 'round_robin') ?? summary[0]!;
   console.log(
-    `kv-routing: ${entries.length} requests of ${trace}, ${rounds} rounds, load ${load.toFixed(2)} at start`,
+    `kv-routing: ${entries.length} requests (whole conversations) of ${trace}, ${rounds} rounds, load ${load.toFixed(2)} at start`,
   );
   console.log(
     'policy         hit rate (min-max)        TTFT p50 ms (min-max)   TTFT p99 ms (min-max)   p50 vs rr',

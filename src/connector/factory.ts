@@ -194,8 +194,8 @@ export class KVConnectorFactory {
 
   /**
    * vLLM's supports_hma_config: the class's `supportsHMA`, or for MultiConnector, true only if
-   * `connectors` is non-empty and every child supports HMA (recursively). Built-ins that are
-   * not implemented yet answer from the registry's capability table.
+   * `connectors` is non-empty and every child supports HMA (recursively). Built-ins Node.js
+   * cannot run answer from the registry's capability table.
    */
   static async supportsHMAConfig(config: KVTransferConfigLike): Promise<boolean> {
     if (config.kv_connector === MULTI_CONNECTOR_NAME && !config.kv_connector_module_path) {
@@ -208,7 +208,7 @@ export class KVConnectorFactory {
     return cls.supportsHMA === true;
   }
 
-  /** The class, or for a built-in not implemented yet, its static capabilities. */
+  /** The class, or for a built-in Node.js cannot run, its static capabilities from the registry. */
   static async resolveForCapabilities(
     config: KVTransferConfigLike,
   ): Promise<Pick<KVConnectorClass, 'supportsHMA'> & { name: string }> {

@@ -29,10 +29,6 @@ export function isCollisionResistant(algo: HashAlgo): boolean {
   return algo === 'sha256' || algo === 'sha256_cbor';
 }
 
-export function digestBytes(algo: HashAlgo): number {
-  return isCollisionResistant(algo) ? 32 : 16;
-}
-
 type Digest = (bytes: Uint8Array) => Uint8Array;
 
 function digestFor(algo: HashAlgo): Digest {

@@ -1,7 +1,8 @@
 /**
- * KVConnectorFactory (spec §2): a lazy name → loader registry, module-path loading of
- * external connectors, the HMA capability check and connector construction, with vLLM's
- * exact messages. Beyond vLLM, unknown names get a "did you mean" hint.
+ * KVConnectorFactory (docs/connector-api.md#factory-and-registry): a lazy name → loader
+ * registry, module-path loading of external connectors, the HMA capability check and
+ * connector construction, with vLLM's exact messages. Beyond vLLM, unknown names get a "did
+ * you mean" hint.
  */
 import { createRequire } from 'node:module';
 import path from 'node:path';

@@ -1,7 +1,7 @@
 /**
- * The built-in connector names (spec §2.3) with their lazy loaders and static capabilities.
- * Each loader is a thunk around a literal dynamic import, so tsc rewrites it for dist/ and
- * nothing is imported until the connector is used.
+ * The built-in connector names (docs/configuration.md#connectors) with their lazy loaders and
+ * static capabilities. Each loader is a thunk around a literal dynamic import, so tsc
+ * rewrites it for dist/ and nothing is imported until the connector is used.
  *
  * vLLM connectors Node.js cannot run (they need a native library with Python bindings) are
  * listed with `load: null`: they resolve to a loader that fails with
@@ -19,7 +19,7 @@ export interface BuiltinConnector {
   className: string;
   /** null when Node.js cannot run it ('unavailable'). */
   load: ConnectorModuleLoader | null;
-  /** vLLM's SupportsHMA for this name (spec §2.3); used when `load` is null. */
+  /** vLLM's SupportsHMA for this name (docs/configuration.md#connectors); used when `load` is null. */
   supportsHMA: boolean;
   /** 'unavailable': it needs a native library Node.js cannot use. */
   status: 'available' | 'unavailable';

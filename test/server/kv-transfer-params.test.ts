@@ -1,8 +1,9 @@
 /**
  * kv_transfer_params through the server with a real (external) connector: accepted in the
  * body, returned in non-streaming responses and in the final streaming chunk; a rejected
- * do_remote_prefill request still reaches the connector (spec §3.6); connector stats reach
- * /metrics through the declared mapping; /kvconnect/info names the connector.
+ * do_remote_prefill request still reaches the connector
+ * (docs/scheduler.md#delayed-free-and-aborts); connector stats reach /metrics through the
+ * declared mapping; /kvconnect/info names the connector.
  */
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';

@@ -1,7 +1,8 @@
 /**
  * Bad input over raw HTTP: each case gets an OpenAI-style JSON error with the right status,
- * and the server answers a good request right after. Plus API keys, disconnects, the
- * bounded queue, the rejected-before-admission notice (spec §3.6) and /metrics.
+ * and the server answers a good request right after. Plus API keys, disconnects, the bounded
+ * queue, the rejected-before-admission notice (docs/scheduler.md#delayed-free-and-aborts) and
+ * /metrics.
  */
 import assert from 'node:assert/strict';
 import { request as httpRequest } from 'node:http';

@@ -14,7 +14,27 @@ export interface UpstreamResponse {
 export class Upstream {
   readonly #agent = new Agent({ keepAliveTimeout: 30_000, connections: 256 });
 
+  /**
+   * One POST; a connection reset before any response is retried once on a fresh connection:
+   * a server closes an idle keep-alive connection when its timer fires, and a request already
+   * on the way is lost unprocessed (seen under load, where the server's timers run late).
+   */
   async postJson(
+    url: string,
+    body: unknown,
+    headers: Record<string, string>,
+    signal: AbortSignal,
+  ): Promise<UpstreamResponse> {
+    try {
+      return await this.#post(url, body, headers, signal);
+    } catch (e) {
+      const code = (e as { code?: unknown }).code;
+      if (signal.aborted || (code !== 'ECONNRESET' && code !== 'UND_ERR_SOCKET')) throw e;
+      return await this.#post(url, body, headers, signal);
+    }
+  }
+
+  async #post(
     url: string,
     body: unknown,
     headers: Record<string, string>,

@@ -144,4 +144,19 @@ describe('prefill fallback', () => {
       assert.equal(d2.completions().length, 0);
     });
   });
+
+  test('a connection reset before any response is retried once (a keep-alive connection closed under it)', async () => {
+    let calls = 0;
+    const d = await UpstreamDouble.start((_rec, res) => {
+      calls += 1;
+      if (calls === 1) res.socket?.destroy();
+      else json(res, 200, { id: 'cmpl-d', choices: [{ index: 0, text: 'decoded' }] });
+    });
+    await withProxy([], [d], { healthIntervalMs: 60_000 }, async (url) => {
+      assert.equal((await send(url)).status, 200);
+      assert.equal(calls, 2);
+      const health = (await (await fetch(`${url}/health`)).json()) as Record<string, unknown>;
+      assert.equal(health['decode_instances'], 1, 'not marked down');
+    });
+  });
 });

@@ -189,3 +189,43 @@ test('a subscriber survives a publisher restart: sequence reset -> onReset, then
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test("the OffloadingConnector's CPU tier events reach the wire with their medium", async () => {
+  const engine = await Engine.create({
+    model: 'tiny',
+    num_gpu_blocks: 32,
+    max_model_len: 128,
+    kv_transfer_config: {
+      kv_connector: 'OffloadingConnector',
+      kv_role: 'kv_both',
+      kv_connector_extra_config: { cpu_bytes_to_use: 8 * 2 ** 20 },
+    },
+    kv_events_config: { enable_kv_cache_events: true, ...LOOPBACK },
+  });
+  const info = engine.kvEventsInfo()!;
+  const events: WireKVEvent[] = [];
+  const sub = KVEventSubscriber.start({
+    endpoint: info.endpoint,
+    replayEndpoint: info.replay_endpoint,
+    onBatch: (b) => events.push(...b.events),
+  });
+  try {
+    const prompt = range(1, 40);
+    await run(engine, 'a', prompt, 2);
+    await sub.replayFrom(0n);
+    await until(
+      () => events.some((e) => e.type === 'BlockStored' && e.medium === 'CPU'),
+      'a CPU-tier BlockStored',
+    );
+    const gpu = events.find((e) => e.type === 'BlockStored' && e.medium === 'GPU') as BlockStoredEvent;
+    const cpu = events.find((e) => e.type === 'BlockStored' && e.medium === 'CPU') as BlockStoredEvent;
+    assert.deepEqual(
+      cpu.blockHashes,
+      gpu.blockHashes.slice(0, cpu.blockHashes.length),
+      'the same blocks, offloaded',
+    );
+  } finally {
+    await sub.close();
+    await engine.shutdown();
+  }
+});

@@ -168,7 +168,7 @@ function conversations(all: readonly TraceEntry[], max: number): TraceEntry[] {
   }
   picked.sort((a, b) => a.timestampMs - b.timestampMs);
   const t0 = picked[0]?.timestampMs ?? 0;
-  return picked.map((e) => ({ ...e, timestampMs: e.timestampMs - t0 }));
+  return picked.slice(0, max).map((e) => ({ ...e, timestampMs: e.timestampMs - t0 }));
 }
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor((xs.length - 1) / 2)]!;

@@ -5,25 +5,20 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { type ErrorCode, KVError } from '../errors/index.ts';
-import { headerValue, readJson, sendJson, writeChunk } from '../http/index.ts';
+import { KVError } from '../errors/index.ts';
+import { headerValue, readJson } from '../http/index.ts';
 import { getLogger } from '../logging/logger.ts';
 import type { Backend } from './backend.ts';
 import type { BackendPool } from './backend-pool.ts';
 import { planFlow } from './flow-plan.ts';
-import type { RouteContext, RoutingPolicy } from './policies.ts';
+import type { RoutingPolicy } from './policies.ts';
 import { chainedPrefixHashes, promptText } from './prefix-hash.ts';
-import {
-  badRequest,
-  noBackend,
-  proxyBodyRules,
-  upstreamBadResponse,
-  upstreamUnreachable,
-} from './proxy-errors.ts';
+import { badRequest, noBackend, proxyBodyRules, upstreamBadResponse } from './proxy-errors.ts';
 import type { FallbackReason, ProxyMetrics } from './proxy-metrics.ts';
 import type { Json } from './request-shaping.ts';
 import { CONNECTOR_KINDS, type ConnectorKind, type ProxyOptions } from './types.ts';
 import type { Upstream, UpstreamResponse } from './upstream.ts';
+import { relay, relayError, sendLeg, serveOnDecode } from './upstream-legs.ts';
 
 const log = getLogger('proxy');
 
@@ -48,13 +43,6 @@ async function parseClientBody(req: IncomingMessage): Promise<Json> {
     throw badRequest('The request body must be a JSON object');
   }
   return body as Json;
-}
-
-function isConnectError(e: unknown): boolean {
-  const code = (e as { code?: unknown })?.code;
-  return (
-    code === 'ECONNREFUSED' || code === 'UND_ERR_SOCKET' || code === 'ECONNRESET' || code === 'EHOSTUNREACH'
-  );
 }
 
 export async function handleCompletion(
@@ -210,104 +198,7 @@ export async function handleCompletion(
   }
 }
 
-/** One upstream leg; a refused connection marks the backend down at once. */
-async function sendLeg(
-  deps: HandlerDeps,
-  url: string,
-  backend: Backend,
-  body: Json,
-  headers: Record<string, string>,
-  signal: AbortSignal,
-  clientSignal: AbortSignal,
-): Promise<UpstreamResponse> {
-  try {
-    return await deps.upstream.postJson(url, body, headers, signal);
-  } catch (e) {
-    if (!signal.aborted && isConnectError(e)) deps.pool.markDown(backend, String((e as Error).message));
-    throw clientSignal.aborted ? e : upstreamUnreachable(backend.role, backend.url, e);
-  }
-}
-
-interface PlainRequest {
-  path: string;
-  body: Json;
-  requestId: string;
-  headers: Record<string, string>;
-  ctx: RouteContext;
-  signal: AbortSignal;
-  res: ServerResponse;
-}
-
-/** The request as the client sent it, to one decode instance, which prefills it itself. */
-async function serveOnDecode(
-  deps: HandlerDeps,
-  r: PlainRequest,
-  reason: FallbackReason | null,
-  why: string,
-): Promise<void> {
-  const decodes = deps.pool.healthy('decode');
-  if (decodes.length === 0) throw noBackend('decode');
-  const decode = deps.policy.select('decode', decodes, r.ctx);
-  deps.metrics.requests.inc({ flow: 'decode_only' });
-  if (reason !== null) {
-    deps.metrics.fallbacks.inc({ reason });
-    log.warn('request %s served by decode %s alone (local prefill): %s', r.requestId, decode.url, why);
-  }
-  decode.inFlight += 1;
-  try {
-    const up = await sendLeg(
-      deps,
-      `${decode.url}${r.path}`,
-      decode,
-      r.body,
-      { ...r.headers, 'x-request-id': r.requestId },
-      r.signal,
-      r.signal,
-    );
-    await relay(r.res, up, r.requestId);
-  } catch (e) {
-    if (r.signal.aborted && r.res.destroyed) return;
-    throw e;
-  } finally {
-    decode.inFlight -= 1;
-  }
-}
-
 function bearerFromEnv(): string | undefined {
   const key = process.env['OPENAI_API_KEY'];
   return key ? `Bearer ${key}` : undefined;
-}
-
-/** The backend's error status and JSON body reach the client as they are. */
-function relayError(res: ServerResponse, status: number, text: string, backend: Backend): void {
-  let json: unknown;
-  try {
-    json = JSON.parse(text);
-  } catch {
-    json = {
-      error: {
-        message: text || `HTTP ${status}`,
-        type: 'UpstreamError',
-        code: 'PROXY_UPSTREAM_ERROR' satisfies ErrorCode,
-      },
-    };
-  }
-  log.warn('%s instance %s answered %d', backend.role, backend.url, status);
-  sendJson(res, status, json);
-}
-
-/** Streams D's response to the client without buffering (SSE or JSON alike). */
-async function relay(res: ServerResponse, up: UpstreamResponse, requestId: string): Promise<void> {
-  const contentType = up.headers['content-type'];
-  res.writeHead(up.status, {
-    'content-type': typeof contentType === 'string' ? contentType : 'application/json',
-    'x-request-id': requestId,
-    ...(String(contentType).startsWith('text/event-stream') ? { 'cache-control': 'no-cache' } : {}),
-  });
-  res.flushHeaders();
-  for await (const chunk of up.body as AsyncIterable<Uint8Array>) {
-    if (res.destroyed) break;
-    await writeChunk(res, chunk);
-  }
-  res.end();
 }

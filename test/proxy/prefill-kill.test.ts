@@ -100,7 +100,14 @@ test('SIGKILL of the prefill server mid-burst: 0 failed requests, tokens as one 
   const d = createServer({ engine });
   const { url: dUrl } = await d.start('127.0.0.1', 0);
   const proxy = await startProxy(
-    resolveProxyOptions({ prefill: [p.url], decode: [dUrl], port: 0, healthIntervalMs: 200 }),
+    resolveProxyOptions({
+      prefill: [p.url],
+      decode: [dUrl],
+      port: 0,
+      healthIntervalMs: 200,
+      // D is busy recomputing under load; only P's death is under test.
+      healthTimeoutMs: 30_000,
+    }),
   );
   try {
     const first = prompts.slice(0, WAVE).map((prompt) => complete(proxy.url, prompt));

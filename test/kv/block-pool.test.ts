@@ -28,6 +28,7 @@ test('null block is block 0, never handed out; LRU eviction; free in reverse ord
     groupIdx: 0,
     medium: 'GPU',
     loraName: null,
+    extraKeys: [null, null, null],
   });
   pool.freeBlocksReversed(a);
   assert.deepEqual(pool.freeBlockIds(), [4, 5, 3, 2, 1], 'the tail of the sequence is evicted first');

@@ -139,3 +139,14 @@ test('property: random get/touch/cache/free/evict keeps the pool consistent', ()
     { numRuns: 300 },
   );
 });
+
+test("BlockStored carries each block's extra keys: the LoRA name on every block, the cache salt on the first", () => {
+  const pool = new BlockPool({ numBlocks: 6, numGroups: 1, enableCaching: true, enableKvCacheEvents: true });
+  const blocks = pool.getNewBlocks(2);
+  const req = { allTokenIds: tokens, blockHashes: hashes, cacheSalt: 'tenant-7', loraName: 'adapter' };
+  pool.cacheFullBlocks(req, blocks, 0, 2, 4, 0);
+  const [stored] = pool.takeEvents();
+  assert.ok(stored?.type === 'BlockStored');
+  assert.deepEqual(stored.extraKeys, [['adapter', 'tenant-7'], ['adapter']]);
+  assert.equal(stored.loraName, 'adapter');
+});

@@ -9,6 +9,7 @@ import type { EngineConfig } from '../config/types.ts';
 import type { KVConnectorBase } from '../connector/base.ts';
 import { KVConnectorFactory } from '../connector/factory.ts';
 import { applyHMADecision, type HMADecision, resolveHybridKvCacheManager } from '../connector/hma.ts';
+import { mergeStats } from '../connector/stats.ts';
 import type { SchedulerOutput } from '../connector/types.ts';
 import { KVError } from '../errors/kv-error.ts';
 import { createBlockHasher } from '../kv/block-hasher.ts';
@@ -32,7 +33,7 @@ import { OutputProcessor } from './runner/output-processor.ts';
 import { setUpRank } from './runner/rank-setup.ts';
 import { SimulatedExecutor, type SimulatedExecutorOptions } from './runner/simulated-executor.ts';
 import { ThreadExecutor } from './runner/thread-executor.ts';
-import { KVOutputAggregator, mergeStats } from './scheduler/kv-output-aggregator.ts';
+import { KVOutputAggregator } from './scheduler/kv-output-aggregator.ts';
 import { Scheduler } from './scheduler/scheduler.ts';
 import type { EngineCoreOutput, SchedulerStats } from './scheduler/types.ts';
 

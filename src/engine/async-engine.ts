@@ -16,6 +16,7 @@ import type {
   AsyncEngineLike,
   EngineStats,
   GenerateRequest,
+  IterationStats,
   RequestOutputDelta,
   TokenizerLike,
 } from './api.ts';
@@ -65,6 +66,10 @@ export class AsyncEngine implements AsyncEngineLike {
 
   get tokenizer(): TokenizerLike {
     return this.engine.tokenizer;
+  }
+
+  get numGpuBlocks(): number {
+    return this.engine.kvCacheConfig.numBlocks;
   }
 
   /** Adds the request now (throws on invalid input) and returns its stream of deltas. */
@@ -133,8 +138,14 @@ export class AsyncEngine implements AsyncEngineLike {
       prefixCacheHitsTotal: s.prefixCacheHits,
       externalPrefixCacheQueriesTotal: s.externalPrefixCacheQueries,
       externalPrefixCacheHitsTotal: s.externalPrefixCacheHits,
+      numPreemptionsTotal: s.numPreemptions,
+      numRequestsWaitingForRemoteKvs: s.numWaitingForRemoteKvs,
       kvConnectorStats: this.engine.takeKvConnectorStats(),
     };
+  }
+
+  onIterationStats(listener: (stats: IterationStats) => void): () => void {
+    return this.engine.onIterationStats(listener);
   }
 
   /** Resolves once no request is live and no hand-off holds blocks. */

@@ -11,7 +11,6 @@ import { buildEngineRequests, runChoices } from './generation.ts';
 import { errorBody, HttpError, sendError } from './http-errors.ts';
 import { readJson, sendJson } from './http-io.ts';
 import { needsRejectionNotice } from './kv-transfer-params.ts';
-import type { ServerMetrics } from './metrics.ts';
 import {
   applyDelta,
   ChoiceState,
@@ -32,7 +31,6 @@ export interface GenerateHandlerContext {
   engine: AsyncEngineLike;
   servedModelName: string;
   gate: AdmissionGate;
-  metrics: ServerMetrics;
   maxBodyBytes: number;
   disableRandomization: boolean;
 }
@@ -83,8 +81,8 @@ export async function handleGenerate(
     };
     const requests = buildEngineRequests(plan, responseId, ctx.disableRandomization);
     const events = runChoices(ctx.engine, requests, plan.n, disconnect.signal);
-    if (plan.stream) await streamResponse(ctx, rctx, events, res, headers);
-    else await jsonResponse(ctx, rctx, events, res, headers);
+    if (plan.stream) await streamResponse(rctx, events, res, headers);
+    else await jsonResponse(rctx, events, res, headers);
   } finally {
     res.off('close', onClose);
     ctx.gate.release(slots);
@@ -111,7 +109,6 @@ function choicesFor(plan: GenerationPlan): ChoiceState[] {
 }
 
 async function jsonResponse(
-  ctx: GenerateHandlerContext,
   rctx: ResponseContext,
   events: Events,
   res: ServerResponse,
@@ -121,10 +118,7 @@ async function jsonResponse(
   try {
     for await (const { index, delta } of events) {
       applyDelta(rctx, choices[index]!, delta);
-      if (delta.finished) {
-        ctx.metrics.observeFinished(delta);
-        if (delta.finishReason === 'error') throw engineFailure(delta.error);
-      }
+      if (delta.finished && delta.finishReason === 'error') throw engineFailure(delta.error);
     }
   } catch (e) {
     if (!res.destroyed) sendError(res, e);
@@ -136,7 +130,6 @@ async function jsonResponse(
 }
 
 async function streamResponse(
-  ctx: GenerateHandlerContext,
   rctx: ResponseContext,
   events: Events,
   res: ServerResponse,
@@ -155,10 +148,7 @@ async function streamResponse(
       if (rctx.plan.echo && !started.has(index))
         part.text = rctx.tokenizer.decode(rctx.plan.prompts[promptIndex]!) + part.text;
       started.add(index);
-      if (delta.finished) {
-        ctx.metrics.observeFinished(delta);
-        if (delta.finishReason === 'error') throw engineFailure(delta.error);
-      }
+      if (delta.finished && delta.finishReason === 'error') throw engineFailure(delta.error);
       if (part.text === '' && !delta.finished && part.logprobs === null) continue;
       await sse.send(
         chunkOf(

@@ -17,7 +17,7 @@ import { type GenerateHandlerContext, handleGenerate } from './generate-handler.
 import { HttpError, sendError } from './http-errors.ts';
 import { DEFAULT_MAX_BODY_BYTES, sendJson, sendText } from './http-io.ts';
 import { backendInfo } from './info.ts';
-import { ServerMetrics } from './metrics.ts';
+import { cacheConfigInfo, ServerMetrics } from './metrics.ts';
 import { randomizationDisabled } from './request-id.ts';
 import { Router } from './router.ts';
 
@@ -73,10 +73,13 @@ export function createServer(options: ServerOptions): KVServer {
     : [];
   const metrics = new ServerMetrics({
     modelName: servedModelName,
+    maxModelLen: engine.config.model.maxModelLen,
+    cacheInfo: cacheConfigInfo(engine.config.cache, engine.numGpuBlocks ?? null),
     connectorName: kv?.kv_connector ?? null,
     connectorChildren: children,
     readStats: () => engine.stats(),
   });
+  const unsubscribe = engine.onIterationStats?.((stats) => metrics.recordIteration(stats)) ?? null;
   const gate = new AdmissionGate(
     engine.config.scheduler.maxNumSeqs + (options.maxQueue ?? DEFAULT_MAX_QUEUE),
   );
@@ -84,7 +87,6 @@ export function createServer(options: ServerOptions): KVServer {
     engine,
     servedModelName,
     gate,
-    metrics,
     maxBodyBytes: options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES,
     disableRandomization: options.disableRequestIdRandomization ?? randomizationDisabled(),
   };
@@ -162,6 +164,7 @@ export function createServer(options: ServerOptions): KVServer {
       });
     },
     close() {
+      unsubscribe?.();
       return new Promise((resolve) => {
         if (!server.listening) {
           resolve();

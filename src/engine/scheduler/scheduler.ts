@@ -118,7 +118,9 @@ export class Scheduler {
       this.core.counters.promptTokensTotal += promptPart;
       if (req.firstScheduledAt === null) {
         req.firstScheduledAt = now;
+        req.metrics.scheduledAt = now;
         req.metrics.queuedMs = now - req.arrivalTime;
+        req.metrics.numCachedTokens = start;
       }
       req.numComputedTokens = start + n;
     }

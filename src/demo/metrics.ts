@@ -55,7 +55,13 @@ export function demoMetricNames(connector: DemoConnector): DemoMetricNames {
 export function sumMetric(text: string, name: string): number {
   const brace = name.indexOf('{');
   const base = brace < 0 ? name : name.slice(0, brace);
-  const required = brace < 0 ? [] : name.slice(brace + 1, -1).split(',').filter(Boolean);
+  const required =
+    brace < 0
+      ? []
+      : name
+          .slice(brace + 1, -1)
+          .split(',')
+          .filter(Boolean);
   let total = 0;
   for (const line of text.split('\n')) {
     if (line.startsWith('#')) continue;

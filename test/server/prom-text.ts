@@ -57,7 +57,7 @@ export function familyOf(exp: Exposition, sampleName: string): string | undefine
 }
 
 /** Sum of the samples named `name` whose labels include `labels`. */
-export function valueOf(exp: Exposition, name: string, labels: Record<string, string> = {}): number {
+export function sampleValue(exp: Exposition, name: string, labels: Record<string, string> = {}): number {
   const hits = exp.samples.filter(
     (s) => s.name === name && Object.entries(labels).every(([k, v]) => s.labels[k] === v),
   );

@@ -131,6 +131,11 @@ export interface AsyncEngineLike {
    * tokens, latencies, finished requests) as it happens; returns the unsubscribe function.
    */
   onIterationStats?(listener: (stats: IterationStats) => void): () => void;
+  /**
+   * vLLM's reset_prefix_cache, applied between engine steps: true when the local prefix
+   * cache (and with resetConnector the connector's cache) was cleared.
+   */
+  resetPrefixCache?(options?: { resetRunningRequests?: boolean; resetConnector?: boolean }): Promise<boolean>;
   shutdown(): Promise<void>;
   /** The connector's coordinates for peers and proxies (GET /kvconnect/info); null without one. */
   kvConnectorInfo?(): KVConnectorInfo | null;

@@ -23,7 +23,7 @@ import { OutputProcessor } from './runner/output-processor.ts';
 import { setUpRank } from './runner/rank-setup.ts';
 import { ThreadExecutor } from './runner/thread-executor.ts';
 import { KVOutputAggregator, mergeStats } from './scheduler/kv-output-aggregator.ts';
-import { Scheduler } from './scheduler/scheduler.ts';
+import { type PrefixCacheReset, Scheduler } from './scheduler/scheduler.ts';
 import type { EngineCoreOutput, SchedulerStats } from './scheduler/types.ts';
 import { loadTokenizer } from './tokenizer/load.ts';
 
@@ -216,6 +216,12 @@ export class Engine {
   /** Live requests, or finished ones whose KV hand-off still holds blocks. */
   hasWork(): boolean {
     return this.scheduler.hasRequests();
+  }
+
+  /** See Scheduler.resetPrefixCache; call between steps. */
+  resetPrefixCache(options: PrefixCacheReset = {}): boolean {
+    this.assertOpen();
+    return this.scheduler.resetPrefixCache(options);
   }
 
   schedulerStats(): SchedulerStats {

@@ -11,6 +11,7 @@ import { buildEngineRequests, runChoices } from './generation.ts';
 import { errorBody, HttpError, sendError } from './http-errors.ts';
 import { readJson, sendJson } from './http-io.ts';
 import { needsRejectionNotice } from './kv-transfer-params.ts';
+import { checkServedModel } from './model-card.ts';
 import {
   applyDelta,
   ChoiceState,
@@ -93,12 +94,7 @@ function parse(ctx: GenerateHandlerContext, kind: GenerationKind, body: Body): G
   const parseCtx = { tokenizer: ctx.engine.tokenizer, maxModelLen: ctx.engine.config.model.maxModelLen };
   const plan =
     kind === 'completion' ? parseCompletionRequest(body, parseCtx) : parseChatRequest(body, parseCtx);
-  if (plan.model !== undefined && plan.model !== ctx.servedModelName) {
-    throw new HttpError(404, 'SERVER_MODEL_NOT_FOUND', `The model \`${plan.model}\` does not exist.`, {
-      field: 'model',
-      hint: `This server serves "${ctx.servedModelName}" (see GET /v1/models).`,
-    });
-  }
+  checkServedModel(plan.model, ctx.servedModelName);
   return plan;
 }
 

@@ -6,6 +6,7 @@
  * advances by the difference since the previous scrape).
  */
 import { Counter, Gauge, Registry } from 'prom-client';
+import { pythonStr } from '../config/config-error.ts';
 import type { CacheConfig } from '../config/types.ts';
 import type { EngineStats, IterationStats } from '../engine/api.ts';
 import { ConnectorMetrics } from './connector-metrics.ts';
@@ -56,17 +57,17 @@ export interface ServerMetricsOptions {
 
 /** vLLM's cache_config_info labels for kvconnect's cache config (Python str() of each value). */
 export function cacheConfigInfo(cache: CacheConfig, numGpuBlocks: number | null): Record<string, string> {
-  const py = (v: unknown): string =>
-    v === null || v === undefined ? 'None' : typeof v === 'boolean' ? (v ? 'True' : 'False') : String(v);
   return {
-    block_size: py(cache.blockSize),
-    cache_dtype: py(cache.cacheDtype),
-    enable_prefix_caching: py(cache.enablePrefixCaching),
-    prefix_caching_hash_algo: py(cache.prefixCachingHashAlgo),
-    kv_cache_memory_bytes: py(cache.kvCacheMemoryBytes),
-    num_gpu_blocks_override: py(cache.numGpuBlocks),
-    num_gpu_blocks: py(numGpuBlocks),
+    block_size: pythonStr(cache.blockSize),
+    cache_dtype: pythonStr(cache.cacheDtype),
+    enable_prefix_caching: pythonStr(cache.enablePrefixCaching),
+    prefix_caching_hash_algo: pythonStr(cache.prefixCachingHashAlgo),
+    kv_cache_memory_bytes: pythonStr(cache.kvCacheMemoryBytes),
+    num_gpu_blocks_override: pythonStr(cache.numGpuBlocks),
+    num_gpu_blocks: pythonStr(numGpuBlocks),
     num_cpu_blocks: 'None',
+    kv_offloading_size: pythonStr(cache.kvOffloadingSize),
+    kv_offloading_backend: pythonStr(cache.kvOffloadingBackend),
   };
 }
 

@@ -13,13 +13,16 @@ import type { AddressInfo } from 'node:net';
 import type { AsyncEngineLike } from '../engine/api.ts';
 import { getLogger } from '../logging/logger.ts';
 import { AdmissionGate } from './admission.ts';
+import { devModeFromEnv, handleResetPrefixCache } from './dev-routes.ts';
 import { type GenerateHandlerContext, handleGenerate } from './generate-handler.ts';
 import { HttpError, sendError } from './http-errors.ts';
-import { DEFAULT_MAX_BODY_BYTES, sendJson, sendText } from './http-io.ts';
+import { DEFAULT_MAX_BODY_BYTES, readJson, sendJson, sendText } from './http-io.ts';
 import { backendInfo } from './info.ts';
 import { cacheConfigInfo, ServerMetrics } from './metrics.ts';
+import { modelList } from './model-card.ts';
 import { randomizationDisabled } from './request-id.ts';
 import { Router } from './router.ts';
+import { detokenize, tokenize } from './tokenize.ts';
 
 const log = getLogger('kvconnect.server');
 
@@ -36,6 +39,8 @@ export interface ServerOptions {
   maxBodyBytes?: number;
   /** Default: VLLM_DISABLE_REQUEST_ID_RANDOMIZATION=1 in the environment. */
   disableRequestIdRandomization?: boolean;
+  /** vLLM's development endpoints (POST /reset_prefix_cache). Default: VLLM_SERVER_DEV_MODE=1. */
+  devMode?: boolean;
 }
 
 export interface ListeningAddress {
@@ -91,26 +96,28 @@ export function createServer(options: ServerOptions): KVServer {
     disableRandomization: options.disableRequestIdRandomization ?? randomizationDisabled(),
   };
   const version = packageVersion();
-  const created = Math.floor(Date.now() / 1000);
+  const tokenizeCtx = {
+    tokenizer: engine.tokenizer,
+    servedModelName,
+    maxModelLen: engine.config.model.maxModelLen,
+  };
+  const maxBodyBytes = options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES;
 
   const router = new Router()
     .on('POST', '/v1/completions', (req, res) => handleGenerate(ctx, 'completion', req, res))
     .on('POST', '/v1/chat/completions', (req, res) => handleGenerate(ctx, 'chat', req, res))
     .on('GET', '/v1/models', (_req, res) =>
-      sendJson(res, 200, {
-        object: 'list',
-        data: [
-          {
-            id: servedModelName,
-            object: 'model',
-            created,
-            owned_by: 'kvconnect',
-            root: engine.config.model.model,
-            parent: null,
-            max_model_len: engine.config.model.maxModelLen,
-          },
-        ],
-      }),
+      sendJson(
+        res,
+        200,
+        modelList(servedModelName, engine.config.model.model, engine.config.model.maxModelLen),
+      ),
+    )
+    .on('POST', '/tokenize', async (req, res) =>
+      sendJson(res, 200, tokenize(await readJson(req, maxBodyBytes), tokenizeCtx)),
+    )
+    .on('POST', '/detokenize', async (req, res) =>
+      sendJson(res, 200, detokenize(await readJson(req, maxBodyBytes), tokenizeCtx)),
     )
     .on('GET', '/health', (_req, res) => sendText(res, 200, '', 'text/plain'))
     .on('GET', '/version', (_req, res) => sendJson(res, 200, { version }))
@@ -119,6 +126,10 @@ export function createServer(options: ServerOptions): KVServer {
       sendText(res, 200, body, contentType);
     })
     .on('GET', '/kvconnect/info', (_req, res) => sendJson(res, 200, backendInfo(engine, servedModelName)));
+  if (options.devMode ?? devModeFromEnv()) {
+    log.warn('SECURITY WARNING: Development endpoints are enabled! This should NOT be used in production!');
+    router.on('POST', '/reset_prefix_cache', (req, res) => handleResetPrefixCache(engine, req, res));
+  }
 
   const apiKey = options.apiKey ?? null;
   const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {

@@ -123,6 +123,8 @@ describe('tokenize, detokenize, models, version', () => {
       ['/detokenize', { tokens: 'abc' }, 400, 'tokens'],
       ['/detokenize', { tokens: [1e9] }, 400, 'tokens'],
       ['/detokenize', { tokens: [1], model: 'other' }, 404, 'model'],
+      ['/v1/completions', { prompt: 'x', max_tokens: 2, min_tokens: 2 }, 400, 'min_tokens'],
+      ['/v1/completions', { prompt: 'x', max_tokens: 2, min_tokens: 'a' }, 400, 'min_tokens'],
     ];
     for (const [path, body, status, param] of cases) {
       const r = await post(`${s.url}${path}`, body);
@@ -131,6 +133,8 @@ describe('tokenize, detokenize, models, version', () => {
     }
     const ok = await post(`${s.url}/tokenize`, { prompt: 'still up' });
     assert.equal(ok.status, 200);
+    const nullMin = await post(`${s.url}/v1/completions`, { prompt: 'x', max_tokens: 2, min_tokens: null });
+    assert.equal(nullMin.status, 200, 'min_tokens null (as the toy proxy sends it) is accepted');
     const get = await fetch(`${s.url}/tokenize`);
     assert.equal(get.status, 405);
     await get.text();

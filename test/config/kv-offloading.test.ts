@@ -74,7 +74,14 @@ test('bad sizes, the lmcache backend and VLLM_USE_SIMPLE_KV_OFFLOAD fail naming 
 test('kvconnect check-config --kv-offloading-size validates the resulting connector', async () => {
   let out = '';
   let err = '';
-  const io = { out: (t: string) => void (out += t), err: (t: string) => void (err += t) };
+  const io = {
+    out: (t: string) => {
+      out += t;
+    },
+    err: (t: string) => {
+      err += t;
+    },
+  };
   assert.equal(await runCli(['check-config', '--kv-offloading-size', '0.5', '--json'], io), 0, err);
   const report = JSON.parse(out) as {
     connector: { connector: string; extraConfig: { cpuBytesToUse: number } };

@@ -6,34 +6,15 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { AsyncEngine } from '../../src/engine/async-engine.ts';
+import type { AsyncEngine } from '../../src/engine/async-engine.ts';
 import { setLogLevel } from '../../src/logging/logger.ts';
-import { createServer, type KVServer } from '../../src/server/index.ts';
 import { parseExposition, sampleValue } from './prom-text.ts';
+import { type Served, serve, stop } from './served.ts';
 
 setLogLevel('error');
 
-interface Served {
-  engine: AsyncEngine;
-  server: KVServer;
-  url: string;
-}
-
-async function serve(options: Record<string, unknown>, devMode: boolean): Promise<Served> {
-  const engine = await AsyncEngine.create({
-    model: 'tiny',
-    max_model_len: 128,
-    num_gpu_blocks: 32,
-    ...options,
-  });
-  const server = createServer({ engine, devMode });
-  const { url } = await server.start('127.0.0.1', 0);
-  return { engine, server, url };
-}
-
-async function stop(s: Served): Promise<void> {
-  await s.server.close();
-  await s.engine.shutdown();
+function serveTiny(options: Record<string, unknown>, devMode: boolean): Promise<Served> {
+  return serve({ max_model_len: 128, num_gpu_blocks: 32, ...options }, { devMode });
 }
 
 async function post(url: string, body: unknown): Promise<{ status: number; json: Record<string, unknown> }> {
@@ -53,7 +34,7 @@ function errorOf(json: Record<string, unknown>): { message: string; param: strin
 describe('tokenize, detokenize, models, version', () => {
   let s: Served;
   before(async () => {
-    s = await serve({}, false);
+    s = await serveTiny({}, false);
   });
   after(() => stop(s));
 
@@ -182,7 +163,7 @@ describe('POST /reset_prefix_cache (VLLM_SERVER_DEV_MODE)', () => {
     );
 
   it('clears the local prefix cache: the same prompt misses afterwards', async () => {
-    const s = await serve({}, true);
+    const s = await serveTiny({}, true);
     try {
       await post(`${s.url}/v1/completions`, { prompt, max_tokens: 1 });
       await post(`${s.url}/v1/completions`, { prompt, max_tokens: 1 });
@@ -202,8 +183,8 @@ describe('POST /reset_prefix_cache (VLLM_SERVER_DEV_MODE)', () => {
   });
 
   it('with a request running: refused, unless reset_running_requests preempts it (its output is unchanged)', async () => {
-    const s = await serve({}, true);
-    const reference = await serve({}, false);
+    const s = await serveTiny({}, true);
+    const reference = await serveTiny({}, false);
     try {
       // Long enough (100 steps) that the reset arrives while it runs.
       const body = { prompt: 'Preempt me.', max_tokens: 100, ignore_eos: true, temperature: 0 };
@@ -228,7 +209,7 @@ describe('POST /reset_prefix_cache (VLLM_SERVER_DEV_MODE)', () => {
   });
 
   it("reset_external also clears the OffloadingConnector's CPU tier", async () => {
-    const s = await serve(
+    const s = await serveTiny(
       {
         enable_prefix_caching: false,
         kv_transfer_config: {

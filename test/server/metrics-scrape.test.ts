@@ -9,10 +9,8 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, it, type TestContext } from 'node:test';
-import { AsyncEngine } from '../../src/engine/async-engine.ts';
 import { setLogLevel } from '../../src/logging/logger.ts';
-import { createServer, type KVServer } from '../../src/server/index.ts';
-import { moriioPorts } from '../connectors/moriio-fixtures/helpers.ts';
+import { moriioOptions, moriioPorts } from '../connectors/moriio-fixtures/helpers.ts';
 import {
   assertPromtoolAccepts,
   assertVllmShape,
@@ -20,6 +18,7 @@ import {
   parseExposition,
   sampleValue,
 } from './prom-text.ts';
+import { type Served, serve, stop } from './served.ts';
 
 setLogLevel('error');
 
@@ -75,33 +74,11 @@ const OFFLOAD_FAMILIES: ReadonlyArray<[string, string]> = [
 
 const PROMPT = 'The quick brown fox jumps over the lazy dog and keeps running far away from the hunters.';
 
-interface Served {
-  engine: AsyncEngine;
-  server: KVServer;
-  url: string;
-}
-
-async function serve(
+async function serveWith(
   kv: Record<string, unknown> | null,
   extra: Record<string, unknown> = {},
 ): Promise<Served> {
-  const engine = await AsyncEngine.create({
-    model: 'tiny',
-    num_gpu_blocks: 64,
-    max_model_len: 256,
-    ...extra,
-    ...(kv ? { kv_transfer_config: kv } : {}),
-  });
-  const server = createServer({ engine });
-  const { url } = await server.start('127.0.0.1', 0);
-  return { engine, server, url };
-}
-
-async function stop(...served: Served[]): Promise<void> {
-  for (const s of served) {
-    await s.server.close();
-    await s.engine.shutdown();
-  }
+  return serve({ num_gpu_blocks: 64, ...extra, ...(kv ? { kv_transfer_config: kv } : {}) });
 }
 
 async function complete(url: string, body: Record<string, unknown>): Promise<Record<string, unknown>> {
@@ -148,7 +125,7 @@ const offload = {
 
 describe('/metrics with each connector, checked by promtool', () => {
   it('no connector', async (t) => {
-    const s = await serve(null);
+    const s = await serveWith(null);
     try {
       await complete(s.url, {});
       const exp = await scrape(t, s, []);
@@ -159,8 +136,8 @@ describe('/metrics with each connector, checked by promtool', () => {
   });
 
   it('NixlConnector: P and D after a transfer; D counts its prompt as external_kv_transfer', async (t) => {
-    const p = await serve(nixl('kv_producer', 'scrape'));
-    const d = await serve(nixl('kv_consumer', 'scrape'));
+    const p = await serveWith(nixl('kv_producer', 'scrape'));
+    const d = await serveWith(nixl('kv_consumer', 'scrape'));
     try {
       const pOut = await complete(p.url, { max_tokens: 1, kv_transfer_params: { do_remote_decode: true } });
       await complete(d.url, { kv_transfer_params: pOut['kv_transfer_params'] });
@@ -185,7 +162,7 @@ describe('/metrics with each connector, checked by promtool', () => {
 
   it('OffloadingConnector: GPU_to_CPU stores and CPU_to_GPU loads by transfer_type', async (t) => {
     // Without the local prefix cache the repeat can only come back from the CPU tier.
-    const s = await serve(offload, { enable_prefix_caching: false });
+    const s = await serveWith(offload, { enable_prefix_caching: false });
     try {
       await complete(s.url, {});
       await complete(s.url, {});
@@ -206,7 +183,7 @@ describe('/metrics with each connector, checked by promtool', () => {
   });
 
   it("MultiConnector (NIXL + offloading): both children's families", async (t) => {
-    const s = await serve({
+    const s = await serveWith({
       kv_connector: 'MultiConnector',
       kv_role: 'kv_producer',
       kv_connector_extra_config: {
@@ -226,17 +203,10 @@ describe('/metrics with each connector, checked by promtool', () => {
     const ports = await moriioPorts();
     const configs: Array<[Record<string, unknown>, ReadonlyArray<[string, string]>]> = [
       [
-        {
-          kv_connector: 'MoRIIOConnector',
-          kv_role: 'kv_producer',
-          kv_connector_extra_config: {
-            http_port: 8000,
-            host_ip: '127.0.0.1',
-            handshake_port: ports.handshakePort,
-            notify_port: ports.notifyPort,
-            backend: 'xgmi',
-          },
-        },
+        moriioOptions({ readMode: false, backend: 'xgmi' }, 'kv_producer', ports).kvTransferConfig as Record<
+          string,
+          unknown
+        >,
         [
           ['vllm:moriio_xfer_time_seconds', 'histogram'],
           ['vllm:moriio_num_failed_transfers_total', 'counter'],
@@ -255,7 +225,7 @@ describe('/metrics with each connector, checked by promtool', () => {
     ];
     try {
       for (const [kv, families] of configs) {
-        const s = await serve(kv);
+        const s = await serveWith(kv);
         try {
           await complete(s.url, {});
           await scrape(t, s, families);

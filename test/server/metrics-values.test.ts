@@ -6,31 +6,12 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { AsyncEngine } from '../../src/engine/async-engine.ts';
 import { setLogLevel } from '../../src/logging/logger.ts';
-import { createServer, type KVServer } from '../../src/server/index.ts';
 import { waitFor } from './harness.ts';
 import { type Exposition, parseExposition, sampleValue } from './prom-text.ts';
+import { type Served, serve, stop } from './served.ts';
 
 setLogLevel('error');
-
-interface Served {
-  engine: AsyncEngine;
-  server: KVServer;
-  url: string;
-}
-
-async function serve(options: Record<string, unknown>): Promise<Served> {
-  const engine = await AsyncEngine.create({ model: 'tiny', max_model_len: 256, ...options });
-  const server = createServer({ engine });
-  const { url } = await server.start('127.0.0.1', 0);
-  return { engine, server, url };
-}
-
-async function stop(s: Served): Promise<void> {
-  await s.server.close();
-  await s.engine.shutdown();
-}
 
 function post(url: string, body: Record<string, unknown>, signal?: AbortSignal): Promise<Response> {
   return fetch(`${url}/v1/completions`, {

@@ -13,28 +13,13 @@ import { randomUUID } from 'node:crypto';
 import { createServer as createHttpServer, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { after, before, describe, it } from 'node:test';
-import { AsyncEngine } from '../../src/engine/async-engine.ts';
 import { setLogLevel } from '../../src/logging/logger.ts';
-import { createServer, type KVServer } from '../../src/server/index.ts';
+import { type Served, serve, stop } from './served.ts';
 
 setLogLevel('error');
 
-interface Served {
-  engine: AsyncEngine;
-  server: KVServer;
-  url: string;
-}
-
-async function serve(kv: Record<string, unknown> | null): Promise<Served> {
-  const engine = await AsyncEngine.create({
-    model: 'tiny',
-    num_gpu_blocks: 64,
-    max_model_len: 256,
-    ...(kv ? { kv_transfer_config: kv } : {}),
-  });
-  const server = createServer({ engine });
-  const { url } = await server.start('127.0.0.1', 0);
-  return { engine, server, url };
+function serveWith(kv: Record<string, unknown> | null): Promise<Served> {
+  return serve({ num_gpu_blocks: 64, ...(kv ? { kv_transfer_config: kv } : {}) });
 }
 
 function nixl(role: 'kv_producer' | 'kv_consumer'): Record<string, unknown> {
@@ -167,17 +152,14 @@ describe("vLLM's toy P/D proxy requests against kvconnect serve", () => {
   let proxy: { url: string; server: Server };
   const legs: Leg[] = [];
   before(async () => {
-    p = await serve(nixl('kv_producer'));
-    d = await serve(nixl('kv_consumer'));
-    plain = await serve(null);
+    p = await serveWith(nixl('kv_producer'));
+    d = await serveWith(nixl('kv_consumer'));
+    plain = await serveWith(null);
     proxy = await toyProxy(p.url, d.url, legs);
   });
   after(async () => {
     proxy.server.close();
-    for (const s of [p, d, plain]) {
-      await s.server.close();
-      await s.engine.shutdown();
-    }
+    await stop(p, d, plain);
   });
 
   const cases: Array<[string, string, Record<string, unknown>]> = [

@@ -59,6 +59,9 @@ export class IterationMetrics {
   readonly #generationTokens: Counter;
   readonly #success: Counter;
   readonly #h: Record<HistogramKey, Histogram>;
+  /** Label sets built once: record() runs every engine step. */
+  readonly #sourceLabels: Record<(typeof PROMPT_SOURCES)[number], Labels>;
+  readonly #reasonLabels = new Map<string, Labels>();
 
   constructor(registry: Registry, labels: Labels, maxModelLen: number) {
     this.#labels = labels;
@@ -89,8 +92,13 @@ export class IterationMetrics {
     ]);
     for (const c of [this.#promptTokens, this.#promptCached, this.#promptRecomputed, this.#generationTokens])
       c.inc(labels, 0);
-    for (const source of PROMPT_SOURCES) this.#promptBySource.inc({ ...labels, source }, 0);
-    for (const reason of FINISH_REASONS) this.#success.inc({ ...labels, finished_reason: reason }, 0);
+    this.#sourceLabels = {
+      local_compute: { ...labels, source: 'local_compute' },
+      local_cache_hit: { ...labels, source: 'local_cache_hit' },
+      external_kv_transfer: { ...labels, source: 'external_kv_transfer' },
+    };
+    for (const source of PROMPT_SOURCES) this.#promptBySource.inc(this.#sourceLabels[source], 0);
+    for (const reason of FINISH_REASONS) this.#success.inc(this.#reasonLabelsOf(reason), 0);
 
     const lengths = buckets125(maxModelLen);
     const histogram = (name: string, help: string, buckets: number[]): Histogram => {
@@ -169,9 +177,9 @@ export class IterationMetrics {
     const h = this.#h;
     const p = stats.promptTokens;
     this.#promptTokens.inc(labels, p.total);
-    this.#promptBySource.inc({ ...labels, source: 'local_compute' }, p.computed);
-    this.#promptBySource.inc({ ...labels, source: 'local_cache_hit' }, p.localCacheHit);
-    this.#promptBySource.inc({ ...labels, source: 'external_kv_transfer' }, p.externalKvTransfer);
+    this.#promptBySource.inc(this.#sourceLabels.local_compute, p.computed);
+    this.#promptBySource.inc(this.#sourceLabels.local_cache_hit, p.localCacheHit);
+    this.#promptBySource.inc(this.#sourceLabels.external_kv_transfer, p.externalKvTransfer);
     this.#promptCached.inc(labels, p.cached);
     this.#promptRecomputed.inc(labels, p.recomputed);
     this.#generationTokens.inc(labels, stats.numGenerationTokens);
@@ -179,7 +187,7 @@ export class IterationMetrics {
     for (const v of stats.timeToFirstTokensSeconds) h.ttft.observe(labels, v);
     for (const v of stats.interTokenLatenciesSeconds) h.itl.observe(labels, v);
     for (const f of stats.finished) {
-      this.#success.inc({ ...labels, finished_reason: f.finishReason });
+      this.#success.inc(this.#reasonLabelsOf(f.finishReason));
       h.e2e.observe(labels, f.e2eSeconds);
       if (f.timing) {
         h.queue.observe(labels, f.timing.queuedSeconds);
@@ -196,5 +204,14 @@ export class IterationMetrics {
       h.generationTokens.observe(labels, f.numGenerationTokens);
       if (f.maxTokensParam) h.maxTokens.observe(labels, f.maxTokensParam);
     }
+  }
+
+  #reasonLabelsOf(reason: string): Labels {
+    let labels = this.#reasonLabels.get(reason);
+    if (!labels) {
+      labels = { ...this.#labels, finished_reason: reason };
+      this.#reasonLabels.set(reason, labels);
+    }
+    return labels;
   }
 }

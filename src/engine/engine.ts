@@ -111,7 +111,8 @@ export class Engine {
       await connector?.shutdown();
       throw e;
     }
-    // Spec §3.11: the scheduler-side connector serves every rank's handshake metadata.
+    // docs/connector-api.md#handshake-metadata: the scheduler-side connector serves every
+    // rank's handshake metadata.
     if (connector && Object.keys(executor.handshakeMetadata).length > 0) {
       try {
         await connector.setXferHandshakeMetadata(executor.handshakeMetadata);

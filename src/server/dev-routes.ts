@@ -6,9 +6,10 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { AsyncEngineLike } from '../engine/api.ts';
+import { KVError } from '../errors/index.ts';
+import { type BodyRules, readBody } from '../http/index.ts';
 import { getLogger } from '../logging/logger.ts';
-import { badRequest, HttpError } from './http-errors.ts';
-import { readBody } from './http-io.ts';
+import { badRequest } from './fields.ts';
 
 const log = getLogger('kvconnect.server');
 
@@ -37,14 +38,15 @@ export function queryBool(url: string, name: string): boolean {
 
 export async function handleResetPrefixCache(
   engine: AsyncEngineLike,
+  body: BodyRules,
   req: IncomingMessage,
   res: ServerResponse,
 ): Promise<void> {
-  await readBody(req, 1024);
+  await readBody(req, body);
   const resetRunningRequests = queryBool(req.url ?? '/', 'reset_running_requests');
   const resetConnector = queryBool(req.url ?? '/', 'reset_external');
   if (!engine.resetPrefixCache) {
-    throw new HttpError(501, 'SERVER_NOT_IMPLEMENTED', 'This engine cannot reset its prefix cache.', {
+    throw new KVError('SERVER_NOT_IMPLEMENTED', 'This engine cannot reset its prefix cache.', {
       hint: 'Serve an AsyncEngine (kvconnect serve does).',
     });
   }

@@ -5,11 +5,11 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { AsyncEngineLike } from '../engine/api.ts';
+import { formatErrorJson, KVError, toErrorCode } from '../errors/index.ts';
+import { type BodyRules, readJson, sendError, sendJson } from '../http/index.ts';
 import type { AdmissionGate } from './admission.ts';
 import { asBody, type Body } from './fields.ts';
 import { buildEngineRequests, runChoices } from './generation.ts';
-import { errorBody, HttpError, sendError } from './http-errors.ts';
-import { readJson, sendJson } from './http-io.ts';
 import { needsRejectionNotice } from './kv-transfer-params.ts';
 import { checkServedModel } from './model-card.ts';
 import {
@@ -32,7 +32,7 @@ export interface GenerateHandlerContext {
   engine: AsyncEngineLike;
   servedModelName: string;
   gate: AdmissionGate;
-  maxBodyBytes: number;
+  body: BodyRules;
   disableRandomization: boolean;
 }
 
@@ -51,7 +51,7 @@ export async function handleGenerate(
   let body: Body | undefined;
   let plan: GenerationPlan;
   try {
-    body = asBody(await readJson(req, ctx.maxBodyBytes));
+    body = asBody(await readJson(req, ctx.body));
     plan = parse(ctx, kind, body);
     ctx.gate.acquire(plan.prompts.length * plan.n);
   } catch (e) {
@@ -161,18 +161,15 @@ async function streamResponse(
       await sse.send(usageChunk(rctx, usageOf(promptTokenCount(rctx.plan), choices)));
   } catch (e) {
     if (sse.closed) return;
-    await sse.send(errorBody(e));
+    await sse.send(formatErrorJson(e));
   }
   await sse.done();
 }
 
-function engineFailure(error: { code: string; message: string; hint?: string } | undefined): HttpError {
-  return new HttpError(
-    500,
-    error?.code ?? 'ENGINE_ERROR',
+function engineFailure(error: { code: string; message: string; hint?: string } | undefined): KVError {
+  return new KVError(
+    toErrorCode(error?.code, 'ENGINE_ERROR'),
     error?.message ?? 'The engine failed this request.',
-    {
-      ...(error?.hint === undefined ? {} : { hint: error.hint }),
-    },
+    error?.hint === undefined ? {} : { hint: error.hint },
   );
 }

@@ -3,7 +3,7 @@
  * check every endpoint that takes `model` makes: only the served name is known.
  */
 import { randomUUID } from 'node:crypto';
-import { HttpError } from './http-errors.ts';
+import { KVError } from '../errors/index.ts';
 
 export function modelList(
   servedModelName: string,
@@ -46,7 +46,7 @@ export function modelList(
 /** vLLM's _check_model: a `model` other than the served name is a 404. */
 export function checkServedModel(model: string | undefined, servedModelName: string): void {
   if (model === undefined || model === servedModelName) return;
-  throw new HttpError(404, 'SERVER_MODEL_NOT_FOUND', `The model \`${model}\` does not exist.`, {
+  throw new KVError('SERVER_MODEL_NOT_FOUND', `The model \`${model}\` does not exist.`, {
     field: 'model',
     hint: `This server serves "${servedModelName}" (see GET /v1/models).`,
   });

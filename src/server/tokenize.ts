@@ -5,8 +5,7 @@
  * `model` and max_model_len like the generation endpoints; every bad field is a 400 naming it.
  */
 import type { TokenizerLike } from '../engine/api.ts';
-import { asBody, type Body, invalid, isTokenIdArray, optBool, optString } from './fields.ts';
-import { badRequest } from './http-errors.ts';
+import { asBody, type Body, badRequest, invalid, isTokenIdArray, optBool, optString } from './fields.ts';
 import { checkServedModel } from './model-card.ts';
 import { readChatMessages } from './parse-request.ts';
 

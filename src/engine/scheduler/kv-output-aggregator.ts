@@ -1,6 +1,6 @@
 /**
  * Merges the KV connector outputs of all tensor-parallel ranks into one (vLLM's
- * KVOutputAggregator, spec §3.5 "Executor aggregation"). A request is reported finished
+ * KVOutputAggregator, docs/engine.md#tensor-parallelism). A request is reported finished
  * only once every rank has reported it; counts persist across steps. A rank may change the
  * expected count (expectedFinishedCount > 0): new ids use the new count, ids already being
  * counted keep their remaining count (as vLLM does).

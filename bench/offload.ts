@@ -16,11 +16,11 @@ import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { FRAME_HEADER_BYTES } from '../src/connectors/offloading/block-frame.ts';
-import { RedisTier } from '../src/connectors/offloading/redis-tier.ts';
 import { AsyncEngine } from '../src/engine/async-engine.ts';
 import { samplingParams } from '../src/engine/llm.ts';
 import { setLogLevel } from '../src/logging/logger.ts';
 import { redisCommand, startRedis } from '../test/connectors/redis-helpers.ts';
+import { redisBenchmark, tierThroughput } from './_redis-baseline.ts';
 import {
   alternate,
   fmt,
@@ -102,67 +102,6 @@ async function waitForWriteThrough(dir: string, redisPort: number, chunks: numbe
     await new Promise((r) => setTimeout(r, 100));
   }
   throw new Error(`the write-through did not store ${chunks} chunks within 120 s`);
-}
-
-interface OpsPerSecond {
-  put: number;
-  get: number;
-}
-
-/** RedisTier put and get, pipelined batches of 16 on its one connection: values per second. */
-async function tierThroughput(url: string, valueBytes: number, n: number): Promise<OpsPerSecond> {
-  const tier = new RedisTier({ url, clusterNodes: [], timeoutMs: 30_000, keyPrefix: 'bench' });
-  const value = new Uint8Array(valueBytes).fill(7);
-  const batch = 16;
-  const keys = Array.from({ length: batch }, (_, i) => `k${i}`);
-  try {
-    await tier.putMany(keys.map((key) => ({ key, value })));
-    let t0 = performance.now();
-    for (let done = 0; done < n; done += batch) await tier.putMany(keys.map((key) => ({ key, value })));
-    const putS = (performance.now() - t0) / 1000;
-    t0 = performance.now();
-    for (let done = 0; done < n; done += batch) {
-      const got = await tier.getMany(keys);
-      if (got.some((v) => v === null || v.byteLength !== valueBytes))
-        throw new Error('redis tier get returned a miss');
-    }
-    const getS = (performance.now() - t0) / 1000;
-    const values = Math.ceil(n / batch) * batch;
-    return { put: values / putS, get: values / getS };
-  } finally {
-    await tier.close();
-  }
-}
-
-/** redis-benchmark SET and GET with the tier's client count (1) and pipelining (16): requests/s. */
-function redisBenchmark(port: number, size: number, n: number): OpsPerSecond {
-  const csv = execFileSync(
-    'redis-benchmark',
-    [
-      '-h',
-      '127.0.0.1',
-      '-p',
-      String(port),
-      '-t',
-      'set,get',
-      '-d',
-      String(size),
-      '-n',
-      String(n),
-      '-c',
-      '1',
-      '-P',
-      '16',
-      '--csv',
-    ],
-    { encoding: 'utf8' },
-  );
-  const rps = (test: string): number => {
-    const line = csv.split('\n').find((l) => l.startsWith(`"${test}"`));
-    if (!line) throw new Error(`redis-benchmark printed no ${test} line:\n${csv}`);
-    return Number(JSON.parse(`[${line}]`)[1]);
-  };
-  return { put: rps('SET'), get: rps('GET') };
 }
 
 type Case = 'recompute' | 'cpu' | 'fs' | 'redis';

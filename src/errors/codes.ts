@@ -206,6 +206,7 @@ export function toErrorCode(value: unknown, fallback: ErrorCode): ErrorCode {
   return isErrorCode(value) ? value : fallback;
 }
 
+/** The declared status; 500 for a code from outside the catalog (an external connector's, in plain JS). */
 export function statusOfCode(code: ErrorCode): number {
-  return BY_CODE.get(code)!.status;
+  return BY_CODE.get(code)?.status ?? 500;
 }

@@ -25,6 +25,7 @@ import type {
   SamplingParams,
   TokenizerLike,
 } from './api.ts';
+import { type IterationStats, IterationStatsBuilder } from './iteration-stats.ts';
 import { KVEventSink } from './kv-event-sink.ts';
 import { type BlockHasher, Request } from './request.ts';
 import type { ModelExecutor } from './runner/executor.ts';
@@ -34,7 +35,7 @@ import { setUpRank } from './runner/rank-setup.ts';
 import { SimulatedExecutor, type SimulatedExecutorOptions } from './runner/simulated-executor.ts';
 import { ThreadExecutor } from './runner/thread-executor.ts';
 import { KVOutputAggregator } from './scheduler/kv-output-aggregator.ts';
-import { Scheduler } from './scheduler/scheduler.ts';
+import { type PrefixCacheReset, Scheduler } from './scheduler/scheduler.ts';
 import type { EngineCoreOutput, SchedulerStats } from './scheduler/types.ts';
 
 export interface StepResult {
@@ -55,6 +56,8 @@ export class Engine {
   private readonly blockHashSize: number;
   /** Where each step's KV cache events go (published or dropped; never kept). */
   readonly kvEvents: KVEventSink;
+  private readonly iterationStats = new IterationStatsBuilder();
+  private readonly iterationListeners = new Set<(stats: IterationStats) => void>();
   private connectorStats: Record<string, unknown> | null = null;
   private closed = false;
 
@@ -194,6 +197,7 @@ export class Engine {
     });
     this.scheduler.addRequest(request);
     this.outputs.addRequest(req.requestId, req.sampling);
+    this.iterationStats.addRequest(req.requestId, req.sampling.maxTokens);
     return request;
   }
 
@@ -207,22 +211,52 @@ export class Engine {
     });
     const update = this.scheduler.updateFromOutput(schedulerOutput, runnerOutput);
     this.kvEvents.drain(update.kvCacheEvents);
-    if (update.kvConnectorStats)
-      this.connectorStats = mergeStats(this.connectorStats ?? {}, update.kvConnectorStats);
-    return {
-      deltas: this.toDeltas(update.outputs),
-      numScheduledTokens: schedulerOutput.totalNumScheduledTokens,
-    };
+    const deltas = this.toDeltas(update.outputs);
+    this.publishIteration('step', deltas, update.kvConnectorStats);
+    return { deltas, numScheduledTokens: schedulerOutput.totalNumScheduledTokens };
   }
 
   /** Aborts requests (queued, running or loading); returns their final deltas. */
   abortRequests(requestIds: readonly string[]): RequestOutputDelta[] {
-    return this.toDeltas(this.scheduler.finishRequests(requestIds, 'FINISHED_ABORTED'));
+    const deltas = this.toDeltas(this.scheduler.finishRequests(requestIds, 'FINISHED_ABORTED'));
+    this.publishIteration('abort', deltas, null);
+    return deltas;
+  }
+
+  /** Calls `listener` with every iteration's stats; returns the unsubscribe function. */
+  onIterationStats(listener: (stats: IterationStats) => void): () => void {
+    this.iterationListeners.add(listener);
+    return () => this.iterationListeners.delete(listener);
+  }
+
+  /**
+   * Builds the iteration's stats and hands them to the listeners. The connector's stats of
+   * the step travel with them; only while nobody listens do they pile up for
+   * takeKvConnectorStats() (a listener that ignores them keeps memory flat).
+   */
+  private publishIteration(
+    kind: IterationStats['kind'],
+    deltas: readonly RequestOutputDelta[],
+    connectorStats: Record<string, unknown> | null,
+  ): void {
+    const stats = this.iterationStats.build(kind, deltas, connectorStats);
+    if (this.iterationListeners.size === 0) {
+      if (connectorStats) this.connectorStats = mergeStats(this.connectorStats ?? {}, connectorStats);
+      return;
+    }
+    if (deltas.length === 0 && !connectorStats) return;
+    for (const listener of this.iterationListeners) listener(stats);
   }
 
   /** Live requests, or finished ones whose KV hand-off still holds blocks. */
   hasWork(): boolean {
     return this.scheduler.hasRequests();
+  }
+
+  /** See Scheduler.resetPrefixCache; call between steps. */
+  resetPrefixCache(options: PrefixCacheReset = {}): boolean {
+    this.assertOpen();
+    return this.scheduler.resetPrefixCache(options);
   }
 
   schedulerStats(): SchedulerStats {
@@ -242,7 +276,10 @@ export class Engine {
     };
   }
 
-  /** Connector stats since the last call (numbers summed over steps), or null. */
+  /**
+   * Connector stats since the last call (numbers summed over steps), or null. While an
+   * iteration listener is registered the stats go to it instead, step by step.
+   */
   takeKvConnectorStats(): Record<string, unknown> | null {
     const stats = this.connectorStats;
     this.connectorStats = null;

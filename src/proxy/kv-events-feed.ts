@@ -9,6 +9,7 @@
  */
 
 import { KVEventSubscriber } from '../kv-events/subscriber.ts';
+import type { KVEventBatch } from '../kv-events/wire.ts';
 import { getLogger } from '../logging/logger.ts';
 import type { Backend } from './backend.ts';
 import type { KvBlockIndex } from './kv-index.ts';
@@ -75,15 +76,18 @@ export class KvEventsFeed {
       endpoint: source.endpoint,
       replayEndpoint: source.replayEndpoint,
       topic: source.topic,
-      onBatch: (batch) => {
-        this.index.apply(url, batch);
-        for (const e of batch.events) if (e.type === 'BlockStored') this.ledger.stored(url, e.blockHashes);
-      },
+      onBatch: (batch) => this.apply(url, batch),
       onReset: () => this.forget(backend),
     });
     this.#subs.set(url, { sub, source });
     log.info('following KV events of %s on %s', url, source.endpoint);
     void sub.replayFrom(0n);
+  }
+
+  /** One batch of `url`'s events: what it holds, and which routed prompts it has prefilled. */
+  apply(url: string, batch: KVEventBatch): void {
+    this.index.apply(url, batch);
+    for (const e of batch.events) if (e.type === 'BlockStored') this.ledger.stored(url, e.blockHashes);
   }
 
   /** The backend stopped answering: what it held may be gone (a restart empties the cache). */

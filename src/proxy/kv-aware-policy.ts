@@ -92,12 +92,12 @@ export class KvAwarePolicy implements RoutingPolicy {
     const { hashes, blockSize, load } = scored[i]!;
     const { feed, metrics } = this.#deps;
     feed.index.markPending(chosen.url, hashes, now + PENDING_MS);
-    const cachedBlocks = blockSize === 0 ? 0 : load.cachedTokens / blockSize;
-    feed.ledger.add(
-      chosen.url,
-      load.promptTokens - load.cachedTokens,
-      hashes.length > cachedBlocks ? hashes.at(-1)! : null,
-    );
+    // Queued until the BlockStored of its last uncached full block; a backend whose events are
+    // unknown never says, so its ticket lasts while the request is in flight. A prompt whose
+    // full blocks are all cached has next to nothing to prefill.
+    if (blockSize === 0) feed.ledger.add(chosen.url, load.promptTokens, null);
+    else if (hashes.length > load.cachedTokens / blockSize)
+      feed.ledger.add(chosen.url, load.promptTokens - load.cachedTokens, hashes.at(-1)!);
     const best = Math.max(...scored.map((s) => s.load.cachedTokens));
     metrics.kvAwareRoutes.inc({ matched: best > 0 ? 'true' : 'false' });
     metrics.kvAwareMatchedTokens.inc(load.cachedTokens);

@@ -18,8 +18,8 @@ import {
   type AgentMetadata,
   blockChecksum,
   type DescPair,
+  InThreadTransferAgent,
   shmRingImplementation,
-  TransferAgent,
 } from '../src/transfer/index.ts';
 
 const SELF = fileURLToPath(import.meta.url);
@@ -44,7 +44,7 @@ async function peer(
   chunkBytes: number,
 ): Promise<void> {
   setLogLevel('error');
-  const agent = await TransferAgent.create({ engineId: 'peer', backends: [backend], chunkBytes });
+  const agent = await InThreadTransferAgent.create({ engineId: 'peer', backends: [backend], chunkBytes });
   agent.registerMemory([region(blockBytes, numBlocks)]);
   const all = Array.from({ length: numBlocks }, (_, i) => i);
   agent.grantRead('all', { blockIds: all, peer: 'bench' });
@@ -116,7 +116,7 @@ async function measureTransport(
   chunkBytes: number,
 ): Promise<TransportResult> {
   const { proc, meta, cpuMicros } = await startPeer(backend, blockBytes, numBlocks, chunkBytes);
-  const agent = await TransferAgent.create({
+  const agent = await InThreadTransferAgent.create({
     engineId: 'bench',
     agentName: 'bench',
     backends: [backend],

@@ -72,9 +72,12 @@ static uint32_t fmix(uint32_t h) {
   return h ^ (h >> 16);
 }
 
-double kvhash_block(const uint8_t *p, size_t length) {
-  uint32_t lanes[LANES];
+static void init_lanes(uint32_t *lanes) {
   for (uint32_t j = 0; j < LANES; j++) lanes[j] = ((j + 1) * 0x9e3779b1u) ^ 0x5bd1e995u;
+}
+
+/* Steps over `length` bytes; only the last call for a block may pass a length that is not whole stripes. */
+static void step_bytes(uint32_t *lanes, const uint8_t *p, size_t length) {
   size_t whole = length / STRIPE;
   step_stripes(lanes, p, whole);
   size_t rest = length - whole * STRIPE;
@@ -83,6 +86,9 @@ double kvhash_block(const uint8_t *p, size_t length) {
     memcpy(tail, p + whole * STRIPE, rest);
     step_stripes(lanes, tail, 1);
   }
+}
+
+static double fold_lanes(const uint32_t *lanes, size_t length) {
   uint32_t lo = (uint32_t)length;
   uint32_t hi = (uint32_t)((uint64_t)length >> 32);
   for (uint32_t j = 0; j < LANES; j++) {
@@ -93,8 +99,32 @@ double kvhash_block(const uint8_t *p, size_t length) {
   return (double)(fmix(hi) & 0x1fffffu) * 4294967296.0 + (double)lo;
 }
 
+double kvhash_block(const uint8_t *p, size_t length) {
+  uint32_t lanes[LANES];
+  init_lanes(lanes);
+  step_bytes(lanes, p, length);
+  return fold_lanes(lanes, length);
+}
+
+/*
+ * Copies a block and returns the checksum of the copy. Each 4 KiB piece is hashed right after
+ * it is copied, from L1, so the destination is read back from cache and the pass costs little
+ * more than the copy (a whole-block copy then hash re-reads it from L2).
+ */
+#define COPY_PIECE 4096
+double kvhash_copy_block(uint8_t *dst, const uint8_t *src, size_t length) {
+  uint32_t lanes[LANES];
+  init_lanes(lanes);
+  for (size_t at = 0; at < length; at += COPY_PIECE) {
+    size_t n = length - at < COPY_PIECE ? length - at : COPY_PIECE;
+    memcpy(dst + at, src + at, n);
+    step_bytes(lanes, dst + at, n);
+  }
+  return fold_lanes(lanes, length);
+}
+
 /* The bytes of a Uint8Array argument (any backing store, shared or not). */
-static bool uint8_arg(napi_env env, napi_value v, const uint8_t **data, size_t *length) {
+bool uint8_arg(napi_env env, napi_value v, const uint8_t **data, size_t *length) {
   bool is_ta = false;
   napi_typedarray_type type;
   void *ptr = NULL;
@@ -147,6 +177,38 @@ napi_value kv_hash_blocks(napi_env env, napi_callback_info info) {
   }
   double *out = (double *)out_ptr;
   for (int64_t i = 0; i < count; i++) out[i] = kvhash_block(data + i * block_bytes, (size_t)block_bytes);
+  return NULL;
+}
+
+napi_value kv_copy_hash(napi_env env, napi_callback_info info) {
+  size_t argc = 5;
+  napi_value argv[5];
+  const uint8_t *dst = NULL, *src = NULL;
+  size_t dst_length = 0, src_length = 0;
+  int64_t block_bytes = 0, count = 0;
+  napi_typedarray_type out_type;
+  size_t out_length = 0;
+  void *out_ptr = NULL;
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc != 5 ||
+      !uint8_arg(env, argv[0], &dst, &dst_length) || !uint8_arg(env, argv[1], &src, &src_length) ||
+      napi_get_value_int64(env, argv[2], &block_bytes) != napi_ok ||
+      napi_get_value_int64(env, argv[3], &count) != napi_ok ||
+      napi_get_typedarray_info(env, argv[4], &out_type, &out_length, &out_ptr, NULL, NULL) != napi_ok ||
+      out_type != napi_float64_array) {
+    napi_throw_type_error(env, NULL, "copyHash(dst, src, blockBytes, count, out) takes two Uint8Arrays, two integers and a Float64Array");
+    return NULL;
+  }
+  if (block_bytes <= 0 || count < 0 || (uint64_t)count > out_length ||
+      (uint64_t)block_bytes * (uint64_t)count > dst_length ||
+      (uint64_t)block_bytes * (uint64_t)count > src_length) {
+    napi_throw_range_error(env, NULL, "copyHash: the blocks do not fit in dst, src or out");
+    return NULL;
+  }
+  double *out = (double *)out_ptr;
+  for (int64_t i = 0; i < count; i++) {
+    size_t at = (size_t)(i * block_bytes);
+    out[i] = kvhash_copy_block((uint8_t *)dst + at, src + at, (size_t)block_bytes);
+  }
   return NULL;
 }
 

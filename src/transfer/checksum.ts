@@ -1,7 +1,7 @@
 /**
  * Per-block checksum: a 53-bit multiply–xorshift hash over 32 u32 lanes. Three
  * implementations give identical values, the first available is used:
- * - the optional native addon (native/kvshm.c, `hash`/`hashBlocks`), which reads the block
+ * - the optional native addon (native/kvhash.c, `hash`/`hashBlocks`/`copyHash`), which reads the block
  *   in place, SharedArrayBuffer included (off with KVCONNECT_DISABLE_NATIVE_HASH=1, or with
  *   KVCONNECT_DISABLE_NATIVE=1 which turns off the whole addon);
  * - WebAssembly SIMD (8 × i32x4) emitted by wasm-hash-module.ts. WASM cannot read the
@@ -56,17 +56,21 @@ function instantiate(): WasmHasher | null {
   }
 }
 
-/** The hash exports of native/kvshm.c (absent from an addon built before them). */
+/** The hash exports of native/kvhash.c (absent from an addon built before them). */
 interface NativeHash {
   hash(bytes: Uint8Array): number;
   hashBlocks(bytes: Uint8Array, blockBytes: number, count: number, out: Float64Array): void;
+  copyHash(dst: Uint8Array, src: Uint8Array, blockBytes: number, count: number, out: Float64Array): void;
 }
 
 function nativeHasher(): NativeHash | null {
   if (process.env['KVCONNECT_DISABLE_NATIVE_HASH'] === '1') return null;
   const mod = nativeAddon as Partial<NativeHash> | null;
-  if (typeof mod?.hash !== 'function' || typeof mod.hashBlocks !== 'function') return null;
-  return mod as NativeHash;
+  const ok =
+    typeof mod?.hash === 'function' &&
+    typeof mod.hashBlocks === 'function' &&
+    typeof mod.copyHash === 'function';
+  return ok ? (mod as NativeHash) : null;
 }
 
 const native = nativeHasher();
@@ -115,4 +119,23 @@ export function blockChecksums(bytes: Uint8Array, blockBytes: number, count: num
   for (let i = 0; i < count; i++)
     out[i] = blockChecksum(bytes.subarray(i * blockBytes, (i + 1) * blockBytes));
   return out;
+}
+
+/**
+ * Copies `count` blocks of `src` into `dst` and returns the checksums of the copies, each
+ * block hashed piece by piece right after its copy while it is in L1 (one native call).
+ */
+export function copyAndChecksum(
+  dst: Uint8Array,
+  src: Uint8Array,
+  blockBytes: number,
+  count: number,
+): number[] {
+  if (native && count > 0 && blockBytes * count <= Math.min(dst.length, src.length)) {
+    if (batchOut.length < count) batchOut = new Float64Array(count);
+    native.copyHash(dst, src, blockBytes, count, batchOut);
+    return Array.from(batchOut.subarray(0, count));
+  }
+  dst.set(src.subarray(0, blockBytes * count));
+  return blockChecksums(dst, blockBytes, count);
 }

@@ -11,10 +11,11 @@
  * either mode: the file and the control frames are the same.
  */
 import { closeSync, fstatSync, ftruncateSync, openSync, readSync, unlinkSync, writeSync } from 'node:fs';
-import { join } from 'node:path';
+import { basename, dirname, join } from 'node:path';
 import { newNonce } from './auth.ts';
 import { blockChecksum } from './checksum.ts';
 import { nativeShm } from './native-shm.ts';
+import { ProtocolError } from './protocol-error.ts';
 
 interface Chunk {
   readonly offset: number;
@@ -154,6 +155,14 @@ export class ShmRingWriter {
     this.#mem = null;
     this.release(0);
   }
+}
+
+/** Throws ProtocolError unless a peer's ring path names a staging ring file in `shmDir`. */
+export function checkRingPath(path: string | undefined, shmDir: string): string {
+  if (path === undefined || dirname(path) !== shmDir || !/^kvconnect-[\w-]+\.ring$/.test(basename(path))) {
+    throw new ProtocolError('shm ring path outside the staging directory');
+  }
+  return path;
 }
 
 export class ShmRingReader {

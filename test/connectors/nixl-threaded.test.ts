@@ -6,7 +6,7 @@ import { parseNixlOptions } from '../../src/connectors/nixl/options.ts';
 import { LLM } from '../../src/engine/llm.ts';
 import type { LocalExecutor } from '../../src/engine/runner/local-executor.ts';
 import { isKVError } from '../../src/errors/index.ts';
-import { ThreadedTransferAgent } from '../../src/transfer/threaded.ts';
+import { ThreadedTransferAgent } from '../../src/transfer/index.ts';
 import {
   engineOptions,
   GREEDY,

@@ -5,8 +5,14 @@
 import assert from 'node:assert/strict';
 import { readdirSync } from 'node:fs';
 import { after, describe, it } from 'node:test';
-import { type DescPair, TransferAgent, type TransferAgentOptions } from '../../src/transfer/index.ts';
+import {
+  type DescPair,
+  InThreadTransferAgent,
+  isRetryableRefusal,
+  type TransferAgentOptions,
+} from '../../src/transfer/index.ts';
 import { blocksEqual, makeRegion } from './pattern.ts';
+import { until } from './wait.ts';
 
 const BB = 4096;
 const N = 64;
@@ -14,22 +20,14 @@ const D: DescPair[] = [{ localRegion: 0, localFirst: 10, remoteRegion: 0, remote
 const GRANTED = [20, 21, 22];
 
 async function pair(backend: string, owner: Partial<TransferAgentOptions> = {}) {
-  const a = await TransferAgent.create({ engineId: 'A', backends: [backend] });
-  const b = await TransferAgent.create({ engineId: 'B', backends: [backend], ...owner });
+  const a = await InThreadTransferAgent.create({ engineId: 'A', backends: [backend] });
+  const b = await InThreadTransferAgent.create({ engineId: 'B', backends: [backend], ...owner });
   const ra = [makeRegion(0, BB, N, 1)];
   const rb = [makeRegion(0, BB, N, 2)];
   a.registerMemory(ra);
   b.registerMemory(rb);
   const remote = a.addRemoteAgent(b.metadata());
   return { a, b, ra, rb, remote, close: () => Promise.all([a.close(), b.close()]) };
-}
-
-async function until(check: () => boolean, what: string, timeoutMs = 3000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!check()) {
-    if (Date.now() > deadline) assert.fail(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 2));
-  }
 }
 
 const shmFilesBefore = readdirSync('/dev/shm').filter((f) => f.startsWith('kvconnect-')).length;
@@ -66,7 +64,7 @@ for (const backend of ['TCP', 'SHM']) {
         const waited = performance.now() - started;
         assert.equal(st.state, 'ERR');
         assert.match(st.reason ?? '', /READ refused: no read grant 'never' yet \(waited 150 ms\)/);
-        assert.ok(TransferAgent.isRetryableRefusal(st.reason));
+        assert.ok(isRetryableRefusal(st.reason));
         assert.ok(waited >= 140, `refused after ${waited.toFixed(0)} ms, before the wait ended`);
         assert.deepEqual(st.failedBlockIds, [10, 11, 12]);
         assert.equal(p.b.waitingReads, 0);
@@ -81,8 +79,9 @@ for (const backend of ['TCP', 'SHM']) {
         p.b.grantRead('done', { blockIds: GRANTED });
         assert.equal((await p.a.waitFor(p.a.read(p.remote, D, { grantKey: 'done' }))).state, 'DONE');
         assert.ok(p.b.revokeGrant('done'));
-        p.b.grantRead('lapsed', { blockIds: GRANTED, expiresAt: Date.now() + 20 });
-        await new Promise((r) => setTimeout(r, 40));
+        const lapsesAt = Date.now() + 20;
+        p.b.grantRead('lapsed', { blockIds: GRANTED, expiresAt: lapsesAt });
+        await until(() => Date.now() > lapsesAt, "the lease of 'lapsed' to pass");
         for (const key of ['done', 'lapsed']) {
           const started = performance.now();
           const st = await p.a.waitFor(p.a.read(p.remote, D, { grantKey: key }));
@@ -91,7 +90,7 @@ for (const backend of ['TCP', 'SHM']) {
             st.reason ?? '',
             new RegExp(`no live read grant '${key}' \\(it was revoked or has expired\\)`),
           );
-          assert.equal(TransferAgent.isRetryableRefusal(st.reason), false);
+          assert.equal(isRetryableRefusal(st.reason), false);
           assert.ok(performance.now() - started < 2000, `${key}: refusal waited for the grant`);
         }
         assert.equal(p.b.waitingReads, 0);
@@ -112,7 +111,7 @@ for (const backend of ['TCP', 'SHM']) {
         p.b.grantRead('stranger', { peer: 'Z', blockIds: GRANTED });
         const [d, n, s] = await Promise.all([dropped, narrow, stranger].map((h) => p.a.waitFor(h)));
         assert.match(d!.reason ?? '', /no live read grant 'dropped'/);
-        assert.equal(TransferAgent.isRetryableRefusal(d!.reason), false);
+        assert.equal(isRetryableRefusal(d!.reason), false);
         assert.match(n!.reason ?? '', /read grant 'narrow' does not cover the requested blocks/);
         assert.match(s!.reason ?? '', /read grant 'stranger' does not cover the requested blocks/);
         assert.equal(p.b.waitingReads, 0);
@@ -133,7 +132,7 @@ for (const backend of ['TCP', 'SHM']) {
           third.reason ?? '',
           /no read grant 'k3' yet, and A-rank0 already has 2 transfers waiting/,
         );
-        assert.ok(TransferAgent.isRetryableRefusal(third.reason));
+        assert.ok(isRetryableRefusal(third.reason));
         p.b.grantRead('k1', { blockIds: GRANTED });
         assert.equal((await p.a.waitFor(first)).state, 'DONE');
         assert.equal(p.b.waitingReads, 1);
@@ -149,7 +148,7 @@ for (const backend of ['TCP', 'SHM']) {
       try {
         const st = await p.a.waitFor(p.a.read(p.remote, D, { grantKey: 'later' }));
         assert.equal(st.state, 'ERR');
-        assert.ok(TransferAgent.isRetryableRefusal(st.reason), st.reason);
+        assert.ok(isRetryableRefusal(st.reason), st.reason);
         assert.equal(p.b.waitingReads, 0);
       } finally {
         await p.close();
@@ -159,6 +158,9 @@ for (const backend of ['TCP', 'SHM']) {
 }
 
 it('rejects a grantWaitMs that is not a duration', async () => {
-  await assert.rejects(TransferAgent.create({ engineId: 'X', grantWaitMs: -1 }), /grantWaitMs/);
-  await assert.rejects(TransferAgent.create({ engineId: 'X', grantWaitMs: Number.NaN }), /grantWaitMs/);
+  await assert.rejects(InThreadTransferAgent.create({ engineId: 'X', grantWaitMs: -1 }), /grantWaitMs/);
+  await assert.rejects(
+    InThreadTransferAgent.create({ engineId: 'X', grantWaitMs: Number.NaN }),
+    /grantWaitMs/,
+  );
 });

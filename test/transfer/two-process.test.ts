@@ -4,7 +4,8 @@ import { createInterface, type Interface } from 'node:readline';
 import { describe, it } from 'node:test';
 import { crc32 } from 'node:zlib';
 import { setLogLevel } from '../../src/logging/logger.ts';
-import { type AgentMetadata, TransferAgent } from '../../src/transfer/index.ts';
+import { type AgentMetadata, InThreadTransferAgent } from '../../src/transfer/index.ts';
+import { mappableSharedMemory } from '../../src/util/shared-memory.ts';
 import { fillPattern, makeRegion } from './pattern.ts';
 
 setLogLevel('silent');
@@ -61,10 +62,11 @@ async function startChild(
 async function readsAndWrites(backend: string, env: Record<string, string>): Promise<void> {
   const N = 256;
   const child = await startChild(backend, N, 9, env);
-  const agent = await TransferAgent.create({
+  const agent = await InThreadTransferAgent.create({
     engineId: 'parent',
     agentName: 'parent',
     backends: [backend],
+    ...(env['PEER_RING_BYTES'] ? { ringBytes: Number(env['PEER_RING_BYTES']) } : {}),
   });
   const local = makeRegion(0, BB, N, 5);
   agent.registerMemory([local]);
@@ -100,13 +102,22 @@ async function readsAndWrites(backend: string, env: Record<string, string>): Pro
 }
 
 /**
- * The child runs each data-path variant the parent may meet: over shm, a peer without the
- * native ring (its ring is a file, the parent's is mapped when the addon is built); over
+ * The child runs each data-path variant the parent may meet: over shm, KV memory mapped
+ * across the processes (with rings too small for a chunk, so nothing can go through them),
+ * a peer whose KV memory cannot be mapped (the parent's chunks still are; its own go
+ * through the ring), and a peer without the native addon at all (its ring is a file); over
  * tcp, a peer that reads accepted sockets the plain way.
  */
 const VARIANTS: Record<string, Record<string, Record<string, string>>> = {
   TCP: { default: {}, 'accepted sockets not adopted': { KVCONNECT_DISABLE_SOCKET_ADOPT: '1' } },
-  SHM: { default: {}, 'peer without the native ring': { KVCONNECT_DISABLE_NATIVE: '1' } },
+  SHM: {
+    default: {},
+    ...(mappableSharedMemory
+      ? { 'KV memory mapped across processes, no ring': { PEER_RING_BYTES: String(64 << 10) } }
+      : {}),
+    'peer whose KV memory cannot be mapped': { KVCONNECT_DISABLE_KV_MAP: '1' },
+    'peer without the native addon': { KVCONNECT_DISABLE_NATIVE: '1' },
+  },
 };
 
 for (const backend of ['TCP', 'SHM']) {
@@ -120,7 +131,7 @@ for (const backend of ['TCP', 'SHM']) {
     it('fails an in-flight READ with ERR, in bounded time, when the peer is killed', async () => {
       const N = 1024;
       const child = await startChild(backend, N, 3);
-      const agent = await TransferAgent.create({
+      const agent = await InThreadTransferAgent.create({
         engineId: 'parent',
         agentName: 'parent',
         backends: [backend],

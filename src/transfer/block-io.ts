@@ -74,7 +74,6 @@ export class IncomingRuns {
   readonly #regions: ReadonlyMap<number, MemoryRegion>;
   readonly #state: Uint8Array[];
   #remaining: number;
-  #bad = 0;
   #partial: PartialFrame | null = null;
 
   constructor(runs: readonly BlockRun[], regions: ReadonlyMap<number, MemoryRegion>) {
@@ -119,23 +118,14 @@ export class IncomingRuns {
     const sums = !complete ? null : (landedSums ?? checksumsFrom(view, bb, f.count, early));
     const state = this.#state[f.run]!;
     for (let i = 0; i < f.count; i++) {
-      const before = state[f.block + i];
-      if (before === PENDING) this.#remaining--;
-      else if (before === BAD) this.#bad--;
-      const verdict = sums !== null && sums[i] === f.sums[i] ? OK : BAD;
-      if (verdict === BAD) this.#bad++;
-      state[f.block + i] = verdict;
+      if (state[f.block + i] === PENDING) this.#remaining--;
+      state[f.block + i] = sums !== null && sums[i] === f.sums[i] ? OK : BAD;
     }
   }
 
   /** Every block has landed (verified or not). */
   get complete(): boolean {
     return this.#remaining === 0;
-  }
-
-  /** Every block has landed and verified. */
-  get verified(): boolean {
-    return this.#remaining === 0 && this.#bad === 0;
   }
 
   /** Blocks not verified OK (bad or never arrived), per region, as [descIndex, offset] too. */

@@ -20,6 +20,7 @@
 
 import { nativeAddon } from '../util/native-addon.ts';
 import { foldLanes, initLanes, referenceHash } from './checksum-reference.ts';
+import { copyBytes } from './copy-bytes.ts';
 import {
   DATA_OFFSET,
   hashModuleBytes,
@@ -136,6 +137,6 @@ export function copyAndChecksum(
     native.copyHash(dst, src, blockBytes, count, batchOut);
     return Array.from(batchOut.subarray(0, count));
   }
-  dst.set(src.subarray(0, blockBytes * count));
+  copyBytes(dst, src.subarray(0, blockBytes * count));
   return blockChecksums(dst, blockBytes, count);
 }

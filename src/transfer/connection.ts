@@ -82,10 +82,14 @@ export class FramedConnection<F extends Header> {
     let length = 0;
     for (const p of payload) length += p.length;
     const s = this.socket;
-    s.cork();
-    s.write(encodePrefixAndHeader(header, length));
-    for (const p of payload) s.write(p);
-    s.uncork();
+    if (payload.length === 0) {
+      s.write(encodePrefixAndHeader(header, 0));
+    } else {
+      s.cork();
+      s.write(encodePrefixAndHeader(header, length));
+      for (const p of payload) s.write(p);
+      s.uncork();
+    }
     if (s.writableLength < DRAIN_THRESHOLD) return undefined;
     return new Promise((resolve) => {
       const done = (): void => {

@@ -69,7 +69,6 @@ export type AgentFrame =
     }
   | DataFrame
   | { readonly type: 'write_end'; readonly xfer: number }
-  | { readonly type: 'read_done'; readonly xfer: number }
   | {
       readonly type: 'write_done';
       readonly xfer: number;
@@ -256,8 +255,7 @@ export function parseAgentFrame(raw: Raw): AgentFrame {
     case 'data':
       return dataFrame(raw);
     case 'write_end':
-    case 'read_done':
-      return { type: raw['type'], xfer: uint(raw, 'xfer') };
+      return { type: 'write_end', xfer: uint(raw, 'xfer') };
     case 'write_done':
       return {
         type: 'write_done',

@@ -12,6 +12,8 @@
  * Lengths are checked against hard limits before anything is allocated; a violation
  * throws FramingError and the caller closes that connection.
  */
+import { copyBytes } from './copy-bytes.ts';
+
 export const FRAME_MAGIC = 0x4b565846; // 'KVXF'
 export const FRAME_VERSION = 1;
 export const PREFIX_BYTES = 16;
@@ -94,7 +96,7 @@ export class FrameDecoder<H extends Header> {
         if (this.#filled === this.#header.length) this.#onHeader();
       } else {
         const n = Math.min(this.#payloadLength - this.#filled, chunk.length - pos);
-        this.#dest?.set(chunk.subarray(pos, pos + n), this.#filled);
+        if (this.#dest !== null) copyBytes(this.#dest, chunk.subarray(pos, pos + n), this.#filled);
         this.#filled += n;
         pos += n;
         this.#progress();

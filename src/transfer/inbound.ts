@@ -195,11 +195,12 @@ export class InboundSession {
     void link.sendControl({ type: 'xfer_err', xfer, reason: `READ refused: ${reason}` }).catch(() => {});
   }
 
+  /** Sends every block, or closes the connection (so the reader never waits for a missing block). */
   #serveRead(link: PeerLink, xfer: number, runs: readonly BlockRun[]): void {
     const c = this.#core;
-    void sendRuns(link, c.regions, c.chunkBytes, xfer, runs, c.outgoingHook)
-      .then(() => link.sendControl({ type: 'read_done', xfer }))
-      .catch((e: unknown) => this.#conn.close(`serving READ ${xfer} failed: ${String(e)}`));
+    sendRuns(link, c.regions, c.chunkBytes, xfer, runs, c.outgoingHook).catch((e: unknown) =>
+      this.#conn.close(`serving READ ${xfer} failed: ${String(e)}`),
+    );
   }
 
   #onWrite(link: PeerLink, xfer: number, wire: readonly WireRun[], notification: string | undefined): void {

@@ -116,13 +116,16 @@ export class OutboundPeer {
       count: d.count,
     }));
     const notif = t.notification === undefined ? {} : { notif: t.notification };
-    void link
-      .sendControl({ type: 'write', xfer: t.id, runs, ...notif })
-      .then(() =>
-        sendRuns(link, this.#core.regions, this.#core.chunkBytes, t.id, local, this.#core.outgoingHook),
-      )
-      .then(() => link.sendControl({ type: 'write_end', xfer: t.id }))
-      .catch(fail);
+    const c = this.#core;
+    const send = (): void => {
+      link.sendControl({ type: 'write', xfer: t.id, runs, ...notif }).catch(fail);
+      sendRuns(link, c.regions, c.chunkBytes, t.id, local, c.outgoingHook).catch(fail);
+      link.sendControl({ type: 'write_end', xfer: t.id }).catch(fail);
+    };
+    // Sends are queued in order on the link. A WRITE of one chunk leaves in one syscall;
+    // a larger one must not hold its first chunks back while later ones are hashed.
+    if (t.bytes <= c.chunkBytes) link.corked(send);
+    else send();
   }
 
   notify(message: string): Promise<void> {
@@ -164,11 +167,6 @@ export class OutboundPeer {
       case 'data':
         this.#onData(f, payload);
         return;
-      case 'read_done': {
-        const t = this.#inflight.get(f.xfer);
-        if (t) this.#finish(t, t.incoming.complete ? undefined : 'short read: some blocks never arrived');
-        return;
-      }
       case 'write_done': {
         const t = this.#inflight.get(f.xfer);
         if (t) this.#onWriteDone(t, f.bad);
@@ -184,7 +182,10 @@ export class OutboundPeer {
     }
   }
 
-  /** A READ completes as soon as its last block landed verified, without waiting for read_done. */
+  /**
+   * A READ completes when its last block has landed (verified or not): the server sends every
+   * block or closes the connection, so there is no end marker to wait for.
+   */
   #onData(f: DataFrame, payload: Uint8Array | null): void {
     const t = this.#reading(f.xfer);
     if (this.#link.transport === 'shm' || f.ring || f.src) {
@@ -193,7 +194,7 @@ export class OutboundPeer {
     } else if (t && payload) {
       t.incoming.landed(f, payload, true);
     }
-    if (t?.incoming.verified) this.#finish(t, undefined);
+    if (t?.incoming.complete) this.#finish(t, undefined);
   }
 
   #onWriteDone(t: OutboundTransfer, bad: readonly (readonly [number, number])[]): void {
@@ -227,7 +228,7 @@ export class OutboundPeer {
     if (t.kind === 'READ') {
       failed = allFailed ? localBlocks(t.descs) : t.incoming.failed().byRegion;
       if (reason === undefined && failed.length > 0) reason = 'block checksum mismatch';
-      // Every block landed and verified: the data is valid even if the end marker was lost.
+      // Every block landed and verified: the data is valid whatever happened afterwards.
       if (failed.length === 0) reason = undefined;
     } else {
       failed = localBlocks(t.descs, writeBad);

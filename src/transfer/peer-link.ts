@@ -36,6 +36,11 @@ const FILE_PIECE_BYTES = 256 << 10;
  */
 const KV_WINDOW_BYTES = 16 << 20;
 
+/** Received shm bytes after which acks go out at once (a large transfer is flowing). */
+const ACK_EAGER_BYTES = 1 << 20;
+/** Longest a small transfer's ack waits for a frame to ride with. */
+const ACK_LAZY_MS = 5;
+
 export class PeerLink {
   readonly conn: FramedConnection<AgentFrame>;
   readonly transport: TransportName;
@@ -51,12 +56,15 @@ export class PeerLink {
   #kvOutstanding = 0;
   #kvWake: (() => void) | null = null;
   #pendingAcks = 0;
-  #ackScheduled = false;
+  #pendingAckBytes = 0;
+  #ackImmediate: NodeJS.Immediate | null = null;
+  #ackTimer: NodeJS.Timeout | null = null;
 
   constructor(conn: FramedConnection<AgentFrame>, transport: TransportName) {
     this.conn = conn;
     this.transport = transport;
     conn.onClose(() => {
+      this.#flushAcksNow();
       this.ringOut?.close();
       this.ringIn?.close();
       this.peerKv?.close();
@@ -99,7 +107,21 @@ export class PeerLink {
   }
 
   sendControl(header: Exclude<AgentFrame, DataFrame>): Promise<void> {
-    return this.enqueue(() => this.conn.send(header));
+    return this.enqueue(() => {
+      this.#flushAcksNow();
+      return this.conn.send(header);
+    });
+  }
+
+  /** Runs `fn`, so that every frame it sends at once leaves in one write (syscall) with the others. */
+  corked(fn: () => void): void {
+    const s = this.conn.socket;
+    s.cork();
+    try {
+      fn();
+    } finally {
+      s.uncork();
+    }
   }
 
   /**
@@ -109,6 +131,7 @@ export class PeerLink {
    */
   sendData(make: () => DataChunk): Promise<void> {
     return this.enqueue(() => {
+      this.#flushAcksNow();
       const chunk = make();
       const { header, view, wire, blockBytes, count } = chunk;
       if (this.transport === 'tcp') {
@@ -189,18 +212,39 @@ export class PeerLink {
     } else {
       throw new ProtocolError('shm data frame names neither a ring nor mapped memory');
     }
-    this.#pendingAcks++;
-    if (!this.#ackScheduled) {
-      this.#ackScheduled = true;
-      setImmediate(() => this.#flushAcks());
-    }
+    this.#scheduleAck(
+      frame.count * (runs?.pieceBytes ?? 0) || (frame.ring?.length ?? 0),
+      frame.ring !== undefined,
+    );
     return sums === undefined ? { view, ok } : { view, ok, sums };
   }
 
-  #flushAcks(): void {
-    this.#ackScheduled = false;
+  /**
+   * Acks are batched: after a socket read's frames when a large transfer is flowing (the
+   * sender's ring or window waits for them), otherwise with the next frame this side sends,
+   * or within ACK_LAZY_MS, so a small transfer costs the sender no extra wake-up.
+   */
+  #scheduleAck(bytes: number, ring: boolean): void {
+    this.#pendingAcks++;
+    this.#pendingAckBytes += bytes;
+    // A small ring fills before ACK_EAGER_BYTES arrive: ack once a quarter of it is held.
+    const eager = ring && this.ringIn ? Math.min(ACK_EAGER_BYTES, this.ringIn.size / 4) : ACK_EAGER_BYTES;
+    if (this.#pendingAckBytes >= eager) {
+      if (this.#ackImmediate === null) this.#ackImmediate = setImmediate(() => this.#flushAcksNow());
+    } else if (this.#ackTimer === null) {
+      this.#ackTimer = setTimeout(() => this.#flushAcksNow(), ACK_LAZY_MS);
+      this.#ackTimer.unref();
+    }
+  }
+
+  #flushAcksNow(): void {
+    if (this.#ackImmediate !== null) clearImmediate(this.#ackImmediate);
+    if (this.#ackTimer !== null) clearTimeout(this.#ackTimer);
+    this.#ackImmediate = null;
+    this.#ackTimer = null;
     const count = this.#pendingAcks;
     this.#pendingAcks = 0;
+    this.#pendingAckBytes = 0;
     if (count > 0 && !this.conn.closed) this.conn.send({ type: 'ack', count });
   }
 

@@ -2,11 +2,9 @@
  * Runs the transfer-agent conformance suite (conformance.ts) over every agent variant and
  * data path: {in-thread, threaded} × {tcp, shm from the peer's mapped KV, shm through the ring}.
  */
-import assert from 'node:assert/strict';
-import { readdirSync } from 'node:fs';
-import { after } from 'node:test';
 import { setLogLevel } from '../../src/logging/logger.ts';
 import { type AgentVariant, transferAgentConformance } from './conformance.ts';
+import { assertNoRingsLeftBehind } from './shm-files.ts';
 
 setLogLevel('silent');
 
@@ -19,8 +17,6 @@ const VARIANTS: AgentVariant[] = [false, true].flatMap((thread) => {
   ] as const;
 });
 
-const shmFiles = () => readdirSync('/dev/shm').filter((f) => f.startsWith('kvconnect-')).length;
-const shmFilesBefore = shmFiles();
-after(() => assert.equal(shmFiles(), shmFilesBefore, 'shm staging files must not be left behind'));
+assertNoRingsLeftBehind();
 
 for (const variant of VARIANTS) transferAgentConformance(variant);

@@ -3,8 +3,7 @@
  * and per peer) instead of being refused; a READ naming a grant that ended is refused at once.
  */
 import assert from 'node:assert/strict';
-import { readdirSync } from 'node:fs';
-import { after, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import {
   type DescPair,
   InThreadTransferAgent,
@@ -12,6 +11,7 @@ import {
   type TransferAgentOptions,
 } from '../../src/transfer/index.ts';
 import { blocksEqual, makeRegion } from './pattern.ts';
+import { assertNoRingsLeftBehind } from './shm-files.ts';
 import { until } from './wait.ts';
 
 const BB = 4096;
@@ -30,11 +30,7 @@ async function pair(backend: string, owner: Partial<TransferAgentOptions> = {}) 
   return { a, b, ra, rb, remote, close: () => Promise.all([a.close(), b.close()]) };
 }
 
-const shmFilesBefore = readdirSync('/dev/shm').filter((f) => f.startsWith('kvconnect-')).length;
-after(() => {
-  const left = readdirSync('/dev/shm').filter((f) => f.startsWith('kvconnect-')).length;
-  assert.equal(left, shmFilesBefore, 'shm staging files must not be left behind');
-});
+assertNoRingsLeftBehind();
 
 for (const backend of ['TCP', 'SHM']) {
   describe(`grant wait over ${backend}`, () => {

@@ -1,9 +1,9 @@
 import assert from 'node:assert/strict';
-import { readdirSync } from 'node:fs';
-import { after, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import { isKVError } from '../../src/errors/index.ts';
 import { InThreadTransferAgent, ThreadedTransferAgent } from '../../src/transfer/index.ts';
 import { makeRegion } from './pattern.ts';
+import { assertNoRingsLeftBehind } from './shm-files.ts';
 import { until } from './wait.ts';
 
 const BB = 4096;
@@ -13,11 +13,7 @@ function regions(seed: number) {
   return [makeRegion(0, BB, N, seed), makeRegion(1, 2 * BB, N, seed + 1)];
 }
 
-const shmFilesBefore = readdirSync('/dev/shm').filter((f) => f.startsWith('kvconnect-')).length;
-after(() => {
-  const left = readdirSync('/dev/shm').filter((f) => f.startsWith('kvconnect-')).length;
-  assert.equal(left, shmFilesBefore, 'shm staging files must not be left behind');
-});
+assertNoRingsLeftBehind();
 
 describe('threaded transfer agent, beyond the conformance suite', () => {
   it('refuses memory that is not in a SharedArrayBuffer', async () => {

@@ -68,37 +68,42 @@ async function readsAndWrites(backend: string, env: Record<string, string>): Pro
     backends: [backend],
     ...(env['PEER_RING_BYTES'] ? { ringBytes: Number(env['PEER_RING_BYTES']) } : {}),
   });
-  const local = makeRegion(0, BB, N, 5);
-  agent.registerMemory([local]);
-  const remote = agent.addRemoteAgent(child.meta);
-  assert.equal(agent.transportFor(remote), backend.toLowerCase());
-  if (env['KVCONNECT_DISABLE_NATIVE'] === '1') {
-    assert.equal((JSON.parse(await child.ask('impl')) as { native: boolean }).native, false);
-  }
-  const expected = new Uint8Array(N * BB);
-  fillPattern(expected, BB, 9);
-  const reads = [
-    [10, 100, 50],
-    [70, 3, 5],
-    [200, 160, 40],
-  ] as const;
-  const hs = reads.map(([l, r, n]) =>
-    agent.read(remote, [{ localRegion: 0, localFirst: l, remoteRegion: 0, remoteFirst: r, count: n }]),
-  );
-  for (const h of hs) assert.equal((await agent.waitFor(h)).state, 'DONE');
-  for (const [l, r, n] of reads) {
-    assert.ok(
-      Buffer.from(local.bytes.subarray(l * BB, (l + n) * BB)).equals(expected.subarray(r * BB, (r + n) * BB)),
+  try {
+    const local = makeRegion(0, BB, N, 5);
+    agent.registerMemory([local]);
+    const remote = agent.addRemoteAgent(child.meta);
+    assert.equal(agent.transportFor(remote), backend.toLowerCase());
+    if (env['KVCONNECT_DISABLE_NATIVE'] === '1') {
+      assert.equal((JSON.parse(await child.ask('impl')) as { native: boolean }).native, false);
+    }
+    const expected = new Uint8Array(N * BB);
+    fillPattern(expected, BB, 9);
+    const reads = [
+      [10, 100, 50],
+      [70, 3, 5],
+      [200, 160, 40],
+    ] as const;
+    const hs = reads.map(([l, r, n]) =>
+      agent.read(remote, [{ localRegion: 0, localFirst: l, remoteRegion: 0, remoteFirst: r, count: n }]),
     );
+    for (const h of hs) assert.equal((await agent.waitFor(h)).state, 'DONE');
+    for (const [l, r, n] of reads) {
+      assert.ok(
+        Buffer.from(local.bytes.subarray(l * BB, (l + n) * BB)).equals(
+          expected.subarray(r * BB, (r + n) * BB),
+        ),
+      );
+    }
+    const w = agent.write(remote, [
+      { localRegion: 0, localFirst: 0, remoteRegion: 0, remoteFirst: 128, count: 100 },
+    ]);
+    assert.equal((await agent.waitFor(w)).state, 'DONE');
+    const want = crc32(local.bytes.subarray(0, 100 * BB));
+    assert.equal(Number(await child.ask('crc 128 100')), want);
+  } finally {
+    await agent.close();
+    await child.stop();
   }
-  const w = agent.write(remote, [
-    { localRegion: 0, localFirst: 0, remoteRegion: 0, remoteFirst: 128, count: 100 },
-  ]);
-  assert.equal((await agent.waitFor(w)).state, 'DONE');
-  const want = crc32(local.bytes.subarray(0, 100 * BB));
-  assert.equal(Number(await child.ask('crc 128 100')), want);
-  await agent.close();
-  await child.stop();
 }
 
 /**
@@ -136,25 +141,28 @@ for (const backend of ['TCP', 'SHM']) {
         agentName: 'parent',
         backends: [backend],
       });
-      const local = makeRegion(0, BB, N, 5);
-      agent.registerMemory([local]);
-      const remote = agent.addRemoteAgent(child.meta);
-      assert.equal(await child.ask('die-after 8'), 'ok');
-      const t0 = Date.now();
-      const h = agent.read(remote, [
-        { localRegion: 0, localFirst: 0, remoteRegion: 0, remoteFirst: 0, count: N },
-      ]);
-      const s = await agent.waitFor(h);
-      assert.equal(s.state, 'ERR');
-      assert.match(s.reason ?? '', /connection .* lost/);
-      assert.ok(
-        s.failedBlockIds.length > 0 && s.failedBlockIds.length < N,
-        `${s.failedBlockIds.length} failed`,
-      );
-      assert.ok(s.failedBlockIds.includes(N - 1));
-      assert.ok(Date.now() - t0 < 5000);
-      await child.stop();
-      await agent.close();
+      try {
+        const local = makeRegion(0, BB, N, 5);
+        agent.registerMemory([local]);
+        const remote = agent.addRemoteAgent(child.meta);
+        assert.equal(await child.ask('die-after 8'), 'ok');
+        const t0 = Date.now();
+        const h = agent.read(remote, [
+          { localRegion: 0, localFirst: 0, remoteRegion: 0, remoteFirst: 0, count: N },
+        ]);
+        const s = await agent.waitFor(h);
+        assert.equal(s.state, 'ERR');
+        assert.match(s.reason ?? '', /connection .* lost/);
+        assert.ok(
+          s.failedBlockIds.length > 0 && s.failedBlockIds.length < N,
+          `${s.failedBlockIds.length} failed`,
+        );
+        assert.ok(s.failedBlockIds.includes(N - 1));
+        assert.ok(Date.now() - t0 < 5000);
+      } finally {
+        await child.stop();
+        await agent.close();
+      }
     });
   });
 }

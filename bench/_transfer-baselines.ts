@@ -7,7 +7,8 @@
  */
 import { spawn, spawnSync } from 'node:child_process';
 import { createServer } from 'node:net';
-import { nativeAddon } from '../src/util/native-addon.ts';
+import type { NativeCopy } from '../src/transfer/copy-bytes.ts';
+import { nativeFunctions } from '../src/util/native-addon.ts';
 import { allocateShared } from '../src/util/shared-memory.ts';
 
 export async function freePort(): Promise<number> {
@@ -125,8 +126,7 @@ export async function iperf3Gbps(seconds: number): Promise<number> {
 
 export const MEMCPY_MISSING = 'native addon not built (node scripts/build-native.mjs); no memcpy baseline';
 
-type CopyBytes = (dst: Uint8Array, src: Uint8Array) => void;
-const copyBytes = (nativeAddon as { copyBytes?: CopyBytes } | null)?.copyBytes ?? null;
+const copyBytes = nativeFunctions<NativeCopy>('copyBytes')?.copyBytes ?? null;
 
 export function memcpyAvailable(): boolean {
   return typeof copyBytes === 'function';

@@ -6,6 +6,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 /* ---- block checksum: must stay bit-identical to src/transfer/checksum-reference.ts ---- */
@@ -152,30 +153,47 @@ napi_value kv_hash(napi_env env, napi_callback_info info) {
   return out;
 }
 
+/*
+ * Reads the (blockBytes, count, out: Float64Array) arguments at argv[0..2] of `name` and checks
+ * that `count` blocks fit in `bytes` bytes and in `out`; throws and returns false otherwise.
+ */
+static bool block_args(napi_env env, const char *name, napi_value *argv, size_t bytes, int64_t *block_bytes,
+                       int64_t *count, double **out) {
+  napi_typedarray_type out_type;
+  size_t out_length = 0;
+  void *out_ptr = NULL;
+  char msg[160];
+  if (napi_get_value_int64(env, argv[0], block_bytes) != napi_ok ||
+      napi_get_value_int64(env, argv[1], count) != napi_ok ||
+      napi_get_typedarray_info(env, argv[2], &out_type, &out_length, &out_ptr, NULL, NULL) != napi_ok ||
+      out_type != napi_float64_array) {
+    snprintf(msg, sizeof msg, "%s: blockBytes and count must be integers and out a Float64Array", name);
+    napi_throw_type_error(env, NULL, msg);
+    return false;
+  }
+  if (*block_bytes <= 0 || *count < 0 || (uint64_t)*count > out_length ||
+      (uint64_t)*block_bytes * (uint64_t)*count > bytes) {
+    snprintf(msg, sizeof msg, "%s: the blocks do not fit in the bytes or in out", name);
+    napi_throw_range_error(env, NULL, msg);
+    return false;
+  }
+  *out = (double *)out_ptr;
+  return true;
+}
+
 napi_value kv_hash_blocks(napi_env env, napi_callback_info info) {
   size_t argc = 4;
   napi_value argv[4];
   const uint8_t *data = NULL;
   size_t length = 0;
-  int64_t block_bytes = 0, count = 0;
-  napi_typedarray_type out_type;
-  size_t out_length = 0;
-  void *out_ptr = NULL;
   if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc != 4 ||
-      !uint8_arg(env, argv[0], &data, &length) ||
-      napi_get_value_int64(env, argv[1], &block_bytes) != napi_ok ||
-      napi_get_value_int64(env, argv[2], &count) != napi_ok ||
-      napi_get_typedarray_info(env, argv[3], &out_type, &out_length, &out_ptr, NULL, NULL) != napi_ok ||
-      out_type != napi_float64_array) {
-    napi_throw_type_error(env, NULL, "hashBlocks(bytes, blockBytes, count, out) takes a Uint8Array, two integers and a Float64Array");
+      !uint8_arg(env, argv[0], &data, &length)) {
+    napi_throw_type_error(env, NULL, "hashBlocks(bytes, blockBytes, count, out) takes a Uint8Array first");
     return NULL;
   }
-  if (block_bytes <= 0 || count < 0 || (uint64_t)count > out_length ||
-      (uint64_t)block_bytes * (uint64_t)count > length) {
-    napi_throw_range_error(env, NULL, "hashBlocks: the blocks do not fit in bytes or out");
-    return NULL;
-  }
-  double *out = (double *)out_ptr;
+  int64_t block_bytes = 0, count = 0;
+  double *out = NULL;
+  if (!block_args(env, "hashBlocks", argv + 1, length, &block_bytes, &count, &out)) return NULL;
   for (int64_t i = 0; i < count; i++) out[i] = kvhash_block(data + i * block_bytes, (size_t)block_bytes);
   return NULL;
 }
@@ -185,26 +203,15 @@ napi_value kv_copy_hash(napi_env env, napi_callback_info info) {
   napi_value argv[5];
   const uint8_t *dst = NULL, *src = NULL;
   size_t dst_length = 0, src_length = 0;
-  int64_t block_bytes = 0, count = 0;
-  napi_typedarray_type out_type;
-  size_t out_length = 0;
-  void *out_ptr = NULL;
   if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc != 5 ||
-      !uint8_arg(env, argv[0], &dst, &dst_length) || !uint8_arg(env, argv[1], &src, &src_length) ||
-      napi_get_value_int64(env, argv[2], &block_bytes) != napi_ok ||
-      napi_get_value_int64(env, argv[3], &count) != napi_ok ||
-      napi_get_typedarray_info(env, argv[4], &out_type, &out_length, &out_ptr, NULL, NULL) != napi_ok ||
-      out_type != napi_float64_array) {
-    napi_throw_type_error(env, NULL, "copyHash(dst, src, blockBytes, count, out) takes two Uint8Arrays, two integers and a Float64Array");
+      !uint8_arg(env, argv[0], &dst, &dst_length) || !uint8_arg(env, argv[1], &src, &src_length)) {
+    napi_throw_type_error(env, NULL, "copyHash(dst, src, blockBytes, count, out) takes two Uint8Arrays first");
     return NULL;
   }
-  if (block_bytes <= 0 || count < 0 || (uint64_t)count > out_length ||
-      (uint64_t)block_bytes * (uint64_t)count > dst_length ||
-      (uint64_t)block_bytes * (uint64_t)count > src_length) {
-    napi_throw_range_error(env, NULL, "copyHash: the blocks do not fit in dst, src or out");
-    return NULL;
-  }
-  double *out = (double *)out_ptr;
+  int64_t block_bytes = 0, count = 0;
+  double *out = NULL;
+  size_t fit = dst_length < src_length ? dst_length : src_length;
+  if (!block_args(env, "copyHash", argv + 2, fit, &block_bytes, &count, &out)) return NULL;
   for (int64_t i = 0; i < count; i++) {
     size_t at = (size_t)(i * block_bytes);
     out[i] = kvhash_copy_block((uint8_t *)dst + at, src + at, (size_t)block_bytes);

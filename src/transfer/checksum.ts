@@ -18,7 +18,7 @@
  * 2^-32 for the same kind of multi-burst damage.
  */
 
-import { nativeAddon } from '../util/native-addon.ts';
+import { nativeFunctions } from '../util/native-addon.ts';
 import { foldLanes, initLanes, referenceHash } from './checksum-reference.ts';
 import { copyBytes } from './copy-bytes.ts';
 import {
@@ -64,17 +64,10 @@ interface NativeHash {
   copyHash(dst: Uint8Array, src: Uint8Array, blockBytes: number, count: number, out: Float64Array): void;
 }
 
-function nativeHasher(): NativeHash | null {
-  if (process.env['KVCONNECT_DISABLE_NATIVE_HASH'] === '1') return null;
-  const mod = nativeAddon as Partial<NativeHash> | null;
-  const ok =
-    typeof mod?.hash === 'function' &&
-    typeof mod.hashBlocks === 'function' &&
-    typeof mod.copyHash === 'function';
-  return ok ? (mod as NativeHash) : null;
-}
-
-const native = nativeHasher();
+const native =
+  process.env['KVCONNECT_DISABLE_NATIVE_HASH'] === '1'
+    ? null
+    : nativeFunctions<NativeHash>('hash', 'hashBlocks', 'copyHash');
 const wasm = instantiate();
 
 /** Which implementation runs here. */

@@ -5,6 +5,7 @@
  */
 import { Socket } from 'node:net';
 import { getLogger } from '../logging/logger.ts';
+import { drained } from '../util/drained.ts';
 import {
   encodePrefixAndHeader,
   FrameDecoder,
@@ -90,16 +91,7 @@ export class FramedConnection<F extends Header> {
       for (const p of payload) s.write(p);
       s.uncork();
     }
-    if (s.writableLength < DRAIN_THRESHOLD) return undefined;
-    return new Promise((resolve) => {
-      const done = (): void => {
-        s.off('drain', done);
-        s.off('close', done);
-        resolve();
-      };
-      s.on('drain', done);
-      s.on('close', done);
-    });
+    return s.writableLength < DRAIN_THRESHOLD ? undefined : drained(s);
   }
 
   close(reason: string): void {

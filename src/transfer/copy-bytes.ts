@@ -5,12 +5,14 @@
  * payload after its frame header), against 3.5 µs for memcpy. The native addon's copyBytes
  * is libc memcpy; without the addon, TypedArray.set.
  */
-import { nativeAddon } from '../util/native-addon.ts';
+import { nativeFunctions } from '../util/native-addon.ts';
 
-type CopyBytes = (dst: Uint8Array, src: Uint8Array) => void;
+/** The addon's libc memcpy: copies all of `src` to the start of `dst`. */
+export interface NativeCopy {
+  copyBytes(dst: Uint8Array, src: Uint8Array): void;
+}
 
-const native = (nativeAddon as { copyBytes?: unknown } | null)?.copyBytes;
-const copy: CopyBytes | null = typeof native === 'function' ? (native as CopyBytes) : null;
+const copy = nativeFunctions<NativeCopy>('copyBytes')?.copyBytes ?? null;
 
 /** Copies all of `src` into `dst` at `offset`. */
 export function copyBytes(dst: Uint8Array, src: Uint8Array, offset = 0): void {

@@ -6,7 +6,7 @@
  * it was sent after this agent checked its grant (docs/transfer.md#same-host-kv-mapping
  * says what the mapping exposes and why that is acceptable).
  */
-import { nativeAddon } from '../util/native-addon.ts';
+import { nativeFunctions } from '../util/native-addon.ts';
 import type { ExposedRegion } from './frames.ts';
 import type { MemoryRegion } from './types.ts';
 
@@ -16,16 +16,7 @@ interface KvMapBinding {
   release(buffer: ArrayBuffer): void;
 }
 
-function load(): KvMapBinding | null {
-  const mod = nativeAddon as Partial<KvMapBinding> | null;
-  const ok =
-    typeof mod?.sharedInfo === 'function' &&
-    typeof mod.mapShared === 'function' &&
-    typeof mod.release === 'function';
-  return ok ? (mod as KvMapBinding) : null;
-}
-
-const binding = load();
+const binding = nativeFunctions<KvMapBinding>('sharedInfo', 'mapShared', 'release');
 
 /** The regions a same-host peer may map: those backed by mappable memory, when offering is on. */
 export function exposedRegions(regions: Iterable<MemoryRegion>): ExposedRegion[] {

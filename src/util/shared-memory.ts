@@ -4,19 +4,14 @@
  * map read-only and copy KV blocks from in one pass (src/transfer/kv-map.ts); without it,
  * or with KVCONNECT_DISABLE_KV_MAP=1, it is a plain SharedArrayBuffer.
  */
-import { nativeAddon } from './native-addon.ts';
+import { nativeFunctions } from './native-addon.ts';
 
 export const DISABLE_KV_MAP_ENV = 'KVCONNECT_DISABLE_KV_MAP';
 
-type AllocShared = (size: number) => SharedArrayBuffer;
-
-function nativeAllocator(): AllocShared | null {
-  if (process.env[DISABLE_KV_MAP_ENV] === '1') return null;
-  const alloc = (nativeAddon as { allocShared?: unknown } | null)?.allocShared;
-  return typeof alloc === 'function' ? (alloc as AllocShared) : null;
-}
-
-const allocShared = nativeAllocator();
+const allocShared =
+  process.env[DISABLE_KV_MAP_ENV] === '1'
+    ? null
+    : (nativeFunctions<{ allocShared(size: number): SharedArrayBuffer }>('allocShared')?.allocShared ?? null);
 
 /** True when allocateShared() returns memory a same-host peer can map. */
 export const mappableSharedMemory: boolean = allocShared !== null;

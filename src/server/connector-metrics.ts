@@ -53,6 +53,13 @@ const NIXL_METRICS: readonly ConnectorMetricSpec[] = [
     buckets: SECONDS_BUCKETS,
   },
   {
+    name: 'vllm:nixl_xfer_wire_time_seconds',
+    help: 'kvconnect: NIXL transfer duration minus the time the peer held a READ before serving it (waiting for its grant).',
+    type: 'histogram',
+    key: 'wire_duration',
+    buckets: SECONDS_BUCKETS,
+  },
+  {
     name: 'vllm:nixl_post_time_seconds',
     help: 'Histogram of transfer post time for NIXL KV cache transfers.',
     type: 'histogram',

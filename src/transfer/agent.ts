@@ -273,6 +273,7 @@ export class InThreadTransferAgent implements TransferAgent {
       postedAt: started,
       deadline: started + timeout,
       postSeconds: 0,
+      heldSeconds: 0,
       incoming: new IncomingRuns(
         descs.map((d) => ({ region: d.localRegion, first: d.localFirst, count: d.count })),
         this.#regions,
@@ -302,7 +303,8 @@ export class InThreadTransferAgent implements TransferAgent {
     this.#waiters.delete(t.id);
     if (t.state === 'DONE') {
       const duration = ((t.finishedAt ?? performance.now()) - t.postedAt) / 1000;
-      this.#stats.recordSuccess(duration, t.postSeconds, t.bytes, t.descs.length);
+      const wire = Math.max(0, duration - t.heldSeconds);
+      this.#stats.recordSuccess(duration, wire, t.postSeconds, t.bytes, t.descs.length);
     } else {
       this.#stats.recordFailedTransfer();
     }

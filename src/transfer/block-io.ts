@@ -19,6 +19,7 @@ export interface BlockRun {
 /** Test-only: lets a test alter outgoing bytes after their checksums were computed. */
 export type OutgoingHook = (view: Uint8Array, run: BlockRun) => Uint8Array;
 
+/** Sends every block of `runs`; `heldSince` (a READ's arrival) puts the time it waited in the first frame. */
 export function sendRuns(
   link: PeerLink,
   regions: ReadonlyMap<number, MemoryRegion>,
@@ -26,8 +27,10 @@ export function sendRuns(
   xferId: number,
   runs: readonly BlockRun[],
   hook?: OutgoingHook,
+  heldSince?: number,
 ): Promise<void> {
   let last: Promise<void> = Promise.resolve();
+  let first = true;
   runs.forEach((run, d) => {
     const region = regions.get(run.region)!;
     const bb = region.blockBytes;
@@ -36,8 +39,11 @@ export function sendRuns(
       const n = Math.min(perChunk, run.count - o);
       const start = (run.first + o) * bb;
       const view = region.bytes.subarray(start, start + n * bb);
+      const held =
+        first && heldSince !== undefined ? { held: Math.round((performance.now() - heldSince) * 1000) } : {};
+      first = false;
       last = link.sendData(() => ({
-        header: { type: 'data', xfer: xferId, run: d, block: o, count: n },
+        header: { type: 'data', xfer: xferId, run: d, block: o, count: n, ...held },
         region: run.region,
         offset: start,
         view,

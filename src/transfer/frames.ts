@@ -92,6 +92,8 @@ export interface DataFrame {
   readonly sums: readonly number[];
   readonly ring?: { readonly offset: number; readonly length: number };
   readonly src?: { readonly region: number; readonly offset: number };
+  /** First frame of a READ only: µs the server held the READ before serving it (grant wait). */
+  readonly held?: number;
 }
 
 export type SideChannelFrame =
@@ -187,6 +189,7 @@ function dataFrame(raw: Raw): DataFrame {
   const sums = uintList(raw, 'sums', MAX_DESCRIPTORS);
   if (count === 0 || sums.length !== count) fail(raw, 'sums', 'one checksum per block');
   const frame = {
+    ...(raw['held'] === undefined ? {} : { held: uint(raw, 'held') }),
     type: 'data' as const,
     xfer: uint(raw, 'xfer'),
     run: uint(raw, 'run'),

@@ -166,9 +166,10 @@ export class InboundSession {
 
   #onRead(link: PeerLink, xfer: number, wire: readonly WireRun[], key: string | undefined): void {
     if (this.#parked.has(xfer)) throw new ProtocolError(`duplicate transfer id ${xfer}`);
+    const arrived = performance.now();
     const { runs, reason } = this.#refusal('read', wire, key);
     if (reason === null) {
-      this.#serveRead(link, xfer, runs);
+      this.#serveRead(link, xfer, runs, arrived);
       return;
     }
     const grants = this.#core.grants;
@@ -176,7 +177,7 @@ export class InboundSession {
       const parked = grants.park('read', key, this.#peer!, runs, (refusal) => {
         this.#parked.delete(xfer);
         if (this.#conn.closed) return;
-        if (refusal === null) this.#serveRead(link, xfer, runs);
+        if (refusal === null) this.#serveRead(link, xfer, runs, arrived);
         else this.#refuseRead(link, xfer, refusal);
       });
       if (typeof parked === 'function') {
@@ -196,9 +197,9 @@ export class InboundSession {
   }
 
   /** Sends every block, or closes the connection (so the reader never waits for a missing block). */
-  #serveRead(link: PeerLink, xfer: number, runs: readonly BlockRun[]): void {
+  #serveRead(link: PeerLink, xfer: number, runs: readonly BlockRun[], arrived: number): void {
     const c = this.#core;
-    sendRuns(link, c.regions, c.chunkBytes, xfer, runs, c.outgoingHook).catch((e: unknown) =>
+    sendRuns(link, c.regions, c.chunkBytes, xfer, runs, c.outgoingHook, arrived).catch((e: unknown) =>
       this.#conn.close(`serving READ ${xfer} failed: ${String(e)}`),
     );
   }

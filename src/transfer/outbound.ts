@@ -27,6 +27,8 @@ export interface OutboundTransfer {
   readonly postedAt: number;
   readonly deadline: number;
   postSeconds: number;
+  /** How long the peer held a READ before serving it (it reports this in the first data frame). */
+  heldSeconds: number;
   /** Local runs; for READ also the per-block verdicts. */
   readonly incoming: IncomingRuns;
   state: 'PROC' | 'DONE' | 'ERR';
@@ -188,6 +190,7 @@ export class OutboundPeer {
    */
   #onData(f: DataFrame, payload: Uint8Array | null): void {
     const t = this.#reading(f.xfer);
+    if (t && f.held !== undefined) t.heldSeconds = f.held / 1e6;
     if (this.#link.transport === 'shm' || f.ring || f.src) {
       const { view, ok, sums } = this.#link.landShm(f, t ? t.incoming : null);
       if (t && view) t.incoming.landed(f, view, ok, sums);

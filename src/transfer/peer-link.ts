@@ -16,7 +16,7 @@ import type { TransportName } from './types.ts';
 
 /** One data frame to send: `view` is the local memory, `wire` what is sent (the same view unless a test hook altered it). */
 export interface DataChunk {
-  readonly header: Pick<DataFrame, 'type' | 'xfer' | 'run' | 'block' | 'count'>;
+  readonly header: Pick<DataFrame, 'type' | 'xfer' | 'run' | 'block' | 'count' | 'held'>;
   readonly region: number;
   /** Byte offset of `view` in its region. */
   readonly offset: number;

@@ -400,7 +400,13 @@ export class ThreadedTransferAgent implements TransferAgent {
 
 function mergeStats(into: TransferStats, d: TransferStatsSnapshot): void {
   for (const [i, s] of d.transferDuration.entries()) {
-    into.recordSuccess(s, d.postDuration[i] ?? 0, d.bytesTransferred[i] ?? 0, d.numDescriptors[i] ?? 0);
+    into.recordSuccess(
+      s,
+      d.wireDuration[i] ?? s,
+      d.postDuration[i] ?? 0,
+      d.bytesTransferred[i] ?? 0,
+      d.numDescriptors[i] ?? 0,
+    );
   }
   for (let i = 0; i < d.numFailedTransfers; i++) into.recordFailedTransfer();
   for (let i = 0; i < d.numFailedNotifications; i++) into.recordFailedNotification();

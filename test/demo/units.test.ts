@@ -101,7 +101,7 @@ test('summaries of connectors without transfer metrics say null / n/a, not 0', (
     e2eMs: 9,
   };
   const reading = parseReading(
-    'vllm:nixl_bytes_transferred_sum 4096\nvllm:nixl_bytes_transferred_count 2\nvllm:nixl_xfer_time_seconds_sum 0.5\nvllm:prompt_tokens_total 1\nvllm:external_prefix_cache_hits_total 30',
+    'vllm:nixl_bytes_transferred_sum 4096\nvllm:nixl_bytes_transferred_count 2\nvllm:nixl_xfer_wire_time_seconds_sum 0.5\nvllm:prompt_tokens_total 1\nvllm:external_prefix_cache_hits_total 30',
   );
   const input = {
     connector: 'X',

@@ -40,13 +40,24 @@ for (const backend of ['TCP', 'SHM']) {
         const h = p.a.read(p.remote, D, { grantKey: 'req-early', notification: 'req-early:1' });
         await until(() => p.b.waitingReads === 1 || p.a.status(h).state !== 'PROC', 'the READ to reach B');
         assert.equal(p.a.status(h).state, 'PROC', 'the READ was answered before any grant existed');
+        // Hold the READ at B for at least 50 ms: that wait must not count as time on the wire.
+        const parkedAt = performance.now();
+        await until(() => performance.now() - parkedAt >= 50, '50 ms to pass');
         p.b.grantRead('req-early', { peer: 'A', blockIds: GRANTED, expiresAt: Date.now() + 30_000 });
         const st = await p.a.waitFor(h);
         assert.equal(st.state, 'DONE', st.reason);
         assert.ok(blocksEqual(p.ra[0]!.bytes, 10, p.rb[0]!.bytes, 20, 3, BB));
         assert.equal(p.b.waitingReads, 0);
         await until(() => p.b.drainNotifications().length === 1, 'the completion notification');
-        assert.equal(p.a.getStats().numFailedTransfers, 0);
+        const stats = p.a.getStats();
+        assert.equal(stats.numFailedTransfers, 0);
+        const [total = 0] = stats.transferDuration;
+        const [wire = 0] = stats.wireDuration;
+        assert.ok(
+          total - wire >= 0.05,
+          `held ${((total - wire) * 1000).toFixed(1)} ms of ${(total * 1000).toFixed(1)}`,
+        );
+        assert.ok(wire >= 0);
       } finally {
         await p.close();
       }

@@ -136,9 +136,10 @@ export class NixlWorker {
       grantWaitMs: effectiveGrantWaitMs(opts),
       connectTimeoutMs: opts.handshakeTimeout * 1000,
     };
+    // Test hooks are functions and cannot cross into the agent thread: with them, the agent stays here.
     const agent = await createTransferAgent({
       ...agentOptions,
-      thread: opts.transferThread,
+      thread: opts.transferThread && hooks === undefined,
       ...(hooks ? { testHooks: hooks } : {}),
     });
     agent.registerMemory(

@@ -118,9 +118,9 @@ export async function iperf3Gbps(seconds: number): Promise<number> {
     { cmd: 'iperf3', args: ['-c', '127.0.0.1', '-p', String(port), '-J', '-t', String(seconds)] },
     /unable to connect|Connection refused/i,
   );
-  const j = JSON.parse(stdout) as { end?: { sum_received?: { bits_per_second?: number } } };
+  const j = JSON.parse(stdout) as { error?: string; end?: { sum_received?: { bits_per_second?: number } } };
   const bps = j.end?.sum_received?.bits_per_second;
-  if (bps === undefined) throw new Error('iperf3 gave no result');
+  if (bps === undefined) throw new Error(`iperf3 gave no result${j.error ? `: ${j.error}` : ''}`);
   return bps / 8 / 1e9;
 }
 

@@ -6,6 +6,7 @@
  */
 import { spawn } from 'node:child_process';
 import { randomFillSync } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { setLogLevel } from '../src/logging/logger.ts';
@@ -33,7 +34,16 @@ export function kvRegions(layout: KvLayout): MemoryRegion[] {
 
 export interface Peer {
   readonly meta: AgentMetadata;
+  /** CPU seconds (user + system) the peer process has used so far. */
+  cpuSeconds(): number;
   stop(): Promise<void>;
+}
+
+/** CPU seconds of process `pid` from /proc (Linux). */
+export function processCpuSeconds(pid: number): number {
+  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+  // utime and stime are fields 14 and 15 of stat, in clock ticks (USER_HZ, 100 on Linux).
+  return (Number(fields[11]) + Number(fields[12])) / 100;
 }
 
 export async function startPeer(backend: 'TCP' | 'SHM', layout: KvLayout, chunkBytes: number): Promise<Peer> {
@@ -49,6 +59,7 @@ export async function startPeer(backend: 'TCP' | 'SHM', layout: KvLayout, chunkB
   });
   return {
     meta: JSON.parse(first) as AgentMetadata,
+    cpuSeconds: () => processCpuSeconds(proc.pid!),
     stop: async () => {
       proc.stdin?.end();
       await exited;

@@ -27,7 +27,7 @@ import {
   ucxAvailable,
   ucxPutGbps,
 } from './_transfer-baselines.ts';
-import { type KvLayout, kvRegions, startPeer } from './_transfer-peer.ts';
+import { type KvLayout, kvRegions, type Peer, startPeer } from './_transfer-peer.ts';
 
 function flag(args: string[], name: string, dflt: number): number {
   const i = args.indexOf(name);
@@ -84,19 +84,36 @@ function summary(s: Series) {
   return { median: percentile(sorted, 50), min: sorted[0]!, max: sorted.at(-1)! };
 }
 
+/** Per series: GB moved per CPU-second of the receiving and of the sending process (how fast each would go with a core to itself). */
+const cpuSamples: Record<string, { receiver: number[]; sender: number[] }> = {};
+
 async function transferGbps(
   agent: TransferAgent,
   remote: string,
+  peer: Peer,
   kind: 'READ' | 'WRITE',
   descs: DescPair[],
   bytes: number,
+  series?: string,
 ) {
+  const peer0 = peer.cpuSeconds();
+  const c0 = process.cpuUsage();
   const t0 = performance.now();
   const h = kind === 'READ' ? agent.read(remote, descs) : agent.write(remote, descs);
   const s = await agent.waitFor(h);
   const seconds = (performance.now() - t0) / 1000;
+  const c = process.cpuUsage(c0);
+  const peerCpu = peer.cpuSeconds() - peer0;
   agent.releaseHandle(h);
   if (s.state !== 'DONE') throw new Error(`${kind} failed: ${s.reason}`);
+  if (series) {
+    const localCpu = (c.user + c.system) / 1e6;
+    const [recv, send] = kind === 'READ' ? [localCpu, peerCpu] : [peerCpu, localCpu];
+    cpuSamples[series] ??= { receiver: [], sender: [] };
+    // /proc counts in 10 ms ticks: a side that used less than one tick has no figure.
+    if (recv > 0) cpuSamples[series].receiver.push(bytes / recv / 1e9);
+    if (send > 0) cpuSamples[series].sender.push(bytes / send / 1e9);
+  }
   return bytes / seconds / 1e9;
 }
 
@@ -137,8 +154,10 @@ export async function main(args: string[]): Promise<void> {
   const bytes = layout.regions * blocks * blockBytes;
 
   const local = kvRegions(layout);
-  const agents: Record<'tcp' | 'shm', { agent: TransferAgent; remote: string; stop: () => Promise<void> }> =
-    {} as never;
+  const agents: Record<
+    'tcp' | 'shm',
+    { agent: TransferAgent; remote: string; peer: Peer; stop: () => Promise<void> }
+  > = {} as never;
   for (const backend of ['TCP', 'SHM'] as const) {
     const peer = await startPeer(backend, layout, chunkBytes);
     const agent = await InThreadTransferAgent.create({
@@ -150,11 +169,12 @@ export async function main(args: string[]): Promise<void> {
     agent.registerMemory(local);
     const remote = agent.addRemoteAgent(peer.meta);
     // Warm-up: connection, handshake, mappings.
-    await transferGbps(agent, remote, 'READ', descs, bytes);
-    await transferGbps(agent, remote, 'WRITE', descs, bytes);
+    await transferGbps(agent, remote, peer, 'READ', descs, bytes);
+    await transferGbps(agent, remote, peer, 'WRITE', descs, bytes);
     agents[backend === 'TCP' ? 'tcp' : 'shm'] = {
       agent,
       remote,
+      peer,
       stop: async () => {
         await agent.close();
         await peer.stop();
@@ -175,8 +195,9 @@ export async function main(args: string[]): Promise<void> {
     UCX_MISSING,
   ]);
   for (const kind of ['READ', 'WRITE'] as const) {
-    const { agent, remote } = agents.shm;
-    contestants.push([`shm_${kind.toLowerCase()}`, () => transferGbps(agent, remote, kind, descs, bytes)]);
+    const { agent, remote, peer } = agents.shm;
+    const name = `shm_${kind.toLowerCase()}`;
+    contestants.push([name, () => transferGbps(agent, remote, peer, kind, descs, bytes, name)]);
   }
   contestants.push(['iperf3', iperf3Available() ? () => iperf3Gbps(2) : null, IPERF3_MISSING]);
   contestants.push([
@@ -185,8 +206,9 @@ export async function main(args: string[]): Promise<void> {
     UCX_MISSING,
   ]);
   for (const kind of ['READ', 'WRITE'] as const) {
-    const { agent, remote } = agents.tcp;
-    contestants.push([`tcp_${kind.toLowerCase()}`, () => transferGbps(agent, remote, kind, descs, bytes)]);
+    const { agent, remote, peer } = agents.tcp;
+    const name = `tcp_${kind.toLowerCase()}`;
+    contestants.push([name, () => transferGbps(agent, remote, peer, kind, descs, bytes, name)]);
   }
   for (const [name, run, missing] of contestants) {
     series[name] = { samples: [], ...(run === null ? { note: missing } : {}) };
@@ -242,6 +264,20 @@ export async function main(args: string[]): Promise<void> {
   console.log(
     `| one ${blockBytes >> 10} KiB block, round trip | tcp READ p50 ${us(lat.tcp.read.p50)} µs, p99 ${us(lat.tcp.read.p99)} µs; WRITE p50 ${us(lat.tcp.write.p50)} µs, p99 ${us(lat.tcp.write.p99)} µs | | shm READ p50 ${us(lat.shm.read.p50)} µs, p99 ${us(lat.shm.read.p99)} µs; WRITE p50 ${us(lat.shm.write.p50)} µs, p99 ${us(lat.shm.write.p99)} µs | |`,
   );
+  const cpuMedian = (v: number[] | undefined) =>
+    v && v.length > 0
+      ? r2(
+          percentile(
+            [...v].sort((a, b) => a - b),
+            50,
+          ),
+        )
+      : null;
+  console.log('| path | GB per CPU-second, receiver / sender (median) |\n|---|---|');
+  for (const [path] of rows) {
+    const c = cpuSamples[path];
+    console.log(`| ${path} | ${cpuMedian(c?.receiver) ?? 'n/a'} / ${cpuMedian(c?.sender) ?? 'n/a'} |`);
+  }
   for (const n of notes) console.log(`note: ${n}`);
   const out: Record<string, unknown> = {
     transfer_mib: bytes >> 20,
@@ -257,6 +293,10 @@ export async function main(args: string[]): Promise<void> {
     out[`${name}_gbps_median`] = r2(v?.median);
     out[`${name}_gbps_min`] = r2(v?.min);
     out[`${name}_gbps_max`] = r2(v?.max);
+  }
+  for (const [name, c] of Object.entries(cpuSamples)) {
+    out[`${name}_receiver_gb_per_cpu_s`] = cpuMedian(c.receiver);
+    out[`${name}_sender_gb_per_cpu_s`] = cpuMedian(c.sender);
   }
   Object.assign(out, {
     shm_read_vs_ucx_posix: ratio('shm_read', 'ucx_posix'),

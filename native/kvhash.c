@@ -56,14 +56,61 @@ typedef uint32_t v8u32 __attribute__((vector_size(32)));
     memcpy(lanes + 24, &d, 32);                                                   \
   }
 
+/* The same step over `src`, storing each word to `dst` as it is hashed: a copy whose bytes are
+ * exactly the hashed ones, in one pass over memory. STORE(dst, w) writes 32 bytes. */
+#define DEFINE_COPY_STEP(name, attr, STORE)                                                 \
+  attr static void name(uint32_t *lanes, uint8_t *dst, const uint8_t *p, size_t stripes) { \
+    v8u32 a, b, c, d, w;                                                                    \
+    memcpy(&a, lanes, 32);                                                                  \
+    memcpy(&b, lanes + 8, 32);                                                              \
+    memcpy(&c, lanes + 16, 32);                                                             \
+    memcpy(&d, lanes + 24, 32);                                                             \
+    for (size_t s = 0; s < stripes; s++, p += STRIPE, dst += STRIPE) {                     \
+      __builtin_prefetch(p + PREFETCH_BYTES);                                               \
+      __builtin_prefetch(p + PREFETCH_BYTES + 64);                                          \
+      memcpy(&w, p, 32);                                                                    \
+      STORE(dst, w);                                                                      \
+      a = (a ^ w) * LANE_PRIME;                                                             \
+      a ^= a >> 15;                                                                         \
+      memcpy(&w, p + 32, 32);                                                               \
+      STORE(dst + 32, w);                                                                 \
+      b = (b ^ w) * LANE_PRIME;                                                             \
+      b ^= b >> 15;                                                                         \
+      memcpy(&w, p + 64, 32);                                                               \
+      STORE(dst + 64, w);                                                                 \
+      c = (c ^ w) * LANE_PRIME;                                                             \
+      c ^= c >> 15;                                                                         \
+      memcpy(&w, p + 96, 32);                                                               \
+      STORE(dst + 96, w);                                                                 \
+      d = (d ^ w) * LANE_PRIME;                                                             \
+      d ^= d >> 15;                                                                         \
+    }                                                                                       \
+    memcpy(lanes, &a, 32);                                                                  \
+    memcpy(lanes + 8, &b, 32);                                                              \
+    memcpy(lanes + 16, &c, 32);                                                             \
+    memcpy(lanes + 24, &d, 32);                                                             \
+  }
+
+#define STORE_PLAIN(p, w) memcpy((p), &(w), 32)
+
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+#include <immintrin.h>
+/* Streaming stores: the destination is not read for ownership first (as a memcpy of a large
+ * block does), which would add a third stream over memory. Needs 32-byte aligned dst. */
+#define STORE_STREAM(p, w) _mm256_stream_si256((__m256i *)(void *)(p), (__m256i)(w))
 DEFINE_STEP(step_avx2, __attribute__((target("avx2"))))
+DEFINE_COPY_STEP(copy_step_avx2, __attribute__((target("avx2"))), STORE_PLAIN)
+DEFINE_COPY_STEP(copy_stream_avx2, __attribute__((target("avx2"))), STORE_STREAM)
 #define HAVE_AVX2_STEP 1
 #endif
 DEFINE_STEP(step_generic, )
+DEFINE_COPY_STEP(copy_step_generic, , STORE_PLAIN)
 
 typedef void (*step_fn)(uint32_t *, const uint8_t *, size_t);
+typedef void (*copy_step_fn)(uint32_t *, uint8_t *, const uint8_t *, size_t);
 static step_fn step_stripes = step_generic;
+static copy_step_fn copy_step_stripes = copy_step_generic;
+static copy_step_fn copy_stream_stripes = NULL;
 
 static uint32_t fmix(uint32_t h) {
   h ^= h >> 16;
@@ -108,18 +155,26 @@ double kvhash_block(const uint8_t *p, size_t length) {
 }
 
 /*
- * Copies a block and returns the checksum of the copy. Each 4 KiB piece is hashed right after
- * it is copied, from L1, so the destination is read back from cache and the pass costs little
- * more than the copy (a whole-block copy then hash re-reads it from L2).
+ * Copies a block and returns the checksum of the bytes copied, in one pass: each word is
+ * hashed as it is stored, so the copy is exactly what was hashed (a block that changes at
+ * the source during the copy fails its check), at the speed of the copy.
  */
-#define COPY_PIECE 4096
 double kvhash_copy_block(uint8_t *dst, const uint8_t *src, size_t length) {
   uint32_t lanes[LANES];
   init_lanes(lanes);
-  for (size_t at = 0; at < length; at += COPY_PIECE) {
-    size_t n = length - at < COPY_PIECE ? length - at : COPY_PIECE;
-    memcpy(dst + at, src + at, n);
-    step_bytes(lanes, dst + at, n);
+  size_t whole = length / STRIPE;
+  if (copy_stream_stripes != NULL && ((uintptr_t)dst & 31) == 0) {
+    copy_stream_stripes(lanes, dst, src, whole);
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+    _mm_sfence();
+#endif
+  } else {
+    copy_step_stripes(lanes, dst, src, whole);
+  }
+  size_t rest = length - whole * STRIPE;
+  if (rest > 0) {
+    memcpy(dst + whole * STRIPE, src + whole * STRIPE, rest);
+    step_bytes(lanes, dst + whole * STRIPE, rest);
   }
   return fold_lanes(lanes, length);
 }
@@ -222,6 +277,10 @@ napi_value kv_copy_hash(napi_env env, napi_callback_info info) {
 void kvhash_init(void) {
 #ifdef HAVE_AVX2_STEP
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2")) step_stripes = step_avx2;
+  if (__builtin_cpu_supports("avx2")) {
+    step_stripes = step_avx2;
+    copy_step_stripes = copy_step_avx2;
+    copy_stream_stripes = copy_stream_avx2;
+  }
 #endif
 }

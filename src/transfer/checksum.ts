@@ -116,8 +116,9 @@ export function blockChecksums(bytes: Uint8Array, blockBytes: number, count: num
 }
 
 /**
- * Copies `count` blocks of `src` into `dst` and returns the checksums of the copies, each
- * block hashed piece by piece right after its copy while it is in L1 (one native call).
+ * Copies `count` blocks of `src` into `dst` and returns the checksums of what was copied. The
+ * native path hashes each word as it stores it (one pass over memory, streaming stores), so
+ * the copy is exactly what was hashed; without it, a copy then a hash.
  */
 export function copyAndChecksum(
   dst: Uint8Array,

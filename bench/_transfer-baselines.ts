@@ -46,8 +46,10 @@ async function clientServer(
         c.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
         c.once('exit', (code) => resolve({ code, stdout, stderr }));
       });
-      if (r.code === 0) return r;
-      if (!notReady.test(r.stdout + r.stderr) || Date.now() > deadline) {
+      // iperf3 -J exits 0 even when it could not connect: the output says so.
+      const waiting = notReady.test(r.stdout + r.stderr);
+      if (r.code === 0 && !waiting) return r;
+      if (!waiting || Date.now() > deadline) {
         throw new Error(
           `${client.cmd} failed (${r.code}): ${(r.stderr || r.stdout).trim().split('\n').slice(-2).join(' ')}`,
         );

@@ -96,7 +96,7 @@ export async function ucxPutGbps(transport: UcxTransport, size: number, iteratio
       ],
       env,
     },
-    /connect|refused|Destination is unreachable|failed to connect/i,
+    /connect\(\) failed|Connection refused/i,
   );
   // CSV: iterations,50.0_percentile_lat,avg_lat,overall_lat,avg_bw,overall_bw,avg_mr,overall_mr (bw in MiB/s)
   const last = stdout.trim().split('\n').at(-1)?.split(',') ?? [];

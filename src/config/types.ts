@@ -43,6 +43,9 @@ export interface CacheConfig {
   cacheDtype: KVCacheDtype;
   enablePrefixCaching: boolean;
   prefixCachingHashAlgo: HashAlgo;
+  /** vLLM's --kv-offloading-size (GiB) and --kv-offloading-backend; already applied to kvTransferConfig. */
+  kvOffloadingSize: number | null;
+  kvOffloadingBackend: 'native' | 'lmcache';
 }
 
 export interface SchedulerConfig {

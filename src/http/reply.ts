@@ -5,7 +5,6 @@
  */
 import type { ServerResponse } from 'node:http';
 import { formatErrorJson, httpStatusOf } from '../errors/index.ts';
-import { drained } from '../util/drained.ts';
 
 export function sendJson(
   res: ServerResponse,
@@ -44,5 +43,13 @@ export function sendError(res: ServerResponse, e: unknown): void {
 export function writeChunk(res: ServerResponse, chunk: Uint8Array | string): Promise<void> {
   if (res.destroyed || res.writableEnded) return Promise.resolve();
   if (res.write(chunk)) return Promise.resolve();
-  return drained(res);
+  return new Promise((resolve) => {
+    const done = (): void => {
+      res.off('drain', done);
+      res.off('close', done);
+      resolve();
+    };
+    res.on('drain', done);
+    res.on('close', done);
+  });
 }

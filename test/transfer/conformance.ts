@@ -144,7 +144,7 @@ export function transferAgentConformance(v: AgentVariant): void {
       const stats = p.a.resetStats();
       assert.equal(stats.transferDuration.length, descs.length);
       assert.equal(stats.wireDuration.length, descs.length);
-      stats.wireDuration.forEach((w, i) => assert.ok(w >= 0 && w <= stats.transferDuration[i]!));
+      for (const [i, w] of stats.wireDuration.entries()) assert.ok(w >= 0 && w <= stats.transferDuration[i]!);
       assert.equal(stats.numFailedTransfers, 0);
       assert.equal(
         stats.bytesTransferred.reduce((s, x) => s + x, 0),

@@ -11,11 +11,11 @@
  * of a one-block READ and WRITE. Prints a table, then one JSON object.
  */
 
-import { percentile } from '../src/bench-serve/metrics.ts';
 import { setLogLevel } from '../src/logging/logger.ts';
 import { checksumImplementation } from '../src/transfer/checksum.ts';
 import { type DescPair, InThreadTransferAgent, type TransferAgent } from '../src/transfer/index.ts';
 import { mappableSharedMemory } from '../src/util/shared-memory.ts';
+import { loadAverage, numberFlag, percentile, summarize } from './_rounds.ts';
 import {
   IPERF3_MISSING,
   iperf3Available,
@@ -28,11 +28,6 @@ import {
   ucxPutGbps,
 } from './_transfer-baselines.ts';
 import { type KvLayout, kvRegions, type Peer, startPeer } from './_transfer-peer.ts';
-
-function flag(args: string[], name: string, dflt: number): number {
-  const i = args.indexOf(name);
-  return i >= 0 && args[i + 1] !== undefined ? Number(args[i + 1]) : dflt;
-}
 
 /** Run lengths of 1–64 blocks summing to `blocks`, from a fixed seed. */
 function runLengths(blocks: number, seed: number): number[] {
@@ -76,12 +71,6 @@ function requestDescs(regions: number, lengths: readonly number[]): DescPair[] {
 interface Series {
   readonly samples: number[];
   readonly note?: string;
-}
-
-function summary(s: Series) {
-  const sorted = [...s.samples].sort((a, b) => a - b);
-  if (sorted.length === 0) return null;
-  return { median: percentile(sorted, 50), min: sorted[0]!, max: sorted.at(-1)! };
 }
 
 /** Per series: GB moved per CPU-second of the receiving and of the sending process (how fast each would go with a core to itself). */
@@ -141,13 +130,13 @@ async function latencies(agent: TransferAgent, remote: string, samples: number) 
 
 export async function main(args: string[]): Promise<void> {
   setLogLevel('error');
-  const layers = flag(args, '--layers', 8);
-  const blockBytes = flag(args, '--block-kib', 64) * 1024;
-  const blocks = flag(args, '--blocks', 128);
-  const rounds = Math.max(5, flag(args, '--rounds', 5));
-  const latencySamples = flag(args, '--latency-samples', 2000);
-  const chunkBytes = flag(args, '--chunk-kib', 4096) * 1024;
-  const ucxTcpBytes = flag(args, '--ucx-tcp-mib', 16) << 20;
+  const layers = numberFlag(args, 'layers', 8);
+  const blockBytes = numberFlag(args, 'block-kib', 64) * 1024;
+  const blocks = numberFlag(args, 'blocks', 128);
+  const rounds = Math.max(5, numberFlag(args, 'rounds', 5));
+  const latencySamples = numberFlag(args, 'latency-samples', 2000);
+  const chunkBytes = numberFlag(args, 'chunk-kib', 4096) * 1024;
+  const ucxTcpBytes = numberFlag(args, 'ucx-tcp-mib', 16) << 20;
   const lengths = runLengths(blocks, 7);
   const layout: KvLayout = { regions: 2 * layers, blockBytes, numBlocks: blocks + lengths.length + 2 };
   const descs = requestDescs(layout.regions, lengths);
@@ -182,6 +171,7 @@ export async function main(args: string[]): Promise<void> {
     };
   }
 
+  const loadStart = loadAverage();
   const notes: string[] = [];
   const series: Record<string, Series> = {};
   const contestants: [string, (() => Promise<number>) | null, string?][] = [];
@@ -231,7 +221,9 @@ export async function main(args: string[]): Promise<void> {
   };
   for (const a of Object.values(agents)) await a.stop();
 
-  const s = Object.fromEntries(Object.entries(series).map(([k, v]) => [k, summary(v)]));
+  const s = Object.fromEntries(
+    Object.entries(series).map(([k, v]) => [k, v.samples.length > 0 ? summarize(v.samples) : null]),
+  );
   const r2 = (x: number | undefined | null) =>
     x === undefined || x === null ? null : Math.round(x * 100) / 100;
   const ratio = (a: string, b: string) => {
@@ -245,7 +237,8 @@ export async function main(args: string[]): Promise<void> {
   };
   console.log(
     `transfer: ${layout.regions} regions (${layers} layers × K/V) × ${blocks} blocks × ${blockBytes >> 10} KiB = ${bytes >> 20} MiB per transfer in ${descs.length} descriptors (runs of 1–64 blocks); ` +
-      `${rounds} alternating rounds; checksum ${checksumImplementation}; shm from mapped KV memory: ${mappableSharedMemory ? 'yes' : 'no (ring)'}`,
+      `${rounds} alternating rounds; checksum ${checksumImplementation}; shm from mapped KV memory: ${mappableSharedMemory ? 'yes' : 'no (ring)'}; ` +
+      `load average ${loadStart} at the start, ${loadAverage()} at the end`,
   );
   console.log(
     '| path | GB/s median (min–max) | baseline | baseline GB/s median (min–max) | ratio of medians |\n|---|---|---|---|---|',
@@ -264,15 +257,7 @@ export async function main(args: string[]): Promise<void> {
   console.log(
     `| one ${blockBytes >> 10} KiB block, round trip | tcp READ p50 ${us(lat.tcp.read.p50)} µs, p99 ${us(lat.tcp.read.p99)} µs; WRITE p50 ${us(lat.tcp.write.p50)} µs, p99 ${us(lat.tcp.write.p99)} µs | | shm READ p50 ${us(lat.shm.read.p50)} µs, p99 ${us(lat.shm.read.p99)} µs; WRITE p50 ${us(lat.shm.write.p50)} µs, p99 ${us(lat.shm.write.p99)} µs | |`,
   );
-  const cpuMedian = (v: number[] | undefined) =>
-    v && v.length > 0
-      ? r2(
-          percentile(
-            [...v].sort((a, b) => a - b),
-            50,
-          ),
-        )
-      : null;
+  const cpuMedian = (v: number[] | undefined) => (v && v.length > 0 ? r2(summarize(v).median) : null);
   console.log('| path | GB per CPU-second, receiver / sender (median) |\n|---|---|');
   for (const [path] of rows) {
     const c = cpuSamples[path];
@@ -280,6 +265,8 @@ export async function main(args: string[]): Promise<void> {
   }
   for (const n of notes) console.log(`note: ${n}`);
   const out: Record<string, unknown> = {
+    load_avg_start: loadStart,
+    load_avg_end: loadAverage(),
     transfer_mib: bytes >> 20,
     regions: layout.regions,
     descriptors: descs.length,

@@ -26,39 +26,12 @@ typedef uint32_t v8u32 __attribute__((vector_size(32)));
  */
 #define PREFETCH_BYTES 2048
 
-/* Word i of each 128-byte stripe goes to lane i: lane = imul(lane ^ word, P); lane ^= lane >> 15. */
-#define DEFINE_STEP(name, attr)                                                   \
-  attr static void name(uint32_t *lanes, const uint8_t *p, size_t stripes) {      \
-    v8u32 a, b, c, d, w;                                                          \
-    memcpy(&a, lanes, 32);                                                        \
-    memcpy(&b, lanes + 8, 32);                                                    \
-    memcpy(&c, lanes + 16, 32);                                                   \
-    memcpy(&d, lanes + 24, 32);                                                   \
-    for (size_t s = 0; s < stripes; s++, p += STRIPE) {                           \
-      __builtin_prefetch(p + PREFETCH_BYTES);                                     \
-      __builtin_prefetch(p + PREFETCH_BYTES + 64);                                \
-      memcpy(&w, p, 32);                                                          \
-      a = (a ^ w) * LANE_PRIME;                                                   \
-      a ^= a >> 15;                                                               \
-      memcpy(&w, p + 32, 32);                                                     \
-      b = (b ^ w) * LANE_PRIME;                                                   \
-      b ^= b >> 15;                                                               \
-      memcpy(&w, p + 64, 32);                                                     \
-      c = (c ^ w) * LANE_PRIME;                                                   \
-      c ^= c >> 15;                                                               \
-      memcpy(&w, p + 96, 32);                                                     \
-      d = (d ^ w) * LANE_PRIME;                                                   \
-      d ^= d >> 15;                                                               \
-    }                                                                             \
-    memcpy(lanes, &a, 32);                                                        \
-    memcpy(lanes + 8, &b, 32);                                                    \
-    memcpy(lanes + 16, &c, 32);                                                   \
-    memcpy(lanes + 24, &d, 32);                                                   \
-  }
-
-/* The same step over `src`, storing each word to `dst` as it is hashed: a copy whose bytes are
- * exactly the hashed ones, in one pass over memory. STORE(dst, w) writes 32 bytes. */
-#define DEFINE_COPY_STEP(name, attr, STORE)                                                 \
+/*
+ * Word i of each 128-byte stripe goes to lane i: lane = imul(lane ^ word, P); lane ^= lane >> 15.
+ * STORE(dst, w) may also store each 32-byte word to `dst` as it is hashed: a copy whose bytes
+ * are exactly the hashed ones, in one pass over memory (STORE_NONE: hash only, `dst` unused).
+ */
+#define DEFINE_STEP(name, attr, STORE)                                                      \
   attr static void name(uint32_t *lanes, uint8_t *dst, const uint8_t *p, size_t stripes) { \
     v8u32 a, b, c, d, w;                                                                    \
     memcpy(&a, lanes, 32);                                                                  \
@@ -69,19 +42,19 @@ typedef uint32_t v8u32 __attribute__((vector_size(32)));
       __builtin_prefetch(p + PREFETCH_BYTES);                                               \
       __builtin_prefetch(p + PREFETCH_BYTES + 64);                                          \
       memcpy(&w, p, 32);                                                                    \
-      STORE(dst, w);                                                                      \
+      STORE(dst, w);                                                                        \
       a = (a ^ w) * LANE_PRIME;                                                             \
       a ^= a >> 15;                                                                         \
       memcpy(&w, p + 32, 32);                                                               \
-      STORE(dst + 32, w);                                                                 \
+      STORE(dst + 32, w);                                                                   \
       b = (b ^ w) * LANE_PRIME;                                                             \
       b ^= b >> 15;                                                                         \
       memcpy(&w, p + 64, 32);                                                               \
-      STORE(dst + 64, w);                                                                 \
+      STORE(dst + 64, w);                                                                   \
       c = (c ^ w) * LANE_PRIME;                                                             \
       c ^= c >> 15;                                                                         \
       memcpy(&w, p + 96, 32);                                                               \
-      STORE(dst + 96, w);                                                                 \
+      STORE(dst + 96, w);                                                                   \
       d = (d ^ w) * LANE_PRIME;                                                             \
       d ^= d >> 15;                                                                         \
     }                                                                                       \
@@ -91,6 +64,7 @@ typedef uint32_t v8u32 __attribute__((vector_size(32)));
     memcpy(lanes + 24, &d, 32);                                                             \
   }
 
+#define STORE_NONE(p, w) ((void)(p))
 #define STORE_PLAIN(p, w) memcpy((p), &(w), 32)
 
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
@@ -98,19 +72,23 @@ typedef uint32_t v8u32 __attribute__((vector_size(32)));
 /* Streaming stores: the destination is not read for ownership first (as a memcpy of a large
  * block does), which would add a third stream over memory. Needs 32-byte aligned dst. */
 #define STORE_STREAM(p, w) _mm256_stream_si256((__m256i *)(void *)(p), (__m256i)(w))
-DEFINE_STEP(step_avx2, __attribute__((target("avx2"))))
-DEFINE_COPY_STEP(copy_step_avx2, __attribute__((target("avx2"))), STORE_PLAIN)
-DEFINE_COPY_STEP(copy_stream_avx2, __attribute__((target("avx2"))), STORE_STREAM)
+DEFINE_STEP(step_avx2, __attribute__((target("avx2"))), STORE_NONE)
+DEFINE_STEP(copy_step_avx2, __attribute__((target("avx2"))), STORE_PLAIN)
+DEFINE_STEP(copy_stream_avx2, __attribute__((target("avx2"))), STORE_STREAM)
 #define HAVE_AVX2_STEP 1
 #endif
-DEFINE_STEP(step_generic, )
-DEFINE_COPY_STEP(copy_step_generic, , STORE_PLAIN)
+DEFINE_STEP(step_generic, , STORE_NONE)
+DEFINE_STEP(copy_step_generic, , STORE_PLAIN)
 
-typedef void (*step_fn)(uint32_t *, const uint8_t *, size_t);
-typedef void (*copy_step_fn)(uint32_t *, uint8_t *, const uint8_t *, size_t);
-static step_fn step_stripes = step_generic;
-static copy_step_fn copy_step_stripes = copy_step_generic;
-static copy_step_fn copy_stream_stripes = NULL;
+typedef void (*step_fn)(uint32_t *, uint8_t *, const uint8_t *, size_t);
+static step_fn hash_step = step_generic;
+static step_fn copy_step_stripes = copy_step_generic;
+static step_fn copy_stream_stripes = NULL;
+
+/* Hashes whole stripes (the destination pointer of a hash-only step is never written). */
+static void step_stripes(uint32_t *lanes, const uint8_t *p, size_t stripes) {
+  hash_step(lanes, (uint8_t *)p, p, stripes);
+}
 
 static uint32_t fmix(uint32_t h) {
   h ^= h >> 16;
@@ -278,7 +256,7 @@ void kvhash_init(void) {
 #ifdef HAVE_AVX2_STEP
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx2")) {
-    step_stripes = step_avx2;
+    hash_step = step_avx2;
     copy_step_stripes = copy_step_avx2;
     copy_stream_stripes = copy_stream_avx2;
   }

@@ -184,6 +184,11 @@ function exposed(raw: Raw): { kv?: ExposedRegion[] } {
   return { kv };
 }
 
+/** The fields a READ and a WRITE request share. */
+function request(raw: Raw): { xfer: number; runs: WireRun[] } {
+  return { xfer: uint(raw, 'xfer'), runs: tuples(raw, 'runs', 3, 1) as unknown as WireRun[] };
+}
+
 function dataFrame(raw: Raw): DataFrame {
   const count = uint(raw, 'count');
   const sums = uintList(raw, 'sums', MAX_DESCRIPTORS);
@@ -242,19 +247,9 @@ export function parseAgentFrame(raw: Raw): AgentFrame {
     case 'error':
       return { type: 'error', reason: str(raw, 'reason') };
     case 'read':
-      return {
-        type: 'read',
-        xfer: uint(raw, 'xfer'),
-        runs: tuples(raw, 'runs', 3, 1) as unknown as WireRun[],
-        ...optStr(raw, 'grant'),
-      };
+      return { type: 'read', ...request(raw), ...optStr(raw, 'grant') };
     case 'write':
-      return {
-        type: 'write',
-        xfer: uint(raw, 'xfer'),
-        runs: tuples(raw, 'runs', 3, 1) as unknown as WireRun[],
-        ...optStr(raw, 'notif'),
-      };
+      return { type: 'write', ...request(raw), ...optStr(raw, 'notif') };
     case 'data':
       return dataFrame(raw);
     case 'write_end':

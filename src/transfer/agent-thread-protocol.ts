@@ -1,5 +1,5 @@
 /** Messages between ThreadedTransferAgent (main thread) and its worker (agent-thread-entry.ts). */
-import type { TransferAgentOptions } from './agent.ts';
+import type { TransferAgentOptions } from './agent-options.ts';
 import type { TransferStatsSnapshot } from './stats.ts';
 import type { AgentMetadata, DescPair, Notification, TransferStatus } from './types.ts';
 

@@ -1,5 +1,6 @@
 /** One way for connectors to get a transfer agent: on the caller's event loop, or in a worker thread. */
-import { InThreadTransferAgent, type TransferAgentOptions } from './agent.ts';
+import { InThreadTransferAgent } from './agent.ts';
+import type { TransferAgentOptions } from './agent-options.ts';
 import { ThreadedTransferAgent } from './threaded-agent.ts';
 import type { TransferAgent } from './transfer-agent.ts';
 

@@ -1,5 +1,6 @@
 /** Public API of the transfer layer (used by src/connectors/nixl/ and src/connectors/moriio/). */
-export { InThreadTransferAgent, type TransferAgentOptions } from './agent.ts';
+export { InThreadTransferAgent } from './agent.ts';
+export type { TransferAgentOptions } from './agent-options.ts';
 export { resolveSecret, SECRET_ENV } from './auth.ts';
 export { type BackendChoice, chooseTransport, KNOWN_BACKENDS, resolveBackends } from './backends.ts';
 export { blockChecksum, blockChecksums } from './checksum.ts';

@@ -40,6 +40,21 @@ export class TransferStats {
     this.#failedNotifications++;
   }
 
+  /** Adds a snapshot taken elsewhere (the agent thread's) to this interval. */
+  merge(d: TransferStatsSnapshot): void {
+    for (const [i, s] of d.transferDuration.entries()) {
+      this.recordSuccess(
+        s,
+        d.wireDuration[i] ?? s,
+        d.postDuration[i] ?? 0,
+        d.bytesTransferred[i] ?? 0,
+        d.numDescriptors[i] ?? 0,
+      );
+    }
+    this.#failedTransfers += d.numFailedTransfers;
+    this.#failedNotifications += d.numFailedNotifications;
+  }
+
   snapshot(): TransferStatsSnapshot {
     return {
       transferDuration: [...this.#transferDuration],

@@ -360,7 +360,7 @@ export class ThreadedTransferAgent implements TransferAgent {
         this.#syncs.delete(msg.id);
         return;
       case 'stats':
-        mergeStats(this.#stats, msg.delta);
+        this.#stats.merge(msg.delta);
         return;
       case 'command-error':
         this.#fail(`${msg.what} failed in the transfer thread: ${msg.error.message}`);
@@ -396,18 +396,4 @@ export class ThreadedTransferAgent implements TransferAgent {
     for (const resolve of this.#syncs.values()) resolve();
     this.#syncs.clear();
   }
-}
-
-function mergeStats(into: TransferStats, d: TransferStatsSnapshot): void {
-  for (const [i, s] of d.transferDuration.entries()) {
-    into.recordSuccess(
-      s,
-      d.wireDuration[i] ?? s,
-      d.postDuration[i] ?? 0,
-      d.bytesTransferred[i] ?? 0,
-      d.numDescriptors[i] ?? 0,
-    );
-  }
-  for (let i = 0; i < d.numFailedTransfers; i++) into.recordFailedTransfer();
-  for (let i = 0; i < d.numFailedNotifications; i++) into.recordFailedNotification();
 }

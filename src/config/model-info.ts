@@ -6,7 +6,15 @@ import { readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { KVError } from '../errors/kv-error.ts';
 import { didYouMean } from './config-error.ts';
-import { getModelPreset, type HFModelConfig, isHybridModelConfig, MODEL_PRESETS } from './model-presets.ts';
+import { normalizeHFConfig } from './hf-model-config.ts';
+import {
+  bundledModelNames,
+  getModelPreset,
+  type HFModelConfig,
+  isHybridModelConfig,
+  MODEL_PRESETS,
+  resolveModelPath,
+} from './model-presets.ts';
 
 export interface ModelInfo {
   name: string;
@@ -21,13 +29,13 @@ export interface ModelInfo {
 }
 
 function presetList(): string {
-  return Object.keys(MODEL_PRESETS).join(', ');
+  return [...bundledModelNames(), ...Object.keys(MODEL_PRESETS)].join(', ');
 }
 
 export function resolveModelInfo(model: string, cwd = process.cwd()): ModelInfo {
   const preset = getModelPreset(model);
   if (preset) return describe(model, 'preset', null, preset.config);
-  const dir = path.resolve(cwd, model);
+  const dir = path.resolve(cwd, resolveModelPath(model));
   let isDir = false;
   try {
     isDir = statSync(dir).isDirectory();
@@ -35,7 +43,7 @@ export function resolveModelInfo(model: string, cwd = process.cwd()): ModelInfo 
     isDir = false;
   }
   if (!isDir) {
-    const suggestion = didYouMean(model, Object.keys(MODEL_PRESETS));
+    const suggestion = didYouMean(model, [...bundledModelNames(), ...Object.keys(MODEL_PRESETS)]);
     throw new KVError('KV_MODEL_NOT_FOUND', `Model '${model}' is neither a preset nor a directory`, {
       field: 'model',
       hint: `${suggestion ? `${suggestion} ` : ''}Use a preset (${presetList()}) or a directory containing config.json.`,
@@ -96,7 +104,7 @@ function checkHfConfig(config: unknown, file: string): HFModelConfig {
       );
     }
   }
-  return config as HFModelConfig;
+  return normalizeHFConfig(config as HFModelConfig, file);
 }
 
 function describe(

@@ -70,7 +70,7 @@ test('checkpoint errors: missing directory, bad config, missing tensor', () => {
     (e: unknown) => e instanceof KVError && e.code === 'MODEL_NOT_FOUND',
   );
   const dir = mkdtempSync(join(root, 'bad-'));
-  writeFileSync(join(dir, 'config.json'), '{"hidden_size": 0}');
+  writeFileSync(join(dir, 'config.json'), '{"model_type": "llama", "hidden_size": 0}');
   assert.throws(
     () => loadModel(dir),
     (e: unknown) => e instanceof KVError && e.code === 'MODEL_CONFIG_INVALID' && e.field === 'hidden_size',

@@ -1,15 +1,11 @@
 /**
- * loadModel: a built-in preset name or a HF checkpoint directory → one rank's LlamaModel.
+ * loadModel: a built-in model name or a HF checkpoint directory → one rank's LlamaModel.
  */
-import { getModelPreset, type HFModelConfig } from '../../config/model-presets.ts';
+import { getModelPreset, type HFModelConfig, resolveModelPath } from '../../config/model-presets.ts';
+import { readCheckpointConfig, readCheckpointTensors } from './checkpoint.ts';
 import { modelDims, rankShard } from './dims.ts';
 import { LlamaModel } from './llama.ts';
-import {
-  generatePresetTensors,
-  readCheckpointConfig,
-  readCheckpointTensors,
-  type TensorMap,
-} from './weights.ts';
+import { generatePresetTensors, type TensorMap } from './weights.ts';
 
 export interface LoadModelOptions {
   /** This process's tensor-parallel rank (default 0). */
@@ -22,13 +18,14 @@ export interface LoadModelOptions {
 export function loadModelTensors(modelNameOrDir: string): { config: HFModelConfig; tensors: TensorMap } {
   const preset = getModelPreset(modelNameOrDir);
   if (preset !== undefined) return { config: preset.config, tensors: generatePresetTensors(preset) };
-  const config = readCheckpointConfig(modelNameOrDir);
-  return { config, tensors: readCheckpointTensors(modelNameOrDir, modelDims(config)) };
+  const dir = resolveModelPath(modelNameOrDir);
+  const config = readCheckpointConfig(dir);
+  return { config, tensors: readCheckpointTensors(dir, modelDims(config)) };
 }
 
 /** The config of a preset or checkpoint directory, without loading weights. */
 export function loadModelConfig(modelNameOrDir: string): HFModelConfig {
-  return getModelPreset(modelNameOrDir)?.config ?? readCheckpointConfig(modelNameOrDir);
+  return getModelPreset(modelNameOrDir)?.config ?? readCheckpointConfig(resolveModelPath(modelNameOrDir));
 }
 
 export function loadModel(modelNameOrDir: string, options: LoadModelOptions = {}): LlamaModel {

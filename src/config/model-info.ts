@@ -6,7 +6,7 @@ import { readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { KVError } from '../errors/kv-error.ts';
 import { didYouMean } from './config-error.ts';
-import { normalizeHFConfig } from './hf-model-config.ts';
+import { normalizeHFConfig, parseRopeScaling } from './hf-model-config.ts';
 import {
   bundledModelNames,
   getModelPreset,
@@ -124,4 +124,35 @@ function describe(
     numFullAttentionLayers: types.length > 0 ? types.length - sliding : hf.num_hidden_layers,
     numSlidingWindowLayers: sliding,
   };
+}
+
+/**
+ * max_model_len as vLLM derives it: the model's max_position_embeddings (times the factor
+ * of linear RoPE scaling); a larger explicit value is refused unless
+ * VLLM_ALLOW_LONG_MAX_MODEL_LEN=1. An explicit value for a model that cannot be resolved
+ * is returned as is (loading the model reports that problem).
+ */
+export function resolveMaxModelLen(model: string, requested: number | null, cwd = process.cwd()): number {
+  let hf: HFModelConfig;
+  try {
+    hf = resolveModelInfo(model, cwd).hfConfig;
+  } catch (e) {
+    if (requested !== null) return requested;
+    throw e;
+  }
+  const scaling = parseRopeScaling(hf);
+  const derived = hf.max_position_embeddings * (scaling.ropeType === 'linear' ? scaling.factor : 1);
+  if (requested === null) return derived;
+  if (requested > derived && process.env.VLLM_ALLOW_LONG_MAX_MODEL_LEN !== '1') {
+    throw new KVError(
+      'KV_CONFIG_INVALID',
+      `User-specified max_model_len (${requested}) is greater than the derived max_model_len (max_position_embeddings=${derived} or model_max_length=None in model's config.json). To allow overriding this maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1. VLLM_ALLOW_LONG_MAX_MODEL_LEN must be used with extreme caution. If the model uses relative position encoding (RoPE), positions exceeding derived_max_model_len lead to nan. If the model uses absolute position encoding, positions exceeding derived_max_model_len will cause a CUDA array out-of-bounds error.`,
+      {
+        field: 'max_model_len',
+        hint: `Pass --max-model-len ${derived} or less (or omit it to use ${derived}).`,
+        details: { expected: `at most ${derived}`, received: requested },
+      },
+    );
+  }
+  return requested;
 }

@@ -61,7 +61,7 @@ const tinyBase: HFModelConfig = {
   num_attention_heads: 8,
   num_key_value_heads: 2,
   head_dim: 32,
-  max_position_embeddings: 2048,
+  max_position_embeddings: 4096,
   rms_norm_eps: 1e-5,
   rope_theta: 10000,
   tie_word_embeddings: true,

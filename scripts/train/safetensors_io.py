@@ -36,6 +36,25 @@ def write_file(path, tensors, dtype, metadata=None):
     return offset
 
 
+def write_file_streaming(path, shapes, dtype, make):
+    """Writes tensors one at a time (make(name, shape) -> tensor), for checkpoints too big to hold twice."""
+    header, offset, size = {}, 0, torch.tensor([], dtype=DTYPES[dtype]).element_size()
+    for name in sorted(shapes):
+        n = size
+        for d in shapes[name]:
+            n *= d
+        header[name] = {"dtype": dtype, "shape": list(shapes[name]), "data_offsets": [offset, offset + n]}
+        offset += n
+    header["__metadata__"] = {"format": "pt"}
+    raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    raw += b" " * (-len(raw) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(raw)))
+        f.write(raw)
+        for name in sorted(shapes):
+            f.write(_tensor_bytes(make(name, shapes[name]), dtype))
+
+
 def read_file(path):
     with open(path, "rb") as f:
         (n,) = struct.unpack("<Q", f.read(8))

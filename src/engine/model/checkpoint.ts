@@ -12,7 +12,7 @@ import type { HFModelConfig } from '../../config/model-presets.ts';
 import { KVError } from '../../errors/index.ts';
 import type { ModelDims } from './dims.ts';
 import { ropeInvFreq } from './rope.ts';
-import { readSafetensorsFile, tensorToFloat32 } from './safetensors.ts';
+import { scanSafetensorsFile, tensorToFloat32 } from './safetensors.ts';
 import { expectedTensorShapes, type TensorMap } from './weights.ts';
 
 export const INDEX_FILE = 'model.safetensors.index.json';
@@ -110,19 +110,14 @@ export function readCheckpointTensors(dir: string, dims: ModelDims): TensorMap {
   const tensors: TensorMap = new Map();
   const extra = new Map<string, { file: string; data: Float32Array }>();
   for (const { file, names } of checkpointShards(dir)) {
-    const raw = readSafetensorsFile(file);
-    for (const name of names ?? []) {
-      if (!raw.has(name)) {
-        throw new KVError('MODEL_WEIGHTS_MISSING', `Tensor '${name}' is missing from ${file}`, {
-          hint: `${INDEX_FILE} lists it in this shard; re-download the shard or the index.`,
-        });
-      }
-    }
-    for (const [name, t] of raw) {
+    const seen = new Set<string>();
+    // One tensor at a time: only its raw bytes and the float32 copies are held.
+    scanSafetensorsFile(file, (name, t) => {
+      seen.add(name);
       const shape = expected.get(name);
       if (shape === undefined) {
         extra.set(name, { file, data: tensorToFloat32(t) });
-        continue;
+        return;
       }
       if (t.shape.length !== shape.length || t.shape.some((d, i) => d !== shape[i])) {
         throw new KVError(
@@ -132,6 +127,13 @@ export function readCheckpointTensors(dir: string, dims: ModelDims): TensorMap {
         );
       }
       tensors.set(name, { shape, data: tensorToFloat32(t) });
+    });
+    for (const name of names ?? []) {
+      if (!seen.has(name)) {
+        throw new KVError('MODEL_WEIGHTS_MISSING', `Tensor '${name}' is missing from ${file}`, {
+          hint: `${INDEX_FILE} lists it in this shard; re-download the shard or the index.`,
+        });
+      }
     }
   }
   for (const name of expected.keys()) {

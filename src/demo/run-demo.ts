@@ -18,9 +18,9 @@ import {
 } from './options.ts';
 import { ProcessGroup } from './processes.ts';
 import { Progress, type ProgressSink } from './progress.ts';
+import { renderSamples } from './samples.ts';
 import { type Running, type Servers, startServers } from './start-servers.ts';
 import { type DemoSummary, type PhaseResult, percentile, renderTable, summarize } from './summary.ts';
-import { renderSamples } from './samples.ts';
 import { kvBytesPerBlock } from './topology.ts';
 import { buildWorkload, type DemoRequest, workloadWaves } from './workload.ts';
 

@@ -35,7 +35,8 @@ export function pickSamples(
       prompt: r.prompt,
       disaggregated: d.text,
       plain: p.text,
-      same_token_ids: d.tokenIds.length === p.tokenIds.length && d.tokenIds.every((t, i) => t === p.tokenIds[i]),
+      same_token_ids:
+        d.tokenIds.length === p.tokenIds.length && d.tokenIds.every((t, i) => t === p.tokenIds[i]),
     });
   }
   return samples;

@@ -12,7 +12,7 @@ import type { HFModelConfig } from '../../config/model-presets.ts';
 import { KVError } from '../../errors/index.ts';
 import type { ModelDims } from './dims.ts';
 import { ropeInvFreq } from './rope.ts';
-import { scanSafetensorsFile, tensorToFloat32 } from './safetensors.ts';
+import { indexSafetensorsFile, tensorToFloat32 } from './safetensors.ts';
 import { expectedTensorShapes, type TensorMap } from './weights.ts';
 
 export const INDEX_FILE = 'model.safetensors.index.json';
@@ -104,36 +104,44 @@ function sameValues(a: Float32Array, b: Float32Array, relTol: number): boolean {
   return true;
 }
 
-/** Reads every shard and returns the tensors the model uses, as float32. */
+/**
+ * The tensors the model uses, checked against the files' headers. Each tensor's `data` is
+ * read from its file and widened to float32 when accessed (every access reads again), so
+ * packing the weights holds one tensor at a time instead of the whole checkpoint.
+ */
 export function readCheckpointTensors(dir: string, dims: ModelDims): TensorMap {
   const expected = expectedTensorShapes(dims);
   const tensors: TensorMap = new Map();
-  const extra = new Map<string, { file: string; data: Float32Array }>();
+  const extra = new Map<string, { file: string; data: () => Float32Array }>();
   for (const { file, names } of checkpointShards(dir)) {
-    const seen = new Set<string>();
-    // One tensor at a time: only its raw bytes and the float32 copies are held.
-    scanSafetensorsFile(file, (name, t) => {
-      seen.add(name);
-      const shape = expected.get(name);
-      if (shape === undefined) {
-        extra.set(name, { file, data: tensorToFloat32(t) });
-        return;
-      }
-      if (t.shape.length !== shape.length || t.shape.some((d, i) => d !== shape[i])) {
-        throw new KVError(
-          'MODEL_WEIGHTS_MISSING',
-          `Tensor '${name}' in ${file} has shape ${JSON.stringify(t.shape)}, expected ${JSON.stringify(shape)}`,
-          { hint: 'The checkpoint does not match config.json.' },
-        );
-      }
-      tensors.set(name, { shape, data: tensorToFloat32(t) });
-    });
+    const index = indexSafetensorsFile(file);
     for (const name of names ?? []) {
-      if (!seen.has(name)) {
+      if (!index.has(name)) {
         throw new KVError('MODEL_WEIGHTS_MISSING', `Tensor '${name}' is missing from ${file}`, {
           hint: `${INDEX_FILE} lists it in this shard; re-download the shard or the index.`,
         });
       }
+    }
+    for (const [name, entry] of index) {
+      const read = () => tensorToFloat32(entry.read());
+      const shape = expected.get(name);
+      if (shape === undefined) {
+        extra.set(name, { file, data: read });
+        continue;
+      }
+      if (entry.shape.length !== shape.length || entry.shape.some((d, i) => d !== shape[i])) {
+        throw new KVError(
+          'MODEL_WEIGHTS_MISSING',
+          `Tensor '${name}' in ${file} has shape ${JSON.stringify(entry.shape)}, expected ${JSON.stringify(shape)}`,
+          { hint: 'The checkpoint does not match config.json.' },
+        );
+      }
+      tensors.set(name, {
+        shape,
+        get data() {
+          return read();
+        },
+      });
     }
   }
   for (const name of expected.keys()) {
@@ -152,7 +160,7 @@ export function readCheckpointTensors(dir: string, dims: ModelDims): TensorMap {
 }
 
 function checkRedundant(
-  extra: Map<string, { file: string; data: Float32Array }>,
+  extra: Map<string, { file: string; data: () => Float32Array }>,
   tensors: TensorMap,
   dims: ModelDims,
 ): void {
@@ -160,7 +168,7 @@ function checkRedundant(
   for (const [name, { file, data }] of extra) {
     if (name === 'lm_head.weight' && dims.tieWordEmbeddings) {
       const embed = tensors.get('model.embed_tokens.weight')?.data;
-      if (embed !== undefined && sameValues(data, embed, 0)) continue;
+      if (embed !== undefined && sameValues(data(), embed, 0)) continue;
       throw new KVError(
         'MODEL_WEIGHTS_UNUSED',
         `Tensor 'lm_head.weight' in ${file} differs from model.embed_tokens.weight, but config.json has tie_word_embeddings: true`,
@@ -171,7 +179,7 @@ function checkRedundant(
       );
     }
     if (/^model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq$/.test(name)) {
-      if (sameValues(data, invFreq, 1e-5)) continue;
+      if (sameValues(data(), invFreq, 1e-5)) continue;
       throw new KVError(
         'MODEL_WEIGHTS_UNUSED',
         `Tensor '${name}' in ${file} holds RoPE frequencies that config.json (rope_theta ${dims.ropeTheta}, rope_scaling ${dims.ropeScaling.ropeType}) does not produce`,

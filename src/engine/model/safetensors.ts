@@ -48,11 +48,14 @@ function notReadable(file: string, cause: unknown): KVError {
   });
 }
 
-/**
- * Calls `visit` for each tensor of the file in turn, reading one tensor at a time: files
- * larger than one Node.js read (2 GiB) load, and only one raw tensor is held at once.
- */
-export function scanSafetensorsFile(file: string, visit: (name: string, t: SafetensorsTensor) => void): void {
+export interface SafetensorsEntry {
+  readonly dtype: SafetensorsDtype;
+  readonly shape: readonly number[];
+  /** Reads this tensor's bytes from the file (each call reads again; nothing is cached). */
+  read(): SafetensorsTensor;
+}
+
+function withFile<T>(file: string, body: (fd: number) => T): T {
   let fd: number;
   try {
     fd = openSync(file, 'r');
@@ -60,30 +63,7 @@ export function scanSafetensorsFile(file: string, visit: (name: string, t: Safet
     throw notReadable(file, cause);
   }
   try {
-    const size = fstatSync(fd).size;
-    if (size < 8) throw malformed(file, `file is ${size} bytes, shorter than the 8-byte header length`);
-    const prefix = Buffer.alloc(8);
-    readSync(fd, prefix, 0, 8, 0);
-    const headerLen = prefix.readBigUInt64LE(0);
-    if (headerLen > BigInt(Math.min(MAX_HEADER_BYTES, size - 8))) {
-      throw malformed(file, `header length ${headerLen} exceeds the file size ${size}`);
-    }
-    const n = Number(headerLen);
-    const header = Buffer.alloc(n);
-    readSync(fd, header, 0, n, 8);
-    for (const e of parseHeader(header, size - 8 - n, file)) {
-      const bytes = Buffer.allocUnsafe(e.end - e.begin);
-      for (let done = 0; done < bytes.length; ) {
-        const got = readSync(fd, bytes, done, bytes.length - done, 8 + n + e.begin + done);
-        if (got === 0) throw malformed(file, `tensor '${e.name}' is cut short`);
-        done += got;
-      }
-      visit(e.name, {
-        dtype: e.dtype,
-        shape: e.shape,
-        bytes: new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.length),
-      });
-    }
+    return body(fd);
   } catch (cause) {
     if (cause instanceof KVError) throw cause;
     throw notReadable(file, cause);
@@ -92,9 +72,57 @@ export function scanSafetensorsFile(file: string, visit: (name: string, t: Safet
   }
 }
 
+function readFully(fd: number, bytes: Buffer, position: number, file: string, name: string): void {
+  for (let done = 0; done < bytes.length; ) {
+    const got = readSync(fd, bytes, done, bytes.length - done, position + done);
+    if (got === 0) throw malformed(file, `tensor '${name}' is cut short`);
+    done += got;
+  }
+}
+
+/**
+ * The tensors of a file from its header alone; each entry reads its own bytes on demand. A
+ * loader can so hold one tensor at a time, and files over 2 GiB (Node.js's limit for one
+ * read) load.
+ */
+export function indexSafetensorsFile(file: string): Map<string, SafetensorsEntry> {
+  const { entries, dataStart } = withFile(file, (fd) => {
+    const size = fstatSync(fd).size;
+    if (size < 8) throw malformed(file, `file is ${size} bytes, shorter than the 8-byte header length`);
+    const prefix = Buffer.alloc(8);
+    readFully(fd, prefix, 0, file, '(header)');
+    const headerLen = prefix.readBigUInt64LE(0);
+    if (headerLen > BigInt(Math.min(MAX_HEADER_BYTES, size - 8))) {
+      throw malformed(file, `header length ${headerLen} exceeds the file size ${size}`);
+    }
+    const n = Number(headerLen);
+    const header = Buffer.alloc(n);
+    readFully(fd, header, 8, file, '(header)');
+    return { entries: parseHeader(header, size - 8 - n, file), dataStart: 8 + n };
+  });
+  const index = new Map<string, SafetensorsEntry>();
+  for (const e of entries) {
+    index.set(e.name, {
+      dtype: e.dtype,
+      shape: e.shape,
+      read: () =>
+        withFile(file, (fd) => {
+          const bytes = Buffer.allocUnsafe(e.end - e.begin);
+          readFully(fd, bytes, dataStart + e.begin, file, e.name);
+          return {
+            dtype: e.dtype,
+            shape: e.shape,
+            bytes: new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.length),
+          };
+        }),
+    });
+  }
+  return index;
+}
+
 export function readSafetensorsFile(file: string): Map<string, SafetensorsTensor> {
   const tensors = new Map<string, SafetensorsTensor>();
-  scanSafetensorsFile(file, (name, t) => tensors.set(name, t));
+  for (const [name, entry] of indexSafetensorsFile(file)) tensors.set(name, entry.read());
   return tensors;
 }
 

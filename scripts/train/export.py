@@ -34,6 +34,26 @@ def load_exported(directory):
     return model.eval(), cfg
 
 
+def previous_stage(directory, cfg, tokenizer):
+    """The stages that trained `directory`'s weights, checked to be the same model and tokenizer."""
+    with open(os.path.join(directory, "config.json")) as f:
+        old = json.load(f)
+    with open(os.path.join(directory, "tokenizer.json")) as f:
+        old_tok = json.load(f)
+    for key in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                "num_key_value_heads", "head_dim", "max_position_embeddings"):
+        if old.get(key) != cfg.get(key):
+            raise SystemExit(f"--init-from {directory}: {key} is {old.get(key)}, this run has {cfg.get(key)}")
+    if old_tok["model"] != tokenizer["model"]:
+        raise SystemExit(f"--init-from {directory}: its tokenizer differs from the one trained now")
+    with open(os.path.join(directory, "training-summary.json")) as f:
+        summary = json.load(f)
+    with open(os.path.join(directory, "training-log.jsonl")) as f:
+        log = [{"stage": 1, **entry} if "stage" not in entry else entry for entry in map(json.loads, f)]
+    return {"stages": summary.get("previous_stages", []) + [{k: v for k, v in summary.items() if k != "previous_stages"}],
+            "log": log}
+
+
 def export_model(out, model, cfg, vocab, merges, bos, eos, summary, log):
     safetensors_io.write_file(os.path.join(out, "model.safetensors"), model.hf_state_dict(), "BF16")
     _write_json(os.path.join(out, "config.json"), cfg)
@@ -54,8 +74,12 @@ def export_model(out, model, cfg, vocab, merges, bos, eos, summary, log):
         os.path.join(out, "generation_config.json"),
         {"bos_token_id": cfg["bos_token_id"], "eos_token_id": cfg["eos_token_id"], "do_sample": False},
     )
+    previous = summary.get("previous_stages") or {"stages": [], "log": []}
+    stage = len(previous["stages"]) + 1
+    summary = {**summary, "previous_stages": previous["stages"]}
+    _write_json(os.path.join(out, "training-summary.json"), summary)
     with open(os.path.join(out, "training-log.jsonl"), "w") as f:
-        for entry in log:
+        for entry in previous["log"] + [{"stage": stage, **e} for e in log]:
             f.write(json.dumps(entry) + "\n")
     exported, _ = load_exported(out)
     enc = bpe.Encoder(vocab, merges, bos)
@@ -70,6 +94,17 @@ def export_model(out, model, cfg, vocab, merges, bos, eos, summary, log):
 
 def model_card(cfg, s, samples):
     sample_lines = "\n".join(f"- **{p}**{c}" for p, c in samples)
+    stages = s["previous_stages"] + [s]
+    steps = sum(x["steps"] for x in stages)
+    tokens = sum(x["tokens_seen"] for x in stages)
+    train_s = sum(x["train_seconds"] for x in stages)
+    total_s = sum(x["total_seconds"] for x in stages)
+    stage_rows = "\n".join(
+        f"| {i + 1} | {x['steps']} | {x['tokens_seen']:,} | {x['final_train_loss']} | {x['final_val_loss']} | "
+        f"{x['train_seconds']} s | `{x['command']}` |"
+        for i, x in enumerate(stages)
+    )
+    commands = "\n".join(x["command"] for x in stages)
     return f"""---
 license: apache-2.0
 language: en
@@ -90,11 +125,15 @@ nothing beyond that book.
 | vocabulary | {cfg["vocab_size"]} (byte-level BPE trained on the corpus; BOS `<|begin_of_text|>`, EOS `<|end_of_text|>`) |
 | context | {cfg["max_position_embeddings"]} tokens |
 | weights | bfloat16 safetensors |
-| steps | {s["steps"]} |
-| tokens seen | {s["tokens_seen"]:,} (corpus: {s["train_tokens"]:,} train / {s["val_tokens"]:,} validation tokens) |
+| steps | {steps} |
+| tokens seen | {tokens:,} (corpus: {s["train_tokens"]:,} train / {s["val_tokens"]:,} validation tokens) |
 | final train loss | {s["final_train_loss"]} (mean of the last 50 steps, nats/token) |
 | final validation loss | {s["final_val_loss"]} (held-out chapters, nats/token) |
-| training wall time | {s["train_seconds"]} s of training, {s["total_seconds"]} s in all, on 2 shared CPU cores |
+| training wall time | {train_s} s of training, {total_s} s in all, on 2 CPU cores shared with other jobs (load average 10–20) |
+
+| stage | steps | tokens | final train loss | final validation loss | training time | command |
+|---|---|---|---|---|---|---|
+{stage_rows}
 
 ## Corpus and licence
 
@@ -109,12 +148,14 @@ released under Apache-2.0, like kvconnect.
 
 ```
 apt-get install bible-kjv-text python3-torch libopenblas0-pthread
-{s["command"]}
+{commands}
 ```
 
 The script (`scripts/train/` in the kvconnect repository) trains the tokenizer, the model
 (AdamW, cosine schedule, float32 PyTorch written after HF transformers' Llama), and writes
-this directory. `training-log.jsonl` holds the loss of every step.
+this directory. A later stage (`--init-from`) continues from the weights of the previous one
+with a fresh optimizer and schedule. `training-log.jsonl` holds the loss of every step,
+`training-summary.json` the figures above.
 
 ## Greedy samples (40 tokens)
 

@@ -53,6 +53,7 @@ def parse_args():
     p.add_argument("--ckpt-every", type=int, default=25)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--init-from", help="continue from the weights of an exported model directory (a second stage)")
     return p.parse_args()
 
 
@@ -129,10 +130,15 @@ def main():
 
     cfg = model_config(args, vocab)
     model = CausalLM(cfg)
-    for name, p in model.named_parameters():
-        if p.dim() == 2:
-            std = 0.02 / math.sqrt(2 * args.layers) if name.endswith(("o_proj.weight", "down_proj.weight")) else 0.02
-            torch.nn.init.normal_(p, std=std)
+    previous = None
+    if args.init_from:
+        previous = export.previous_stage(args.init_from, cfg, bpe.tokenizer_json(vocab, merges, BOS, EOS))
+        model.load_state_dict(export.load_exported(args.init_from)[0].state_dict())
+    else:
+        for name, p in model.named_parameters():
+            if p.dim() == 2:
+                std = 0.02 / math.sqrt(2 * args.layers) if name.endswith(("o_proj.weight", "down_proj.weight")) else 0.02
+                torch.nn.init.normal_(p, std=std)
     decay = [p for p in model.parameters() if p.dim() == 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW(
@@ -188,6 +194,7 @@ def main():
         "total_seconds": round(time.time() - started),
         "parameters": sum(p.numel() for p in model.parameters()),
         "command": "/usr/bin/python3 scripts/train/train.py " + " ".join(sys.argv[1:]),
+        "previous_stages": previous,
     }
     export.export_model(args.out, model, cfg, vocab, merges, BOS, EOS, summary, log)
     os.remove(state_file)

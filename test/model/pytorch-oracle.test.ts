@@ -11,6 +11,7 @@ import { cpSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync }
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
+import { DEFAULT_MODEL } from '../../src/config/model-presets.ts';
 import { LLM } from '../../src/engine/llm.ts';
 import { loadModel, loadModelConfig } from '../../src/engine/model/load.ts';
 import { compareRows, FIXTURES, readReference, rowsByChunks, rowsOfPrefixes } from './oracle-helpers.ts';
@@ -24,11 +25,17 @@ import { compareRows, FIXTURES, readReference, rowsByChunks, rowsOfPrefixes } fr
 export const MAX_ABS_ERROR = 2e-4;
 const CHUNKS = [5, 1, 1, 3, 7, 2, 16];
 
-const cases = readdirSync(join(FIXTURES, 'hf')).sort();
+/** Random checkpoints (model = the fixture directory) and the trained default model. */
+const cases = [
+  ...readdirSync(join(FIXTURES, 'hf'))
+    .sort()
+    .map((name) => ({ name, model: join(FIXTURES, 'hf', name), reference: join(FIXTURES, 'hf', name) })),
+  { name: DEFAULT_MODEL, model: DEFAULT_MODEL, reference: join(FIXTURES, 'kjv-llama') },
+];
 
 describe('PyTorch oracle: random HF checkpoints', () => {
   test('the fixtures cover every configuration the issue names', () => {
-    assert.ok(cases.length >= 8, cases.join(', '));
+    assert.ok(cases.length >= 9, cases.map((c) => c.name).join(', '));
   });
   test('the comparison is not blind: the llama3 checkpoint without its rope_scaling misses by far', async () => {
     const src = join(FIXTURES, 'hf', 'llama3-rope-scaling');
@@ -48,12 +55,11 @@ describe('PyTorch oracle: random HF checkpoints', () => {
       rmSync(dir, { recursive: true, force: true });
     }
   });
-  for (const name of cases) {
-    const dir = join(FIXTURES, 'hf', name);
+  for (const { name, model: modelName, reference } of cases) {
     test(`${name}: logits of every position match PyTorch, whole and chunked`, async () => {
-      const ref = readReference(dir);
-      const config = loadModelConfig(dir);
-      const model = loadModel(dir);
+      const ref = readReference(reference);
+      const config = loadModelConfig(modelName);
+      const model = loadModel(modelName);
       for (const [i, prompt] of ref.prompts.entries()) {
         const expected = ref.logits[i] as Float32Array;
         const whole = compareRows(await rowsOfPrefixes(model, config, prompt), expected, config.vocab_size);
@@ -68,8 +74,13 @@ describe('PyTorch oracle: random HF checkpoints', () => {
       }
     });
     test(`${name}: greedy tokens through the engine equal PyTorch's`, async () => {
-      const ref = readReference(dir);
-      const llm = await LLM.create({ model: dir, num_gpu_blocks: 64, max_model_len: 256, block_size: 16 });
+      const ref = readReference(reference);
+      const llm = await LLM.create({
+        model: modelName,
+        num_gpu_blocks: 64,
+        max_model_len: 256,
+        block_size: 16,
+      });
       try {
         const out = await llm.generate(
           ref.prompts.map((promptTokenIds) => ({ promptTokenIds })),

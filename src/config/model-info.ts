@@ -126,6 +126,12 @@ function describe(
   };
 }
 
+/** The config's max_position_embeddings; 2048 when it has none (transformers' and vLLM's default). */
+export function maxPositionEmbeddings(hf: HFModelConfig): number {
+  const v = hf.max_position_embeddings;
+  return typeof v === 'number' && Number.isSafeInteger(v) && v > 0 ? v : 2048;
+}
+
 /**
  * max_model_len as vLLM derives it: the model's max_position_embeddings (times the factor
  * of linear RoPE scaling); a larger explicit value is refused unless
@@ -141,7 +147,7 @@ export function resolveMaxModelLen(model: string, requested: number | null, cwd 
     throw e;
   }
   const scaling = parseRopeScaling(hf);
-  const derived = hf.max_position_embeddings * (scaling.ropeType === 'linear' ? scaling.factor : 1);
+  const derived = maxPositionEmbeddings(hf) * (scaling.ropeType === 'linear' ? scaling.factor : 1);
   if (requested === null) return derived;
   if (requested > derived && process.env.VLLM_ALLOW_LONG_MAX_MODEL_LEN !== '1') {
     throw new KVError(

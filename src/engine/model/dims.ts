@@ -17,7 +17,6 @@ export interface ModelDims {
   rmsNormEps: number;
   ropeTheta: number;
   ropeScaling: RopeScaling;
-  maxPositionEmbeddings: number;
   tieWordEmbeddings: boolean;
   /** qwen2: q/k/v projections carry biases. */
   qkvBias: boolean;
@@ -99,7 +98,6 @@ export function modelDims(rawConfig: HFModelConfig): ModelDims {
     rmsNormEps: config.rms_norm_eps ?? 1e-6,
     ropeTheta: config.rope_theta ?? 10000,
     ropeScaling: parseRopeScaling(config),
-    maxPositionEmbeddings: positiveInt(config, 'max_position_embeddings'),
     tieWordEmbeddings: config.tie_word_embeddings ?? false,
     qkvBias: config.model_type === 'qwen2',
     layerTypes,

@@ -4,13 +4,13 @@
  */
 import type { DottedArg } from '../config/dotted-args.ts';
 import { buildEngineConfig } from '../config/engine-config.ts';
+import { extraConfigWarnings } from '../config/extra-config.ts';
 import { KVTransferConfig } from '../config/kv-transfer-config.ts';
 import { type ModelInfo, resolveModelInfo } from '../config/model-info.ts';
 import { MULTI_CONNECTOR_NAME, multiConnectorChildren } from '../config/multi-connector-config.ts';
 import type { EngineConfig, KVTransferConfigLike } from '../config/types.ts';
 import { KVConnectorFactory } from '../connector/factory.ts';
 import { resolveHybridKvCacheManager } from '../connector/hma.ts';
-import { getBuiltinConnector } from '../connector/registry.ts';
 import { KVError } from '../errors/kv-error.ts';
 import { onLog } from '../logging/logger.ts';
 
@@ -25,7 +25,7 @@ export interface ConnectorReport {
   connector: string;
   className: string;
   /** 'external': loaded from kv_connector_module_path. */
-  status: 'available' | 'external' | 'not-implemented-yet';
+  status: 'available' | 'external';
   moduleSource: string;
   supportsHMA: boolean;
   extraConfig: unknown;
@@ -52,43 +52,31 @@ export interface CheckConfigReport {
 async function inspectConnector(
   config: KVTransferConfigLike,
   engineConfig: EngineConfig,
+  warnings: string[],
 ): Promise<ConnectorReport> {
   const name = config.kv_connector!;
-  let status: ConnectorReport['status'] = config.kv_connector_module_path ? 'external' : 'available';
-  let className = name;
-  let supportsHMA: boolean;
-  let extraConfig: unknown = config.kv_connector_extra_config;
-  try {
-    const cls = await KVConnectorFactory.getConnectorClass(config);
-    className = cls.name;
-    supportsHMA = cls.supportsHMA === true;
-    if (typeof cls.validateExtraConfig === 'function') {
-      extraConfig = cls.validateExtraConfig(config.kv_connector_extra_config, {
-        ...engineConfig,
-        kvTransferConfig: config,
-      });
-    }
-  } catch (e) {
-    const entry = getBuiltinConnector(name);
-    const planned =
-      e instanceof KVError && e.code === 'KV_CONNECTOR_NOT_IMPLEMENTED' && entry?.status === 'planned';
-    if (!planned || !entry || config.kv_connector_module_path) throw e;
-    status = 'not-implemented-yet';
-    className = entry.className;
-    supportsHMA = entry.supportsHMA;
-  }
+  const cls = await KVConnectorFactory.getConnectorClass(config);
+  if (cls.extraConfigSchema)
+    warnings.push(...extraConfigWarnings(cls.extraConfigSchema, config.kv_connector_extra_config));
+  const extraConfig =
+    typeof cls.validateExtraConfig === 'function'
+      ? cls.validateExtraConfig(config.kv_connector_extra_config, {
+          ...engineConfig,
+          kvTransferConfig: config,
+        })
+      : config.kv_connector_extra_config;
   const report: ConnectorReport = {
     connector: name,
-    className,
-    status,
+    className: cls.name,
+    status: config.kv_connector_module_path ? 'external' : 'available',
     moduleSource: config.kv_connector_module_path ?? 'built-in',
-    supportsHMA,
+    supportsHMA: cls.supportsHMA === true,
     extraConfig,
   };
   if (name === MULTI_CONNECTOR_NAME && !config.kv_connector_module_path) {
     const children = multiConnectorChildren(config);
     report.children = [];
-    for (const child of children) report.children.push(await inspectConnector(child, engineConfig));
+    for (const child of children) report.children.push(await inspectConnector(child, engineConfig, warnings));
     report.supportsHMA = await KVConnectorFactory.supportsHMAConfig(config);
   }
   return report;
@@ -118,7 +106,7 @@ export async function runCheckConfig(input: CheckConfigInput): Promise<CheckConf
     const config = engineConfig.kvTransferConfig;
     const model = resolveModelInfo(engineConfig.model.model);
     if (config.kv_connector === null) await KVConnectorFactory.getConnectorClass(config);
-    const connector = await inspectConnector(config, engineConfig);
+    const connector = await inspectConnector(config, engineConfig, warnings);
     const hma = await resolveHybridKvCacheManager(engineConfig);
     await KVConnectorFactory.checkHMA(engineConfig, connector.className);
     return {
@@ -140,7 +128,7 @@ export async function runCheckConfig(input: CheckConfigInput): Promise<CheckConf
         kvCacheLayout: layout(model, hma.enabled),
       },
       kvTransferConfig: (config as KVTransferConfig).toJSON() as unknown as Record<string, unknown>,
-      warnings,
+      warnings: [...new Set(warnings)],
     };
   } finally {
     off();
@@ -171,10 +159,6 @@ export function formatCheckConfigReport(r: CheckConfigReport): string {
       `  child ${i}:      ${child.connector} [${child.status}] HMA ${child.supportsHMA ? 'supported' : 'unsupported'}, extra config ${JSON.stringify(child.extraConfig)}`,
     );
   }
-  if (c.status === 'not-implemented-yet') {
-    lines.push(
-      `  note: ${c.connector} is not implemented yet in this kvconnect version; the config is valid but serving with it will fail.`,
-    );
-  }
+  for (const w of r.warnings) lines.push(`  warning: ${w}`);
   return `${lines.join('\n')}\n`;
 }

@@ -25,7 +25,7 @@ export type RopeScaling =
 type Raw = Record<string, unknown>;
 
 function fail(
-  code: 'MODEL_UNSUPPORTED' | 'MODEL_CONFIG_INVALID',
+  code: 'MODEL_UNSUPPORTED' | 'KV_MODEL_CONFIG_INVALID',
   source: string,
   field: string,
   expected: string,
@@ -36,14 +36,21 @@ function fail(
   return new KVError(
     code,
     `${what} in ${source}: ${field} is ${describeValue(received)}, expected ${expected}`,
-    { field, hint, details: { expected, received: describeValue(received) } },
+    { field: `model.${field}`, hint, details: { expected, received: describeValue(received) } },
   );
 }
 
 function positiveNumber(raw: Raw, key: string, source: string, field = key): number {
   const v = raw[key];
   if (typeof v !== 'number' || !Number.isFinite(v) || v <= 0) {
-    throw fail('MODEL_CONFIG_INVALID', source, field, 'a positive number', v, `Set ${field} in config.json.`);
+    throw fail(
+      'KV_MODEL_CONFIG_INVALID',
+      source,
+      field,
+      'a positive number',
+      v,
+      `Set ${field} in config.json.`,
+    );
   }
   return v;
 }
@@ -54,7 +61,14 @@ export function parseRopeScaling(config: HFModelConfig, source = 'config.json'):
   const base = config.rope_scaling != null ? 'rope_scaling' : 'rope_parameters';
   if (raw === null) return { ropeType: 'default' };
   if (typeof raw !== 'object' || Array.isArray(raw)) {
-    throw fail('MODEL_CONFIG_INVALID', source, base, 'an object or null', raw, `Fix ${base} in config.json.`);
+    throw fail(
+      'KV_MODEL_CONFIG_INVALID',
+      source,
+      base,
+      'an object or null',
+      raw,
+      `Fix ${base} in config.json.`,
+    );
   }
   const r = raw as Raw;
   const type = r.rope_type ?? r.type ?? 'default';
@@ -77,7 +91,7 @@ export function parseRopeScaling(config: HFModelConfig, source = 'config.json'):
     };
     if (scaling.highFreqFactor <= scaling.lowFreqFactor) {
       throw fail(
-        'MODEL_CONFIG_INVALID',
+        'KV_MODEL_CONFIG_INVALID',
         source,
         `${base}.high_freq_factor`,
         `a number greater than low_freq_factor (${scaling.lowFreqFactor})`,
@@ -107,7 +121,7 @@ function layerTypesOf(c: HFModelConfig, source: string): { types: LayerType[]; w
     const first = c.max_window_layers ?? n;
     if (typeof first !== 'number' || !Number.isInteger(first) || first < 0) {
       throw fail(
-        'MODEL_CONFIG_INVALID',
+        'KV_MODEL_CONFIG_INVALID',
         source,
         'max_window_layers',
         'a non-negative integer',

@@ -1,12 +1,14 @@
 /**
- * The connector API: one abstract class for both roles, mirroring vLLM's
- * KVConnectorBase_V1 (spec §3). Two instances exist per engine, one per role; they share
- * nothing and talk only through the plain-data metadata and outputs of ./types.ts.
+ * The connector API: one abstract class for both roles, mirroring vLLM's KVConnectorBase_V1
+ * (docs/connector-api.md). Two instances exist per engine, one per role; they share nothing
+ * and talk only through the plain-data metadata and outputs of ./types.ts.
  *
- * Scheduler-side methods are synchronous and must be cheap: the scheduler calls them on
- * every step. Worker-side methods may return promises (transfers are asynchronous in
- * Node.js); the model runner awaits them in vLLM's order (spec §3.5).
+ * Scheduler-side methods are synchronous and must be cheap: the scheduler calls them on every
+ * step. Worker-side methods may return promises (transfers are asynchronous in Node.js); the
+ * model runner awaits them in vLLM's order
+ * (docs/engine.md#one-step-on-a-rank-worker-side-connector-order).
  */
+import type { ExtraConfigSchema } from '../config/extra-config.ts';
 import type { EngineConfig, KVTransferConfigLike } from '../config/types.ts';
 import { KVError } from '../errors/kv-error.ts';
 import type { KVCacheBlocks, KVCacheConfig, KVCacheEvent, PagedKVMemory } from '../kv/interfaces.ts';
@@ -29,6 +31,12 @@ export type MaybePromise<T> = T | Promise<T>;
 export abstract class KVConnectorBase {
   /** True if the connector handles several KV cache groups (vLLM's SupportsHMA). */
   static supportsHMA = false;
+
+  /**
+   * The keys of `kv_connector_extra_config` this connector reads, when it declares them
+   * (read with readExtraConfig); `kvconnect check-config` warns about keys not listed.
+   */
+  static extraConfigSchema: ExtraConfigSchema | undefined = undefined;
 
   /**
    * Validates this connector's `kv_connector_extra_config` and returns it parsed (what
@@ -68,12 +76,12 @@ export abstract class KVConnectorBase {
     return this.kvTransferConfig.isKvProducer;
   }
 
-  /** Prefer one contiguous KV buffer for all layers (spec §3.8). */
+  /** Prefer one contiguous KV buffer for all layers (docs/connector-api.md#construction). */
   get preferCrossLayerBlocks(): boolean {
     return false;
   }
 
-  // ---- worker side (spec §3.3) ----
+  // ---- worker side (docs/connector-api.md#worker-side) ----
 
   /** Once, after the KV memory is allocated. */
   registerKvCaches(_memory: PagedKVMemory): MaybePromise<void> {}
@@ -146,7 +154,7 @@ export abstract class KVConnectorBase {
   /** Both roles: finish or abort async work, close sockets, release memory. */
   shutdown(): MaybePromise<void> {}
 
-  // ---- scheduler side (spec §3.4) ----
+  // ---- scheduler side (docs/connector-api.md#scheduler-side) ----
 
   /** When a request is added to the scheduler. */
   onNewRequest(_request: ConnectorRequest): void {}
@@ -208,5 +216,6 @@ export type KVConnectorClass = (abstract new (
   kvCacheConfig: KVCacheConfig,
 ) => KVConnectorBase) & {
   supportsHMA: boolean;
+  extraConfigSchema?: ExtraConfigSchema | undefined;
   validateExtraConfig?(extra: Record<string, unknown>, engineConfig: EngineConfig): unknown;
 };

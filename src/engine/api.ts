@@ -118,8 +118,9 @@ export interface AsyncEngineLike {
   /** The connector's coordinates for peers and proxies (GET /kvconnect/info); null without one. */
   kvConnectorInfo?(): KVConnectorInfo | null;
   /**
-   * Spec §3.6: a request rejected before admission still reaches the connector, so a
-   * prefill peer frees the blocks it holds for it (vLLM's notify_kv_transfer_request_rejected).
+   * docs/scheduler.md#delayed-free-and-aborts: a request rejected before admission still
+   * reaches the connector, so a prefill peer frees the blocks it holds for it (vLLM's
+   * notify_kv_transfer_request_rejected).
    */
   notifyKvTransferRequestRejected?(requestId: string, params: KVTransferParams): void;
 }

@@ -269,8 +269,9 @@ export class AsyncEngine implements AsyncEngineLike {
   }
 
   /**
-   * Spec §3.6: vLLM's dummy request (one token) carrying the params, added and aborted at
-   * once, so the connector's requestFinished releases the peer. Its final delta is dropped.
+   * docs/scheduler.md#delayed-free-and-aborts: vLLM's dummy request (one token) carrying the
+   * params, added and aborted at once, so the connector's requestFinished releases the peer.
+   * Its final delta is dropped.
    */
   notifyKvTransferRequestRejected(requestId: string, params: KVTransferParams): void {
     if (this.closed) return;

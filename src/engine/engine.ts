@@ -8,6 +8,7 @@ import type { EngineConfig } from '../config/types.ts';
 import type { KVConnectorBase } from '../connector/base.ts';
 import { KVConnectorFactory } from '../connector/factory.ts';
 import { applyHMADecision, type HMADecision, resolveHybridKvCacheManager } from '../connector/hma.ts';
+import { mergeStats } from '../connector/stats.ts';
 import type { SchedulerOutput } from '../connector/types.ts';
 import { KVError } from '../errors/kv-error.ts';
 import { createBlockHasher } from '../kv/block-hasher.ts';
@@ -21,7 +22,7 @@ import { LocalExecutor } from './runner/local-executor.ts';
 import { OutputProcessor } from './runner/output-processor.ts';
 import { setUpRank } from './runner/rank-setup.ts';
 import { ThreadExecutor } from './runner/thread-executor.ts';
-import { KVOutputAggregator, mergeStats } from './scheduler/kv-output-aggregator.ts';
+import { KVOutputAggregator } from './scheduler/kv-output-aggregator.ts';
 import { Scheduler } from './scheduler/scheduler.ts';
 import type { EngineCoreOutput, SchedulerStats } from './scheduler/types.ts';
 import { loadTokenizer } from './tokenizer/load.ts';
@@ -108,7 +109,8 @@ export class Engine {
       await connector?.shutdown();
       throw e;
     }
-    // Spec §3.11: the scheduler-side connector serves every rank's handshake metadata.
+    // docs/connector-api.md#handshake-metadata: the scheduler-side connector serves every
+    // rank's handshake metadata.
     if (connector && Object.keys(executor.handshakeMetadata).length > 0) {
       try {
         await connector.setXferHandshakeMetadata(executor.handshakeMetadata);

@@ -63,31 +63,31 @@ test('model_type must be llama, mistral or qwen2; the error names the field and 
   rejects(
     () => loadModel(dir),
     'MODEL_UNSUPPORTED',
-    'model_type',
+    'model.model_type',
     /model_type is "gpt2", expected one of "llama", "mistral", "qwen2"/,
   );
-  rejects(() => resolveModelInfo(dir), 'MODEL_UNSUPPORTED', 'model_type', /gpt2/);
+  rejects(() => resolveModelInfo(dir), 'MODEL_UNSUPPORTED', 'model.model_type', /gpt2/);
   const missing = copyOf('llama-gqa3-untied-f32', (c) => delete c.model_type);
-  rejects(() => loadModel(missing), 'MODEL_UNSUPPORTED', 'model_type', /model_type is nothing/);
+  rejects(() => loadModel(missing), 'MODEL_UNSUPPORTED', 'model.model_type', /model_type is nothing/);
 });
 
 test('rope_scaling: llama3 and linear run, other types and incomplete llama3 parameters are refused', () => {
   rejects(
     () => loadModel(copyOf('llama-linear-rope', (c) => (c.rope_scaling = { rope_type: 'yarn', factor: 4 }))),
     'MODEL_UNSUPPORTED',
-    'rope_scaling.rope_type',
+    'model.rope_scaling.rope_type',
     /"yarn", expected one of "default", "linear", "llama3"/,
   );
   rejects(
     () => loadModel(copyOf('llama-linear-rope', (c) => (c.rope_scaling = { type: 'dynamic', factor: 2 }))),
     'MODEL_UNSUPPORTED',
-    'rope_scaling.type',
+    'model.rope_scaling.type',
     /"dynamic"/,
   );
   rejects(
     () => loadModel(copyOf('llama3-rope-scaling', (c) => delete (c.rope_scaling as Json).low_freq_factor)),
-    'MODEL_CONFIG_INVALID',
-    'rope_scaling.low_freq_factor',
+    'KV_MODEL_CONFIG_INVALID',
+    'model.rope_scaling.low_freq_factor',
     /low_freq_factor is nothing, expected a positive number/,
   );
 });
@@ -104,7 +104,7 @@ test('activations, biases and quantization the decoder does not implement are re
     rejects(
       () => loadModel(copyOf('llama-gqa3-untied-f32', edit)),
       'MODEL_UNSUPPORTED',
-      field,
+      `model.${field}`,
       new RegExp(field),
     );
   }
@@ -135,7 +135,7 @@ test('tied heads: a redundant lm_head.weight must equal the embedding; inv_freq 
   rejects(
     () => loadModel(tied),
     'MODEL_WEIGHTS_UNUSED',
-    'tie_word_embeddings',
+    'model.tie_word_embeddings',
     /differs from model\.embed_tokens\.weight/,
   );
   editTensors(tied, (t) => {

@@ -1,7 +1,8 @@
 /**
  * Wire types of the NIXL connectors: the handshake payload the side channel serves, the
- * compatibility hash over the factors of spec §5.1.4 that exist in kvconnect, and the
- * connector version (7: transfer mode is part of the hash).
+ * compatibility hash over the factors that exist in kvconnect
+ * (docs/connectors/nixl.md#handshake-and-compatibility-hash), and the connector version (7:
+ * transfer mode is part of the hash).
  */
 import { createHash } from 'node:crypto';
 import { resolveModelInfo } from '../../config/model-info.ts';
@@ -52,14 +53,6 @@ export function compatibilityFactors(
     is_hma_enabled: kvCacheConfig.groups.length > 1,
     transfer_mode: mode,
   };
-}
-
-/** The model's KV heads over all ranks (the per-rank spec holds total / tp, or 1 replicated). */
-export function totalKvHeads(engineConfig: EngineConfig, kvCacheConfig: KVCacheConfig): number {
-  const hf = safeHfConfig(engineConfig.model.model);
-  const fromHf = hf?.num_key_value_heads ?? hf?.num_attention_heads;
-  if (typeof fromHf === 'number' && fromHf > 0) return fromHf;
-  return (kvCacheConfig.groups[0]?.spec.numKvHeads ?? 1) * engineConfig.parallel.tensorParallelSize;
 }
 
 function safeHfConfig(model: string) {

@@ -1,11 +1,13 @@
 /**
- * Scheduler side of the NIXL connectors (pull and push, spec §5.1.7–5.1.8): serves the
- * workers' agent metadata on the side channel, decides what each request loads or sends,
- * and stages per-step work for the workers. Decisions are driven by kv_transfer_params
+ * Scheduler side of the NIXL connectors (pull and push,
+ * docs/connectors/nixl.md#how-a-request-flows-pull and #how-a-request-flows-push): serves the
+ * workers' agent metadata on the side channel, decides what each request loads or sends, and
+ * stages per-step work for the workers. Decisions are driven by kv_transfer_params
  * (do_remote_decode on the producer, do_remote_prefill on the consumer), not by kv_role.
  */
 import { networkInterfaces } from 'node:os';
 import type { EngineConfig } from '../../config/types.ts';
+import { blocksToLoad, clipToWindows, pairByPosition, remotePositions } from '../../connector/block-lists.ts';
 import type {
   ConnectorRequest,
   KVConnectorHandshakeMetadata,
@@ -17,7 +19,6 @@ import type {
 import type { KVCacheBlocks, KVCacheConfig } from '../../kv/interfaces.ts';
 import { getLogger } from '../../logging/logger.ts';
 import { SideChannelServer } from '../../transfer/index.ts';
-import { blocksToLoad, clipToWindows, pairByPosition, remotePositions } from './block-lists.ts';
 import type { TransferMode } from './metadata.ts';
 import { type NixlOptions, sideChannelPortHint } from './options.ts';
 import { parseRemote, remoteNumTokens } from './params.ts';
@@ -65,7 +66,7 @@ export class NixlScheduler {
     this.#opts = opts;
   }
 
-  /** Binds the side channel (spec §5.1.3) and serves every rank's handshake payload. */
+  /** Binds the side channel (docs/transfer.md#side-channel) and serves every rank's handshake payload. */
   async startSideChannel(metadata: Record<number, KVConnectorHandshakeMetadata>): Promise<void> {
     await this.#sideChannel?.close();
     const server = new SideChannelServer({

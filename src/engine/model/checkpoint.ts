@@ -7,9 +7,7 @@
  */
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { normalizeHFConfig } from '../../config/hf-model-config.ts';
-import type { HFModelConfig } from '../../config/model-presets.ts';
-import { KVError } from '../../errors/index.ts';
+import { type ErrorCode, KVError } from '../../errors/index.ts';
 import type { ModelDims } from './dims.ts';
 import { ropeInvFreq } from './rope.ts';
 import { indexSafetensorsFile, tensorToFloat32 } from './safetensors.ts';
@@ -17,7 +15,7 @@ import { expectedTensorShapes, type TensorMap } from './weights.ts';
 
 export const INDEX_FILE = 'model.safetensors.index.json';
 
-function readJsonObject(file: string, code: string, what: string): Record<string, unknown> {
+function readJsonObject(file: string, code: ErrorCode, what: string): Record<string, unknown> {
   let parsed: unknown;
   try {
     parsed = JSON.parse(readFileSync(file, 'utf8'));
@@ -33,22 +31,6 @@ function readJsonObject(file: string, code: string, what: string): Record<string
     });
   }
   return parsed as Record<string, unknown>;
-}
-
-/** Reads and normalizes `config.json` of a checkpoint directory. */
-export function readCheckpointConfig(dir: string): HFModelConfig {
-  const file = join(dir, 'config.json');
-  if (!existsSync(file)) {
-    throw new KVError(
-      'MODEL_NOT_FOUND',
-      `Model '${dir}' is neither a built-in model nor a directory with config.json`,
-      {
-        hint: "Use a built-in model ('kjv-llama', 'tiny', 'tiny-hybrid', 'small') or a directory holding a HF config.json and safetensors weights.",
-      },
-    );
-  }
-  const raw = readJsonObject(file, 'MODEL_CONFIG_INVALID', 'model config');
-  return normalizeHFConfig(raw as unknown as HFModelConfig, file);
 }
 
 /** The safetensors files of a checkpoint, with the tensor names the index assigns to each. */
@@ -174,7 +156,7 @@ function checkRedundant(
         `Tensor 'lm_head.weight' in ${file} differs from model.embed_tokens.weight, but config.json has tie_word_embeddings: true`,
         {
           hint: 'Set "tie_word_embeddings": false in config.json if the checkpoint has its own LM head.',
-          field: 'tie_word_embeddings',
+          field: 'model.tie_word_embeddings',
         },
       );
     }

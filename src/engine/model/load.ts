@@ -1,8 +1,9 @@
 /**
  * loadModel: a built-in model name or a HF checkpoint directory → one rank's LlamaModel.
  */
-import { getModelPreset, type HFModelConfig, resolveModelPath } from '../../config/model-presets.ts';
-import { readCheckpointConfig, readCheckpointTensors } from './checkpoint.ts';
+import { readModelSource } from '../../config/model-info.ts';
+import { getModelPreset, type HFModelConfig } from '../../config/model-presets.ts';
+import { readCheckpointTensors } from './checkpoint.ts';
 import { modelDims, rankShard } from './dims.ts';
 import { LlamaModel } from './llama.ts';
 import { generatePresetTensors, type TensorMap } from './weights.ts';
@@ -18,14 +19,13 @@ export interface LoadModelOptions {
 export function loadModelTensors(modelNameOrDir: string): { config: HFModelConfig; tensors: TensorMap } {
   const preset = getModelPreset(modelNameOrDir);
   if (preset !== undefined) return { config: preset.config, tensors: generatePresetTensors(preset) };
-  const dir = resolveModelPath(modelNameOrDir);
-  const config = readCheckpointConfig(dir);
-  return { config, tensors: readCheckpointTensors(dir, modelDims(config)) };
+  const { directory, hfConfig } = readModelSource(modelNameOrDir);
+  return { config: hfConfig, tensors: readCheckpointTensors(directory!, modelDims(hfConfig)) };
 }
 
 /** The config of a preset or checkpoint directory, without loading weights. */
 export function loadModelConfig(modelNameOrDir: string): HFModelConfig {
-  return getModelPreset(modelNameOrDir)?.config ?? readCheckpointConfig(resolveModelPath(modelNameOrDir));
+  return readModelSource(modelNameOrDir).hfConfig;
 }
 
 export function loadModel(modelNameOrDir: string, options: LoadModelOptions = {}): LlamaModel {

@@ -1,6 +1,6 @@
 /**
  * The continuous-batching scheduler with every connector hook in vLLM v1's order
- * (spec §3.5–3.7). One step is `schedule()` → the model runner → `updateFromOutput()`.
+ * (docs/scheduler.md). One step is `schedule()` → the model runner → `updateFromOutput()`.
  */
 
 import type { EngineConfig } from '../../config/types.ts';
@@ -191,8 +191,9 @@ export class Scheduler {
 
   /**
    * Aborts and other external finishes. A request whose blocks may still be receiving a
-   * remote write keeps them until finished_recving (spec §3.6). Returns a final output per
-   * request it finished.
+   * remote write keeps them until finished_recving
+   * (docs/scheduler.md#delayed-free-and-aborts). Returns a final output per request it
+   * finished.
    */
   finishRequests(requestIds: Iterable<string>, status: RequestStatus): EngineCoreOutput[] {
     if (!isFinishedStatus(status)) {

@@ -1,19 +1,20 @@
 /**
- * MultiConnector's children (spec §5.3): built from `kv_connector_extra_config.connectors`,
- * in order, each with the parent's engine config but its own transfer config.
+ * MultiConnector's children (docs/connectors/multi.md): built from
+ * `kv_connector_extra_config.connectors`, in order, each with the parent's engine config but
+ * its own transfer config.
  *
  * Connector construction is synchronous while class loading is asynchronous (lazy imports),
  * so resolved child classes are kept in a process-wide cache: when every child's class is
  * already cached the children are built in the constructor; otherwise they are built as soon
  * as the classes are loaded (see MultiConnector.ready()).
  */
-import { multiConnectorChildren } from '../config/multi-connector-config.ts';
-import type { EngineConfig, KVTransferConfigLike } from '../config/types.ts';
-import { KVError } from '../errors/kv-error.ts';
-import type { KVCacheConfig } from '../kv/interfaces.ts';
-import type { KVConnectorBase, KVConnectorClass } from './base.ts';
-import { KVConnectorFactory } from './factory.ts';
-import type { KVConnectorRole } from './types.ts';
+import { multiConnectorChildren } from '../../config/multi-connector-config.ts';
+import type { EngineConfig, KVTransferConfigLike } from '../../config/types.ts';
+import type { KVConnectorBase, KVConnectorClass } from '../../connector/base.ts';
+import { resolveConnectorClass } from '../../connector/class-resolver.ts';
+import type { KVConnectorRole } from '../../connector/types.ts';
+import { KVError } from '../../errors/kv-error.ts';
+import type { KVCacheConfig } from '../../kv/interfaces.ts';
 
 const classCache = new Map<string, KVConnectorClass>();
 
@@ -43,7 +44,7 @@ export async function resolveChildClasses(specs: readonly ChildSpec[]): Promise<
     const key = cacheKey(spec.config);
     let cls = classCache.get(key);
     if (!cls) {
-      cls = await KVConnectorFactory.getConnectorClass(spec.config);
+      cls = await resolveConnectorClass(spec.config);
       classCache.set(key, cls);
     }
     classes.push(cls);

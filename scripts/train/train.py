@@ -198,7 +198,7 @@ def main():
     }
     export.export_model(args.out, model, cfg, vocab, merges, BOS, EOS, summary, log)
     os.remove(state_file)
-    print(json.dumps(summary), flush=True)
+    print(json.dumps({k: v for k, v in summary.items() if k != "previous_stages"}), flush=True)
 
 
 if __name__ == "__main__":

@@ -2,12 +2,13 @@
  * Load time, peak memory and prefill / decode speed of one model through the engine:
  *
  *   node --import tsx scripts/measure-checkpoint.ts <model or dir> [--prompt 128] [--decode 16]
- *     [--rounds 5] [--tp 1] [--max-model-len 2048]
+ *     [--rounds 5] [--tp 1] [--max-model-len N (default: the model's, at most 2048)]
  *
  * Each round uses fresh random prompt ids (prefix caching off), so every prefill is computed.
  * Prefill = a request with max_tokens 1; decode = (time of 1 + D tokens − time of 1 token) / D.
  * Prints a table of medians (min–max) and, last, one JSON object.
  */
+import { resolveMaxModelLen } from '../src/config/model-info.ts';
 import { LLM } from '../src/engine/llm.ts';
 
 function arg(name: string, fallback: number): number {
@@ -26,7 +27,7 @@ const promptLen = arg('--prompt', 128);
 const decode = arg('--decode', 16);
 const rounds = arg('--rounds', 5);
 const tp = arg('--tp', 1);
-const maxModelLen = arg('--max-model-len', 2048);
+const maxModelLen = arg('--max-model-len', Math.min(2048, resolveMaxModelLen(model, null)));
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] as number;
 const range = (xs: number[]) => `${Math.min(...xs).toFixed(1)}–${Math.max(...xs).toFixed(1)}`;

@@ -13,6 +13,8 @@ import {
   optionFlag,
 } from './engine-options.ts';
 import { parseHumanReadableInt } from './human-readable.ts';
+import { type KVEventsConfigFields, toKVEventsConfig } from './kv-events-config.ts';
+import { applyKvOffloading } from './kv-offloading.ts';
 import { KVTransferConfig } from './kv-transfer-config.ts';
 import { resolveMaxModelLen } from './model-info.ts';
 import type { EngineConfig, KVTransferConfigFields, KVTransferConfigLike } from './types.ts';
@@ -24,16 +26,20 @@ export type EngineOptionsInput = Partial<{ [K in keyof EngineOptions]: EngineOpt
     | Record<string, unknown>
     | string
     | null;
+  kv_events_config?: Partial<KVEventsConfigFields> | Record<string, unknown> | string | null;
 };
+
+/** Options whose value is a whole config object (JSON on the command line). */
+const NESTED_CONFIGS: readonly string[] = ['kv_transfer_config', 'kv_events_config'];
 
 /** Validates the options (applying defaults) and returns them in flat form. */
 export function resolveEngineOptions(input: Record<string, unknown>): EngineOptions {
   for (const key of Object.keys(input)) {
-    if (key !== 'kv_transfer_config' && !Object.hasOwn(ENGINE_OPTIONS, key)) {
+    if (!NESTED_CONFIGS.includes(key) && !Object.hasOwn(ENGINE_OPTIONS, key)) {
       const suggestion = didYouMean(key, ENGINE_OPTION_NAMES);
       throw new KVError('KV_CONFIG_UNKNOWN_KEY', `Unknown engine option '${key}'`, {
         field: key,
-        hint: `${suggestion ? `${suggestion} ` : ''}Known options: ${ENGINE_OPTION_NAMES.join(', ')}, kv_transfer_config.`,
+        hint: `${suggestion ? `${suggestion} ` : ''}Known options: ${[...ENGINE_OPTION_NAMES, ...NESTED_CONFIGS].join(', ')}.`,
       });
     }
   }
@@ -94,6 +100,18 @@ function coerceOption(name: string, def: EngineOptionDef<unknown>, raw: unknown)
       }
       return n;
     }
+    case 'number': {
+      const n = typeof raw === 'string' && raw.trim() !== '' ? Number(raw) : raw;
+      if (typeof n !== 'number' || !Number.isFinite(n) || (def.above !== undefined && n <= def.above)) {
+        throw configError(
+          name,
+          def.above === undefined ? 'a number' : `a number > ${def.above}`,
+          raw,
+          `Pass a number, e.g. ${flag} 0.5.`,
+        );
+      }
+      return n;
+    }
     case 'string':
       if (typeof raw === 'string' && raw.length > 0) return raw;
       throw configError(name, 'a non-empty string', raw, `Pass ${flag} NAME.`);
@@ -117,11 +135,13 @@ function describeKind(def: EngineOptionDef<unknown>): string {
   const base =
     def.kind === 'int'
       ? 'an integer'
-      : def.kind === 'choice'
-        ? `one of ${def.choices?.map((c) => `"${c}"`).join(', ')}`
-        : def.kind === 'string'
-          ? 'a string'
-          : 'true or false';
+      : def.kind === 'number'
+        ? 'a number'
+        : def.kind === 'choice'
+          ? `one of ${def.choices?.map((c) => `"${c}"`).join(', ')}`
+          : def.kind === 'string'
+            ? 'a string'
+            : 'true or false';
   return def.nullable ? `${base} or null` : base;
 }
 
@@ -152,6 +172,8 @@ export function buildEngineConfig(options: EngineOptionsInput = {}): EngineConfi
       cacheDtype: o.cache_dtype,
       enablePrefixCaching: o.enable_prefix_caching,
       prefixCachingHashAlgo: o.prefix_caching_hash_algo,
+      kvOffloadingSize: o.kv_offloading_size,
+      kvOffloadingBackend: o.kv_offloading_backend,
     },
     scheduler: {
       maxNumSeqs: o.max_num_seqs,
@@ -165,6 +187,11 @@ export function buildEngineConfig(options: EngineOptionsInput = {}): EngineConfi
       dataParallelRank: o.data_parallel_rank,
       dataParallelSizeLocal: o.data_parallel_size_local ?? o.data_parallel_size,
     },
-    kvTransferConfig: toTransferConfig(options.kv_transfer_config),
+    kvTransferConfig: applyKvOffloading(
+      toTransferConfig(options.kv_transfer_config),
+      o.kv_offloading_size,
+      o.kv_offloading_backend,
+    ),
+    kvEventsConfig: toKVEventsConfig(options.kv_events_config),
   };
 }

@@ -16,12 +16,15 @@ import type {
   AsyncEngineLike,
   EngineStats,
   GenerateRequest,
+  IterationStats,
+  KVEventsInfo,
   RequestOutputDelta,
   TokenizerLike,
 } from './api.ts';
 import { describeConnector, type KVConnectorInfo } from './connector-info.ts';
 import { Engine } from './engine.ts';
 import { rejectedKvTransferRequest } from './sampling-params.ts';
+import type { PrefixCacheReset } from './scheduler/scheduler.ts';
 
 /** Wait between steps that computed nothing (ms). */
 export const IDLE_STEP_INTERVAL_MS = 2;
@@ -40,6 +43,7 @@ export class AsyncEngine implements AsyncEngineLike {
   readonly engine: Engine;
   private readonly streams = new Map<string, Stream>();
   private readonly pendingAborts = new Set<string>();
+  private pendingResets: Array<{ options: PrefixCacheReset; done: (ok: boolean) => void }> = [];
   private loop: Promise<void> | null = null;
   private closed = false;
   /** Requests added so far; a step that computed nothing skips its idle wait if this moved. */
@@ -65,6 +69,10 @@ export class AsyncEngine implements AsyncEngineLike {
 
   get tokenizer(): TokenizerLike {
     return this.engine.tokenizer;
+  }
+
+  get numGpuBlocks(): number {
+    return this.engine.kvCacheConfig.numBlocks;
   }
 
   /** Adds the request now (throws on invalid input) and returns its stream of deltas. */
@@ -113,12 +121,26 @@ export class AsyncEngine implements AsyncEngineLike {
     }
   }
 
+  /** Applied between steps (at once when the engine is idle). */
+  resetPrefixCache(options: PrefixCacheReset = {}): Promise<boolean> {
+    if (this.closed) return Promise.reject(closedError());
+    return new Promise((resolve) => {
+      this.pendingResets.push({ options, done: resolve });
+      if (this.loop) this.wakeLoop?.();
+      else this.applyResets();
+    });
+  }
+
   abort(requestId: string): void {
     if (!this.streams.has(requestId)) return;
     this.pendingAborts.add(requestId);
     if (!this.loop) this.applyAborts();
     this.wakeLoop?.();
     this.ensureLoop();
+  }
+
+  kvEventsInfo(): KVEventsInfo | null {
+    return this.engine.kvEventsInfo();
   }
 
   stats(): EngineStats {
@@ -133,8 +155,14 @@ export class AsyncEngine implements AsyncEngineLike {
       prefixCacheHitsTotal: s.prefixCacheHits,
       externalPrefixCacheQueriesTotal: s.externalPrefixCacheQueries,
       externalPrefixCacheHitsTotal: s.externalPrefixCacheHits,
+      numPreemptionsTotal: s.numPreemptions,
+      numRequestsWaitingForRemoteKvs: s.numWaitingForRemoteKvs,
       kvConnectorStats: this.engine.takeKvConnectorStats(),
     };
+  }
+
+  onIterationStats(listener: (stats: IterationStats) => void): () => void {
+    return this.engine.onIterationStats(listener);
   }
 
   /** Resolves once no request is live and no hand-off holds blocks. */
@@ -147,6 +175,7 @@ export class AsyncEngine implements AsyncEngineLike {
     for (const id of this.streams.keys()) this.pendingAborts.add(id);
     this.applyAborts();
     this.closed = true;
+    for (const { done } of this.pendingResets.splice(0)) done(false);
     await this.loop;
     await this.engine.shutdown();
   }
@@ -158,6 +187,7 @@ export class AsyncEngine implements AsyncEngineLike {
       // A request added after run() made its last check but before this callback would
       // otherwise wait for a loop that has already ended.
       this.applyAborts();
+      if (!this.closed) this.applyResets();
       if (this.streams.size > 0 && this.engine.hasWork()) this.ensureLoop();
     });
   }
@@ -170,6 +200,7 @@ export class AsyncEngine implements AsyncEngineLike {
       while (!this.closed && this.engine.hasWork()) {
         await this.refillWait();
         this.applyAborts();
+        this.applyResets();
         const arrivalsBefore = this.arrivals;
         const startedAt = performance.now();
         const { deltas, numScheduledTokens } = await this.engine.step();
@@ -242,6 +273,14 @@ export class AsyncEngine implements AsyncEngineLike {
       const timer = setTimeout(done, IDLE_STEP_INTERVAL_MS);
       this.wakeLoop = done;
     });
+  }
+
+  private applyResets(): void {
+    const resets = this.pendingResets;
+    this.pendingResets = [];
+    for (const { options, done } of resets) done(this.engine.resetPrefixCache(options));
+    // Preempted requests wait to be scheduled again.
+    if (resets.length > 0 && this.engine.hasWork()) this.ensureLoop();
   }
 
   private applyAborts(): void {

@@ -28,6 +28,11 @@ const CATALOG = {
     NIXL_BAD_SIDE_CHANNEL_PORT: [400, 'VLLM_NIXL_SIDE_CHANNEL_PORT is not a port number'],
     TRANSFER_UNKNOWN_BACKEND: [400, 'kv_connector_extra_config.backends names an unknown backend'],
     TP_SIZE_INVALID: [400, 'tensor_parallel_size does not divide the model heads'],
+    KV_EVENTS_ENDPOINT_INVALID: [
+      400,
+      'A KV events endpoint cannot be offset by the data-parallel rank (vLLM message)',
+    ],
+    KV_EVENTS_ENDPOINT_FAILED: [400, 'The KV events publisher cannot bind or connect its endpoint'],
   },
   connector: {
     KV_TRANSFER_CONFIG_MISSING: [500, 'A connector was created without kv_transfer_config (vLLM message)'],
@@ -155,6 +160,7 @@ const CATALOG = {
     SERVER_METHOD_NOT_ALLOWED: [405, 'The path exists but not for this method'],
     SERVER_BODY_TOO_LARGE: [413, 'The request body exceeds the size limit'],
     SERVER_QUEUE_FULL: [503, 'Too many requests in flight; retry later'],
+    SERVER_NOT_IMPLEMENTED: [501, 'The engine behind the server cannot do what the endpoint asks'],
     SERVER_LISTEN_FAILED: [500, 'The server cannot listen on the host and port'],
     INTERNAL_ERROR: [500, 'An unexpected error that is not a KVError (a bug)'],
   },
@@ -178,6 +184,8 @@ const CATALOG = {
     DEMO_REQUEST_FAILED: [502, 'A demo request failed'],
     BENCH_TRACE_UNREADABLE: [400, 'The bench trace file cannot be read'],
     BENCH_TRACE_EMPTY: [400, 'The bench trace file has no valid requests'],
+    BENCH_TRACE_MODE: [400, 'bench trace was run without --simulate'],
+    SIM_CAPACITY_TOO_SMALL: [400, "A simulated device cache cannot hold the trace's longest request"],
   },
 } as const satisfies Record<string, Record<string, Entry>>;
 

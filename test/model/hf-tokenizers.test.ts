@@ -12,8 +12,8 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { after, test } from 'node:test';
 import { DEFAULT_MODEL } from '../../src/config/model-presets.ts';
-import { loadTokenizer } from '../../src/engine/tokenizer/load.ts';
 import { KVError } from '../../src/errors/index.ts';
+import { loadTokenizer } from '../../src/tokenizer/load.ts';
 import { FIXTURES } from './oracle-helpers.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'kvconnect-hf-tok-'));

@@ -30,6 +30,11 @@ const log = getLogger('scheduler');
 
 export const KV_LOAD_FAILED = 'KV_LOAD_FAILED';
 
+export interface PrefixCacheReset {
+  resetRunningRequests?: boolean;
+  resetConnector?: boolean;
+}
+
 export class Scheduler {
   readonly core: SchedulerCore;
 
@@ -118,7 +123,9 @@ export class Scheduler {
       this.core.counters.promptTokensTotal += promptPart;
       if (req.firstScheduledAt === null) {
         req.firstScheduledAt = now;
+        req.metrics.scheduledAt = now;
         req.metrics.queuedMs = now - req.arrivalTime;
+        req.metrics.numCachedTokens = start;
       }
       req.numComputedTokens = start + n;
     }
@@ -255,11 +262,20 @@ export class Scheduler {
     return this.core.waiting.length + this.core.running.length;
   }
 
-  /** Clears the local prefix cache and the connector's external cache. */
-  resetPrefixCache(): boolean {
-    const local = this.core.kv.resetPrefixCache();
-    const external = this.core.connector?.resetCache() ?? null;
-    return local && external !== false;
+  /**
+   * vLLM's reset_prefix_cache: forgets every cached block hash, which only works while no
+   * block is in use. `resetRunningRequests` first preempts the running requests (they are
+   * recomputed later); `resetConnector` also clears the connector's external cache.
+   */
+  resetPrefixCache(options: PrefixCacheReset = {}): boolean {
+    const core = this.core;
+    if (options.resetRunningRequests) {
+      for (let victim = core.running.pop(); victim; victim = core.running.pop()) core.preempt(victim);
+    }
+    let ok = core.kv.resetPrefixCache();
+    if (!ok) log.warn('Failed to reset the prefix cache: some KV blocks are still in use');
+    if (options.resetConnector) ok = core.connector?.resetCache() !== false && ok;
+    return ok;
   }
 
   stats(): SchedulerStats {

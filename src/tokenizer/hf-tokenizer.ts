@@ -9,14 +9,14 @@
  * as vLLM does, because such templates write BOS themselves.
  */
 import { Tokenizer } from '@huggingface/tokenizers';
-import { KVError } from '../../errors/index.ts';
-import type { EncodeOptions, TokenizerLike } from '../api.ts';
+import { KVError } from '../errors/index.ts';
 import {
   type ChatMessage,
   JinjaChatTemplate,
   pickChatTemplate,
   simpleChatTemplate,
 } from './chat-template.ts';
+import type { EncodeOptions, TokenizerLike } from './types.ts';
 
 export interface HFTokenizerOptions {
   /** Parsed tokenizer_config.json ({} when absent). */

@@ -5,7 +5,7 @@
  * one (the byte tokenizer, HF tokenizers without a template) use simpleChatTemplate.
  */
 import { Template } from '@huggingface/jinja';
-import { KVError } from '../../errors/index.ts';
+import { KVError } from '../errors/index.ts';
 
 export type ChatMessage = { role: string; content: string };
 

@@ -2,8 +2,9 @@ import assert from 'node:assert/strict';
 import { connect, createServer, type Socket } from 'node:net';
 import { it } from 'node:test';
 import { setLogLevel } from '../../src/logging/logger.ts';
+import { type AgentFrame, parseAgentFrame } from '../../src/transfer/frames.ts';
 import { encodePrefixAndHeader, FrameDecoder } from '../../src/transfer/framing.ts';
-import { type AgentMetadata, TransferAgent } from '../../src/transfer/index.ts';
+import { type AgentMetadata, InThreadTransferAgent } from '../../src/transfer/index.ts';
 import { blocksEqual, makeRegion } from './pattern.ts';
 
 setLogLevel('silent');
@@ -16,22 +17,25 @@ const BB = 4096;
 async function corruptingRelay(target: number, nth: number, byteInFrame: number) {
   const sockets: Socket[] = [];
   let seen = 0;
-  let hit: { o: number; n: number } | null = null;
+  let hit: { block: number; count: number } | null = null;
   const server = createServer((client) => {
     const upstream = connect({ host: '127.0.0.1', port: target });
     sockets.push(client, upstream);
     client.on('data', (d) => upstream.write(d));
-    const decoder = new FrameDecoder({
-      destination: (_h, len) => (len > 0 ? new Uint8Array(len) : null),
-      frame: (h, payload) => {
-        if (h.t === 'data' && payload && ++seen === nth) {
-          payload[byteInFrame]! ^= 0x01;
-          hit = { o: h['o'] as number, n: h['n'] as number };
-        }
-        client.write(encodePrefixAndHeader(h, payload?.length ?? 0));
-        if (payload) client.write(payload);
+    const decoder = new FrameDecoder<AgentFrame>(
+      {
+        destination: (_h, len) => (len > 0 ? new Uint8Array(len) : null),
+        frame: (h, payload) => {
+          if (h.type === 'data' && payload && ++seen === nth) {
+            payload[byteInFrame]! ^= 0x01;
+            hit = { block: h.block, count: h.count };
+          }
+          client.write(encodePrefixAndHeader(h, payload?.length ?? 0));
+          if (payload) client.write(payload);
+        },
       },
-    });
+      parseAgentFrame,
+    );
     upstream.on('data', (d) => decoder.push(d));
     for (const s of [client, upstream]) {
       s.on('error', () => {});
@@ -54,8 +58,8 @@ async function corruptingRelay(target: number, nth: number, byteInFrame: number)
 }
 
 it('a byte flipped in flight on a real TCP path fails exactly that block', async () => {
-  const a = await TransferAgent.create({ engineId: 'A', backends: ['TCP'], chunkBytes: 8 * BB });
-  const b = await TransferAgent.create({ engineId: 'B', backends: ['TCP'], chunkBytes: 8 * BB });
+  const a = await InThreadTransferAgent.create({ engineId: 'A', backends: ['TCP'], chunkBytes: 8 * BB });
+  const b = await InThreadTransferAgent.create({ engineId: 'B', backends: ['TCP'], chunkBytes: 8 * BB });
   const ra = makeRegion(0, BB, 64, 1);
   const rb = makeRegion(0, BB, 64, 2);
   a.registerMemory([ra]);
@@ -72,7 +76,7 @@ it('a byte flipped in flight on a real TCP path fails exactly that block', async
   );
   const hit = relay.hit();
   assert.ok(hit, 'the relay saw the third data frame');
-  assert.deepEqual(hit, { o: 16, n: 8 });
+  assert.deepEqual(hit, { block: 16, count: 8 });
   assert.equal(s.state, 'ERR');
   assert.deepEqual(s.failedBlockIds, [16 + 5]);
   assert.ok(blocksEqual(ra.bytes, 0, rb.bytes, 32, 21, BB), 'blocks before it are valid');

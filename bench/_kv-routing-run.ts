@@ -6,15 +6,11 @@
  * A policy is named as on the command line, optionally with kv_aware's cost weights:
  * `kv_aware@credit=2@running=0` (docs/proxy.md#policies).
  */
-import { type ChildProcess, spawn } from 'node:child_process';
-import { createInterface } from 'node:readline';
-import { fileURLToPath } from 'node:url';
 import { resolveBenchOptions, runBenchServe } from '../src/bench-serve/index.ts';
+import { type ServeProcess, startServe } from '../src/demo/processes.ts';
 import { resolveProxyOptions, startProxy } from '../src/proxy/index.ts';
 import { POLICY_NAMES, type PolicyName, type ProxyOptions } from '../src/proxy/types.ts';
 import { type ServerLoad, sampleQueues } from './_server-load.ts';
-
-const ROOT = fileURLToPath(new URL('..', import.meta.url));
 
 export interface PolicySpec {
   label: string;
@@ -56,19 +52,15 @@ export interface RunResult {
   servers: ServerLoad[];
 }
 
-async function startServer(): Promise<{ url: string; proc: ChildProcess }> {
+function startServer(name: string): Promise<ServeProcess> {
   const events = {
     enable_kv_cache_events: true,
     endpoint: 'tcp://127.0.0.1:*',
     replay_endpoint: 'tcp://127.0.0.1:*',
   };
-  const proc = spawn(
-    process.execPath,
+  return startServe(
+    name,
     [
-      '--import',
-      'tsx',
-      'src/cli/main.ts',
-      'serve',
       '--model',
       'tiny',
       '--port',
@@ -82,20 +74,12 @@ async function startServer(): Promise<{ url: string; proc: ChildProcess }> {
       '--kv-events-config',
       JSON.stringify(events),
     ],
-    { cwd: ROOT, stdio: ['ignore', 'pipe', 'inherit'], env: { ...process.env, KVCONNECT_LOG_LEVEL: 'warn' } },
+    { timeoutMs: 120_000 },
   );
-  const url = await new Promise<string>((resolve, reject) => {
-    proc.once('exit', (code) => reject(new Error(`server exited (${code})`)));
-    createInterface({ input: proc.stdout! }).on('line', (line) => {
-      const m = /listening on (http:\/\/\S+)/.exec(line);
-      if (m) resolve(m[1]!);
-    });
-  });
-  return { url, proc };
 }
 
 export async function runOnce(spec: PolicySpec, tracePath: string, o: RunOptions): Promise<RunResult> {
-  const servers = await Promise.all([startServer(), startServer()]);
+  const servers = await Promise.all([startServer('decode-0'), startServer('decode-1')]);
   const proxy = await startProxy(
     resolveProxyOptions({
       prefill: [],
@@ -146,9 +130,6 @@ export async function runOnce(spec: PolicySpec, tracePath: string, o: RunOptions
     };
   } finally {
     await proxy.close();
-    for (const s of servers) s.proc.kill('SIGTERM');
-    await Promise.all(
-      servers.map((s) => new Promise((r) => (s.proc.exitCode === null ? s.proc.once('exit', r) : r(null)))),
-    );
+    await Promise.all(servers.map((s) => s.stop()));
   }
 }

@@ -19,6 +19,19 @@ export interface BlockRun {
 /** Test-only: lets a test alter outgoing bytes after their checksums were computed. */
 export type OutgoingHook = (view: Uint8Array, run: BlockRun) => Uint8Array;
 
+/** Null while the blocks may still be sent; else why not (the grant ended). */
+export type SendPermission = (run: BlockRun) => string | null;
+
+/** A READ's grant ended while its chunks were queued: the rest is not sent. */
+export class PermissionEndedError extends Error {
+  override readonly name = 'PermissionEndedError';
+}
+
+/**
+ * Queues the chunks of `runs`; each reads its blocks only when its turn to leave comes
+ * (after back-pressure), so `allowed` is asked again then: blocks whose grant has ended
+ * may already hold another request's data and are never read or sent.
+ */
 export function sendRuns(
   link: PeerLink,
   regions: ReadonlyMap<number, MemoryRegion>,
@@ -26,6 +39,7 @@ export function sendRuns(
   xferId: number,
   runs: readonly BlockRun[],
   hook?: OutgoingHook,
+  allowed?: SendPermission,
 ): Promise<void> {
   let last: Promise<void> = Promise.resolve();
   runs.forEach((run, d) => {
@@ -36,13 +50,18 @@ export function sendRuns(
       const n = Math.min(perChunk, run.count - o);
       const start = (run.first + o) * bb;
       const view = region.bytes.subarray(start, start + n * bb);
-      last = link.sendData(() => ({
-        header: { t: 'data', x: xferId, d, o, n },
-        view,
-        wire: hook ? hook(view, { region: run.region, first: run.first + o, count: n }) : view,
-        blockBytes: bb,
-        count: n,
-      }));
+      const chunk: BlockRun = { region: run.region, first: run.first + o, count: n };
+      last = link.sendData(() => {
+        const refusal = allowed?.(chunk);
+        if (refusal) throw new PermissionEndedError(refusal);
+        return {
+          header: { t: 'data', x: xferId, d, o, n },
+          view,
+          wire: hook ? hook(view, chunk) : view,
+          blockBytes: bb,
+          count: n,
+        };
+      });
     }
   });
   return last;

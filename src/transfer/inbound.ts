@@ -9,7 +9,7 @@ import { getLogger } from '../logging/logger.ts';
 import type { AgentCore } from './agent-core.ts';
 import { MAX_DESCRIPTORS } from './agent-core.ts';
 import { authProof, newNonce, verifyProof } from './auth.ts';
-import { type BlockRun, IncomingRuns, sendRuns } from './block-io.ts';
+import { type BlockRun, IncomingRuns, PermissionEndedError, sendRuns } from './block-io.ts';
 import { FramedConnection, ProtocolError } from './connection.ts';
 import { checkRun } from './descriptors.ts';
 import type { FrameHeader } from './framing.ts';
@@ -22,7 +22,10 @@ const log = getLogger('transfer');
 
 interface IncomingWrite {
   readonly runs: IncomingRuns;
+  readonly blocks: readonly BlockRun[];
   readonly notification: string | undefined;
+  /** Why the receiver stopped accepting it (its write grant ended), if it did. */
+  ended: string | null;
 }
 
 export class InboundSession {
@@ -34,6 +37,8 @@ export class InboundSession {
   readonly #writes = new Map<number, IncomingWrite | null>();
   /** READs waiting for their grant to appear, by transfer id: the cancel of each. */
   readonly #parked = new Map<number, () => void>();
+  /** The blocks a WRITE data frame is landing in right now (its payload is split across reads). */
+  #landing: BlockRun | null = null;
 
   constructor(core: AgentCore, socket: Socket) {
     this.#core = core;
@@ -45,8 +50,18 @@ export class InboundSession {
       this.#conn.close('handshake timeout');
     }, core.handshakeTimeoutMs);
     timer.unref();
+    // A revoked write grant frees its blocks for reuse at once: bytes of a frame already
+    // landing there must stop, and only closing the connection stops them mid-frame.
+    const offRevoke = core.grants.onRevoke((kind) => {
+      const landing = this.#landing;
+      if (kind !== 'write' || !landing || !this.#peer) return;
+      if (core.grants.check('write', this.#peer, [landing], undefined) === null) return;
+      log.warn('closing connection %s: a write grant was revoked while its data was landing', label);
+      this.#conn.close('write grant revoked while its data was landing');
+    });
     this.#conn.onClose(() => {
       clearTimeout(timer);
+      offRevoke();
       for (const cancel of this.#parked.values()) cancel();
       this.#parked.clear();
     });
@@ -64,17 +79,32 @@ export class InboundSession {
           if (length > 0) throw new ProtocolError(`unexpected payload on '${h.t}'`);
           return null;
         }
-        const w = this.#writes.get(intField(h, 'x'));
+        const w = this.#liveWrite(h);
         if (!w) return null;
         const view = w.runs.destination(h);
         if (view.length !== length) throw new ProtocolError('data payload length does not match its blocks');
+        this.#landing = frameRun(w, h);
         return view;
       },
       progress: (h: FrameHeader, filled: number): void => {
         this.#writes.get(h['x'] as number)?.runs.progress(filled);
       },
-      frame: (h: FrameHeader, payload: Uint8Array | null): void => this.#onFrame(h, payload),
+      frame: (h: FrameHeader, payload: Uint8Array | null): void => {
+        this.#landing = null;
+        this.#onFrame(h, payload);
+      },
     };
+  }
+
+  /** The WRITE a data frame belongs to, if its blocks are still granted (else it is ended). */
+  #liveWrite(h: FrameHeader): IncomingWrite | null {
+    const w = this.#writes.get(intField(h, 'x'));
+    if (!w || w.ended !== null) return null;
+    const reason = this.#core.grants.check('write', this.#peer!, [frameRun(w, h)], undefined);
+    if (reason === null) return w;
+    w.ended = reason;
+    log.warn('WRITE %d from %s: dropping the rest, %s', h['x'], this.#peer!.agentName, reason);
+    return null;
   }
 
   #onFrame(h: FrameHeader, payload: Uint8Array | null): void {
@@ -173,17 +203,17 @@ export class InboundSession {
     const x = intField(h, 'x');
     if (this.#parked.has(x)) throw new ProtocolError(`duplicate transfer id ${x}`);
     const { runs, reason } = this.#refusal('read', h);
+    const key = optionalString(h, 'grant');
     if (reason === null) {
-      this.#serveRead(link, x, runs);
+      this.#serveRead(link, x, runs, key);
       return;
     }
-    const key = optionalString(h, 'grant');
     const grants = this.#core.grants;
     if (key !== undefined && runs.length > 0 && grants.awaitable('read', key)) {
       const parked = grants.park('read', key, this.#peer!, runs, (refusal) => {
         this.#parked.delete(x);
         if (this.#conn.closed) return;
-        if (refusal === null) this.#serveRead(link, x, runs);
+        if (refusal === null) this.#serveRead(link, x, runs, key);
         else this.#refuseRead(link, x, refusal);
       });
       if (typeof parked === 'function') {
@@ -202,11 +232,20 @@ export class InboundSession {
     void link.sendControl({ t: 'xfer_err', x, reason: `READ refused: ${reason}` }).catch(() => {});
   }
 
-  #serveRead(link: PeerLink, x: number, runs: readonly BlockRun[]): void {
+  #serveRead(link: PeerLink, x: number, runs: readonly BlockRun[], key: string | undefined): void {
     const c = this.#core;
-    void sendRuns(link, c.regions, c.chunkBytes, x, runs, c.outgoingHook)
+    const peer = this.#peer!;
+    const allowed = (run: BlockRun): string | null => c.grants.check('read', peer, [run], key);
+    void sendRuns(link, c.regions, c.chunkBytes, x, runs, c.outgoingHook, allowed)
       .then(() => link.sendControl({ t: 'read_done', x }))
-      .catch((e: unknown) => this.#conn.close(`serving READ ${x} failed: ${String(e)}`));
+      .catch((e: unknown) => {
+        if (!(e instanceof PermissionEndedError)) {
+          this.#conn.close(`serving READ ${x} failed: ${String(e)}`);
+          return;
+        }
+        log.warn('stopped serving READ %d to %s: %s', x, peer.agentName, e.message);
+        void link.sendControl({ t: 'xfer_err', x, reason: `READ aborted: ${e.message}` }).catch(() => {});
+      });
   }
 
   #onWrite(link: PeerLink, h: FrameHeader): void {
@@ -221,17 +260,21 @@ export class InboundSession {
     }
     this.#writes.set(x, {
       runs: new IncomingRuns(runs, this.#core.regions),
+      blocks: runs,
       notification: optionalString(h, 'notif'),
+      ended: null,
     });
   }
 
   #onData(link: PeerLink, h: FrameHeader, payload: Uint8Array | null): void {
-    const w = this.#writes.get(intField(h, 'x'));
     if (link.transport === 'shm' && h['so'] !== undefined) {
+      const w = this.#liveWrite(h);
       const { view, ok } = link.landShm(h, w ? w.runs : null);
       if (w && view) w.runs.landed(h, view, ok);
       return;
     }
+    // tcp: destination() already checked the grant and chose where the payload landed.
+    const w = this.#writes.get(intField(h, 'x'));
     if (w && payload) w.runs.landed(h, payload, true);
   }
 
@@ -248,4 +291,12 @@ export class InboundSession {
       log.warn('WRITE %d from %s: %d blocks failed verification', x, this.#peer!.agentName, positions.length);
     void link.sendControl({ t: 'write_done', x, bad: positions }).catch(() => {});
   }
+}
+
+/** The blocks one data frame of a WRITE covers (descriptor `d`, offset `o`, `n` blocks). */
+function frameRun(w: IncomingWrite, h: FrameHeader): BlockRun {
+  const d = intField(h, 'd');
+  const run = w.blocks[d];
+  if (!run) throw new ProtocolError(`data frame outside descriptor ${d}`);
+  return { region: run.region, first: run.first + intField(h, 'o'), count: intField(h, 'n') };
 }

@@ -45,6 +45,10 @@ export class OutboundPeer {
   readonly #ready: Promise<void>;
   readonly #inflight = new Map<number, OutboundTransfer>();
   readonly #onFinish: FinishListener;
+  /** The READ whose data frame is landing in local memory right now (its payload is split across reads). */
+  #landing: number | null = null;
+  /** performance.now() of the last frame or payload bytes from the peer. */
+  #lastHeard = performance.now();
 
   constructor(
     core: AgentCore,
@@ -86,13 +90,17 @@ export class OutboundPeer {
           const view = t.incoming.destination(h);
           if (view.length !== length)
             throw new ProtocolError('data payload length does not match its blocks');
+          this.#landing = t.id;
           return view;
         },
         progress: (h, filled) => {
+          this.#lastHeard = performance.now();
           const t = this.#inflight.get(h['x'] as number);
           if (t?.kind === 'READ') t.incoming.progress(filled);
         },
         frame: (h, payload) => {
+          this.#landing = null;
+          this.#lastHeard = performance.now();
           if (handshaken) return this.#onFrame(h, payload);
           if (h.t === 'error') throw new ProtocolError(stringField(h, 'reason'));
           if (h.t === 'challenge') {
@@ -199,9 +207,23 @@ export class OutboundPeer {
     return this.#link.sendControl({ t: 'notif', m: message });
   }
 
-  /** Fails a transfer whose deadline passed (called when its status is polled). */
+  /**
+   * Fails a transfer whose deadline passed (called when its status is polled). The
+   * connection is closed too when the rest of a frame of this READ could still land in
+   * memory that is no longer its own, or when nothing at all arrived while it was in
+   * flight (a stopped peer, a partition, a half-open connection): the next transfer then
+   * opens a fresh connection instead of waiting on a dead one.
+   */
   expire(t: OutboundTransfer): void {
-    this.#finish(t, `transfer timed out after ${t.deadline - t.postedAt} ms`);
+    const ms = Math.round(t.deadline - t.postedAt);
+    const midFrame = this.#landing === t.id;
+    const silent = this.#lastHeard < t.postedAt;
+    this.#finish(t, `transfer timed out after ${ms} ms`);
+    if (midFrame || silent) {
+      const why = midFrame ? 'in the middle of one of its data frames' : `with nothing received for ${ms} ms`;
+      log.warn('closing connection to %s: %s %d timed out %s', this.meta.agentName, t.kind, t.id, why);
+      this.close(`${t.kind} ${t.id} timed out ${why}`);
+    }
   }
 
   close(reason: string): void {

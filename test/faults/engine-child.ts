@@ -18,6 +18,12 @@ export interface Generated {
   doneAt: number;
 }
 
+export interface LogLine {
+  level: string;
+  message: string;
+  at: number;
+}
+
 export class EngineChild {
   readonly proc: ChildProcess;
   readonly #waiting = new Map<string, (v: Record<string, unknown>) => void>();
@@ -42,7 +48,8 @@ export class EngineChild {
         buf = buf.slice(nl + 1);
         nl = buf.indexOf('\n');
         if (msg['ready']) resolveReady();
-        const key = typeof msg['id'] === 'string' ? msg['id'] : 'usage' in msg ? 'usage' : '';
+        const key =
+          typeof msg['id'] === 'string' ? msg['id'] : 'usage' in msg ? 'usage' : 'logs' in msg ? 'logs' : '';
         this.#waiting.get(key)?.(msg);
         this.#waiting.delete(key);
       }
@@ -85,6 +92,18 @@ export class EngineChild {
 
   async usage(): Promise<number> {
     return (await this.#ask({ op: 'usage' }, 'usage'))['usage'] as number;
+  }
+
+  /** Warnings and errors the child logged since the last call (`at` on its clock, as doneAt). */
+  async logs(): Promise<LogLine[]> {
+    return (await this.#ask({ op: 'logs' }, 'logs'))['logs'] as LogLine[];
+  }
+
+  /** When the child logged its first line matching `pattern` (on its clock). */
+  async loggedAt(pattern: RegExp): Promise<number> {
+    const line = (await this.logs()).find((l) => pattern.test(l.message));
+    if (!line) throw new Error(`the engine child logged nothing matching ${pattern}`);
+    return line.at;
   }
 
   async kill(signal: NodeJS.Signals = 'SIGKILL'): Promise<void> {

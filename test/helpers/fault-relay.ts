@@ -33,6 +33,8 @@ export interface FaultRelayOptions {
   readonly targetPort: number;
   readonly targetHost?: string;
   readonly frames?: FrameHook;
+  /** Without `frames`: sees every chunk before it is forwarded (it may change the relay's state). */
+  readonly tap?: (dir: Direction, chunk: Buffer) => void;
 }
 
 /** Bytes a pipe queues (delayed) before it stops reading from its sender. */
@@ -149,8 +151,15 @@ export async function startFaultRelay(options: FaultRelayOptions): Promise<Fault
       decode(link, 'up', counted);
       decode(link, 'down', counted);
     } else {
-      client.on('data', (d) => link.up.push(d));
-      upstream.on('data', (d) => link.down.push(d));
+      const tap = options.tap;
+      client.on('data', (d: Buffer) => {
+        tap?.('up', d);
+        link.up.push(d);
+      });
+      upstream.on('data', (d: Buffer) => {
+        tap?.('down', d);
+        link.down.push(d);
+      });
     }
     const end = (): void => {
       totals.up += link.up.bytes;

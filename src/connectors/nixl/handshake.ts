@@ -39,7 +39,7 @@ export class RemoteEngines {
 
   /** Resolves with the remote agent name; a failed handshake is retried by the next caller. */
   connect(remote: RemoteEndpoint, tpRank: number): Promise<string> {
-    const key = `${remote.engineId}@${remote.host}:${remote.port}#${tpRank}`;
+    const key = engineKey(remote, tpRank);
     this.#lastUsed.set(key, Date.now());
     let p = this.#engines.get(key);
     if (!p) {
@@ -72,6 +72,14 @@ export class RemoteEngines {
     return this.#agent.addRemoteAgent(meta.agent);
   }
 
+  /**
+   * Drops the cached handshake, so the next connect() asks the side channel again: the
+   * engine may have restarted under the same id with its agent on another port.
+   */
+  forget(remote: RemoteEndpoint, tpRank: number): void {
+    this.#engines.delete(engineKey(remote, tpRank));
+  }
+
   /** Forgets engines idle for longer than `ttlSeconds` (engine_ttl; ≤ 0 disables). */
   evictIdle(ttlSeconds: number): void {
     if (ttlSeconds <= 0) return;
@@ -84,6 +92,10 @@ export class RemoteEngines {
       p?.then((name) => this.#agent.removeRemoteAgent(name)).catch(() => {});
     }
   }
+}
+
+function engineKey(remote: RemoteEndpoint, tpRank: number): string {
+  return `${remote.engineId}@${remote.host}:${remote.port}#${tpRank}`;
 }
 
 function tpSizeMismatch(engineId: string, expected: number, actual: number): KVError {

@@ -49,6 +49,8 @@ interface Load {
   firstPostAt: number;
   retries: number;
   retryTimer: NodeJS.Timeout | null;
+  /** The handshake was redone once after the connection to P failed. */
+  reconnected: boolean;
 }
 
 /** Backoff before re-posting a READ that P refused because its grant did not exist yet. */
@@ -65,6 +67,8 @@ export interface WorkerContext {
   readonly leases: ProducerLeases;
   regionPairs(localIds: readonly number[], remoteIds: readonly number[]): BlockListPair[];
   connect(remote: RemoteEndpoint): Promise<string>;
+  /** Drops the cached handshake with `remote` (the rank connect() uses). */
+  forget(remote: RemoteEndpoint): void;
   recvDone(reqId: string, invalidBlockIds: readonly number[]): void;
 }
 
@@ -185,6 +189,10 @@ export class NixlWorker {
         const [rank = 0] = handshakeTargetRanks(this.tpSize, this.tpRank, remote.tpSize);
         return engines.connect(remote, rank);
       },
+      forget: (remote) => {
+        const [rank = 0] = handshakeTargetRanks(this.tpSize, this.tpRank, remote.tpSize);
+        engines.forget(remote, rank);
+      },
       recvDone: (reqId, invalid) => {
         for (const id of invalid) this.#invalid.add(id);
         this.#recving.push(reqId);
@@ -238,7 +246,15 @@ export class NixlWorker {
       return;
     }
     const release = countBlocks(job.localBlockIds) === 0;
-    const load: Load = { job, handle: null, settled: false, firstPostAt: 0, retries: 0, retryTimer: null };
+    const load: Load = {
+      job,
+      handle: null,
+      settled: false,
+      firstPostAt: 0,
+      retries: 0,
+      retryTimer: null,
+      reconnected: false,
+    };
     if (!release) this.#loads.set(job.reqId, load);
     const notification = `${job.remoteRequestId}:${this.tpSize}`;
     const run = async (): Promise<void> => {
@@ -306,6 +322,39 @@ export class NixlWorker {
     return true;
   }
 
+  /**
+   * The connection to P failed (refused or lost): P may have restarted under the same
+   * engine id with its agent elsewhere, so the cached handshake is dropped and the READ is
+   * posted once more after a fresh handshake. A second failure is a load error.
+   */
+  #reconnect(ctx: WorkerContext, load: Load, reason: string | undefined): boolean {
+    if (load.reconnected || !reason?.startsWith('connection to ')) return false;
+    load.reconnected = true;
+    load.handle = null;
+    ctx.forget(load.job.remote);
+    log.warn(
+      'NIXL READ for request %s failed (%s); handshaking with %s again',
+      load.job.reqId,
+      reason,
+      load.job.remote.engineId,
+    );
+    ctx
+      .connect(load.job.remote)
+      .then((agentName) => {
+        if (!load.settled) this.#postRead(ctx, load, agentName);
+      })
+      .catch((e: unknown) => {
+        log.error(
+          'NIXL transfer failure: handshake_failed | Context: request %s from %s: %s',
+          load.job.reqId,
+          load.job.remote.engineId,
+          String((e as Error)?.message ?? e),
+        );
+        this.#failLoad(load, load.job.localBlockIds.flat());
+      });
+    return true;
+  }
+
   #failLoad(load: Load, invalid: readonly number[]): void {
     if (load.settled) return;
     load.settled = true;
@@ -357,7 +406,10 @@ export class NixlWorker {
         load.settled = true;
         this.#loads.delete(load.job.reqId);
         this.#recving.push(load.job.reqId);
-      } else if (!this.#retryLater(ctx, load, handle.remoteAgent, status.reason)) {
+      } else if (
+        !this.#retryLater(ctx, load, handle.remoteAgent, status.reason) &&
+        !this.#reconnect(ctx, load, status.reason)
+      ) {
         log.error(
           'NIXL transfer failure: transfer_failed | Context: request %s: %s',
           load.job.reqId,

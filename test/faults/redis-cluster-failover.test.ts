@@ -223,7 +223,11 @@ describe('Redis Cluster with replicas: failover, ASK and MOVED', () => {
         )
       ).startsWith('+OK'),
     );
-    assert.match(await redisCommand(source.port, `GET ${key}`), /^-ASK /, 'the key left: its old master answers ASK');
+    assert.match(
+      await redisCommand(source.port, `GET ${key}`),
+      /^-ASK /,
+      'the key left: its old master answers ASK',
+    );
 
     for (let i = 0; i < 4; i++) await served(asking, prompt(i), `ask-old-${i}`);
     assert.equal(await served(asking, prompt(n), 'ask'), FULL_HIT_TOKENS, 'a full hit through ASK');

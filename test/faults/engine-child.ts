@@ -83,7 +83,11 @@ export class EngineChild {
     return (await this.#ask({ op: 'prefill', id, prompt }, id))['params'] as Record<string, unknown>;
   }
 
-  generate(prompt: string, maxTokens: number, params?: Record<string, unknown>): Promise<Generated> {
+  generate(
+    prompt: string | number[],
+    maxTokens: number,
+    params?: Record<string, unknown>,
+  ): Promise<Generated> {
     const id = `g${this.#next++}`;
     return this.#ask({ op: 'generate', id, prompt, maxTokens, ...(params ? { params } : {}) }, id) as Promise<
       Record<string, unknown>

@@ -4,6 +4,7 @@
  */
 import type { DottedArg } from '../config/dotted-args.ts';
 import { buildEngineConfig } from '../config/engine-config.ts';
+import { extraConfigWarnings } from '../config/extra-config.ts';
 import { KVTransferConfig } from '../config/kv-transfer-config.ts';
 import { type ModelInfo, resolveModelInfo } from '../config/model-info.ts';
 import { MULTI_CONNECTOR_NAME, multiConnectorChildren } from '../config/multi-connector-config.ts';
@@ -52,6 +53,7 @@ export interface CheckConfigReport {
 async function inspectConnector(
   config: KVTransferConfigLike,
   engineConfig: EngineConfig,
+  warnings: string[],
 ): Promise<ConnectorReport> {
   const name = config.kv_connector!;
   let status: ConnectorReport['status'] = config.kv_connector_module_path ? 'external' : 'available';
@@ -62,6 +64,8 @@ async function inspectConnector(
     const cls = await KVConnectorFactory.getConnectorClass(config);
     className = cls.name;
     supportsHMA = cls.supportsHMA === true;
+    if (cls.extraConfigSchema)
+      warnings.push(...extraConfigWarnings(cls.extraConfigSchema, config.kv_connector_extra_config));
     if (typeof cls.validateExtraConfig === 'function') {
       extraConfig = cls.validateExtraConfig(config.kv_connector_extra_config, {
         ...engineConfig,
@@ -88,7 +92,7 @@ async function inspectConnector(
   if (name === MULTI_CONNECTOR_NAME && !config.kv_connector_module_path) {
     const children = multiConnectorChildren(config);
     report.children = [];
-    for (const child of children) report.children.push(await inspectConnector(child, engineConfig));
+    for (const child of children) report.children.push(await inspectConnector(child, engineConfig, warnings));
     report.supportsHMA = await KVConnectorFactory.supportsHMAConfig(config);
   }
   return report;
@@ -118,7 +122,7 @@ export async function runCheckConfig(input: CheckConfigInput): Promise<CheckConf
     const config = engineConfig.kvTransferConfig;
     const model = resolveModelInfo(engineConfig.model.model);
     if (config.kv_connector === null) await KVConnectorFactory.getConnectorClass(config);
-    const connector = await inspectConnector(config, engineConfig);
+    const connector = await inspectConnector(config, engineConfig, warnings);
     const hma = await resolveHybridKvCacheManager(engineConfig);
     await KVConnectorFactory.checkHMA(engineConfig, connector.className);
     return {
@@ -140,7 +144,7 @@ export async function runCheckConfig(input: CheckConfigInput): Promise<CheckConf
         kvCacheLayout: layout(model, hma.enabled),
       },
       kvTransferConfig: (config as KVTransferConfig).toJSON() as unknown as Record<string, unknown>,
-      warnings,
+      warnings: [...new Set(warnings)],
     };
   } finally {
     off();
@@ -171,6 +175,7 @@ export function formatCheckConfigReport(r: CheckConfigReport): string {
       `  child ${i}:      ${child.connector} [${child.status}] HMA ${child.supportsHMA ? 'supported' : 'unsupported'}, extra config ${JSON.stringify(child.extraConfig)}`,
     );
   }
+  for (const w of r.warnings) lines.push(`  warning: ${w}`);
   if (c.status === 'not-implemented-yet') {
     lines.push(
       `  note: ${c.connector} is not implemented yet in this kvconnect version; the config is valid but serving with it will fail.`,

@@ -2,9 +2,10 @@
  * Config errors name the field, what was expected, what was received and how to fix it.
  * Python-style reprs are used where vLLM's message embeds a repr (`{x!r}`).
  */
+import type { ErrorCode } from '../errors/codes.ts';
 import { KVError } from '../errors/kv-error.ts';
 
-export const CONFIG_INVALID = 'KV_CONFIG_INVALID';
+export const CONFIG_INVALID: ErrorCode = 'KV_CONFIG_INVALID';
 
 /** A short, bounded rendering of any received value for messages. */
 export function describeValue(value: unknown): string {
@@ -22,7 +23,7 @@ export function configError(
   expected: string,
   received: unknown,
   hint: string,
-  code = CONFIG_INVALID,
+  code: ErrorCode = CONFIG_INVALID,
 ): KVError {
   return new KVError(
     code,

@@ -4,7 +4,7 @@
  * from it, so they cannot drift (the vitest pattern): an option missing from the table is
  * a type error.
  */
-import type { HashAlgo, KVCacheDtype } from '../kv/interfaces.ts';
+import type { HashAlgo, KVCacheDtype } from './types.ts';
 
 /** Flat engine options, snake_case as vLLM's engine arguments. */
 export interface EngineOptions {

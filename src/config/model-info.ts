@@ -1,6 +1,7 @@
 /**
  * Resolves `--model` to its HF-style config: a built-in preset, or a directory (relative to
- * the working directory) holding a `config.json`.
+ * the working directory) holding a `config.json`. The one reader of config.json: the engine
+ * loads checkpoints through it too, so every caller gets the same checks and error codes.
  */
 import { readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
@@ -24,9 +25,31 @@ function presetList(): string {
   return Object.keys(MODEL_PRESETS).join(', ');
 }
 
+export interface ModelSource {
+  source: ModelInfo['source'];
+  /** Absolute directory for `source: 'directory'`. */
+  directory: string | null;
+  hfConfig: HFModelConfig;
+}
+
 export function resolveModelInfo(model: string, cwd = process.cwd()): ModelInfo {
+  const { source, directory, hfConfig } = readModelSource(model, cwd);
+  return describe(model, source, directory, hfConfig);
+}
+
+/**
+ * The model's KV heads over all tensor-parallel ranks (vLLM's get_total_num_kv_heads). A
+ * rank's KV spec holds total / tp heads, or one replicated head when tp exceeds the total,
+ * so the total cannot be recovered from a rank's spec: it comes from the model config.
+ */
+export function totalKvHeads(model: string, cwd = process.cwd()): number {
+  return readModelSource(model, cwd).hfConfig.num_key_value_heads;
+}
+
+/** The preset's config, or the checked config.json of the directory `model` names. */
+export function readModelSource(model: string, cwd = process.cwd()): ModelSource {
   const preset = getModelPreset(model);
-  if (preset) return describe(model, 'preset', null, preset.config);
+  if (preset) return { source: 'preset', directory: null, hfConfig: preset.config };
   const dir = path.resolve(cwd, model);
   let isDir = false;
   try {
@@ -63,7 +86,7 @@ export function resolveModelInfo(model: string, cwd = process.cwd()): ModelInfo 
       hint: 'Fix the JSON syntax of config.json.',
     });
   }
-  return describe(model, 'directory', dir, checkHfConfig(config, file));
+  return { source: 'directory', directory: dir, hfConfig: checkHfConfig(config, file) };
 }
 
 const REQUIRED_INTS = [

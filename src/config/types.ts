@@ -2,7 +2,10 @@
  * Shapes of the configuration every layer reads. Parsing and validation live next to
  * this file (src/config/). Wire names are snake_case (vLLM's); code uses camelCase.
  */
-import type { HashAlgo, KVCacheDtype } from '../kv/interfaces.ts';
+/** The KV cache's element type once `cache_dtype` is resolved (`auto` → the model's dtype). */
+export type KVCacheDtype = 'float32' | 'float16' | 'bfloat16';
+/** vLLM's `prefix_caching_hash_algo` names (see docs/kv-cache.md). */
+export type HashAlgo = 'sha256' | 'sha256_cbor' | 'xxhash' | 'xxhash_cbor';
 
 export type KVRole = 'kv_producer' | 'kv_consumer' | 'kv_both';
 export type KVLoadFailurePolicy = 'fail' | 'recompute';

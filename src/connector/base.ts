@@ -7,6 +7,7 @@
  * every step. Worker-side methods may return promises (transfers are asynchronous in
  * Node.js); the model runner awaits them in vLLM's order (spec §3.5).
  */
+import type { ExtraConfigSchema } from '../config/extra-config.ts';
 import type { EngineConfig, KVTransferConfigLike } from '../config/types.ts';
 import { KVError } from '../errors/kv-error.ts';
 import type { KVCacheBlocks, KVCacheConfig, KVCacheEvent, PagedKVMemory } from '../kv/interfaces.ts';
@@ -29,6 +30,12 @@ export type MaybePromise<T> = T | Promise<T>;
 export abstract class KVConnectorBase {
   /** True if the connector handles several KV cache groups (vLLM's SupportsHMA). */
   static supportsHMA = false;
+
+  /**
+   * The keys of `kv_connector_extra_config` this connector reads, when it declares them
+   * (read with readExtraConfig); `kvconnect check-config` warns about keys not listed.
+   */
+  static extraConfigSchema: ExtraConfigSchema | undefined = undefined;
 
   /**
    * Validates this connector's `kv_connector_extra_config` and returns it parsed (what
@@ -208,5 +215,6 @@ export type KVConnectorClass = (abstract new (
   kvCacheConfig: KVCacheConfig,
 ) => KVConnectorBase) & {
   supportsHMA: boolean;
+  extraConfigSchema?: ExtraConfigSchema | undefined;
   validateExtraConfig?(extra: Record<string, unknown>, engineConfig: EngineConfig): unknown;
 };

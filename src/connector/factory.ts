@@ -13,6 +13,7 @@ import { KVError } from '../errors/kv-error.ts';
 import type { KVCacheConfig } from '../kv/interfaces.ts';
 import { getLogger } from '../logging/logger.ts';
 import type { KVConnectorBase, KVConnectorClass } from './base.ts';
+import { installConnectorClassResolver } from './class-resolver.ts';
 import {
   BUILTIN_CONNECTORS,
   type ConnectorModule,
@@ -284,3 +285,5 @@ for (const entry of BUILTIN_CONNECTORS) {
     entry.className,
   );
 }
+
+installConnectorClassResolver((config) => KVConnectorFactory.getConnectorClass(config));

@@ -99,7 +99,7 @@ export const BUILTIN_CONNECTORS: readonly BuiltinConnector[] = [
   {
     name: 'MultiConnector',
     className: 'MultiConnector',
-    load: () => import('./multi-connector.ts'),
+    load: () => import('../connectors/multi/index.ts'),
     supportsHMA: true,
     status: 'available',
     needs: 'kv_connector_extra_config.connectors: a list of child configs',

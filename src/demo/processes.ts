@@ -11,10 +11,14 @@ const TAIL_BYTES = 4096;
 const STOP_GRACE_MS = 5000;
 const LISTENING = /listening on (http:\/\/[^\s]+)/;
 
-/** serve-child.ts next to this file under tsx, serve-child.js under dist/. */
+/**
+ * The program the demo runs for each server: `kvconnect serve` with a watchdog on stdin
+ * (src/cli/serve-child.ts under tsx, dist/cli/serve-child.js when built). It is spawned,
+ * never imported, so the demo does not depend on the CLI's modules.
+ */
 export function serveChildEntry(): string {
   const ext = import.meta.url.endsWith('.ts') ? '.ts' : '.js';
-  return fileURLToPath(new URL(`./serve-child${ext}`, import.meta.url));
+  return fileURLToPath(new URL(`../cli/serve-child${ext}`, import.meta.url));
 }
 
 /** This process's Node.js flags minus the ones that must not be inherited. */

@@ -1,4 +1,5 @@
-import { isKVError } from './kv-error.ts';
+import type { ErrorCode } from './codes.ts';
+import { httpStatusOf, isKVError } from './kv-error.ts';
 
 /** The one formatter: CLI text is the message, then the hint on its own line. */
 export function formatErrorText(e: unknown): string {
@@ -11,12 +12,25 @@ export function formatErrorText(e: unknown): string {
   return `error: ${String(e)}`;
 }
 
-/** The same error as an OpenAI-style JSON error body (used by the HTTP server). */
-export function formatErrorJson(
-  e: unknown,
-  status = 400,
-): { error: { message: string; type: string; code: string; hint?: string; param?: string } } {
-  const type = status >= 500 ? 'InternalServerError' : 'BadRequestError';
+/** The `type` OpenAI's clients map each status to. */
+const TYPE_BY_STATUS: Record<number, string> = {
+  400: 'BadRequestError',
+  401: 'AuthenticationError',
+  404: 'NotFoundError',
+  405: 'BadRequestError',
+  413: 'BadRequestError',
+  422: 'UnprocessableEntityError',
+  503: 'ServiceUnavailableError',
+};
+
+export interface ErrorJson {
+  error: { message: string; type: string; code: ErrorCode; hint?: string; param?: string };
+}
+
+/** The same error as an OpenAI-style JSON error body (HTTP replies, SSE error events, check-config --json). */
+export function formatErrorJson(e: unknown): ErrorJson {
+  const status = httpStatusOf(e);
+  const type = TYPE_BY_STATUS[status] ?? (status >= 500 ? 'InternalServerError' : 'BadRequestError');
   if (isKVError(e)) {
     return {
       error: {
@@ -29,5 +43,5 @@ export function formatErrorJson(
     };
   }
   const message = e instanceof Error ? e.message : String(e);
-  return { error: { message, type, code: status >= 500 ? 'INTERNAL_ERROR' : 'BAD_REQUEST' } };
+  return { error: { message, type, code: 'INTERNAL_ERROR' } };
 }

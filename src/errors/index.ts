@@ -1,2 +1,11 @@
-export { formatErrorJson, formatErrorText } from './format.ts';
-export { isKVError, KVError, type KVErrorOptions } from './kv-error.ts';
+export {
+  type ErrorArea,
+  type ErrorCode,
+  type ErrorCodeInfo,
+  errorCatalog,
+  isErrorCode,
+  statusOfCode,
+  toErrorCode,
+} from './codes.ts';
+export { type ErrorJson, formatErrorJson, formatErrorText } from './format.ts';
+export { httpStatusOf, isKVError, KVError, type KVErrorOptions } from './kv-error.ts';

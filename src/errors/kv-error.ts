@@ -1,3 +1,5 @@
+import { type ErrorCode, statusOfCode } from './codes.ts';
+
 /**
  * The one error type of kvconnect. `message` is the exact vLLM string where vLLM has one
  * (tests assert it verbatim); `hint` says how to fix it; `code` is stable for programs.
@@ -12,12 +14,12 @@ export interface KVErrorOptions {
 }
 
 export class KVError extends Error {
-  readonly code: string;
+  readonly code: ErrorCode;
   readonly hint: string | undefined;
   readonly field: string | undefined;
   readonly details: Record<string, unknown> | undefined;
 
-  constructor(code: string, message: string, options: KVErrorOptions = {}) {
+  constructor(code: ErrorCode, message: string, options: KVErrorOptions = {}) {
     super(message, options.cause === undefined ? undefined : { cause: options.cause });
     this.name = 'KVError';
     this.code = code;
@@ -26,8 +28,13 @@ export class KVError extends Error {
     this.details = options.details;
   }
 
+  /** The HTTP status declared for this code in the catalog (src/errors/codes.ts). */
+  get status(): number {
+    return statusOfCode(this.code);
+  }
+
   /** Plain-data form for HTTP bodies, logs and structured clone. */
-  toJSON(): { code: string; message: string; hint?: string; field?: string } {
+  toJSON(): { code: ErrorCode; message: string; hint?: string; field?: string } {
     return {
       code: this.code,
       message: this.message,
@@ -39,4 +46,9 @@ export class KVError extends Error {
 
 export function isKVError(e: unknown): e is KVError {
   return e instanceof KVError;
+}
+
+/** The HTTP status of any thrown value: its code's declared status, or 500 for anything else. */
+export function httpStatusOf(e: unknown): number {
+  return e instanceof KVError ? e.status : 500;
 }

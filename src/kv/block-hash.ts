@@ -8,10 +8,11 @@
  *   resistant, in-process only (the cache manager verifies token ids on every hit).
  */
 import { hash, randomBytes } from 'node:crypto';
+import type { HashAlgo } from '../config/types.ts';
 import { KVError } from '../errors/index.ts';
 import { getLogger } from '../logging/logger.ts';
 import { CborBlockKeyWriter, type ExtraKey } from './cbor-block-key.ts';
-import type { BlockHash, HashAlgo } from './interfaces.ts';
+import type { BlockHash } from './interfaces.ts';
 import { murmur3x86_128 } from './murmur3.ts';
 
 export const DEFAULT_HASH_ALGO: HashAlgo = 'sha256_cbor';

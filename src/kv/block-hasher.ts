@@ -4,9 +4,10 @@
  * order: LoRA name, multimodal items overlapping the block, cache salt (first block only).
  */
 
+import type { HashAlgo } from '../config/types.ts';
 import { BlockHashFunction, DEFAULT_HASH_ALGO } from './block-hash.ts';
 import type { ExtraKey } from './cbor-block-key.ts';
-import type { BlockHash, HashAlgo } from './interfaces.ts';
+import type { BlockHash } from './interfaces.ts';
 
 /** A multimodal item placed at token positions [offset, offset + length). */
 export interface MultiModalPlaceholder {

@@ -3,7 +3,7 @@
  * float16 and bfloat16 rounding is round-to-nearest-even, as hardware casts do; NaN stays
  * NaN (quiet) and ±Inf/±0 are preserved. Node 20 has no Math.f16round, hence the bit work.
  */
-import type { KVCacheDtype } from './interfaces.ts';
+import type { KVCacheDtype } from '../config/types.ts';
 
 const DTYPE_BYTES: Readonly<Record<KVCacheDtype, number>> = { float32: 4, float16: 2, bfloat16: 2 };
 

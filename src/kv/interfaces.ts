@@ -3,9 +3,8 @@
  * every connector. The implementations live next to this file; these types are the API.
  * Semantics follow vLLM v1 (vllm/v1/kv_cache_interface.py, vllm/v1/core/kv_cache_manager.py).
  */
+import type { KVCacheDtype } from '../config/types.ts';
 
-export type KVCacheDtype = 'float32' | 'float16' | 'bfloat16';
-export type HashAlgo = 'sha256' | 'sha256_cbor' | 'xxhash' | 'xxhash_cbor';
 export type KVCacheSpecKind = 'full_attention' | 'sliding_window';
 
 /** Per-layer KV spec. `pageSizeBytes` = bytes of one block of one layer (K and V). */

@@ -5,15 +5,10 @@
  */
 import type { HFModelConfig } from '../config/model-presets.ts';
 import { attentionLayerName } from '../config/model-presets.ts';
+import type { KVCacheDtype } from '../config/types.ts';
 import { KVError } from '../errors/index.ts';
 import { getLogger } from '../logging/logger.ts';
-import type {
-  KVCacheConfig,
-  KVCacheDtype,
-  KVCacheGroupSpec,
-  KVCacheSpec,
-  KVCacheTensor,
-} from './interfaces.ts';
+import type { KVCacheConfig, KVCacheGroupSpec, KVCacheSpec, KVCacheTensor } from './interfaces.ts';
 import {
   type AttentionGeometry,
   fullAttentionSpec,

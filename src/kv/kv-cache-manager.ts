@@ -3,6 +3,8 @@
  * allocation, caching, freeing, sliding-window trimming, events. Semantics: spec §3.5–3.7,
  * §4.2–4.3.
  */
+
+import type { HashAlgo } from '../config/types.ts';
 import { KVError } from '../errors/index.ts';
 import { DEFAULT_HASH_ALGO, isCollisionResistant } from './block-hash.ts';
 import { BlockPool, type KVBlock } from './block-pool.ts';
@@ -10,7 +12,6 @@ import { KVCacheCoordinator } from './coordinator.ts';
 import type {
   AllocateSlotsOptions,
   CacheRequest,
-  HashAlgo,
   KVCacheBlocks,
   KVCacheConfig,
   KVCacheEvent,

@@ -4,9 +4,11 @@
  * `blockId * blockSize + offsetInBlock` (vLLM's slot mapping). float32 memory hands out
  * Float32Array views for zero-copy attention; 16-bit dtypes convert on write and read.
  */
+
+import type { KVCacheDtype } from '../config/types.ts';
 import { KVError } from '../errors/index.ts';
 import { decoderFor, dtypeBytes, encoderFor } from './dtype.ts';
-import type { KVCacheConfig, KVCacheDtype, KVTensorBuffer, PagedKVMemory } from './interfaces.ts';
+import type { KVCacheConfig, KVTensorBuffer, PagedKVMemory } from './interfaces.ts';
 
 /** Element strides of the layout (in dtype elements, not bytes). */
 export interface KVLayout {

@@ -2,9 +2,11 @@
  * Per-layer KV cache specs (vLLM's FullAttentionSpec / SlidingWindowSpec): geometry of one
  * block of one layer. Page size = K and V of `blockSize` tokens.
  */
+
+import type { KVCacheDtype } from '../config/types.ts';
 import { KVError } from '../errors/index.ts';
 import { dtypeBytes } from './dtype.ts';
-import type { KVCacheDtype, KVCacheSpec } from './interfaces.ts';
+import type { KVCacheSpec } from './interfaces.ts';
 
 export interface AttentionGeometry {
   blockSize: number;

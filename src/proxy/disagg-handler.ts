@@ -5,14 +5,21 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { ErrorCode } from '../errors/index.ts';
+import { headerValue, readJson, sendJson, writeChunk } from '../http/index.ts';
 import { getLogger } from '../logging/logger.ts';
 import type { Backend } from './backend.ts';
 import type { BackendPool } from './backend-pool.ts';
 import { planFlow } from './flow-plan.ts';
-import { BodyTooLarge, headerValue, readBody, sendError, sendJson, writeChunk } from './http-util.ts';
 import type { RoutingPolicy } from './policies.ts';
 import { chainedPrefixHashes, promptText } from './prefix-hash.ts';
-import { badRequest, noBackend, upstreamBadResponse, upstreamUnreachable } from './proxy-errors.ts';
+import {
+  badRequest,
+  noBackend,
+  proxyBodyRules,
+  upstreamBadResponse,
+  upstreamUnreachable,
+} from './proxy-errors.ts';
 import type { Json } from './request-shaping.ts';
 import { CONNECTOR_KINDS, type ConnectorKind, type ProxyOptions } from './types.ts';
 import type { Upstream, UpstreamResponse } from './upstream.ts';
@@ -31,20 +38,10 @@ function connectorOf(backend: Backend): ConnectorKind {
   return (CONNECTOR_KINDS as readonly string[]).includes(c ?? '') ? (c as ConnectorKind) : 'NixlConnector';
 }
 
+const MAX_BODY_BYTES = 64 * 1024 * 1024;
+
 async function parseClientBody(req: IncomingMessage): Promise<Json> {
-  let text: string;
-  try {
-    text = await readBody(req);
-  } catch (e) {
-    if (e instanceof BodyTooLarge) throw badRequest(e.message);
-    throw e;
-  }
-  let body: unknown;
-  try {
-    body = JSON.parse(text);
-  } catch {
-    throw badRequest('The request body is not valid JSON');
-  }
+  const body = await readJson(req, proxyBodyRules(MAX_BODY_BYTES));
   if (typeof body !== 'object' || body === null || Array.isArray(body)) {
     throw badRequest('The request body must be a JSON object');
   }
@@ -177,7 +174,11 @@ function relayError(res: ServerResponse, status: number, text: string, backend: 
     json = JSON.parse(text);
   } catch {
     json = {
-      error: { message: text || `HTTP ${status}`, type: 'UpstreamError', code: 'PROXY_UPSTREAM_ERROR' },
+      error: {
+        message: text || `HTTP ${status}`,
+        type: 'UpstreamError',
+        code: 'PROXY_UPSTREAM_ERROR' satisfies ErrorCode,
+      },
     };
   }
   log.warn('%s instance %s answered %d', backend.role, backend.url, status);
@@ -199,5 +200,3 @@ async function relay(res: ServerResponse, up: UpstreamResponse, requestId: strin
   }
   res.end();
 }
-
-export { sendError };

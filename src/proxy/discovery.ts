@@ -4,11 +4,9 @@
  * proxy turns each into a prefill or decode backend and drops it when pings stop.
  * GET /instances lists what is registered.
  */
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { createHttpServer, listen, Router, readJson, sendJson } from '../http/index.ts';
 import type { BackendPool } from './backend-pool.ts';
-import { BodyTooLarge, readBody, sendError, sendJson } from './http-util.ts';
-import { badPing, notFound } from './proxy-errors.ts';
+import { badPing, PROXY_ROUTES, proxyBodyRules } from './proxy-errors.ts';
 import type { DiscoveryPing } from './types.ts';
 
 const ZMQ_ADDRESS = /^host:[^,]+,handshake:\d+,notify:\d+$/;
@@ -59,20 +57,13 @@ export async function startDiscovery(
   port: number,
   ttlMs: number,
 ): Promise<DiscoveryListener> {
-  const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
-    const path = (req.url ?? '/').split('?')[0];
-    if (req.method === 'POST' && path === '/register') {
-      let raw: unknown;
-      try {
-        raw = JSON.parse(await readBody(req, 64 * 1024));
-      } catch (e) {
-        throw badPing(e instanceof BodyTooLarge ? e.message : 'the body is not valid JSON');
-      }
+  const router = new Router(PROXY_ROUTES)
+    .on('POST', '/register', async (req, res) => {
+      const raw = await readJson(req, proxyBodyRules(64 * 1024, 'PROXY_DISCOVERY_BAD_PING'));
       const backend = pool.register(parsePing(raw));
       sendJson(res, 200, { ok: true, role: backend.role, url: backend.url, ttl_ms: ttlMs });
-      return;
-    }
-    if (req.method === 'GET' && path === '/instances') {
+    })
+    .on('GET', '/instances', (_req, res) => {
       pool.expire();
       sendJson(res, 200, {
         instances: pool
@@ -80,25 +71,15 @@ export async function startDiscovery(
           .filter((b) => b.source === 'discovery')
           .map((b) => b.describe()),
       });
-      return;
-    }
-    throw notFound(req.method ?? 'GET', path ?? '/');
-  };
-  const server: Server = createServer((req, res) => {
-    handle(req, res).catch((e: unknown) => sendError(res, e));
-  });
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(port, host, () => resolve());
-  });
+    });
+  const listening = await listen(createHttpServer(router.listener()), port, host);
   const sweep = setInterval(() => pool.expire(), Math.max(100, Math.floor(ttlMs / 4)));
   sweep.unref();
   return {
-    port: (server.address() as AddressInfo).port,
+    port: listening.port,
     close: async () => {
       clearInterval(sweep);
-      server.closeAllConnections();
-      await new Promise<void>((resolve) => server.close(() => resolve()));
+      await listening.close();
     },
   };
 }

@@ -4,15 +4,14 @@
  * connector, answers health checks in the shape of vLLM's toy proxy, and forwards
  * GET /v1/models to a decode backend.
  */
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { createHttpServer, type HttpListener, listen, Router, sendJson, writeChunk } from '../http/index.ts';
 import { getLogger } from '../logging/logger.ts';
 import { BackendPool } from './backend-pool.ts';
 import { type HandlerDeps, handleCompletion } from './disagg-handler.ts';
 import { type DiscoveryListener, startDiscovery } from './discovery.ts';
-import { sendError, sendJson, writeChunk } from './http-util.ts';
 import { createPolicy } from './policies.ts';
-import { noBackend, notFound, optionsInvalid } from './proxy-errors.ts';
+import { noBackend, optionsInvalid, PROXY_ROUTES } from './proxy-errors.ts';
 import { PROXY_DEFAULTS, type ProxyOptions } from './types.ts';
 import { Upstream } from './upstream.ts';
 
@@ -63,22 +62,18 @@ export async function startProxy(options: ProxyOptions): Promise<RunningProxy> {
       ? undefined
       : await startDiscovery(pool, options.discoveryHost, options.discoveryPort, options.discoveryTtlMs);
 
-  const server: Server = createServer((req, res) => {
-    route(deps, req, res).catch((e: unknown) => sendError(res, e));
-  });
+  const server = createHttpServer(routes(deps).listener());
   server.keepAliveTimeout = 30_000;
+  let listening: HttpListener;
   try {
-    await new Promise<void>((resolve, reject) => {
-      server.once('error', reject);
-      server.listen(options.port, options.host, () => resolve());
-    });
+    listening = await listen(server, options.port, options.host);
   } catch (e) {
     await discovery?.close();
     await pool.close();
     await upstream.close();
     throw e;
   }
-  const port = (server.address() as AddressInfo).port;
+  const { port } = listening;
   const url = `http://${options.host.includes(':') ? `[${options.host}]` : options.host}:${port}`;
   log.info(
     'proxy listening on %s (policy %s, connector %s, %d prefill, %d decode%s)',
@@ -95,8 +90,7 @@ export async function startProxy(options: ProxyOptions): Promise<RunningProxy> {
     discoveryPort: discovery?.port,
     pool,
     close: async () => {
-      server.closeAllConnections();
-      await new Promise<void>((resolve) => server.close(() => resolve()));
+      await listening.close();
       await discovery?.close();
       await pool.close();
       await upstream.close();
@@ -104,14 +98,8 @@ export async function startProxy(options: ProxyOptions): Promise<RunningProxy> {
   };
 }
 
-async function route(deps: HandlerDeps, req: IncomingMessage, res: ServerResponse): Promise<void> {
-  const path = (req.url ?? '/').split('?')[0] ?? '/';
-  const method = req.method ?? 'GET';
-  if (method === 'POST' && (path === '/v1/completions' || path === '/v1/chat/completions')) {
-    await handleCompletion(deps, path, req, res);
-    return;
-  }
-  if (method === 'GET' && (path === '/health' || path === '/healthcheck')) {
+function routes(deps: HandlerDeps): Router {
+  const health = (_req: IncomingMessage, res: ServerResponse): void => {
     const p = deps.pool.healthy('prefill').length;
     const d = deps.pool.healthy('decode').length;
     const ok = p > 0 && d > 0;
@@ -120,13 +108,15 @@ async function route(deps: HandlerDeps, req: IncomingMessage, res: ServerRespons
       prefill_instances: p,
       decode_instances: d,
     });
-    return;
-  }
-  if (method === 'GET' && path === '/v1/models') {
-    await forwardModels(deps, req, res);
-    return;
-  }
-  throw notFound(method, path);
+  };
+  return new Router(PROXY_ROUTES)
+    .on('POST', '/v1/completions', (req, res) => handleCompletion(deps, '/v1/completions', req, res))
+    .on('POST', '/v1/chat/completions', (req, res) =>
+      handleCompletion(deps, '/v1/chat/completions', req, res),
+    )
+    .on('GET', '/health', health)
+    .on('GET', '/healthcheck', health)
+    .on('GET', '/v1/models', (req, res) => forwardModels(deps, req, res));
 }
 
 async function forwardModels(deps: HandlerDeps, req: IncomingMessage, res: ServerResponse): Promise<void> {

@@ -2,7 +2,7 @@
  * Bounded admission: at most `capacity` engine requests (choices) in flight; beyond that
  * the server answers 503 at once instead of queueing without limit.
  */
-import { HttpError } from './http-errors.ts';
+import { KVError } from '../errors/index.ts';
 
 export class AdmissionGate {
   readonly capacity: number;
@@ -19,8 +19,7 @@ export class AdmissionGate {
   /** Reserves `count` slots or throws a 503. */
   acquire(count: number): void {
     if (this.#inFlight + count > this.capacity) {
-      throw new HttpError(
-        503,
+      throw new KVError(
         'SERVER_QUEUE_FULL',
         `The server is overloaded: ${this.#inFlight} requests in flight, capacity ${this.capacity}.`,
         {

@@ -2,7 +2,7 @@
  * Typed readers for request-body fields. Each failure is a 400 naming the field (as
  * OpenAI's `param`), what was expected and what was received.
  */
-import { badRequest, type HttpError } from './http-errors.ts';
+import { type ErrorCode, KVError } from '../errors/index.ts';
 
 export type Body = Record<string, unknown>;
 
@@ -15,12 +15,22 @@ function describe(value: unknown): string {
   return String(value);
 }
 
-export function invalid(field: string, expected: string, received: unknown, hint?: string): HttpError {
+export function invalid(field: string, expected: string, received: unknown, hint?: string): KVError {
   return badRequest(
     `Invalid value for '${field}': expected ${expected}, received ${describe(received)}.`,
     field,
     hint ?? `Fix '${field}' in the request body (see the OpenAI API reference).`,
   );
+}
+
+/** A 400 naming the offending field as OpenAI's `param`. */
+export function badRequest(
+  message: string,
+  param: string,
+  hint: string,
+  code: ErrorCode = 'SERVER_INVALID_REQUEST',
+): KVError {
+  return new KVError(code, message, { field: param, hint });
 }
 
 export function asBody(value: unknown): Body {

@@ -5,11 +5,11 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { AsyncEngineLike } from '../engine/api.ts';
+import { formatErrorJson, KVError, toErrorCode } from '../errors/index.ts';
+import { type BodyRules, readJson, sendError, sendJson } from '../http/index.ts';
 import type { AdmissionGate } from './admission.ts';
 import { asBody, type Body } from './fields.ts';
 import { buildEngineRequests, runChoices } from './generation.ts';
-import { errorBody, HttpError, sendError } from './http-errors.ts';
-import { readJson, sendJson } from './http-io.ts';
 import { needsRejectionNotice } from './kv-transfer-params.ts';
 import type { ServerMetrics } from './metrics.ts';
 import {
@@ -33,7 +33,7 @@ export interface GenerateHandlerContext {
   servedModelName: string;
   gate: AdmissionGate;
   metrics: ServerMetrics;
-  maxBodyBytes: number;
+  body: BodyRules;
   disableRandomization: boolean;
 }
 
@@ -52,7 +52,7 @@ export async function handleGenerate(
   let body: Body | undefined;
   let plan: GenerationPlan;
   try {
-    body = asBody(await readJson(req, ctx.maxBodyBytes));
+    body = asBody(await readJson(req, ctx.body));
     plan = parse(ctx, kind, body);
     ctx.gate.acquire(plan.prompts.length * plan.n);
   } catch (e) {
@@ -96,7 +96,7 @@ function parse(ctx: GenerateHandlerContext, kind: GenerationKind, body: Body): G
   const plan =
     kind === 'completion' ? parseCompletionRequest(body, parseCtx) : parseChatRequest(body, parseCtx);
   if (plan.model !== undefined && plan.model !== ctx.servedModelName) {
-    throw new HttpError(404, 'SERVER_MODEL_NOT_FOUND', `The model \`${plan.model}\` does not exist.`, {
+    throw new KVError('SERVER_MODEL_NOT_FOUND', `The model \`${plan.model}\` does not exist.`, {
       field: 'model',
       hint: `This server serves "${ctx.servedModelName}" (see GET /v1/models).`,
     });
@@ -175,18 +175,15 @@ async function streamResponse(
       await sse.send(usageChunk(rctx, usageOf(promptTokenCount(rctx.plan), choices)));
   } catch (e) {
     if (sse.closed) return;
-    await sse.send(errorBody(e));
+    await sse.send(formatErrorJson(e));
   }
   await sse.done();
 }
 
-function engineFailure(error: { code: string; message: string; hint?: string } | undefined): HttpError {
-  return new HttpError(
-    500,
-    error?.code ?? 'ENGINE_ERROR',
+function engineFailure(error: { code: string; message: string; hint?: string } | undefined): KVError {
+  return new KVError(
+    toErrorCode(error?.code, 'ENGINE_ERROR'),
     error?.message ?? 'The engine failed this request.',
-    {
-      ...(error?.hint === undefined ? {} : { hint: error.hint }),
-    },
+    error?.hint === undefined ? {} : { hint: error.hint },
   );
 }

@@ -4,7 +4,7 @@
  * 400 instead of a connector failure deep inside the engine; other keys pass through.
  */
 import type { KVTransferParams } from '../connector/types.ts';
-import { badRequest } from './http-errors.ts';
+import { badRequest } from './fields.ts';
 
 type Check = (v: unknown) => boolean;
 

@@ -6,6 +6,7 @@ import type { KVTransferParams } from '../connector/types.ts';
 import type { SamplingParams, TokenizerLike } from '../engine/api.ts';
 import {
   type Body,
+  badRequest,
   invalid,
   isTokenIdArray,
   optBool,
@@ -15,7 +16,6 @@ import {
   optString,
   optTokenIds,
 } from './fields.ts';
-import { badRequest } from './http-errors.ts';
 import { parseKvTransferParams } from './kv-transfer-params.ts';
 
 export const MAX_LOGPROBS = 20;

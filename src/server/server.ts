@@ -3,27 +3,20 @@
  * AsyncEngineLike and shuts it down after close().
  */
 import { readFileSync } from 'node:fs';
-import {
-  createServer as createHttpServer,
-  type IncomingMessage,
-  type Server,
-  type ServerResponse,
-} from 'node:http';
-import type { AddressInfo } from 'node:net';
 import type { AsyncEngineLike } from '../engine/api.ts';
+import { httpStatusOf, KVError } from '../errors/index.ts';
+import { createHttpServer, type HttpListener, listen, Router, sendJson, sendText } from '../http/index.ts';
 import { getLogger } from '../logging/logger.ts';
 import { AdmissionGate } from './admission.ts';
 import { type GenerateHandlerContext, handleGenerate } from './generate-handler.ts';
-import { HttpError, sendError } from './http-errors.ts';
-import { DEFAULT_MAX_BODY_BYTES, sendJson, sendText } from './http-io.ts';
 import { backendInfo } from './info.ts';
 import { ServerMetrics } from './metrics.ts';
 import { randomizationDisabled } from './request-id.ts';
-import { Router } from './router.ts';
 
 const log = getLogger('kvconnect.server');
 
 export const DEFAULT_MAX_QUEUE = 1024;
+export const DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024;
 
 export interface ServerOptions {
   engine: AsyncEngineLike;
@@ -85,13 +78,21 @@ export function createServer(options: ServerOptions): KVServer {
     servedModelName,
     gate,
     metrics,
-    maxBodyBytes: options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES,
+    body: {
+      maxBytes: options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES,
+      tooLarge: 'SERVER_BODY_TOO_LARGE',
+      invalidJson: 'SERVER_INVALID_JSON',
+      limitHint: 'Send a shorter prompt, or start the server with a larger maxBodyBytes.',
+    },
     disableRandomization: options.disableRequestIdRandomization ?? randomizationDisabled(),
   };
   const version = packageVersion();
   const created = Math.floor(Date.now() / 1000);
 
-  const router = new Router()
+  const router = new Router({
+    notFound: 'SERVER_ROUTE_NOT_FOUND',
+    methodNotAllowed: 'SERVER_METHOD_NOT_ALLOWED',
+  })
     .on('POST', '/v1/completions', (req, res) => handleGenerate(ctx, 'completion', req, res))
     .on('POST', '/v1/chat/completions', (req, res) => handleGenerate(ctx, 'chat', req, res))
     .on('GET', '/v1/models', (_req, res) =>
@@ -119,58 +120,32 @@ export function createServer(options: ServerOptions): KVServer {
     .on('GET', '/kvconnect/info', (_req, res) => sendJson(res, 200, backendInfo(engine, servedModelName)));
 
   const apiKey = options.apiKey ?? null;
-  const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
-    try {
-      const handler = router.resolve(req.method ?? 'GET', req.url ?? '/');
-      if (
-        apiKey !== null &&
-        (req.url ?? '').startsWith('/v1/') &&
-        req.headers.authorization !== `Bearer ${apiKey}`
-      ) {
-        throw new HttpError(401, 'SERVER_UNAUTHORIZED', 'Unauthorized: missing or wrong API key.', {
+  const server = createHttpServer(
+    router.listener({
+      guard: (req) => {
+        if (apiKey === null || !(req.url ?? '').startsWith('/v1/')) return;
+        if (req.headers.authorization === `Bearer ${apiKey}`) return;
+        throw new KVError('SERVER_UNAUTHORIZED', 'Unauthorized: missing or wrong API key.', {
           hint: 'Send the header "Authorization: Bearer <key>" with the key given to --api-key.',
         });
-      }
-      await handler(req, res);
-    } catch (e) {
-      if (!(e instanceof HttpError))
-        log.error('Unhandled error on %s %s: %s', req.method, req.url, (e as Error).stack);
-      sendError(res, e);
-    }
-  };
-
-  const server: Server = createHttpServer((req, res) => {
-    void handle(req, res);
-  });
-  server.on('clientError', (_err, socket) => {
-    if (socket.writable) socket.end('HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n');
-    else socket.destroy();
-  });
+      },
+      onError: (e, req) => {
+        if (httpStatusOf(e) >= 500)
+          log.error('Unhandled error on %s %s: %s', req.method, req.url, (e as Error).stack);
+      },
+    }),
+  );
+  let listening: HttpListener | null = null;
 
   return {
     metrics,
     gate,
-    start(host = '127.0.0.1', port = 8000) {
-      return new Promise((resolve, reject) => {
-        server.once('error', reject);
-        server.listen(port, host, () => {
-          server.off('error', reject);
-          const addr = server.address() as AddressInfo;
-          const shownHost = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
-          resolve({ host: addr.address, port: addr.port, url: `http://${shownHost}:${addr.port}` });
-        });
-      });
+    async start(host = '127.0.0.1', port = 8000) {
+      listening = await listen(server, port, host);
+      return { host: listening.host, port: listening.port, url: listening.url };
     },
     close() {
-      return new Promise((resolve) => {
-        if (!server.listening) {
-          resolve();
-          return;
-        }
-        server.close(() => resolve());
-        server.closeIdleConnections();
-        setTimeout(() => server.closeAllConnections(), 1000).unref();
-      });
+      return listening?.close(1000) ?? Promise.resolve();
     },
   };
 }

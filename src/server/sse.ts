@@ -1,5 +1,6 @@
 /** Server-sent events in OpenAI's framing (`data: {json}\n\n`, ending with `data: [DONE]`). */
 import type { ServerResponse } from 'node:http';
+import { writeChunk } from '../http/index.ts';
 
 export class SseWriter {
   readonly #res: ServerResponse;
@@ -21,25 +22,11 @@ export class SseWriter {
 
   /** Writes one event; resolves when the socket can take more (back-pressure). */
   async send(value: unknown): Promise<void> {
-    await this.#write(`data: ${JSON.stringify(value)}\n\n`);
+    await writeChunk(this.#res, `data: ${JSON.stringify(value)}\n\n`);
   }
 
   async done(): Promise<void> {
-    await this.#write('data: [DONE]\n\n');
+    await writeChunk(this.#res, 'data: [DONE]\n\n');
     this.#res.end();
-  }
-
-  #write(text: string): Promise<void> {
-    if (this.closed) return Promise.resolve();
-    if (this.#res.write(text)) return Promise.resolve();
-    return new Promise((resolve) => {
-      const finish = (): void => {
-        this.#res.off('drain', finish);
-        this.#res.off('close', finish);
-        resolve();
-      };
-      this.#res.on('drain', finish);
-      this.#res.on('close', finish);
-    });
   }
 }

@@ -1,12 +1,16 @@
 /** Starting the worker thread that hosts a ThreadedTransferAgent's TransferAgent. */
 import type { Worker } from 'node:worker_threads';
-import { KVError } from '../errors/index.ts';
+import { KVError, toErrorCode } from '../errors/index.ts';
 import { startModuleWorker, waitForWorkerReady } from '../util/start-worker.ts';
 import type { AgentThreadData, FromAgentThread, PlainError } from './agent-thread-protocol.ts';
 import type { AgentMetadata } from './types.ts';
 
 export function fromPlainError(e: PlainError): KVError {
-  return new KVError(e.code, e.message, e.hint === undefined ? {} : { hint: e.hint });
+  return new KVError(
+    toErrorCode(e.code, 'TRANSFER_THREAD_ERROR'),
+    e.message,
+    e.hint === undefined ? {} : { hint: e.hint },
+  );
 }
 
 /** The entry next to this file: agent-thread-entry.js in dist/, .ts under tsx. */

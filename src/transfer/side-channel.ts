@@ -4,7 +4,7 @@
  * Same framing as the data path; optional HMAC challenge–response with the shared secret.
  */
 import { connect, createServer, type Server, type Socket } from 'node:net';
-import { KVError } from '../errors/index.ts';
+import { type ErrorCode, KVError } from '../errors/index.ts';
 import { getLogger } from '../logging/logger.ts';
 import { authProof, newNonce, resolveSecret, verifyProof } from './auth.ts';
 import { FramedConnection, ProtocolError } from './connection.ts';
@@ -140,7 +140,7 @@ export function fetchRemoteMetadata(
   return new Promise((resolve, reject) => {
     const nonce = newNonce();
     let settled = false;
-    const fail = (code: string, message: string, hint: string): void => {
+    const fail = (code: ErrorCode, message: string, hint: string): void => {
       if (settled) return;
       settled = true;
       clearTimeout(timer);

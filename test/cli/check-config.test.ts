@@ -208,3 +208,90 @@ test('usage errors exit 2; the real binary runs end to end (spawned)', async () 
   assert.match(help.stdout, /--no-disable-hybrid-kv-cache-manager/);
   assert.match(help.stdout, /--block-size <n>/);
 });
+
+test('unknown and ignored extra-config keys are warned about, for the parent and for each child', async () => {
+  const nixl = await cli(
+    'check-config',
+    ...kv({
+      kv_connector: 'NixlConnector',
+      kv_role: 'kv_producer',
+      kv_connector_extra_config: { kv_lease_duratoin: 10, decoder_kv_blocks_ttl: 600 },
+    }),
+    '--json',
+  );
+  assert.equal(nixl.code, 0, nixl.err);
+  const warnings = JSON.parse(nixl.out).warnings as string[];
+  assert.ok(
+    warnings.some(
+      (w) =>
+        w.startsWith(
+          "Unknown key 'kv_lease_duratoin' in kv_connector_extra_config of NixlConnector is ignored",
+        ) && w.includes("did you mean 'kv_lease_duration'?"),
+    ),
+    warnings.join('\n'),
+  );
+  assert.ok(
+    warnings.some((w) =>
+      w.startsWith('NixlConnector ignores kv_connector_extra_config.decoder_kv_blocks_ttl'),
+    ),
+  );
+  const text = await cli(
+    'check-config',
+    ...kv({
+      kv_connector: 'MultiConnector',
+      kv_role: 'kv_both',
+      kv_connector_extra_config: {
+        connectors: [
+          {
+            kv_connector: 'OffloadingConnector',
+            kv_role: 'kv_both',
+            kv_connector_extra_config: { cpu_bytes_to_use: 1 << 26, eviction: 'arc' },
+          },
+        ],
+      },
+    }),
+  );
+  assert.equal(text.code, 0, text.err);
+  assert.match(
+    text.out,
+    /warning: Unknown key 'eviction' in kv_connector_extra_config of OffloadingConnector/,
+  );
+  const clean = await cli(
+    'check-config',
+    ...kv({ kv_connector: 'NixlConnector', kv_role: 'kv_producer' }),
+    '--json',
+  );
+  assert.deepEqual(JSON.parse(clean.out).warnings, []);
+});
+
+test('extra-config booleans follow one rule in every connector', async () => {
+  const check = (connector: string, extra: Record<string, unknown>) =>
+    cli(
+      'check-config',
+      ...kv({ kv_connector: connector, kv_role: 'kv_both', kv_connector_extra_config: extra }),
+      '--json',
+    );
+  const nixl = await check('NixlConnector', { transfer_thread: 'TRUE', enforce_handshake_compat: 'false' });
+  assert.equal(nixl.code, 0, nixl.err);
+  const opts = JSON.parse(nixl.out).connector.extraConfig;
+  assert.deepEqual([opts.transferThread, opts.enforceHandshakeCompat], [true, false]);
+  const off = await check('OffloadingConnector', {
+    cpu_bytes_to_use: 1 << 26,
+    offload_prompt_only: ' False ',
+  });
+  assert.equal(JSON.parse(off.out).connector.extraConfig.offloadPromptOnly, false);
+  const mor = await check('MoRIIOConnector', { http_port: 8000, read_mode: 'TRUE' });
+  assert.equal(JSON.parse(mor.out).connector.extraConfig.readMode, true);
+  for (const [connector, extra, key] of [
+    ['NixlConnector', { transfer_thread: 'yes' }, 'transfer_thread'],
+    ['OffloadingConnector', { cpu_bytes_to_use: 1 << 26, offload_prompt_only: 'no' }, 'offload_prompt_only'],
+    ['MoRIIOConnector', { http_port: 8000, read_mode: 'on' }, 'read_mode'],
+  ] as const) {
+    const r = await check(connector, extra);
+    assert.equal(r.code, 2, `${connector} ${key}`);
+    assert.match(
+      r.err,
+      new RegExp(`Invalid value for kv_connector_extra_config\\.${key}: expected true or false`),
+    );
+  }
+});

@@ -8,9 +8,10 @@ import { addEngineOptions, engineOptionsFromCommander } from '../../src/cli/engi
 import { buildEngineConfig } from '../../src/config/engine-config.ts';
 import { ENGINE_OPTION_NAMES, ENGINE_OPTIONS, optionFlag } from '../../src/config/engine-options.ts';
 import { KVTransferConfig } from '../../src/config/kv-transfer-config.ts';
-import { resolveModelInfo } from '../../src/config/model-info.ts';
+import { resolveModelInfo, totalKvHeads } from '../../src/config/model-info.ts';
 import { MODEL_PRESETS } from '../../src/config/model-presets.ts';
 import { KVError } from '../../src/errors/kv-error.ts';
+import { buildKVCacheConfig } from '../../src/kv/kv-cache-config.ts';
 
 test('defaults: vLLM-style engine config with a 64 MiB KV budget and auto HMA', () => {
   const c = buildEngineConfig();
@@ -148,6 +149,29 @@ test('model info: presets, a directory with config.json, and clear errors', () =
         e.code === 'KV_MODEL_NOT_FOUND' &&
         /tiny, tiny-hybrid, small/.test(e.hint ?? ''),
     );
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('totalKvHeads: the model config’s KV heads, whatever one tensor-parallel rank holds', () => {
+  const small = MODEL_PRESETS['small']!.config;
+  for (const tp of [1, 2, 4, 8]) {
+    const rank = buildKVCacheConfig({
+      hfConfig: small,
+      numBlocks: 4,
+      maxModelLen: 32,
+      tensorParallelSize: tp,
+    });
+    // Sharded up to tp = heads (4 → 4, 2, 1 per rank), then one replicated head per rank.
+    assert.equal(rank.groups[0]!.spec.numKvHeads, Math.max(1, small.num_key_value_heads / tp), `tp ${tp}`);
+    assert.equal(totalKvHeads('small'), small.num_key_value_heads);
+  }
+  const dir = mkdtempSync(path.join(tmpdir(), 'kvconnect-heads-'));
+  try {
+    writeFileSync(path.join(dir, 'config.json'), JSON.stringify({ ...small, num_key_value_heads: 6 }));
+    assert.equal(totalKvHeads(dir), 6);
+    assert.throws(() => totalKvHeads(path.join(dir, 'missing')), { code: 'KV_MODEL_NOT_FOUND' });
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

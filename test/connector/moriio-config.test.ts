@@ -9,7 +9,6 @@ import {
   MORIIO_DEFAULT_NOTIFY_PORT,
   moriioPort,
   parseMoRIIOConfig,
-  parseMoRIIOReadMode,
   warnDeprecatedMoRIIOEnv,
 } from '../../src/connectors/moriio/config.ts';
 import { KVError } from '../../src/errors/kv-error.ts';
@@ -96,10 +95,15 @@ test('defaults: ports (also when falsy), timeouts, modes and tuning knobs', () =
   assert.throws(() => parse({ transfer_timeout: 'soon' }), /transfer_timeout/);
 });
 
-test('read_mode follows str(v).lower().strip() in ("true", "1")', () => {
-  for (const v of [true, 'true', ' TRUE ', '1', 1]) assert.equal(parseMoRIIOReadMode(v), true, String(v));
-  for (const v of [false, 'false', 'yes', '0', 0, undefined, null])
-    assert.equal(parseMoRIIOReadMode(v), false, String(v));
+test('read_mode is a boolean by the shared extra-config rule; other words fail naming the key', () => {
+  for (const v of [true, 'true', ' TRUE ', '1', 1])
+    assert.equal(parse({ read_mode: v }).readMode, true, String(v));
+  for (const v of [false, 'false', 'False', '0', 0, undefined, null])
+    assert.equal(parse({ read_mode: v }).readMode, false, String(v));
+  assert.throws(
+    () => parse({ read_mode: 'yes' }),
+    (e: unknown) => e instanceof KVError && e.field === 'kv_connector_extra_config.read_mode',
+  );
 });
 
 test('one port formula: base + dp_local * tp_size + tp_rank, with no collisions across ranks', () => {

@@ -155,7 +155,7 @@ describe('grant_wait_ms', () => {
     assert.equal(effectiveGrantWaitMs(parseNixlOptions({ transfer_timeout: 4 }, null, {})), 2000);
     assert.throws(
       () => parseNixlOptions({ grant_wait_ms: -1 }, null, {}),
-      /kv_connector_extra_config\.grant_wait_ms must be a number ≥ 0/,
+      /kv_connector_extra_config\.grant_wait_ms: expected a number >= 0, received -1/,
     );
   });
 });

@@ -1,13 +1,12 @@
 import assert from 'node:assert/strict';
 import { createServer } from 'node:net';
 import { describe, it } from 'node:test';
+import { clipToWindows, pairByPosition } from '../../src/connector/block-lists.ts';
 import {
-  clipToWindows,
   computeTpMapping,
   consumersPerProducer,
   handshakeTargetRanks,
   LeaseHeap,
-  pairByPosition,
   parseNixlOptions,
   reduceNixlStats,
   tpRatio,

@@ -66,7 +66,7 @@ describe('config', () => {
     throwsKV(
       () => parse({}),
       'cpu_bytes_to_use must be specified in kv_connector_extra_config',
-      'kv_transfer_config.kv_connector_extra_config.cpu_bytes_to_use',
+      'kv_connector_extra_config.cpu_bytes_to_use',
     );
     throwsKV(
       () => parse({ cpu_bytes_to_use: 1, block_size: 32, blocks_per_chunk: 2 }),
@@ -92,7 +92,7 @@ describe('config', () => {
     throwsKV(
       () => parse({ cpu_bytes_to_use: 1, block_size: 40 }),
       /multiple of the GPU block size \(16\)/,
-      'kv_transfer_config.kv_connector_extra_config.block_size',
+      'kv_connector_extra_config.block_size',
     );
   });
 
@@ -134,7 +134,7 @@ describe('config', () => {
         () => parse(extra as Record<string, unknown>),
         (err: unknown) =>
           err instanceof KVError &&
-          err.field === `kv_transfer_config.kv_connector_extra_config.${field}` &&
+          err.field === `kv_connector_extra_config.${field}` &&
           /expected .* received/.test(err.message) &&
           Boolean(err.hint),
         JSON.stringify(extra),

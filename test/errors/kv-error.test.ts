@@ -4,16 +4,16 @@ import { formatErrorJson, formatErrorText, KVError } from '../../src/errors/inde
 
 test('KVError carries code, message, hint and cause; formatters show both', () => {
   const cause = new Error('root');
-  const e = new KVError('SOME_CODE', 'the message', { hint: 'do this', cause, field: 'kv_role' });
-  assert.equal(e.code, 'SOME_CODE');
+  const e = new KVError('KV_CONFIG_INVALID', 'the message', { hint: 'do this', cause, field: 'kv_role' });
+  assert.equal(e.code, 'KV_CONFIG_INVALID');
   assert.equal(e.cause, cause);
-  assert.equal(formatErrorText(e), 'error[SOME_CODE]: the message\nhint: do this');
+  assert.equal(formatErrorText(e), 'error[KV_CONFIG_INVALID]: the message\nhint: do this');
   const body = formatErrorJson(e);
   assert.deepEqual(body, {
     error: {
       message: 'the message',
       type: 'BadRequestError',
-      code: 'SOME_CODE',
+      code: 'KV_CONFIG_INVALID',
       hint: 'do this',
       param: 'kv_role',
     },

@@ -2,13 +2,13 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { Worker } from 'node:worker_threads';
 import { attentionLayerName, getModelPreset } from '../../src/config/model-presets.ts';
+import type { KVCacheDtype } from '../../src/config/types.ts';
 import { KVError } from '../../src/errors/index.ts';
 import {
   buildKVCacheConfig,
   createPagedKVMemory,
   f16BitsToF32,
   f32ToF16Bits,
-  type KVCacheDtype,
   pagedKVMemoryFromBuffers,
 } from '../../src/kv/index.ts';
 

@@ -67,13 +67,26 @@ test('an untied BF16 checkpoint loads and matches the reference forward of its w
 test('checkpoint errors: missing directory, bad config, missing tensor', () => {
   assert.throws(
     () => loadModel(join(root, 'does-not-exist')),
-    (e: unknown) => e instanceof KVError && e.code === 'MODEL_NOT_FOUND',
+    (e: unknown) => e instanceof KVError && e.code === 'KV_MODEL_NOT_FOUND',
   );
   const dir = mkdtempSync(join(root, 'bad-'));
-  writeFileSync(join(dir, 'config.json'), '{"hidden_size": 0}');
+  writeFileSync(
+    join(dir, 'config.json'),
+    JSON.stringify({ ...loadModelTensors('tiny').config, hidden_size: 0 }),
+  );
   assert.throws(
     () => loadModel(dir),
-    (e: unknown) => e instanceof KVError && e.code === 'MODEL_CONFIG_INVALID' && e.field === 'hidden_size',
+    (e: unknown) =>
+      e instanceof KVError && e.code === 'KV_MODEL_CONFIG_INVALID' && e.field === 'model.hidden_size',
+  );
+  writeFileSync(
+    join(dir, 'config.json'),
+    JSON.stringify({ ...loadModelTensors('tiny').config, head_dim: 3 }),
+  );
+  assert.throws(
+    () => loadModel(dir),
+    (e: unknown) =>
+      e instanceof KVError && e.code === 'KV_MODEL_CONFIG_INVALID' && e.field === 'model.head_dim',
   );
   const { config, tensors } = loadModelTensors('tiny');
   tensors.delete('model.layers.2.mlp.up_proj.weight');

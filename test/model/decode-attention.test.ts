@@ -1,11 +1,11 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { getModelPreset, type HFModelConfig } from '../../src/config/model-presets.ts';
+import type { KVCacheDtype } from '../../src/config/types.ts';
 import type { LlamaModel } from '../../src/engine/model/llama.ts';
 import { modelFromTensors } from '../../src/engine/model/load.ts';
 import { referenceForward } from '../../src/engine/model/reference-model.ts';
 import { generatePresetTensors } from '../../src/engine/model/weights.ts';
-import type { KVCacheDtype } from '../../src/kv/interfaces.ts';
 import { BlockAllocator, makeKV, maxAbsDiff, textTokens } from './helpers.ts';
 
 /** tiny with other head layouts: GQA group 4 (the preset), group 2, and plain multi-head. */

@@ -1,7 +1,7 @@
 /** Shared helpers of the model tests: paged KV memory and shuffled block tables. */
 import type { HFModelConfig } from '../../src/config/model-presets.ts';
+import type { KVCacheDtype } from '../../src/config/types.ts';
 import { SeededRandom } from '../../src/engine/model/prng.ts';
-import type { KVCacheDtype } from '../../src/kv/interfaces.ts';
 import { buildKVCacheConfig } from '../../src/kv/kv-cache-config.ts';
 import { SharedPagedKVMemory } from '../../src/kv/paged-memory.ts';
 

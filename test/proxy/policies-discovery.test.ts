@@ -161,6 +161,15 @@ describe('MoRIIO discovery', () => {
         ((await bad.json()) as { error: { code: string } }).error.code,
         'PROXY_DISCOVERY_BAD_PING',
       );
+      const huge = await fetch(reg, { method: 'POST', body: JSON.stringify({ pad: 'x'.repeat(70_000) }) });
+      assert.equal(huge.status, 413, 'a ping body over 64 KiB is refused as too large, as on the server');
+      assert.equal(((await huge.json()) as { error: { code: string } }).error.code, 'PROXY_BODY_TOO_LARGE');
+      const notJson = await fetch(reg, { method: 'POST', body: '{' });
+      assert.equal(notJson.status, 400);
+      assert.equal(
+        ((await notJson.json()) as { error: { code: string } }).error.code,
+        'PROXY_DISCOVERY_BAD_PING',
+      );
       const pZmq = 'host:127.0.0.9,handshake:7001,notify:7002';
       const dZmq = 'host:127.0.0.8,handshake:8001,notify:8002';
       const ok = await register(ping('P', p.url, pZmq));

@@ -2,8 +2,10 @@
  * Writes synthetic KV values into blocks of the paged memory: a constant (std 0), or values
  * from a normal distribution drawn by a small seeded generator, so runs are reproducible.
  */
+
+import type { KVCacheDtype } from '../../config/types.ts';
 import { f32ToBf16Bits, f32ToF16Bits } from '../../kv/dtype.ts';
-import type { KVCacheDtype, PagedKVMemory } from '../../kv/interfaces.ts';
+import type { PagedKVMemory } from '../../kv/interfaces.ts';
 import { seededRandom } from '../../util/seeded-random.ts';
 
 function writeValue(view: DataView, index: number, value: number, dtype: KVCacheDtype): void {

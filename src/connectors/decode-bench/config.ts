@@ -1,5 +1,5 @@
 /** DecodeBenchConnector's kv_connector_extra_config (spec §5.12). */
-import { configError } from '../../config/config-error.ts';
+import { type ExtraConfigSchema, readExtraConfig } from '../../config/extra-config.ts';
 
 export interface DecodeBenchConfig {
   /** Mean of the fill values (default 0.015). */
@@ -11,24 +11,15 @@ export interface DecodeBenchConfig {
 export const DEFAULT_FILL_MEAN = 0.015;
 export const DEFAULT_FILL_STD = 0;
 
-function finiteNumber(extra: Record<string, unknown>, key: string, fallback: number, min?: number): number {
-  const value = extra[key];
-  if (value === undefined || value === null) return fallback;
-  const n = typeof value === 'string' && value.trim() !== '' ? Number(value) : value;
-  if (typeof n !== 'number' || !Number.isFinite(n) || (min !== undefined && n < min)) {
-    throw configError(
-      `kv_connector_extra_config.${key}`,
-      min === undefined ? 'a finite number' : `a finite number >= ${min}`,
-      value,
-      `Set "${key}" to a number, e.g. ${fallback}.`,
-    );
-  }
-  return n;
-}
+export const DECODE_BENCH_EXTRA_CONFIG = {
+  connector: 'DecodeBenchConnector',
+  fields: {
+    fill_mean: { type: 'number', default: DEFAULT_FILL_MEAN },
+    fill_std: { type: 'number', default: DEFAULT_FILL_STD, min: 0 },
+  },
+} as const satisfies ExtraConfigSchema;
 
 export function parseDecodeBenchConfig(extra: Record<string, unknown>): DecodeBenchConfig {
-  return {
-    fillMean: finiteNumber(extra, 'fill_mean', DEFAULT_FILL_MEAN),
-    fillStd: finiteNumber(extra, 'fill_std', DEFAULT_FILL_STD, 0),
-  };
+  const v = readExtraConfig(DECODE_BENCH_EXTRA_CONFIG, extra);
+  return { fillMean: v.fill_mean, fillStd: v.fill_std };
 }

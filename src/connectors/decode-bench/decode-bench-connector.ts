@@ -4,6 +4,7 @@
  * fills those blocks (every KV cache group) with synthetic values in the same step, so only
  * the last prompt token is computed and decoding starts at once.
  */
+import type { ExtraConfigSchema } from '../../config/extra-config.ts';
 import type { EngineConfig } from '../../config/types.ts';
 import { KVConnectorBase } from '../../connector/base.ts';
 import type {
@@ -17,7 +18,7 @@ import type {
 } from '../../connector/types.ts';
 import type { KVCacheBlocks, KVCacheConfig, PagedKVMemory } from '../../kv/interfaces.ts';
 import { BlockFiller } from './block-filler.ts';
-import { type DecodeBenchConfig, parseDecodeBenchConfig } from './config.ts';
+import { DECODE_BENCH_EXTRA_CONFIG, type DecodeBenchConfig, parseDecodeBenchConfig } from './config.ts';
 
 /** Blocks to fill for one request, one list per KV cache group. */
 export interface DecodeBenchFill {
@@ -32,6 +33,8 @@ export interface DecodeBenchMetadata {
 
 export class DecodeBenchConnector extends KVConnectorBase {
   static override supportsHMA = true;
+
+  static override extraConfigSchema: ExtraConfigSchema = DECODE_BENCH_EXTRA_CONFIG;
 
   static override validateExtraConfig(extra: Record<string, unknown>): DecodeBenchConfig {
     return parseDecodeBenchConfig(extra);

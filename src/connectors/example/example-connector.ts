@@ -4,6 +4,7 @@
  * consumer whose prompt is stored loads it synchronously before the forward pass. kv_both
  * does both. Not HMA: it sees KV cache group 0 only.
  */
+import type { ExtraConfigSchema } from '../../config/extra-config.ts';
 import type { EngineConfig } from '../../config/types.ts';
 import { KVConnectorBase } from '../../connector/base.ts';
 import type {
@@ -17,7 +18,7 @@ import type {
 } from '../../connector/types.ts';
 import { KVError } from '../../errors/kv-error.ts';
 import type { KVCacheBlocks, KVCacheConfig, PagedKVMemory } from '../../kv/interfaces.ts';
-import { type ExampleConnectorConfig, parseExampleConfig } from './config.ts';
+import { EXAMPLE_EXTRA_CONFIG, type ExampleConnectorConfig, parseExampleConfig } from './config.ts';
 import { type ExampleConnectorMetadata, emptyExampleMetadata } from './metadata.ts';
 import { ExampleSchedulerState } from './scheduler-state.ts';
 import { layoutTag, promptKey, StorageLayout, storedTokenCount } from './storage-layout.ts';
@@ -25,6 +26,8 @@ import { ExampleWorkerIO } from './worker-io.ts';
 
 export class ExampleConnector extends KVConnectorBase {
   static override supportsHMA = false;
+
+  static override extraConfigSchema: ExtraConfigSchema = EXAMPLE_EXTRA_CONFIG;
 
   static override validateExtraConfig(extra: Record<string, unknown>): ExampleConnectorConfig {
     return parseExampleConfig(extra);

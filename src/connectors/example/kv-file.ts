@@ -19,8 +19,8 @@
  * Each block has its own checksum so a damaged file invalidates only the blocks it damaged.
  */
 import { crc32 } from 'node:zlib';
+import type { KVCacheDtype } from '../../config/types.ts';
 import { dtypeBytes } from '../../kv/dtype.ts';
-import type { KVCacheDtype } from '../../kv/interfaces.ts';
 
 const MAGIC = 0x4643564b; // "KVCF" read as little-endian u32
 export const KV_FILE_VERSION = 1;

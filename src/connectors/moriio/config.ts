@@ -1,10 +1,11 @@
 /**
- * MoRIIO's `kv_connector_extra_config` (spec §5.2.3–5.2.4): parsed exactly as vLLM parses
- * it (Python `int()` / `float()` / `str().lower()` semantics), plus one port formula used
- * for every listener and every dial.
+ * MoRIIO's `kv_connector_extra_config` (spec §5.2.3–5.2.4): vLLM's keys and defaults, read
+ * by the one extra-config reader (`backend` keeps vLLM's exact check and message), plus one
+ * port formula used for every listener and every dial.
  */
 import { networkInterfaces } from 'node:os';
-import { CONFIG_INVALID, configError, didYouMean, pythonRepr, pythonStr } from '../../config/config-error.ts';
+import { CONFIG_INVALID, pythonRepr, pythonStr } from '../../config/config-error.ts';
+import { type ExtraConfigSchema, readExtraConfig } from '../../config/extra-config.ts';
 import type { EngineConfig } from '../../config/types.ts';
 import { KVError } from '../../errors/kv-error.ts';
 import { getLogger } from '../../logging/logger.ts';
@@ -26,21 +27,38 @@ export const MORIIO_DEPRECATED_ENV: Readonly<Record<string, string>> = {
   VLLM_MORIIO_NUM_WORKERS: 'num_workers',
 };
 
-const KNOWN_KEYS = [
-  'http_port',
-  'handshake_port',
-  'notify_port',
-  'proxy_ip',
-  'proxy_ping_port',
-  'read_mode',
-  'backend',
-  'qp_per_transfer',
-  'post_batch_size',
-  'num_workers',
-  'transfer_timeout',
-  'defer_timeout',
-  'host_ip',
-];
+/** MoRIIO's keys (docs/configuration.md), read by the one extra-config reader. */
+export const MORIIO_EXTRA_CONFIG = {
+  connector: 'MoRIIOConnector',
+  fields: {
+    http_port: { type: 'integer', min: 1, max: 65535 },
+    // vLLM fills the two base ports in when missing or falsy (0, "").
+    handshake_port: {
+      type: 'integer',
+      default: MORIIO_DEFAULT_HANDSHAKE_PORT,
+      min: 1,
+      max: 65535,
+      falsyIsDefault: true,
+    },
+    notify_port: {
+      type: 'integer',
+      default: MORIIO_DEFAULT_NOTIFY_PORT,
+      min: 1,
+      max: 65535,
+      falsyIsDefault: true,
+    },
+    proxy_ip: { type: 'string', default: '' },
+    proxy_ping_port: { type: 'integer', default: 0, min: 0, max: 65535 },
+    read_mode: { type: 'boolean', default: false },
+    backend: { type: 'custom' },
+    qp_per_transfer: { type: 'integer', default: 1 },
+    post_batch_size: { type: 'integer', default: -1 },
+    num_workers: { type: 'integer', default: 1 },
+    transfer_timeout: { type: 'number', default: MORIIO_DEFAULT_TRANSFER_TIMEOUT_S, min: 0, aboveMin: true },
+    defer_timeout: { type: 'number', default: MORIIO_DEFAULT_DEFER_TIMEOUT_S, min: 0, aboveMin: true },
+    host_ip: { type: 'string' },
+  },
+} as const satisfies ExtraConfigSchema;
 
 export interface MoRIIOConfig {
   httpPort: number;
@@ -79,49 +97,6 @@ export function foldLocalRank(globalRank: number, dpSizeLocal: number): number {
 
 const FIELD = 'kv_connector_extra_config';
 
-/** Python `int(x)`: ints, floats (truncated) and integer strings (surrounding spaces allowed). */
-function pyInt(
-  extra: Record<string, unknown>,
-  key: string,
-  fallback: number | undefined,
-  example: string,
-): number {
-  const v = extra[key];
-  if (v === undefined && fallback !== undefined) return fallback;
-  if (typeof v === 'number' && Number.isFinite(v)) return Math.trunc(v);
-  if (typeof v === 'boolean') return v ? 1 : 0;
-  if (typeof v === 'string' && /^\s*[+-]?\d+(_\d+)*\s*$/.test(v)) return Number(v.trim().replaceAll('_', ''));
-  throw configError(`${FIELD}.${key}`, 'an integer', v, `Set "${key}": ${example} in ${FIELD}.`);
-}
-
-function pyFloat(extra: Record<string, unknown>, key: string, fallback: number): number {
-  const v = extra[key];
-  if (v === undefined) return fallback;
-  const n =
-    typeof v === 'number' ? v : typeof v === 'string' && v.trim() !== '' ? Number(v.trim()) : Number.NaN;
-  if (!Number.isFinite(n) || n <= 0) {
-    throw configError(
-      `${FIELD}.${key}`,
-      'a positive number of seconds',
-      v,
-      `Set "${key}": ${fallback} (seconds) in ${FIELD}.`,
-    );
-  }
-  return n;
-}
-
-function checkPort(key: string, port: number): number {
-  if (port < 1 || port > 65535) {
-    throw configError(
-      `${FIELD}.${key}`,
-      'a TCP port in 1..65535',
-      port,
-      `Pick a free port, e.g. "${key}": 8000.`,
-    );
-  }
-  return port;
-}
-
 /** The backend exactly as vLLM checks it: `str(v).lower()`, no trimming. */
 export function parseMoRIIOBackend(value: unknown): MoRIIOBackend {
   const backend = pythonStr(value === undefined ? 'rdma' : value).toLowerCase();
@@ -135,14 +110,6 @@ export function parseMoRIIOBackend(value: unknown): MoRIIOBackend {
       details: { expected: MORIIO_BACKENDS, received: backend },
     },
   );
-}
-
-/** `str(v).lower().strip() in ('true', '1')`. */
-export function parseMoRIIOReadMode(value: unknown): boolean {
-  const s = pythonStr(value === undefined ? 'false' : value)
-    .toLowerCase()
-    .trim();
-  return s === 'true' || s === '1';
 }
 
 /** Warns once per variable that is set; their values are ignored. */
@@ -168,16 +135,6 @@ function defaultHostIp(): string {
 /** Parses and validates MoRIIO's extra config for an engine (spec §5.2.3). */
 export function parseMoRIIOConfig(extra: Record<string, unknown>, engineConfig: EngineConfig): MoRIIOConfig {
   warnDeprecatedMoRIIOEnv();
-  for (const key of Object.keys(extra)) {
-    if (!KNOWN_KEYS.includes(key)) {
-      const suggestion = didYouMean(key, KNOWN_KEYS);
-      log.warnOnce(
-        'Ignoring unknown MoRIIO option %s in kv_connector_extra_config%s',
-        pythonRepr(key),
-        suggestion ? ` (${suggestion})` : '',
-      );
-    }
-  }
   if (extra['http_port'] === undefined) {
     throw new KVError(
       'KV_MORIIO_HTTP_PORT_REQUIRED',
@@ -190,24 +147,13 @@ export function parseMoRIIOConfig(extra: Record<string, unknown>, engineConfig: 
     );
   }
   const backend = parseMoRIIOBackend(extra['backend']);
-  const httpPort = checkPort('http_port', pyInt(extra, 'http_port', undefined, '8000'));
-  // vLLM fills these in when missing or falsy (0, "", null).
-  const handshakePort = checkPort(
-    'handshake_port',
-    extra['handshake_port']
-      ? pyInt(extra, 'handshake_port', undefined, '6301')
-      : MORIIO_DEFAULT_HANDSHAKE_PORT,
-  );
-  const notifyPort = checkPort(
-    'notify_port',
-    extra['notify_port'] ? pyInt(extra, 'notify_port', undefined, '61005') : MORIIO_DEFAULT_NOTIFY_PORT,
-  );
+  const v = readExtraConfig(MORIIO_EXTRA_CONFIG, extra);
   const { parallel } = engineConfig;
   const dpRankLocal = foldLocalRank(parallel.dataParallelRank, parallel.dataParallelSizeLocal);
   const tpSize = parallel.tensorParallelSize;
   for (const [key, base] of [
-    ['handshake_port', handshakePort],
-    ['notify_port', notifyPort],
+    ['handshake_port', v.handshake_port],
+    ['notify_port', v.notify_port],
   ] as const) {
     const highest = moriioPort(
       base,
@@ -226,24 +172,22 @@ export function parseMoRIIOConfig(extra: Record<string, unknown>, engineConfig: 
       );
     }
   }
-  const proxyIp = extra['proxy_ip'] === undefined ? '' : pythonStr(extra['proxy_ip']);
-  const hostIp =
-    extra['host_ip'] === undefined || extra['host_ip'] === '' ? defaultHostIp() : pythonStr(extra['host_ip']);
+  const hostIp = v.host_ip === undefined || v.host_ip === '' ? defaultHostIp() : v.host_ip;
   return {
-    httpPort,
-    handshakePort,
-    notifyPort,
-    proxyIp,
-    proxyPingPort: pyInt(extra, 'proxy_ping_port', 0, '36367'),
-    readMode: parseMoRIIOReadMode(extra['read_mode']),
+    httpPort: v.http_port!,
+    handshakePort: v.handshake_port,
+    notifyPort: v.notify_port,
+    proxyIp: v.proxy_ip,
+    proxyPingPort: v.proxy_ping_port,
+    readMode: v.read_mode,
     backend,
-    qpPerTransfer: pyInt(extra, 'qp_per_transfer', 1, '1'),
-    postBatchSize: pyInt(extra, 'post_batch_size', -1, '-1'),
-    numWorkers: pyInt(extra, 'num_workers', 1, '1'),
-    transferTimeoutS: pyFloat(extra, 'transfer_timeout', MORIIO_DEFAULT_TRANSFER_TIMEOUT_S),
-    deferTimeoutS: pyFloat(extra, 'defer_timeout', MORIIO_DEFAULT_DEFER_TIMEOUT_S),
+    qpPerTransfer: v.qp_per_transfer,
+    postBatchSize: v.post_batch_size,
+    numWorkers: v.num_workers,
+    transferTimeoutS: v.transfer_timeout,
+    deferTimeoutS: v.defer_timeout,
     hostIp,
-    engineId: `${hostIp}:${handshakePort}`,
+    engineId: `${hostIp}:${v.handshake_port}`,
     dpRankLocal,
     tpSize,
   };

@@ -2,6 +2,7 @@
  * MoRIIOConnector (spec §5.2): AMD's P/D connector, re-implemented on kvconnect's transfer
  * agent. The facade routes each role to ./scheduler.ts or ./worker.ts.
  */
+import type { ExtraConfigSchema } from '../../config/extra-config.ts';
 import type { EngineConfig } from '../../config/types.ts';
 import { KVConnectorBase } from '../../connector/base.ts';
 import type {
@@ -19,7 +20,7 @@ import type {
 import type { KVCacheBlocks, KVCacheConfig, PagedKVMemory } from '../../kv/interfaces.ts';
 import { getLogger } from '../../logging/logger.ts';
 import { formatMoRIIOZmqAddress } from './addressing.ts';
-import { type MoRIIOConfig, parseMoRIIOConfig } from './config.ts';
+import { MORIIO_EXTRA_CONFIG, type MoRIIOConfig, parseMoRIIOConfig } from './config.ts';
 import { buildPing, DiscoveryPinger } from './discovery.ts';
 import { MoRIIOScheduler } from './scheduler.ts';
 import type { MoRIIOStepMetadata } from './step-metadata.ts';
@@ -32,6 +33,8 @@ export const RDMA_AS_TCP_NOTICE =
 
 export class MoRIIOConnector extends KVConnectorBase {
   static override supportsHMA = false;
+
+  static override extraConfigSchema: ExtraConfigSchema = MORIIO_EXTRA_CONFIG;
 
   static override validateExtraConfig(
     extra: Record<string, unknown>,

@@ -7,6 +7,7 @@
  * producer from the request id or the explicit params.
  */
 import type { EngineConfig } from '../../config/types.ts';
+import { blocksToLoad, pairByPosition, remotePositions } from '../../connector/block-lists.ts';
 import type {
   ConnectorRequest,
   KVConnectorOutput,
@@ -16,7 +17,6 @@ import type {
 } from '../../connector/types.ts';
 import type { KVCacheBlocks, KVCacheConfig } from '../../kv/interfaces.ts';
 import { getLogger } from '../../logging/logger.ts';
-import { blocksToLoad, pairByPosition, remotePositions } from '../nixl/index.ts';
 import { AckReconciler } from './ack-reconciler.ts';
 import { type MoRIIOPeer, prefillPeerOf } from './addressing.ts';
 import { type MoRIIOConfig, moriioPort } from './config.ts';

@@ -5,7 +5,7 @@
  * the producer and consumer halves.
  */
 import { isMainThread, workerData } from 'node:worker_threads';
-import { resolveModelInfo } from '../../config/model-info.ts';
+import { totalKvHeads as modelTotalKvHeads } from '../../config/model-info.ts';
 import type { EngineConfig } from '../../config/types.ts';
 import { KVError } from '../../errors/kv-error.ts';
 import type { KVCacheConfig, PagedKVMemory } from '../../kv/interfaces.ts';
@@ -100,7 +100,7 @@ export class MoRIIOWorker {
       })),
     );
     const blockSize = this.#kvCacheConfig.groups[0]?.spec.blockSize ?? 16;
-    const totalKvHeads = totalKvHeadsOf(this.#engineConfig, this.#kvCacheConfig);
+    const totalKvHeads = modelTotalKvHeads(this.#engineConfig.model.model);
     this.#payload = {
       engine_id: cfg.engineId,
       tp_rank: this.tpRank,
@@ -275,14 +275,4 @@ export class MoRIIOWorker {
     this.#handshake = null;
     this.#agent = null;
   }
-}
-
-function totalKvHeadsOf(engineConfig: EngineConfig, kvCacheConfig: KVCacheConfig): number {
-  try {
-    const n = resolveModelInfo(engineConfig.model.model).hfConfig.num_key_value_heads;
-    if (typeof n === 'number' && n > 0) return n;
-  } catch {
-    // a checkpoint without config: fall back to this rank's heads
-  }
-  return kvCacheConfig.groups[0]?.spec.numKvHeads ?? 1;
 }

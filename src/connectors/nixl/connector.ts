@@ -3,6 +3,7 @@
  * NixlPushConnector. Each instance is one role: the scheduler side (./scheduler.ts) or the
  * worker side (./worker.ts); this file only routes the API calls and validates options.
  */
+import type { ExtraConfigSchema } from '../../config/extra-config.ts';
 import type { EngineConfig } from '../../config/types.ts';
 import { KVConnectorBase } from '../../connector/base.ts';
 import type {
@@ -20,7 +21,7 @@ import { KVError } from '../../errors/kv-error.ts';
 import type { KVCacheBlocks, KVCacheConfig, PagedKVMemory } from '../../kv/interfaces.ts';
 import { getLogger } from '../../logging/logger.ts';
 import type { TransferMode } from './metadata.ts';
-import { type NixlOptions, parseNixlOptions } from './options.ts';
+import { NIXL_EXTRA_CONFIG, type NixlOptions, parseNixlOptions } from './options.ts';
 import { NixlScheduler } from './scheduler.ts';
 import type { NixlStepMetadata } from './step-metadata.ts';
 import { NixlWorker } from './worker.ts';
@@ -33,6 +34,8 @@ export const KV_BOTH_DEPRECATION =
 
 abstract class NixlBaseConnector extends KVConnectorBase {
   static override supportsHMA = true;
+
+  static override extraConfigSchema: ExtraConfigSchema = NIXL_EXTRA_CONFIG;
 
   static override validateExtraConfig(
     extra: Record<string, unknown>,

@@ -1,12 +1,5 @@
 /** The NIXL connectors (pull and push) on kvconnect's transfer agent. Loaded lazily by the registry. */
 
-export {
-  blocksToLoad,
-  clipToWindows,
-  type PositionedBlocks,
-  pairByPosition,
-  remotePositions,
-} from './block-lists.ts';
 export { KV_BOTH_DEPRECATION, NixlConnector, NixlPullConnector, NixlPushConnector } from './connector.ts';
 export {
   type HeadPlan,

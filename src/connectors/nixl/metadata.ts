@@ -54,14 +54,6 @@ export function compatibilityFactors(
   };
 }
 
-/** The model's KV heads over all ranks (the per-rank spec holds total / tp, or 1 replicated). */
-export function totalKvHeads(engineConfig: EngineConfig, kvCacheConfig: KVCacheConfig): number {
-  const hf = safeHfConfig(engineConfig.model.model);
-  const fromHf = hf?.num_key_value_heads ?? hf?.num_attention_heads;
-  if (typeof fromHf === 'number' && fromHf > 0) return fromHf;
-  return (kvCacheConfig.groups[0]?.spec.numKvHeads ?? 1) * engineConfig.parallel.tensorParallelSize;
-}
-
 function safeHfConfig(model: string) {
   try {
     return resolveModelInfo(model).hfConfig;

@@ -2,6 +2,7 @@
  * kv_connector_extra_config of the NIXL connectors (spec §5.1.2) plus the side-channel
  * environment variables, parsed once into plain, validated options.
  */
+import { type ExtraConfigSchema, readExtraConfig } from '../../config/extra-config.ts';
 import type { EngineConfig } from '../../config/types.ts';
 import { KVError } from '../../errors/kv-error.ts';
 import { KNOWN_BACKENDS } from '../../transfer/index.ts';
@@ -46,54 +47,42 @@ export function effectiveGrantWaitMs(opts: NixlOptions): number {
   return Math.min(opts.grantWaitMs, Math.floor((opts.transferTimeout * 1000) / 2));
 }
 
-const KNOWN_KEYS = new Set([
-  'backends',
-  'num_threads',
-  'kv_lease_duration',
-  'kv_recompute_threshold',
-  'enforce_handshake_compat',
-  'engine_ttl',
-  'side_channel_host',
-  'side_channel_port',
-  'auth_secret',
-  'handshake_timeout',
-  'transfer_timeout',
-  'grant_wait_ms',
-  'transfer_thread',
-  'enable_cross_layers_blocks',
-  'bidirectional_kv_xfer',
-  'decoder_kv_blocks_ttl',
-  'push_registration_timeout',
-]);
+/** NIXL's keys (docs/connectors/nixl.md), read by the one extra-config reader. */
+export const NIXL_EXTRA_CONFIG = {
+  connector: 'NixlConnector',
+  code: 'NIXL_BAD_EXTRA_CONFIG',
+  fields: {
+    backends: { type: 'custom' },
+    num_threads: { type: 'integer', default: 4, min: 1 },
+    kv_lease_duration: { type: 'number', default: 30, min: 0.001 },
+    kv_recompute_threshold: { type: 'integer', default: 64, min: 0 },
+    enforce_handshake_compat: { type: 'boolean', default: true },
+    engine_ttl: { type: 'number', default: 3600 },
+    side_channel_host: { type: 'string', nonEmpty: true },
+    side_channel_port: { type: 'integer', min: 0, max: 65535 },
+    auth_secret: { type: 'string' },
+    handshake_timeout: { type: 'number', default: 5, min: 0.01 },
+    transfer_timeout: { type: 'number', default: 30, min: 0.01 },
+    grant_wait_ms: { type: 'number', default: 5000, min: 0 },
+    transfer_thread: { type: 'boolean', default: false },
+    bidirectional_kv_xfer: { type: 'boolean', default: false },
+    enable_cross_layers_blocks: {
+      type: 'ignored',
+      why: 'KV memory is one buffer per layer; cross-layer blocks are a GPU layout choice',
+    },
+    decoder_kv_blocks_ttl: {
+      type: 'ignored',
+      why: 'used by bidirectional_kv_xfer only, which is not supported',
+    },
+    push_registration_timeout: {
+      type: 'ignored',
+      why: 'NixlPushConnector releases unfulfilled registrations by their lease instead',
+    },
+  },
+} as const satisfies ExtraConfigSchema;
 
 function bad(key: string, message: string, hint: string): KVError {
   return new KVError('NIXL_BAD_EXTRA_CONFIG', message, { field: `kv_connector_extra_config.${key}`, hint });
-}
-
-function num(extra: Record<string, unknown>, key: string, def: number, min: number, integer = false): number {
-  const v = extra[key];
-  if (v === undefined || v === null) return def;
-  const n = typeof v === 'string' && v.trim() !== '' ? Number(v) : v;
-  if (typeof n !== 'number' || !Number.isFinite(n) || n < min || (integer && !Number.isInteger(n))) {
-    throw bad(
-      key,
-      `kv_connector_extra_config.${key} must be ${integer ? 'an integer' : 'a number'} ≥ ${min}, got ${JSON.stringify(v)}`,
-      `Set ${key} to ${integer ? 'an integer' : 'a number'} ≥ ${min} (default ${def}).`,
-    );
-  }
-  return n;
-}
-
-function bool(extra: Record<string, unknown>, key: string, def: boolean): boolean {
-  const v = extra[key];
-  if (v === undefined || v === null) return def;
-  if (typeof v === 'boolean') return v;
-  if (typeof v === 'string' && /^(true|false)$/i.test(v)) return v.toLowerCase() === 'true';
-  throw bad(
-    key,
-    `kv_connector_extra_config.${key} must be true or false, got ${JSON.stringify(v)}`,
-    `Set ${key} to true or false.`,
-  );
 }
 
 function backendList(extra: Record<string, unknown>): string[] {
@@ -126,7 +115,8 @@ export function parseNixlOptions(
   engineConfig: EngineConfig | null,
   env: NodeJS.ProcessEnv = process.env,
 ): NixlOptions {
-  if (bool(extra, 'bidirectional_kv_xfer', false)) {
+  const v = readExtraConfig(NIXL_EXTRA_CONFIG, extra);
+  if (v.bidirectional_kv_xfer) {
     throw bad(
       'bidirectional_kv_xfer',
       'kv_connector_extra_config.bidirectional_kv_xfer (turn-2 KV reuse from the decode instance) is not supported by kvconnect',
@@ -134,10 +124,10 @@ export function parseNixlOptions(
     );
   }
   const envPort = env[SIDE_CHANNEL_PORT_ENV];
-  const portFromConfig = extra['side_channel_port'] !== undefined && extra['side_channel_port'] !== null;
+  const portFromConfig = v.side_channel_port !== undefined;
   let port: number;
-  if (portFromConfig) {
-    port = num(extra, 'side_channel_port', DEFAULT_SIDE_CHANNEL_PORT, 0, true);
+  if (v.side_channel_port !== undefined) {
+    port = v.side_channel_port;
   } else {
     port = envPort === undefined || envPort === '' ? DEFAULT_SIDE_CHANNEL_PORT : Number(envPort);
     if (!Number.isInteger(port) || port < 0 || port > 65535) {
@@ -154,43 +144,23 @@ export function parseNixlOptions(
   }
   if (port > 65535)
     throw bad('side_channel_port', `side channel port ${port} is above 65535`, 'Pick a lower port.');
-  const hostRaw = extra['side_channel_host'] ?? env[SIDE_CHANNEL_HOST_ENV] ?? 'localhost';
-  if (typeof hostRaw !== 'string' || hostRaw === '') {
-    throw bad(
-      'side_channel_host',
-      'kv_connector_extra_config.side_channel_host must be a host name or IP',
-      'Use e.g. "127.0.0.1" or the routable IP of this host.',
-    );
-  }
-  const secret = extra['auth_secret'];
-  if (secret !== undefined && secret !== null && typeof secret !== 'string') {
-    throw bad(
-      'auth_secret',
-      'kv_connector_extra_config.auth_secret must be a string',
-      'Use the same secret string on both engines.',
-    );
-  }
+  const host = v.side_channel_host ?? env[SIDE_CHANNEL_HOST_ENV] ?? 'localhost';
   return {
     backends: backendList(extra),
-    numThreads: num(extra, 'num_threads', 4, 1, true),
-    kvLeaseDuration: num(extra, 'kv_lease_duration', 30, 0.001),
-    kvRecomputeThreshold: num(extra, 'kv_recompute_threshold', 64, 0, true),
-    enforceHandshakeCompat: bool(extra, 'enforce_handshake_compat', true),
-    engineTtl: num(extra, 'engine_ttl', 3600, Number.NEGATIVE_INFINITY),
-    sideChannelHost: hostRaw === 'localhost' ? '127.0.0.1' : hostRaw,
+    numThreads: v.num_threads,
+    kvLeaseDuration: v.kv_lease_duration,
+    kvRecomputeThreshold: v.kv_recompute_threshold,
+    enforceHandshakeCompat: v.enforce_handshake_compat,
+    engineTtl: v.engine_ttl,
+    sideChannelHost: host === 'localhost' ? '127.0.0.1' : host,
     sideChannelPort: port,
     portFromConfig,
-    authSecret: typeof secret === 'string' && secret !== '' ? secret : undefined,
-    handshakeTimeout: num(extra, 'handshake_timeout', 5, 0.01),
-    transferTimeout: num(extra, 'transfer_timeout', 30, 0.01),
-    grantWaitMs: Math.min(num(extra, 'grant_wait_ms', 5000, 0), 2 ** 31 - 1),
-    transferThread: bool(extra, 'transfer_thread', false),
+    authSecret: v.auth_secret === undefined || v.auth_secret === '' ? undefined : v.auth_secret,
+    handshakeTimeout: v.handshake_timeout,
+    transferTimeout: v.transfer_timeout,
+    grantWaitMs: Math.min(v.grant_wait_ms, 2 ** 31 - 1),
+    transferThread: v.transfer_thread,
   };
-}
-
-/** Keys this connector does not know (reported as warnings by check-config, not errors). */
-export function unknownNixlKeys(extra: Record<string, unknown>): string[] {
-  return Object.keys(extra).filter((k) => !KNOWN_KEYS.has(k));
 }
 
 /** How the port-in-use error tells the user to pick another port. */

@@ -5,9 +5,10 @@
  * then base id), WRITEs, and on a failed WRITE sends a negative acknowledgement so the
  * consumer reports the load failure at once (§9 item 19) instead of waiting for a timeout.
  */
+
+import { pairByPosition } from '../../connector/block-lists.ts';
 import { getLogger } from '../../logging/logger.ts';
 import type { TransferHandle } from '../../transfer/index.ts';
-import { pairByPosition } from './block-lists.ts';
 import {
   baseRequestId,
   PUSH_NACK_PREFIX,

@@ -6,6 +6,7 @@
  */
 import { networkInterfaces } from 'node:os';
 import type { EngineConfig } from '../../config/types.ts';
+import { blocksToLoad, clipToWindows, pairByPosition, remotePositions } from '../../connector/block-lists.ts';
 import type {
   ConnectorRequest,
   KVConnectorHandshakeMetadata,
@@ -17,7 +18,6 @@ import type {
 import type { KVCacheBlocks, KVCacheConfig } from '../../kv/interfaces.ts';
 import { getLogger } from '../../logging/logger.ts';
 import { SideChannelServer } from '../../transfer/index.ts';
-import { blocksToLoad, clipToWindows, pairByPosition, remotePositions } from './block-lists.ts';
 import type { TransferMode } from './metadata.ts';
 import { type NixlOptions, sideChannelPortHint } from './options.ts';
 import { parseRemote, remoteNumTokens } from './params.ts';

@@ -1,5 +1,5 @@
 /** Plain data the scheduler-side connector hands its workers each step (structured-clone safe). */
-import type { PositionedBlocks } from './block-lists.ts';
+import type { PositionedBlocks } from '../../connector/block-lists.ts';
 
 export interface RemoteEndpoint {
   readonly engineId: string;

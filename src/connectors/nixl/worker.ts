@@ -5,13 +5,14 @@
  * agent's notifications and reports finished sends/receives and invalid blocks.
  */
 import { isMainThread, workerData } from 'node:worker_threads';
+import { totalKvHeads } from '../../config/model-info.ts';
 import type { EngineConfig } from '../../config/types.ts';
+import { countBlocks } from '../../connector/block-lists.ts';
 import type { KVConnectorStatsData } from '../../connector/types.ts';
 import type { KVCacheConfig, PagedKVMemory } from '../../kv/interfaces.ts';
 import { getLogger } from '../../logging/logger.ts';
 import { TransferAgent as Agent, type BlockListPair, type TransferHandle } from '../../transfer/index.ts';
 import { ThreadedTransferAgent, type TransferAgentLike } from '../../transfer/threaded.ts';
-import { countBlocks } from './block-lists.ts';
 import { RemoteEngines } from './handshake.ts';
 import { HeteroTpReader } from './hetero-reader.ts';
 import {
@@ -20,7 +21,6 @@ import {
   NIXL_CONNECTOR_VERSION,
   type NixlHandshakePayload,
   type TransferMode,
-  totalKvHeads,
 } from './metadata.ts';
 import { effectiveGrantWaitMs, type NixlOptions } from './options.ts';
 import { ProducerLeases } from './producer-leases.ts';
@@ -161,7 +161,7 @@ export class NixlWorker {
         agent: agent.metadata(),
       },
     };
-    const kvHeads = totalKvHeads(this.#engineConfig, this.#kvCacheConfig);
+    const kvHeads = totalKvHeads(this.#engineConfig.model.model);
     const engines = new RemoteEngines(agent, {
       localPayload: this.#payload,
       enforceCompat: opts.enforceHandshakeCompat,

@@ -1,37 +1,18 @@
 /**
  * OffloadingConnector's `kv_connector_extra_config` (spec §5.8): vLLM's keys, defaults and
- * error strings, plus the secondary tiers of TieringOffloadingSpec.
+ * error strings; the secondary tiers of TieringOffloadingSpec are parsed in tier-config.ts.
  */
 import { CONFIG_INVALID, configError } from '../../config/config-error.ts';
+import { type ExtraConfigSchema, type ExtraValues, readExtraConfig } from '../../config/extra-config.ts';
 import type { EngineConfig } from '../../config/types.ts';
 import { KVError } from '../../errors/kv-error.ts';
+import { parseTier, type SecondaryTierSpec } from './tier-config.ts';
 
 export const OFFLOADING_SPECS = ['CPUOffloadingSpec', 'TieringOffloadingSpec'] as const;
 export type OffloadingSpecName = (typeof OFFLOADING_SPECS)[number];
 export const EVICTION_POLICIES = ['lru', 'arc'] as const;
 export type EvictionPolicyName = (typeof EVICTION_POLICIES)[number];
 export const STORE_THRESHOLD_TRACKER_SIZE = 64_000;
-export const DEFAULT_TIER_TIMEOUT_MS = 200;
-
-export interface FsTierSpec {
-  type: 'fs';
-  path: string;
-  /** null = unbounded. */
-  capacityBytes: number | null;
-  timeoutMs: number;
-}
-
-export interface RedisTierSpec {
-  type: 'redis';
-  /** Single server URL (redis://host:port); null when clusterNodes is set. */
-  url: string | null;
-  /** Root nodes of a Redis Cluster; empty for a single server. */
-  clusterNodes: string[];
-  timeoutMs: number;
-  keyPrefix: string;
-}
-
-export type SecondaryTierSpec = FsTierSpec | RedisTierSpec;
 
 export interface OffloadingConfig {
   cpuBytesToUse: number;
@@ -46,41 +27,44 @@ export interface OffloadingConfig {
   secondaryTiers: SecondaryTierSpec[];
 }
 
-const FIELD = 'kv_transfer_config.kv_connector_extra_config';
+const FIELD = 'kv_connector_extra_config';
 
-function toNumber(value: unknown): number | null {
-  if (typeof value === 'number' && Number.isFinite(value)) return value;
-  if (typeof value === 'string' && value.trim() !== '' && Number.isFinite(Number(value)))
-    return Number(value);
-  return null;
-}
+/** OffloadingConnector's keys (docs/connectors/offloading.md), read by the one extra-config reader. */
+export const OFFLOADING_EXTRA_CONFIG = {
+  connector: 'OffloadingConnector',
+  fields: {
+    cpu_bytes_to_use: {
+      type: 'number',
+      min: 0,
+      aboveMin: true,
+      hint: 'Use a number such as 1073741824 (1 GiB), or in --kv-transfer-config JSON an unquoted human-readable size such as 8G (binary) or 8g (decimal).',
+    },
+    spec_name: { type: 'custom' },
+    block_size: { type: 'integer', min: 1, hint: 'block_size is a token count, e.g. 64.' },
+    blocks_per_chunk: { type: 'integer', hint: 'Use e.g. "blocks_per_chunk": 4.' },
+    eviction_policy: {
+      type: 'string',
+      default: 'lru',
+      oneOf: EVICTION_POLICIES,
+      hint: 'kvconnect implements lru (default) and arc.',
+    },
+    store_threshold: { type: 'integer', default: 0, min: 0, hint: 'Use 0 (store everything) or N >= 2.' },
+    offload_prompt_only: { type: 'boolean', default: true },
+    secondary_tiers: { type: 'custom' },
+    self_describing_kv_events: {
+      type: 'ignored',
+      why: 'KV events always carry the medium; the block hashes are the engine-wide ones',
+    },
+    spec_module_path: { type: 'ignored', why: 'only the built-in specs (spec_name) are available' },
+    cache_policy_module_path: { type: 'ignored', why: 'only the built-in eviction policies are available' },
+  },
+} as const satisfies ExtraConfigSchema;
 
-function intField(
-  extra: Record<string, unknown>,
-  key: string,
-  min: number,
-  hint: string,
-): number | undefined {
-  const raw = extra[key];
-  if (raw === undefined || raw === null) return undefined;
-  const n = toNumber(raw);
-  if (n === null || !Number.isInteger(n) || n < min) {
-    throw configError(`${FIELD}.${key}`, `an integer >= ${min}`, raw, hint);
-  }
-  return n;
-}
+type OffloadingValues = ExtraValues<typeof OFFLOADING_EXTRA_CONFIG>;
 
-function boolField(extra: Record<string, unknown>, key: string, fallback: boolean): boolean {
-  const raw = extra[key];
-  if (raw === undefined || raw === null) return fallback;
-  if (typeof raw === 'boolean') return raw;
-  if (raw === 'true' || raw === 'false') return raw === 'true';
-  throw configError(`${FIELD}.${key}`, 'true or false', raw, `Set ${key} to true or false.`);
-}
-
-function parseChunking(extra: Record<string, unknown>, gpuBlockSize: number): number {
-  const hasBlockSize = extra['block_size'] !== undefined && extra['block_size'] !== null;
-  const hasPerChunk = extra['blocks_per_chunk'] !== undefined && extra['blocks_per_chunk'] !== null;
+function parseChunking(v: OffloadingValues, gpuBlockSize: number): number {
+  const hasBlockSize = v.block_size !== undefined;
+  const hasPerChunk = v.blocks_per_chunk !== undefined;
   if (hasBlockSize && hasPerChunk) {
     throw new KVError(
       CONFIG_INVALID,
@@ -92,28 +76,19 @@ function parseChunking(extra: Record<string, unknown>, gpuBlockSize: number): nu
       },
     );
   }
-  if (hasPerChunk) {
-    const raw = extra['blocks_per_chunk'];
-    const n = toNumber(raw);
-    if (n === null || !Number.isInteger(n)) {
-      throw configError(
-        `${FIELD}.blocks_per_chunk`,
-        'a positive integer',
-        raw,
-        'Use e.g. "blocks_per_chunk": 4.',
-      );
-    }
+  if (v.blocks_per_chunk !== undefined) {
+    const n = v.blocks_per_chunk;
     if (n <= 0) {
       throw new KVError(CONFIG_INVALID, "'blocks_per_chunk' must be greater than 0.", {
         field: `${FIELD}.blocks_per_chunk`,
         hint: 'Use 1 (one GPU block per offloaded chunk) or more.',
-        details: { expected: 'an integer > 0', received: String(raw) },
+        details: { expected: 'an integer > 0', received: String(n) },
       });
     }
     return n;
   }
-  if (hasBlockSize) {
-    const size = intField(extra, 'block_size', 1, 'block_size is a token count, e.g. 64.') ?? gpuBlockSize;
+  if (v.block_size !== undefined) {
+    const size = v.block_size;
     if (size % gpuBlockSize !== 0) {
       throw new KVError(
         CONFIG_INVALID,
@@ -130,117 +105,20 @@ function parseChunking(extra: Record<string, unknown>, gpuBlockSize: number): nu
   return 1;
 }
 
-function parseTimeout(tier: Record<string, unknown>, where: string): number {
-  const raw = tier['timeout_ms'];
-  if (raw === undefined || raw === null) return DEFAULT_TIER_TIMEOUT_MS;
-  const n = toNumber(raw);
-  if (n === null || n <= 0) {
-    throw configError(`${where}.timeout_ms`, 'a positive number of milliseconds', raw, 'Use e.g. 200.');
-  }
-  return n;
-}
-
-function parseTier(raw: unknown, index: number): SecondaryTierSpec {
-  const where = `${FIELD}.secondary_tiers[${index}]`;
-  if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) {
-    throw configError(
-      where,
-      "an object like {type: 'fs', path: '/var/kv'}",
-      raw,
-      'Each tier is an object with a type.',
-    );
-  }
-  const tier = raw as Record<string, unknown>;
-  if (tier['type'] === 'fs') {
-    const path = tier['path'];
-    if (typeof path !== 'string' || path === '') {
-      throw configError(
-        `${where}.path`,
-        'a directory path',
-        path,
-        'Give the fs tier a directory, e.g. "/var/cache/kv".',
-      );
-    }
-    const capacity = tier['capacity_bytes'];
-    let capacityBytes: number | null = null;
-    if (capacity !== undefined && capacity !== null) {
-      const n = toNumber(capacity);
-      if (n === null || n <= 0) {
-        throw configError(
-          `${where}.capacity_bytes`,
-          'a positive byte count',
-          capacity,
-          'Omit it for no bound.',
-        );
-      }
-      capacityBytes = n;
-    }
-    return { type: 'fs', path, capacityBytes, timeoutMs: parseTimeout(tier, where) };
-  }
-  if (tier['type'] === 'redis') {
-    const url = tier['url'];
-    const nodes = tier['cluster_nodes'];
-    const clusterNodes: string[] = [];
-    if (nodes !== undefined && nodes !== null) {
-      if (!Array.isArray(nodes) || nodes.length === 0 || !nodes.every((n) => typeof n === 'string')) {
-        throw configError(
-          `${where}.cluster_nodes`,
-          'a non-empty list of redis:// URLs',
-          nodes,
-          'List one or more cluster nodes.',
-        );
-      }
-      clusterNodes.push(...(nodes as string[]));
-    }
-    if (clusterNodes.length === 0 && (typeof url !== 'string' || !/^rediss?:\/\//.test(url))) {
-      throw configError(
-        `${where}.url`,
-        'a redis:// URL',
-        url,
-        'Use e.g. "url": "redis://127.0.0.1:6379", or "cluster_nodes": [...].',
-      );
-    }
-    const prefix = tier['key_prefix'] ?? 'kvconnect';
-    if (typeof prefix !== 'string')
-      throw configError(`${where}.key_prefix`, 'a string', prefix, 'Omit it or use a short name.');
-    return {
-      type: 'redis',
-      url: clusterNodes.length > 0 ? null : (url as string),
-      clusterNodes,
-      timeoutMs: parseTimeout(tier, where),
-      keyPrefix: prefix,
-    };
-  }
-  throw configError(
-    `${where}.type`,
-    "'fs' or 'redis'",
-    tier['type'],
-    'kvconnect ships the fs and redis tiers.',
-  );
-}
-
 /** Parses and validates the extra config; throws KVError with vLLM's messages. */
 export function parseOffloadingConfig(
   extra: Record<string, unknown>,
   engineConfig: EngineConfig,
 ): OffloadingConfig {
-  const rawCpu = extra['cpu_bytes_to_use'];
-  if (rawCpu === undefined || rawCpu === null) {
+  if (extra['cpu_bytes_to_use'] === undefined || extra['cpu_bytes_to_use'] === null) {
     throw new KVError(CONFIG_INVALID, 'cpu_bytes_to_use must be specified in kv_connector_extra_config', {
       field: `${FIELD}.cpu_bytes_to_use`,
       hint: 'Set the CPU tier size in bytes, e.g. --kv-transfer-config \'{"kv_connector":"OffloadingConnector","kv_role":"kv_both","kv_connector_extra_config":{"cpu_bytes_to_use":1073741824}}\'.',
       details: { expected: 'a positive byte count', received: 'nothing' },
     });
   }
-  const cpuBytesToUse = toNumber(rawCpu);
-  if (cpuBytesToUse === null || cpuBytesToUse <= 0) {
-    throw configError(
-      `${FIELD}.cpu_bytes_to_use`,
-      'a positive byte count',
-      rawCpu,
-      'Use a number such as 1073741824 (1 GiB), or in --kv-transfer-config JSON an unquoted human-readable size such as 8G (binary) or 8g (decimal).',
-    );
-  }
+  const v = readExtraConfig(OFFLOADING_EXTRA_CONFIG, extra);
+  const cpuBytesToUse = v.cpu_bytes_to_use!;
   const specName = extra['spec_name'] ?? 'CPUOffloadingSpec';
   if (typeof specName !== 'string' || !(OFFLOADING_SPECS as readonly string[]).includes(specName)) {
     throw new KVError(CONFIG_INVALID, `Unsupported spec type: ${String(specName)}`, {
@@ -250,18 +128,9 @@ export function parseOffloadingConfig(
     });
   }
   const gpuBlockSize = engineConfig.cache.blockSize;
-  const blocksPerChunk = parseChunking(extra, gpuBlockSize);
-  const policy = extra['eviction_policy'] ?? 'lru';
-  if (typeof policy !== 'string' || !(EVICTION_POLICIES as readonly string[]).includes(policy)) {
-    throw configError(
-      `${FIELD}.eviction_policy`,
-      "'lru' or 'arc'",
-      policy,
-      'kvconnect implements lru (default) and arc.',
-    );
-  }
-  const storeThreshold = intField(extra, 'store_threshold', 0, 'Use 0 (store everything) or N >= 2.') ?? 0;
-  const tiersRaw = extra['secondary_tiers'];
+  const blocksPerChunk = parseChunking(v, gpuBlockSize);
+  const storeThreshold = v.store_threshold;
+  const tiersRaw = v.secondary_tiers;
   const secondaryTiers: SecondaryTierSpec[] = [];
   if (tiersRaw !== undefined && tiersRaw !== null) {
     if (specName !== 'TieringOffloadingSpec') {
@@ -314,9 +183,9 @@ export function parseOffloadingConfig(
     cpuBytesToUse,
     blocksPerChunk,
     offloadBlockSize: blocksPerChunk * gpuBlockSize,
-    evictionPolicy: policy as EvictionPolicyName,
+    evictionPolicy: v.eviction_policy as EvictionPolicyName,
     storeThreshold,
-    offloadPromptOnly: boolField(extra, 'offload_prompt_only', true),
+    offloadPromptOnly: v.offload_prompt_only,
     specName: specName as OffloadingSpecName,
     secondaryTiers,
   };

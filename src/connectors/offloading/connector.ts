@@ -4,6 +4,7 @@
  * worker half moves bytes. Stores happen after compute; CPU hits load synchronously in
  * startLoadKv, secondary-tier hits asynchronously (WAITING_FOR_REMOTE_KVS).
  */
+import type { ExtraConfigSchema } from '../../config/extra-config.ts';
 import type { EngineConfig } from '../../config/types.ts';
 import { KVConnectorBase } from '../../connector/base.ts';
 import type {
@@ -19,7 +20,7 @@ import type {
 } from '../../connector/types.ts';
 import type { KVCacheBlocks, KVCacheConfig, KVCacheEvent, PagedKVMemory } from '../../kv/interfaces.ts';
 import { getLogger } from '../../logging/logger.ts';
-import { type OffloadingConfig, parseOffloadingConfig } from './config.ts';
+import { OFFLOADING_EXTRA_CONFIG, type OffloadingConfig, parseOffloadingConfig } from './config.ts';
 import { OffloadLayout } from './layout.ts';
 import { type OffloadMetadata, WORKER_META_KEY } from './metadata.ts';
 import { OffloadScheduler } from './scheduler-side.ts';
@@ -30,6 +31,8 @@ const log = getLogger('kvconnect.connectors.offloading');
 
 export class OffloadingConnector extends KVConnectorBase {
   static override supportsHMA = true;
+
+  static override extraConfigSchema: ExtraConfigSchema = OFFLOADING_EXTRA_CONFIG;
 
   static override validateExtraConfig(
     extra: Record<string, unknown>,

@@ -1,8 +1,9 @@
 /** Builds the secondary tiers named in `secondary_tiers`, in order. */
-import type { SecondaryTierSpec } from './config.ts';
+
 import { FsTier } from './fs-tier.ts';
 import type { KVTier } from './kv-tier.ts';
 import { RedisTier } from './redis-tier.ts';
+import type { SecondaryTierSpec } from './tier-config.ts';
 
 export function createSecondaryTier(spec: SecondaryTierSpec): KVTier {
   if (spec.type === 'fs') {

@@ -35,9 +35,9 @@ export interface RankShard {
 }
 
 function invalid(problem: string, field: string): KVError {
-  return new KVError('MODEL_CONFIG_INVALID', `Invalid model config: ${problem}`, {
+  return new KVError('KV_MODEL_CONFIG_INVALID', `Invalid model config: ${problem}`, {
     hint: 'Fix config.json next to the weights (a HF Llama-style config is expected).',
-    field,
+    field: `model.${field}`,
   });
 }
 

@@ -1,15 +1,11 @@
 /**
  * loadModel: a built-in preset name or a HF checkpoint directory → one rank's LlamaModel.
  */
+import { readModelSource } from '../../config/model-info.ts';
 import { getModelPreset, type HFModelConfig } from '../../config/model-presets.ts';
 import { modelDims, rankShard } from './dims.ts';
 import { LlamaModel } from './llama.ts';
-import {
-  generatePresetTensors,
-  readCheckpointConfig,
-  readCheckpointTensors,
-  type TensorMap,
-} from './weights.ts';
+import { generatePresetTensors, readCheckpointTensors, type TensorMap } from './weights.ts';
 
 export interface LoadModelOptions {
   /** This process's tensor-parallel rank (default 0). */
@@ -22,13 +18,13 @@ export interface LoadModelOptions {
 export function loadModelTensors(modelNameOrDir: string): { config: HFModelConfig; tensors: TensorMap } {
   const preset = getModelPreset(modelNameOrDir);
   if (preset !== undefined) return { config: preset.config, tensors: generatePresetTensors(preset) };
-  const config = readCheckpointConfig(modelNameOrDir);
-  return { config, tensors: readCheckpointTensors(modelNameOrDir, modelDims(config)) };
+  const { directory, hfConfig } = readModelSource(modelNameOrDir);
+  return { config: hfConfig, tensors: readCheckpointTensors(directory!, modelDims(hfConfig)) };
 }
 
 /** The config of a preset or checkpoint directory, without loading weights. */
 export function loadModelConfig(modelNameOrDir: string): HFModelConfig {
-  return getModelPreset(modelNameOrDir)?.config ?? readCheckpointConfig(modelNameOrDir);
+  return readModelSource(modelNameOrDir).hfConfig;
 }
 
 export function loadModel(modelNameOrDir: string, options: LoadModelOptions = {}): LlamaModel {

@@ -4,8 +4,9 @@
  * place through a Float32Array view; float16/bfloat16 are converted element by element.
  */
 
+import type { KVCacheDtype } from '../../config/types.ts';
 import { decoderFor, encoderFor } from '../../kv/dtype.ts';
-import type { KVCacheDtype, PagedKVMemory } from '../../kv/interfaces.ts';
+import type { PagedKVMemory } from '../../kv/interfaces.ts';
 
 export interface LayerKV {
   readonly dtype: KVCacheDtype;

@@ -4,7 +4,7 @@
  * (config.json + model.safetensors).
  */
 import { createHash } from 'node:crypto';
-import { readFileSync, writeFileSync } from 'node:fs';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { HFModelConfig, ModelPreset } from '../../config/model-presets.ts';
 import { KVError } from '../../errors/index.ts';
@@ -73,39 +73,6 @@ export function generatePresetTensors(preset: ModelPreset): TensorMap {
     tensors.set(name, { shape, data });
   }
   return tensors;
-}
-
-/** Reads `config.json` of a checkpoint directory. */
-export function readCheckpointConfig(dir: string): HFModelConfig {
-  const file = join(dir, 'config.json');
-  let text: string;
-  try {
-    text = readFileSync(file, 'utf8');
-  } catch (cause) {
-    throw new KVError(
-      'MODEL_NOT_FOUND',
-      `Model '${dir}' is neither a built-in preset nor a directory with config.json`,
-      {
-        hint: "Use a preset ('tiny', 'tiny-hybrid', 'small') or a directory holding a HF config.json and model.safetensors.",
-        cause,
-      },
-    );
-  }
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(text);
-  } catch (cause) {
-    throw new KVError('MODEL_CONFIG_INVALID', `Invalid model config: ${file} is not valid JSON`, {
-      hint: 'Fix or re-download config.json.',
-      cause,
-    });
-  }
-  if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) {
-    throw new KVError('MODEL_CONFIG_INVALID', `Invalid model config: ${file} is not a JSON object`, {
-      hint: 'Fix or re-download config.json.',
-    });
-  }
-  return parsed as HFModelConfig;
 }
 
 /** Reads `model.safetensors` and checks that every tensor the model needs is present with the right shape. */

@@ -1,4 +1,5 @@
 /** Errors cross the thread boundary as plain data and become KVErrors again on the other side. */
+import { toErrorCode } from '../../errors/codes.ts';
 import { KVError } from '../../errors/kv-error.ts';
 import type { SerializedError } from './tp-protocol.ts';
 
@@ -16,7 +17,7 @@ export function serializeError(e: unknown): SerializedError {
 }
 
 export function deserializeError(s: SerializedError): KVError {
-  const error = new KVError(s.code, s.message, {
+  const error = new KVError(toErrorCode(s.code, 'KV_WORKER_ERROR'), s.message, {
     hint: s.hint ?? 'See the tensor-parallel worker stack in the cause.',
   });
   if (s.stack) error.stack = `${error.stack}\n    --- in tensor-parallel worker ---\n${s.stack}`;

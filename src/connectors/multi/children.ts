@@ -7,13 +7,13 @@
  * already cached the children are built in the constructor; otherwise they are built as soon
  * as the classes are loaded (see MultiConnector.ready()).
  */
-import { multiConnectorChildren } from '../config/multi-connector-config.ts';
-import type { EngineConfig, KVTransferConfigLike } from '../config/types.ts';
-import { KVError } from '../errors/kv-error.ts';
-import type { KVCacheConfig } from '../kv/interfaces.ts';
-import type { KVConnectorBase, KVConnectorClass } from './base.ts';
-import { KVConnectorFactory } from './factory.ts';
-import type { KVConnectorRole } from './types.ts';
+import { multiConnectorChildren } from '../../config/multi-connector-config.ts';
+import type { EngineConfig, KVTransferConfigLike } from '../../config/types.ts';
+import type { KVConnectorBase, KVConnectorClass } from '../../connector/base.ts';
+import { resolveConnectorClass } from '../../connector/class-resolver.ts';
+import type { KVConnectorRole } from '../../connector/types.ts';
+import { KVError } from '../../errors/kv-error.ts';
+import type { KVCacheConfig } from '../../kv/interfaces.ts';
 
 const classCache = new Map<string, KVConnectorClass>();
 
@@ -43,7 +43,7 @@ export async function resolveChildClasses(specs: readonly ChildSpec[]): Promise<
     const key = cacheKey(spec.config);
     let cls = classCache.get(key);
     if (!cls) {
-      cls = await KVConnectorFactory.getConnectorClass(spec.config);
+      cls = await resolveConnectorClass(spec.config);
       classCache.set(key, cls);
     }
     classes.push(cls);

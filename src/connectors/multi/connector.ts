@@ -5,21 +5,10 @@
  * (KVConnectorFactory.supportsHMAConfig decides that for the engine).
  */
 import { randomUUID } from 'node:crypto';
-import { multiConnectorChildren } from '../config/multi-connector-config.ts';
-import type { EngineConfig, KVTransferConfigLike } from '../config/types.ts';
-import { KVError } from '../errors/kv-error.ts';
-import type { KVCacheBlocks, KVCacheConfig, KVCacheEvent, PagedKVMemory } from '../kv/interfaces.ts';
-import { getLogger } from '../logging/logger.ts';
-import { KVConnectorBase, type KVConnectorClass } from './base.ts';
-import {
-  buildChildren,
-  type ChildSpec,
-  cachedChildClasses,
-  checkChildrenHMA,
-  childSpecs,
-  resolveChildClasses,
-} from './multi-children.ts';
-import { mergeTransferParams, statsPerChildClass } from './multi-merge.ts';
+import type { ExtraConfigSchema } from '../../config/extra-config.ts';
+import { multiConnectorChildren } from '../../config/multi-connector-config.ts';
+import type { EngineConfig, KVTransferConfigLike } from '../../config/types.ts';
+import { KVConnectorBase, type KVConnectorClass } from '../../connector/base.ts';
 import type {
   ConnectorRequest,
   ForwardContext,
@@ -32,7 +21,19 @@ import type {
   MatchedTokens,
   RequestFinishedResult,
   SchedulerOutput,
-} from './types.ts';
+} from '../../connector/types.ts';
+import { KVError } from '../../errors/kv-error.ts';
+import type { KVCacheBlocks, KVCacheConfig, KVCacheEvent, PagedKVMemory } from '../../kv/interfaces.ts';
+import { getLogger } from '../../logging/logger.ts';
+import {
+  buildChildren,
+  type ChildSpec,
+  cachedChildClasses,
+  checkChildrenHMA,
+  childSpecs,
+  resolveChildClasses,
+} from './children.ts';
+import { mergeTransferParams, statsPerChildClass } from './merge.ts';
 
 const log = getLogger('kvconnect.connector.multi');
 
@@ -52,6 +53,11 @@ export interface MultiConnectorWorkerMetadata {
 export class MultiConnector extends KVConnectorBase {
   /** The class can hold HMA children; the effective answer is supportsHMAConfig's. */
   static override supportsHMA = true;
+
+  static override extraConfigSchema: ExtraConfigSchema = {
+    connector: 'MultiConnector',
+    fields: { connectors: { type: 'custom' } },
+  };
 
   static override validateExtraConfig(extra: Record<string, unknown>, engineConfig: EngineConfig): unknown {
     const parent = {

@@ -2,9 +2,9 @@
  * How MultiConnector combines its children's answers: kv_transfer_params (disjoint keys, or
  * vLLM's exact key-clash error) and stats (one entry per child class name).
  */
-import { pythonRepr } from '../config/config-error.ts';
-import { KVError } from '../errors/kv-error.ts';
-import type { KVConnectorStatsData, KVTransferParams } from './types.ts';
+import { pythonRepr } from '../../config/config-error.ts';
+import type { KVConnectorStatsData, KVTransferParams } from '../../connector/types.ts';
+import { KVError } from '../../errors/kv-error.ts';
 
 /** Python's repr of a set of strings; elements sorted so the message is deterministic. */
 export function pythonSetRepr(items: Iterable<string>): string {

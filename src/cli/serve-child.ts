@@ -1,9 +1,10 @@
 /**
  * Entry of the `kvconnect serve` processes the demo starts. It is `kvconnect serve` plus a
  * watchdog: stdin is a pipe from the demo, so when the demo dies (even by SIGKILL) stdin
- * ends and the server shuts down instead of being orphaned.
+ * ends and the server shuts down instead of being orphaned. The demo runs this file as a
+ * program (by path, like the `kvconnect` binary); nothing imports it.
  */
-import { runCli } from '../cli/program.ts';
+import { runCli } from './program.ts';
 
 const GRACE_MS = 5000;
 

@@ -1,10 +1,10 @@
 /**
- * Block-list geometry shared by pull and push: which of a request's blocks a peer needs
- * (sliding-window groups clipped to the window, spec §4.3) and how local blocks pair with
+ * Block-list geometry shared by the P/D connectors (NIXL pull and push, MoRIIO): which of a
+ * request's blocks a peer needs (sliding-window groups clipped to the window, spec §4.3) and how local blocks pair with
  * remote ones. Pairing is by token position, never by list index, so a prefix-cache hit on
  * the consumer or a consumer holding more blocks than the producer cannot misalign (§9 18).
  */
-import type { KVCacheBlocks, KVCacheConfig } from '../../kv/interfaces.ts';
+import type { KVCacheBlocks, KVCacheConfig } from '../kv/interfaces.ts';
 
 const cdiv = (a: number, b: number): number => Math.ceil(a / b);
 

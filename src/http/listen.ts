@@ -1,0 +1,56 @@
+/** Starting and stopping a node:http server: listen (rejecting on EADDRINUSE etc.), report the address, close. */
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+
+export type Listener = (req: IncomingMessage, res: ServerResponse) => void;
+
+export interface HttpListener {
+  readonly server: Server;
+  readonly host: string;
+  readonly port: number;
+  /** http://host:port, with IPv6 hosts in brackets. */
+  readonly url: string;
+  /** Stops accepting; idle connections close at once, busy ones after graceMs (default 0). */
+  close(graceMs?: number): Promise<void>;
+}
+
+export function createHttpServer(listener: Listener): Server {
+  const server = createServer(listener);
+  // Malformed HTTP gets a 400 and the socket closes, instead of Node's silent reset on some errors.
+  server.on('clientError', (_err, socket) => {
+    if (socket.writable) socket.end('HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n');
+    else socket.destroy();
+  });
+  return server;
+}
+
+export function listen(server: Server, port: number, host: string): Promise<HttpListener> {
+  return new Promise((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, host, () => {
+      server.off('error', reject);
+      const addr = server.address() as AddressInfo;
+      const shownHost = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
+      resolve({
+        server,
+        host: addr.address,
+        port: addr.port,
+        url: `http://${shownHost}:${addr.port}`,
+        close: (graceMs = 0) => closeServer(server, graceMs),
+      });
+    });
+  });
+}
+
+function closeServer(server: Server, graceMs: number): Promise<void> {
+  return new Promise((resolve) => {
+    if (!server.listening) {
+      resolve();
+      return;
+    }
+    server.close(() => resolve());
+    server.closeIdleConnections();
+    if (graceMs <= 0) server.closeAllConnections();
+    else setTimeout(() => server.closeAllConnections(), graceMs).unref();
+  });
+}

@@ -1,0 +1,208 @@
+/**
+ * The layering of docs/architecture.md, enforced: every import between folders of src/ must
+ * be allowed by LAYERS, and no module may take part in a runtime import cycle. Value and
+ * dynamic imports come from esbuild's module graph (what Node actually loads); type-only
+ * imports, which esbuild drops, from the `import type` / `export type` statements.
+ */
+import assert from 'node:assert/strict';
+import { readdirSync, readFileSync } from 'node:fs';
+import { dirname, join, posix, relative } from 'node:path';
+import { describe, test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import { build } from 'esbuild';
+
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
+const SRC = join(ROOT, 'src');
+
+/** Which layers each layer may import (its own files always). `connectors/*` is any one connector. */
+const LAYERS: Record<string, readonly string[]> = {
+  errors: [],
+  logging: [],
+  util: [],
+  http: ['errors'],
+  config: ['errors', 'logging', 'util'],
+  kv: ['config', 'errors', 'logging', 'util'],
+  transfer: ['errors', 'logging', 'util'],
+  connector: ['config', 'kv', 'errors', 'logging', 'util'],
+  'connectors/*': ['connector', 'transfer', 'kv', 'config', 'errors', 'logging', 'util'],
+  engine: ['connector', 'kv', 'config', 'errors', 'logging', 'util'],
+  server: ['engine', 'connector', 'config', 'http', 'errors', 'logging', 'util'],
+  proxy: ['config', 'http', 'errors', 'logging', 'util'],
+  demo: ['proxy', 'connector', 'config', 'errors', 'logging', 'util'],
+  'bench-serve': ['errors', 'logging', 'util'],
+  cli: ['*'],
+  '(root)': ['*'],
+};
+
+/** Edges allowed only as a dynamic import: the registry's lazy connector loaders. */
+const LAZY: Record<string, readonly string[]> = { connector: ['connectors/*'] };
+
+type EdgeKind = 'static' | 'dynamic' | 'type';
+interface Edge {
+  from: string;
+  to: string;
+  kind: EdgeKind;
+}
+
+/** The layer of a path relative to src/: its top folder, or `connectors/<name>`. */
+function layerOf(file: string): string {
+  const parts = file.split('/');
+  if (parts.length === 1) return '(root)';
+  return parts[0] === 'connectors' ? `connectors/${parts[1]}` : parts[0]!;
+}
+
+function tableKey(layer: string): string {
+  return layer.startsWith('connectors/') ? 'connectors/*' : layer;
+}
+
+/** Edges that cross layers without the table's permission, as readable lines. */
+function layerViolations(edges: readonly Edge[]): string[] {
+  const out: string[] = [];
+  for (const e of edges) {
+    const from = layerOf(e.from);
+    const to = layerOf(e.to);
+    if (from === to) continue;
+    const allowed = LAYERS[tableKey(from)];
+    if (allowed === undefined) {
+      out.push(`${e.from}: folder ${from} is not in the layer table`);
+      continue;
+    }
+    if (allowed.includes('*') || allowed.includes(tableKey(to))) continue;
+    if (e.kind === 'dynamic' && LAZY[tableKey(from)]?.includes(tableKey(to))) continue;
+    out.push(`${e.from} -> ${e.to} (${e.kind}): ${from} may not import ${to}`);
+  }
+  return out;
+}
+
+/** Every cycle of static imports (one per strongly connected component), as file lists. */
+function importCycles(edges: readonly Edge[]): string[][] {
+  const next = new Map<string, string[]>();
+  for (const e of edges) {
+    if (e.kind !== 'static') continue;
+    next.set(e.from, [...(next.get(e.from) ?? []), e.to]);
+  }
+  // Tarjan's strongly connected components.
+  const index = new Map<string, number>();
+  const low = new Map<string, number>();
+  const stack: string[] = [];
+  const onStack = new Set<string>();
+  const cycles: string[][] = [];
+  const visit = (v: string): void => {
+    index.set(v, index.size);
+    low.set(v, index.get(v)!);
+    stack.push(v);
+    onStack.add(v);
+    for (const w of next.get(v) ?? []) {
+      if (!index.has(w)) {
+        visit(w);
+        low.set(v, Math.min(low.get(v)!, low.get(w)!));
+      } else if (onStack.has(w)) {
+        low.set(v, Math.min(low.get(v)!, index.get(w)!));
+      }
+    }
+    if (low.get(v) !== index.get(v)) return;
+    const scc: string[] = [];
+    let w: string;
+    do {
+      w = stack.pop()!;
+      onStack.delete(w);
+      scc.push(w);
+    } while (w !== v);
+    if (scc.length > 1 || next.get(v)?.includes(v)) cycles.push(scc.sort());
+  };
+  for (const v of next.keys()) if (!index.has(v)) visit(v);
+  return cycles;
+}
+
+function sourceFiles(dir: string): string[] {
+  return readdirSync(dir, { withFileTypes: true }).flatMap((d) =>
+    d.isDirectory() ? sourceFiles(join(dir, d.name)) : d.name.endsWith('.ts') ? [join(dir, d.name)] : [],
+  );
+}
+
+const TYPE_ONLY = /^(?:import|export) type\b[^;]*?\bfrom\s+'(\.[^']+)'/gm;
+
+/** Every import between files of src/, paths relative to src/. */
+async function sourceGraph(): Promise<Edge[]> {
+  const files = sourceFiles(SRC);
+  const result = await build({
+    entryPoints: files,
+    absWorkingDir: ROOT,
+    bundle: true,
+    write: false,
+    metafile: true,
+    splitting: true,
+    format: 'esm',
+    platform: 'node',
+    packages: 'external',
+    outdir: join(ROOT, 'dist-architecture'),
+    tsconfig: join(ROOT, 'tsconfig.json'),
+    logLevel: 'silent',
+  });
+  const toSrc = (p: string): string => posix.normalize(relative(SRC, join(ROOT, p)).split('\\').join('/'));
+  const edges: Edge[] = [];
+  for (const [input, meta] of Object.entries(result.metafile.inputs)) {
+    if (!input.startsWith('src/')) continue;
+    for (const imp of meta.imports) {
+      if (imp.external || !imp.path.startsWith('src/')) continue;
+      edges.push({
+        from: toSrc(input),
+        to: toSrc(imp.path),
+        kind: imp.kind === 'dynamic-import' ? 'dynamic' : 'static',
+      });
+    }
+  }
+  for (const file of files) {
+    for (const m of readFileSync(file, 'utf8').matchAll(TYPE_ONLY)) {
+      const target = join(dirname(file), m[1]!);
+      edges.push({ from: relative(SRC, file), to: relative(SRC, target), kind: 'type' });
+    }
+  }
+  return edges;
+}
+
+describe('architecture', () => {
+  test('src/ follows the layer table (value, dynamic and type imports)', async () => {
+    const edges = await sourceGraph();
+    assert.ok(edges.length > 500, `the graph looks incomplete: ${edges.length} edges`);
+    assert.ok(
+      edges.some((e) => e.kind === 'dynamic' && e.from === 'connector/registry.ts'),
+      'the registry loads connectors lazily',
+    );
+    assert.ok(edges.some((e) => e.kind === 'type'));
+    assert.deepEqual(layerViolations(edges), []);
+  });
+
+  test('src/ has no runtime import cycle', async () => {
+    assert.deepEqual(importCycles(await sourceGraph()), []);
+  });
+
+  test('the checks find a forbidden edge, a non-lazy connector import and a cycle', () => {
+    const bad: Edge[] = [
+      { from: 'config/types.ts', to: 'kv/interfaces.ts', kind: 'type' },
+      { from: 'connectors/moriio/scheduler.ts', to: 'connectors/nixl/index.ts', kind: 'static' },
+      { from: 'connector/registry.ts', to: 'connectors/nixl/index.ts', kind: 'static' },
+      { from: 'connector/registry.ts', to: 'connectors/nixl/index.ts', kind: 'dynamic' },
+      { from: 'demo/x.ts', to: 'cli/program.ts', kind: 'static' },
+      { from: 'cli/program.ts', to: 'demo/x.ts', kind: 'static' },
+      { from: 'newfolder/a.ts', to: 'errors/index.ts', kind: 'static' },
+    ];
+    assert.deepEqual(layerViolations(bad), [
+      'config/types.ts -> kv/interfaces.ts (type): config may not import kv',
+      'connectors/moriio/scheduler.ts -> connectors/nixl/index.ts (static): connectors/moriio may not import connectors/nixl',
+      'connector/registry.ts -> connectors/nixl/index.ts (static): connector may not import connectors/nixl',
+      'demo/x.ts -> cli/program.ts (static): demo may not import cli',
+      'newfolder/a.ts: folder newfolder is not in the layer table',
+    ]);
+    assert.deepEqual(importCycles(bad), [['cli/program.ts', 'demo/x.ts']]);
+    assert.deepEqual(
+      importCycles([
+        { from: 'a.ts', to: 'b.ts', kind: 'static' },
+        { from: 'b.ts', to: 'a.ts', kind: 'type' },
+        { from: 'b.ts', to: 'a.ts', kind: 'dynamic' },
+      ]),
+      [],
+      'type-only and dynamic imports do not make a runtime cycle',
+    );
+  });
+});

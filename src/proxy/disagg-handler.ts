@@ -108,12 +108,14 @@ export async function handleCompletion(
     headers: Record<string, string>,
   ): Promise<UpstreamResponse> => {
     try {
-      return await upstream.postJson(
+      const res = await upstream.postJson(
         `${backend.url}${path}`,
         legBody,
         { ...extra, ...headers },
         abort.signal,
       );
+      backend.answeredAt = Date.now();
+      return res;
     } catch (e) {
       if (!abort.signal.aborted && isConnectError(e)) pool.markDown(backend, String((e as Error).message));
       throw abort.signal.aborted ? e : upstreamUnreachable(backend.role, backend.url, e);

@@ -13,6 +13,11 @@ export interface UpstreamResponse {
 
 export class Upstream {
   readonly #agent = new Agent({ keepAliveTimeout: 30_000, connections: 256 });
+  /**
+   * Health and info probes get their own connections: on the request pool they would queue
+   * behind up to 256 long requests and time out, and a busy backend would look dead.
+   */
+  readonly #probes = new Agent({ keepAliveTimeout: 30_000, connections: 2 });
 
   async postJson(
     url: string,
@@ -36,14 +41,15 @@ export class Upstream {
     url: string,
     signal: AbortSignal,
     headers: Record<string, string> = {},
+    dispatcher: Dispatcher = this.#agent,
   ): Promise<UpstreamResponse> {
-    const res = await request(url, { method: 'GET', dispatcher: this.#agent, headers, signal });
+    const res = await request(url, { method: 'GET', dispatcher, headers, signal });
     return { status: res.statusCode, headers: res.headers, body: res.body };
   }
 
-  /** GET with a deadline; the body is parsed as JSON when it is JSON, else returned as text. */
+  /** A probe (health, info): GET with a deadline; the body is parsed as JSON when it is JSON, else text. */
   async getJson(url: string, timeoutMs: number): Promise<{ status: number; json: unknown }> {
-    const res = await this.get(url, AbortSignal.timeout(timeoutMs));
+    const res = await this.get(url, AbortSignal.timeout(timeoutMs), {}, this.#probes);
     const text = await res.body.text();
     try {
       return { status: res.status, json: text.length > 0 ? JSON.parse(text) : null };
@@ -53,6 +59,6 @@ export class Upstream {
   }
 
   async close(): Promise<void> {
-    await this.#agent.destroy();
+    await Promise.all([this.#agent.destroy(), this.#probes.destroy()]);
   }
 }

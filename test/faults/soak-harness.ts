@@ -1,0 +1,318 @@
+/**
+ * The P/D soak shared by test/faults/soak.test.ts and `npm run bench -- soak`: a prefill and
+ * a decode server (NixlConnector) in their own processes, the proxy in front, and a client
+ * that sends a seeded mix of requests at a fixed concurrency: prompt lengths up to
+ * max_model_len, streaming and not, some cancelled by the client mid-stream, and a decode KV
+ * pool small enough that the decode engine preempts. It runs in batches and reads both
+ * servers' RSS (after a GC), KV usage and preemptions whenever the servers are idle.
+ */
+import { type ChildProcessByStdio, spawn } from 'node:child_process';
+import { createInterface } from 'node:readline';
+import type { Readable, Writable } from 'node:stream';
+import { fileURLToPath } from 'node:url';
+import { LLM } from '../../src/engine/llm.ts';
+import { type RunningProxy, resolveProxyOptions, startProxy } from '../../src/proxy/proxy-server.ts';
+import { seededRandom } from '../../src/util/seeded-random.ts';
+import { waitUntil } from '../helpers/wait-until.ts';
+
+const SERVER = fileURLToPath(new URL('./fixtures/server-child.ts', import.meta.url));
+
+export interface SoakConfig {
+  readonly requests: number;
+  readonly batches: number;
+  readonly concurrency: number;
+  readonly maxModelLen: number;
+  readonly prefillBlocks: number;
+  readonly decodeBlocks: number;
+  readonly decodeMaxNumSeqs: number;
+  readonly cancelFraction: number;
+  /** Every n-th completed request is checked token by token against a single engine. */
+  readonly checkEvery: number;
+  readonly seed: number;
+}
+
+export interface ServerStats {
+  rss: number;
+  heapUsed: number;
+  numPreemptions: number;
+  kvCacheUsage: number;
+  running: number;
+  waiting: number;
+}
+
+interface ServerChild {
+  readonly url: string;
+  stats(): Promise<ServerStats>;
+  stop(): Promise<void>;
+}
+
+async function startServer(options: Record<string, unknown>): Promise<ServerChild> {
+  const proc: ChildProcessByStdio<Writable, Readable, null> = spawn(
+    process.execPath,
+    ['--expose-gc', '--import', 'tsx', SERVER, JSON.stringify(options)],
+    {
+      stdio: ['pipe', 'pipe', 'inherit'],
+      env: { ...process.env, KVCONNECT_LOG_LEVEL: process.env['SOAK_SERVER_LOG'] ?? 'error' },
+    },
+  );
+  const exited = new Promise<void>((r) => proc.once('exit', () => r()));
+  const lines = createInterface({ input: proc.stdout })[Symbol.asyncIterator]();
+  const next = async (): Promise<Record<string, unknown>> => {
+    const l = await lines.next();
+    if (l.done) throw new Error('the soak server exited');
+    return JSON.parse(l.value) as Record<string, unknown>;
+  };
+  const { url } = (await next()) as { url: string };
+  return {
+    url,
+    stats: async () => {
+      proc.stdin.write('stats\n');
+      return (await next()) as unknown as ServerStats;
+    },
+    stop: async () => {
+      if (proc.exitCode === null && proc.signalCode === null) proc.stdin.write('exit\n');
+      const timer = setTimeout(() => proc.kill('SIGKILL'), 5000);
+      await exited;
+      clearTimeout(timer);
+    },
+  };
+}
+
+export interface SoakCluster {
+  readonly prefill: ServerChild;
+  readonly decode: ServerChild;
+  readonly proxy: RunningProxy;
+  close(): Promise<void>;
+}
+
+function nixl(role: 'kv_producer' | 'kv_consumer', id: string) {
+  return {
+    kv_connector: 'NixlConnector',
+    kv_role: role,
+    engine_id: id,
+    kv_load_failure_policy: 'fail',
+    kv_connector_extra_config: { side_channel_port: 0 },
+  };
+}
+
+export async function startSoakCluster(cfg: SoakConfig): Promise<SoakCluster> {
+  const base = { model: 'tiny', max_model_len: cfg.maxModelLen };
+  const [prefill, decode] = await Promise.all([
+    startServer({
+      ...base,
+      num_gpu_blocks: cfg.prefillBlocks,
+      max_num_seqs: 256,
+      kv_transfer_config: nixl('kv_producer', 'soak-prefill'),
+    }),
+    startServer({
+      ...base,
+      num_gpu_blocks: cfg.decodeBlocks,
+      max_num_seqs: cfg.decodeMaxNumSeqs,
+      kv_transfer_config: nixl('kv_consumer', 'soak-decode'),
+    }),
+  ]);
+  const proxy = await startProxy(
+    resolveProxyOptions({
+      prefill: [prefill.url],
+      decode: [decode.url],
+      port: 0,
+      kvConnector: 'NixlConnector',
+    }),
+  );
+  return {
+    prefill,
+    decode,
+    proxy,
+    close: async () => {
+      await proxy.close();
+      await Promise.all([prefill.stop(), decode.stop()]);
+    },
+  };
+}
+
+export interface SoakRequest {
+  readonly prompt: number[];
+  readonly maxTokens: number;
+  readonly stream: boolean;
+  readonly cancel: boolean;
+}
+
+/**
+ * The seeded mix: 70% short prompts (4–31 tokens), 25% medium (up to a third of the room),
+ * 5% as long as max_model_len allows; 30% share one of 8 prefixes; 1–8 new tokens each.
+ */
+export function soakWorkload(cfg: SoakConfig): SoakRequest[] {
+  const rnd = seededRandom(cfg.seed);
+  const prefixes = Array.from({ length: 8 }, (_, k) =>
+    Array.from({ length: 32 }, (_, i) => (i * (7 + 2 * k) + 11 * k + 1) % 256),
+  );
+  return Array.from({ length: cfg.requests }, () => {
+    const maxTokens = 1 + Math.floor(rnd() * 8);
+    const r = rnd();
+    const room = cfg.maxModelLen - maxTokens;
+    const medium = Math.floor(room / 3);
+    const length = r < 0.7 ? 4 + Math.floor(rnd() * 28) : r < 0.95 ? 32 + Math.floor(rnd() * medium) : room;
+    const shared = rnd() < 0.3 ? prefixes[Math.floor(rnd() * prefixes.length)]! : [];
+    const prompt = [...shared, ...Array.from({ length }, () => Math.floor(rnd() * 256))].slice(
+      0,
+      Math.min(length, room),
+    );
+    const cancel = rnd() < cfg.cancelFraction;
+    return { prompt, maxTokens, stream: cancel || rnd() < 0.5, cancel };
+  });
+}
+
+export interface Checked {
+  readonly prompt: number[];
+  readonly maxTokens: number;
+  readonly tokenIds: number[];
+}
+
+export interface BatchResult {
+  completed: number;
+  cancelled: number;
+  failures: string[];
+  checked: Checked[];
+  seconds: number;
+  prefill: ServerStats;
+  decode: ServerStats;
+}
+
+interface Completion {
+  choices?: Array<{ finish_reason?: string | null; logprobs?: { tokens?: string[] } | null; text?: string }>;
+  usage?: { completion_tokens?: number };
+  error?: { message?: string };
+}
+
+function tokenIds(labels: readonly string[]): number[] {
+  return labels.map((l) => Number(/^token_id:(\d+)$/.exec(l)?.[1] ?? Number.NaN));
+}
+
+/** Sends one request; resolves with what went wrong (null = answered as asked, or cancelled). */
+async function send(url: string, r: SoakRequest, check: boolean, checked: Checked[]): Promise<string | null> {
+  const abort = new AbortController();
+  const body = {
+    model: 'tiny',
+    prompt: r.prompt,
+    max_tokens: r.maxTokens,
+    temperature: 0,
+    ignore_eos: true,
+    stream: r.stream,
+    ...(r.stream ? { stream_options: { include_usage: true } } : {}),
+    ...(check ? { logprobs: 0, return_tokens_as_token_ids: true } : {}),
+  };
+  let res: Response;
+  try {
+    res = await fetch(`${url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(body),
+      signal: abort.signal,
+    });
+  } catch (e) {
+    return `request failed: ${String(e)}`;
+  }
+  if (res.status !== 200) return `HTTP ${res.status}: ${(await res.text()).slice(0, 200)}`;
+  const chunks: Completion[] = [];
+  if (!r.stream) {
+    chunks.push((await res.json()) as Completion);
+  } else {
+    const reader = res.body!.getReader();
+    const decoder = new TextDecoder();
+    let buf = '';
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      if (r.cancel) {
+        abort.abort();
+        return null;
+      }
+      buf += decoder.decode(value, { stream: true });
+      let nl = buf.indexOf('\n');
+      while (nl >= 0) {
+        const line = buf.slice(0, nl).trim();
+        buf = buf.slice(nl + 1);
+        nl = buf.indexOf('\n');
+        if (line.startsWith('data: ') && line !== 'data: [DONE]')
+          chunks.push(JSON.parse(line.slice(6)) as Completion);
+      }
+    }
+    if (r.cancel) return null;
+  }
+  const error = chunks.find((c) => c.error);
+  if (error) return `error event: ${error.error?.message ?? ''}`;
+  const finish = chunks.map((c) => c.choices?.[0]?.finish_reason).find((f) => f);
+  if (finish !== 'length') return `finish_reason ${String(finish)}`;
+  const count = chunks.map((c) => c.usage?.completion_tokens).find((n) => n !== undefined);
+  if (count !== r.maxTokens) return `${count} completion tokens for max_tokens ${r.maxTokens}`;
+  if (check) {
+    const labels = chunks.flatMap((c) => c.choices?.[0]?.logprobs?.tokens ?? []);
+    if (labels.length !== r.maxTokens) return `${labels.length} token ids for max_tokens ${r.maxTokens}`;
+    checked.push({ prompt: r.prompt, maxTokens: r.maxTokens, tokenIds: tokenIds(labels) });
+  }
+  return null;
+}
+
+/** Sends `items` at `concurrency`, then waits until both servers are idle and reads them. */
+export async function runBatch(
+  cluster: SoakCluster,
+  items: readonly SoakRequest[],
+  cfg: SoakConfig,
+  firstIndex: number,
+): Promise<BatchResult> {
+  const failures: string[] = [];
+  const checked: Checked[] = [];
+  let next = 0;
+  let completed = 0;
+  let cancelled = 0;
+  const t0 = performance.now();
+  await Promise.all(
+    Array.from({ length: cfg.concurrency }, async () => {
+      for (;;) {
+        const i = next++;
+        const r = items[i];
+        if (!r) return;
+        const check = !r.cancel && (firstIndex + i) % cfg.checkEvery === 0;
+        const failure = await send(cluster.proxy.url, r, check, checked);
+        if (failure) failures.push(`request ${firstIndex + i} (${r.prompt.length} tokens): ${failure}`);
+        else if (r.cancel) cancelled++;
+        else completed++;
+      }
+    }),
+  );
+  const seconds = (performance.now() - t0) / 1000;
+  const idle = async (s: ServerChild) =>
+    waitUntil(
+      'the server to go idle with no block held',
+      async () => {
+        const st = await s.stats();
+        return st.running === 0 && st.waiting === 0 && st.kvCacheUsage === 0 ? st : null;
+      },
+      { timeoutMs: 60_000, intervalMs: 100 },
+    );
+  const [prefill, decode] = [await idle(cluster.prefill), await idle(cluster.decode)];
+  return { completed, cancelled, failures, checked, seconds, prefill, decode };
+}
+
+/** Token ids of a single engine for the checked requests, in order. */
+export async function singleEngineTokens(cfg: SoakConfig, checked: readonly Checked[]): Promise<number[][]> {
+  const llm = await LLM.create({ model: 'tiny', max_model_len: cfg.maxModelLen, num_gpu_blocks: 2048 });
+  try {
+    const out: number[][] = new Array(checked.length);
+    for (const maxTokens of new Set(checked.map((c) => c.maxTokens))) {
+      const idx = checked.flatMap((c, i) => (c.maxTokens === maxTokens ? [i] : []));
+      const outs = await llm.generate(
+        idx.map((i) => ({ promptTokenIds: checked[i]!.prompt })),
+        { maxTokens, temperature: 0, ignoreEos: true },
+      );
+      idx.forEach((i, k) => {
+        out[i] = outs[k]!.tokenIds;
+      });
+    }
+    return out;
+  } finally {
+    await llm.shutdown();
+  }
+}
+
+export const MiB = 1 << 20;

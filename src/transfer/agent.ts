@@ -234,6 +234,8 @@ export class TransferAgent {
         { hint: 'Run the same kvconnect version on both engines.' },
       );
     }
+    // The same metadata again (a repeated handshake) keeps the live connection and its transfers.
+    if (JSON.stringify(this.#remotes.get(meta.agentName)) === JSON.stringify(meta)) return meta.agentName;
     const old = this.#peers.get(meta.agentName);
     if (old) {
       old.close('remote agent re-added');

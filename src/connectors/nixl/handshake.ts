@@ -30,6 +30,8 @@ export class RemoteEngines {
   readonly #agent: TransferAgentLike;
   readonly #settings: HandshakeSettings;
   readonly #engines = new Map<string, Promise<string>>();
+  /** The handshakes in #engines that have finished. */
+  readonly #settled = new WeakSet<Promise<string>>();
   readonly #lastUsed = new Map<string, number>();
 
   constructor(agent: TransferAgentLike, settings: HandshakeSettings) {
@@ -43,9 +45,13 @@ export class RemoteEngines {
     this.#lastUsed.set(key, Date.now());
     let p = this.#engines.get(key);
     if (!p) {
-      p = this.#handshake(remote, tpRank);
-      this.#engines.set(key, p);
-      p.catch(() => this.#engines.delete(key));
+      const started = this.#handshake(remote, tpRank);
+      this.#engines.set(key, started);
+      started.then(
+        () => this.#settled.add(started),
+        () => this.#engines.delete(key),
+      );
+      p = started;
     }
     return p;
   }
@@ -73,11 +79,14 @@ export class RemoteEngines {
   }
 
   /**
-   * Drops the cached handshake, so the next connect() asks the side channel again: the
-   * engine may have restarted under the same id with its agent on another port.
+   * Drops a finished cached handshake, so the next connect() asks the side channel again:
+   * the engine may have restarted under the same id with its agent on another port. One in
+   * progress is kept (many failed loads of one engine share a single new handshake).
    */
   forget(remote: RemoteEndpoint, tpRank: number): void {
-    this.#engines.delete(engineKey(remote, tpRank));
+    const key = engineKey(remote, tpRank);
+    const p = this.#engines.get(key);
+    if (p && this.#settled.has(p)) this.#engines.delete(key);
   }
 
   /** Forgets engines idle for longer than `ttlSeconds` (engine_ttl; ≤ 0 disables). */

@@ -29,6 +29,7 @@ import { isEmptyNixlStats, statsFromTransfer } from './stats.ts';
 import {
   HEARTBEAT_PREFIX,
   type HeartbeatJob,
+  heartbeatMessages,
   type NixlStepMetadata,
   PUSH_NACK_PREFIX,
   PUSH_REGISTRATION_PREFIX,
@@ -369,7 +370,8 @@ export class NixlWorker {
       // Every producer rank mapped to this rank holds the blocks under its own lease.
       for (const rank of handshakeTargetRanks(this.tpSize, this.tpRank, hb.remote.tpSize)) {
         const name = await ctx.engines.connect(hb.remote, rank);
-        await ctx.agent.sendNotification(name, HEARTBEAT_PREFIX + hb.remoteRequestIds.join(','));
+        for (const message of heartbeatMessages(hb.remoteRequestIds))
+          await ctx.agent.sendNotification(name, message);
       }
     };
     send().catch((e: unknown) => log.warn('NIXL heartbeat to %s failed: %s', hb.remote.engineId, String(e)));

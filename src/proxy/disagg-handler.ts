@@ -48,11 +48,13 @@ async function parseClientBody(req: IncomingMessage): Promise<Json> {
   return body as Json;
 }
 
+/**
+ * Nothing listens there: the backend is down. A reset or closed socket is not evidence of
+ * that (a busy server can drop one connection), so those are left to the health checks.
+ */
 function isConnectError(e: unknown): boolean {
   const code = (e as { code?: unknown })?.code;
-  return (
-    code === 'ECONNREFUSED' || code === 'UND_ERR_SOCKET' || code === 'ECONNRESET' || code === 'EHOSTUNREACH'
-  );
+  return code === 'ECONNREFUSED' || code === 'EHOSTUNREACH';
 }
 
 export async function handleCompletion(

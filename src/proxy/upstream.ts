@@ -11,13 +11,19 @@ export interface UpstreamResponse {
   body: Dispatcher.ResponseData['body'];
 }
 
+/**
+ * Idle connections to a backend are dropped after 4 s, before any backend drops them (ours
+ * keep them 65 s, uvicorn 5 s), so a request never goes out on a socket being closed.
+ */
+const IDLE = { keepAliveTimeout: 4_000, keepAliveMaxTimeout: 4_000 } as const;
+
 export class Upstream {
-  readonly #agent = new Agent({ keepAliveTimeout: 30_000, connections: 256 });
+  readonly #agent = new Agent({ ...IDLE, connections: 256 });
   /**
    * Health and info probes get their own connections: on the request pool they would queue
    * behind up to 256 long requests and time out, and a busy backend would look dead.
    */
-  readonly #probes = new Agent({ keepAliveTimeout: 30_000, connections: 2 });
+  readonly #probes = new Agent({ ...IDLE, connections: 2 });
 
   async postJson(
     url: string,

@@ -40,9 +40,11 @@ export interface ServerStats {
   waiting: number;
 }
 
-interface ServerChild {
+export interface ServerChild {
   readonly url: string;
   stats(): Promise<ServerStats>;
+  /** Debugging: the scheduler's request states. */
+  dump(): Promise<unknown>;
   stop(): Promise<void>;
 }
 
@@ -69,6 +71,10 @@ async function startServer(options: Record<string, unknown>): Promise<ServerChil
       proc.stdin.write('stats\n');
       return (await next()) as unknown as ServerStats;
     },
+    dump: async () => {
+      proc.stdin.write('dump\n');
+      return next();
+    },
     stop: async () => {
       if (proc.exitCode === null && proc.signalCode === null) proc.stdin.write('exit\n');
       const timer = setTimeout(() => proc.kill('SIGKILL'), 5000);
@@ -78,7 +84,13 @@ async function startServer(options: Record<string, unknown>): Promise<ServerChil
   };
 }
 
-export interface SoakCluster {
+/** Where the client sends requests, and the servers it reads figures from when idle. */
+export interface SoakTarget {
+  readonly url: string;
+  readonly servers: readonly ServerChild[];
+}
+
+export interface SoakCluster extends SoakTarget {
   readonly prefill: ServerChild;
   readonly decode: ServerChild;
   readonly proxy: RunningProxy;
@@ -91,7 +103,8 @@ function nixl(role: 'kv_producer' | 'kv_consumer', id: string) {
     kv_role: role,
     engine_id: id,
     kv_load_failure_policy: 'fail',
-    kv_connector_extra_config: { side_channel_port: 0 },
+    // tcp (as between hosts): an shm ring would add up to 64 MiB of RSS as it first wraps.
+    kv_connector_extra_config: { side_channel_port: 0, backends: ['TCP'] },
   };
 }
 
@@ -120,6 +133,8 @@ export async function startSoakCluster(cfg: SoakConfig): Promise<SoakCluster> {
     }),
   );
   return {
+    url: proxy.url,
+    servers: [prefill, decode],
     prefill,
     decode,
     proxy,
@@ -128,6 +143,17 @@ export async function startSoakCluster(cfg: SoakConfig): Promise<SoakCluster> {
       await Promise.all([prefill.stop(), decode.stop()]);
     },
   };
+}
+
+/** One engine serving the same workload alone (the baseline the P/D pair is compared with). */
+export async function startPlainServer(cfg: SoakConfig): Promise<SoakTarget & { close(): Promise<void> }> {
+  const server = await startServer({
+    model: 'tiny',
+    max_model_len: cfg.maxModelLen,
+    num_gpu_blocks: cfg.prefillBlocks,
+    max_num_seqs: 256,
+  });
+  return { url: server.url, servers: [server], close: () => server.stop() };
 }
 
 export interface SoakRequest {
@@ -174,8 +200,10 @@ export interface BatchResult {
   failures: string[];
   checked: Checked[];
   seconds: number;
-  prefill: ServerStats;
-  decode: ServerStats;
+  /** Time to the whole answer of each completed request. */
+  latenciesMs: number[];
+  /** Each server of the target once idle again, in the target's order. */
+  servers: ServerStats[];
 }
 
 interface Completion {
@@ -190,6 +218,19 @@ function tokenIds(labels: readonly string[]): number[] {
 
 /** Sends one request; resolves with what went wrong (null = answered as asked, or cancelled). */
 async function send(url: string, r: SoakRequest, check: boolean, checked: Checked[]): Promise<string | null> {
+  try {
+    return await exchange(url, r, check, checked);
+  } catch (e) {
+    return `request failed: ${String(e)}`;
+  }
+}
+
+async function exchange(
+  url: string,
+  r: SoakRequest,
+  check: boolean,
+  checked: Checked[],
+): Promise<string | null> {
   const abort = new AbortController();
   const body = {
     model: 'tiny',
@@ -201,17 +242,12 @@ async function send(url: string, r: SoakRequest, check: boolean, checked: Checke
     ...(r.stream ? { stream_options: { include_usage: true } } : {}),
     ...(check ? { logprobs: 0, return_tokens_as_token_ids: true } : {}),
   };
-  let res: Response;
-  try {
-    res = await fetch(`${url}/v1/completions`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify(body),
-      signal: abort.signal,
-    });
-  } catch (e) {
-    return `request failed: ${String(e)}`;
-  }
+  const res = await fetch(`${url}/v1/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+    signal: abort.signal,
+  });
   if (res.status !== 200) return `HTTP ${res.status}: ${(await res.text()).slice(0, 200)}`;
   const chunks: Completion[] = [];
   if (!r.stream) {
@@ -255,7 +291,7 @@ async function send(url: string, r: SoakRequest, check: boolean, checked: Checke
 
 /** Sends `items` at `concurrency`, then waits until both servers are idle and reads them. */
 export async function runBatch(
-  cluster: SoakCluster,
+  target: SoakTarget,
   items: readonly SoakRequest[],
   cfg: SoakConfig,
   firstIndex: number,
@@ -266,6 +302,25 @@ export async function runBatch(
   let completed = 0;
   let cancelled = 0;
   const t0 = performance.now();
+  const inflight = new Map<number, number>();
+  const latenciesMs: number[] = [];
+  const trace = process.env['SOAK_TRACE']
+    ? setInterval(async () => {
+        const stats = await Promise.all(target.servers.map((x) => x.stats()));
+        const old = [...inflight].filter(([, at]) => performance.now() - at > 20_000).map(([i]) => i);
+        const shown = stats.map(
+          (st) =>
+            `run ${st.running} wait ${st.waiting} kv ${st.kvCacheUsage.toFixed(2)} preempt ${st.numPreemptions}`,
+        );
+        console.error(
+          `[soak ${((performance.now() - t0) / 1000).toFixed(0)} s] next ${next} done ${completed + cancelled} ` +
+            `${shown.join(' | ')} older than 20 s: ${old.length} [${old.slice(0, 8).join(',')}]`,
+        );
+        if (old.length > 0 && old.length === inflight.size) {
+          for (const x of target.servers) console.error(`[soak] ${JSON.stringify(await x.dump())}`);
+        }
+      }, 5000)
+    : null;
   await Promise.all(
     Array.from({ length: cfg.concurrency }, async () => {
       for (;;) {
@@ -273,7 +328,11 @@ export async function runBatch(
         const r = items[i];
         if (!r) return;
         const check = !r.cancel && (firstIndex + i) % cfg.checkEvery === 0;
-        const failure = await send(cluster.proxy.url, r, check, checked);
+        const sentAt = performance.now();
+        inflight.set(firstIndex + i, sentAt);
+        const failure = await send(target.url, r, check, checked);
+        inflight.delete(firstIndex + i);
+        if (!failure && !r.cancel) latenciesMs.push(performance.now() - sentAt);
         if (failure) failures.push(`request ${firstIndex + i} (${r.prompt.length} tokens): ${failure}`);
         else if (r.cancel) cancelled++;
         else completed++;
@@ -281,6 +340,7 @@ export async function runBatch(
     }),
   );
   const seconds = (performance.now() - t0) / 1000;
+  if (trace) clearInterval(trace);
   const idle = async (s: ServerChild) =>
     waitUntil(
       'the server to go idle with no block held',
@@ -290,8 +350,9 @@ export async function runBatch(
       },
       { timeoutMs: 60_000, intervalMs: 100 },
     );
-  const [prefill, decode] = [await idle(cluster.prefill), await idle(cluster.decode)];
-  return { completed, cancelled, failures, checked, seconds, prefill, decode };
+  const servers: ServerStats[] = [];
+  for (const x of target.servers) servers.push(await idle(x));
+  return { completed, cancelled, failures, checked, seconds, latenciesMs, servers };
 }
 
 /** Token ids of a single engine for the checked requests, in order. */

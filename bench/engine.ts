@@ -1,7 +1,9 @@
 /**
- * `npm run bench -- engine [--prompt 512] [--decode-steps 32] [--rounds 3]`: the WASM matmul kernel's
- * peak (baseline, same run), then the `tiny` model's prefill and decode throughput through
- * paged KV, with achieved GFLOPS and their ratio to the kernel peak.
+ * `npm run bench -- engine [--prompt 512] [--decode-steps 32] [--rounds 5]`: the matmul
+ * kernel's peak (the baseline), the `tiny` model's prefill and its decode throughput
+ * through paged KV (against the gathering attention as a decode baseline), measured once
+ * each per round. Ratios (achieved GFLOPS / that round's kernel peak, paged / gather) are
+ * per round; every figure is the median of the rounds with min–max.
  */
 import { getModelPreset } from '../src/config/model-presets.ts';
 import { WasmRuntime } from '../src/engine/model/kernels/wasm-matmul.ts';
@@ -9,13 +11,10 @@ import { DECODE_ATTENTION_MAX_TOKENS } from '../src/engine/model/llama.ts';
 import { loadModel } from '../src/engine/model/load.ts';
 import { buildKVCacheConfig } from '../src/kv/kv-cache-config.ts';
 import { SharedPagedKVMemory } from '../src/kv/paged-memory.ts';
+import { fmt, json, loadAverage, numberFlag, type Summary, summarize } from './_rounds.ts';
 
-function arg(args: string[], name: string, fallback: number): number {
-  const i = args.indexOf(name);
-  return i >= 0 ? Number(args[i + 1]) : fallback;
-}
-
-function kernelGflops(m: number, n: number, k: number): number {
+/** GFLOPS of repeated m×k · k×n products for `ms` milliseconds. */
+function kernelGflops(m: number, n: number, k: number, ms = 750): number {
   const rt = new WasmRuntime();
   const a = rt.alloc(m * k);
   const b = rt.alloc(k * n);
@@ -24,7 +23,7 @@ function kernelGflops(m: number, n: number, k: number): number {
   rt.matmul(m, n, k, a, k, b, n, c, n);
   let iters = 0;
   const t0 = performance.now();
-  while (performance.now() - t0 < 1500) {
+  while (performance.now() - t0 < ms) {
     rt.matmul(m, n, k, a, k, b, n, c, n);
     iters++;
   }
@@ -32,12 +31,9 @@ function kernelGflops(m: number, n: number, k: number): number {
 }
 
 export async function main(args: string[]): Promise<void> {
-  const promptLen = arg(args, '--prompt', 512);
-  const decodeSteps = arg(args, '--decode-steps', 32);
-  const rounds = arg(args, '--rounds', 3);
-  const peakSmall = kernelGflops(256, 768, 768);
-  const peakLarge = kernelGflops(1024, 1024, 1024);
-  const peak = Math.max(peakSmall, peakLarge);
+  const promptLen = numberFlag(args, 'prompt', 512);
+  const decodeSteps = numberFlag(args, 'decode-steps', 32);
+  const rounds = numberFlag(args, 'rounds', 5);
 
   const config = getModelPreset('tiny')!.config;
   const model = loadModel('tiny');
@@ -80,10 +76,6 @@ export async function main(args: string[]): Promise<void> {
     );
     return (performance.now() - t0) / 1000;
   };
-  await prefill(8);
-  const runs: number[] = [];
-  for (let i = 0; i < 3; i++) runs.push(await prefill(8));
-  const prefillSec = Math.min(...runs);
   let prefillFlops = matmulFlopsPerToken * promptLen + headFlops;
   for (let p = 0; p < promptLen; p++) prefillFlops += attnFlops(p + 1);
 
@@ -109,87 +101,176 @@ export async function main(args: string[]): Promise<void> {
     const sec = (performance.now() - t0) / 1000;
     return { tokPerSec: (batch * decodeSteps) / sec, gflops: flops / sec / 1e9 };
   };
-  // The baseline (every sequence through the gathering prefill attention) and the paged
-  // decode attention alternate round by round; the best round of each counts, so a busy
-  // shared machine penalises both alike.
-  type Decode = { tokPerSec: number; gflops: number };
-  const best = (a: Decode | undefined, b: Decode) => (a === undefined || b.tokPerSec > a.tokPerSec ? b : a);
-  let g1: Decode | undefined;
-  let g8: Decode | undefined;
-  let d1: Decode | undefined;
-  let d8: Decode | undefined;
-  for (let round = 0; round < rounds; round++) {
-    g1 = best(g1, await decodeOnce(1, 0));
-    d1 = best(d1, await decodeOnce(1, DECODE_ATTENTION_MAX_TOKENS));
-    g8 = best(g8, await decodeOnce(8, 0));
-    d8 = best(d8, await decodeOnce(8, DECODE_ATTENTION_MAX_TOKENS));
-  }
-  if (!g1 || !g8 || !d1 || !d8) throw new Error('--rounds must be at least 1');
-  model.decodeAttentionMaxTokens = DECODE_ATTENTION_MAX_TOKENS;
-  const prefillGflops = prefillFlops / prefillSec / 1e9;
 
-  const rows: [string, string, string, string][] = [
-    ['kernel 256×768×768', '', peakSmall.toFixed(1), ''],
-    ['kernel 1024³', '', peakLarge.toFixed(1), ''],
+  await prefill(8);
+  type Round = Record<
+    | 'peakSmall'
+    | 'peakLarge'
+    | 'prefillTok'
+    | 'prefillGflops'
+    | 'g1'
+    | 'g8'
+    | 'd1'
+    | 'd8'
+    | 'd1Gflops'
+    | 'd8Gflops',
+    number
+  >;
+  const perRound: Round[] = [];
+  for (let round = 0; round < rounds; round++) {
+    const peakSmall = kernelGflops(256, 768, 768);
+    const peakLarge = kernelGflops(1024, 1024, 1024);
+    const prefillSec = await prefill(8);
+    // The gathering baseline and the paged decode attention swap order every round.
+    const pair = async (batch: number) => {
+      if (round % 2 === 0) {
+        const g = await decodeOnce(batch, 0);
+        return { g, d: await decodeOnce(batch, DECODE_ATTENTION_MAX_TOKENS) };
+      }
+      const d = await decodeOnce(batch, DECODE_ATTENTION_MAX_TOKENS);
+      return { g: await decodeOnce(batch, 0), d };
+    };
+    const b1 = await pair(1);
+    const b8 = await pair(8);
+    perRound.push({
+      peakSmall,
+      peakLarge,
+      prefillTok: promptLen / prefillSec,
+      prefillGflops: prefillFlops / prefillSec / 1e9,
+      g1: b1.g.tokPerSec,
+      g8: b8.g.tokPerSec,
+      d1: b1.d.tokPerSec,
+      d8: b8.d.tokPerSec,
+      d1Gflops: b1.d.gflops,
+      d8Gflops: b8.d.gflops,
+    });
+  }
+  model.decodeAttentionMaxTokens = DECODE_ATTENTION_MAX_TOKENS;
+
+  const of = (f: (r: Round) => number): Summary => summarize(perRound.map(f));
+  const peak = (r: Round) => Math.max(r.peakSmall, r.peakLarge);
+  const rows: Array<[string, string, string, string]> = [
+    [
+      'kernel 256×768×768 GFLOPS',
+      fmt(
+        of((r) => r.peakSmall),
+        1,
+      ),
+      '',
+      '',
+    ],
+    [
+      'kernel 1024³ GFLOPS',
+      fmt(
+        of((r) => r.peakLarge),
+        1,
+      ),
+      '',
+      '',
+    ],
     [
       `tiny prefill ${promptLen} tok`,
-      (promptLen / prefillSec).toFixed(0),
-      prefillGflops.toFixed(1),
-      `${((100 * prefillGflops) / peak).toFixed(0)}%`,
+      fmt(of((r) => r.prefillTok)),
+      fmt(
+        of((r) => r.prefillGflops),
+        1,
+      ),
+      fmt(
+        of((r) => r.prefillGflops / peak(r)),
+        3,
+      ),
     ],
-    [
-      `baseline: gather decode b1 (ctx ${promptLen})`,
-      g1.tokPerSec.toFixed(0),
-      g1.gflops.toFixed(1),
-      `${((100 * g1.gflops) / peak).toFixed(0)}%`,
-    ],
-    [
-      `baseline: gather decode b8 (ctx ${promptLen})`,
-      g8.tokPerSec.toFixed(0),
-      g8.gflops.toFixed(1),
-      `${((100 * g8.gflops) / peak).toFixed(0)}%`,
-    ],
+    [`baseline: gather decode b1 (ctx ${promptLen})`, fmt(of((r) => r.g1)), '', ''],
+    [`baseline: gather decode b8 (ctx ${promptLen})`, fmt(of((r) => r.g8)), '', ''],
     [
       `tiny decode batch 1 (ctx ${promptLen})`,
-      d1.tokPerSec.toFixed(0),
-      d1.gflops.toFixed(1),
-      `${((100 * d1.gflops) / peak).toFixed(0)}%`,
+      fmt(of((r) => r.d1)),
+      fmt(
+        of((r) => r.d1Gflops),
+        1,
+      ),
+      fmt(
+        of((r) => r.d1Gflops / peak(r)),
+        3,
+      ),
     ],
     [
       `tiny decode batch 8 (ctx ${promptLen})`,
-      d8.tokPerSec.toFixed(0),
-      d8.gflops.toFixed(1),
-      `${((100 * d8.gflops) / peak).toFixed(0)}%`,
+      fmt(of((r) => r.d8)),
+      fmt(
+        of((r) => r.d8Gflops),
+        1,
+      ),
+      fmt(
+        of((r) => r.d8Gflops / peak(r)),
+        3,
+      ),
     ],
   ];
+  console.log(`${rounds} rounds, median (min–max); load average ${loadAverage()}`);
+  console.log('| case | tokens/s | GFLOPS | of the round peak |\n|---|---|---|---|');
+  for (const row of rows) console.log(`| ${row.join(' | ')} |`);
   console.log(
-    `${'case'.padEnd(40)}${'tokens/s'.padStart(10)}${'GFLOPS'.padStart(9)}${'of peak'.padStart(9)}`,
+    `decode b8 paged / gather, per round: ${fmt(
+      of((r) => r.d8 / r.g8),
+      2,
+    )}`,
   );
-  for (const [a, b, c, d] of rows)
-    console.log(`${a.padEnd(40)}${b.padStart(10)}${c.padStart(9)}${d.padStart(9)}`);
+  console.log(
+    `decode b8 / b1 per token, per round: ${fmt(
+      of((r) => r.d8 / r.d1),
+      2,
+    )}`,
+  );
   console.log(
     JSON.stringify({
-      kernel_gflops_256x768x768: round(peakSmall),
-      kernel_gflops_1024_cubed: round(peakLarge),
-      kernel_peak_gflops: round(peak),
+      bench: 'engine',
+      rounds,
+      load_average_1m: loadAverage(),
       prefill_tokens: promptLen,
-      prefill_tokens_per_s: round(promptLen / prefillSec),
-      prefill_gflops: round(prefillGflops),
-      prefill_ratio_to_peak: round(prefillGflops / peak, 3),
-      baseline_gather_decode_b1_tokens_per_s: round(g1.tokPerSec),
-      baseline_gather_decode_b8_tokens_per_s: round(g8.tokPerSec),
-      decode_b1_tokens_per_s: round(d1.tokPerSec),
-      decode_b1_gflops: round(d1.gflops),
-      decode_b8_tokens_per_s: round(d8.tokPerSec),
-      decode_b8_gflops: round(d8.gflops),
-      decode_b1_ratio_to_peak: round(d1.gflops / peak, 3),
-      decode_b8_ratio_to_peak: round(d8.gflops / peak, 3),
-      decode_b8_speedup_vs_gather: round(d8.tokPerSec / g8.tokPerSec, 2),
-      decode_b8_per_token_speedup_vs_b1: round(d8.tokPerSec / d1.tokPerSec, 2),
+      kernel_gflops_256x768x768: json(
+        of((r) => r.peakSmall),
+        2,
+      ),
+      kernel_gflops_1024_cubed: json(
+        of((r) => r.peakLarge),
+        2,
+      ),
+      prefill_tokens_per_s: json(
+        of((r) => r.prefillTok),
+        1,
+      ),
+      prefill_gflops: json(
+        of((r) => r.prefillGflops),
+        2,
+      ),
+      prefill_ratio_to_peak: json(of((r) => r.prefillGflops / peak(r))),
+      baseline_gather_decode_b1_tokens_per_s: json(
+        of((r) => r.g1),
+        1,
+      ),
+      baseline_gather_decode_b8_tokens_per_s: json(
+        of((r) => r.g8),
+        1,
+      ),
+      decode_b1_tokens_per_s: json(
+        of((r) => r.d1),
+        1,
+      ),
+      decode_b8_tokens_per_s: json(
+        of((r) => r.d8),
+        1,
+      ),
+      decode_b1_ratio_to_peak: json(of((r) => r.d1Gflops / peak(r))),
+      decode_b8_ratio_to_peak: json(of((r) => r.d8Gflops / peak(r))),
+      decode_b8_speedup_vs_gather: json(
+        of((r) => r.d8 / r.g8),
+        2,
+      ),
+      decode_b8_per_token_speedup_vs_b1: json(
+        of((r) => r.d8 / r.d1),
+        2,
+      ),
     }),
   );
-}
-
-function round(x: number, digits = 2): number {
-  return Number(x.toFixed(digits));
 }

@@ -1,12 +1,15 @@
 /**
  * MoRIIO WRITE (layer-pipelined push) vs READ (pull after prefill), `small` model, one
- * 2k-token prompt. The producer runs here; the consumer runs in a child process (so the
- * consumer's receive work does not share the producer's thread). Measured per mode: time
- * from the producer starting the prefill to the consumer having all KV; baseline: the
- * plain prefill time. Hidden = share of READ's exposed transfer time WRITE hides:
- * 1 - (write_total - prefill) / (read_total - prefill).
+ * 2k-token prompt. The producers run here; each consumer runs in a child process (so its
+ * receive work does not share the producer's thread). Each rep runs a plain engine's
+ * prefill (the baseline), a WRITE and a READ request, in rotating order. Per mode: P's own
+ * prefill time, and the time from P starting the prefill to D holding all of the KV.
+ * Reported per rep, then as the median of the reps with min–max:
+ * - WRITE's cost to P: P's prefill while pushing every layer / the plain prefill;
+ * - the exposed transfer: total − P's prefill, for WRITE and READ;
+ * - hidden = 1 − WRITE's exposed transfer / READ's.
  *
- *   npm run bench -- moriio [--tokens 2048] [--backend xgmi|rdma] [--reps 2]
+ *   npm run bench -- moriio [--tokens 2048] [--backend xgmi|rdma] [--reps 5]
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
@@ -15,6 +18,7 @@ import { fileURLToPath } from 'node:url';
 import { onMoRIIOEvent } from '../src/connectors/moriio/index.ts';
 import { LLM, type LLMOptions } from '../src/engine/llm.ts';
 import { setLogLevel } from '../src/logging/logger.ts';
+import { fmt, json, loadAverage, pairwiseRatio, type Summary, summarize } from './_rounds.ts';
 
 const MODEL = 'small';
 
@@ -130,105 +134,144 @@ class Child {
 
 const now = (): number => performance.timeOrigin + performance.now();
 
-async function runMode(
-  read: boolean,
-  tokens: number,
-  backend: string,
-  reps: number,
-): Promise<{ totalMs: number[]; prefillMs: number[] }> {
-  const pPorts = { h: await freePort(), n: await freePort() };
-  const dPorts = { h: await freePort(), n: await freePort() };
-  const p = await LLM.create(options('kv_producer', tokens, pPorts, backend, read));
-  const child = new Child(JSON.stringify(options('kv_consumer', tokens, dPorts, backend, read)));
-  const totalMs: number[] = [];
-  const prefillMs: number[] = [];
-  try {
-    await child.wait((l) => l === 'READY');
-    const zmq = (x: { h: number; n: number }) => `host:127.0.0.1,handshake:${x.h},notify:${x.n}`;
-    for (let rep = 0; rep < reps + 1; rep++) {
-      const tx = `tx-${randomUUID()}`;
-      const rid = `___prefill_addr_${zmq(pPorts)}___decode_addr_${zmq(dPorts)}_${randomUUID().replaceAll('-', '')}`;
-      // rep 0 warms up with a short prompt (connections, code paths) and is not counted.
-      const prompt = promptTokens(rep === 0 ? 64 : tokens).map((t, i) => (i === 0 ? 32 + rep : t));
-      const dParams = {
-        do_remote_decode: false,
-        do_remote_prefill: true,
-        transfer_id: tx,
-        remote_dp_size: 1,
-        remote_tp_size: 1,
-        remote_dp_rank: 0,
-      };
-      const send = (params: Record<string, unknown>): void => {
-        child.proc.stdin!.write(`${JSON.stringify({ tokens: prompt, rid, params })}\n`);
-      };
-      if (!read) {
-        send(dParams);
-        // Let D's remote_blocks reach P first, so every layer can be pushed as it completes.
-        await new Promise((r) => setTimeout(r, 200));
-      }
-      const t0 = now();
-      const [pOut] = await p.generate(
-        [{ promptTokenIds: prompt }],
-        { maxTokens: 1, temperature: 0, ignoreEos: true },
-        {
-          requestIdPrefix: rid,
-          kvTransferParams: { do_remote_decode: true, transfer_id: tx, remote_tp_size: 1 },
-        },
-      );
-      const tPrefill = now();
-      if (read) send({ ...dParams, remote_block_ids: pOut?.kvTransferParams?.['remote_block_ids'] });
-      const kind = read ? 'reads_complete' : 'recv_complete';
-      const line = await child.wait((l) => l.startsWith('EVENT') && l.includes(kind) && l.includes(tx));
-      const at = (JSON.parse(line.slice(6)) as { at: number }).at;
-      await child.wait((l) => l === 'DONE');
-      if (rep === 0) continue; // warm-up
-      totalMs.push(at - t0);
-      prefillMs.push(tPrefill - t0);
-    }
-  } finally {
-    child.proc.stdin!.end();
-    child.proc.kill();
-    await p.shutdown();
-  }
-  return { totalMs, prefillMs };
+interface Sample {
+  totalMs: number;
+  prefillMs: number;
 }
 
-const median = (xs: number[]): number =>
-  [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? Number.NaN;
+/** One MoRIIO pair (P here, D in a child process) in WRITE or READ mode, kept for every rep. */
+class Pair {
+  readonly #read: boolean;
+  readonly #p: LLM;
+  readonly #child: Child;
+  readonly #ridPrefix: string;
+
+  private constructor(read: boolean, p: LLM, child: Child, ridPrefix: string) {
+    this.#read = read;
+    this.#p = p;
+    this.#child = child;
+    this.#ridPrefix = ridPrefix;
+  }
+
+  static async start(read: boolean, tokens: number, backend: string): Promise<Pair> {
+    const pPorts = { h: await freePort(), n: await freePort() };
+    const dPorts = { h: await freePort(), n: await freePort() };
+    const p = await LLM.create(options('kv_producer', tokens, pPorts, backend, read));
+    const child = new Child(JSON.stringify(options('kv_consumer', tokens, dPorts, backend, read)));
+    await child.wait((l) => l === 'READY');
+    const zmq = (x: { h: number; n: number }) => `host:127.0.0.1,handshake:${x.h},notify:${x.n}`;
+    return new Pair(read, p, child, `___prefill_addr_${zmq(pPorts)}___decode_addr_${zmq(dPorts)}_`);
+  }
+
+  /** One request; `prompt` must differ between calls (no prefix reuse). */
+  async once(prompt: number[]): Promise<Sample> {
+    const tx = `tx-${randomUUID()}`;
+    const rid = `${this.#ridPrefix}${randomUUID().replaceAll('-', '')}`;
+    const dParams = {
+      do_remote_decode: false,
+      do_remote_prefill: true,
+      transfer_id: tx,
+      remote_dp_size: 1,
+      remote_tp_size: 1,
+      remote_dp_rank: 0,
+    };
+    const send = (params: Record<string, unknown>): void => {
+      this.#child.proc.stdin!.write(`${JSON.stringify({ tokens: prompt, rid, params })}\n`);
+    };
+    if (!this.#read) {
+      send(dParams);
+      // Let D's remote_blocks reach P first, so every layer can be pushed as it completes.
+      await new Promise((r) => setTimeout(r, 200));
+    }
+    const t0 = now();
+    const [pOut] = await this.#p.generate(
+      [{ promptTokenIds: prompt }],
+      { maxTokens: 1, temperature: 0, ignoreEos: true },
+      {
+        requestIdPrefix: rid,
+        kvTransferParams: { do_remote_decode: true, transfer_id: tx, remote_tp_size: 1 },
+      },
+    );
+    const tPrefill = now();
+    if (this.#read) send({ ...dParams, remote_block_ids: pOut?.kvTransferParams?.['remote_block_ids'] });
+    const kind = this.#read ? 'reads_complete' : 'recv_complete';
+    const line = await this.#child.wait((l) => l.startsWith('EVENT') && l.includes(kind) && l.includes(tx));
+    const at = (JSON.parse(line.slice(6)) as { at: number }).at;
+    await this.#child.wait((l) => l === 'DONE');
+    return { totalMs: at - t0, prefillMs: tPrefill - t0 };
+  }
+
+  async close(): Promise<void> {
+    this.#child.proc.stdin!.end();
+    this.#child.proc.kill();
+    await this.#p.shutdown();
+  }
+}
 
 export async function main(args: string[]): Promise<void> {
   if (args[0] === '--consumer') return consumer(args[1] ?? '{}');
   setLogLevel('error');
   const tokens = Number(arg(args, '--tokens', '2048'));
   const backend = arg(args, '--backend', 'xgmi');
-  const reps = Number(arg(args, '--reps', '2'));
+  const reps = Number(arg(args, '--reps', '5'));
   const plain = await LLM.create(options('', tokens, { h: 0, n: 0 }, backend, false));
-  const base: number[] = [];
-  for (let rep = 0; rep < reps + 1; rep++) {
-    const prompt = promptTokens(rep === 0 ? 64 : tokens).map((t, i) => (i === 0 ? 40 + rep : t));
-    const t0 = now();
-    await plain.generate([{ promptTokenIds: prompt }], { maxTokens: 1, temperature: 0, ignoreEos: true });
-    if (rep > 0) base.push(now() - t0);
+  const write = await Pair.start(false, tokens, backend);
+  const read = await Pair.start(true, tokens, backend);
+  const plainMs: number[] = [];
+  const writes: Sample[] = [];
+  const reads: Sample[] = [];
+  try {
+    const prefillPlain = async (prompt: number[]): Promise<number> => {
+      const t0 = now();
+      await plain.generate([{ promptTokenIds: prompt }], { maxTokens: 1, temperature: 0, ignoreEos: true });
+      return now() - t0;
+    };
+    // rep 0 warms every path up with a short prompt (connections, code paths); not counted.
+    for (let rep = 0; rep <= reps; rep++) {
+      const prompt = (salt: number): number[] =>
+        promptTokens(rep === 0 ? 64 : tokens).map((t, i) => (i === 0 ? 32 + 3 * rep + salt : t));
+      const runs: Array<() => Promise<void>> = [
+        async () => void plainMs.push(await prefillPlain(prompt(0))),
+        async () => void writes.push(await write.once(prompt(1))),
+        async () => void reads.push(await read.once(prompt(2))),
+      ];
+      for (let k = 0; k < runs.length; k++) await runs[(k + rep) % runs.length]!();
+      if (rep === 0) {
+        plainMs.length = 0;
+        writes.length = 0;
+        reads.length = 0;
+      }
+    }
+  } finally {
+    await write.close();
+    await read.close();
+    await plain.shutdown();
   }
-  await plain.shutdown();
-  const write = await runMode(false, tokens, backend, reps);
-  const read = await runMode(true, tokens, backend, reps);
-  const prefill = median(base);
-  const w = median(write.totalMs);
-  const r = median(read.totalMs);
-  const exposedRead = r - median(read.prefillMs);
-  const exposedWrite = Math.max(0, w - median(write.prefillMs));
-  const hidden = exposedRead > 0 ? 1 - exposedWrite / exposedRead : Number.NaN;
-  const rows: [string, number][] = [
-    ['plain prefill (baseline)', prefill],
-    ['WRITE: P start → D has all KV', w],
-    ['READ: P start → D has all KV', r],
-    ['READ transfer after prefill', exposedRead],
-    ['WRITE transfer after prefill', exposedWrite],
+
+  const exposed = (xs: Sample[]): number[] => xs.map((x) => Math.max(0, x.totalMs - x.prefillMs));
+  const prefills = (xs: Sample[]): number[] => xs.map((x) => x.prefillMs);
+  const writeCost = pairwiseRatio(plainMs, prefills(writes));
+  const readCost = pairwiseRatio(plainMs, prefills(reads));
+  const exposedWrite = exposed(writes);
+  const hidden = summarize(exposed(reads).map((r, i) => (r > 0 ? 1 - exposedWrite[i]! / r : Number.NaN)));
+  const rows: Array<[string, Summary]> = [
+    ['plain prefill (baseline)', summarize(plainMs)],
+    ['WRITE: P prefill (pushing each layer)', summarize(prefills(writes))],
+    ['READ: P prefill', summarize(prefills(reads))],
+    ['WRITE: P start → D has all KV', summarize(writes.map((x) => x.totalMs))],
+    ['READ: P start → D has all KV', summarize(reads.map((x) => x.totalMs))],
+    ['WRITE: transfer after P prefill', summarize(exposedWrite)],
+    ['READ: transfer after P prefill', summarize(exposed(reads))],
   ];
-  console.log(`MoRIIO ${MODEL}, ${tokens}-token prompt, backend ${backend}, median of ${reps}`);
-  for (const [k, v] of rows) console.log(`${k.padEnd(32)} ${v.toFixed(1).padStart(9)} ms`);
-  console.log(`${'transfer hidden under compute'.padEnd(32)} ${(hidden * 100).toFixed(1).padStart(9)} %`);
+  console.log(
+    `MoRIIO ${MODEL}, ${tokens}-token prompt, backend ${backend}, ${reps} reps (plain, WRITE, READ in ` +
+      `rotating order), median (min–max); load average ${loadAverage()}`,
+  );
+  console.log('| measure | value |\n|---|---|');
+  for (const [k, v] of rows) console.log(`| ${k} | ${fmt(v, 1)} ms |`);
+  console.log(`| WRITE's cost to P's prefill (WRITE P prefill / plain, per rep) | ${fmt(writeCost, 3)}× |`);
+  console.log(`| READ P prefill / plain, per rep | ${fmt(readCost, 3)}× |`);
+  console.log(`| transfer hidden by WRITE (1 − WRITE exposed / READ exposed, per rep) | ${fmt(hidden, 3)} |`);
   console.log(
     JSON.stringify({
       bench: 'moriio',
@@ -236,12 +279,17 @@ export async function main(args: string[]): Promise<void> {
       prompt_tokens: tokens,
       backend,
       reps,
-      plain_prefill_ms: +prefill.toFixed(1),
-      write_total_ms: +w.toFixed(1),
-      read_total_ms: +r.toFixed(1),
-      read_exposed_transfer_ms: +exposedRead.toFixed(1),
-      write_exposed_transfer_ms: +exposedWrite.toFixed(1),
-      write_hidden_fraction: +hidden.toFixed(3),
+      load_average_1m: loadAverage(),
+      plain_prefill_ms: json(summarize(plainMs), 1),
+      write_prefill_ms: json(summarize(prefills(writes)), 1),
+      read_prefill_ms: json(summarize(prefills(reads)), 1),
+      write_total_ms: json(summarize(writes.map((x) => x.totalMs)), 1),
+      read_total_ms: json(summarize(reads.map((x) => x.totalMs)), 1),
+      write_exposed_transfer_ms: json(summarize(exposedWrite), 1),
+      read_exposed_transfer_ms: json(summarize(exposed(reads)), 1),
+      write_prefill_cost_ratio: json(writeCost),
+      read_prefill_ratio: json(readCost),
+      write_hidden_fraction: json(hidden),
     }),
   );
 }

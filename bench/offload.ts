@@ -1,28 +1,36 @@
 /**
- * `npm run bench -- offload [--prompt 2048] [--redis-values 400] [--repeats 3]`:
- * 1. Time to first token of a repeated prompt on `small`: recompute (no connector, the
- *    baseline), CPU tier hit, fs tier hit, Redis tier hit, each as a speed-up over recompute.
- *    Prefix caching is off so every repeat either recomputes or loads through the connector;
- *    fs and Redis are measured on a fresh engine whose CPU tier holds nothing (0 slots), so
- *    every chunk comes from the secondary tier.
- * 2. Redis tier put/get throughput (pipelined batches of 16, one value = one chunk of
- *    `small`) next to `redis-benchmark -t set,get -d SIZE -n N -P 16` on the same server.
+ * `npm run bench -- offload [--prompt 2048] [--rounds 5] [--redis-values 400]`:
+ * 1. Time to first token of a repeated prompt on `small`, every case measured once per
+ *    round in rotating order: recompute (no connector, the baseline), a CPU tier hit, an fs
+ *    tier hit and a Redis tier hit; the speed-up of a case is its round's recompute TTFT over
+ *    its TTFT, reported as the median of the rounds with min–max. Prefix caching is off so a
+ *    repeat either recomputes or loads through the connector; fs and Redis are read by
+ *    engines whose CPU tier has no slots, so every chunk comes from the secondary tier. The
+ *    fs tier's files are dropped from the page cache before each fs read (`dd oflag=nocache
+ *    conv=fdatasync`, checked with `fincore`): those reads come from the disk.
+ * 2. Redis tier put/get against `redis-benchmark` with the same client count (1 connection)
+ *    and pipelining (16), one value = one chunk of `small`, alternating, per-round ratios.
  */
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { FRAME_HEADER_BYTES } from '../src/connectors/offloading/block-frame.ts';
-import { RedisTier } from '../src/connectors/offloading/redis-tier.ts';
 import { AsyncEngine } from '../src/engine/async-engine.ts';
 import { samplingParams } from '../src/engine/llm.ts';
 import { setLogLevel } from '../src/logging/logger.ts';
-import { startRedis } from '../test/connectors/redis-helpers.ts';
-
-function arg(args: string[], name: string, fallback: number): number {
-  const i = args.indexOf(name);
-  return i >= 0 ? Number(args[i + 1]) : fallback;
-}
+import { redisCommand, startRedis } from '../test/connectors/redis-helpers.ts';
+import { redisBenchmark, tierThroughput } from './_redis-baseline.ts';
+import {
+  alternate,
+  fmt,
+  json,
+  loadAverage,
+  numberFlag,
+  pairwiseRatio,
+  type Summary,
+  summarize,
+} from './_rounds.ts';
 
 const MiB = 1 << 20;
 
@@ -60,172 +68,186 @@ function engineOptions(promptLen: number, extra: Record<string, unknown> | null)
   };
 }
 
-/** Best TTFT over `repeats` runs of the prompt on one engine (after `warm` unmeasured runs). */
-async function measure(
-  options: Record<string, unknown>,
-  prompt: number[],
-  repeats: number,
-  warm: number,
-): Promise<TtftResult> {
-  const engine = await AsyncEngine.create(options);
+/** Files of the fs tier (DIR/ab/abcd….kv). */
+function tierFiles(dir: string): string[] {
+  return readdirSync(dir, { recursive: true, encoding: 'utf8' })
+    .filter((f) => f.endsWith('.kv'))
+    .map((f) => path.join(dir, f));
+}
+
+/**
+ * Writes back and drops the fs tier's files from the page cache, then returns how many of
+ * their bytes are still resident (`fincore`), or null when the tools are missing.
+ */
+function dropPageCache(dir: string): number | null {
   try {
-    for (let i = 0; i < warm; i++) await ttft(engine, prompt, `warm-${i}`);
-    let best: TtftResult = { ttftMs: Number.POSITIVE_INFINITY, externalTokens: 0 };
-    for (let i = 0; i < repeats; i++) {
-      const r = await ttft(engine, prompt, `run-${i}`);
-      if (r.ttftMs < best.ttftMs) best = r;
-    }
-    await engine.waitIdle();
-    return best;
-  } finally {
-    await engine.shutdown();
+    for (const file of tierFiles(dir))
+      execFileSync('dd', [`of=${file}`, 'oflag=nocache', 'conv=notrunc,fdatasync', 'count=0', 'status=none']);
+    const out = execFileSync('fincore', ['-b', '-n', '-o', 'RES', ...tierFiles(dir)], { encoding: 'utf8' });
+    return out
+      .split('\n')
+      .filter((l) => l.trim() !== '')
+      .reduce((n, l) => n + Number(l.trim()), 0);
+  } catch {
+    return null;
   }
 }
 
-/** A fresh engine whose CPU tier has no slots: every chunk comes from the secondary tier. */
-async function measureSecondary(
-  promptLen: number,
-  prompt: number[],
-  tier: Record<string, unknown>,
-  repeats: number,
-): Promise<TtftResult> {
-  const extra = { cpu_bytes_to_use: 1, spec_name: 'TieringOffloadingSpec', secondary_tiers: [tier] };
-  return measure(engineOptions(promptLen, extra), prompt, repeats, 0);
-}
-
-async function tierThroughput(
-  url: string,
-  valueBytes: number,
-  n: number,
-): Promise<{ putGBs: number; getGBs: number }> {
-  const tier = new RedisTier({ url, clusterNodes: [], timeoutMs: 30_000, keyPrefix: 'bench' });
-  const value = new Uint8Array(valueBytes).fill(7);
-  const batch = 16;
-  const keys = Array.from({ length: batch }, (_, i) => `k${i}`);
-  try {
-    await tier.putMany(keys.map((key) => ({ key, value })));
-    let t0 = performance.now();
-    for (let done = 0; done < n; done += batch) await tier.putMany(keys.map((key) => ({ key, value })));
-    const putS = (performance.now() - t0) / 1000;
-    t0 = performance.now();
-    for (let done = 0; done < n; done += batch) {
-      const got = await tier.getMany(keys);
-      if (got.some((v) => v === null || v.byteLength !== valueBytes))
-        throw new Error('redis tier get returned a miss');
-    }
-    const getS = (performance.now() - t0) / 1000;
-    const bytes = Math.ceil(n / batch) * batch * valueBytes;
-    return { putGBs: bytes / putS / 1e9, getGBs: bytes / getS / 1e9 };
-  } finally {
-    await tier.close();
+/** Waits until the producer's write-through put every chunk into the fs dir and Redis. */
+async function waitForWriteThrough(dir: string, redisPort: number, chunks: number): Promise<void> {
+  const deadline = Date.now() + 120_000;
+  while (Date.now() < deadline) {
+    const keys = Number((await redisCommand(redisPort, 'DBSIZE')).replace(/[^0-9]/g, ''));
+    if (tierFiles(dir).length >= chunks && keys >= chunks) return;
+    await new Promise((r) => setTimeout(r, 100));
   }
+  throw new Error(`the write-through did not store ${chunks} chunks within 120 s`);
 }
 
-function redisBenchmark(port: number, size: number, n: number): { setGBs: number; getGBs: number } {
-  const csv = execFileSync(
-    'redis-benchmark',
-    [
-      '-h',
-      '127.0.0.1',
-      '-p',
-      String(port),
-      '-t',
-      'set,get',
-      '-d',
-      String(size),
-      '-n',
-      String(n),
-      '-P',
-      '16',
-      '--csv',
-    ],
-    { encoding: 'utf8' },
-  );
-  const rps = (test: string): number => {
-    const line = csv.split('\n').find((l) => l.startsWith(`"${test}"`));
-    if (!line) throw new Error(`redis-benchmark printed no ${test} line:\n${csv}`);
-    return Number(JSON.parse(`[${line}]`)[1]);
-  };
-  return { setGBs: (rps('SET') * size) / 1e9, getGBs: (rps('GET') * size) / 1e9 };
-}
+type Case = 'recompute' | 'cpu' | 'fs' | 'redis';
+const CASES: readonly Case[] = ['recompute', 'cpu', 'fs', 'redis'];
 
 export async function main(args: string[]): Promise<void> {
   setLogLevel('warn');
-  const promptLen = arg(args, '--prompt', 2048);
-  const repeats = arg(args, '--repeats', 3);
-  const n = arg(args, '--redis-values', 400);
+  const promptLen = numberFlag(args, 'prompt', 2048);
+  const rounds = numberFlag(args, 'rounds', 5);
+  const n = numberFlag(args, 'redis-values', 400);
   const prompt = Array.from({ length: promptLen }, (_, i) => (i * 37 + 11) % 256);
+  const chunks = Math.floor(promptLen / 16);
   const dir = mkdtempSync(path.join(os.tmpdir(), 'kvconnect-bench-offload-'));
   const redis = await startRedis(['--maxmemory', '0']);
+  const engines: AsyncEngine[] = [];
+  const create = async (extra: Record<string, unknown> | null): Promise<AsyncEngine> => {
+    const engine = await AsyncEngine.create(engineOptions(promptLen, extra));
+    engines.push(engine);
+    return engine;
+  };
   try {
     const fsTier = { type: 'fs', path: dir, timeout_ms: 10_000 };
     const redisTier = { type: 'redis', url: redis.url, timeout_ms: 10_000 };
-    const recompute = await measure(engineOptions(promptLen, null), prompt, 1, 0);
-    // The first run computes and stores into CPU, fs and Redis (write-through); later runs hit CPU.
-    const producer = {
-      cpu_bytes_to_use: 1024 * MiB,
+    const reader = (tier: Record<string, unknown>) => ({
+      cpu_bytes_to_use: 1,
       spec_name: 'TieringOffloadingSpec',
-      secondary_tiers: [fsTier, redisTier],
+      secondary_tiers: [tier],
+    });
+    const byCase: Record<Case, AsyncEngine> = {
+      recompute: await create(null),
+      // Its first run computes and writes through to CPU, fs and Redis; later runs hit its CPU tier.
+      cpu: await create({
+        cpu_bytes_to_use: 1024 * MiB,
+        spec_name: 'TieringOffloadingSpec',
+        secondary_tiers: [fsTier, redisTier],
+      }),
+      fs: await create(reader(fsTier)),
+      redis: await create(reader(redisTier)),
     };
-    const cpu = await measure(engineOptions(promptLen, producer), prompt, repeats, 1);
-    const fsHit = await measureSecondary(promptLen, prompt, fsTier, repeats);
-    const redisHit = await measureSecondary(promptLen, prompt, redisTier, repeats);
+    await ttft(byCase.cpu, prompt, 'store');
+    await waitForWriteThrough(dir, redis.port, chunks);
+    await ttft(byCase.recompute, prompt, 'warm');
+
+    const results: Record<Case, TtftResult[]> = { recompute: [], cpu: [], fs: [], redis: [] };
+    const resident: number[] = [];
+    let dropFailed = false;
+    for (let round = 0; round < rounds; round++) {
+      for (let k = 0; k < CASES.length; k++) {
+        const which = CASES[(k + round) % CASES.length]!;
+        if (which === 'fs') {
+          const left = dropPageCache(dir);
+          if (left === null) dropFailed = true;
+          else resident.push(left);
+        }
+        results[which].push(await ttft(byCase[which], prompt, `${which}-${round}`));
+      }
+    }
 
     // One value = one 16-token chunk of `small` (12 layers × K,V × 16 × 4 heads × 64 × fp32).
     const chunkBytes = 12 * 2 * 16 * 4 * 64 * 4;
-    const tierRate = await tierThroughput(redis.url, chunkBytes, n);
-    const rb = redisBenchmark(redis.port, chunkBytes + FRAME_HEADER_BYTES, n);
+    const valueBytes = chunkBytes + FRAME_HEADER_BYTES;
+    const { a: bench, b: tier } = await alternate(
+      rounds,
+      async () => redisBenchmark(redis.port, valueBytes, n),
+      () => tierThroughput(redis.url, chunkBytes, n),
+    );
 
-    const ratio = (r: TtftResult) => recompute.ttftMs / r.ttftMs;
-    const rows: [string, string, string, string][] = [
-      ['recompute (no connector)', recompute.ttftMs.toFixed(1), '0', '1.00×'],
-      ['CPU tier hit', cpu.ttftMs.toFixed(1), String(cpu.externalTokens), `${ratio(cpu).toFixed(2)}×`],
-      ['fs tier hit', fsHit.ttftMs.toFixed(1), String(fsHit.externalTokens), `${ratio(fsHit).toFixed(2)}×`],
-      [
-        'Redis tier hit',
-        redisHit.ttftMs.toFixed(1),
-        String(redisHit.externalTokens),
-        `${ratio(redisHit).toFixed(2)}×`,
-      ],
-    ];
-    console.log(
-      `TTFT, ${promptLen}-token prompt on small (recompute: one run; tier hits: best of ${repeats})`,
+    const ttfts = (c: Case): Summary => summarize(results[c].map((r) => r.ttftMs));
+    const speedup = (c: Case): Summary =>
+      pairwiseRatio(
+        results[c].map((r) => r.ttftMs),
+        results.recompute.map((r) => r.ttftMs),
+      );
+    const loaded = (c: Case): number => Math.min(...results[c].map((r) => r.externalTokens));
+    const putRatio = pairwiseRatio(
+      bench.map((b) => b.put),
+      tier.map((t) => t.put),
     );
-    console.log('| case | TTFT ms | tokens loaded | speed-up vs recompute |\n|---|---|---|---|');
-    for (const r of rows) console.log(`| ${r.join(' | ')} |`);
-    console.log(`\nRedis throughput, values of ${chunkBytes} bytes, ${n} values, pipelines of 16`);
-    console.log('| op | RedisTier GB/s | redis-benchmark GB/s | ratio |\n|---|---|---|---|');
+    const getRatio = pairwiseRatio(
+      bench.map((b) => b.get),
+      tier.map((t) => t.get),
+    );
+    const gb = (opsPerS: number[]): Summary => summarize(opsPerS.map((x) => (x * valueBytes) / 1e9));
+    const cacheNote = dropFailed
+      ? 'fs reads may come from the page cache (dd/fincore unavailable)'
+      : `fs files dropped from the page cache before each fs read (resident bytes after the drop: max ${Math.max(...resident)})`;
+
     console.log(
-      `| put / SET | ${tierRate.putGBs.toFixed(3)} | ${rb.setGBs.toFixed(3)} | ${(tierRate.putGBs / rb.setGBs).toFixed(2)} |`,
+      `TTFT, ${promptLen}-token prompt on small, ${rounds} rounds (each case once per round, rotating order); ` +
+        `median (min–max); load average ${loadAverage()}`,
+    );
+    console.log(cacheNote);
+    console.log(
+      '| case | TTFT ms | tokens loaded (min) | speed-up vs recompute, per round |\n|---|---|---|---|',
+    );
+    for (const c of CASES) {
+      const label = {
+        recompute: 'recompute (no connector)',
+        cpu: 'CPU tier hit',
+        fs: 'fs tier hit (disk)',
+        redis: 'Redis tier hit',
+      }[c];
+      console.log(
+        `| ${label} | ${fmt(ttfts(c), 1)} | ${loaded(c)} | ${c === 'recompute' ? '1' : fmt(speedup(c), 2)}× |`,
+      );
+    }
+    console.log(
+      `\nRedis, ${n} values of ${chunkBytes} bytes (+${FRAME_HEADER_BYTES}-byte frame), 1 connection, pipelines of 16, ` +
+        `${rounds} alternating rounds`,
     );
     console.log(
-      `| get / GET | ${tierRate.getGBs.toFixed(3)} | ${rb.getGBs.toFixed(3)} | ${(tierRate.getGBs / rb.getGBs).toFixed(2)} |`,
+      '| op | RedisTier GB/s | redis-benchmark -c 1 -P 16 GB/s | ratio, per round |\n|---|---|---|---|',
     );
-    const r3 = (x: number) => Math.round(x * 1000) / 1000;
+    console.log(
+      `| put / SET | ${fmt(gb(tier.map((t) => t.put)), 3)} | ${fmt(gb(bench.map((b) => b.put)), 3)} | ${fmt(putRatio, 2)} |`,
+    );
+    console.log(
+      `| get / GET | ${fmt(gb(tier.map((t) => t.get)), 3)} | ${fmt(gb(bench.map((b) => b.get)), 3)} | ${fmt(getRatio, 2)} |`,
+    );
     console.log(
       JSON.stringify({
+        bench: 'offload',
         prompt_tokens: promptLen,
-        ttft_recompute_ms: r3(recompute.ttftMs),
-        ttft_cpu_hit_ms: r3(cpu.ttftMs),
-        ttft_fs_hit_ms: r3(fsHit.ttftMs),
-        ttft_redis_hit_ms: r3(redisHit.ttftMs),
-        speedup_cpu_x: r3(ratio(cpu)),
-        speedup_fs_x: r3(ratio(fsHit)),
-        speedup_redis_x: r3(ratio(redisHit)),
-        loaded_tokens_cpu: cpu.externalTokens,
-        loaded_tokens_fs: fsHit.externalTokens,
-        loaded_tokens_redis: redisHit.externalTokens,
-        redis_value_bytes: chunkBytes,
+        rounds,
+        load_average_1m: loadAverage(),
+        fs_page_cache_dropped: !dropFailed,
+        ttft_recompute_ms: json(ttfts('recompute'), 1),
+        ttft_cpu_hit_ms: json(ttfts('cpu'), 1),
+        ttft_fs_hit_ms: json(ttfts('fs'), 1),
+        ttft_redis_hit_ms: json(ttfts('redis'), 1),
+        speedup_cpu_x: json(speedup('cpu'), 2),
+        speedup_fs_x: json(speedup('fs'), 2),
+        speedup_redis_x: json(speedup('redis'), 2),
+        loaded_tokens_min: { cpu: loaded('cpu'), fs: loaded('fs'), redis: loaded('redis') },
+        redis_value_bytes: valueBytes,
         redis_values: n,
-        redis_tier_put_gb_per_s: r3(tierRate.putGBs),
-        redis_tier_get_gb_per_s: r3(tierRate.getGBs),
-        redis_benchmark_set_gb_per_s: r3(rb.setGBs),
-        redis_benchmark_get_gb_per_s: r3(rb.getGBs),
-        redis_put_ratio: r3(tierRate.putGBs / rb.setGBs),
-        redis_get_ratio: r3(tierRate.getGBs / rb.getGBs),
+        redis_tier_put_gb_per_s: json(gb(tier.map((t) => t.put))),
+        redis_tier_get_gb_per_s: json(gb(tier.map((t) => t.get))),
+        redis_benchmark_set_gb_per_s: json(gb(bench.map((b) => b.put))),
+        redis_benchmark_get_gb_per_s: json(gb(bench.map((b) => b.get))),
+        redis_put_ratio: json(putRatio),
+        redis_get_ratio: json(getRatio),
       }),
     );
   } finally {
+    for (const engine of engines) await engine.shutdown();
     await redis.stop();
     rmSync(dir, { recursive: true, force: true });
   }

@@ -1,10 +1,13 @@
 /**
- * Server overhead: requests/s of `POST /v1/completions` with a tiny prompt and
- * max_tokens=1 (HTTP + validation + scheduling + one tiny forward), against a baseline in
- * the same run: a bare node:http server answering a static completion JSON. The load
- * generator runs in a worker thread (its own core) over undici keep-alive connections.
+ * Server overhead: successful requests/s of `POST /v1/completions` with a tiny prompt and
+ * max_tokens=1 (HTTP + validation + scheduling + one tiny forward) against the same engine
+ * driven without HTTP (AsyncEngine.generate, same concurrency): the figure is the
+ * server / engine-alone ratio, per round, median of the rounds with min–max. The two sides
+ * alternate; a bare node:http server answering a static JSON shows the HTTP ceiling. The
+ * load generator runs in a worker thread (its own core) over undici keep-alive connections;
+ * a request counts only if it answered 200 with a completion (errors are reported apart).
  *
- *   npm run bench -- serve-overhead [--duration 4] [--concurrency 32]
+ *   npm run bench -- serve-overhead [--rounds 5] [--duration 3] [--concurrency 32]
  */
 import { createServer as createHttpServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -14,8 +17,10 @@ import { AsyncEngine } from '../src/engine/async-engine.ts';
 import { samplingParams } from '../src/engine/sampling-params.ts';
 import { setLogLevel } from '../src/logging/logger.ts';
 import { createServer } from '../src/server/server.ts';
+import { alternate, fmt, json, loadAverage, numberFlag, pairwiseRatio, summarize } from './_rounds.ts';
 
 interface LoadResult {
+  /** Successful requests (HTTP 200 with a completion) in the measured window. */
   requests: number;
   errors: number;
   seconds: number;
@@ -38,12 +43,16 @@ const pool = new Pool(url, { connections: concurrency, pipelining: 1 });
   async function loop() {
     while (Date.now() < stopAt) {
       const t0 = performance.now();
+      let ok = false;
       try {
         const res = await pool.request({ method: 'POST', path: '/v1/completions', body, headers: { 'content-type': 'application/json' } });
-        await res.body.text();
-        if (res.statusCode !== 200) errors++;
-      } catch { errors++; }
-      if (measuring) { if (!startedAt) startedAt = t0; latencies.push(performance.now() - t0); }
+        const text = await res.body.text();
+        ok = res.statusCode === 200 && Array.isArray(JSON.parse(text).choices);
+      } catch { ok = false; }
+      if (!measuring) continue;
+      if (!startedAt) startedAt = t0;
+      if (ok) latencies.push(performance.now() - t0);
+      else errors++;
     }
   }
   await Promise.all(Array.from({ length: concurrency }, loop));
@@ -114,20 +123,26 @@ async function engineAlone(engine: AsyncEngine, concurrency: number, seconds: nu
   const warmupEnd = Date.now() + 1000;
   const stopAt = warmupEnd + seconds * 1000;
   let startedAt = 0;
+  let errors = 0;
   const loop = async (): Promise<void> => {
     while (Date.now() < stopAt) {
       const t0 = performance.now();
-      for await (const _ of engine.generate({
-        requestId: `bench-${next++}`,
-        promptTokenIds: ids,
-        sampling,
-      })) {
-        // drain
+      let reason: string | null = null;
+      try {
+        for await (const delta of engine.generate({
+          requestId: `bench-${next++}`,
+          promptTokenIds: ids,
+          sampling,
+        })) {
+          if (delta.finished) reason = delta.finishReason;
+        }
+      } catch {
+        reason = 'error';
       }
-      if (Date.now() >= warmupEnd) {
-        if (!startedAt) startedAt = t0;
-        latencies.push(performance.now() - t0);
-      }
+      if (Date.now() < warmupEnd) continue;
+      if (!startedAt) startedAt = t0;
+      if (reason === 'length' || reason === 'stop') latencies.push(performance.now() - t0);
+      else errors++;
     }
   };
   await Promise.all(Array.from({ length: concurrency }, loop));
@@ -136,70 +151,75 @@ async function engineAlone(engine: AsyncEngine, concurrency: number, seconds: nu
     latencies[Math.min(latencies.length - 1, Math.floor(p * latencies.length))] ?? 0;
   return {
     requests: latencies.length,
-    errors: 0,
+    errors,
     seconds: (performance.now() - startedAt) / 1000,
     p50Ms: q(0.5),
     p99Ms: q(0.99),
   };
 }
 
-function flag(args: string[], name: string, fallback: number): number {
-  const i = args.indexOf(`--${name}`);
-  const v = i >= 0 ? Number(args[i + 1]) : Number.NaN;
-  return Number.isFinite(v) && v > 0 ? v : fallback;
-}
-
-const fmt = (n: number, digits = 0): string => n.toFixed(digits);
+const rps = (r: LoadResult): number => r.requests / r.seconds;
 
 export async function main(args: string[]): Promise<void> {
   setLogLevel('warn');
-  const seconds = flag(args, 'duration', 4);
-  const concurrency = flag(args, 'concurrency', 32);
-
-  const base = await baselineServer();
-  const baseline = await runLoad(base.url, concurrency, seconds);
-  await base.close();
+  const rounds = numberFlag(args, 'rounds', 5);
+  const seconds = numberFlag(args, 'duration', 3);
+  const concurrency = numberFlag(args, 'concurrency', 32);
 
   const engine = await AsyncEngine.create(
     buildEngineConfig({ model: 'tiny', max_num_seqs: 256, max_num_batched_tokens: 8192 }),
   );
-  const alone = await engineAlone(engine, concurrency, seconds);
   const server = createServer({ engine });
   const { url } = await server.start('127.0.0.1', 0);
-  const measured = await runLoad(url, concurrency, seconds);
+  const base = await baselineServer();
+  const bare: LoadResult[] = [];
+  const { a: alone, b: served } = await alternate(
+    rounds,
+    async () => {
+      bare.push(await runLoad(base.url, concurrency, seconds));
+      return engineAlone(engine, concurrency, seconds);
+    },
+    () => runLoad(url, concurrency, seconds),
+  );
+  await base.close();
   await server.close();
   await engine.shutdown();
 
-  const rps = (r: LoadResult): number => r.requests / r.seconds;
-  const rows: Array<[string, LoadResult]> = [
-    ['baseline: bare node:http, static JSON', baseline],
+  const ratio = pairwiseRatio(alone.map(rps), served.map(rps));
+  const rows: Array<[string, LoadResult[]]> = [
+    ['bare node:http, static JSON (HTTP ceiling)', bare],
     ['engine alone: AsyncEngine.generate, no HTTP', alone],
-    ['kvconnect serve (tiny, max_tokens=1)', measured],
+    ['kvconnect serve (tiny, max_tokens=1)', served],
   ];
   console.log(
-    `concurrency ${concurrency}, ${seconds} s measured after 1 s warm-up, client in a worker thread (undici)`,
+    `concurrency ${concurrency}; ${rounds} rounds of ${seconds} s after 1 s warm-up each, engine alone and ` +
+      `server alternating; client in a worker thread (undici); load average ${loadAverage()}`,
   );
-  console.log('| server | req/s | p50 ms | p99 ms | errors |');
+  console.log('| side | successful req/s, median (min–max) | p50 ms | p99 ms | errors |');
   console.log('| --- | --- | --- | --- | --- |');
   for (const [name, r] of rows) {
-    console.log(`| ${name} | ${fmt(rps(r))} | ${fmt(r.p50Ms, 2)} | ${fmt(r.p99Ms, 2)} | ${r.errors} |`);
+    const errors = r.reduce((n, x) => n + x.errors, 0);
+    console.log(
+      `| ${name} | ${fmt(summarize(r.map(rps)))} | ${fmt(summarize(r.map((x) => x.p50Ms)), 2)} | ` +
+        `${fmt(summarize(r.map((x) => x.p99Ms)), 2)} | ${errors} |`,
+    );
   }
+  console.log(`server / engine alone, per round: ${fmt(ratio, 3)}`);
   console.log(
     JSON.stringify({
       bench: 'serve-overhead',
       concurrency,
+      rounds,
       duration_s: seconds,
-      baseline_req_per_s: Math.round(rps(baseline)),
-      baseline_p50_ms: Number(baseline.p50Ms.toFixed(3)),
-      engine_alone_req_per_s: Math.round(rps(alone)),
-      engine_alone_p50_ms: Number(alone.p50Ms.toFixed(3)),
-      server_req_per_s: Math.round(rps(measured)),
-      server_p50_ms: Number(measured.p50Ms.toFixed(3)),
-      server_p99_ms: Number(measured.p99Ms.toFixed(3)),
-      server_errors: measured.errors,
-      server_vs_engine_alone: Number((rps(measured) / rps(alone)).toFixed(3)),
-      target_req_per_s: 1000,
-      meets_target: rps(measured) >= 1000,
+      load_average_1m: loadAverage(),
+      server_vs_engine_alone_ratio: json(ratio),
+      server_req_per_s: json(summarize(served.map(rps)), 0),
+      engine_alone_req_per_s: json(summarize(alone.map(rps)), 0),
+      bare_http_req_per_s: json(summarize(bare.map(rps)), 0),
+      server_p50_ms: json(summarize(served.map((r) => r.p50Ms))),
+      server_p99_ms: json(summarize(served.map((r) => r.p99Ms))),
+      server_errors: served.reduce((n, r) => n + r.errors, 0),
+      bare_http_errors: bare.reduce((n, r) => n + r.errors, 0),
     }),
   );
 }

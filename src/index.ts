@@ -45,5 +45,14 @@ export type {
   RequestFinishedResult,
   SchedulerOutput,
 } from './connector/types.ts';
-export { formatErrorJson, formatErrorText, isKVError, KVError, type KVErrorOptions } from './errors/index.ts';
+export {
+  type ErrorCode,
+  errorCatalog,
+  formatErrorJson,
+  formatErrorText,
+  httpStatusOf,
+  isKVError,
+  KVError,
+  type KVErrorOptions,
+} from './errors/index.ts';
 export type { KVCacheBlocks, KVCacheConfig, PagedKVMemory } from './kv/interfaces.ts';

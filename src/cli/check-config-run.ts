@@ -11,7 +11,6 @@ import { MULTI_CONNECTOR_NAME, multiConnectorChildren } from '../config/multi-co
 import type { EngineConfig, KVTransferConfigLike } from '../config/types.ts';
 import { KVConnectorFactory } from '../connector/factory.ts';
 import { resolveHybridKvCacheManager } from '../connector/hma.ts';
-import { getBuiltinConnector } from '../connector/registry.ts';
 import { KVError } from '../errors/kv-error.ts';
 import { onLog } from '../logging/logger.ts';
 
@@ -26,7 +25,7 @@ export interface ConnectorReport {
   connector: string;
   className: string;
   /** 'external': loaded from kv_connector_module_path. */
-  status: 'available' | 'external' | 'not-implemented-yet';
+  status: 'available' | 'external';
   moduleSource: string;
   supportsHMA: boolean;
   extraConfig: unknown;
@@ -56,37 +55,22 @@ async function inspectConnector(
   warnings: string[],
 ): Promise<ConnectorReport> {
   const name = config.kv_connector!;
-  let status: ConnectorReport['status'] = config.kv_connector_module_path ? 'external' : 'available';
-  let className = name;
-  let supportsHMA: boolean;
-  let extraConfig: unknown = config.kv_connector_extra_config;
-  try {
-    const cls = await KVConnectorFactory.getConnectorClass(config);
-    className = cls.name;
-    supportsHMA = cls.supportsHMA === true;
-    if (cls.extraConfigSchema)
-      warnings.push(...extraConfigWarnings(cls.extraConfigSchema, config.kv_connector_extra_config));
-    if (typeof cls.validateExtraConfig === 'function') {
-      extraConfig = cls.validateExtraConfig(config.kv_connector_extra_config, {
-        ...engineConfig,
-        kvTransferConfig: config,
-      });
-    }
-  } catch (e) {
-    const entry = getBuiltinConnector(name);
-    const planned =
-      e instanceof KVError && e.code === 'KV_CONNECTOR_NOT_IMPLEMENTED' && entry?.status === 'planned';
-    if (!planned || !entry || config.kv_connector_module_path) throw e;
-    status = 'not-implemented-yet';
-    className = entry.className;
-    supportsHMA = entry.supportsHMA;
-  }
+  const cls = await KVConnectorFactory.getConnectorClass(config);
+  if (cls.extraConfigSchema)
+    warnings.push(...extraConfigWarnings(cls.extraConfigSchema, config.kv_connector_extra_config));
+  const extraConfig =
+    typeof cls.validateExtraConfig === 'function'
+      ? cls.validateExtraConfig(config.kv_connector_extra_config, {
+          ...engineConfig,
+          kvTransferConfig: config,
+        })
+      : config.kv_connector_extra_config;
   const report: ConnectorReport = {
     connector: name,
-    className,
-    status,
+    className: cls.name,
+    status: config.kv_connector_module_path ? 'external' : 'available',
     moduleSource: config.kv_connector_module_path ?? 'built-in',
-    supportsHMA,
+    supportsHMA: cls.supportsHMA === true,
     extraConfig,
   };
   if (name === MULTI_CONNECTOR_NAME && !config.kv_connector_module_path) {
@@ -176,10 +160,5 @@ export function formatCheckConfigReport(r: CheckConfigReport): string {
     );
   }
   for (const w of r.warnings) lines.push(`  warning: ${w}`);
-  if (c.status === 'not-implemented-yet') {
-    lines.push(
-      `  note: ${c.connector} is not implemented yet in this kvconnect version; the config is valid but serving with it will fail.`,
-    );
-  }
   return `${lines.join('\n')}\n`;
 }

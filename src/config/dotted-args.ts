@@ -1,5 +1,5 @@
 /**
- * vLLM's dotted CLI form for JSON-valued flags (spec §1.4):
+ * vLLM's dotted CLI form for JSON-valued flags (docs/configuration.md#forms):
  * `--kv-transfer-config.kv_connector_extra_config.backend xgmi`, with a trailing `+`
  * turning a comma-separated value into a list. Values are JSON, else human-readable
  * integers (`80g`), else plain strings.

@@ -13,6 +13,7 @@ import {
   optionFlag,
 } from './engine-options.ts';
 import { parseHumanReadableInt } from './human-readable.ts';
+import { applyKvOffloading } from './kv-offloading.ts';
 import { KVTransferConfig } from './kv-transfer-config.ts';
 import type { EngineConfig, KVTransferConfigFields, KVTransferConfigLike } from './types.ts';
 
@@ -92,6 +93,18 @@ function coerceOption(name: string, def: EngineOptionDef<unknown>, raw: unknown)
       }
       return n;
     }
+    case 'number': {
+      const n = typeof raw === 'string' && raw.trim() !== '' ? Number(raw) : raw;
+      if (typeof n !== 'number' || !Number.isFinite(n) || (def.above !== undefined && n <= def.above)) {
+        throw configError(
+          name,
+          def.above === undefined ? 'a number' : `a number > ${def.above}`,
+          raw,
+          `Pass a number, e.g. ${flag} 0.5.`,
+        );
+      }
+      return n;
+    }
     case 'string':
       if (typeof raw === 'string' && raw.length > 0) return raw;
       throw configError(name, 'a non-empty string', raw, `Pass ${flag} NAME.`);
@@ -115,11 +128,13 @@ function describeKind(def: EngineOptionDef<unknown>): string {
   const base =
     def.kind === 'int'
       ? 'an integer'
-      : def.kind === 'choice'
-        ? `one of ${def.choices?.map((c) => `"${c}"`).join(', ')}`
-        : def.kind === 'string'
-          ? 'a string'
-          : 'true or false';
+      : def.kind === 'number'
+        ? 'a number'
+        : def.kind === 'choice'
+          ? `one of ${def.choices?.map((c) => `"${c}"`).join(', ')}`
+          : def.kind === 'string'
+            ? 'a string'
+            : 'true or false';
   return def.nullable ? `${base} or null` : base;
 }
 
@@ -150,6 +165,8 @@ export function buildEngineConfig(options: EngineOptionsInput = {}): EngineConfi
       cacheDtype: o.cache_dtype,
       enablePrefixCaching: o.enable_prefix_caching,
       prefixCachingHashAlgo: o.prefix_caching_hash_algo,
+      kvOffloadingSize: o.kv_offloading_size,
+      kvOffloadingBackend: o.kv_offloading_backend,
     },
     scheduler: {
       maxNumSeqs: o.max_num_seqs,
@@ -163,6 +180,10 @@ export function buildEngineConfig(options: EngineOptionsInput = {}): EngineConfi
       dataParallelRank: o.data_parallel_rank,
       dataParallelSizeLocal: o.data_parallel_size_local ?? o.data_parallel_size,
     },
-    kvTransferConfig: toTransferConfig(options.kv_transfer_config),
+    kvTransferConfig: applyKvOffloading(
+      toTransferConfig(options.kv_transfer_config),
+      o.kv_offloading_size,
+      o.kv_offloading_backend,
+    ),
   };
 }

@@ -18,6 +18,8 @@ export interface EngineOptions {
   cache_dtype: KVCacheDtype;
   enable_prefix_caching: boolean;
   prefix_caching_hash_algo: HashAlgo;
+  kv_offloading_size: number | null;
+  kv_offloading_backend: 'native' | 'lmcache';
   max_num_seqs: number;
   max_num_batched_tokens: number;
   enable_chunked_prefill: boolean;
@@ -29,10 +31,11 @@ export interface EngineOptions {
 }
 
 /**
- * How a value is written on the command line: `int` (also human-readable, `64M`), `string`,
- * `choice`, `bool` (`--x` / `--no-x`), `tristate` (`--x` / `--no-x` / absent = auto).
+ * How a value is written on the command line: `int` (also human-readable, `64M`), `number`
+ * (a decimal), `string`, `choice`, `bool` (`--x` / `--no-x`), `tristate` (`--x` / `--no-x` /
+ * absent = auto).
  */
-export type EngineOptionKind = 'int' | 'string' | 'choice' | 'bool' | 'tristate';
+export type EngineOptionKind = 'int' | 'number' | 'string' | 'choice' | 'bool' | 'tristate';
 
 export interface EngineOptionDef<T> {
   kind: EngineOptionKind;
@@ -41,8 +44,10 @@ export interface EngineOptionDef<T> {
   help: string;
   choices?: readonly string[];
   nullable?: boolean;
-  /** Smallest allowed integer. */
+  /** Smallest allowed value. */
   min?: number;
+  /** Values must be above this (exclusive). */
+  above?: number;
   /** Returns a problem ("must be ...") or null; `all` is the full option set. */
   check?: (value: T, all: EngineOptions) => string | null;
 }
@@ -107,6 +112,21 @@ export const ENGINE_OPTIONS: { [K in keyof EngineOptions]: EngineOptionDef<Engin
     default: 'sha256_cbor',
     choices: ['sha256_cbor', 'sha256', 'xxhash_cbor', 'xxhash'],
     help: 'block hash function (sha256_cbor: collision-resistant and language-neutral, so non-Python peers agree on keys)',
+  },
+  kv_offloading_size: {
+    kind: 'number',
+    section: 'cache',
+    default: null,
+    nullable: true,
+    above: 0,
+    help: "KV offloading buffer in GiB (vLLM's shortcut): sets kv_connector to OffloadingConnector, kv_role kv_both, cpu_bytes_to_use = size × 2^30",
+  },
+  kv_offloading_backend: {
+    kind: 'choice',
+    section: 'cache',
+    default: 'native',
+    choices: ['native', 'lmcache'],
+    help: 'backend of --kv-offloading-size: native = the OffloadingConnector (lmcache is not available in kvconnect)',
   },
   max_num_seqs: {
     kind: 'int',

@@ -1,7 +1,7 @@
 /**
- * vLLM's KVTransferConfig (spec §1): the same snake_case fields, defaults and validation.
- * Unknown top-level keys are rejected; connector-specific knobs live in
- * `kv_connector_extra_config` and are validated by the connector class.
+ * vLLM's KVTransferConfig (docs/configuration.md#kv_transfer_config): the same snake_case
+ * fields, defaults and validation. Unknown top-level keys are rejected; connector-specific
+ * knobs live in `kv_connector_extra_config` and are validated by the connector class.
  */
 import { randomUUID } from 'node:crypto';
 import { KVError } from '../errors/kv-error.ts';
@@ -102,7 +102,10 @@ export class KVTransferConfig implements KVTransferConfigLike {
   readonly enable_permute_local_kv: boolean;
   readonly kv_load_failure_policy: KVLoadFailurePolicy;
 
-  /** Validates `fields` (vLLM's rules, spec §1.2). Prefer the static parsers for untrusted input. */
+  /**
+   * Validates `fields` (vLLM's rules, docs/configuration.md#kv_transfer_config). Prefer the
+   * static parsers for untrusted input.
+   */
   constructor(fields: Partial<KVTransferConfigFields> = {}) {
     const v = validateFields(fields as Record<string, unknown>);
     this.kv_connector = v.kv_connector as string | null;

@@ -1,6 +1,7 @@
 /**
- * MultiConnector's children (spec §5.3): `kv_connector_extra_config.connectors` is an ordered
- * list of full transfer configs. A child without its own engine_id gets the parent's.
+ * MultiConnector's children (docs/connectors/multi.md):
+ * `kv_connector_extra_config.connectors` is an ordered list of full transfer configs. A child
+ * without its own engine_id gets the parent's.
  */
 import { configError } from './config-error.ts';
 import { KVTransferConfig } from './kv-transfer-config.ts';

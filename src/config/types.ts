@@ -10,7 +10,7 @@ export type HashAlgo = 'sha256' | 'sha256_cbor' | 'xxhash' | 'xxhash_cbor';
 export type KVRole = 'kv_producer' | 'kv_consumer' | 'kv_both';
 export type KVLoadFailurePolicy = 'fail' | 'recompute';
 
-/** vLLM's KVTransferConfig fields, snake_case as on the wire (spec §1.1). */
+/** vLLM's KVTransferConfig fields, snake_case as on the wire (docs/configuration.md#kv_transfer_config). */
 export interface KVTransferConfigFields {
   kv_connector: string | null;
   engine_id: string;
@@ -43,13 +43,16 @@ export interface CacheConfig {
   cacheDtype: KVCacheDtype;
   enablePrefixCaching: boolean;
   prefixCachingHashAlgo: HashAlgo;
+  /** vLLM's --kv-offloading-size (GiB) and --kv-offloading-backend; already applied to kvTransferConfig. */
+  kvOffloadingSize: number | null;
+  kvOffloadingBackend: 'native' | 'lmcache';
 }
 
 export interface SchedulerConfig {
   maxNumSeqs: number;
   maxNumBatchedTokens: number;
   enableChunkedPrefill: boolean;
-  /** Tri-state: null = auto (vLLM's rule, spec §4.4). */
+  /** Tri-state: null = auto (vLLM's rule, docs/configuration.md#hybrid-kv-cache-manager-hma). */
   disableHybridKvCacheManager: boolean | null;
 }
 

@@ -1,11 +1,12 @@
 /**
- * The connector API: one abstract class for both roles, mirroring vLLM's
- * KVConnectorBase_V1 (spec §3). Two instances exist per engine, one per role; they share
- * nothing and talk only through the plain-data metadata and outputs of ./types.ts.
+ * The connector API: one abstract class for both roles, mirroring vLLM's KVConnectorBase_V1
+ * (docs/connector-api.md). Two instances exist per engine, one per role; they share nothing
+ * and talk only through the plain-data metadata and outputs of ./types.ts.
  *
- * Scheduler-side methods are synchronous and must be cheap: the scheduler calls them on
- * every step. Worker-side methods may return promises (transfers are asynchronous in
- * Node.js); the model runner awaits them in vLLM's order (spec §3.5).
+ * Scheduler-side methods are synchronous and must be cheap: the scheduler calls them on every
+ * step. Worker-side methods may return promises (transfers are asynchronous in Node.js); the
+ * model runner awaits them in vLLM's order
+ * (docs/engine.md#one-step-on-a-rank-worker-side-connector-order).
  */
 import type { ExtraConfigSchema } from '../config/extra-config.ts';
 import type { EngineConfig, KVTransferConfigLike } from '../config/types.ts';
@@ -75,12 +76,12 @@ export abstract class KVConnectorBase {
     return this.kvTransferConfig.isKvProducer;
   }
 
-  /** Prefer one contiguous KV buffer for all layers (spec §3.8). */
+  /** Prefer one contiguous KV buffer for all layers (docs/connector-api.md#construction). */
   get preferCrossLayerBlocks(): boolean {
     return false;
   }
 
-  // ---- worker side (spec §3.3) ----
+  // ---- worker side (docs/connector-api.md#worker-side) ----
 
   /** Once, after the KV memory is allocated. */
   registerKvCaches(_memory: PagedKVMemory): MaybePromise<void> {}
@@ -153,7 +154,7 @@ export abstract class KVConnectorBase {
   /** Both roles: finish or abort async work, close sockets, release memory. */
   shutdown(): MaybePromise<void> {}
 
-  // ---- scheduler side (spec §3.4) ----
+  // ---- scheduler side (docs/connector-api.md#scheduler-side) ----
 
   /** When a request is added to the scheduler. */
   onNewRequest(_request: ConnectorRequest): void {}

@@ -1,8 +1,10 @@
 /**
  * Block-list geometry shared by the P/D connectors (NIXL pull and push, MoRIIO): which of a
- * request's blocks a peer needs (sliding-window groups clipped to the window, spec §4.3) and how local blocks pair with
- * remote ones. Pairing is by token position, never by list index, so a prefix-cache hit on
- * the consumer or a consumer holding more blocks than the producer cannot misalign (§9 18).
+ * request's blocks a peer needs (sliding-window groups clipped to the window, see
+ * docs/connector-api.md#plain-data-between-the-roles-srcconnectortypests) and how local
+ * blocks pair with remote ones. Pairing is by token position, never by list index, so a
+ * prefix-cache hit on the consumer, or a consumer holding more blocks than the producer,
+ * cannot misalign them (list-index pairing did in vLLM).
  */
 import type { KVCacheBlocks, KVCacheConfig } from '../kv/interfaces.ts';
 

@@ -1,7 +1,8 @@
 /**
- * KVConnectorFactory (spec §2): a lazy name → loader registry, module-path loading of
- * external connectors, the HMA capability check and connector construction, with vLLM's
- * exact messages. Beyond vLLM, unknown names get a "did you mean" hint.
+ * KVConnectorFactory (docs/connector-api.md#factory-and-registry): a lazy name → loader
+ * registry, module-path loading of external connectors, the HMA capability check and
+ * connector construction, with vLLM's exact messages. Beyond vLLM, unknown names get a "did
+ * you mean" hint.
  */
 import { createRequire } from 'node:module';
 import path from 'node:path';
@@ -194,8 +195,8 @@ export class KVConnectorFactory {
 
   /**
    * vLLM's supports_hma_config: the class's `supportsHMA`, or for MultiConnector, true only if
-   * `connectors` is non-empty and every child supports HMA (recursively). Built-ins that are
-   * not implemented yet answer from the registry's capability table.
+   * `connectors` is non-empty and every child supports HMA (recursively). Built-ins Node.js
+   * cannot run answer from the registry's capability table.
    */
   static async supportsHMAConfig(config: KVTransferConfigLike): Promise<boolean> {
     if (config.kv_connector === MULTI_CONNECTOR_NAME && !config.kv_connector_module_path) {
@@ -208,7 +209,7 @@ export class KVConnectorFactory {
     return cls.supportsHMA === true;
   }
 
-  /** The class, or for a built-in not implemented yet, its static capabilities. */
+  /** The class, or for a built-in Node.js cannot run, its static capabilities from the registry. */
   static async resolveForCapabilities(
     config: KVTransferConfigLike,
   ): Promise<Pick<KVConnectorClass, 'supportsHMA'> & { name: string }> {

@@ -1,6 +1,7 @@
 /**
- * The hybrid KV cache manager (HMA) decision (spec §4.4). kvconnect's CPU engine supports
- * hybrid KV caches, so only the connector rule applies:
+ * The hybrid KV cache manager (HMA) decision
+ * (docs/configuration.md#hybrid-kv-cache-manager-hma). kvconnect's CPU engine supports hybrid
+ * KV caches, so only the connector rule applies:
  *  - `true` (--disable-hybrid-kv-cache-manager): off.
  *  - `null` (auto) with a connector lacking HMA support: off, with vLLM's warning.
  *  - `false` (--no-disable-hybrid-kv-cache-manager): on; an unsupported connector then fails

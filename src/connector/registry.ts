@@ -1,11 +1,12 @@
 /**
- * The built-in connector names (spec §2.3) with their lazy loaders and static capabilities.
- * Each loader is a thunk around a literal dynamic import, so tsc rewrites it for dist/ and
- * nothing is imported until the connector is used.
+ * The built-in connector names (docs/configuration.md#connectors) with their lazy loaders and
+ * static capabilities. Each loader is a thunk around a literal dynamic import, so tsc
+ * rewrites it for dist/ and nothing is imported until the connector is used.
  *
- * To switch an entry to its real module, replace `load: null` with the loader in its
- * comment. Until then the entry resolves to a loader that fails with
- * KV_CONNECTOR_NOT_IMPLEMENTED, and `supportsHMA` below stands in for the class's static.
+ * vLLM connectors Node.js cannot run (they need a native library with Python bindings) are
+ * listed with `load: null`: they resolve to a loader that fails with
+ * KV_CONNECTOR_NOT_IMPLEMENTED naming the kvconnect connector that does the same job, and
+ * `supportsHMA` stands in for the class's static (for the HMA rule of a MultiConnector).
  */
 import { KVError } from '../errors/kv-error.ts';
 
@@ -16,12 +17,12 @@ export interface BuiltinConnector {
   name: string;
   /** Export of the module that holds the class. */
   className: string;
-  /** null until the implementation exists. */
+  /** null when Node.js cannot run it ('unavailable'). */
   load: ConnectorModuleLoader | null;
-  /** vLLM's SupportsHMA for this name (spec §2.3); used while `load` is null. */
+  /** vLLM's SupportsHMA for this name (docs/configuration.md#connectors); used when `load` is null. */
   supportsHMA: boolean;
-  /** 'planned': kvconnect will ship it; 'unavailable': it needs a native library Node.js cannot use. */
-  status: 'available' | 'planned' | 'unavailable';
+  /** 'unavailable': it needs a native library Node.js cannot use. */
+  status: 'available' | 'unavailable';
   /** What it needs / what is missing, for docs and errors. */
   needs: string;
   /** The kvconnect connector that does the same job (for 'unavailable'). */
@@ -179,7 +180,7 @@ export function getBuiltinConnector(name: string): BuiltinConnector | undefined 
   return BUILTIN_CONNECTORS.find((c) => c.name === name);
 }
 
-/** A loader that explains precisely why this name cannot be loaded (yet). */
+/** A loader that explains precisely why this name cannot be loaded. */
 export function notImplementedLoader(entry: BuiltinConnector): ConnectorModuleLoader {
   return async () => {
     throw notImplementedError(entry);
@@ -187,17 +188,10 @@ export function notImplementedLoader(entry: BuiltinConnector): ConnectorModuleLo
 }
 
 export function notImplementedError(entry: BuiltinConnector): KVError {
-  const message =
-    entry.status === 'unavailable'
-      ? `Connector ${entry.name} is not available in kvconnect: it needs ${entry.needs}, which Node.js cannot load.`
-      : `Connector ${entry.name} is not implemented yet in this version of kvconnect.`;
-  const hint =
-    entry.status === 'unavailable'
-      ? `Use ${entry.alternative}, which does the same job in kvconnect (see docs/configuration.md).`
-      : `It needs ${entry.needs}. Until it lands, pick an available connector or load your own with kv_connector_module_path.`;
+  const message = `Connector ${entry.name} is not available in kvconnect: it needs ${entry.needs}, which Node.js cannot load.`;
   return new KVError('KV_CONNECTOR_NOT_IMPLEMENTED', message, {
     field: 'kv_connector',
-    hint,
+    hint: `Use ${entry.alternative}, which does the same job in kvconnect (see docs/configuration.md).`,
     details: {
       connector: entry.name,
       status: entry.status,

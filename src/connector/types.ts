@@ -1,5 +1,5 @@
 /**
- * Plain-data types that cross between the scheduler and the workers (spec §3.1). Every
+ * Plain-data types that cross between the scheduler and the workers (docs/connector-api.md). Every
  * value here must survive structuredClone: workers are threads, and nothing is shared.
  */
 import type { BlockHash, KVCacheEvent } from '../kv/interfaces.ts';
@@ -55,7 +55,7 @@ export interface CachedRequestData {
   numComputedTokens: number[];
 }
 
-/** The scheduler's per-step output as connectors see it (spec §3.5). */
+/** The scheduler's per-step output as connectors see it (docs/scheduler.md#connector-calls-per-step). */
 export interface SchedulerOutput {
   scheduledNewReqs: NewRequestData[];
   scheduledCachedReqs: CachedRequestData;
@@ -72,7 +72,7 @@ export interface SchedulerOutput {
 /** Scheduler → worker payload of one step. Connector-specific, plain data. */
 export type KVConnectorMetadata = Record<string, unknown>;
 
-/** Worker → scheduler per-step payload (spec §3.1 KVConnectorWorkerMetadata). */
+/** Worker → scheduler per-step payload (vLLM's KVConnectorWorkerMetadata). */
 export type KVConnectorWorkerMetadata = Record<string, unknown>;
 
 /** Stats collected since the last call, as plain data (vLLM's KVConnectorStats.data). */

@@ -7,7 +7,8 @@
 import { type DemoConnector, demoFlow } from './options.ts';
 
 const ENGINE_METRICS = {
-  promptTokens: 'vllm:prompt_tokens_total',
+  /** Prompt tokens the engine computed itself (vLLM counts cached and transferred ones apart). */
+  promptTokens: 'vllm:prompt_tokens_by_source_total{source="local_compute"}',
   prefixQueries: 'vllm:prefix_cache_queries_total',
   prefixHits: 'vllm:prefix_cache_hits_total',
   externalHits: 'vllm:external_prefix_cache_hits_total',
@@ -21,9 +22,9 @@ export const DEMO_METRICS = {
   kvBytes: 'vllm:nixl_bytes_transferred_sum',
   transfers: 'vllm:nixl_bytes_transferred_count',
   transferSeconds: 'vllm:nixl_xfer_time_seconds_sum',
-  failedTransfers: 'vllm:nixl_num_failed_transfers',
+  failedTransfers: 'vllm:nixl_num_failed_transfers_total',
   /** P gave up on blocks it held for D (NIXL: the lease expired). */
-  abandonedHolds: 'vllm:nixl_num_kv_expired_reqs',
+  abandonedHolds: 'vllm:nixl_num_kv_expired_reqs_total',
   ...ENGINE_METRICS,
 } as const;
 
@@ -32,9 +33,9 @@ export const MORIIO_DEMO_METRICS: DemoMetricNames = {
   kvBytes: 'vllm:moriio_bytes_transferred_sum',
   transfers: 'vllm:moriio_bytes_transferred_count',
   transferSeconds: 'vllm:moriio_xfer_time_seconds_sum',
-  failedTransfers: 'vllm:moriio_num_failed_transfers',
+  failedTransfers: 'vllm:moriio_num_failed_transfers_total',
   /** MoRIIO: the hold was reaped after defer_timeout without an ACK. */
-  abandonedHolds: 'vllm:moriio_num_reaped_sends',
+  abandonedHolds: 'vllm:moriio_num_reaped_sends_total',
   ...ENGINE_METRICS,
 };
 
@@ -47,13 +48,27 @@ export function demoMetricNames(connector: DemoConnector): DemoMetricNames {
   return demoFlow(connector) === 'MoRIIOConnector' ? MORIIO_DEMO_METRICS : DEMO_METRICS;
 }
 
-/** Sum of every sample named exactly `name` (any labels); 0 when the metric is absent. */
+/**
+ * Sum of every sample named exactly `name` (any labels); 0 when the metric is absent. A
+ * selector `name{label="value",...}` keeps only the samples that carry those labels.
+ */
 export function sumMetric(text: string, name: string): number {
+  const brace = name.indexOf('{');
+  const base = brace < 0 ? name : name.slice(0, brace);
+  const required =
+    brace < 0
+      ? []
+      : name
+          .slice(brace + 1, -1)
+          .split(',')
+          .filter(Boolean);
   let total = 0;
   for (const line of text.split('\n')) {
     if (line.startsWith('#')) continue;
-    const rest = line.startsWith(`${name}{`) || line.startsWith(`${name} `) ? line.slice(name.length) : null;
+    const rest = line.startsWith(`${base}{`) || line.startsWith(`${base} `) ? line.slice(base.length) : null;
     if (rest === null) continue;
+    const labels = rest.startsWith('{') ? rest.slice(1, rest.indexOf('}')).split(',') : [];
+    if (!required.every((r) => labels.includes(r))) continue;
     const value = Number(rest.slice(rest.lastIndexOf(' ') + 1));
     if (Number.isFinite(value)) total += value;
   }

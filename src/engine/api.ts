@@ -5,8 +5,15 @@
 import type { EngineConfig } from '../config/types.ts';
 import type { KVTransferParams } from '../connector/types.ts';
 import type { KVConnectorInfo } from './connector-info.ts';
+import type { IterationStats } from './iteration-stats.ts';
 
 export type { KVConnectorInfo } from './connector-info.ts';
+export type {
+  CompletedTiming,
+  FinishedRequestStats,
+  IterationStats,
+  PromptTokenStats,
+} from './iteration-stats.ts';
 
 export interface SamplingParams {
   maxTokens: number;
@@ -40,6 +47,13 @@ export interface RequestMetrics {
   arrivalTime: number;
   /** ms spent waiting before first scheduled (including waiting for remote KV). */
   queuedMs: number;
+  /** Wall-clock ms of the first step that scheduled the request to run, null before. */
+  scheduledAt: number | null;
+  /**
+   * Prompt tokens it did not compute when first scheduled (local prefix hit + loaded
+   * through the connector; vLLM's num_cached_tokens), 0 before.
+   */
+  numCachedTokens: number;
   /** ms from arrival to the first generated token, null before it. */
   ttftMs: number | null;
   /** ms from arrival to finish, null before it. */
@@ -92,24 +106,43 @@ export interface EngineStats {
   prefixCacheHitsTotal: number;
   externalPrefixCacheQueriesTotal: number;
   externalPrefixCacheHitsTotal: number;
-  /** Connector stats since the last call (plain data, connector-specific keys). */
+  numPreemptionsTotal: number;
+  /** Waiting requests parked until their KV arrives from a peer (a subset of the waiting ones). */
+  numRequestsWaitingForRemoteKvs: number;
+  /**
+   * Connector stats since the last call (plain data, connector-specific keys); null while
+   * an onIterationStats listener receives them step by step instead.
+   */
   kvConnectorStats: Record<string, unknown> | null;
 }
 
 export interface AsyncEngineLike {
   readonly config: EngineConfig;
   readonly tokenizer: TokenizerLike;
+  /** KV cache blocks of the engine (vLLM's num_gpu_blocks), when known. */
+  readonly numGpuBlocks?: number;
   /** Streams deltas until the request finishes; aborting the signal aborts the request. */
   generate(request: GenerateRequest, signal?: AbortSignal): AsyncIterable<RequestOutputDelta>;
   abort(requestId: string): void;
   /** Counters since start (monotonic) plus current gauges. */
   stats(): EngineStats;
+  /**
+   * Calls `listener` with the stats of every engine iteration (vLLM's IterationStats:
+   * tokens, latencies, finished requests) as it happens; returns the unsubscribe function.
+   */
+  onIterationStats?(listener: (stats: IterationStats) => void): () => void;
+  /**
+   * vLLM's reset_prefix_cache, applied between engine steps: true when the local prefix
+   * cache (and with resetConnector the connector's cache) was cleared.
+   */
+  resetPrefixCache?(options?: { resetRunningRequests?: boolean; resetConnector?: boolean }): Promise<boolean>;
   shutdown(): Promise<void>;
   /** The connector's coordinates for peers and proxies (GET /kvconnect/info); null without one. */
   kvConnectorInfo?(): KVConnectorInfo | null;
   /**
-   * Spec §3.6: a request rejected before admission still reaches the connector, so a
-   * prefill peer frees the blocks it holds for it (vLLM's notify_kv_transfer_request_rejected).
+   * docs/scheduler.md#delayed-free-and-aborts: a request rejected before admission still
+   * reaches the connector, so a prefill peer frees the blocks it holds for it (vLLM's
+   * notify_kv_transfer_request_rejected).
    */
   notifyKvTransferRequestRejected?(requestId: string, params: KVTransferParams): void;
 }

@@ -16,12 +16,14 @@ import type {
   AsyncEngineLike,
   EngineStats,
   GenerateRequest,
+  IterationStats,
   RequestOutputDelta,
   TokenizerLike,
 } from './api.ts';
 import { describeConnector, type KVConnectorInfo } from './connector-info.ts';
 import { Engine } from './engine.ts';
 import { rejectedKvTransferRequest } from './sampling-params.ts';
+import type { PrefixCacheReset } from './scheduler/scheduler.ts';
 
 /** Wait between steps that computed nothing (ms). */
 export const IDLE_STEP_INTERVAL_MS = 2;
@@ -40,6 +42,7 @@ export class AsyncEngine implements AsyncEngineLike {
   readonly engine: Engine;
   private readonly streams = new Map<string, Stream>();
   private readonly pendingAborts = new Set<string>();
+  private pendingResets: Array<{ options: PrefixCacheReset; done: (ok: boolean) => void }> = [];
   private loop: Promise<void> | null = null;
   private closed = false;
   /** Requests added so far; a step that computed nothing skips its idle wait if this moved. */
@@ -65,6 +68,10 @@ export class AsyncEngine implements AsyncEngineLike {
 
   get tokenizer(): TokenizerLike {
     return this.engine.tokenizer;
+  }
+
+  get numGpuBlocks(): number {
+    return this.engine.kvCacheConfig.numBlocks;
   }
 
   /** Adds the request now (throws on invalid input) and returns its stream of deltas. */
@@ -113,6 +120,16 @@ export class AsyncEngine implements AsyncEngineLike {
     }
   }
 
+  /** Applied between steps (at once when the engine is idle). */
+  resetPrefixCache(options: PrefixCacheReset = {}): Promise<boolean> {
+    if (this.closed) return Promise.reject(closedError());
+    return new Promise((resolve) => {
+      this.pendingResets.push({ options, done: resolve });
+      if (this.loop) this.wakeLoop?.();
+      else this.applyResets();
+    });
+  }
+
   abort(requestId: string): void {
     if (!this.streams.has(requestId)) return;
     this.pendingAborts.add(requestId);
@@ -133,8 +150,14 @@ export class AsyncEngine implements AsyncEngineLike {
       prefixCacheHitsTotal: s.prefixCacheHits,
       externalPrefixCacheQueriesTotal: s.externalPrefixCacheQueries,
       externalPrefixCacheHitsTotal: s.externalPrefixCacheHits,
+      numPreemptionsTotal: s.numPreemptions,
+      numRequestsWaitingForRemoteKvs: s.numWaitingForRemoteKvs,
       kvConnectorStats: this.engine.takeKvConnectorStats(),
     };
+  }
+
+  onIterationStats(listener: (stats: IterationStats) => void): () => void {
+    return this.engine.onIterationStats(listener);
   }
 
   /** Resolves once no request is live and no hand-off holds blocks. */
@@ -147,6 +170,7 @@ export class AsyncEngine implements AsyncEngineLike {
     for (const id of this.streams.keys()) this.pendingAborts.add(id);
     this.applyAborts();
     this.closed = true;
+    for (const { done } of this.pendingResets.splice(0)) done(false);
     await this.loop;
     await this.engine.shutdown();
   }
@@ -158,6 +182,7 @@ export class AsyncEngine implements AsyncEngineLike {
       // A request added after run() made its last check but before this callback would
       // otherwise wait for a loop that has already ended.
       this.applyAborts();
+      if (!this.closed) this.applyResets();
       if (this.streams.size > 0 && this.engine.hasWork()) this.ensureLoop();
     });
   }
@@ -170,6 +195,7 @@ export class AsyncEngine implements AsyncEngineLike {
       while (!this.closed && this.engine.hasWork()) {
         await this.refillWait();
         this.applyAborts();
+        this.applyResets();
         const arrivalsBefore = this.arrivals;
         const startedAt = performance.now();
         const { deltas, numScheduledTokens } = await this.engine.step();
@@ -244,6 +270,14 @@ export class AsyncEngine implements AsyncEngineLike {
     });
   }
 
+  private applyResets(): void {
+    const resets = this.pendingResets;
+    this.pendingResets = [];
+    for (const { options, done } of resets) done(this.engine.resetPrefixCache(options));
+    // Preempted requests wait to be scheduled again.
+    if (resets.length > 0 && this.engine.hasWork()) this.ensureLoop();
+  }
+
   private applyAborts(): void {
     if (this.pendingAborts.size === 0) return;
     const ids = [...this.pendingAborts];
@@ -269,8 +303,9 @@ export class AsyncEngine implements AsyncEngineLike {
   }
 
   /**
-   * Spec §3.6: vLLM's dummy request (one token) carrying the params, added and aborted at
-   * once, so the connector's requestFinished releases the peer. Its final delta is dropped.
+   * docs/scheduler.md#delayed-free-and-aborts: vLLM's dummy request (one token) carrying the
+   * params, added and aborted at once, so the connector's requestFinished releases the peer.
+   * Its final delta is dropped.
    */
   notifyKvTransferRequestRejected(requestId: string, params: KVTransferParams): void {
     if (this.closed) return;

@@ -2,7 +2,7 @@
  * What an engine tells peers and proxies about its KV connector (served as GET
  * /kvconnect/info): the coordinates a NIXL push decode engine needs to register with this
  * prefill engine (engine id, side channel, parallel sizes). Connectors are duck-typed here
- * because the engine may not import connector implementations (DESIGN.md §2).
+ * because the engine may not import connector implementations (docs/architecture.md#layers).
  */
 import type { EngineConfig } from '../config/types.ts';
 import type { KVConnectorBase } from '../connector/base.ts';

@@ -8,6 +8,7 @@ import type { EngineConfig } from '../config/types.ts';
 import type { KVConnectorBase } from '../connector/base.ts';
 import { KVConnectorFactory } from '../connector/factory.ts';
 import { applyHMADecision, type HMADecision, resolveHybridKvCacheManager } from '../connector/hma.ts';
+import { mergeStats } from '../connector/stats.ts';
 import type { SchedulerOutput } from '../connector/types.ts';
 import { KVError } from '../errors/kv-error.ts';
 import { createBlockHasher } from '../kv/block-hasher.ts';
@@ -15,14 +16,15 @@ import type { KVCacheConfig, KVCacheEvent } from '../kv/interfaces.ts';
 import { buildKVCacheConfig } from '../kv/kv-cache-config.ts';
 import { createKVCacheManager } from '../kv/kv-cache-manager.ts';
 import type { GenerateRequest, RequestOutputDelta, SamplingParams, TokenizerLike } from './api.ts';
+import { type IterationStats, IterationStatsBuilder } from './iteration-stats.ts';
 import { type BlockHasher, Request } from './request.ts';
 import type { ModelExecutor } from './runner/executor.ts';
 import { LocalExecutor } from './runner/local-executor.ts';
 import { OutputProcessor } from './runner/output-processor.ts';
 import { setUpRank } from './runner/rank-setup.ts';
 import { ThreadExecutor } from './runner/thread-executor.ts';
-import { KVOutputAggregator, mergeStats } from './scheduler/kv-output-aggregator.ts';
-import { Scheduler } from './scheduler/scheduler.ts';
+import { KVOutputAggregator } from './scheduler/kv-output-aggregator.ts';
+import { type PrefixCacheReset, Scheduler } from './scheduler/scheduler.ts';
 import type { EngineCoreOutput, SchedulerStats } from './scheduler/types.ts';
 import { loadTokenizer } from './tokenizer/load.ts';
 
@@ -41,6 +43,8 @@ export class Engine {
   readonly executor: ModelExecutor;
   private readonly outputs: OutputProcessor;
   private readonly blockHasher: BlockHasher;
+  private readonly iterationStats = new IterationStatsBuilder();
+  private readonly iterationListeners = new Set<(stats: IterationStats) => void>();
   private kvEvents: KVCacheEvent[] = [];
   private connectorStats: Record<string, unknown> | null = null;
   private closed = false;
@@ -108,7 +112,8 @@ export class Engine {
       await connector?.shutdown();
       throw e;
     }
-    // Spec §3.11: the scheduler-side connector serves every rank's handshake metadata.
+    // docs/connector-api.md#handshake-metadata: the scheduler-side connector serves every
+    // rank's handshake metadata.
     if (connector && Object.keys(executor.handshakeMetadata).length > 0) {
       try {
         await connector.setXferHandshakeMetadata(executor.handshakeMetadata);
@@ -159,6 +164,7 @@ export class Engine {
     });
     this.scheduler.addRequest(request);
     this.outputs.addRequest(req.requestId, req.sampling);
+    this.iterationStats.addRequest(req.requestId, req.sampling.maxTokens);
     return request;
   }
 
@@ -172,22 +178,52 @@ export class Engine {
     });
     const update = this.scheduler.updateFromOutput(schedulerOutput, runnerOutput);
     this.kvEvents.push(...update.kvCacheEvents);
-    if (update.kvConnectorStats)
-      this.connectorStats = mergeStats(this.connectorStats ?? {}, update.kvConnectorStats);
-    return {
-      deltas: this.toDeltas(update.outputs),
-      numScheduledTokens: schedulerOutput.totalNumScheduledTokens,
-    };
+    const deltas = this.toDeltas(update.outputs);
+    this.publishIteration('step', deltas, update.kvConnectorStats);
+    return { deltas, numScheduledTokens: schedulerOutput.totalNumScheduledTokens };
   }
 
   /** Aborts requests (queued, running or loading); returns their final deltas. */
   abortRequests(requestIds: readonly string[]): RequestOutputDelta[] {
-    return this.toDeltas(this.scheduler.finishRequests(requestIds, 'FINISHED_ABORTED'));
+    const deltas = this.toDeltas(this.scheduler.finishRequests(requestIds, 'FINISHED_ABORTED'));
+    this.publishIteration('abort', deltas, null);
+    return deltas;
+  }
+
+  /** Calls `listener` with every iteration's stats; returns the unsubscribe function. */
+  onIterationStats(listener: (stats: IterationStats) => void): () => void {
+    this.iterationListeners.add(listener);
+    return () => this.iterationListeners.delete(listener);
+  }
+
+  /**
+   * Builds the iteration's stats and hands them to the listeners. The connector's stats of
+   * the step travel with them; only while nobody listens do they pile up for
+   * takeKvConnectorStats() (a listener that ignores them keeps memory flat).
+   */
+  private publishIteration(
+    kind: IterationStats['kind'],
+    deltas: readonly RequestOutputDelta[],
+    connectorStats: Record<string, unknown> | null,
+  ): void {
+    const stats = this.iterationStats.build(kind, deltas, connectorStats);
+    if (this.iterationListeners.size === 0) {
+      if (connectorStats) this.connectorStats = mergeStats(this.connectorStats ?? {}, connectorStats);
+      return;
+    }
+    if (deltas.length === 0 && !connectorStats) return;
+    for (const listener of this.iterationListeners) listener(stats);
   }
 
   /** Live requests, or finished ones whose KV hand-off still holds blocks. */
   hasWork(): boolean {
     return this.scheduler.hasRequests();
+  }
+
+  /** See Scheduler.resetPrefixCache; call between steps. */
+  resetPrefixCache(options: PrefixCacheReset = {}): boolean {
+    this.assertOpen();
+    return this.scheduler.resetPrefixCache(options);
   }
 
   schedulerStats(): SchedulerStats {
@@ -201,7 +237,10 @@ export class Engine {
     return events;
   }
 
-  /** Connector stats since the last call (numbers summed over steps), or null. */
+  /**
+   * Connector stats since the last call (numbers summed over steps), or null. While an
+   * iteration listener is registered the stats go to it instead, step by step.
+   */
   takeKvConnectorStats(): Record<string, unknown> | null {
     const stats = this.connectorStats;
     this.connectorStats = null;

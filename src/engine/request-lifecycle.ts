@@ -1,8 +1,9 @@
 /**
- * The connector lifecycle of a request as an explicit state machine. vLLM spreads this
- * state over `status`, several id sets and "zombie" requests, and leaked blocks because of
- * it (spec §3.6, §9 items 5, 9, 10). Here every change goes through `transition`, which
- * rejects illegal moves, and `assertInvariants` checks a scheduler snapshot in tests.
+ * The connector lifecycle of a request as an explicit state machine. vLLM spreads this state
+ * over `status`, several id sets and "zombie" requests, and leaked blocks because of it
+ * (docs/scheduler.md#the-connector-lifecycle-srcenginerequest-lifecyclets). Here every change
+ * goes through `transition`, which rejects illegal moves, and `assertInvariants` checks a
+ * scheduler snapshot in tests.
  *
  *   WAITING ─▶ LOOKUP_PENDING ─▶ ALLOCATED ─▶ WAITING_FOR_REMOTE_KV ─▶ LOADED | FAILED
  *      │                            │                                     │

@@ -78,6 +78,8 @@ export class Request implements ConnectorRequest, CacheRequest {
     this.metrics = {
       arrivalTime: this.arrivalTime,
       queuedMs: 0,
+      scheduledAt: null,
+      numCachedTokens: 0,
       ttftMs: null,
       e2eMs: null,
       numPromptTokens: this.promptTokenIds.length,

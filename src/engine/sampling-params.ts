@@ -20,9 +20,9 @@ export function samplingParams(overrides: Partial<SamplingParams> = {}): Samplin
 }
 
 /**
- * Spec §3.6: vLLM's dummy request for a request rejected before admission — one prompt
- * token, one greedy output token — carrying the params so the connector's requestFinished
- * still runs and the prefill peer frees what it pinned.
+ * docs/scheduler.md#delayed-free-and-aborts: vLLM's dummy request for a request rejected
+ * before admission — one prompt token, one greedy output token — carrying the params so the
+ * connector's requestFinished still runs and the prefill peer frees what it pinned.
  */
 export function rejectedKvTransferRequest(requestId: string, params: KVTransferParams): GenerateRequest {
   return {

@@ -146,6 +146,7 @@ const CATALOG = {
     SERVER_METHOD_NOT_ALLOWED: [405, 'The path exists but not for this method'],
     SERVER_BODY_TOO_LARGE: [413, 'The request body exceeds the size limit'],
     SERVER_QUEUE_FULL: [503, 'Too many requests in flight; retry later'],
+    SERVER_NOT_IMPLEMENTED: [501, 'The engine behind the server cannot do what the endpoint asks'],
     SERVER_LISTEN_FAILED: [500, 'The server cannot listen on the host and port'],
     INTERNAL_ERROR: [500, 'An unexpected error that is not a KVError (a bug)'],
   },
@@ -205,6 +206,7 @@ export function toErrorCode(value: unknown, fallback: ErrorCode): ErrorCode {
   return isErrorCode(value) ? value : fallback;
 }
 
+/** The declared status; 500 for a code from outside the catalog (an external connector's, in plain JS). */
 export function statusOfCode(code: ErrorCode): number {
-  return BY_CODE.get(code)!.status;
+  return BY_CODE.get(code)?.status ?? 500;
 }

@@ -1,6 +1,8 @@
 /**
- * Prefix-cache block hashing (spec §6.1–6.3): hash_i = H([hash_{i-1}, tokens_i, extra_keys]),
- * seeded with NONE_HASH. Every algorithm encodes the tuple as canonical CBOR:
+ * Prefix-cache block hashing
+ * (docs/kv-cache.md#hashing-createblockhasherblocksize-algo--sha256_cbor): hash_i =
+ * H([hash_{i-1}, tokens_i, extra_keys]), seeded with NONE_HASH. Every algorithm encodes the
+ * tuple as canonical CBOR:
  * - sha256_cbor: SHA-256 of the CBOR bytes, identical to vLLM's keys (language-neutral).
  * - sha256: accepted name; vLLM's sha256 hashes Python pickle bytes, which cannot be
  *   reproduced here, so kvconnect's sha256 is the CBOR encoding too (does NOT match vLLM).
@@ -27,10 +29,6 @@ export function isHashAlgo(name: string): name is HashAlgo {
 /** Non-cryptographic algorithms: hits must be verified against the block's token ids. */
 export function isCollisionResistant(algo: HashAlgo): boolean {
   return algo === 'sha256' || algo === 'sha256_cbor';
-}
-
-export function digestBytes(algo: HashAlgo): number {
-  return isCollisionResistant(algo) ? 32 : 16;
 }
 
 type Digest = (bytes: Uint8Array) => Uint8Array;

@@ -1,6 +1,7 @@
 /**
- * Longest prefix-cache hit of one attention type over its groups (spec §4.2). Results are
- * one block list per group id, all of the same length, a multiple of `alignment` tokens.
+ * Longest prefix-cache hit of one attention type over its groups
+ * (docs/kv-cache.md#manager-createkvcachemanageroptions). Results are one block list per
+ * group id, all of the same length, a multiple of `alignment` tokens.
  */
 import type { KVBlock } from './block-pool.ts';
 import type { HitQuery } from './single-type-manager.ts';

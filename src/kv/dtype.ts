@@ -11,10 +11,6 @@ export function dtypeBytes(dtype: KVCacheDtype): number {
   return DTYPE_BYTES[dtype];
 }
 
-export function isKVCacheDtype(value: string): value is KVCacheDtype {
-  return Object.hasOwn(DTYPE_BYTES, value);
-}
-
 const scratchF32 = new Float32Array(1);
 const scratchU32 = new Uint32Array(scratchF32.buffer);
 
@@ -79,28 +75,4 @@ export function encoderFor(dtype: 'float16' | 'bfloat16'): ToBits {
 
 export function decoderFor(dtype: 'float16' | 'bfloat16'): FromBits {
   return dtype === 'float16' ? f16BitsToF32 : bf16BitsToF32;
-}
-
-/** Converts `src` into 16-bit words at `dst[dstOffset..]`. */
-export function encode16(
-  dtype: 'float16' | 'bfloat16',
-  src: ArrayLike<number>,
-  dst: Uint16Array,
-  dstOffset = 0,
-): void {
-  const toBits = encoderFor(dtype);
-  for (let i = 0; i < src.length; i++) dst[dstOffset + i] = toBits(src[i]!);
-}
-
-/** Converts `count` 16-bit words from `src[srcOffset..]` into `dst[dstOffset..]`. */
-export function decode16(
-  dtype: 'float16' | 'bfloat16',
-  src: Uint16Array,
-  srcOffset: number,
-  count: number,
-  dst: Float32Array,
-  dstOffset = 0,
-): void {
-  const fromBits = decoderFor(dtype);
-  for (let i = 0; i < count; i++) dst[dstOffset + i] = fromBits(src[srcOffset + i]!);
 }

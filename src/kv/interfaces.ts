@@ -84,7 +84,10 @@ export interface AllocateSlotsOptions {
   reservedBlocks?: number;
 }
 
-/** KV cache events (spec §6.5). Hashes in external 64-bit form (bigint) on the wire. */
+/**
+ * KV cache events (docs/kv-cache.md#kv-cache-events). Hashes in external 64-bit form (bigint)
+ * on the wire.
+ */
 export type KVCacheEvent =
   | {
       type: 'BlockStored';

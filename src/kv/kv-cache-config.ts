@@ -1,7 +1,8 @@
 /**
  * Builds vLLM's KVCacheConfig for one tensor-parallel rank from a HF model config: specs per
- * layer, grouping of hybrid models into equal-size groups that share tensors (spec §4.2),
- * promotion of sliding layers to full attention when HMA is off (§4.4), and sizing.
+ * layer, grouping of hybrid models into equal-size groups that share tensors
+ * (docs/kv-cache.md#config-buildkvcacheconfigoptions), promotion of sliding layers to full
+ * attention when HMA is off (docs/configuration.md#hybrid-kv-cache-manager-hma), and sizing.
  */
 import type { HFModelConfig } from '../config/model-presets.ts';
 import { attentionLayerName } from '../config/model-presets.ts';

@@ -1,7 +1,7 @@
 /**
  * The scheduler's view of the KV cache (vLLM's KVCacheManager): prefix hits, slot
- * allocation, caching, freeing, sliding-window trimming, events. Semantics: spec §3.5–3.7,
- * §4.2–4.3.
+ * allocation, caching, freeing, sliding-window trimming, events (see
+ * docs/kv-cache.md#manager-createkvcachemanageroptions and docs/scheduler.md).
  */
 
 import type { HashAlgo } from '../config/types.ts';

@@ -1,5 +1,5 @@
 /**
- * The exact bodies and params of each P/D flow (spec §5.1.7, §5.1.8, §5.2.5, §5.2.7, §7).
+ * The exact bodies and params of each P/D flow (docs/proxy.md#flows-and-their-exact-parameters).
  * Pure functions: given the client's body and the chosen backends, they return what each
  * leg sends, so tests can check every key.
  */
@@ -63,7 +63,10 @@ export function moriioZmqAddress(host: string, handshakePort: number, notifyPort
   return `host:${host},handshake:${handshakePort},notify:${notifyPort}`;
 }
 
-/** The request id MoRIIO engines parse both peers' addresses out of (spec §5.2.5). */
+/**
+ * The request id MoRIIO engines parse both peers' addresses out of
+ * (docs/connectors/moriio.md#addressing-the-peer).
+ */
 export function moriioRequestId(prefillZmq: string, decodeZmq: string, uuidHex = newUuidHex()): string {
   return `___prefill_addr_${prefillZmq}___decode_addr_${decodeZmq}_${uuidHex}`;
 }

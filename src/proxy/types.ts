@@ -12,7 +12,10 @@ export type PolicyName = (typeof POLICY_NAMES)[number];
 export type BackendRole = 'prefill' | 'decode';
 export type MoriioMode = 'READ' | 'WRITE';
 
-/** NIXL side-channel coordinates of a prefill instance (push flow, spec §5.1.8). */
+/**
+ * NIXL side-channel coordinates of a prefill instance (push flow,
+ * docs/proxy.md#nixl-push-nixlpushconnector--concurrent).
+ */
 export interface PushCoordinates {
   engineId?: string;
   host?: string;
@@ -73,7 +76,10 @@ export interface BackendInfo {
   transfer_mode?: string;
 }
 
-/** The MoRIIO discovery ping (spec §5.2.7), sent as JSON instead of msgpack-over-ZMQ. */
+/**
+ * The MoRIIO discovery ping (docs/proxy.md#moriio-discovery-wire-format), sent as JSON
+ * instead of msgpack-over-ZMQ.
+ */
 export interface DiscoveryPing {
   type: 'P' | 'D';
   http_address: string;

@@ -1,24 +1,19 @@
 /**
  * The hook through which connectors declare their Prometheus metrics (vLLM's
  * build_prom_metrics): a connector name maps to specs that say which key of its stats
- * data (EngineStats.kvConnectorStats) feeds which metric. Arrays are per-event samples
- * (a histogram observes each; a counter adds one per entry); numbers are observed or added
- * once. MultiConnector stats ({childName: data}) are dispatched to each child's specs.
+ * data feeds which metric. Arrays are per-event samples (a histogram observes each, a
+ * counter adds each, as vLLM's observe() does); a number is one sample. With `by`, the key
+ * holds {label value: samples} and each entry is its own series. MultiConnector stats
+ * ({childName: data}) are dispatched to each child's specs.
  */
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
+import { BUILTIN_CONNECTOR_METRICS, type ConnectorMetricSpec } from './connector-metric-specs.ts';
 
-export interface ConnectorMetricSpec {
-  name: string;
-  help: string;
-  type: 'histogram' | 'counter' | 'gauge';
-  /** Key in the connector's stats data. */
-  key: string;
-  buckets?: number[];
-  /** Multiplier applied to every value (e.g. 1e-3 for ms → s). */
-  scale?: number;
-}
+export type { ConnectorMetricSpec } from './connector-metric-specs.ts';
 
-const declarations = new Map<string, readonly ConnectorMetricSpec[]>();
+const declarations = new Map<string, readonly ConnectorMetricSpec[]>(
+  Object.entries(BUILTIN_CONNECTOR_METRICS),
+);
 
 /** Declares (or replaces) the metrics of `connectorName`. Call before the server starts. */
 export function registerConnectorMetrics(connectorName: string, specs: readonly ConnectorMetricSpec[]): void {
@@ -29,208 +24,100 @@ export function connectorMetricSpecs(connectorName: string): readonly ConnectorM
   return declarations.get(connectorName) ?? [];
 }
 
-const SECONDS_BUCKETS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 2, 5];
-const BYTES_BUCKETS = [
-  2 ** 10,
-  2 ** 14,
-  2 ** 16,
-  2 ** 18,
-  2 ** 20,
-  2 ** 22,
-  2 ** 24,
-  2 ** 26,
-  2 ** 28,
-  2 ** 30,
-];
-const COUNT_BUCKETS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384];
-
-const NIXL_METRICS: readonly ConnectorMetricSpec[] = [
-  {
-    name: 'vllm:nixl_xfer_time_seconds',
-    help: 'Histogram of transfer duration for NIXL KV cache transfers.',
-    type: 'histogram',
-    key: 'transfer_duration',
-    buckets: SECONDS_BUCKETS,
-  },
-  {
-    name: 'vllm:nixl_post_time_seconds',
-    help: 'Histogram of transfer post time for NIXL KV cache transfers.',
-    type: 'histogram',
-    key: 'post_duration',
-    buckets: SECONDS_BUCKETS,
-  },
-  {
-    name: 'vllm:nixl_bytes_transferred',
-    help: 'Histogram of bytes transferred per NIXL KV cache transfer.',
-    type: 'histogram',
-    key: 'bytes_transferred',
-    buckets: BYTES_BUCKETS,
-  },
-  {
-    name: 'vllm:nixl_num_descriptors',
-    help: 'Histogram of number of descriptors per NIXL KV cache transfer.',
-    type: 'histogram',
-    key: 'num_descriptors',
-    buckets: COUNT_BUCKETS,
-  },
-  {
-    name: 'vllm:nixl_num_failed_transfers',
-    help: 'Number of failed NIXL KV cache transfers.',
-    type: 'counter',
-    key: 'num_failed_transfers',
-  },
-  {
-    name: 'vllm:nixl_num_failed_notifications',
-    help: 'Number of failed NIXL KV cache notifications.',
-    type: 'counter',
-    key: 'num_failed_notifications',
-  },
-  {
-    name: 'vllm:nixl_num_kv_expired_reqs',
-    help: 'Number of requests whose KV blocks expired before the decode side read them.',
-    type: 'counter',
-    key: 'num_kv_expired_reqs',
-  },
-];
-registerConnectorMetrics('NixlConnector', NIXL_METRICS);
-registerConnectorMetrics('NixlPullConnector', NIXL_METRICS);
-registerConnectorMetrics('NixlPushConnector', NIXL_METRICS);
-
-/**
- * kvconnect's own names: vLLM's MoRIIO connector has no Prometheus metrics. Same shapes as
- * NIXL's; a transfer is observed on the engine that posts it (P in WRITE mode, D in READ).
- */
-const MORIIO_METRICS: readonly ConnectorMetricSpec[] = [
-  {
-    name: 'vllm:moriio_xfer_time_seconds',
-    help: 'Histogram of transfer duration for MoRIIO KV cache transfers.',
-    type: 'histogram',
-    key: 'transfer_duration',
-    buckets: SECONDS_BUCKETS,
-  },
-  {
-    name: 'vllm:moriio_bytes_transferred',
-    help: 'Histogram of bytes transferred per MoRIIO KV cache transfer.',
-    type: 'histogram',
-    key: 'bytes_transferred',
-    buckets: BYTES_BUCKETS,
-  },
-  {
-    name: 'vllm:moriio_num_descriptors',
-    help: 'Histogram of number of descriptors per MoRIIO KV cache transfer.',
-    type: 'histogram',
-    key: 'num_descriptors',
-    buckets: COUNT_BUCKETS,
-  },
-  {
-    name: 'vllm:moriio_num_failed_transfers',
-    help: 'Number of failed MoRIIO KV cache transfers.',
-    type: 'counter',
-    key: 'num_failed_transfers',
-  },
-  {
-    name: 'vllm:moriio_num_failed_notifications',
-    help: 'Number of MoRIIO control messages (remote_blocks, write_done, release) that failed.',
-    type: 'counter',
-    key: 'num_failed_notifications',
-  },
-  {
-    name: 'vllm:moriio_num_transfer_timeouts',
-    help: 'Number of MoRIIO KV cache transfers that ran past transfer_timeout.',
-    type: 'counter',
-    key: 'num_transfer_timeouts',
-  },
-  {
-    name: 'vllm:moriio_num_reaped_sends',
-    help: 'Number of prefill requests whose held blocks were freed after defer_timeout without an ACK.',
-    type: 'counter',
-    key: 'num_reaped_sends',
-  },
-];
-registerConnectorMetrics('MoRIIOConnector', MORIIO_METRICS);
-
 type LabelValues = Record<string, string>;
-/** `scalar`: the stats value was one number (a total), not a list of per-event samples. */
-type Sink = (values: number[], scalar: boolean) => void;
+type Sink = (values: readonly number[], labels: LabelValues) => void;
 
-function samples(value: unknown, scale: number): number[] | null {
-  if (typeof value === 'number' && Number.isFinite(value)) return [value * scale];
-  if (Array.isArray(value))
-    return value
-      .filter((v): v is number => typeof v === 'number' && Number.isFinite(v))
-      .map((v) => v * scale);
-  return null;
+interface BoundSpec {
+  spec: ConnectorMetricSpec;
+  sink: Sink;
+}
+
+function isRecord(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+function samples(value: unknown, spec: ConnectorMetricSpec): number[] {
+  const scale = spec.scale ?? 1;
+  const list = Array.isArray(value) ? value : [value];
+  const out: number[] = [];
+  for (const item of list) {
+    const v = spec.field !== undefined && isRecord(item) ? item[spec.field] : item;
+    if (typeof v === 'number' && Number.isFinite(v)) out.push(v * scale);
+  }
+  return out;
 }
 
 /** The live metrics of one connector (or of each MultiConnector child). */
 export class ConnectorMetrics {
-  readonly #sinks = new Map<string, Array<{ key: string; scale: number; sink: Sink }>>();
+  readonly #bound = new Map<string, BoundSpec[]>();
+  readonly #labels: LabelValues;
 
   constructor(registry: Registry, connectorNames: readonly string[], labels: LabelValues) {
-    const labelNames = Object.keys(labels);
+    this.#labels = labels;
     const created = new Map<string, Sink>();
     for (const connector of connectorNames) {
-      const sinks: Array<{ key: string; scale: number; sink: Sink }> = [];
+      const bound: BoundSpec[] = [];
       for (const spec of connectorMetricSpecs(connector)) {
         let sink = created.get(spec.name);
         if (!sink) {
-          sink = makeSink(registry, spec, labelNames, labels);
+          sink = makeSink(registry, spec, labels);
           created.set(spec.name, sink);
         }
-        sinks.push({ key: spec.key, scale: spec.scale ?? 1, sink });
+        bound.push({ spec, sink });
       }
-      this.#sinks.set(connector, sinks);
+      this.#bound.set(connector, bound);
     }
   }
 
   /** Records one stats payload of `connectorName` (MultiConnector payloads are split by child). */
   observe(connectorName: string, data: Record<string, unknown> | null): void {
     if (!data) return;
-    const own = this.#sinks.get(connectorName);
+    const own = this.#bound.get(connectorName);
     if (own && own.length > 0) {
-      for (const { key, scale, sink } of own) {
-        const values = samples(data[key], scale);
-        if (values) sink(values, typeof data[key] === 'number');
+      for (const { spec, sink } of own) {
+        const value = data[spec.key];
+        if (value === undefined) continue;
+        if (spec.by === undefined) {
+          sink(samples(value, spec), this.#labels);
+        } else if (isRecord(value)) {
+          for (const [labelValue, entries] of Object.entries(value))
+            sink(samples(entries, spec), { ...this.#labels, [spec.by]: labelValue });
+        }
       }
       return;
     }
     for (const [child, childData] of Object.entries(data)) {
-      if (
-        this.#sinks.has(child) &&
-        typeof childData === 'object' &&
-        childData !== null &&
-        !Array.isArray(childData)
-      ) {
-        this.observe(child, childData as Record<string, unknown>);
-      }
+      if (this.#bound.has(child) && isRecord(childData)) this.observe(child, childData);
     }
   }
 }
 
-function makeSink(
-  registry: Registry,
-  spec: ConnectorMetricSpec,
-  labelNames: string[],
-  labels: LabelValues,
-): Sink {
+function makeSink(registry: Registry, spec: ConnectorMetricSpec, labels: LabelValues): Sink {
+  const labelNames = [...Object.keys(labels), ...(spec.by === undefined ? [] : [spec.by])];
   const common = { name: spec.name, help: spec.help, labelNames, registers: [registry] };
+  // Labelled by data (`by`): a series appears with its first sample, as vLLM's does.
+  const materialize = spec.by === undefined;
   switch (spec.type) {
     case 'histogram': {
       const h = new Histogram({ ...common, ...(spec.buckets ? { buckets: spec.buckets } : {}) });
-      return (values) => {
-        for (const v of values) h.observe(labels, v);
+      if (materialize) h.zero(labels);
+      return (values, at) => {
+        for (const v of values) h.observe(at, v);
       };
     }
     case 'counter': {
       const c = new Counter(common);
-      c.inc(labels, 0);
-      return (values, scalar) => c.inc(labels, scalar ? Math.max(0, values[0]!) : values.length);
+      if (materialize) c.inc(labels, 0);
+      return (values, at) => {
+        const sum = values.reduce((a, v) => a + Math.max(0, v), 0);
+        c.inc(at, sum);
+      };
     }
     case 'gauge': {
       const g = new Gauge(common);
-      return (values) => {
+      return (values, at) => {
         const last = values.at(-1);
-        if (last !== undefined) g.set(labels, last);
+        if (last !== undefined) g.set(at, last);
       };
     }
   }

@@ -11,7 +11,7 @@ import type { AdmissionGate } from './admission.ts';
 import { asBody, type Body } from './fields.ts';
 import { buildEngineRequests, runChoices } from './generation.ts';
 import { needsRejectionNotice } from './kv-transfer-params.ts';
-import type { ServerMetrics } from './metrics.ts';
+import { checkServedModel } from './model-card.ts';
 import {
   applyDelta,
   ChoiceState,
@@ -32,7 +32,6 @@ export interface GenerateHandlerContext {
   engine: AsyncEngineLike;
   servedModelName: string;
   gate: AdmissionGate;
-  metrics: ServerMetrics;
   body: BodyRules;
   disableRandomization: boolean;
 }
@@ -83,8 +82,8 @@ export async function handleGenerate(
     };
     const requests = buildEngineRequests(plan, responseId, ctx.disableRandomization);
     const events = runChoices(ctx.engine, requests, plan.n, disconnect.signal);
-    if (plan.stream) await streamResponse(ctx, rctx, events, res, headers);
-    else await jsonResponse(ctx, rctx, events, res, headers);
+    if (plan.stream) await streamResponse(rctx, events, res, headers);
+    else await jsonResponse(rctx, events, res, headers);
   } finally {
     res.off('close', onClose);
     ctx.gate.release(slots);
@@ -95,12 +94,7 @@ function parse(ctx: GenerateHandlerContext, kind: GenerationKind, body: Body): G
   const parseCtx = { tokenizer: ctx.engine.tokenizer, maxModelLen: ctx.engine.config.model.maxModelLen };
   const plan =
     kind === 'completion' ? parseCompletionRequest(body, parseCtx) : parseChatRequest(body, parseCtx);
-  if (plan.model !== undefined && plan.model !== ctx.servedModelName) {
-    throw new KVError('SERVER_MODEL_NOT_FOUND', `The model \`${plan.model}\` does not exist.`, {
-      field: 'model',
-      hint: `This server serves "${ctx.servedModelName}" (see GET /v1/models).`,
-    });
-  }
+  checkServedModel(plan.model, ctx.servedModelName);
   return plan;
 }
 
@@ -111,7 +105,6 @@ function choicesFor(plan: GenerationPlan): ChoiceState[] {
 }
 
 async function jsonResponse(
-  ctx: GenerateHandlerContext,
   rctx: ResponseContext,
   events: Events,
   res: ServerResponse,
@@ -121,10 +114,7 @@ async function jsonResponse(
   try {
     for await (const { index, delta } of events) {
       applyDelta(rctx, choices[index]!, delta);
-      if (delta.finished) {
-        ctx.metrics.observeFinished(delta);
-        if (delta.finishReason === 'error') throw engineFailure(delta.error);
-      }
+      if (delta.finished && delta.finishReason === 'error') throw engineFailure(delta.error);
     }
   } catch (e) {
     if (!res.destroyed) sendError(res, e);
@@ -136,7 +126,6 @@ async function jsonResponse(
 }
 
 async function streamResponse(
-  ctx: GenerateHandlerContext,
   rctx: ResponseContext,
   events: Events,
   res: ServerResponse,
@@ -155,10 +144,7 @@ async function streamResponse(
       if (rctx.plan.echo && !started.has(index))
         part.text = rctx.tokenizer.decode(rctx.plan.prompts[promptIndex]!) + part.text;
       started.add(index);
-      if (delta.finished) {
-        ctx.metrics.observeFinished(delta);
-        if (delta.finishReason === 'error') throw engineFailure(delta.error);
-      }
+      if (delta.finished && delta.finishReason === 'error') throw engineFailure(delta.error);
       if (part.text === '' && !delta.finished && part.logprobs === null) continue;
       await sse.send(
         chunkOf(

@@ -1,7 +1,8 @@
 /**
- * Per-request `kv_transfer_params` (spec §1.4): an object passed through to the engine's
- * connector. Keys the P/D protocols define are type-checked here so garbage is a clear
- * 400 instead of a connector failure deep inside the engine; other keys pass through.
+ * Per-request `kv_transfer_params` (docs/serve.md#kv_transfer_params): an object passed
+ * through to the engine's connector. Keys the P/D protocols define are type-checked here so
+ * garbage is a clear 400 instead of a connector failure deep inside the engine; other keys
+ * pass through.
  */
 import type { KVTransferParams } from '../connector/types.ts';
 import { badRequest } from './fields.ts';
@@ -61,7 +62,10 @@ export function parseKvTransferParams(value: unknown): KVTransferParams | null {
   return params;
 }
 
-/** True when rejecting this request must still tell the engine, so the prefill peer frees its blocks (§3.6). */
+/**
+ * True when rejecting this request must still tell the engine, so the prefill peer frees its
+ * blocks (docs/scheduler.md#delayed-free-and-aborts).
+ */
 export function needsRejectionNotice(params: unknown): params is KVTransferParams {
   return (
     typeof params === 'object' &&

@@ -1,28 +1,25 @@
 /**
- * Prometheus metrics under vLLM's names, on a private Registry. Engine counters and gauges
- * are read from engine.stats() at scrape time (counters advance by the difference since
- * the previous scrape); latency histograms are observed as requests finish.
+ * Prometheus metrics under vLLM's names (labels model_name and engine), on a private
+ * Registry. Per-request and per-step families are fed by the engine's iteration stats as
+ * they happen (iteration-metrics.ts), with the connector's stats of each step; scheduler
+ * gauges and the cache counters are read from engine.stats() at scrape time (a counter
+ * advances by the difference since the previous scrape).
  */
-import { Counter, Gauge, Histogram, Registry } from 'prom-client';
-import type { EngineStats, RequestOutputDelta } from '../engine/api.ts';
+import { Counter, Gauge, Registry } from 'prom-client';
+import { pythonStr } from '../config/config-error.ts';
+import type { CacheConfig } from '../config/types.ts';
+import type { EngineStats, IterationStats } from '../engine/api.ts';
 import { ConnectorMetrics } from './connector-metrics.ts';
-
-const TTFT_BUCKETS = [
-  0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80,
-];
-const E2E_BUCKETS = [0.01, 0.05, 0.1, 0.3, 0.5, 0.8, 1, 1.5, 2, 2.5, 5, 10, 15, 20, 30, 40, 50, 60, 120, 240];
+import { IterationMetrics } from './iteration-metrics.ts';
 
 type CounterKey =
-  | 'promptTokensTotal'
-  | 'generationTokensTotal'
   | 'prefixCacheQueriesTotal'
   | 'prefixCacheHitsTotal'
   | 'externalPrefixCacheQueriesTotal'
-  | 'externalPrefixCacheHitsTotal';
+  | 'externalPrefixCacheHitsTotal'
+  | 'numPreemptionsTotal';
 
-const ENGINE_COUNTERS: ReadonlyArray<[string, string, CounterKey]> = [
-  ['vllm:prompt_tokens_total', 'Number of prefill tokens processed.', 'promptTokensTotal'],
-  ['vllm:generation_tokens_total', 'Number of generation tokens processed.', 'generationTokensTotal'],
+const SCRAPED_COUNTERS: ReadonlyArray<[string, string, CounterKey]> = [
   [
     'vllm:prefix_cache_queries_total',
     'Prefix cache queries, in terms of number of queried tokens.',
@@ -43,10 +40,14 @@ const ENGINE_COUNTERS: ReadonlyArray<[string, string, CounterKey]> = [
     'External prefix cache hits from KV connector cross-instance cache sharing, in terms of number of cached tokens.',
     'externalPrefixCacheHitsTotal',
   ],
+  ['vllm:num_preemptions_total', 'Cumulative number of preemption from the engine.', 'numPreemptionsTotal'],
 ];
 
 export interface ServerMetricsOptions {
   modelName: string;
+  maxModelLen: number;
+  /** Feeds vllm:cache_config_info (vLLM's CacheConfig.metrics_info()). */
+  cacheInfo: Record<string, string>;
   /** Connector name from the engine's kv_transfer_config (its children for MultiConnector). */
   connectorName: string | null;
   connectorChildren?: readonly string[];
@@ -54,101 +55,116 @@ export interface ServerMetricsOptions {
   readStats: () => EngineStats;
 }
 
+/** vLLM's cache_config_info labels for kvconnect's cache config (Python str() of each value). */
+export function cacheConfigInfo(cache: CacheConfig, numGpuBlocks: number | null): Record<string, string> {
+  return {
+    block_size: pythonStr(cache.blockSize),
+    cache_dtype: pythonStr(cache.cacheDtype),
+    enable_prefix_caching: pythonStr(cache.enablePrefixCaching),
+    prefix_caching_hash_algo: pythonStr(cache.prefixCachingHashAlgo),
+    kv_cache_memory_bytes: pythonStr(cache.kvCacheMemoryBytes),
+    num_gpu_blocks_override: pythonStr(cache.numGpuBlocks),
+    num_gpu_blocks: pythonStr(numGpuBlocks),
+    num_cpu_blocks: 'None',
+    kv_offloading_size: pythonStr(cache.kvOffloadingSize),
+    kv_offloading_backend: pythonStr(cache.kvOffloadingBackend),
+  };
+}
+
 export class ServerMetrics {
   readonly registry = new Registry();
   readonly #labels: Record<string, string>;
-  readonly #ttft: Histogram;
-  readonly #e2e: Histogram;
-  readonly #success: Counter;
+  readonly #iterations: IterationMetrics;
   readonly #connector: ConnectorMetrics | null;
   readonly #connectorName: string | null;
   readonly #readStats: () => EngineStats;
   readonly #counters: Array<{ counter: Counter; key: CounterKey; last: number }> = [];
-  readonly #running: Gauge;
-  readonly #waiting: Gauge;
-  readonly #kvUsage: Gauge;
+  readonly #gauges: Record<'running' | 'waiting' | 'usage', Gauge>;
+  readonly #waitingByReason: Gauge;
 
   constructor(options: ServerMetricsOptions) {
     this.#labels = { model_name: options.modelName, engine: '0' };
     this.#readStats = options.readStats;
     this.#connectorName = options.connectorName;
-    const labelNames = Object.keys(this.#labels);
+    const labels = this.#labels;
+    const labelNames = Object.keys(labels);
     const registers = [this.registry];
-    this.#running = new Gauge({
-      name: 'vllm:num_requests_running',
-      help: 'Number of requests in model execution batches.',
-      labelNames,
+    const gauge = (name: string, help: string): Gauge => new Gauge({ name, help, labelNames, registers });
+    this.#gauges = {
+      running: gauge('vllm:num_requests_running', 'Number of requests in model execution batches.'),
+      waiting: gauge('vllm:num_requests_waiting', 'Number of requests waiting to be processed.'),
+      usage: gauge('vllm:kv_cache_usage_perc', 'KV-cache usage. 1 means 100 percent usage.'),
+    };
+    this.#waitingByReason = new Gauge({
+      name: 'vllm:num_requests_waiting_by_reason',
+      help:
+        "Number of waiting requests by reason. Reason labels: 'capacity' = waiting for scheduling capacity; " +
+        "'deferred' = deferred by transient constraints (LoRA budget, KV transfer, blocked status). " +
+        'Sum of all reasons equals vllm:num_requests_waiting.',
+      labelNames: [...labelNames, 'reason'],
       registers,
     });
-    this.#waiting = new Gauge({
-      name: 'vllm:num_requests_waiting',
-      help: 'Number of requests waiting to be processed.',
-      labelNames,
+    const sleep = new Gauge({
+      name: 'vllm:engine_sleep_state',
+      help:
+        'Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine is awake; ' +
+        'weights_offloaded = 1 means sleep level 1; discard_all = 1 means sleep level 2.',
+      labelNames: [...labelNames, 'sleep_state'],
       registers,
     });
-    this.#kvUsage = new Gauge({
-      name: 'vllm:kv_cache_usage_perc',
-      help: 'KV-cache usage. 1 means 100 percent usage.',
-      labelNames,
-      registers,
-    });
-    for (const [name, help, key] of ENGINE_COUNTERS) {
+    // kvconnect has no sleep mode: always awake.
+    sleep.set({ ...labels, sleep_state: 'awake' }, 1);
+    sleep.set({ ...labels, sleep_state: 'weights_offloaded' }, 0);
+    sleep.set({ ...labels, sleep_state: 'discard_all' }, 0);
+    for (const [name, help, key] of SCRAPED_COUNTERS) {
       const counter = new Counter({ name, help, labelNames, registers });
-      counter.inc(this.#labels, 0);
+      counter.inc(labels, 0);
       this.#counters.push({ counter, key, last: 0 });
     }
-    this.#ttft = new Histogram({
-      name: 'vllm:time_to_first_token_seconds',
-      help: 'Histogram of time to first token in seconds.',
-      labelNames,
-      buckets: TTFT_BUCKETS,
+    this.#iterations = new IterationMetrics(this.registry, labels, options.maxModelLen);
+    const info = { ...options.cacheInfo, engine: '0' };
+    new Gauge({
+      name: 'vllm:cache_config_info',
+      help: 'Information of the LLMEngine CacheConfig',
+      labelNames: Object.keys(info),
       registers,
-    });
-    this.#e2e = new Histogram({
-      name: 'vllm:e2e_request_latency_seconds',
-      help: 'Histogram of e2e request latency in seconds.',
-      labelNames,
-      buckets: E2E_BUCKETS,
-      registers,
-    });
-    this.#success = new Counter({
-      name: 'vllm:request_success_total',
-      help: 'Count of successfully processed requests.',
-      labelNames: [...labelNames, 'finished_reason'],
-      registers,
-    });
+    }).set(info, 1);
     const names = options.connectorName ? [options.connectorName, ...(options.connectorChildren ?? [])] : [];
-    this.#connector = names.length ? new ConnectorMetrics(this.registry, names, this.#labels) : null;
+    this.#connector = names.length ? new ConnectorMetrics(this.registry, names, labels) : null;
   }
 
-  /** Records latency and outcome of one finished engine request. */
-  observeFinished(delta: RequestOutputDelta): void {
-    const m = delta.metrics;
-    if (m.ttftMs !== null) this.#ttft.observe(this.#labels, m.ttftMs / 1000);
-    if (m.e2eMs !== null) this.#e2e.observe(this.#labels, m.e2eMs / 1000);
-    if (delta.finishReason === 'stop' || delta.finishReason === 'length' || delta.finishReason === 'abort') {
-      this.#success.inc({ ...this.#labels, finished_reason: delta.finishReason });
-    }
+  /** Records one engine iteration (request latencies, token counts, connector stats). */
+  recordIteration(stats: IterationStats): void {
+    this.#iterations.record(stats);
+    this.#observeConnector(stats.kvConnectorStats);
   }
 
-  /** Pulls engine stats into the registry (connector stats are drained here, once). */
+  /** Pulls the engine's gauges and counters into the registry. */
   refresh(): EngineStats {
     const stats = this.#readStats();
-    this.#running.set(this.#labels, stats.numRequestsRunning);
-    this.#waiting.set(this.#labels, stats.numRequestsWaiting);
-    this.#kvUsage.set(this.#labels, stats.kvCacheUsage);
+    const labels = this.#labels;
+    this.#gauges.running.set(labels, stats.numRequestsRunning);
+    this.#gauges.waiting.set(labels, stats.numRequestsWaiting);
+    this.#gauges.usage.set(labels, stats.kvCacheUsage);
+    const deferred = Math.min(stats.numRequestsWaitingForRemoteKvs, stats.numRequestsWaiting);
+    this.#waitingByReason.set({ ...labels, reason: 'capacity' }, stats.numRequestsWaiting - deferred);
+    this.#waitingByReason.set({ ...labels, reason: 'deferred' }, deferred);
     for (const entry of this.#counters) {
       const now = stats[entry.key];
-      if (now > entry.last) entry.counter.inc(this.#labels, now - entry.last);
+      if (now > entry.last) entry.counter.inc(labels, now - entry.last);
       entry.last = Math.max(entry.last, now);
     }
-    if (this.#connector && this.#connectorName)
-      this.#connector.observe(this.#connectorName, stats.kvConnectorStats);
+    // Engines without an iteration listener hand the connector's stats over here.
+    this.#observeConnector(stats.kvConnectorStats);
     return stats;
   }
 
   async render(): Promise<{ contentType: string; body: string }> {
     this.refresh();
     return { contentType: this.registry.contentType, body: await this.registry.metrics() };
+  }
+
+  #observeConnector(data: Record<string, unknown> | null): void {
+    if (this.#connector && this.#connectorName) this.#connector.observe(this.#connectorName, data);
   }
 }

@@ -52,7 +52,7 @@ export function parseCompletionRequest(body: Body, ctx: ParseContext): Generatio
 }
 
 export function parseChatRequest(body: Body, ctx: ParseContext): GenerationPlan {
-  const messages = readMessages(body);
+  const messages = readChatMessages(body);
   const text = ctx.tokenizer.applyChatTemplate(messages);
   const wantsLogprobs = optBool(body, 'logprobs') ?? false;
   const top = optNumber(body, 'top_logprobs', { integer: true, min: 0, max: MAX_LOGPROBS });
@@ -102,6 +102,14 @@ function buildPlan(
   const cacheSalt = optString(body, 'cache_salt');
   const kvTransferParams = parseKvTransferParams(body['kv_transfer_params']);
   const returnTokensAsTokenIds = optBool(body, 'return_tokens_as_token_ids') ?? false;
+  // vLLM's toy P/D proxy forwards `min_tokens: null`; a real minimum is not implemented.
+  if ((optNumber(body, 'min_tokens', { integer: true, min: 0 }) ?? 0) > 0) {
+    throw badRequest(
+      'min_tokens is not supported by this server: it never suppresses EOS or stop tokens.',
+      'min_tokens',
+      'Remove min_tokens (or send 0 or null); use ignore_eos with max_tokens for a fixed length.',
+    );
+  }
 
   const sampling = prompts.map((prompt): SamplingParams => {
     const maxTokens = checkLength(prompt.length, requestedMaxTokens, ctx.maxModelLen);
@@ -174,7 +182,8 @@ function readPrompts(body: Body, tokenizer: TokenizerLike): number[][] {
   throw invalid('prompt', expected, p, 'Send "prompt": "your text" (or a non-empty list of token ids).');
 }
 
-function readMessages(body: Body): Array<{ role: string; content: string }> {
+/** Chat `messages`: {role, content} objects whose content is a string or text parts. */
+export function readChatMessages(body: Body): Array<{ role: string; content: string }> {
   const messages = body['messages'];
   if (!Array.isArray(messages) || messages.length === 0) {
     throw invalid('messages', 'a non-empty array of {role, content} objects', messages);

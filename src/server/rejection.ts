@@ -1,8 +1,8 @@
 /**
- * Spec §3.6: a request rejected before admission that carried do_remote_prefill=true must
- * still reach the engine, so the connector's requestFinished runs and the prefill peer
- * frees the blocks it pinned. Uses the engine's own method when it has one, else submits
- * vLLM's dummy request (one token, max_tokens 1) and aborts it immediately.
+ * docs/scheduler.md#delayed-free-and-aborts: a request rejected before admission that carried
+ * do_remote_prefill=true must still reach the engine, so the connector's requestFinished runs
+ * and the prefill peer frees the blocks it pinned. Uses the engine's own method when it has
+ * one, else submits vLLM's dummy request (one token, max_tokens 1) and aborts it immediately.
  */
 import type { KVTransferParams } from '../connector/types.ts';
 import type { AsyncEngineLike } from '../engine/api.ts';

@@ -1,7 +1,8 @@
 /**
- * Request identity (spec §3.10): the external id comes from X-Request-Id (or is random);
- * the engine's internal id appends 8 random hex chars so two servers given the same
- * X-Request-Id never share an internal id, unless VLLM_DISABLE_REQUEST_ID_RANDOMIZATION=1.
+ * Request identity (docs/serve.md#request-ids): the external id comes from X-Request-Id (or
+ * is random); the engine's internal id appends 8 random hex chars so two servers given the
+ * same X-Request-Id never share an internal id, unless
+ * VLLM_DISABLE_REQUEST_ID_RANDOMIZATION=1.
  */
 import { randomFillSync, randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';

@@ -5,13 +5,24 @@
 import { readFileSync } from 'node:fs';
 import type { AsyncEngineLike } from '../engine/api.ts';
 import { httpStatusOf, KVError } from '../errors/index.ts';
-import { createHttpServer, type HttpListener, listen, Router, sendJson, sendText } from '../http/index.ts';
+import {
+  createHttpServer,
+  type HttpListener,
+  listen,
+  Router,
+  readJson,
+  sendJson,
+  sendText,
+} from '../http/index.ts';
 import { getLogger } from '../logging/logger.ts';
 import { AdmissionGate } from './admission.ts';
+import { devModeFromEnv, handleResetPrefixCache } from './dev-routes.ts';
 import { type GenerateHandlerContext, handleGenerate } from './generate-handler.ts';
 import { backendInfo } from './info.ts';
-import { ServerMetrics } from './metrics.ts';
+import { cacheConfigInfo, ServerMetrics } from './metrics.ts';
+import { modelList } from './model-card.ts';
 import { randomizationDisabled } from './request-id.ts';
+import { detokenize, tokenize } from './tokenize.ts';
 
 const log = getLogger('kvconnect.server');
 
@@ -29,6 +40,8 @@ export interface ServerOptions {
   maxBodyBytes?: number;
   /** Default: VLLM_DISABLE_REQUEST_ID_RANDOMIZATION=1 in the environment. */
   disableRequestIdRandomization?: boolean;
+  /** vLLM's development endpoints (POST /reset_prefix_cache). Default: VLLM_SERVER_DEV_MODE=1. */
+  devMode?: boolean;
 }
 
 export interface ListeningAddress {
@@ -66,10 +79,13 @@ export function createServer(options: ServerOptions): KVServer {
     : [];
   const metrics = new ServerMetrics({
     modelName: servedModelName,
+    maxModelLen: engine.config.model.maxModelLen,
+    cacheInfo: cacheConfigInfo(engine.config.cache, engine.numGpuBlocks ?? null),
     connectorName: kv?.kv_connector ?? null,
     connectorChildren: children,
     readStats: () => engine.stats(),
   });
+  const unsubscribe = engine.onIterationStats?.((stats) => metrics.recordIteration(stats)) ?? null;
   const gate = new AdmissionGate(
     engine.config.scheduler.maxNumSeqs + (options.maxQueue ?? DEFAULT_MAX_QUEUE),
   );
@@ -77,7 +93,6 @@ export function createServer(options: ServerOptions): KVServer {
     engine,
     servedModelName,
     gate,
-    metrics,
     body: {
       maxBytes: options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES,
       tooLarge: 'SERVER_BODY_TOO_LARGE',
@@ -87,7 +102,11 @@ export function createServer(options: ServerOptions): KVServer {
     disableRandomization: options.disableRequestIdRandomization ?? randomizationDisabled(),
   };
   const version = packageVersion();
-  const created = Math.floor(Date.now() / 1000);
+  const tokenizeCtx = {
+    tokenizer: engine.tokenizer,
+    servedModelName,
+    maxModelLen: engine.config.model.maxModelLen,
+  };
 
   const router = new Router({
     notFound: 'SERVER_ROUTE_NOT_FOUND',
@@ -96,20 +115,17 @@ export function createServer(options: ServerOptions): KVServer {
     .on('POST', '/v1/completions', (req, res) => handleGenerate(ctx, 'completion', req, res))
     .on('POST', '/v1/chat/completions', (req, res) => handleGenerate(ctx, 'chat', req, res))
     .on('GET', '/v1/models', (_req, res) =>
-      sendJson(res, 200, {
-        object: 'list',
-        data: [
-          {
-            id: servedModelName,
-            object: 'model',
-            created,
-            owned_by: 'kvconnect',
-            root: engine.config.model.model,
-            parent: null,
-            max_model_len: engine.config.model.maxModelLen,
-          },
-        ],
-      }),
+      sendJson(
+        res,
+        200,
+        modelList(servedModelName, engine.config.model.model, engine.config.model.maxModelLen),
+      ),
+    )
+    .on('POST', '/tokenize', async (req, res) =>
+      sendJson(res, 200, tokenize(await readJson(req, ctx.body), tokenizeCtx)),
+    )
+    .on('POST', '/detokenize', async (req, res) =>
+      sendJson(res, 200, detokenize(await readJson(req, ctx.body), tokenizeCtx)),
     )
     .on('GET', '/health', (_req, res) => sendText(res, 200, '', 'text/plain'))
     .on('GET', '/version', (_req, res) => sendJson(res, 200, { version }))
@@ -118,6 +134,12 @@ export function createServer(options: ServerOptions): KVServer {
       sendText(res, 200, body, contentType);
     })
     .on('GET', '/kvconnect/info', (_req, res) => sendJson(res, 200, backendInfo(engine, servedModelName)));
+  if (options.devMode ?? devModeFromEnv()) {
+    log.warn('SECURITY WARNING: Development endpoints are enabled! This should NOT be used in production!');
+    router.on('POST', '/reset_prefix_cache', (req, res) =>
+      handleResetPrefixCache(engine, ctx.body, req, res),
+    );
+  }
 
   const apiKey = options.apiKey ?? null;
   const server = createHttpServer(
@@ -145,6 +167,7 @@ export function createServer(options: ServerOptions): KVServer {
       return { host: listening.host, port: listening.port, url: listening.url };
     },
     close() {
+      unsubscribe?.();
       return listening?.close(1000) ?? Promise.resolve();
     },
   };

@@ -23,6 +23,8 @@ test('defaults: vLLM-style engine config with a 64 MiB KV budget and auto HMA', 
     cacheDtype: 'float32',
     enablePrefixCaching: true,
     prefixCachingHashAlgo: 'sha256_cbor',
+    kvOffloadingSize: null,
+    kvOffloadingBackend: 'native',
   });
   assert.deepEqual(c.scheduler, {
     maxNumSeqs: 64,

@@ -1,5 +1,5 @@
 /**
- * The connector conformance suite (DESIGN.md §5): one function that registers node:test
+ * The connector conformance suite (docs/architecture.md): one function that registers node:test
  * tests every connector must pass, over the `tiny` and `tiny-hybrid` models with greedy
  * sampling:
  *  - a consumer engine's outputs equal a plain engine's, token for token, and it computes only

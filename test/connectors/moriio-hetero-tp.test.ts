@@ -1,5 +1,6 @@
 /**
- * Heterogeneous TP for MoRIIO WRITE (spec §5.1.6, §5.2.4). Blocks move whole, so MoRIIO
+ * Heterogeneous TP for MoRIIO WRITE
+ * (docs/connectors/moriio.md#heterogeneous-tensor-parallelism). Blocks move whole, so MoRIIO
  * needs KV heads replicated on both sides (min(tp) ≥ total KV heads): tiny (2 KV heads) at
  * tp=2 is not replicated, so these tests use tiny's weights re-exported with one KV head.
  */

@@ -217,9 +217,9 @@ describe('MoRIIO stats, recorder and metrics', () => {
     for (const n of [
       'vllm:moriio_xfer_time_seconds',
       'vllm:moriio_bytes_transferred',
-      'vllm:moriio_num_failed_transfers',
-      'vllm:moriio_num_failed_notifications',
-      'vllm:moriio_num_reaped_sends',
+      'vllm:moriio_num_failed_transfers_total',
+      'vllm:moriio_num_failed_notifications_total',
+      'vllm:moriio_num_reaped_sends_total',
     ]) {
       assert.ok(names.includes(n), n);
     }
@@ -239,8 +239,8 @@ describe('MoRIIO stats, recorder and metrics', () => {
     assert.match(text, /^vllm:moriio_bytes_transferred_sum\{model_name="tiny"\} 24576$/m);
     assert.match(text, /^vllm:moriio_bytes_transferred_count\{model_name="tiny"\} 2$/m);
     assert.match(text, /^vllm:moriio_xfer_time_seconds_count\{model_name="tiny"\} 2$/m);
-    assert.match(text, /^vllm:moriio_num_failed_transfers\{model_name="tiny"\} 1$/m);
-    assert.match(text, /^vllm:moriio_num_reaped_sends\{model_name="tiny"\} 2$/m);
-    assert.match(text, /^vllm:moriio_num_failed_notifications\{model_name="tiny"\} 0$/m);
+    assert.match(text, /^vllm:moriio_num_failed_transfers_total\{model_name="tiny"\} 1$/m);
+    assert.match(text, /^vllm:moriio_num_reaped_sends_total\{model_name="tiny"\} 2$/m);
+    assert.match(text, /^vllm:moriio_num_failed_notifications_total\{model_name="tiny"\} 0$/m);
   });
 });

@@ -18,7 +18,7 @@ const P = 'host:10.0.0.1,handshake:6301,notify:61005';
 const D = 'host:10.0.0.2,handshake:6401,notify:62005';
 const HEX = '0123456789abcdef0123456789abcdef';
 
-describe('MoRIIO addressing (spec §5.2.5)', () => {
+describe('MoRIIO addressing (docs/connectors/moriio.md#addressing-the-peer)', () => {
   it('parses both peers out of the proxy request id, also when wrapped by the API server', () => {
     for (const id of [
       `___prefill_addr_${P}___decode_addr_${D}_${HEX}`,
@@ -88,7 +88,7 @@ describe('MoRIIO addressing (spec §5.2.5)', () => {
   });
 });
 
-describe('MoRIIO ACK reconciliation (spec §5.2.6)', () => {
+describe('MoRIIO ACK reconciliation (docs/connectors/moriio.md#holding-and-releasing-ps-blocks)', () => {
   it('frees held requests on ACK, parks early ACKs, reaps holds after defer_timeout with the warning', async () => {
     let now = 0;
     const r = new AckReconciler(60, () => now);
@@ -121,7 +121,7 @@ describe('MoRIIO ACK reconciliation (spec §5.2.6)', () => {
   });
 });
 
-describe('MoRIIO heterogeneous TP (spec §5.2.4)', () => {
+describe('MoRIIO heterogeneous TP (docs/connectors/moriio.md#heterogeneous-tensor-parallelism)', () => {
   it('maps ranks, counts ACKs and write_done notifications', () => {
     assert.equal(moriioRemoteTpRank(1, 2, 2), 1);
     assert.equal(moriioRemoteTpRank(1, 1, 2), 2);

@@ -1,7 +1,8 @@
 /**
- * Heterogeneous tensor parallelism for NixlConnector pull (spec §5.1.6): D reads whole
- * producer blocks into staging and copies its head slices into its own blocks. tiny has
- * 2 KV heads, so tp=2 splits them: the head-slicing case, not the replicated one.
+ * Heterogeneous tensor parallelism for NixlConnector pull
+ * (docs/connectors/nixl.md#different-tensor-parallel-sizes-on-p-and-d-pull): D reads whole
+ * producer blocks into staging and copies its head slices into its own blocks. tiny has 2 KV
+ * heads, so tp=2 splits them: the head-slicing case, not the replicated one.
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';

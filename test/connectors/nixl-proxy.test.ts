@@ -1,7 +1,8 @@
 /**
  * NIXL behind the real HTTP stack: P and D engines served by src/server (in-process, port 0)
- * and src/proxy in front of them, compared with a plain served engine. Also checks what
- * GET /kvconnect/info advertises and the §3.6 rejection path (a rejected D request frees P).
+ * and src/proxy in front of them, compared with a plain served engine. Also checks what GET
+ * /kvconnect/info advertises and the rejection path of
+ * docs/scheduler.md#delayed-free-and-aborts (a rejected D request frees P).
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';

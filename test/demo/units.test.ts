@@ -63,14 +63,20 @@ test('metrics are summed over label sets and differenced (gauges keep the last v
     '# HELP vllm:prompt_tokens_total x',
     'vllm:prompt_tokens_total{model_name="tiny",engine="0"} 40',
     'vllm:prompt_tokens_total{model_name="tiny",engine="1"} 2',
+    'vllm:prompt_tokens_by_source_total{model_name="tiny",engine="0",source="local_compute"} 40',
+    'vllm:prompt_tokens_by_source_total{model_name="tiny",engine="0",source="local_cache_hit"} 7',
+    'vllm:prompt_tokens_by_source_total{model_name="tiny",engine="1",source="local_compute"} 2',
     'vllm:nixl_bytes_transferred_sum{model_name="tiny"} 65536',
     'vllm:nixl_bytes_transferred_bucket{le="+Inf"} 1',
     'vllm:kv_cache_usage_perc{model_name="tiny"} 0.25',
   ].join('\n');
   assert.equal(sumMetric(text, 'vllm:prompt_tokens_total'), 42);
+  assert.equal(sumMetric(text, 'vllm:prompt_tokens_by_source_total'), 49);
+  assert.equal(sumMetric(text, 'vllm:prompt_tokens_by_source_total{source="local_compute"}'), 42);
+  assert.equal(sumMetric(text, 'vllm:prompt_tokens_by_source_total{source="local_compute",engine="1"}'), 2);
   assert.equal(sumMetric(text, 'vllm:nixl_bytes_transferred'), 0);
   const before = parseReading(text);
-  const after = parseReading(text.replace('} 40', '} 50').replace('0.25', '0'));
+  const after = parseReading(text.replaceAll('} 40', '} 50').replace('0.25', '0'));
   const d = metricDelta(before, after);
   assert.equal(d.promptTokens, 10);
   assert.equal(d.kvBytes, 0);
@@ -147,16 +153,16 @@ test('MoRIIO servers are read through vllm:moriio_*, NIXL through vllm:nixl_*; a
   assert.equal(moriio.kvBytes, 'vllm:moriio_bytes_transferred_sum');
   assert.equal(moriio.transfers, 'vllm:moriio_bytes_transferred_count');
   assert.equal(moriio.transferSeconds, 'vllm:moriio_xfer_time_seconds_sum');
-  assert.equal(moriio.failedTransfers, 'vllm:moriio_num_failed_transfers');
-  assert.equal(moriio.abandonedHolds, 'vllm:moriio_num_reaped_sends');
-  assert.equal(moriio.promptTokens, 'vllm:prompt_tokens_total');
+  assert.equal(moriio.failedTransfers, 'vllm:moriio_num_failed_transfers_total');
+  assert.equal(moriio.abandonedHolds, 'vllm:moriio_num_reaped_sends_total');
+  assert.equal(moriio.promptTokens, 'vllm:prompt_tokens_by_source_total{source="local_compute"}');
   assert.equal(demoMetricNames('NixlPushConnector').kvBytes, 'vllm:nixl_bytes_transferred_sum');
   // P's /metrics in MoRIIO WRITE mode: P posted the writes, D posted nothing.
   const pText = [
     'vllm:moriio_bytes_transferred_sum{model_name="tiny"} 49152',
     'vllm:moriio_bytes_transferred_count{model_name="tiny"} 4',
     'vllm:moriio_xfer_time_seconds_sum{model_name="tiny"} 0.004',
-    'vllm:moriio_num_failed_transfers{model_name="tiny"} 1',
+    'vllm:moriio_num_failed_transfers_total{model_name="tiny"} 1',
     'vllm:nixl_bytes_transferred_sum{model_name="tiny"} 999',
     'vllm:prompt_tokens_total{model_name="tiny"} 96',
   ].join('\n');

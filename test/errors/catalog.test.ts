@@ -3,7 +3,15 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { catalogSection, ERRORS_DOC, renderErrorCatalog } from '../../scripts/errors-doc.ts';
-import { errorCatalog, isErrorCode, KVError, statusOfCode, toErrorCode } from '../../src/errors/index.ts';
+import {
+  type ErrorCode,
+  errorCatalog,
+  formatErrorJson,
+  isErrorCode,
+  KVError,
+  statusOfCode,
+  toErrorCode,
+} from '../../src/errors/index.ts';
 
 const SRC = new URL('../../src/', import.meta.url);
 
@@ -45,4 +53,8 @@ test('a code carries its declared status; a code that crossed a thread as text i
   assert.equal(toErrorCode('KV_LOAD_FAILED', 'ENGINE_ERROR'), 'KV_LOAD_FAILED');
   assert.equal(toErrorCode('NOT_A_CODE', 'ENGINE_ERROR'), 'ENGINE_ERROR');
   assert.equal(toErrorCode(42, 'ENGINE_ERROR'), 'ENGINE_ERROR');
+  // An external connector written in plain JavaScript may still throw a code of its own.
+  const foreign = new KVError('MY_CONNECTOR_FAILED' as ErrorCode, 'boom');
+  assert.equal(foreign.status, 500);
+  assert.equal(formatErrorJson(foreign).error.type, 'InternalServerError');
 });

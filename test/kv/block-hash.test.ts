@@ -19,7 +19,7 @@ const range = (from: number, n: number) => Array.from({ length: n }, (_, i) => f
 /** The independent oracle: cbor2's deterministic (CDE) encoder, then SHA-256. */
 const oracle = (x: unknown) => new Uint8Array(hash('sha256', encode(x, { cde: true }), 'buffer'));
 
-test('spec §6.2 test vectors hold (sha256_cbor, default seed), and agree with cbor2', () => {
+test('the test vectors of docs/kv-cache.md hold (sha256_cbor, default seed), and agree with cbor2', () => {
   const fn = new BlockHashFunction('sha256_cbor', env);
   assert.equal(blockHashHex(fn.noneHash), '9bd96a485ad84efdafb72ee48a1d7a69bcead0f8f0433173941b276b9581eef0');
   assert.deepEqual(fn.noneHash, oracle('vllm-none-hash'));

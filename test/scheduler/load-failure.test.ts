@@ -1,4 +1,7 @@
-/** Invalid blocks under both kv_load_failure_policy values (spec §3.7). */
+/**
+ * Invalid blocks under both kv_load_failure_policy values
+ * (docs/scheduler.md#load-failures-kv_load_failure_policy).
+ */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { emptyConnectorOutput } from '../../src/connector/types.ts';

@@ -31,8 +31,8 @@ test('NIXL stats feed vLLM-named histograms and counters', async () => {
   const text = await registry.metrics();
   assert.equal(sampleLine(text, 'vllm:nixl_xfer_time_seconds_count{model_name="tiny",engine="0"}'), 3);
   assert.equal(sampleLine(text, 'vllm:nixl_bytes_transferred_sum{model_name="tiny",engine="0"}'), 12288);
-  assert.equal(sampleLine(text, 'vllm:nixl_num_failed_transfers{model_name="tiny",engine="0"}'), 3);
-  assert.equal(sampleLine(text, 'vllm:nixl_num_failed_notifications{model_name="tiny",engine="0"}'), 0);
+  assert.equal(sampleLine(text, 'vllm:nixl_num_failed_transfers_total{model_name="tiny",engine="0"}'), 3);
+  assert.equal(sampleLine(text, 'vllm:nixl_num_failed_notifications_total{model_name="tiny",engine="0"}'), 0);
 });
 
 test('a connector declares its own metrics; MultiConnector stats reach each child', async () => {

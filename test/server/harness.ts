@@ -1,27 +1,16 @@
 /**
  * Shared setup of the server tests: a real AsyncEngine (tiny model) behind a real server on
- * 127.0.0.1 port 0. Tests that need the engine are skipped with a clear reason while
- * src/engine/async-engine.ts does not exist yet.
+ * 127.0.0.1 port 0.
  */
-import { existsSync } from 'node:fs';
 import { buildEngineConfig, type EngineOptionsInput } from '../../src/config/engine-config.ts';
 import type { AsyncEngineLike } from '../../src/engine/api.ts';
+import { AsyncEngine } from '../../src/engine/async-engine.ts';
 import { setLogLevel } from '../../src/logging/logger.ts';
 import { createServer, type KVServer, type ServerOptions } from '../../src/server/server.ts';
 
-const ENGINE_FILE = new URL('../../src/engine/async-engine.ts', import.meta.url);
-
-/** A reason to skip, or false when the AsyncEngine is available. */
-export const engineMissing: string | false = existsSync(ENGINE_FILE)
-  ? false
-  : 'waiting for src/engine/async-engine.ts (the AsyncEngine) to land';
-
 export async function startEngine(options: EngineOptionsInput = {}): Promise<AsyncEngineLike> {
   setLogLevel('error');
-  const mod = (await import(ENGINE_FILE.href)) as {
-    AsyncEngine: { create(config: ReturnType<typeof buildEngineConfig>): Promise<AsyncEngineLike> };
-  };
-  return mod.AsyncEngine.create(buildEngineConfig({ model: 'tiny', max_model_len: 256, ...options }));
+  return AsyncEngine.create(buildEngineConfig({ model: 'tiny', max_model_len: 256, ...options }));
 }
 
 export interface Running {

@@ -1,8 +1,9 @@
 /**
  * kv_transfer_params through the server with a real (external) connector: accepted in the
  * body, returned in non-streaming responses and in the final streaming chunk; a rejected
- * do_remote_prefill request still reaches the connector (spec §3.6); connector stats reach
- * /metrics through the declared mapping; /kvconnect/info names the connector.
+ * do_remote_prefill request still reaches the connector
+ * (docs/scheduler.md#delayed-free-and-aborts); connector stats reach /metrics through the
+ * declared mapping; /kvconnect/info names the connector.
  */
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
@@ -10,21 +11,12 @@ import { fileURLToPath } from 'node:url';
 import type { AsyncEngineLike } from '../../src/engine/api.ts';
 import { registerConnectorMetrics } from '../../src/server/connector-metrics.ts';
 import { finishedRecords } from './echo-connector.ts';
-import {
-  engineMissing,
-  metricValue,
-  postJson,
-  type Running,
-  startEngine,
-  startServer,
-  waitFor,
-} from './harness.ts';
+import { metricValue, postJson, type Running, startEngine, startServer, waitFor } from './harness.ts';
 
 let engine: AsyncEngineLike;
 let running: Running;
 
 before(async () => {
-  if (engineMissing) return;
   registerConnectorMetrics('EchoParamsConnector', [
     {
       name: 'kvconnect:echo_steps_saved',
@@ -50,9 +42,7 @@ after(async () => {
   await engine?.shutdown();
 });
 
-const skip = engineMissing;
-
-test("non-streaming responses return the connector's kv_transfer_params", { skip }, async () => {
+test("non-streaming responses return the connector's kv_transfer_params", async () => {
   const sent = { do_remote_decode: true, do_remote_prefill: false, note: 'pass-through' };
   const res = await postJson(
     `${running.url}/v1/completions`,
@@ -66,7 +56,7 @@ test("non-streaming responses return the connector's kv_transfer_params", { skip
   assert.equal(body.kv_transfer_params['num_prompt_tokens'], engine.tokenizer.encode('prefill me').length);
 });
 
-test('streaming returns kv_transfer_params on the final chunk only (chat)', { skip }, async () => {
+test('streaming returns kv_transfer_params on the final chunk only (chat)', async () => {
   const res = await postJson(`${running.url}/v1/chat/completions`, {
     messages: [{ role: 'user', content: 'hi' }],
     max_tokens: 3,
@@ -93,9 +83,7 @@ test('streaming returns kv_transfer_params on the final chunk only (chat)', { sk
   assert.deepEqual(withParams[0]?.kv_transfer_params?.['received'], { do_remote_decode: true });
 });
 
-test('a request rejected before admission with do_remote_prefill still reaches the connector', {
-  skip,
-}, async () => {
+test('a request rejected before admission with do_remote_prefill still reaches the connector', async () => {
   const params = {
     do_remote_prefill: true,
     remote_engine_id: 'prefill-7',
@@ -121,7 +109,7 @@ test('a request rejected before admission with do_remote_prefill still reaches t
   assert.equal(record.status, 'FINISHED_ABORTED');
 });
 
-test('connector stats reach /metrics; /kvconnect/info names the connector', { skip }, async () => {
+test('connector stats reach /metrics; /kvconnect/info names the connector', async () => {
   const text = await (await fetch(`${running.url}/metrics`)).text();
   assert.ok(metricValue(text, 'kvconnect:echo_steps_saved_count', 'model_name="tiny"') >= 1);
   const info = (await (await fetch(`${running.url}/kvconnect/info`)).json()) as Record<string, unknown>;

@@ -6,14 +6,13 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import OpenAI from 'openai';
 import type { AsyncEngineLike } from '../../src/engine/api.ts';
-import { engineMissing, type Running, startEngine, startServer } from './harness.ts';
+import { type Running, startEngine, startServer } from './harness.ts';
 
 let engine: AsyncEngineLike;
 let running: Running;
 let client: OpenAI;
 
 before(async () => {
-  if (engineMissing) return;
   engine = await startEngine();
   running = await startServer({ engine });
   client = new OpenAI({ baseURL: `${running.url}/v1`, apiKey: 'unused', maxRetries: 0 });
@@ -24,13 +23,10 @@ after(async () => {
   await engine?.shutdown();
 });
 
-const skip = engineMissing;
 /** Fields the server accepts beyond OpenAI's typed parameters. */
 const ignoreEos = { ignore_eos: true } as Record<string, unknown>;
 
-test('completions: greedy text, usage and length finish; streaming yields the same text', {
-  skip,
-}, async () => {
+test('completions: greedy text, usage and length finish; streaming yields the same text', async () => {
   const params = { model: 'tiny', prompt: 'The cat', max_tokens: 6, temperature: 0, ...ignoreEos };
   const full = await client.completions.create(params);
   assert.equal(full.object, 'text_completion');
@@ -60,7 +56,7 @@ test('completions: greedy text, usage and length finish; streaming yields the sa
   assert.deepEqual(usage, full.usage);
 });
 
-test('chat: message content and the stream (role first, then content) agree', { skip }, async () => {
+test('chat: message content and the stream (role first, then content) agree', async () => {
   const messages = [{ role: 'user' as const, content: 'Say hi' }];
   const full = await client.chat.completions.create({
     model: 'tiny',
@@ -93,7 +89,7 @@ test('chat: message content and the stream (role first, then content) agree', { 
   assert.equal(text, full.choices[0]?.message.content);
 });
 
-test('prompt as token ids gives the same completion as the text it encodes', { skip }, async () => {
+test('prompt as token ids gives the same completion as the text it encodes', async () => {
   const ids = engine.tokenizer.encode('Once upon');
   const a = await client.completions.create({
     model: 'tiny',
@@ -106,7 +102,7 @@ test('prompt as token ids gives the same completion as the text it encodes', { s
   assert.equal(b.usage?.prompt_tokens, ids.length);
 });
 
-test('stop: generation ends before the stop string with finish_reason stop', { skip }, async () => {
+test('stop: generation ends before the stop string with finish_reason stop', async () => {
   const base = await client.completions.create({
     model: 'tiny',
     prompt: 'abc',
@@ -132,7 +128,7 @@ test('stop: generation ends before the stop string with finish_reason stop', { s
   assert.equal(stopped.choices[0]?.text, text.slice(0, cut));
 });
 
-test('n choices with a seed are reproducible, and choice 0 equals the n=1 request', { skip }, async () => {
+test('n choices with a seed are reproducible, and choice 0 equals the n=1 request', async () => {
   const params = { model: 'tiny', prompt: 'Random', max_tokens: 8, temperature: 1, seed: 1234, ...ignoreEos };
   const a = await client.completions.create({ ...params, n: 3 });
   const b = await client.completions.create({ ...params, n: 3 });
@@ -152,7 +148,7 @@ test('n choices with a seed are reproducible, and choice 0 equals the n=1 reques
   assert.ok(texts.size > 1, 'different per-choice seeds should give different samples');
 });
 
-test('logprobs: completions top-N arrays and chat content entries', { skip }, async () => {
+test('logprobs: completions top-N arrays and chat content entries', async () => {
   const c = await client.completions.create({
     model: 'tiny',
     prompt: 'Hi',
@@ -193,7 +189,7 @@ test('logprobs: completions top-N arrays and chat content entries', { skip }, as
   }
 });
 
-test('models, health, version, and X-Request-Id honoured and echoed', { skip }, async () => {
+test('models, health, version, and X-Request-Id honoured and echoed', async () => {
   const models = await client.models.list();
   assert.deepEqual(
     models.data.map((m) => m.id),

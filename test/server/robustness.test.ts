@@ -1,21 +1,14 @@
 /**
  * Bad input over raw HTTP: each case gets an OpenAI-style JSON error with the right status,
- * and the server answers a good request right after. Plus API keys, disconnects, the
- * bounded queue, the rejected-before-admission notice (spec §3.6) and /metrics.
+ * and the server answers a good request right after. Plus API keys, disconnects, the bounded
+ * queue, the rejected-before-admission notice (docs/scheduler.md#delayed-free-and-aborts) and
+ * /metrics.
  */
 import assert from 'node:assert/strict';
 import { request as httpRequest } from 'node:http';
 import { after, before, test } from 'node:test';
 import type { AsyncEngineLike, GenerateRequest } from '../../src/engine/api.ts';
-import {
-  engineMissing,
-  metricValue,
-  postJson,
-  type Running,
-  startEngine,
-  startServer,
-  waitFor,
-} from './harness.ts';
+import { metricValue, postJson, type Running, startEngine, startServer, waitFor } from './harness.ts';
 
 let engine: AsyncEngineLike;
 let running: Running;
@@ -23,7 +16,6 @@ let running: Running;
 const submitted: GenerateRequest[] = [];
 
 before(async () => {
-  if (engineMissing) return;
   engine = await startEngine({ max_num_seqs: 2, max_model_len: 1024 });
   const recording: AsyncEngineLike = Object.create(engine, {
     generate: {
@@ -41,7 +33,6 @@ after(async () => {
   await engine?.shutdown();
 });
 
-const skip = engineMissing;
 const good = { model: 'tiny', prompt: 'ok', max_tokens: 2 };
 
 async function expectError(
@@ -64,7 +55,7 @@ async function expectError(
   return body.error;
 }
 
-test('malformed JSON, non-object body, wrong types and out-of-range values are 400s', { skip }, async () => {
+test('malformed JSON, non-object body, wrong types and out-of-range values are 400s', async () => {
   const url = `${running.url}/v1/completions`;
   assert.equal((await expectError(await postJson(url, '{"prompt": "x",'), 400)).code, 'SERVER_INVALID_JSON');
   await expectError(await postJson(url, '[1,2]'), 400, 'body');
@@ -85,7 +76,7 @@ test('malformed JSON, non-object body, wrong types and out-of-range values are 4
   );
 });
 
-test('unknown model is a 404, unknown route a 404, wrong method a 405', { skip }, async () => {
+test('unknown model is a 404, unknown route a 404, wrong method a 405', async () => {
   const e = await expectError(
     await postJson(`${running.url}/v1/completions`, { ...good, model: 'gpt-9' }),
     404,
@@ -96,7 +87,7 @@ test('unknown model is a 404, unknown route a 404, wrong method a 405', { skip }
   await expectError(await fetch(`${running.url}/v1/completions`), 405);
 });
 
-test("oversize prompts get vLLM's max-context message", { skip }, async () => {
+test("oversize prompts get vLLM's max-context message", async () => {
   const url = `${running.url}/v1/completions`;
   const long = 'a'.repeat(1100);
   const n = engine.tokenizer.encode(long).length;
@@ -113,7 +104,7 @@ test("oversize prompts get vLLM's max-context message", { skip }, async () => {
   assert.match(e2.message, /^'max_tokens' or 'max_completion_tokens' is too large: 100\./);
 });
 
-test('a body over the limit is a 413', { skip }, async () => {
+test('a body over the limit is a 413', async () => {
   const e = await expectError(
     await postJson(`${running.url}/v1/completions`, { prompt: 'x'.repeat(100 * 1024) }),
     413,
@@ -121,9 +112,7 @@ test('a body over the limit is a 413', { skip }, async () => {
   assert.equal(e.code, 'SERVER_BODY_TOO_LARGE');
 });
 
-test('garbage kv_transfer_params is a 400; rejected do_remote_prefill requests still reach the engine', {
-  skip,
-}, async () => {
+test('garbage kv_transfer_params is a 400; rejected do_remote_prefill requests still reach the engine', async () => {
   const url = `${running.url}/v1/completions`;
   await expectError(await postJson(url, { ...good, kv_transfer_params: 'yes' }), 400, 'kv_transfer_params');
   await expectError(
@@ -165,7 +154,7 @@ test('garbage kv_transfer_params is a 400; rejected do_remote_prefill requests s
   );
 });
 
-test('API key: 401 when missing or wrong, 200 when right; /metrics stays open', { skip }, async () => {
+test('API key: 401 when missing or wrong, 200 when right; /metrics stays open', async () => {
   const secured = await startServer({ engine, apiKey: 'sekrit' });
   try {
     const url = `${secured.url}/v1/completions`;
@@ -211,7 +200,7 @@ async function metrics(): Promise<string> {
   return (await fetch(`${running.url}/metrics`)).text();
 }
 
-test('a client that disconnects mid-stream frees its KV blocks', { skip }, async () => {
+test('a client that disconnects mid-stream frees its KV blocks', async () => {
   const stream = await openStream(running.url, 1000);
   assert.equal(stream.status, 200);
   await waitFor(
@@ -235,7 +224,7 @@ test('a client that disconnects mid-stream frees its KV blocks', { skip }, async
   assert.equal(running.server.gate.inFlight, 0);
 });
 
-test('a full queue answers 503 instead of growing, and recovers', { skip }, async () => {
+test('a full queue answers 503 instead of growing, and recovers', async () => {
   // capacity = max_num_seqs (2) + maxQueue (1)
   const streams = await Promise.all([
     openStream(running.url, 1000),
@@ -257,7 +246,7 @@ test('a full queue answers 503 instead of growing, and recovers', { skip }, asyn
   await ok.json();
 });
 
-test('/metrics exposes vLLM names with sane values after traffic', { skip }, async () => {
+test('/metrics exposes vLLM names with sane values after traffic', async () => {
   const res = await postJson(`${running.url}/v1/completions`, {
     prompt: 'count me',
     max_tokens: 3,

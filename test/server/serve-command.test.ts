@@ -10,7 +10,6 @@ import { Command } from 'commander';
 import { registerServeCommand, type ServeDeps } from '../../src/cli/commands/serve.ts';
 import type { CliContext } from '../../src/cli/context.ts';
 import { extractDottedArgs } from '../../src/config/dotted-args.ts';
-import { engineMissing } from './harness.ts';
 
 async function serve(
   argv: string[],
@@ -78,7 +77,7 @@ test('invalid flags exit 2 with the message and a hint, before creating the engi
   }
 });
 
-test('an unknown connector stops the command before it listens', { skip: engineMissing }, async () => {
+test('an unknown connector stops the command before it listens', async () => {
   const r = await serve([
     '--port',
     '0',
@@ -90,9 +89,7 @@ test('an unknown connector stops the command before it listens', { skip: engineM
   assert.doesNotMatch(r.out, /listening/);
 });
 
-test('the dotted --kv-transfer-config form configures the connector of a running server', {
-  skip: engineMissing,
-}, async () => {
+test('the dotted --kv-transfer-config form configures the connector of a running server', async () => {
   let stop!: () => void;
   const stopped = new Promise<void>((resolve) => {
     stop = resolve;

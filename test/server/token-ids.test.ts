@@ -8,13 +8,12 @@ import { after, before, test } from 'node:test';
 import type { AsyncEngineLike, RequestOutputDelta } from '../../src/engine/api.ts';
 import { samplingParams } from '../../src/engine/sampling-params.ts';
 import { completionLogprobs, tokenIdLabel } from '../../src/server/logprobs-format.ts';
-import { engineMissing, postJson, type Running, startEngine, startServer } from './harness.ts';
+import { postJson, type Running, startEngine, startServer } from './harness.ts';
 
 let engine: AsyncEngineLike;
 let running: Running;
 
 before(async () => {
-  if (engineMissing) return;
   engine = await startEngine();
   running = await startServer({ engine });
 });
@@ -24,7 +23,6 @@ after(async () => {
   await engine?.shutdown();
 });
 
-const skip = engineMissing;
 const PROMPT = 'The quick brown fox';
 const MAX_TOKENS = 6;
 
@@ -75,9 +73,7 @@ async function complete(extra: Record<string, unknown>): Promise<CompletionBody>
   return (await (await postCompletion(extra)).json()) as CompletionBody;
 }
 
-test('completions: tokens and top-logprob keys are token_id:{id} with the generated ids; text, logprobs and offsets unchanged', {
-  skip,
-}, async () => {
+test('completions: tokens and top-logprob keys are token_id:{id} with the generated ids; text, logprobs and offsets unchanged', async () => {
   const expected = await engineTokenIds();
   const plain = await complete({ logprobs: 2 });
   const byId = await complete({ logprobs: 2, return_tokens_as_token_ids: true });
@@ -109,7 +105,7 @@ test('completions: tokens and top-logprob keys are token_id:{id} with the genera
   }
 });
 
-test('completions, streaming: the chunks carry the same token_id labels', { skip }, async () => {
+test('completions, streaming: the chunks carry the same token_id labels', async () => {
   const full = await complete({ logprobs: 0, return_tokens_as_token_ids: true });
   const res = await postCompletion({ logprobs: 0, return_tokens_as_token_ids: true, stream: true });
   const labels: string[] = [];
@@ -122,9 +118,7 @@ test('completions, streaming: the chunks carry the same token_id labels', { skip
   assert.deepEqual(labels, full.choices[0]?.logprobs?.tokens);
 });
 
-test('chat: content entries and their top_logprobs are token_id:{id}, bytes are the label’s', {
-  skip,
-}, async () => {
+test('chat: content entries and their top_logprobs are token_id:{id}, bytes are the label’s', async () => {
   const res = await postJson(`${running.url}/v1/chat/completions`, {
     model: 'tiny',
     messages: [{ role: 'user', content: 'Hi' }],
@@ -159,9 +153,7 @@ test('chat: content entries and their top_logprobs are token_id:{id}, bytes are 
   }
 });
 
-test('without logprobs the option changes nothing; a non-boolean value is a 400 naming it', {
-  skip,
-}, async () => {
+test('without logprobs the option changes nothing; a non-boolean value is a 400 naming it', async () => {
   const plain = await complete({});
   const flagged = await complete({ return_tokens_as_token_ids: true });
   assert.equal(flagged.choices[0]?.logprobs, null);
@@ -178,7 +170,7 @@ test('without logprobs the option changes nothing; a non-boolean value is a 400 
   assert.equal(err.error.param, 'return_tokens_as_token_ids');
 });
 
-test('ids tell apart tokens whose text is the same (bytes the tokenizer decodes to U+FFFD)', { skip }, () => {
+test('ids tell apart tokens whose text is the same (bytes the tokenizer decodes to U+FFFD)', () => {
   const tokenizer = engine.tokenizer;
   const replacement: number[] = [];
   for (let id = 0; id < tokenizer.vocabSize && replacement.length < 2; id++) {

@@ -1,4 +1,4 @@
-/** DecodeBenchConnector's kv_connector_extra_config (spec §5.12). */
+/** DecodeBenchConnector's kv_connector_extra_config (docs/connectors/decode-bench.md). */
 import { type ExtraConfigSchema, readExtraConfig } from '../../config/extra-config.ts';
 
 export interface DecodeBenchConfig {

@@ -1,8 +1,8 @@
 /**
- * DecodeBenchConnector (spec §5.12): benchmarks a decode instance without a prefill
- * instance. Each request reports all but its last token as external, once, and the worker
- * fills those blocks (every KV cache group) with synthetic values in the same step, so only
- * the last prompt token is computed and decoding starts at once.
+ * DecodeBenchConnector (docs/connectors/decode-bench.md): benchmarks a decode instance
+ * without a prefill instance. Each request reports all but its last token as external, once,
+ * and the worker fills those blocks (every KV cache group) with synthetic values in the same
+ * step, so only the last prompt token is computed and decoding starts at once.
  */
 import type { ExtraConfigSchema } from '../../config/extra-config.ts';
 import type { EngineConfig } from '../../config/types.ts';

@@ -1,4 +1,4 @@
-/** ExampleConnector's kv_connector_extra_config (spec §5.10). */
+/** ExampleConnector's kv_connector_extra_config (docs/connectors/example.md). */
 import os from 'node:os';
 import path from 'node:path';
 import { type ExtraConfigSchema, readExtraConfig } from '../../config/extra-config.ts';

@@ -1,8 +1,8 @@
 /**
- * ExampleConnector (alias SharedStorageConnector, spec §5.10): vLLM's reference connector.
- * A producer stores every prompt it computes (all layers, one folder per prompt key); a
- * consumer whose prompt is stored loads it synchronously before the forward pass. kv_both
- * does both. Not HMA: it sees KV cache group 0 only.
+ * ExampleConnector (alias SharedStorageConnector, docs/connectors/example.md): vLLM's
+ * reference connector. A producer stores every prompt it computes (all layers, one folder per
+ * prompt key); a consumer whose prompt is stored loads it synchronously before the forward
+ * pass. kv_both does both. Not HMA: it sees KV cache group 0 only.
  */
 import type { ExtraConfigSchema } from '../../config/extra-config.ts';
 import type { EngineConfig } from '../../config/types.ts';

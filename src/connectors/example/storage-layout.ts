@@ -1,8 +1,9 @@
 /**
- * Where ExampleConnector keeps a prompt's KV (spec §5.10): one folder per prompt key under
- * `shared_storage_path`, one file per layer. A folder only ever appears complete: layers are
- * written into a private staging folder that is renamed into place once every layer is
- * written, so a lookup (the folder exists) never trusts a half-written entry.
+ * Where ExampleConnector keeps a prompt's KV
+ * (docs/connectors/example.md#what-is-stored-and-the-lookup-rule): one folder per prompt key
+ * under `shared_storage_path`, one file per layer. A folder only ever appears complete:
+ * layers are written into a private staging folder that is renamed into place once every
+ * layer is written, so a lookup (the folder exists) never trusts a half-written entry.
  */
 import { createHash, randomBytes } from 'node:crypto';
 import fs from 'node:fs';

@@ -1,6 +1,7 @@
 /**
- * Producer-side ACK reconciliation (spec §5.2.6): the worker's finished_sending ids are
- * matched against the requests the scheduler is holding. ACKs that arrive before the
+ * Producer-side ACK reconciliation
+ * (docs/connectors/moriio.md#holding-and-releasing-ps-blocks): the worker's finished_sending
+ * ids are matched against the requests the scheduler is holding. ACKs that arrive before the
  * request finished are parked; holds that never get an ACK are reaped after defer_timeout.
  */
 import { getLogger } from '../../logging/logger.ts';

@@ -1,7 +1,8 @@
 /**
- * Where a MoRIIO peer lives (spec §5.2.5): parsed out of the proxy's request id
- * (`___prefill_addr_{zmq}___decode_addr_{zmq}_{32 hex}`) or, failing that, taken from the
- * explicit kv_transfer_params keys (remote_host, remote_handshake_port, ...).
+ * Where a MoRIIO peer lives (docs/connectors/moriio.md#addressing-the-peer): parsed out of
+ * the proxy's request id (`___prefill_addr_{zmq}___decode_addr_{zmq}_{32 hex}`) or, failing
+ * that, taken from the explicit kv_transfer_params keys (remote_host, remote_handshake_port,
+ * ...).
  */
 
 import { pythonRepr } from '../../config/config-error.ts';

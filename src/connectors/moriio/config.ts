@@ -1,7 +1,8 @@
 /**
- * MoRIIO's `kv_connector_extra_config` (spec §5.2.3–5.2.4): vLLM's keys and defaults, read
- * by the one extra-config reader (`backend` keeps vLLM's exact check and message), plus one
- * port formula used for every listener and every dial.
+ * MoRIIO's `kv_connector_extra_config`
+ * (docs/connectors/moriio.md#options-kv_connector_extra_config): vLLM's keys and defaults,
+ * read by the one extra-config reader (`backend` keeps vLLM's exact check and message), plus
+ * one port formula used for every listener and every dial.
  */
 import { networkInterfaces } from 'node:os';
 import { CONFIG_INVALID, pythonRepr, pythonStr } from '../../config/config-error.ts';
@@ -81,7 +82,10 @@ export interface MoRIIOConfig {
   tpSize: number;
 }
 
-/** The one port-offset formula (spec §5.2.4 fixes vLLM's stride inconsistency): `dp_local * tp_size + tp_rank`. */
+/**
+ * The one port-offset formula (docs/connectors/moriio.md#ports: it fixes vLLM's stride
+ * inconsistency): `dp_local * tp_size + tp_rank`.
+ */
 export function moriioPortOffset(dpRankLocal: number, tpSize: number, tpRank: number): number {
   return dpRankLocal * tpSize + tpRank;
 }
@@ -132,7 +136,10 @@ function defaultHostIp(): string {
   return '127.0.0.1';
 }
 
-/** Parses and validates MoRIIO's extra config for an engine (spec §5.2.3). */
+/**
+ * Parses and validates MoRIIO's extra config for an engine
+ * (docs/connectors/moriio.md#options-kv_connector_extra_config).
+ */
 export function parseMoRIIOConfig(extra: Record<string, unknown>, engineConfig: EngineConfig): MoRIIOConfig {
   warnDeprecatedMoRIIOEnv();
   if (extra['http_port'] === undefined) {

@@ -1,6 +1,6 @@
 /**
- * MoRIIOConnector (spec §5.2): AMD's P/D connector, re-implemented on kvconnect's transfer
- * agent. The facade routes each role to ./scheduler.ts or ./worker.ts.
+ * MoRIIOConnector (docs/connectors/moriio.md): AMD's P/D connector, re-implemented on
+ * kvconnect's transfer agent. The facade routes each role to ./scheduler.ts or ./worker.ts.
  */
 import type { ExtraConfigSchema } from '../../config/extra-config.ts';
 import type { EngineConfig } from '../../config/types.ts';

@@ -1,7 +1,8 @@
 /**
- * Service discovery (spec §5.2.7): TP rank 0 of a MoRIIO engine (here: its scheduler side)
- * tells the proxy every 3 s that it exists. vLLM sends msgpack over ZMQ; the kvconnect proxy
- * takes the same fields as JSON on POST /register at proxy_ip:proxy_ping_port.
+ * Service discovery (docs/connectors/moriio.md#service-discovery): TP rank 0 of a MoRIIO
+ * engine (here: its scheduler side) tells the proxy every 3 s that it exists. vLLM sends
+ * msgpack over ZMQ; the kvconnect proxy takes the same fields as JSON on POST /register at
+ * proxy_ip:proxy_ping_port.
  */
 import { getLogger } from '../../logging/logger.ts';
 import { formatMoRIIOZmqAddress } from './addressing.ts';

@@ -1,4 +1,7 @@
-/** MoRIIOConnector on kvconnect's transfer agent (spec §5.2). Loaded lazily by the registry. */
+/**
+ * MoRIIOConnector on kvconnect's transfer agent (docs/connectors/moriio.md). Loaded lazily by
+ * the registry.
+ */
 export * from './ack-reconciler.ts';
 export * from './addressing.ts';
 export * from './config.ts';

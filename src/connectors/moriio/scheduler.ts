@@ -1,5 +1,5 @@
 /**
- * Scheduler side of MoRIIOConnector (spec §5.2.2–5.2.6). The producer (kv_role
+ * Scheduler side of MoRIIOConnector (docs/connectors/moriio.md). The producer (kv_role
  * kv_producer only; kv_both is a consumer, as in vLLM) tracks requests by transfer_id,
  * tells its workers which blocks each step computed, holds finished requests' blocks and
  * reconciles the workers' ACKs. The consumer decides what to load and how (WRITE: async,
@@ -40,7 +40,7 @@ export class MoRIIOScheduler {
   readonly isProducer: boolean;
   readonly #acks: AckReconciler;
   readonly #produced = new Map<string, Produced>();
-  /** transfer_id ↔ request id, the cross-instance key (spec §5.2.5). */
+  /** transfer_id ↔ request id, the cross-instance key (docs/connectors/moriio.md#addressing-the-peer). */
   readonly #reqOfTransfer = new Map<string, string>();
   #meta: MoRIIOStepMetadata = emptyStepMetadata();
   #reapedSends = 0;

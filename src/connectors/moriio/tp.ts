@@ -1,5 +1,6 @@
 /**
- * Heterogeneous tensor parallelism for MoRIIO (spec §5.2.4): which peer ranks a rank talks
+ * Heterogeneous tensor parallelism for MoRIIO
+ * (docs/connectors/moriio.md#heterogeneous-tensor-parallelism): which peer ranks a rank talks
  * to, the replicated-heads rule, and how many ACKs a producer rank waits for. Blocks move
  * whole, so only layouts where every rank holds every KV head (replicated) can differ in TP.
  */

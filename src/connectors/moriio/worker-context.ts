@@ -21,7 +21,7 @@ export interface MoRIIOWorkerContext {
   connect(host: string, port: number, remoteTpRank: number, remoteTpSize: number): Promise<string>;
 }
 
-/** vLLM's TransferError text for a timed-out transfer (spec §5.2.3 transfer_timeout). */
+/** vLLM's TransferError text for a timed-out transfer (docs/connectors/moriio.md#failures). */
 export function transferTimeoutMessage(timeoutS: number): string {
   return `RDMA transfer timed out after ${timeoutS.toFixed(0)}s. Check NIC queue depth or reduce concurrency; adjust with kv_connector_extra_config.transfer_timeout.`;
 }

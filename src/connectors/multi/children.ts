@@ -1,6 +1,7 @@
 /**
- * MultiConnector's children (spec §5.3): built from `kv_connector_extra_config.connectors`,
- * in order, each with the parent's engine config but its own transfer config.
+ * MultiConnector's children (docs/connectors/multi.md): built from
+ * `kv_connector_extra_config.connectors`, in order, each with the parent's engine config but
+ * its own transfer config.
  *
  * Connector construction is synchronous while class loading is asynchronous (lazy imports),
  * so resolved child classes are kept in a process-wide cache: when every child's class is

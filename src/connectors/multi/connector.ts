@@ -1,8 +1,8 @@
 /**
- * MultiConnector (spec §5.3): an ordered list of child connectors used as one. The first
- * child with a hit loads a request; every child sees every request and saves; answers are
- * combined as vLLM combines them (see each method). HMA works only if every child has it
- * (KVConnectorFactory.supportsHMAConfig decides that for the engine).
+ * MultiConnector (docs/connectors/multi.md): an ordered list of child connectors used as one.
+ * The first child with a hit loads a request; every child sees every request and saves;
+ * answers are combined as vLLM combines them (see each method). HMA works only if every child
+ * has it (KVConnectorFactory.supportsHMAConfig decides that for the engine).
  */
 import { randomUUID } from 'node:crypto';
 import type { ExtraConfigSchema } from '../../config/extra-config.ts';

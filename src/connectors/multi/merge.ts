@@ -3,6 +3,7 @@
  * vLLM's exact key-clash error) and stats (one entry per child class name).
  */
 import { pythonRepr } from '../../config/config-error.ts';
+import { mergeStats } from '../../connector/stats.ts';
 import type { KVConnectorStatsData, KVTransferParams } from '../../connector/types.ts';
 import { KVError } from '../../errors/kv-error.ts';
 
@@ -35,23 +36,6 @@ export function mergeTransferParams(parts: readonly (KVTransferParams | null)[])
   return merged;
 }
 
-function isRecord(v: unknown): v is Record<string, unknown> {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
-}
-
-/** Numbers add, arrays concatenate, objects merge recursively, anything else: the later wins. */
-export function mergeStatsData(into: KVConnectorStatsData, from: KVConnectorStatsData): KVConnectorStatsData {
-  const out: KVConnectorStatsData = { ...into };
-  for (const [key, value] of Object.entries(from)) {
-    const prev = out[key];
-    if (typeof prev === 'number' && typeof value === 'number') out[key] = prev + value;
-    else if (Array.isArray(prev) && Array.isArray(value)) out[key] = [...prev, ...value];
-    else if (isRecord(prev) && isRecord(value)) out[key] = mergeStatsData(prev, value);
-    else out[key] = value;
-  }
-  return out;
-}
-
 /** `{childClassName: stats}`; children of the same class are aggregated. Null when empty. */
 export function statsPerChildClass(
   entries: readonly { className: string; stats: KVConnectorStatsData | null }[],
@@ -60,7 +44,7 @@ export function statsPerChildClass(
   for (const { className, stats } of entries) {
     if (!stats) continue;
     const prev = out[className];
-    out[className] = prev ? mergeStatsData(prev, stats) : { ...stats };
+    out[className] = prev ? mergeStats(prev, stats) : { ...stats };
   }
   return Object.keys(out).length > 0 ? out : null;
 }

@@ -1,8 +1,9 @@
 /**
- * The consumer-side (or push producer-side) handshake with a remote engine (spec §5.1.4):
- * fetch the remote rank's payload from its side channel, check the connector version, the
- * compatibility hash and the engine id, check the block geometry, and add the remote agent.
- * One handshake per remote engine is shared by every request waiting on it.
+ * The consumer-side (or push producer-side) handshake with a remote engine
+ * (docs/connectors/nixl.md#handshake-and-compatibility-hash): fetch the remote rank's payload
+ * from its side channel, check the connector version, the compatibility hash and the engine
+ * id, check the block geometry, and add the remote agent. One handshake per remote engine is
+ * shared by every request waiting on it.
  */
 import { KVError } from '../../errors/kv-error.ts';
 import { checkCompatibility, fetchRemoteMetadata } from '../../transfer/index.ts';

@@ -1,9 +1,10 @@
 /**
  * Where each of a rank's KV heads comes from when producer and consumer differ in tensor
- * parallel size (spec §5.1.6), and the handshake check of the remote block geometry.
- * kvconnect's KV layout is NHD-like ([2][blockSize][heads][headSize] per block), so a
- * head slice is strided: the consumer reads whole remote blocks into a staging region and
- * rearranges heads locally (./head-scatter.ts) instead of requiring an HND producer.
+ * parallel size (docs/connectors/nixl.md#different-tensor-parallel-sizes-on-p-and-d-pull),
+ * and the handshake check of the remote block geometry. kvconnect's KV layout is NHD-like
+ * ([2][blockSize][heads][headSize] per block), so a head slice is strided: the consumer reads
+ * whole remote blocks into a staging region and rearranges heads locally (./head-scatter.ts)
+ * instead of requiring an HND producer.
  */
 import { KVError } from '../../errors/kv-error.ts';
 import { handshakeTargetRanks } from './tp-mapping.ts';

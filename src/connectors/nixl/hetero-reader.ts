@@ -1,9 +1,10 @@
 /**
- * Pull-mode loads from a producer with a different tensor-parallel size (spec §5.1.6).
- * Per request: handshake with every mapped producer rank, READ whole remote blocks from the
- * ranks that hold this rank's heads (GQA dedup) into staging, then copy the head slices into
- * the local blocks. Producer ranks mapped to this rank but not read get a bare notification,
- * so each producer rank frees after consumersPerProducer notifications.
+ * Pull-mode loads from a producer with a different tensor-parallel size
+ * (docs/connectors/nixl.md#different-tensor-parallel-sizes-on-p-and-d-pull). Per request:
+ * handshake with every mapped producer rank, READ whole remote blocks from the ranks that
+ * hold this rank's heads (GQA dedup) into staging, then copy the head slices into the local
+ * blocks. Producer ranks mapped to this rank but not read get a bare notification, so each
+ * producer rank frees after consumersPerProducer notifications.
  */
 
 import { KVError } from '../../errors/kv-error.ts';

@@ -1,7 +1,8 @@
 /**
  * Wire types of the NIXL connectors: the handshake payload the side channel serves, the
- * compatibility hash over the factors of spec §5.1.4 that exist in kvconnect, and the
- * connector version (7: transfer mode is part of the hash).
+ * compatibility hash over the factors that exist in kvconnect
+ * (docs/connectors/nixl.md#handshake-and-compatibility-hash), and the connector version (7:
+ * transfer mode is part of the hash).
  */
 import { createHash } from 'node:crypto';
 import { resolveModelInfo } from '../../config/model-info.ts';

@@ -1,6 +1,6 @@
 /**
- * kv_connector_extra_config of the NIXL connectors (spec §5.1.2) plus the side-channel
- * environment variables, parsed once into plain, validated options.
+ * kv_connector_extra_config of the NIXL connectors (docs/connectors/nixl.md#configuration)
+ * plus the side-channel environment variables, parsed once into plain, validated options.
  */
 import { type ExtraConfigSchema, readExtraConfig } from '../../config/extra-config.ts';
 import type { EngineConfig } from '../../config/types.ts';

@@ -1,4 +1,7 @@
-/** Reading the remote_* keys of kv_transfer_params (spec §7.1) without trusting their types. */
+/**
+ * Reading the remote_* keys of kv_transfer_params
+ * (docs/connectors/nixl.md#how-a-request-flows-pull) without trusting their types.
+ */
 import type { KVTransferParams } from '../../connector/types.ts';
 import type { RemoteEndpoint } from './step-metadata.ts';
 

@@ -1,8 +1,9 @@
 /**
- * The producer's hold on finished requests' blocks (spec §5.1.7 steps 5–6): a READ grant
- * keyed by the request id, a lease renewed by the consumer's heartbeats (extend only), and
- * completion counting. Expiry revokes the grant, so a late READ is refused and surfaces as
- * a load error on the consumer instead of returning freed blocks (§9 item 6).
+ * The producer's hold on finished requests' blocks
+ * (docs/connectors/nixl.md#how-a-request-flows-pull): a READ grant keyed by the request id, a
+ * lease renewed by the consumer's heartbeats (extend only), and completion counting. Expiry
+ * revokes the grant, so a late READ is refused and surfaces as a load error on the consumer
+ * instead of returning freed blocks (vLLM only logs such a late READ).
  */
 import { getLogger } from '../../logging/logger.ts';
 import type { TransferAgentLike } from '../../transfer/threaded.ts';

@@ -1,9 +1,10 @@
 /**
- * Push mode on the workers (spec §5.1.8). The consumer grants WRITE on its registered
- * blocks to the producer's engine and sends the registration as a notification; the
- * producer matches registrations with finished requests (either may arrive first; exact id,
- * then base id), WRITEs, and on a failed WRITE sends a negative acknowledgement so the
- * consumer reports the load failure at once (§9 item 19) instead of waiting for a timeout.
+ * Push mode on the workers (docs/connectors/nixl.md#how-a-request-flows-push). The consumer
+ * grants WRITE on its registered blocks to the producer's engine and sends the registration
+ * as a notification; the producer matches registrations with finished requests (either may
+ * arrive first; exact id, then base id), WRITEs, and on a failed WRITE sends a negative
+ * acknowledgement so the consumer reports the load failure at once instead of waiting for a
+ * timeout.
  */
 
 import { pairByPosition } from '../../connector/block-lists.ts';

@@ -1,7 +1,8 @@
 /**
- * Scheduler side of the NIXL connectors (pull and push, spec §5.1.7–5.1.8): serves the
- * workers' agent metadata on the side channel, decides what each request loads or sends,
- * and stages per-step work for the workers. Decisions are driven by kv_transfer_params
+ * Scheduler side of the NIXL connectors (pull and push,
+ * docs/connectors/nixl.md#how-a-request-flows-pull and #how-a-request-flows-push): serves the
+ * workers' agent metadata on the side channel, decides what each request loads or sends, and
+ * stages per-step work for the workers. Decisions are driven by kv_transfer_params
  * (do_remote_decode on the producer, do_remote_prefill on the consumer), not by kv_role.
  */
 import { networkInterfaces } from 'node:os';
@@ -65,7 +66,7 @@ export class NixlScheduler {
     this.#opts = opts;
   }
 
-  /** Binds the side channel (spec §5.1.3) and serves every rank's handshake payload. */
+  /** Binds the side channel (docs/transfer.md#side-channel) and serves every rank's handshake payload. */
   async startSideChannel(metadata: Record<number, KVConnectorHandshakeMetadata>): Promise<void> {
     await this.#sideChannel?.close();
     const server = new SideChannelServer({

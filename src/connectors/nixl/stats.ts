@@ -1,6 +1,6 @@
 /**
- * vLLM's NIXL stats (spec §5.1.10) as plain data, plus the reduce() summary its logger
- * prints. The server maps the data keys to the vllm:nixl_* metrics.
+ * vLLM's NIXL stats (docs/connectors/nixl.md#stats) as plain data, plus the reduce() summary
+ * its logger prints. The server maps the data keys to the vllm:nixl_* metrics.
  */
 import type { TransferStatsSnapshot } from '../../transfer/index.ts';
 

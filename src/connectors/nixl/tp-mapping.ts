@@ -1,7 +1,9 @@
 /**
- * Heterogeneous tensor parallelism (spec §5.1.6) as pure functions: which remote ranks a
- * local rank reads from, which head slice it takes, and how many completion notifications
- * a producer rank waits for. Pull loads use them through ./head-plan.ts; MoRIIO reuses these.
+ * Heterogeneous tensor parallelism
+ * (docs/connectors/nixl.md#different-tensor-parallel-sizes-on-p-and-d-pull) as pure
+ * functions: which remote ranks a local rank reads from, which head slice it takes, and how
+ * many completion notifications a producer rank waits for. Pull loads use them through
+ * ./head-plan.ts; MoRIIO reuses these.
  */
 import { KVError } from '../../errors/kv-error.ts';
 

@@ -1,6 +1,8 @@
 /**
- * OffloadingConnector's `kv_connector_extra_config` (spec §5.8): vLLM's keys, defaults and
- * error strings; the secondary tiers of TieringOffloadingSpec are parsed in tier-config.ts.
+ * OffloadingConnector's `kv_connector_extra_config`
+ * (docs/connectors/offloading.md#options-kv_connector_extra_config): vLLM's keys, defaults
+ * and error strings; the secondary tiers of TieringOffloadingSpec are parsed in
+ * tier-config.ts.
  */
 import { CONFIG_INVALID, configError } from '../../config/config-error.ts';
 import { type ExtraConfigSchema, type ExtraValues, readExtraConfig } from '../../config/extra-config.ts';

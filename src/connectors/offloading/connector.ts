@@ -1,8 +1,8 @@
 /**
- * OffloadingConnector (spec §5.8): KV offload keyed by prefix block hashes, per KV cache
- * group (HMA). One instance per role; the scheduler half keeps the index and decides, the
- * worker half moves bytes. Stores happen after compute; CPU hits load synchronously in
- * startLoadKv, secondary-tier hits asynchronously (WAITING_FOR_REMOTE_KVS).
+ * OffloadingConnector (docs/connectors/offloading.md): KV offload keyed by prefix block
+ * hashes, per KV cache group (HMA). One instance per role; the scheduler half keeps the index
+ * and decides, the worker half moves bytes. Stores happen after compute; CPU hits load
+ * synchronously in startLoadKv, secondary-tier hits asynchronously (WAITING_FOR_REMOTE_KVS).
  */
 import type { ExtraConfigSchema } from '../../config/extra-config.ts';
 import type { EngineConfig } from '../../config/types.ts';

@@ -1,7 +1,8 @@
 /**
- * The eviction policies of an offload tier (spec §5.8 `eviction_policy`). A policy tracks
- * which keys are resident and picks victims; the tier owns the bytes and says which keys
- * may not be evicted right now (pinned by an in-flight load or store).
+ * The eviction policies of an offload tier (`eviction_policy`,
+ * docs/connectors/offloading.md#options-kv_connector_extra_config). A policy tracks which
+ * keys are resident and picks victims; the tier owns the bytes and says which keys may not be
+ * evicted right now (pinned by an in-flight load or store).
  */
 
 import { ArcPolicy } from './arc-policy.ts';

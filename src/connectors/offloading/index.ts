@@ -1,4 +1,7 @@
-/** OffloadingConnector and its tiers (spec §5.8). Loaded lazily by the connector registry. */
+/**
+ * OffloadingConnector and its tiers (docs/connectors/offloading.md). Loaded lazily by the
+ * connector registry.
+ */
 export * from './config.ts';
 export { OffloadingConnector } from './connector.ts';
 export { CpuTier, type CpuTierOptions } from './cpu-tier.ts';

@@ -1,7 +1,7 @@
 /**
- * store_threshold (spec §5.8): a block becomes worth offloading only after it has been
- * looked up that many times. Counts live in an LRU bounded to 64000 keys, so a stream of
- * one-off prompts cannot grow it without bound.
+ * store_threshold (docs/connectors/offloading.md#options-kv_connector_extra_config): a block
+ * becomes worth offloading only after it has been looked up that many times. Counts live in
+ * an LRU bounded to 64000 keys, so a stream of one-off prompts cannot grow it without bound.
  */
 import { STORE_THRESHOLD_TRACKER_SIZE } from './config.ts';
 

@@ -1,8 +1,8 @@
 /**
- * KV cache events of the offload tiers (spec §6.5): BlockStored / BlockRemoved with
- * medium 'CPU' or 'STORAGE', hashes in the external 64-bit form. The scheduler remembers
- * what each chunk key stands for (hashes, parent, tokens) so that a later removal or a
- * write-through confirmation can be described.
+ * KV cache events of the offload tiers (docs/kv-cache.md#kv-cache-events): BlockStored /
+ * BlockRemoved with medium 'CPU' or 'STORAGE', hashes in the external 64-bit form. The
+ * scheduler remembers what each chunk key stands for (hashes, parent, tokens) so that a later
+ * removal or a write-through confirmation can be described.
  */
 import { externalBlockHash } from '../../kv/block-hash.ts';
 import type { BlockHash, KVCacheEvent } from '../../kv/interfaces.ts';

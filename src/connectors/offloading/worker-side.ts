@@ -13,6 +13,15 @@ import type { KVTier, TierEntry } from './kv-tier.ts';
 import type { OffloadLayout } from './layout.ts';
 import type { LoadItem, LoadJob, OffloadMetadata, OffloadWorkerMeta } from './metadata.ts';
 
+/** One transfer as vLLM's OffloadingConnectorStats records it: bytes and seconds. */
+export interface OffloadTransferOp {
+  op_size: number;
+  op_time: number;
+}
+
+/** `src_to_dst` by medium (GPU = the engine's KV memory, CPU tier, STORAGE = fs/redis tiers). */
+export type OffloadTransferType = 'GPU_to_CPU' | 'CPU_to_GPU' | 'STORAGE_to_GPU' | 'CPU_to_STORAGE';
+
 interface CompletedJob {
   reqId: string;
   invalidBlockIds: number[];
@@ -35,6 +44,7 @@ export class OffloadWorker {
   #storedSecondary: { tier: number; keys: string[] }[] = [];
   #reportedTiers = { errors: 0, corrupt: 0, outages: 0 };
   #stats = { storeBytes: 0, loadBytes: 0, secondaryHits: 0, secondaryMisses: 0, writeThroughBytes: 0 };
+  #transfers: Partial<Record<OffloadTransferType, OffloadTransferOp[]>> = {};
 
   constructor(layout: OffloadLayout, tiers: readonly KVTier[]) {
     this.layout = layout;
@@ -49,7 +59,7 @@ export class OffloadWorker {
   startLoads(meta: OffloadMetadata): void {
     for (const job of meta.loads) {
       if (!job.async) {
-        for (const item of job.items) this.#loadFromCpu(item, this.#loadErrors);
+        this.#loadCpuItems(job.items, this.#loadErrors);
         continue;
       }
       const done = this.#runAsync(job).finally(() => this.#inflight.delete(done));
@@ -62,15 +72,19 @@ export class OffloadWorker {
     const memory = this.#requireMemory();
     const buffers = this.#buffers as CpuSlotBuffers;
     const writeThrough: TierEntry[] = [];
+    const started = performance.now();
+    let bytes = 0;
     for (const op of meta.stores) {
       const group = this.layout.groups[op.group];
       if (!group || op.slot < 0 || op.slot >= buffers.numSlots) continue;
       const chunk = buffers.writable(op.slot).subarray(0, group.chunkBytes);
       copyBlocksToChunk(memory, group, op.blockIds, chunk, this.layout.blocksPerChunk);
       buffers.setLength(op.slot, group.chunkBytes);
-      this.#stats.storeBytes += group.chunkBytes;
+      bytes += group.chunkBytes;
       if (op.writeThrough) writeThrough.push({ key: op.key, value: Buffer.from(chunk) });
     }
+    this.#stats.storeBytes += bytes;
+    this.#recordTransfer('GPU_to_CPU', bytes, started);
     this.#lastStep = Math.max(this.#lastStep, meta.step);
     if (writeThrough.length > 0 && this.tiers.length > 0) {
       const done = this.#writeThrough(writeThrough).finally(() => this.#inflight.delete(done));
@@ -109,7 +123,7 @@ export class OffloadWorker {
     return meta;
   }
 
-  stats(): Record<string, number> {
+  stats(): Record<string, unknown> {
     const s = this.#stats;
     this.#stats = { storeBytes: 0, loadBytes: 0, secondaryHits: 0, secondaryMisses: 0, writeThroughBytes: 0 };
     const tiers = { errors: 0, corrupt: 0, outages: 0 };
@@ -121,8 +135,11 @@ export class OffloadWorker {
     }
     const seen = this.#reportedTiers;
     this.#reportedTiers = tiers;
+    const transfers = this.#transfers;
+    this.#transfers = {};
     // Counters since the last call: the engine sums what connectors report.
     return {
+      offload_transfers: transfers,
       offload_store_bytes: s.storeBytes,
       offload_load_bytes: s.loadBytes,
       offload_secondary_hits: s.secondaryHits,
@@ -149,32 +166,56 @@ export class OffloadWorker {
     return item.blockIds.filter((id) => id !== 0);
   }
 
-  #loadFromCpu(item: LoadItem, errors: number[]): void {
+  /** CPU-tier items of one load job, copied as one CPU_to_GPU transfer. */
+  #loadCpuItems(items: readonly LoadItem[], errors: number[]): void {
+    const started = performance.now();
+    let loaded = 0;
+    for (const item of items) loaded += this.#loadFromCpu(item, errors);
+    this.#stats.loadBytes += loaded;
+    this.#recordTransfer('CPU_to_GPU', loaded, started);
+  }
+
+  /** Bytes copied into KV memory (0 when the slot holds nothing usable). */
+  #loadFromCpu(item: LoadItem, errors: number[]): number {
     const group = this.layout.groups[item.group];
     const bytes = item.slot >= 0 ? this.#buffers?.read(item.slot) : null;
     if (!group || !bytes || bytes.byteLength !== group.chunkBytes) {
       errors.push(...this.#destinations(item));
-      return;
+      return 0;
     }
     copyChunkToBlocks(this.#requireMemory(), group, bytes, item.blockIds, this.layout.blocksPerChunk);
-    this.#stats.loadBytes += bytes.byteLength;
+    return bytes.byteLength;
+  }
+
+  #recordTransfer(type: OffloadTransferType, bytes: number, startedMs: number): void {
+    if (bytes <= 0) return;
+    const op = { op_size: bytes, op_time: (performance.now() - startedMs) / 1000 };
+    const ops = this.#transfers[type];
+    if (ops) ops.push(op);
+    else this.#transfers[type] = [op];
   }
 
   async #runAsync(job: LoadJob): Promise<void> {
     const errors: number[] = [];
     try {
       const bySource = new Map<number, LoadItem[]>();
+      this.#loadCpuItems(
+        job.items.filter((item) => item.source === 'cpu'),
+        errors,
+      );
       for (const item of job.items) {
-        if (item.source === 'cpu') this.#loadFromCpu(item, errors);
-        else bySource.set(item.source, [...(bySource.get(item.source) ?? []), item]);
+        if (item.source !== 'cpu') bySource.set(item.source, [...(bySource.get(item.source) ?? []), item]);
       }
       await Promise.all(
         [...bySource].map(async ([tierIndex, items]) => {
+          const started = performance.now();
           const tier = this.tiers[tierIndex];
           const values = tier ? await tier.getMany(items.map((i) => i.key)) : items.map(() => null);
+          let loaded = 0;
           items.forEach((item, i) => {
-            this.#promote(item, values[i] ?? null, errors);
+            loaded += this.#promote(item, values[i] ?? null, errors);
           });
+          this.#recordTransfer('STORAGE_to_GPU', loaded, started);
         }),
       );
     } catch {
@@ -184,13 +225,14 @@ export class OffloadWorker {
     }
   }
 
-  #promote(item: LoadItem, value: Uint8Array | null, errors: number[]): void {
+  /** Bytes copied into KV memory (0 on a miss). */
+  #promote(item: LoadItem, value: Uint8Array | null, errors: number[]): number {
     const group = this.layout.groups[item.group];
     if (!group || !value || value.byteLength !== group.chunkBytes) {
       this.#stats.secondaryMisses++;
       errors.push(...this.#destinations(item));
       this.#failed.push(item.key);
-      return;
+      return 0;
     }
     this.#stats.secondaryHits++;
     if (item.slot >= 0 && this.#buffers) {
@@ -199,16 +241,19 @@ export class OffloadWorker {
     }
     copyChunkToBlocks(this.#requireMemory(), group, value, item.blockIds, this.layout.blocksPerChunk);
     this.#stats.loadBytes += value.byteLength;
+    return value.byteLength;
   }
 
   async #writeThrough(entries: TierEntry[]): Promise<void> {
     await Promise.all(
       this.tiers.map(async (tier, index) => {
+        const started = performance.now();
         const keys = await tier.putMany(entries);
         if (keys.length > 0) this.#storedSecondary.push({ tier: index, keys });
-        this.#stats.writeThroughBytes += entries
-          .filter((e) => keys.includes(e.key))
-          .reduce((n, e) => n + e.value.byteLength, 0);
+        const stored = new Set(keys);
+        const bytes = entries.filter((e) => stored.has(e.key)).reduce((n, e) => n + e.value.byteLength, 0);
+        this.#stats.writeThroughBytes += bytes;
+        this.#recordTransfer('CPU_to_STORAGE', bytes, started);
       }),
     );
   }

@@ -1,10 +1,11 @@
 /**
- * The worker-side connector hooks of one step, in vLLM's order (spec §3.5, worker
- * execute_model): handlePreemptions → bindConnectorMetadata → startLoadKv → per layer
- * waitForLayerLoad / saveKvLayer → waitForSave → getFinished → getBlockIdsWithLoadErrors →
- * getKvConnectorStats → getKvConnectorKvCacheEvents → buildConnectorWorkerMeta →
- * clearConnectorMetadata. Idle steps run the same sequence without the forward pass and
- * without waitForSave, so transfers still progress.
+ * The worker-side connector hooks of one step, in vLLM's order
+ * (docs/engine.md#one-step-on-a-rank-worker-side-connector-order, worker execute_model):
+ * handlePreemptions → bindConnectorMetadata → startLoadKv → per layer waitForLayerLoad /
+ * saveKvLayer → waitForSave → getFinished → getBlockIdsWithLoadErrors → getKvConnectorStats →
+ * getKvConnectorKvCacheEvents → buildConnectorWorkerMeta → clearConnectorMetadata. Idle steps
+ * run the same sequence without the forward pass and without waitForSave, so transfers still
+ * progress.
  */
 import type { KVConnectorBase } from '../../connector/base.ts';
 import type { ForwardContext, KVConnectorOutput, SchedulerOutput } from '../../connector/types.ts';

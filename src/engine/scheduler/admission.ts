@@ -1,9 +1,9 @@
 /**
- * Phase 2 of schedule(): admission of waiting requests in FCFS order (spec §3.5 step 2):
- * promotion of finished async loads, the local prefix hit, the connector's matched tokens
- * (null = ask again next step), the partial-tail rule, allocateSlots (with the reservation
- * of in-flight async loads), updateStateAfterAlloc for every admitted request, and async
- * loads parked in WAITING_FOR_REMOTE_KVS.
+ * Phase 2 of schedule(): admission of waiting requests in FCFS order
+ * (docs/scheduler.md#how-requests-move, step 2): promotion of finished async loads, the local
+ * prefix hit, the connector's matched tokens (null = ask again next step), the partial-tail
+ * rule, allocateSlots (with the reservation of in-flight async loads), updateStateAfterAlloc
+ * for every admitted request, and async loads parked in WAITING_FOR_REMOTE_KVS.
  */
 import { KVError } from '../../errors/kv-error.ts';
 import type { KVCacheBlocks } from '../../kv/interfaces.ts';

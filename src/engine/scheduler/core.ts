@@ -114,7 +114,10 @@ export class SchedulerCore {
     return result;
   }
 
-  /** Per group, clipped to the blocks that hold computed tokens (spec §3.6). */
+  /**
+   * Per group, clipped to the blocks that hold computed tokens
+   * (docs/scheduler.md#connector-calls-per-step).
+   */
   private blockIdsForComputedTokens(req: Request): number[][] {
     const groups = this.kv.kvCacheConfig.groups;
     return this.kv.getBlockIds(req.requestId).map((ids, g) => {

@@ -1,6 +1,7 @@
 /**
- * How the local prefix hit and the connector's answer combine at admission (spec §3.5
- * step 2b), as pure functions so the rules are testable on their own.
+ * How the local prefix hit and the connector's answer combine at admission
+ * (docs/scheduler.md#how-requests-move step 2b), as pure functions so the rules are testable
+ * on their own.
  */
 import type { KVCacheBlock, KVCacheBlocks, KVCacheGroupSpec } from '../../kv/interfaces.ts';
 

@@ -1,5 +1,5 @@
 export { type ExternalHitDecision, resolveExternalHit, truncateComputedBlocks } from './external-hit.ts';
-export { KVOutputAggregator, mergeStats } from './kv-output-aggregator.ts';
+export { KVOutputAggregator } from './kv-output-aggregator.ts';
 export { KV_LOAD_FAILED, Scheduler } from './scheduler.ts';
 export type {
   EngineCoreOutput,

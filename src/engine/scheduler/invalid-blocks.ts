@@ -1,9 +1,10 @@
 /**
- * Blocks whose load failed (spec §3.7). Each affected request is truncated to its first
- * invalid block; a block shared with an earlier request in the batch is recomputed by that
- * request only. Then the policy decides: `fail` ends the requests with an error (evicting
- * poisoned sync-loaded blocks from the prefix cache), `recompute` re-runs them from the
- * truncated point (async loads are promoted with the valid prefix only).
+ * Blocks whose load failed (docs/scheduler.md#load-failures-kv_load_failure_policy). Each
+ * affected request is truncated to its first invalid block; a block shared with an earlier
+ * request in the batch is recomputed by that request only. Then the policy decides: `fail`
+ * ends the requests with an error (evicting poisoned sync-loaded blocks from the prefix
+ * cache), `recompute` re-runs them from the truncated point (async loads are promoted with
+ * the valid prefix only).
  *
  * Beyond vLLM: every KV cache group is checked (vLLM reads group 0 only); the truncation
  * point is the earliest over the groups.

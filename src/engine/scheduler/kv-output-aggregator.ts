@@ -1,10 +1,11 @@
 /**
  * Merges the KV connector outputs of all tensor-parallel ranks into one (vLLM's
- * KVOutputAggregator, spec §3.5 "Executor aggregation"). A request is reported finished
+ * KVOutputAggregator, docs/engine.md#tensor-parallelism). A request is reported finished
  * only once every rank has reported it; counts persist across steps. A rank may change the
  * expected count (expectedFinishedCount > 0): new ids use the new count, ids already being
  * counted keep their remaining count (as vLLM does).
  */
+import { mergeStats } from '../../connector/stats.ts';
 import type { KVConnectorOutput, KVConnectorStatsData } from '../../connector/types.ts';
 import type { KVCacheEvent } from '../../kv/interfaces.ts';
 
@@ -63,23 +64,6 @@ export class KVOutputAggregator {
       }
     }
   }
-}
-
-/** Numbers add up, arrays concatenate, objects merge recursively, anything else: last wins. */
-export function mergeStats(into: KVConnectorStatsData, from: KVConnectorStatsData): KVConnectorStatsData {
-  const out: KVConnectorStatsData = { ...into };
-  for (const [key, value] of Object.entries(from)) {
-    const prev = out[key];
-    if (typeof prev === 'number' && typeof value === 'number') out[key] = prev + value;
-    else if (Array.isArray(prev) && Array.isArray(value)) out[key] = [...prev, ...value];
-    else if (isRecord(prev) && isRecord(value)) out[key] = mergeStats(prev, value);
-    else out[key] = value;
-  }
-  return out;
-}
-
-function isRecord(v: unknown): v is Record<string, unknown> {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
 
 /** Events every reporting rank emitted (vLLM's get_common_events), in the first rank's order. */

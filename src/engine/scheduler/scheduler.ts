@@ -1,6 +1,6 @@
 /**
  * The continuous-batching scheduler with every connector hook in vLLM v1's order
- * (spec §3.5–3.7). One step is `schedule()` → the model runner → `updateFromOutput()`.
+ * (docs/scheduler.md). One step is `schedule()` → the model runner → `updateFromOutput()`.
  */
 
 import type { EngineConfig } from '../../config/types.ts';
@@ -29,6 +29,11 @@ import type {
 const log = getLogger('scheduler');
 
 export const KV_LOAD_FAILED = 'KV_LOAD_FAILED';
+
+export interface PrefixCacheReset {
+  resetRunningRequests?: boolean;
+  resetConnector?: boolean;
+}
 
 export class Scheduler {
   readonly core: SchedulerCore;
@@ -118,7 +123,9 @@ export class Scheduler {
       this.core.counters.promptTokensTotal += promptPart;
       if (req.firstScheduledAt === null) {
         req.firstScheduledAt = now;
+        req.metrics.scheduledAt = now;
         req.metrics.queuedMs = now - req.arrivalTime;
+        req.metrics.numCachedTokens = start;
       }
       req.numComputedTokens = start + n;
     }
@@ -191,8 +198,9 @@ export class Scheduler {
 
   /**
    * Aborts and other external finishes. A request whose blocks may still be receiving a
-   * remote write keeps them until finished_recving (spec §3.6). Returns a final output per
-   * request it finished.
+   * remote write keeps them until finished_recving
+   * (docs/scheduler.md#delayed-free-and-aborts). Returns a final output per request it
+   * finished.
    */
   finishRequests(requestIds: Iterable<string>, status: RequestStatus): EngineCoreOutput[] {
     if (!isFinishedStatus(status)) {
@@ -254,11 +262,20 @@ export class Scheduler {
     return this.core.waiting.length + this.core.running.length;
   }
 
-  /** Clears the local prefix cache and the connector's external cache. */
-  resetPrefixCache(): boolean {
-    const local = this.core.kv.resetPrefixCache();
-    const external = this.core.connector?.resetCache() ?? null;
-    return local && external !== false;
+  /**
+   * vLLM's reset_prefix_cache: forgets every cached block hash, which only works while no
+   * block is in use. `resetRunningRequests` first preempts the running requests (they are
+   * recomputed later); `resetConnector` also clears the connector's external cache.
+   */
+  resetPrefixCache(options: PrefixCacheReset = {}): boolean {
+    const core = this.core;
+    if (options.resetRunningRequests) {
+      for (let victim = core.running.pop(); victim; victim = core.running.pop()) core.preempt(victim);
+    }
+    let ok = core.kv.resetPrefixCache();
+    if (!ok) log.warn('Failed to reset the prefix cache: some KV blocks are still in use');
+    if (options.resetConnector) ok = core.connector?.resetCache() !== false && ok;
+    return ok;
   }
 
   stats(): SchedulerStats {

@@ -45,7 +45,10 @@ export interface SchedulerStats {
   /** Local prefix cache: tokens looked up / found (at admission). */
   prefixCacheQueries: number;
   prefixCacheHits: number;
-  /** Connector (external) prefix cache, spec §3.5 2b: queries = numTokens - local hit, hits = external tokens. */
+  /**
+   * Connector (external) prefix cache (docs/scheduler.md#how-requests-move): queries =
+   * numTokens - local hit, hits = external tokens.
+   */
   externalPrefixCacheQueries: number;
   externalPrefixCacheHits: number;
   numPreemptions: number;

@@ -18,7 +18,7 @@ import { after, describe, it } from 'node:test';
 import { AsyncEngine } from '../../src/engine/async-engine.ts';
 import type { LLMOptions } from '../../src/engine/llm.ts';
 import { type LogRecord, onLog } from '../../src/logging/logger.ts';
-import { offloadConfig, plainTokens, run } from '../connectors/offloading-helpers.ts';
+import { plainTokens, run, tieredEngineOptions } from '../connectors/offloading-helpers.ts';
 import { privileged } from '../helpers/netns.ts';
 import { waitUntil } from '../helpers/wait-until.ts';
 import { EngineChild } from './engine-child.ts';
@@ -45,19 +45,7 @@ function scratch(name: string): string {
 }
 
 function options(dir: string): LLMOptions {
-  return {
-    model: 'tiny',
-    block_size: 16,
-    num_gpu_blocks: 32,
-    max_model_len: 128,
-    kv_transfer_config: {
-      ...offloadConfig({
-        spec_name: 'TieringOffloadingSpec',
-        secondary_tiers: [{ type: 'fs', path: dir, timeout_ms: 5000 }],
-      }),
-      kv_load_failure_policy: 'fail',
-    },
-  } as LLMOptions;
+  return tieredEngineOptions({ type: 'fs', path: dir, timeout_ms: 5000 }, 'fail') as LLMOptions;
 }
 
 function files(dir: string): string[] {

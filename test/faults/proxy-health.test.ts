@@ -11,6 +11,17 @@ import { waitUntil } from '../helpers/wait-until.ts';
 import { decodeResponder, prefillResponder, UpstreamDouble } from '../proxy/upstream-double.ts';
 
 const doubles: UpstreamDouble[] = [];
+
+/** Status of one small completion through the proxy. */
+async function status(proxyUrl: string): Promise<number> {
+  const res = await fetch(`${proxyUrl}/v1/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'tiny', prompt: 'hello', max_tokens: 4 }),
+  });
+  await res.arrayBuffer();
+  return res.status;
+}
 after(async () => {
   for (const d of doubles) await d.close();
 });
@@ -22,14 +33,7 @@ it('a backend is marked down after three failed health checks in a row, not afte
   const proxy = await startProxy(
     resolveProxyOptions({ prefill: [p.url], decode: [d.url], port: 0, healthIntervalMs: 3_600_000 }),
   );
-  const send = async () =>
-    (
-      await fetch(`${proxy.url}/v1/completions`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ model: 'tiny', prompt: 'hello', max_tokens: 4 }),
-      })
-    ).status;
+  const send = () => status(proxy.url);
   try {
     assert.equal(await send(), 200);
     p.healthy = false;
@@ -67,14 +71,7 @@ it('a backend whose /health is too slow but which answers requests stays in rota
       healthTimeoutMs: 100,
     }),
   );
-  const send = async () =>
-    (
-      await fetch(`${proxy.url}/v1/completions`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ model: 'tiny', prompt: 'hello', max_tokens: 4 }),
-      })
-    ).status;
+  const send = () => status(proxy.url);
   try {
     // Under load even the start-up probe may miss 50 ms: wait until it is in rotation.
     await waitUntil('the prefill to pass a health check', async () => {

@@ -11,7 +11,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { AsyncEngine } from '../../src/engine/async-engine.ts';
 import type { ConformanceContext } from '../connectors/conformance.ts';
-import { chunkKeys, offloadConfig, plainTokens, run } from '../connectors/offloading-helpers.ts';
+import { chunkKeys, plainTokens, run, tieredEngineOptions } from '../connectors/offloading-helpers.ts';
 import {
   type RedisClusterHandle,
   type RedisServer,
@@ -79,21 +79,12 @@ async function masterKeys(): Promise<number> {
 }
 
 async function engine(): Promise<AsyncEngine> {
-  const e = await AsyncEngine.create({
-    model: 'tiny',
-    block_size: 16,
-    num_gpu_blocks: 32,
-    max_model_len: 128,
-    kv_transfer_config: {
-      ...offloadConfig({
-        spec_name: 'TieringOffloadingSpec',
-        secondary_tiers: [
-          { type: 'redis', cluster_nodes: cluster.urls, timeout_ms: 3000, key_prefix: PREFIX },
-        ],
-      }),
-      kv_load_failure_policy: 'recompute',
-    },
-  });
+  const e = await AsyncEngine.create(
+    tieredEngineOptions(
+      { type: 'redis', cluster_nodes: cluster.urls, timeout_ms: 3000, key_prefix: PREFIX },
+      'recompute',
+    ),
+  );
   engines.push(e);
   return e;
 }

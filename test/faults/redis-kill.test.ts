@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { after, describe, it } from 'node:test';
 import { AsyncEngine } from '../../src/engine/async-engine.ts';
 import { type LogRecord, onLog } from '../../src/logging/logger.ts';
-import { offloadConfig, PROMPTS, plainTokens, run } from '../connectors/offloading-helpers.ts';
+import { PROMPTS, plainTokens, run, tieredEngineOptions } from '../connectors/offloading-helpers.ts';
 import { type RedisServer, redisCommand, startRedis } from '../connectors/redis-helpers.ts';
 import { startFaultRelay } from '../helpers/fault-relay.ts';
 import { waitUntil } from '../helpers/wait-until.ts';
@@ -41,19 +41,9 @@ after(async () => {
 });
 
 function engine(policy: 'fail' | 'recompute'): Promise<AsyncEngine> {
-  return AsyncEngine.create({
-    model: 'tiny',
-    block_size: 16,
-    num_gpu_blocks: 32,
-    max_model_len: 128,
-    kv_transfer_config: {
-      ...offloadConfig({
-        spec_name: 'TieringOffloadingSpec',
-        secondary_tiers: [{ type: 'redis', url: `redis://127.0.0.1:${relay.port}`, timeout_ms: 5000 }],
-      }),
-      kv_load_failure_policy: policy,
-    },
-  });
+  return AsyncEngine.create(
+    tieredEngineOptions({ type: 'redis', url: `redis://127.0.0.1:${relay.port}`, timeout_ms: 5000 }, policy),
+  );
 }
 
 async function keysInRedis(): Promise<number> {

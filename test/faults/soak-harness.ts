@@ -45,6 +45,8 @@ export interface ServerChild {
   stats(): Promise<ServerStats>;
   /** Debugging: the scheduler's request states. */
   dump(): Promise<unknown>;
+  /** Debugging: writes a heap snapshot (after a GC) to `file`. */
+  heapSnapshot(file: string): Promise<unknown>;
   stop(): Promise<void>;
 }
 
@@ -73,6 +75,10 @@ async function startServer(options: Record<string, unknown>): Promise<ServerChil
     },
     dump: async () => {
       proc.stdin.write('dump\n');
+      return next();
+    },
+    heapSnapshot: async (file) => {
+      proc.stdin.write(`heapsnapshot ${file}\n`);
       return next();
     },
     stop: async () => {

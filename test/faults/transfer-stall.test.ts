@@ -227,4 +227,44 @@ describe('a transfer whose peer stalls', () => {
     await settled(relay);
     assert.ok(Buffer.from(rb.bytes).equals(snapshot), 'nothing landed in B after the grant was revoked');
   });
+
+  it('cut in the middle of a frame (FIN after half a payload): ERR at once, the partial blocks failed, the next READ reconnects', async () => {
+    const BB = 64 << 10;
+    let cut = true;
+    const { a, b, ra, rb, relay, remote } = await throughRelay(
+      BB,
+      8,
+      (dir, h, _p, index) =>
+        cut && dir === 'down' && h.t === 'data' && index >= 4
+          ? { action: 'cut', forwardBytes: BB / 2 }
+          : { action: 'forward' },
+      { transferTimeoutMs: 60_000 },
+    );
+    b.grantRead('c1', { blockIds: all(8) });
+    const s = await a.waitFor(a.read(remote, whole(8), { grantKey: 'c1' }));
+    assert.equal(s.state, 'ERR');
+    assert.match(s.reason ?? '', /connection to .* lost/, 'the lost connection, not the 60 s timeout');
+    assert.ok(s.failedBlockIds.includes(1), 'the half-received block failed');
+    assert.ok(!s.failedBlockIds.includes(0), 'the block before it stayed valid');
+    cut = false;
+    b.grantRead('c2', { blockIds: all(8) });
+    const again = await a.waitFor(a.read(remote, whole(8), { grantKey: 'c2' }));
+    assert.equal(again.state, 'DONE', again.reason);
+    assert.ok(Buffer.from(ra.bytes).equals(Buffer.from(rb.bytes)));
+    assert.equal(relay.connections, 2);
+  });
+
+  it('a link with 100 ms of delay each way: slower, DONE, every byte right', async () => {
+    const BB = 64 << 10;
+    const { a, b, ra, rb, relay, remote } = await throughRelay(BB, 16, () => ({ action: 'forward' }), {
+      transferTimeoutMs: 60_000,
+    });
+    relay.delay('both', 100);
+    b.grantRead('d', { blockIds: all(16) });
+    const t0 = performance.now();
+    const s = await a.waitFor(a.read(remote, whole(16), { grantKey: 'd' }));
+    assert.equal(s.state, 'DONE', s.reason);
+    assert.ok(performance.now() - t0 >= 200 - 5, 'a round trip through the delayed link');
+    assert.ok(Buffer.from(ra.bytes).equals(Buffer.from(rb.bytes)));
+  });
 });

@@ -226,14 +226,17 @@ describe('redis slow', () => {
     const server = await startRedis(['--enable-debug-command', 'yes']);
     const tier = new RedisTier({ url: server.url, clusterNodes: [], timeoutMs: 150, keyPrefix: 'slow' });
     try {
-      await tier.putMany([{ key: 'a', value: bytes(100, 1) }]);
-      // Under heavy load the put above may itself time out; count only the stalled get.
+      // Stored, and the tier healthy, before the stall (on a loaded machine a put can miss 150 ms).
+      await waitUntil(
+        'the value to be stored',
+        async () => (await tier.putMany([{ key: 'a', value: bytes(100, 1) }])).length === 1,
+      );
       const timeoutsBefore = tier.health.timeouts;
       const { records } = await captureLogs(async () => {
-        const stall = redisCommand(server.port, 'DEBUG SLEEP 4', 10_000);
-        // Until Redis is inside the sleep: a PING gets no answer.
+        const stall = redisCommand(server.port, 'DEBUG SLEEP 5', 15_000);
+        // Until Redis is inside the sleep: a PING gets no answer within a second.
         await waitUntil('Redis to stall', () =>
-          redisCommand(server.port, 'PING', 100).then(
+          redisCommand(server.port, 'PING', 1000).then(
             () => false,
             () => true,
           ),
@@ -241,7 +244,7 @@ describe('redis slow', () => {
         const t0 = performance.now();
         assert.deepEqual(await tier.getMany(['a']), [null]);
         const elapsed = performance.now() - t0;
-        // At the 150 ms timeout, long before the 4 s stall ends (loose for a loaded machine).
+        // At the 150 ms timeout, long before the stall ends (loose for a loaded machine).
         assert.ok(elapsed >= 140 && elapsed < 3000, `answered after ${elapsed} ms`);
         await stall;
       });

@@ -10,6 +10,11 @@ export {
   type ModelInfo,
   resolveModelInfo,
 } from './config/index.ts';
+export {
+  type KVEventsConfigFields,
+  kvEventsConfigFromCli,
+  parseKVEventsConfig,
+} from './config/kv-events-config.ts';
 export type {
   CacheConfig,
   EngineConfig,
@@ -56,3 +61,11 @@ export {
   type KVErrorOptions,
 } from './errors/index.ts';
 export type { KVCacheBlocks, KVCacheConfig, PagedKVMemory } from './kv/interfaces.ts';
+export {
+  decodeBatch,
+  encodeBatch,
+  type KVEventBatch,
+  KVEventSubscriber,
+  type WireKVEvent,
+  ZmqEventPublisher,
+} from './kv-events/index.ts';

@@ -10,6 +10,8 @@ export interface CliContext {
   io: CliIO;
   /** `--kv-transfer-config.<path> VALUE` arguments, taken out of argv before commander parses it. */
   dottedKvTransferConfig: DottedArg[];
+  /** `--kv-events-config.<field> VALUE` arguments, likewise. */
+  dottedKvEventsConfig?: DottedArg[];
   /** Exit code to return; commands set it (0 ok, 2 configuration or usage error). */
   exitCode: number;
 }

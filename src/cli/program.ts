@@ -7,6 +7,7 @@ import { Command, CommanderError } from 'commander';
 import { extractDottedArgs } from '../config/dotted-args.ts';
 import { formatErrorText } from '../errors/format.ts';
 import { registerBenchServeCommand } from './commands/bench-serve.ts';
+import { registerBenchTraceCommand } from './commands/bench-trace.ts';
 import { registerCheckConfig } from './commands/check-config.ts';
 import { registerDemoCommand } from './commands/demo.ts';
 import { registerProxyCommand } from './commands/proxy.ts';
@@ -20,6 +21,7 @@ const COMMANDS: readonly RegisterCommand[] = [
   (program, ctx) => void registerServeCommand(program, ctx),
   (program) => void registerProxyCommand(program),
   (program) => void registerBenchServeCommand(program),
+  (program) => void registerBenchTraceCommand(program),
   registerDemoCommand,
 ];
 
@@ -43,9 +45,11 @@ export function buildProgram(ctx: CliContext): Command {
 export async function runCli(argv: readonly string[], io: CliIO = stdio): Promise<number> {
   const ctx: CliContext = { io, dottedKvTransferConfig: [], exitCode: EXIT_OK };
   try {
-    const { rest, dotted } = extractDottedArgs(argv, '--kv-transfer-config');
-    ctx.dottedKvTransferConfig = dotted;
-    await buildProgram(ctx).parseAsync(rest, { from: 'user' });
+    const transfer = extractDottedArgs(argv, '--kv-transfer-config');
+    const events = extractDottedArgs(transfer.rest, '--kv-events-config');
+    ctx.dottedKvTransferConfig = transfer.dotted;
+    ctx.dottedKvEventsConfig = events.dotted;
+    await buildProgram(ctx).parseAsync(events.rest, { from: 'user' });
     return ctx.exitCode;
   } catch (e) {
     if (e instanceof CommanderError) return e.exitCode === 0 ? EXIT_OK : EXIT_USAGE;

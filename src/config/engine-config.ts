@@ -13,6 +13,7 @@ import {
   optionFlag,
 } from './engine-options.ts';
 import { parseHumanReadableInt } from './human-readable.ts';
+import { type KVEventsConfigFields, toKVEventsConfig } from './kv-events-config.ts';
 import { applyKvOffloading } from './kv-offloading.ts';
 import { KVTransferConfig } from './kv-transfer-config.ts';
 import type { EngineConfig, KVTransferConfigFields, KVTransferConfigLike } from './types.ts';
@@ -24,16 +25,20 @@ export type EngineOptionsInput = Partial<{ [K in keyof EngineOptions]: EngineOpt
     | Record<string, unknown>
     | string
     | null;
+  kv_events_config?: Partial<KVEventsConfigFields> | Record<string, unknown> | string | null;
 };
+
+/** Options whose value is a whole config object (JSON on the command line). */
+const NESTED_CONFIGS: readonly string[] = ['kv_transfer_config', 'kv_events_config'];
 
 /** Validates the options (applying defaults) and returns them in flat form. */
 export function resolveEngineOptions(input: Record<string, unknown>): EngineOptions {
   for (const key of Object.keys(input)) {
-    if (key !== 'kv_transfer_config' && !Object.hasOwn(ENGINE_OPTIONS, key)) {
+    if (!NESTED_CONFIGS.includes(key) && !Object.hasOwn(ENGINE_OPTIONS, key)) {
       const suggestion = didYouMean(key, ENGINE_OPTION_NAMES);
       throw new KVError('KV_CONFIG_UNKNOWN_KEY', `Unknown engine option '${key}'`, {
         field: key,
-        hint: `${suggestion ? `${suggestion} ` : ''}Known options: ${ENGINE_OPTION_NAMES.join(', ')}, kv_transfer_config.`,
+        hint: `${suggestion ? `${suggestion} ` : ''}Known options: ${[...ENGINE_OPTION_NAMES, ...NESTED_CONFIGS].join(', ')}.`,
       });
     }
   }
@@ -185,5 +190,6 @@ export function buildEngineConfig(options: EngineOptionsInput = {}): EngineConfi
       o.kv_offloading_size,
       o.kv_offloading_backend,
     ),
+    kvEventsConfig: toKVEventsConfig(options.kv_events_config),
   };
 }

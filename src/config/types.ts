@@ -2,6 +2,8 @@
  * Shapes of the configuration every layer reads. Parsing and validation live next to
  * this file (src/config/). Wire names are snake_case (vLLM's); code uses camelCase.
  */
+import type { KVEventsConfigFields } from './kv-events-config.ts';
+
 /** The KV cache's element type once `cache_dtype` is resolved (`auto` → the model's dtype). */
 export type KVCacheDtype = 'float32' | 'float16' | 'bfloat16';
 /** vLLM's `prefix_caching_hash_algo` names (see docs/kv-cache.md). */
@@ -78,4 +80,6 @@ export interface EngineConfig {
   scheduler: SchedulerConfig;
   parallel: ParallelConfig;
   kvTransferConfig: KVTransferConfigLike | null;
+  /** `--kv-events-config` (vLLM's KVEventsConfig); absent or null = no KV events. */
+  kvEventsConfig?: KVEventsConfigFields | null;
 }

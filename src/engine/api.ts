@@ -4,6 +4,7 @@
  */
 import type { EngineConfig } from '../config/types.ts';
 import type { KVTransferParams } from '../connector/types.ts';
+import type { TokenizerLike } from '../tokenizer/types.ts';
 import type { KVConnectorInfo } from './connector-info.ts';
 import type { IterationStats } from './iteration-stats.ts';
 
@@ -86,15 +87,7 @@ export interface RequestOutputDelta {
   error?: { code: string; message: string; hint?: string };
 }
 
-export interface TokenizerLike {
-  encode(text: string): number[];
-  decode(ids: readonly number[]): string;
-  readonly eosTokenId: number;
-  readonly bosTokenId: number | null;
-  readonly vocabSize: number;
-  /** Chat template application: messages → prompt text. */
-  applyChatTemplate(messages: ReadonlyArray<{ role: string; content: string }>): string;
-}
+export type { TokenizerLike };
 
 export interface EngineStats {
   numRequestsRunning: number;
@@ -114,6 +107,14 @@ export interface EngineStats {
    * an onIterationStats listener receives them step by step instead.
    */
   kvConnectorStats: Record<string, unknown> | null;
+}
+
+export interface KVEventsInfo {
+  endpoint: string;
+  replay_endpoint: string | null;
+  topic: string;
+  block_size: number;
+  prefix_caching_hash_algo: string;
 }
 
 export interface AsyncEngineLike {
@@ -137,6 +138,8 @@ export interface AsyncEngineLike {
    */
   resetPrefixCache?(options?: { resetRunningRequests?: boolean; resetConnector?: boolean }): Promise<boolean>;
   shutdown(): Promise<void>;
+  /** Where this engine publishes KV cache events (snake_case, as /kvconnect/info serves it); null when it does not. */
+  kvEventsInfo?(): KVEventsInfo | null;
   /** The connector's coordinates for peers and proxies (GET /kvconnect/info); null without one. */
   kvConnectorInfo?(): KVConnectorInfo | null;
   /**

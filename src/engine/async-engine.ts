@@ -17,6 +17,7 @@ import type {
   EngineStats,
   GenerateRequest,
   IterationStats,
+  KVEventsInfo,
   RequestOutputDelta,
   TokenizerLike,
 } from './api.ts';
@@ -136,6 +137,10 @@ export class AsyncEngine implements AsyncEngineLike {
     if (!this.loop) this.applyAborts();
     this.wakeLoop?.();
     this.ensureLoop();
+  }
+
+  kvEventsInfo(): KVEventsInfo | null {
+    return this.engine.kvEventsInfo();
   }
 
   stats(): EngineStats {

@@ -3,6 +3,7 @@
  * output processor. `step()` = schedule → execute → update → detokenize, as in nano-vllm.
  */
 import { buildEngineConfig, type EngineOptionsInput } from '../config/engine-config.ts';
+import { warnKVEventsConfig } from '../config/kv-events-config.ts';
 import { resolveModelInfo } from '../config/model-info.ts';
 import type { EngineConfig } from '../config/types.ts';
 import type { KVConnectorBase } from '../connector/base.ts';
@@ -12,21 +13,30 @@ import { mergeStats } from '../connector/stats.ts';
 import type { SchedulerOutput } from '../connector/types.ts';
 import { KVError } from '../errors/kv-error.ts';
 import { createBlockHasher } from '../kv/block-hasher.ts';
-import type { KVCacheConfig, KVCacheEvent } from '../kv/interfaces.ts';
+import type { KVCacheConfig } from '../kv/interfaces.ts';
 import { buildKVCacheConfig } from '../kv/kv-cache-config.ts';
 import { createKVCacheManager } from '../kv/kv-cache-manager.ts';
-import type { GenerateRequest, RequestOutputDelta, SamplingParams, TokenizerLike } from './api.ts';
+import { ZmqEventPublisher } from '../kv-events/publisher.ts';
+import { loadTokenizer } from '../tokenizer/load.ts';
+import type {
+  GenerateRequest,
+  KVEventsInfo,
+  RequestOutputDelta,
+  SamplingParams,
+  TokenizerLike,
+} from './api.ts';
 import { type IterationStats, IterationStatsBuilder } from './iteration-stats.ts';
+import { KVEventSink } from './kv-event-sink.ts';
 import { type BlockHasher, Request } from './request.ts';
 import type { ModelExecutor } from './runner/executor.ts';
 import { LocalExecutor } from './runner/local-executor.ts';
 import { OutputProcessor } from './runner/output-processor.ts';
 import { setUpRank } from './runner/rank-setup.ts';
+import { SimulatedExecutor, type SimulatedExecutorOptions } from './runner/simulated-executor.ts';
 import { ThreadExecutor } from './runner/thread-executor.ts';
 import { KVOutputAggregator } from './scheduler/kv-output-aggregator.ts';
 import { type PrefixCacheReset, Scheduler } from './scheduler/scheduler.ts';
 import type { EngineCoreOutput, SchedulerStats } from './scheduler/types.ts';
-import { loadTokenizer } from './tokenizer/load.ts';
 
 export interface StepResult {
   deltas: RequestOutputDelta[];
@@ -43,9 +53,11 @@ export class Engine {
   readonly executor: ModelExecutor;
   private readonly outputs: OutputProcessor;
   private readonly blockHasher: BlockHasher;
+  private readonly blockHashSize: number;
+  /** Where each step's KV cache events go (published or dropped; never kept). */
+  readonly kvEvents: KVEventSink;
   private readonly iterationStats = new IterationStatsBuilder();
   private readonly iterationListeners = new Set<(stats: IterationStats) => void>();
-  private kvEvents: KVCacheEvent[] = [];
   private connectorStats: Record<string, unknown> | null = null;
   private closed = false;
 
@@ -57,6 +69,7 @@ export class Engine {
     scheduler: Scheduler;
     executor: ModelExecutor;
     blockHashSize: number;
+    kvEvents: KVEventSink;
   }) {
     this.config = parts.config;
     this.kvCacheConfig = parts.kvCacheConfig;
@@ -64,13 +77,21 @@ export class Engine {
     this.tokenizer = parts.tokenizer;
     this.scheduler = parts.scheduler;
     this.executor = parts.executor;
+    this.kvEvents = parts.kvEvents;
     this.outputs = new OutputProcessor(parts.tokenizer);
+    this.blockHashSize = parts.blockHashSize;
     const hasher = createBlockHasher(parts.blockHashSize, parts.config.cache.prefixCachingHashAlgo);
     this.blockHasher = (req) => hasher.newHashes(req);
   }
 
-  /** Engine options (vLLM names, see src/config/engine-options.ts) or a built EngineConfig. */
-  static async create(input: EngineOptionsInput | EngineConfig = {}): Promise<Engine> {
+  /**
+   * Engine options (vLLM names, see src/config/engine-options.ts) or a built EngineConfig.
+   * `simulate` runs no model (./runner/simulated-executor.ts): for trace simulation.
+   */
+  static async create(
+    input: EngineOptionsInput | EngineConfig = {},
+    simulate: Omit<SimulatedExecutorOptions, 'lookup'> | null = null,
+  ): Promise<Engine> {
     let config = isEngineConfig(input) ? input : buildEngineConfig(input);
     const model = resolveModelInfo(config.model.model);
     const hma = await resolveHybridKvCacheManager(config);
@@ -92,8 +113,9 @@ export class Engine {
       enablePrefixCaching: config.cache.enablePrefixCaching,
       maxModelLen: config.model.maxModelLen,
       hashAlgo: config.cache.prefixCachingHashAlgo,
-      enableKvCacheEvents: config.kvTransferConfig !== null,
+      enableKvCacheEvents: config.kvEventsConfig?.enable_kv_cache_events ?? false,
     });
+    warnKVEventsConfig(config.kvEventsConfig ?? null, config.cache.enablePrefixCaching);
     const connector = config.kvTransferConfig
       ? await KVConnectorFactory.createConnector(config, 'scheduler', kvCacheConfig)
       : null;
@@ -102,7 +124,9 @@ export class Engine {
     const aggregator = connector ? new KVOutputAggregator(connector.getFinishedCount() ?? tpSize) : null;
     let executor: ModelExecutor;
     try {
-      if (tpSize === 1) {
+      if (simulate) {
+        executor = new SimulatedExecutor({ ...simulate, lookup: (id) => scheduler.getRequest(id) });
+      } else if (tpSize === 1) {
         const rank = await setUpRank(config, kvCacheConfig, 0, 1);
         executor = new LocalExecutor(rank.runner, rank.handshake, aggregator);
       } else {
@@ -123,7 +147,16 @@ export class Engine {
         throw e;
       }
     }
+    let kvEvents: KVEventSink;
+    try {
+      kvEvents = await KVEventSink.create(config, kvCacheConfig);
+    } catch (e) {
+      await executor.shutdown();
+      await connector?.shutdown();
+      throw e;
+    }
     return new Engine({
+      kvEvents,
       config,
       kvCacheConfig,
       hma,
@@ -177,7 +210,7 @@ export class Engine {
       newRequestSampling: this.samplingOfNewRequests(schedulerOutput),
     });
     const update = this.scheduler.updateFromOutput(schedulerOutput, runnerOutput);
-    this.kvEvents.push(...update.kvCacheEvents);
+    this.kvEvents.drain(update.kvCacheEvents);
     const deltas = this.toDeltas(update.outputs);
     this.publishIteration('step', deltas, update.kvConnectorStats);
     return { deltas, numScheduledTokens: schedulerOutput.totalNumScheduledTokens };
@@ -230,11 +263,17 @@ export class Engine {
     return this.scheduler.stats();
   }
 
-  /** KV cache events since the last call (for a KV event publisher). */
-  takeKvCacheEvents(): KVCacheEvent[] {
-    const events = this.kvEvents;
-    this.kvEvents = [];
-    return events;
+  /** Where KV cache events are published, or null when they are not. */
+  kvEventsInfo(): KVEventsInfo | null {
+    const pub = this.kvEvents.publisher;
+    if (!(pub instanceof ZmqEventPublisher)) return null;
+    return {
+      endpoint: pub.endpoint,
+      replay_endpoint: pub.replayEndpoint,
+      topic: this.config.kvEventsConfig?.topic ?? '',
+      block_size: this.blockHashSize,
+      prefix_caching_hash_algo: this.config.cache.prefixCachingHashAlgo,
+    };
   }
 
   /**
@@ -252,6 +291,7 @@ export class Engine {
     this.closed = true;
     await this.executor.shutdown();
     await this.scheduler.connector?.shutdown();
+    await this.kvEvents.shutdown();
   }
 
   private toDeltas(outputs: readonly EngineCoreOutput[]): RequestOutputDelta[] {

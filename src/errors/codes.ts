@@ -28,6 +28,11 @@ const CATALOG = {
     NIXL_BAD_SIDE_CHANNEL_PORT: [400, 'VLLM_NIXL_SIDE_CHANNEL_PORT is not a port number'],
     TRANSFER_UNKNOWN_BACKEND: [400, 'kv_connector_extra_config.backends names an unknown backend'],
     TP_SIZE_INVALID: [400, 'tensor_parallel_size does not divide the model heads'],
+    KV_EVENTS_ENDPOINT_INVALID: [
+      400,
+      'A KV events endpoint cannot be offset by the data-parallel rank (vLLM message)',
+    ],
+    KV_EVENTS_ENDPOINT_FAILED: [400, 'The KV events publisher cannot bind or connect its endpoint'],
   },
   connector: {
     KV_TRANSFER_CONFIG_MISSING: [500, 'A connector was created without kv_transfer_config (vLLM message)'],
@@ -170,6 +175,8 @@ const CATALOG = {
     DEMO_REQUEST_FAILED: [502, 'A demo request failed'],
     BENCH_TRACE_UNREADABLE: [400, 'The bench trace file cannot be read'],
     BENCH_TRACE_EMPTY: [400, 'The bench trace file has no valid requests'],
+    BENCH_TRACE_MODE: [400, 'bench trace was run without --simulate'],
+    SIM_CAPACITY_TOO_SMALL: [400, "A simulated device cache cannot hold the trace's longest request"],
   },
 } as const satisfies Record<string, Record<string, Entry>>;
 

@@ -6,6 +6,7 @@
  */
 import { KVError } from '../errors/index.ts';
 import { blockHashKey, externalBlockHash } from './block-hash.ts';
+import { blockExtraKeys } from './block-hasher.ts';
 import { FreeBlockQueue } from './free-block-queue.ts';
 import type { BlockHash, KVCacheBlock, KVCacheEvent } from './interfaces.ts';
 
@@ -39,6 +40,7 @@ export interface CachingRequest {
   readonly allTokenIds: readonly number[];
   readonly blockHashes: readonly BlockHash[];
   readonly loraName?: string | undefined;
+  readonly cacheSalt?: string | undefined;
 }
 
 export class BlockPool {
@@ -170,6 +172,7 @@ export class BlockPool {
       );
     }
     const stored: bigint[] = [];
+    const extras: (readonly unknown[] | null)[] = [];
     for (let i = numCached; i < numFull; i++) {
       const block = blocks[i]!;
       if (block.isNull || block.blockHash !== null) continue;
@@ -180,7 +183,10 @@ export class BlockPool {
       block.groupId = groupId;
       this.#insert(groupId, key, block);
       if (this.#tokens) this.#storeTokens(block, req.allTokenIds, i * blockSize);
-      if (this.#eventsOn) stored.push(externalBlockHash(hash));
+      if (this.#eventsOn) {
+        stored.push(externalBlockHash(hash));
+        extras.push(blockExtraKeys(req, i * blockSize, (i + 1) * blockSize));
+      }
     }
     if (this.#eventsOn && stored.length > 0) {
       const parent = numCached > 0 ? req.blockHashes[numCached - 1] : undefined;
@@ -193,6 +199,7 @@ export class BlockPool {
         groupIdx: groupId,
         medium: 'GPU',
         loraName: req.loraName ?? null,
+        extraKeys: extras,
       });
     }
   }

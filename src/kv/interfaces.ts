@@ -98,6 +98,8 @@ export type KVCacheEvent =
       groupIdx: number;
       medium: 'GPU' | 'CPU' | 'STORAGE';
       loraName?: string | null;
+      /** Per block, the extra keys hashed with it (LoRA name, cache salt), or null. */
+      extraKeys?: (readonly unknown[] | null)[];
     }
   | { type: 'BlockRemoved'; blockHashes: bigint[]; groupIdx: number; medium: 'GPU' | 'CPU' | 'STORAGE' }
   | { type: 'AllBlocksCleared' };

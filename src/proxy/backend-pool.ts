@@ -23,6 +23,8 @@ export interface PoolOptions {
   healthIntervalMs: number;
   healthTimeoutMs: number;
   discoveryTtlMs: number;
+  /** Called after a health check or a markDown changed what is known of a backend. */
+  onBackendChange?: (backend: Backend) => void;
 }
 
 export class BackendPool {
@@ -117,6 +119,7 @@ export class BackendPool {
     if (!backend.healthy) return;
     backend.healthy = false;
     log.warn('%s instance %s marked unhealthy: %s', backend.role, backend.url, why);
+    this.#options.onBackendChange?.(backend);
   }
 
   async #check(backend: Backend, since: number): Promise<void> {
@@ -147,6 +150,7 @@ export class BackendPool {
       );
     if (ok && backend.info === null) await this.#fetchInfo(backend);
     backend.healthy = ok || !down;
+    this.#options.onBackendChange?.(backend);
   }
 
   async #fetchInfo(backend: Backend): Promise<void> {
@@ -156,6 +160,11 @@ export class BackendPool {
         this.#options.healthTimeoutMs,
       );
       const info = res.json as Partial<BackendInfo> | null;
+      if (res.status === 200 && info && typeof info === 'object' && info.connector === null) {
+        // A kvconnect server without a KV connector (a plain instance): keep what it reports.
+        backend.info = { ...info, connector: 'NixlConnector' };
+        return;
+      }
       if (res.status === 200 && info && typeof info === 'object' && typeof info.connector === 'string') {
         backend.info = info as BackendInfo;
         if (!(CONNECTOR_KINDS as readonly string[]).includes(info.connector)) {

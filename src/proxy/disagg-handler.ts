@@ -5,24 +5,20 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { ErrorCode } from '../errors/index.ts';
-import { headerValue, readJson, sendJson, writeChunk } from '../http/index.ts';
+import { KVError } from '../errors/index.ts';
+import { headerValue, readJson } from '../http/index.ts';
 import { getLogger } from '../logging/logger.ts';
 import type { Backend } from './backend.ts';
 import type { BackendPool } from './backend-pool.ts';
 import { planFlow } from './flow-plan.ts';
 import type { RoutingPolicy } from './policies.ts';
 import { chainedPrefixHashes, promptText } from './prefix-hash.ts';
-import {
-  badRequest,
-  noBackend,
-  proxyBodyRules,
-  upstreamBadResponse,
-  upstreamUnreachable,
-} from './proxy-errors.ts';
+import { badRequest, noBackend, proxyBodyRules, upstreamBadResponse } from './proxy-errors.ts';
+import type { FallbackReason, ProxyMetrics } from './proxy-metrics.ts';
 import type { Json } from './request-shaping.ts';
 import { CONNECTOR_KINDS, type ConnectorKind, type ProxyOptions } from './types.ts';
 import type { Upstream, UpstreamResponse } from './upstream.ts';
+import { relay, relayError, sendLeg, serveOnDecode } from './upstream-legs.ts';
 
 const log = getLogger('proxy');
 
@@ -31,6 +27,7 @@ export interface HandlerDeps {
   policy: RoutingPolicy;
   upstream: Upstream;
   options: ProxyOptions;
+  metrics: ProxyMetrics;
 }
 
 function connectorOf(backend: Backend): ConnectorKind {
@@ -48,22 +45,13 @@ async function parseClientBody(req: IncomingMessage): Promise<Json> {
   return body as Json;
 }
 
-/**
- * Nothing listens there: the backend is down. A reset or closed socket is not evidence of
- * that (a busy server can drop one connection), so those are left to the health checks.
- */
-function isConnectError(e: unknown): boolean {
-  const code = (e as { code?: unknown })?.code;
-  return code === 'ECONNREFUSED' || code === 'EHOSTUNREACH';
-}
-
 export async function handleCompletion(
   deps: HandlerDeps,
   path: string,
   req: IncomingMessage,
   res: ServerResponse,
 ): Promise<void> {
-  const { pool, policy, upstream, options } = deps;
+  const { pool, policy, options } = deps;
   const abort = new AbortController();
   res.on('close', () => {
     if (!res.writableFinished) abort.abort(new Error('client disconnected'));
@@ -71,14 +59,31 @@ export async function handleCompletion(
 
   const body = await parseClientBody(req);
   const prefills = pool.healthy('prefill');
-  if (prefills.length === 0) throw noBackend('prefill');
+  if (prefills.length === 0 && !options.prefillFallback) throw noBackend('prefill');
   const decodes = pool.healthy('decode');
   if (decodes.length === 0) throw noBackend('decode');
   const ctx = {
     prefixHashes: policy.needsPrefixHashes
       ? chainedPrefixHashes(promptText(body), options.prefixChunkBytes)
       : [],
+    body,
   };
+  const requestId = headerValue(req, 'x-request-id') ?? randomUUID();
+  const auth = headerValue(req, 'authorization') ?? bearerFromEnv();
+  const extra: Record<string, string> = auth === undefined ? {} : { authorization: auth };
+  const fallback = (reason: FallbackReason | null, why: string): Promise<void> =>
+    serveOnDecode(
+      deps,
+      { path, body, requestId, headers: extra, ctx, signal: abort.signal, res },
+      reason,
+      why,
+    );
+  if (prefills.length === 0) {
+    // No prefill instance at all is a deployment without disaggregation, not a fallback.
+    const none = pool.all('prefill').length === 0;
+    await fallback(none ? null : 'no_prefill', 'no healthy prefill instance');
+    return;
+  }
   const prefill = policy.select('prefill', prefills, ctx);
   const decode = policy.select('decode', decodes, ctx);
   const connector = options.kvConnector ?? connectorOf(prefill);
@@ -96,55 +101,81 @@ export async function handleCompletion(
     body,
     prefill,
     decode,
-    requestId: headerValue(req, 'x-request-id') ?? randomUUID(),
+    requestId,
     push: options.push,
     moriioMode: options.moriioMode,
     moriioDecrementMaxTokens: options.moriioDecrementMaxTokens,
   });
 
-  const auth = headerValue(req, 'authorization') ?? bearerFromEnv();
-  const extra: Record<string, string> = auth === undefined ? {} : { authorization: auth };
-  const send = async (
+  const send = (
     backend: Backend,
     legBody: Json,
     headers: Record<string, string>,
-  ): Promise<UpstreamResponse> => {
-    try {
-      const res = await upstream.postJson(
-        `${backend.url}${path}`,
-        legBody,
-        { ...extra, ...headers },
-        abort.signal,
-      );
-      backend.answeredAt = Date.now();
-      return res;
-    } catch (e) {
-      if (!abort.signal.aborted && isConnectError(e)) pool.markDown(backend, String((e as Error).message));
-      throw abort.signal.aborted ? e : upstreamUnreachable(backend.role, backend.url, e);
-    }
-  };
+    signal: AbortSignal = abort.signal,
+  ): Promise<UpstreamResponse> =>
+    sendLeg(deps, `${backend.url}${path}`, backend, legBody, { ...extra, ...headers }, signal, abort.signal);
 
   prefill.inFlight += 1;
   decode.inFlight += 1;
   let decodeLeg: Promise<UpstreamResponse> | null = null;
+  // The prefill leg, and a decode leg sent with it, can be given up alone (fallback).
+  const prefillAbort = new AbortController();
+  const decodeAbort = new AbortController();
+  let failure: { reason: FallbackReason; why: string } | null = null;
   try {
     if (plan.concurrent) {
-      decodeLeg = send(decode, plan.decodeBody(null), plan.decodeHeaders);
+      decodeLeg = send(
+        decode,
+        plan.decodeBody(null),
+        plan.decodeHeaders,
+        AbortSignal.any([abort.signal, decodeAbort.signal]),
+      );
       decodeLeg.catch(() => undefined);
     }
-    const pRes = await send(prefill, plan.prefillBody, plan.prefillHeaders);
-    const pText = await pRes.body.text();
-    if (pRes.status !== 200) {
-      abort.abort(new Error('prefill failed'));
-      relayError(res, pRes.status, pText, prefill);
-      return;
-    }
+    const prefillSignal = AbortSignal.any([
+      abort.signal,
+      prefillAbort.signal,
+      AbortSignal.timeout(options.prefillTimeoutMs),
+    ]);
     let pJson: unknown;
     try {
-      pJson = JSON.parse(pText);
-    } catch {
-      abort.abort(new Error('prefill failed'));
-      throw upstreamBadResponse('prefill', prefill.url, 'the body is not JSON');
+      const pRes = await send(prefill, plan.prefillBody, plan.prefillHeaders, prefillSignal);
+      const pText = await pRes.body.text();
+      if (pRes.status >= 500 && options.prefillFallback) {
+        failure = { reason: 'status', why: `answered ${pRes.status}` };
+      } else if (pRes.status !== 200) {
+        abort.abort(new Error('prefill failed'));
+        relayError(res, pRes.status, pText, prefill);
+        return;
+      } else {
+        try {
+          pJson = JSON.parse(pText);
+        } catch {
+          if (!options.prefillFallback) {
+            abort.abort(new Error('prefill failed'));
+            throw upstreamBadResponse('prefill', prefill.url, 'the body is not JSON');
+          }
+          failure = { reason: 'bad_response', why: 'sent a body that is not JSON' };
+        }
+      }
+    } catch (e) {
+      if (
+        abort.signal.aborted ||
+        !options.prefillFallback ||
+        (e instanceof KVError && e.code === 'PROXY_UPSTREAM_BAD_RESPONSE')
+      )
+        throw e;
+      const timedOut = prefillSignal.aborted && !abort.signal.aborted;
+      failure = timedOut
+        ? { reason: 'timeout', why: `no answer within ${options.prefillTimeoutMs} ms` }
+        : { reason: 'connect', why: (e as Error).message };
+    }
+    if (failure) {
+      prefillAbort.abort(new Error('prefill given up'));
+      decodeAbort.abort(new Error('prefill failed'));
+      log.warn('prefill %s failed for request %s (%s)', prefill.url, requestId, failure.why);
+      await fallback(failure.reason, `prefill ${prefill.url} ${failure.why}`);
+      return;
     }
     const returned = (pJson as { kv_transfer_params?: unknown } | null)?.kv_transfer_params;
     const prefillParams = typeof returned === 'object' && returned !== null ? (returned as Json) : null;
@@ -156,6 +187,7 @@ export async function handleCompletion(
     }
     decodeLeg ??= send(decode, plan.decodeBody(prefillParams), plan.decodeHeaders);
     const dRes = await decodeLeg;
+    deps.metrics.requests.inc({ flow: 'disaggregated' });
     await relay(res, dRes, plan.requestId);
   } catch (e) {
     if (abort.signal.aborted && res.destroyed) return; // the client left; nothing to answer
@@ -169,38 +201,4 @@ export async function handleCompletion(
 function bearerFromEnv(): string | undefined {
   const key = process.env['OPENAI_API_KEY'];
   return key ? `Bearer ${key}` : undefined;
-}
-
-/** The backend's error status and JSON body reach the client as they are. */
-function relayError(res: ServerResponse, status: number, text: string, backend: Backend): void {
-  let json: unknown;
-  try {
-    json = JSON.parse(text);
-  } catch {
-    json = {
-      error: {
-        message: text || `HTTP ${status}`,
-        type: 'UpstreamError',
-        code: 'PROXY_UPSTREAM_ERROR' satisfies ErrorCode,
-      },
-    };
-  }
-  log.warn('%s instance %s answered %d', backend.role, backend.url, status);
-  sendJson(res, status, json);
-}
-
-/** Streams D's response to the client without buffering (SSE or JSON alike). */
-async function relay(res: ServerResponse, up: UpstreamResponse, requestId: string): Promise<void> {
-  const contentType = up.headers['content-type'];
-  res.writeHead(up.status, {
-    'content-type': typeof contentType === 'string' ? contentType : 'application/json',
-    'x-request-id': requestId,
-    ...(String(contentType).startsWith('text/event-stream') ? { 'cache-control': 'no-cache' } : {}),
-  });
-  res.flushHeaders();
-  for await (const chunk of up.body as AsyncIterable<Uint8Array>) {
-    if (res.destroyed) break;
-    await writeChunk(res, chunk);
-  }
-  res.end();
 }

@@ -6,14 +6,18 @@
  *   hashes (its prefix cache likely holds those blocks); otherwise least_loaded, with
  *   ties taken in turn so that new prefixes spread over idle backends. Every
  *   routed request records its hashes → backend in a bounded LRU map.
+ * - kv_aware: the backend whose KV events show the longest cached prefix (./kv-aware-policy.ts).
  */
 import type { Backend } from './backend.ts';
+import { type KvAwareDeps, KvAwarePolicy } from './kv-aware-policy.ts';
 import { LruMap } from './prefix-hash.ts';
 import type { BackendRole, PolicyName } from './types.ts';
 
 export interface RouteContext {
   /** Chained prompt-prefix hashes (only computed for prefix_aware). */
   prefixHashes: readonly string[];
+  /** The client's request body (kv_aware tokenizes its prompt). */
+  body?: Record<string, unknown>;
 }
 
 export interface RoutingPolicy {
@@ -80,8 +84,15 @@ class PrefixAware implements RoutingPolicy {
   }
 }
 
-export function createPolicy(name: PolicyName, prefixCacheEntries: number): RoutingPolicy {
+export function createPolicy(
+  name: PolicyName,
+  prefixCacheEntries: number,
+  kvAware: KvAwareDeps | null = null,
+): RoutingPolicy {
   switch (name) {
+    case 'kv_aware':
+      if (!kvAware) throw new Error('kv_aware needs the KV events feed and a tokenizer');
+      return new KvAwarePolicy(kvAware);
     case 'round_robin':
       return new RoundRobin();
     case 'least_loaded':

@@ -7,11 +7,18 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { createHttpServer, type HttpListener, listen, Router, sendJson, writeChunk } from '../http/index.ts';
 import { getLogger } from '../logging/logger.ts';
+import { loadTokenizer } from '../tokenizer/load.ts';
+import type { Backend } from './backend.ts';
 import { BackendPool } from './backend-pool.ts';
 import { type HandlerDeps, handleCompletion } from './disagg-handler.ts';
 import { type DiscoveryListener, startDiscovery } from './discovery.ts';
+import type { KvAwareDeps } from './kv-aware-policy.ts';
+import { KvEventsFeed } from './kv-events-feed.ts';
+import { KvBlockIndex } from './kv-index.ts';
 import { createPolicy } from './policies.ts';
+import { PromptBlockHasher } from './prompt-blocks.ts';
 import { noBackend, optionsInvalid, PROXY_ROUTES } from './proxy-errors.ts';
+import { ProxyMetrics } from './proxy-metrics.ts';
 import { PROXY_DEFAULTS, type ProxyOptions } from './types.ts';
 import { Upstream } from './upstream.ts';
 
@@ -23,6 +30,8 @@ export interface RunningProxy {
   /** The discovery listener's port, when --discovery-port was given. */
   discoveryPort: number | undefined;
   pool: BackendPool;
+  /** kv_aware's KV event subscriptions and block index; null for other policies. */
+  kvEvents: KvEventsFeed | null;
   close(): Promise<void>;
 }
 
@@ -33,29 +42,43 @@ export function resolveProxyOptions(partial: Partial<ProxyOptions> & { port: num
     decode: [],
     ...PROXY_DEFAULTS,
     push: {},
+    kvEvents: {},
     ...partial,
   };
 }
 
 export async function startProxy(options: ProxyOptions): Promise<RunningProxy> {
-  if (options.discoveryPort === undefined && (options.prefill.length === 0 || options.decode.length === 0)) {
+  if (
+    options.discoveryPort === undefined &&
+    (options.decode.length === 0 || (options.prefill.length === 0 && !options.prefillFallback))
+  ) {
     throw optionsInvalid(
       'The proxy needs at least one --prefill and one --decode URL',
-      'Pass --prefill http://HOST:PORT and --decode http://HOST:PORT (repeatable), or --discovery-port N for MoRIIO instances that register themselves.',
+      'Pass --prefill http://HOST:PORT and --decode http://HOST:PORT (repeatable), or --discovery-port N for MoRIIO instances that register themselves. Without --prefill every request goes to a decode instance alone, which --no-prefill-fallback forbids.',
     );
   }
+  const metrics = new ProxyMetrics();
+  const kvAware = options.policy === 'kv_aware' ? kvAwareDeps(options, metrics) : null;
   const upstream = new Upstream();
-  const pool = new BackendPool(upstream, options);
+  const feed = kvAware?.feed ?? null;
+  const pool = new BackendPool(upstream, {
+    ...options,
+    ...(feed ? { onBackendChange: (b: Backend) => (b.healthy ? feed.attach(b) : feed.forget(b)) } : {}),
+  });
   for (const url of options.prefill) pool.add(url, 'prefill');
   for (const url of options.decode) pool.add(url, 'decode');
   await pool.checkAll();
   pool.start();
   const deps: HandlerDeps = {
     pool,
-    policy: createPolicy(options.policy, options.prefixCacheEntries),
+    policy: createPolicy(options.policy, options.prefixCacheEntries, kvAware),
     upstream,
     options,
+    metrics,
   };
+  if (options.prefill.length === 0 && options.discoveryPort === undefined) {
+    log.info('no --prefill instance: every request is served by a decode instance alone');
+  }
 
   const discovery: DiscoveryListener | undefined =
     options.discoveryPort === undefined
@@ -89,20 +112,38 @@ export async function startProxy(options: ProxyOptions): Promise<RunningProxy> {
     port,
     discoveryPort: discovery?.port,
     pool,
+    kvEvents: feed,
     close: async () => {
       await listening.close();
       await discovery?.close();
       await pool.close();
+      await feed?.close();
       await upstream.close();
     },
   };
+}
+
+/** kv_aware's tokenizer, block index and KV event subscriptions; a bad --tokenizer fails the start-up. */
+function kvAwareDeps(options: ProxyOptions, metrics: ProxyMetrics): KvAwareDeps {
+  if (!options.tokenizer) {
+    throw optionsInvalid(
+      '--policy kv_aware needs --tokenizer',
+      "Pass --tokenizer DIR (the model's directory with tokenizer.json) or the preset name the servers run (e.g. --tokenizer tiny), so the proxy computes the engines' block hashes.",
+    );
+  }
+  const feed = new KvEventsFeed(new KvBlockIndex(), {
+    endpoints: new Map(Object.entries(options.kvEvents ?? {})),
+    blockSize: options.kvEventsBlockSize,
+    hashAlgo: options.kvEventsHashAlgo,
+  });
+  return { feed, hasher: new PromptBlockHasher(loadTokenizer(options.tokenizer)), metrics };
 }
 
 function routes(deps: HandlerDeps): Router {
   const health = (_req: IncomingMessage, res: ServerResponse): void => {
     const p = deps.pool.healthy('prefill').length;
     const d = deps.pool.healthy('decode').length;
-    const ok = p > 0 && d > 0;
+    const ok = d > 0 && (p > 0 || deps.options.prefillFallback);
     sendJson(res, ok ? 200 : 503, {
       status: ok ? 'ok' : 'unavailable',
       prefill_instances: p,
@@ -116,6 +157,11 @@ function routes(deps: HandlerDeps): Router {
     )
     .on('GET', '/health', health)
     .on('GET', '/healthcheck', health)
+    .on('GET', '/metrics', async (_req, res) => {
+      const { contentType, body } = await deps.metrics.render();
+      res.writeHead(200, { 'content-type': contentType });
+      res.end(body);
+    })
     .on('GET', '/v1/models', (req, res) => forwardModels(deps, req, res));
 }
 

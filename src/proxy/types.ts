@@ -6,7 +6,7 @@
 export const CONNECTOR_KINDS = ['NixlConnector', 'NixlPushConnector', 'MoRIIOConnector'] as const;
 export type ConnectorKind = (typeof CONNECTOR_KINDS)[number];
 
-export const POLICY_NAMES = ['round_robin', 'least_loaded', 'prefix_aware'] as const;
+export const POLICY_NAMES = ['round_robin', 'least_loaded', 'prefix_aware', 'kv_aware'] as const;
 export type PolicyName = (typeof POLICY_NAMES)[number];
 
 export type BackendRole = 'prefill' | 'decode';
@@ -48,6 +48,17 @@ export interface ProxyOptions {
   moriioMode?: MoriioMode;
   /** vLLM's MoRIIO toy proxy sends D `max_tokens - 1`; off by default (token-identical outputs). */
   moriioDecrementMaxTokens: boolean;
+  /** No healthy prefill instance, or the prefill leg failed: serve the request on a decode instance alone. */
+  prefillFallback: boolean;
+  /** Deadline of the prefill leg (ms); past it the request falls back (or fails, without fallback). */
+  prefillTimeoutMs: number;
+  /** kv_aware: the model's tokenizer (a directory with tokenizer.json, or a preset name). */
+  tokenizer?: string;
+  /** kv_aware: backend URL → KV events endpoint, for backends that do not report one (vLLM). */
+  kvEvents?: Record<string, string>;
+  /** kv_aware: block size and hash algorithm of backends that do not report theirs. */
+  kvEventsBlockSize: number;
+  kvEventsHashAlgo: string;
 }
 
 export const PROXY_DEFAULTS = {
@@ -60,6 +71,10 @@ export const PROXY_DEFAULTS = {
   prefixChunkBytes: 64,
   prefixCacheEntries: 100_000,
   moriioDecrementMaxTokens: false,
+  prefillFallback: true,
+  prefillTimeoutMs: 60_000,
+  kvEventsBlockSize: 16,
+  kvEventsHashAlgo: 'sha256_cbor',
 } as const;
 
 /** What the proxy reads from a backend's GET /kvconnect/info (all optional but `connector`). */
@@ -74,6 +89,14 @@ export interface BackendInfo {
   side_channel_port?: number;
   zmq_address?: string;
   transfer_mode?: string;
+  /** Where the backend publishes KV cache events (kvconnect servers). */
+  kv_events?: {
+    endpoint: string;
+    replay_endpoint?: string | null;
+    topic?: string;
+    block_size?: number;
+    prefix_caching_hash_algo?: string;
+  } | null;
 }
 
 /**

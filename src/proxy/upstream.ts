@@ -25,7 +25,21 @@ export class Upstream {
    */
   readonly #probes = new Agent({ ...IDLE, connections: 2 });
 
-  async postJson(
+  /**
+   * One POST; a connection reset before any response is retried once on a fresh connection:
+   * a server closes an idle keep-alive connection when its timer fires, and a request already
+   * on the way is lost unprocessed (seen under load, where the server's timers run late).
+   */
+  postJson(
+    url: string,
+    body: unknown,
+    headers: Record<string, string>,
+    signal: AbortSignal,
+  ): Promise<UpstreamResponse> {
+    return retryOnReset(signal, () => this.#post(url, body, headers, signal));
+  }
+
+  async #post(
     url: string,
     body: unknown,
     headers: Record<string, string>,
@@ -43,14 +57,17 @@ export class Upstream {
     return { status: res.statusCode, headers: res.headers, body: res.body };
   }
 
-  async get(
+  /** One GET, retried once after a connection reset like postJson. */
+  get(
     url: string,
     signal: AbortSignal,
     headers: Record<string, string> = {},
     dispatcher: Dispatcher = this.#agent,
   ): Promise<UpstreamResponse> {
-    const res = await request(url, { method: 'GET', dispatcher, headers, signal });
-    return { status: res.statusCode, headers: res.headers, body: res.body };
+    return retryOnReset(signal, async () => {
+      const res = await request(url, { method: 'GET', dispatcher, headers, signal });
+      return { status: res.statusCode, headers: res.headers, body: res.body };
+    });
   }
 
   /** A probe (health, info): GET with a deadline; the body is parsed as JSON when it is JSON, else text. */
@@ -66,5 +83,15 @@ export class Upstream {
 
   async close(): Promise<void> {
     await Promise.all([this.#agent.destroy(), this.#probes.destroy()]);
+  }
+}
+
+async function retryOnReset<T>(signal: AbortSignal, attempt: () => Promise<T>): Promise<T> {
+  try {
+    return await attempt();
+  } catch (e) {
+    const code = (e as { code?: unknown }).code;
+    if (signal.aborted || (code !== 'ECONNRESET' && code !== 'UND_ERR_SOCKET')) throw e;
+    return await attempt();
   }
 }

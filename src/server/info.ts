@@ -52,5 +52,6 @@ export function backendInfo(engine: AsyncEngineLike, servedModelName: string): B
     side_channel_host: typeof host === 'string' ? host : null,
     side_channel_port: typeof port === 'number' ? port : null,
     transfer_mode: typeof mode === 'string' ? mode : null,
+    kv_events: engine.kvEventsInfo?.() ?? null,
   };
 }

@@ -28,6 +28,7 @@ test('null block is block 0, never handed out; LRU eviction; free in reverse ord
     groupIdx: 0,
     medium: 'GPU',
     loraName: null,
+    extraKeys: [null, null, null],
   });
   pool.freeBlocksReversed(a);
   assert.deepEqual(pool.freeBlockIds(), [4, 5, 3, 2, 1], 'the tail of the sequence is evicted first');
@@ -137,4 +138,15 @@ test('property: random get/touch/cache/free/evict keeps the pool consistent', ()
     }),
     { numRuns: 300 },
   );
+});
+
+test("BlockStored carries each block's extra keys: the LoRA name on every block, the cache salt on the first", () => {
+  const pool = new BlockPool({ numBlocks: 6, numGroups: 1, enableCaching: true, enableKvCacheEvents: true });
+  const blocks = pool.getNewBlocks(2);
+  const req = { allTokenIds: tokens, blockHashes: hashes, cacheSalt: 'tenant-7', loraName: 'adapter' };
+  pool.cacheFullBlocks(req, blocks, 0, 2, 4, 0);
+  const [stored] = pool.takeEvents();
+  assert.ok(stored?.type === 'BlockStored');
+  assert.deepEqual(stored.extraKeys, [['adapter', 'tenant-7'], ['adapter']]);
+  assert.equal(stored.loraName, 'adapter');
 });

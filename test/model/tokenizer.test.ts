@@ -3,10 +3,10 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, test } from 'node:test';
-import { ByteTokenizer } from '../../src/engine/tokenizer/byte-tokenizer.ts';
-import { IncrementalDetokenizer } from '../../src/engine/tokenizer/detokenizer.ts';
-import { HFTokenizer } from '../../src/engine/tokenizer/hf-tokenizer.ts';
-import { loadTokenizer } from '../../src/engine/tokenizer/load.ts';
+import { ByteTokenizer } from '../../src/tokenizer/byte-tokenizer.ts';
+import { IncrementalDetokenizer } from '../../src/tokenizer/detokenizer.ts';
+import { HFTokenizer } from '../../src/tokenizer/hf-tokenizer.ts';
+import { loadTokenizer } from '../../src/tokenizer/load.ts';
 
 const dir = mkdtempSync(join(tmpdir(), 'kvconnect-tok-'));
 after(() => rmSync(dir, { recursive: true, force: true }));

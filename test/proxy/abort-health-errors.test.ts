@@ -159,10 +159,10 @@ describe('errors', () => {
     });
   });
 
-  test('bad client bodies get 400 JSON; unknown routes 404; an unreachable P gives 502', async () => {
+  test('bad client bodies get 400 JSON; unknown routes 404; an unreachable P gives 502 with --no-prefill-fallback', async () => {
     const p = await UpstreamDouble.start(prefillResponder());
     const d = await UpstreamDouble.start(decodeResponder());
-    await withPd([p], [d], { healthIntervalMs: 60_000 }, async (url) => {
+    await withPd([p], [d], { healthIntervalMs: 60_000, prefillFallback: false }, async (url) => {
       for (const bad of ['{not json', '[1,2]', '"text"']) {
         const res = await send(url, bad);
         assert.equal(res.status, 400, bad);
@@ -187,7 +187,9 @@ describe('errors', () => {
 
   test('startProxy without backends or discovery is rejected with a hint', async () => {
     await assert.rejects(
-      startProxy(resolveProxyOptions({ prefill: [], decode: ['http://127.0.0.1:1'], port: 0 })),
+      startProxy(
+        resolveProxyOptions({ prefill: [], decode: ['http://127.0.0.1:1'], port: 0, prefillFallback: false }),
+      ),
       (e: Error & { code?: string; hint?: string }) =>
         e.code === 'PROXY_OPTIONS_INVALID' && /--prefill/.test(e.hint ?? ''),
     );

@@ -4,6 +4,7 @@
  */
 import { type Command, InvalidArgumentError, Option } from 'commander';
 import { formatErrorText } from '../../errors/index.ts';
+import { normaliseUrl } from '../../proxy/backend.ts';
 import type { RunningProxy } from '../../proxy/proxy-server.ts';
 import { CONNECTOR_KINDS, POLICY_NAMES, PROXY_DEFAULTS, type ProxyOptions } from '../../proxy/types.ts';
 
@@ -16,6 +17,17 @@ function intArg(name: string, min: number) {
       throw new InvalidArgumentError(`${name} must be an integer >= ${min}.`);
     return n;
   };
+}
+
+/** One `URL=ENDPOINT` pair of --kv-events, added to the ones before it. */
+function kvEventsPair(value: string, previous: Record<string, string>): Record<string, string> {
+  const eq = value.lastIndexOf('=');
+  if (eq <= 0 || !/^(tcp|ipc|inproc):\/\//.test(value.slice(eq + 1))) {
+    throw new InvalidArgumentError(
+      `expected BACKEND_URL=ENDPOINT, e.g. http://127.0.0.1:8000=tcp://127.0.0.1:5557; received ${JSON.stringify(value)}.`,
+    );
+  }
+  return { ...previous, [normaliseUrl(value.slice(0, eq))]: value.slice(eq + 1) };
 }
 
 export interface ProxyCommandHooks {
@@ -96,6 +108,40 @@ export function registerProxyCommand(program: Command, hooks: ProxyCommandHooks 
     )
     .addOption(new Option('--moriio-mode <mode>', 'MoRIIO: force READ or WRITE').choices(['READ', 'WRITE']))
     .option('--moriio-decrement-max-tokens', "MoRIIO: send D max_tokens - 1 as vLLM's toy proxy does", false)
+    .option(
+      '--no-prefill-fallback',
+      'answer 503/502 when no prefill instance is healthy or the prefill leg fails, instead of serving the request on a decode instance alone',
+    )
+    .option(
+      '--prefill-timeout-ms <ms>',
+      'deadline of the prefill leg; past it the request falls back to a decode instance',
+      intArg('--prefill-timeout-ms', 1),
+      PROXY_DEFAULTS.prefillTimeoutMs,
+    )
+    .option(
+      '--tokenizer <dir>',
+      "kv_aware: the model's tokenizer (directory with tokenizer.json, or a preset name)",
+    )
+    .option(
+      '--kv-events <url=endpoint>',
+      'kv_aware: where a backend that does not report it (vLLM) publishes KV events, e.g. http://10.0.0.2:8000=tcp://10.0.0.2:5557 (repeatable)',
+      kvEventsPair,
+      {},
+    )
+    .option(
+      '--kv-events-block-size <n>',
+      "kv_aware: block size of backends that do not report theirs (vLLM's --block-size)",
+      intArg('--kv-events-block-size', 1),
+      PROXY_DEFAULTS.kvEventsBlockSize,
+    )
+    .addOption(
+      new Option(
+        '--kv-events-hash-algo <algo>',
+        'kv_aware: block hash algorithm of backends that do not report theirs',
+      )
+        .choices(['sha256_cbor', 'sha256', 'xxhash_cbor', 'xxhash'])
+        .default(PROXY_DEFAULTS.kvEventsHashAlgo),
+    )
     .action(async (o: Record<string, unknown>) => {
       const push: ProxyOptions['push'] = {};
       if (o['prefillEngineId'] !== undefined) push.engineId = String(o['prefillEngineId']);
@@ -117,6 +163,12 @@ export function registerProxyCommand(program: Command, hooks: ProxyCommandHooks 
         prefixCacheEntries: o['prefixCacheEntries'] as number,
         push,
         moriioDecrementMaxTokens: o['moriioDecrementMaxTokens'] === true,
+        prefillFallback: o['prefillFallback'] !== false,
+        prefillTimeoutMs: o['prefillTimeoutMs'] as number,
+        kvEvents: o['kvEvents'] as Record<string, string>,
+        kvEventsBlockSize: o['kvEventsBlockSize'] as number,
+        kvEventsHashAlgo: o['kvEventsHashAlgo'] as string,
+        ...(o['tokenizer'] === undefined ? {} : { tokenizer: String(o['tokenizer']) }),
         ...(o['kvConnector'] === undefined
           ? {}
           : { kvConnector: o['kvConnector'] as ProxyOptions['kvConnector'] & string }),

@@ -6,6 +6,7 @@
  */
 import type { Command } from 'commander';
 import { buildEngineConfig } from '../../config/engine-config.ts';
+import { kvEventsConfigFromCli } from '../../config/kv-events-config.ts';
 import { KVTransferConfig } from '../../config/kv-transfer-config.ts';
 import type { EngineConfig } from '../../config/types.ts';
 import type { AsyncEngineLike } from '../../engine/api.ts';
@@ -28,6 +29,7 @@ interface ServeFlags {
   host: string;
   port: string;
   kvTransferConfig?: string;
+  kvEventsConfig?: string;
   apiKey?: string;
   maxQueue: string;
   [key: string]: unknown;
@@ -77,6 +79,10 @@ export function registerServeCommand(program: Command, ctx: CliContext, deps: Se
       '--kv-transfer-config <json>',
       'KV transfer config as JSON, or use the dotted form --kv-transfer-config.kv_role kv_producer (default: none)',
     )
+    .option(
+      '--kv-events-config <json>',
+      'KV cache events (vLLM\'s KVEventsConfig) as JSON, e.g. \'{"enable_kv_cache_events":true,"endpoint":"tcp://*:5557"}\', or the dotted form --kv-events-config.enable_kv_cache_events true (default: none)',
+    )
     .option('--api-key <key>', 'require "Authorization: Bearer <key>" on /v1/* (default: none)')
     .option(
       '--max-queue <n>',
@@ -95,6 +101,7 @@ export function registerServeCommand(program: Command, ctx: CliContext, deps: Se
       config = buildEngineConfig({
         ...engineOptionsFromCommander(flags),
         kv_transfer_config: kvTransferConfig,
+        kv_events_config: kvEventsConfigFromCli(flags.kvEventsConfig, ctx.dottedKvEventsConfig),
       });
     } catch (e) {
       ctx.io.err(`${formatErrorText(e)}\n`);
@@ -114,6 +121,12 @@ export function registerServeCommand(program: Command, ctx: CliContext, deps: Se
     try {
       const address = await server.start(flags.host, port);
       ctx.io.out(`kvconnect serve: model ${config.model.servedModelName} listening on ${address.url}\n`);
+      const events = engine.kvEventsInfo?.();
+      if (events) {
+        ctx.io.out(
+          `kvconnect serve: KV events on ${events.endpoint}${events.replay_endpoint ? ` (replay ${events.replay_endpoint})` : ''}\n`,
+        );
+      }
     } catch (e) {
       const failure = new KVError(
         'SERVER_LISTEN_FAILED',

@@ -3,9 +3,9 @@
  * @huggingface/tokenizers package, behind the TokenizerLike interface.
  */
 import { Tokenizer } from '@huggingface/tokenizers';
-import { KVError } from '../../errors/index.ts';
-import type { TokenizerLike } from '../api.ts';
+import { KVError } from '../errors/index.ts';
 import { simpleChatTemplate } from './chat-template.ts';
+import type { TokenizerLike } from './types.ts';
 
 export interface HFTokenizerOptions {
   /** Parsed tokenizer_config.json ({} when absent). */

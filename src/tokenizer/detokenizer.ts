@@ -3,7 +3,7 @@
  * complete characters, so a multi-byte UTF-8 character split over several tokens is
  * never emitted broken. Works for any TokenizerLike (decodes a short window of tokens).
  */
-import type { TokenizerLike } from '../api.ts';
+import type { TokenizerLike } from './types.ts';
 
 const REPLACEMENT = '\uFFFD';
 

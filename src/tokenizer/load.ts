@@ -4,11 +4,11 @@
  */
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { getModelPreset } from '../../config/model-presets.ts';
-import { KVError } from '../../errors/index.ts';
-import type { TokenizerLike } from '../api.ts';
+import { getModelPreset } from '../config/model-presets.ts';
+import { KVError } from '../errors/index.ts';
 import { ByteTokenizer } from './byte-tokenizer.ts';
 import { HFTokenizer } from './hf-tokenizer.ts';
+import type { TokenizerLike } from './types.ts';
 
 function readJson(file: string): Record<string, unknown> {
   try {

@@ -3,9 +3,9 @@
  * encode), EOS 257; ids 258.. are unused padding of the vocabulary and decode to nothing.
  */
 
-import { BYTE_BOS_TOKEN_ID, BYTE_EOS_TOKEN_ID, BYTE_VOCAB_SIZE } from '../../config/model-presets.ts';
-import type { TokenizerLike } from '../api.ts';
+import { BYTE_BOS_TOKEN_ID, BYTE_EOS_TOKEN_ID, BYTE_VOCAB_SIZE } from '../config/model-presets.ts';
 import { simpleChatTemplate } from './chat-template.ts';
+import type { TokenizerLike } from './types.ts';
 
 const encoder = new TextEncoder();
 

@@ -1,0 +1,3 @@
+export * from './report.ts';
+export * from './simulate.ts';
+export * from './trace-reuse.ts';

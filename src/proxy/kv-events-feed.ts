@@ -1,0 +1,92 @@
+/**
+ * Subscribes the proxy to every backend's KV events and keeps the block index current. The
+ * publisher's address comes from the backend's GET /kvconnect/info (`kv_events`, kvconnect
+ * servers) or from `--kv-events URL=ENDPOINT` (vLLM servers, which do not say where they
+ * publish). A wildcard bind address (`*`, 0.0.0.0, ::) is replaced by the backend's host.
+ * The subscriber catches up from the replay socket when it joins, and after a backend
+ * restart (sequence reset) or an unhealthy spell its entries are dropped.
+ */
+
+import { KVEventSubscriber } from '../kv-events/subscriber.ts';
+import { getLogger } from '../logging/logger.ts';
+import type { Backend } from './backend.ts';
+import type { KvBlockIndex } from './kv-index.ts';
+
+const log = getLogger('proxy');
+
+export interface KvEventsSource {
+  endpoint: string;
+  replayEndpoint: string | null;
+  topic: string;
+  blockSize: number;
+  hashAlgo: string;
+}
+
+export interface KvEventsDefaults {
+  /** backend URL → publisher endpoint, for backends that do not report one. */
+  endpoints: ReadonlyMap<string, string>;
+  blockSize: number;
+  hashAlgo: string;
+}
+
+/** `tcp://*:5557` or `tcp://0.0.0.0:5557` as published by `host`. */
+export function reachableEndpoint(endpoint: string, host: string): string {
+  const h = host.includes(':') && !host.startsWith('[') ? `[${host}]` : host;
+  return endpoint.replace(/^tcp:\/\/(\*|0\.0\.0\.0|\[::\]|::)(?=:\d+$)/, `tcp://${h}`);
+}
+
+export class KvEventsFeed {
+  readonly index: KvBlockIndex;
+  readonly #defaults: KvEventsDefaults;
+  readonly #subs = new Map<string, { sub: KVEventSubscriber; source: KvEventsSource }>();
+
+  constructor(index: KvBlockIndex, defaults: KvEventsDefaults) {
+    this.index = index;
+    this.#defaults = defaults;
+  }
+
+  /** Where `backend` publishes, if known. */
+  sourceOf(backend: Backend): KvEventsSource | null {
+    const attached = this.#subs.get(backend.url);
+    if (attached) return attached.source;
+    const info = backend.info?.kv_events;
+    const endpoint = info?.endpoint ?? this.#defaults.endpoints.get(backend.url);
+    if (!endpoint) return null;
+    const replay = info?.replay_endpoint ?? null;
+    return {
+      endpoint: reachableEndpoint(endpoint, backend.host),
+      replayEndpoint: replay ? reachableEndpoint(replay, backend.host) : null,
+      topic: info?.topic ?? '',
+      blockSize: info?.block_size ?? this.#defaults.blockSize,
+      hashAlgo: info?.prefix_caching_hash_algo ?? this.#defaults.hashAlgo,
+    };
+  }
+
+  /** Starts following `backend` (once); a no-op when its publisher is unknown. */
+  attach(backend: Backend): void {
+    if (this.#subs.has(backend.url)) return;
+    const source = this.sourceOf(backend);
+    if (!source) return;
+    const url = backend.url;
+    const sub = KVEventSubscriber.start({
+      endpoint: source.endpoint,
+      replayEndpoint: source.replayEndpoint,
+      topic: source.topic,
+      onBatch: (batch) => this.index.apply(url, batch),
+      onReset: () => this.index.clear(url),
+    });
+    this.#subs.set(url, { sub, source });
+    log.info('following KV events of %s on %s', url, source.endpoint);
+    void sub.replayFrom(0n);
+  }
+
+  /** The backend stopped answering: what it held may be gone (a restart empties the cache). */
+  forget(backend: Backend): void {
+    this.index.clear(backend.url);
+  }
+
+  async close(): Promise<void> {
+    await Promise.all([...this.#subs.values()].map(({ sub }) => sub.close()));
+    this.#subs.clear();
+  }
+}

@@ -1,0 +1,162 @@
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { setLogLevel } from '../../src/logging/logger.ts';
+import { resolveProxyOptions, startProxy } from '../../src/proxy/index.ts';
+import type { ProxyOptions } from '../../src/proxy/types.ts';
+import { decodeResponder, json, prefillResponder, sleep, UpstreamDouble } from './upstream-double.ts';
+
+setLogLevel('silent');
+
+const body = { model: 'tiny', prompt: 'hello', max_tokens: 4 };
+
+async function withProxy(
+  p: UpstreamDouble[],
+  d: UpstreamDouble[],
+  extra: Partial<ProxyOptions>,
+  fn: (url: string) => Promise<void>,
+): Promise<void> {
+  const proxy = await startProxy(
+    resolveProxyOptions({ prefill: p.map((x) => x.url), decode: d.map((x) => x.url), port: 0, ...extra }),
+  );
+  try {
+    await fn(proxy.url);
+  } finally {
+    await proxy.close();
+    for (const x of [...p, ...d]) await x.close();
+  }
+}
+
+function send(url: string, b: unknown = body): Promise<Response> {
+  return fetch(`${url}/v1/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', 'x-request-id': 'req-1' },
+    body: JSON.stringify(b),
+  });
+}
+
+async function metric(url: string, name: string, labels: string): Promise<number> {
+  const text = await (await fetch(`${url}/metrics`)).text();
+  const line = text.split('\n').find((l) => l.startsWith(`${name}{${labels}}`));
+  return line ? Number(line.split(' ').at(-1)) : 0;
+}
+
+/** D received the client's body as it was: no kv_transfer_params, the same max_tokens. */
+function assertPlain(d: UpstreamDouble): void {
+  const legs = d.completions();
+  assert.equal(legs.length, 1);
+  assert.deepEqual(legs[0]!.body, body);
+  assert.equal(legs[0]!.headers['x-request-id'], 'req-1');
+}
+
+describe('prefill fallback', () => {
+  test('P answers 5xx: the request is served by D alone, counted and logged', async () => {
+    const p = await UpstreamDouble.start((_rec, res) => json(res, 500, { error: { message: 'boom' } }));
+    const d = await UpstreamDouble.start(decodeResponder());
+    await withProxy([p], [d], {}, async (url) => {
+      const res = await send(url);
+      assert.equal(res.status, 200);
+      assert.deepEqual(await res.json(), { id: 'cmpl-d', choices: [{ index: 0, text: 'decoded' }] });
+      assertPlain(d);
+      assert.equal(await metric(url, 'kvconnect:proxy_prefill_fallbacks_total', 'reason="status"'), 1);
+      assert.equal(await metric(url, 'kvconnect:proxy_requests_total', 'flow="decode_only"'), 1);
+    });
+  });
+
+  test('P refuses connections: fallback, and P is marked down (later requests skip it)', async () => {
+    const p = await UpstreamDouble.start(prefillResponder());
+    const d = await UpstreamDouble.start(decodeResponder());
+    await withProxy([p], [d], { healthIntervalMs: 60_000 }, async (url) => {
+      await p.close();
+      assert.equal((await send(url)).status, 200);
+      assert.equal((await send(url)).status, 200);
+      assert.equal(d.completions().length, 2);
+      assert.equal(await metric(url, 'kvconnect:proxy_prefill_fallbacks_total', 'reason="connect"'), 1);
+      assert.equal(await metric(url, 'kvconnect:proxy_prefill_fallbacks_total', 'reason="no_prefill"'), 1);
+      const health = (await (await fetch(`${url}/health`)).json()) as Record<string, unknown>;
+      assert.deepEqual(health, { status: 'ok', prefill_instances: 0, decode_instances: 1 });
+    });
+  });
+
+  test('P hangs past --prefill-timeout-ms: fallback; the P leg is closed', async () => {
+    const p = await UpstreamDouble.start(prefillResponder(5_000));
+    const d = await UpstreamDouble.start(decodeResponder());
+    await withProxy([p], [d], { prefillTimeoutMs: 200 }, async (url) => {
+      const res = await send(url);
+      assert.equal(res.status, 200);
+      assertPlain(d);
+      assert.equal(await metric(url, 'kvconnect:proxy_prefill_fallbacks_total', 'reason="timeout"'), 1);
+      for (let i = 0; i < 100 && !p.completions()[0]?.closedEarly; i++) await sleep(20);
+      assert.ok(p.completions()[0]!.closedEarly, 'the proxy hung up on P');
+    });
+  });
+
+  test('concurrent flows (NIXL push): the D leg waiting for P is aborted and D is asked again, plainly', async () => {
+    const p = await UpstreamDouble.start((_rec, res) => json(res, 503, { error: { message: 'overloaded' } }));
+    const d = await UpstreamDouble.start(async (rec, res) => {
+      if (rec.body['kv_transfer_params']) {
+        await sleep(5_000); // waits for a push that never comes
+        if (!res.destroyed) json(res, 500, { error: { message: 'should have been aborted' } });
+        return;
+      }
+      json(res, 200, { id: 'cmpl-d', choices: [{ index: 0, text: 'decoded' }] });
+    });
+    const push = { engineId: 'e', port: 5600 };
+    await withProxy([p], [d], { kvConnector: 'NixlPushConnector', push }, async (url) => {
+      const res = await send(url);
+      assert.equal(res.status, 200);
+      const legs = d.completions();
+      assert.equal(legs.length, 2);
+      assert.ok(legs[0]!.body['kv_transfer_params'], 'the push leg went first');
+      assert.deepEqual(legs[1]!.body, body);
+      for (let i = 0; i < 100 && !legs[0]!.closedEarly; i++) await sleep(20);
+      assert.ok(legs[0]!.closedEarly, 'the push leg was aborted');
+    });
+  });
+
+  test('no --prefill at all: every request is a plain one to a decode instance (not counted as a fallback)', async () => {
+    const d = await UpstreamDouble.start(decodeResponder());
+    await withProxy([], [d], {}, async (url) => {
+      assert.equal((await send(url)).status, 200);
+      assertPlain(d);
+      assert.equal(await metric(url, 'kvconnect:proxy_requests_total', 'flow="decode_only"'), 1);
+      assert.equal(await metric(url, 'kvconnect:proxy_prefill_fallbacks_total', 'reason="no_prefill"'), 0);
+    });
+  });
+
+  test('--no-prefill-fallback keeps the errors: the 5xx and 4xx of P are relayed as before', async () => {
+    const p = await UpstreamDouble.start((rec, res) =>
+      rec.body['prompt'] === 'bad'
+        ? json(res, 400, { error: { message: 'bad prompt' } })
+        : json(res, 500, {}),
+    );
+    const d = await UpstreamDouble.start(decodeResponder());
+    await withProxy([p], [d], { prefillFallback: false }, async (url) => {
+      assert.equal((await send(url)).status, 500);
+      assert.equal((await send(url, { ...body, prompt: 'bad' })).status, 400);
+      assert.equal(d.completions().length, 0);
+    });
+    const p2 = await UpstreamDouble.start((rec, res) =>
+      json(res, 400, { error: { message: String(rec.path) } }),
+    );
+    const d2 = await UpstreamDouble.start(decodeResponder());
+    await withProxy([p2], [d2], {}, async (url) => {
+      assert.equal((await send(url)).status, 400, "a client error is the client's: no fallback");
+      assert.equal(d2.completions().length, 0);
+    });
+  });
+
+  test('a connection reset before any response is retried once (a keep-alive connection closed under it)', async () => {
+    let calls = 0;
+    const d = await UpstreamDouble.start((_rec, res) => {
+      calls += 1;
+      if (calls === 1) res.socket?.destroy();
+      else json(res, 200, { id: 'cmpl-d', choices: [{ index: 0, text: 'decoded' }] });
+    });
+    await withProxy([], [d], { healthIntervalMs: 60_000 }, async (url) => {
+      assert.equal((await send(url)).status, 200);
+      assert.equal(calls, 2);
+      const health = (await (await fetch(`${url}/health`)).json()) as Record<string, unknown>;
+      assert.equal(health['decode_instances'], 1, 'not marked down');
+    });
+  });
+});

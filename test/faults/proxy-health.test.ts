@@ -48,7 +48,9 @@ it('a backend is marked down after three failed health checks in a row, not afte
     }
     await proxy.pool.checkAll();
     assert.equal(proxy.pool.healthy('prefill').length, 0, 'out after three in a row');
-    assert.equal(await send(), 503);
+    const legs = p.completions().length;
+    assert.equal(await send(), 200, 'served by the decode server alone (the prefill fallback)');
+    assert.equal(p.completions().length, legs, 'the prefill server got no request');
     p.healthy = true;
     await proxy.pool.checkAll();
     assert.equal(proxy.pool.healthy('prefill').length, 1, 'back after one good answer');

@@ -10,8 +10,16 @@
  *                   raising SIGBUS on a later page fault; mapped read-write.
  *     create=false: opens an existing file, checks it holds at least `size` bytes, maps it
  *                   read-only.
+ *   mapShared(pid, fd, size, ino, dev) -> ArrayBuffer
+ *                    maps read-only the KV memory (a memfd, kvmem.cc) that process `pid` holds
+ *                    open as `fd`, through /proc/<pid>/fd/<fd>, after checking that the file
+ *                    opened is that memfd (inode and device), is sealed against shrinking
+ *                    and holds `size` bytes.
  *   release(buffer)  detaches the ArrayBuffer (every view becomes empty); the mapping is
  *                    unmapped by the finalizer once the engine drops its backing store.
+ *   copyBytes(dst, src)  libc memcpy of src into dst (the benchmark's baseline).
+ *   allocShared(size), sharedInfo(view)   (kvmem.cc) KV memory a peer can map.
+ *   copyHash(dst, src, blockBytes, count, out)   (kvhash.c) copies blocks, checksums the copies.
  *   hash(bytes) -> number       (kvhash.c)
  *                    the block checksum of src/transfer/checksum-reference.ts, read in place
  *                    (also from a SharedArrayBuffer, which WebAssembly cannot address).
@@ -36,6 +44,7 @@
 
 #include "kvhash.h"
 #include "kvmatmul.h"
+#include "kvmem.h"
 
 typedef struct {
   void *addr;
@@ -56,6 +65,27 @@ static void finalize_mapping(napi_env env, void *data, void *hint) {
   munmap(m->addr, m->size);
   napi_adjust_external_memory(env, -(int64_t)m->size, &adjusted);
   free(m);
+}
+
+/* Hands `size` mapped bytes to JS as an external ArrayBuffer whose finalizer unmaps them. */
+static napi_value wrap_mapping(napi_env env, void *addr, size_t size) {
+  mapping_t *m = (mapping_t *)malloc(sizeof *m);
+  if (m == NULL) {
+    munmap(addr, size);
+    return throw_errno(env, "malloc", ENOMEM);
+  }
+  m->addr = addr;
+  m->size = size;
+  napi_value buffer;
+  if (napi_create_external_arraybuffer(env, addr, size, finalize_mapping, m, &buffer) != napi_ok) {
+    munmap(addr, size);
+    free(m);
+    napi_throw_error(env, NULL, "kvshm: cannot create the ArrayBuffer");
+    return NULL;
+  }
+  int64_t adjusted;
+  napi_adjust_external_memory(env, (int64_t)size, &adjusted);
+  return buffer;
 }
 
 static napi_value kv_map(napi_env env, napi_callback_info info) {
@@ -116,23 +146,65 @@ static napi_value kv_map(napi_env env, napi_callback_info info) {
     return throw_errno(env, "mmap", map_err);
   }
 
-  mapping_t *m = (mapping_t *)malloc(sizeof *m);
-  if (m == NULL) {
-    munmap(addr, (size_t)size);
-    return throw_errno(env, "malloc", ENOMEM);
-  }
-  m->addr = addr;
-  m->size = (size_t)size;
-  napi_value buffer;
-  if (napi_create_external_arraybuffer(env, addr, (size_t)size, finalize_mapping, m, &buffer) != napi_ok) {
-    munmap(addr, (size_t)size);
-    free(m);
-    napi_throw_error(env, NULL, "kvshm map: cannot create the ArrayBuffer");
+  return wrap_mapping(env, addr, (size_t)size);
+}
+
+static napi_value kv_map_shared(napi_env env, napi_callback_info info) {
+  size_t argc = 5;
+  napi_value argv[5];
+  int64_t v[5] = {0};
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc != 5) {
+    napi_throw_type_error(env, NULL, "mapShared(pid, fd, size, ino, dev) takes five integers");
     return NULL;
   }
-  int64_t adjusted;
-  napi_adjust_external_memory(env, size, &adjusted);
-  return buffer;
+  for (int i = 0; i < 5; i++) {
+    if (napi_get_value_int64(env, argv[i], &v[i]) != napi_ok || v[i] < 0) {
+      napi_throw_type_error(env, NULL, "mapShared(pid, fd, size, ino, dev) takes five non-negative integers");
+      return NULL;
+    }
+  }
+  if (v[2] <= 0 || v[2] > ((int64_t)1 << 40)) {
+    napi_throw_range_error(env, NULL, "size must be a positive byte count");
+    return NULL;
+  }
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%lld/fd/%lld", (long long)v[0], (long long)v[1]);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return throw_errno(env, "open", errno);
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    int err = errno;
+    close(fd);
+    return throw_errno(env, "fstat", err);
+  }
+  /* Only a memfd sealed against shrinking: nothing else is KV memory, and it cannot be truncated under the mapping (SIGBUS). */
+  int seals = fcntl(fd, F_GET_SEALS);
+  if ((int64_t)st.st_ino != v[3] || (int64_t)st.st_dev != v[4] || st.st_size < v[2] || seals < 0 ||
+      (seals & F_SEAL_SHRINK) == 0) {
+    close(fd);
+    napi_throw_error(env, "KVSHM_NOT_THE_PEER_MEMORY", "kvshm mapShared: the file is not the peer's sealed KV memory");
+    return NULL;
+  }
+  void *addr = mmap(NULL, (size_t)v[2], PROT_READ, MAP_SHARED, fd, 0);
+  int map_err = errno;
+  close(fd);
+  if (addr == MAP_FAILED) return throw_errno(env, "mmap", map_err);
+  return wrap_mapping(env, addr, (size_t)v[2]);
+}
+
+static napi_value kv_copy_bytes(napi_env env, napi_callback_info info) {
+  size_t argc = 2;
+  napi_value argv[2];
+  const uint8_t *dst = NULL, *src = NULL;
+  size_t dst_length = 0, src_length = 0;
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc != 2 ||
+      !uint8_arg(env, argv[0], &dst, &dst_length) || !uint8_arg(env, argv[1], &src, &src_length) ||
+      src_length > dst_length) {
+    napi_throw_type_error(env, NULL, "copyBytes(dst, src) takes two Uint8Arrays, dst at least as long");
+    return NULL;
+  }
+  memcpy((uint8_t *)dst, src, src_length);
+  return NULL;
 }
 
 static napi_value kv_release(napi_env env, napi_callback_info info) {
@@ -159,10 +231,15 @@ static napi_value init(napi_env env, napi_value exports) {
   napi_property_descriptor props[] = {
       {"map", NULL, kv_map, NULL, NULL, NULL, napi_enumerable, NULL},
       {"release", NULL, kv_release, NULL, NULL, NULL, napi_enumerable, NULL},
+      {"mapShared", NULL, kv_map_shared, NULL, NULL, NULL, napi_enumerable, NULL},
+      {"copyBytes", NULL, kv_copy_bytes, NULL, NULL, NULL, napi_enumerable, NULL},
+      {"allocShared", NULL, kv_alloc_shared, NULL, NULL, NULL, napi_enumerable, NULL},
+      {"sharedInfo", NULL, kv_shared_info, NULL, NULL, NULL, napi_enumerable, NULL},
 #if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
       /* The lane words are little-endian; elsewhere JS keeps its own hash. */
       {"hash", NULL, kv_hash, NULL, NULL, NULL, napi_enumerable, NULL},
       {"hashBlocks", NULL, kv_hash_blocks, NULL, NULL, NULL, napi_enumerable, NULL},
+      {"copyHash", NULL, kv_copy_hash, NULL, NULL, NULL, napi_enumerable, NULL},
 #endif
   };
   napi_define_properties(env, exports, sizeof props / sizeof props[0], props);

@@ -1,4 +1,4 @@
-// Builds the optional native shared-memory addon (native/kvshm.c) at `npm install` / `npm ci`.
+// Builds the optional native addon (native/*.c, native/kvmem.cc) at `npm install` / `npm ci`.
 // It must never fail the install: any problem prints one line and exits 0, and kvconnect
 // then uses its pure-JS shm ring. Set KVCONNECT_DISABLE_NATIVE=1 to skip the build.
 import { spawnSync } from 'node:child_process';
@@ -8,7 +8,9 @@ import { fileURLToPath } from 'node:url';
 
 const nativeDir = fileURLToPath(new URL('../native/', import.meta.url));
 const output = join(nativeDir, 'build', 'Release', 'kvshm.node');
-const fallback = 'kvconnect uses its pure-JS shm ring';
+const fallback = 'kvconnect uses its pure-JS shm ring, KV memory and checksum paths';
+/** Every source of the addon (also listed in native/binding.gyp). */
+const SOURCES = ['kvshm.c', 'kvhash.c', 'kvmatmul.c', 'kvmem.cc'];
 
 function run(cmd, args) {
   const r = spawnSync(cmd, args, { cwd: nativeDir, encoding: 'utf8', timeout: 180_000 });
@@ -56,24 +58,35 @@ function build() {
     gypError = run(process.execPath, [gyp, 'rebuild', ...(nodeDir ? [`--nodedir=${nodeDir}`] : [])]);
     if (gypError === null && existsSync(output)) return null;
   }
-  // No node-gyp (or it failed, e.g. offline without headers): try the C compiler directly.
+  // No node-gyp (or it failed, e.g. offline without headers): try the compilers directly.
   if (nodeDir) {
-    mkdirSync(dirname(output), { recursive: true });
-    const ccError = run(process.env.CC || 'cc', [
-      '-shared',
+    const objDir = join(dirname(output), 'direct');
+    mkdirSync(objDir, { recursive: true });
+    const common = [
       '-fPIC',
       '-O2',
-      '-ffp-contract=off',
       '-DNAPI_VERSION=8',
       '-DNODE_GYP_MODULE_NAME=kvshm',
       `-I${join(nodeDir, 'include', 'node')}`,
-      'kvshm.c',
-      'kvhash.c',
-      'kvmatmul.c',
-      '-o',
-      output,
-    ]);
-    if (ccError === null && existsSync(output)) return null;
+    ];
+    const objects = [];
+    for (const source of SOURCES) {
+      const cxx = source.endsWith('.cc');
+      const object = join(objDir, `${source}.o`);
+      const flags = cxx ? ['-std=gnu++17', '-fno-exceptions'] : ['-ffp-contract=off'];
+      const err = run(cxx ? process.env.CXX || 'c++' : process.env.CC || 'cc', [
+        ...common,
+        ...flags,
+        '-c',
+        source,
+        '-o',
+        object,
+      ]);
+      if (err !== null) return `${gypError}; direct build: ${err}`;
+      objects.push(object);
+    }
+    const linkError = run(process.env.CXX || 'c++', ['-shared', ...objects, '-o', output]);
+    if (linkError === null && existsSync(output)) return null;
   }
   return gypError ?? 'the build produced no kvshm.node';
 }

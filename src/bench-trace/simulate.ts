@@ -9,6 +9,7 @@
  * step that asked (its scheduler side — index, eviction policy, store threshold — is real).
  */
 import type { TraceEntry } from '../bench-serve/trace.ts';
+import { buildEngineConfig } from '../config/engine-config.ts';
 import { emptyConnectorOutput, type KVConnectorOutput, type SchedulerOutput } from '../connector/types.ts';
 import { Engine } from '../engine/engine.ts';
 import { samplingParams } from '../engine/sampling-params.ts';
@@ -104,24 +105,26 @@ export async function simulate(
     );
   }
   const offload = point.cpuBytes !== null;
+  const config = buildEngineConfig({
+    model: opts.model,
+    block_size: opts.blockSize,
+    num_gpu_blocks: deviceBlocks + 1,
+    max_num_seqs: opts.maxNumSeqs,
+    max_num_batched_tokens: opts.maxNumBatchedTokens,
+    enable_prefix_caching: true,
+    prefix_caching_hash_algo: opts.hashAlgo,
+    kv_transfer_config: offload
+      ? {
+          kv_connector: 'OffloadingConnector',
+          kv_role: 'kv_both',
+          kv_connector_extra_config: { cpu_bytes_to_use: point.cpuBytes },
+        }
+      : null,
+  });
+  // The simulation never computes positions, so the trace's longest request may exceed the
+  // model's max_position_embeddings (the limit buildEngineConfig enforces for real runs).
   const engine = await Engine.create(
-    {
-      model: opts.model,
-      block_size: opts.blockSize,
-      num_gpu_blocks: deviceBlocks + 1,
-      max_model_len: maxLen,
-      max_num_seqs: opts.maxNumSeqs,
-      max_num_batched_tokens: opts.maxNumBatchedTokens,
-      enable_prefix_caching: true,
-      prefix_caching_hash_algo: opts.hashAlgo,
-      kv_transfer_config: offload
-        ? {
-            kv_connector: 'OffloadingConnector',
-            kv_role: 'kv_both',
-            kv_connector_extra_config: { cpu_bytes_to_use: point.cpuBytes },
-          }
-        : null,
-    },
+    { ...config, model: { ...config.model, maxModelLen: maxLen } },
     offload ? { connectorOutput: offloadWorkerOutput } : {},
   );
   const uniqueBase = firstUnusedId(entries);

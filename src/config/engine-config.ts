@@ -16,6 +16,7 @@ import { parseHumanReadableInt } from './human-readable.ts';
 import { type KVEventsConfigFields, toKVEventsConfig } from './kv-events-config.ts';
 import { applyKvOffloading } from './kv-offloading.ts';
 import { KVTransferConfig } from './kv-transfer-config.ts';
+import { resolveMaxModelLen } from './model-info.ts';
 import type { EngineConfig, KVTransferConfigFields, KVTransferConfigLike } from './types.ts';
 
 export type EngineOptionsInput = Partial<{ [K in keyof EngineOptions]: EngineOptions[K] | string }> & {
@@ -49,6 +50,7 @@ export function resolveEngineOptions(input: Record<string, unknown>): EngineOpti
     out[name] = raw === undefined ? def.default : coerceOption(name, def, raw);
   }
   const all = out as unknown as EngineOptions;
+  all.max_model_len = resolveMaxModelLen(all.model, all.max_model_len as number | null);
   for (const name of ENGINE_OPTION_NAMES) {
     const def = ENGINE_OPTIONS[name] as EngineOptionDef<unknown>;
     const problem = def.check?.(all[name], all);

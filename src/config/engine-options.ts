@@ -4,12 +4,14 @@
  * from it, so they cannot drift (the vitest pattern): an option missing from the table is
  * a type error.
  */
+import { DEFAULT_MODEL } from './model-presets.ts';
 import type { HashAlgo, KVCacheDtype } from './types.ts';
 
 /** Flat engine options, snake_case as vLLM's engine arguments. */
 export interface EngineOptions {
   model: string;
   served_model_name: string | null;
+  /** null (the default) = the model's max_position_embeddings; resolved before checks. */
   max_model_len: number;
   seed: number;
   block_size: number;
@@ -58,8 +60,8 @@ export const ENGINE_OPTIONS: { [K in keyof EngineOptions]: EngineOptionDef<Engin
   model: {
     kind: 'string',
     section: 'model',
-    default: 'tiny',
-    help: 'model preset (tiny, tiny-hybrid, small) or a directory with config.json',
+    default: DEFAULT_MODEL,
+    help: 'built-in model (kjv-llama, or the random-weight presets tiny, tiny-hybrid, small) or a directory with config.json',
   },
   served_model_name: {
     kind: 'string',
@@ -71,9 +73,10 @@ export const ENGINE_OPTIONS: { [K in keyof EngineOptions]: EngineOptionDef<Engin
   max_model_len: {
     kind: 'int',
     section: 'model',
-    default: 2048,
+    default: null as unknown as number,
+    nullable: true,
     min: 1,
-    help: 'maximum tokens per request (prompt + output)',
+    help: "maximum tokens per request (prompt + output); default: the model's max_position_embeddings",
   },
   seed: { kind: 'int', section: 'model', default: 0, min: 0, help: 'random seed of the sampler' },
   block_size: { kind: 'int', section: 'cache', default: 16, min: 1, help: 'tokens per KV cache block' },

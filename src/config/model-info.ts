@@ -7,7 +7,15 @@ import { readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { KVError } from '../errors/kv-error.ts';
 import { didYouMean } from './config-error.ts';
-import { getModelPreset, type HFModelConfig, isHybridModelConfig, MODEL_PRESETS } from './model-presets.ts';
+import { normalizeHFConfig, parseRopeScaling } from './hf-model-config.ts';
+import {
+  bundledModelNames,
+  getModelPreset,
+  type HFModelConfig,
+  isHybridModelConfig,
+  MODEL_PRESETS,
+  resolveModelPath,
+} from './model-presets.ts';
 
 export interface ModelInfo {
   name: string;
@@ -22,7 +30,7 @@ export interface ModelInfo {
 }
 
 function presetList(): string {
-  return Object.keys(MODEL_PRESETS).join(', ');
+  return [...bundledModelNames(), ...Object.keys(MODEL_PRESETS)].join(', ');
 }
 
 export interface ModelSource {
@@ -50,7 +58,7 @@ export function totalKvHeads(model: string, cwd = process.cwd()): number {
 export function readModelSource(model: string, cwd = process.cwd()): ModelSource {
   const preset = getModelPreset(model);
   if (preset) return { source: 'preset', directory: null, hfConfig: preset.config };
-  const dir = path.resolve(cwd, model);
+  const dir = path.resolve(cwd, resolveModelPath(model));
   let isDir = false;
   try {
     isDir = statSync(dir).isDirectory();
@@ -58,7 +66,7 @@ export function readModelSource(model: string, cwd = process.cwd()): ModelSource
     isDir = false;
   }
   if (!isDir) {
-    const suggestion = didYouMean(model, Object.keys(MODEL_PRESETS));
+    const suggestion = didYouMean(model, [...bundledModelNames(), ...Object.keys(MODEL_PRESETS)]);
     throw new KVError('KV_MODEL_NOT_FOUND', `Model '${model}' is neither a preset nor a directory`, {
       field: 'model',
       hint: `${suggestion ? `${suggestion} ` : ''}Use a preset (${presetList()}) or a directory containing config.json.`,
@@ -119,7 +127,7 @@ function checkHfConfig(config: unknown, file: string): HFModelConfig {
       );
     }
   }
-  return config as HFModelConfig;
+  return normalizeHFConfig(config as HFModelConfig, file);
 }
 
 function describe(
@@ -139,4 +147,41 @@ function describe(
     numFullAttentionLayers: types.length > 0 ? types.length - sliding : hf.num_hidden_layers,
     numSlidingWindowLayers: sliding,
   };
+}
+
+/** The config's max_position_embeddings; 2048 when it has none (transformers' and vLLM's default). */
+export function maxPositionEmbeddings(hf: HFModelConfig): number {
+  const v = hf.max_position_embeddings;
+  return typeof v === 'number' && Number.isSafeInteger(v) && v > 0 ? v : 2048;
+}
+
+/**
+ * max_model_len as vLLM derives it: the model's max_position_embeddings (times the factor
+ * of linear RoPE scaling); a larger explicit value is refused unless
+ * VLLM_ALLOW_LONG_MAX_MODEL_LEN=1. An explicit value for a model that cannot be resolved
+ * is returned as is (loading the model reports that problem).
+ */
+export function resolveMaxModelLen(model: string, requested: number | null, cwd = process.cwd()): number {
+  let hf: HFModelConfig;
+  try {
+    hf = resolveModelInfo(model, cwd).hfConfig;
+  } catch (e) {
+    if (requested !== null) return requested;
+    throw e;
+  }
+  const scaling = parseRopeScaling(hf);
+  const derived = maxPositionEmbeddings(hf) * (scaling.ropeType === 'linear' ? scaling.factor : 1);
+  if (requested === null) return derived;
+  if (requested > derived && process.env.VLLM_ALLOW_LONG_MAX_MODEL_LEN !== '1') {
+    throw new KVError(
+      'KV_CONFIG_INVALID',
+      `User-specified max_model_len (${requested}) is greater than the derived max_model_len (max_position_embeddings=${derived} or model_max_length=None in model's config.json). To allow overriding this maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1. VLLM_ALLOW_LONG_MAX_MODEL_LEN must be used with extreme caution. If the model uses relative position encoding (RoPE), positions exceeding derived_max_model_len lead to nan. If the model uses absolute position encoding, positions exceeding derived_max_model_len will cause a CUDA array out-of-bounds error.`,
+      {
+        field: 'max_model_len',
+        hint: `Pass --max-model-len ${derived} or less (or omit it to use ${derived}).`,
+        details: { expected: `at most ${derived}`, received: requested },
+      },
+    );
+  }
+  return requested;
 }

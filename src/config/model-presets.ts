@@ -1,11 +1,14 @@
 /**
- * Built-in model presets: HF-style Llama configs whose weights are generated from a seed
- * at load time (same weights on every machine). `layer_types` marks sliding-window layers.
+ * Built-in models. Presets are HF-style Llama configs whose weights are generated from a
+ * seed at load time (same weights on every machine; `layer_types` marks sliding-window
+ * layers). Bundled models are trained checkpoint directories shipped in the package's
+ * `models/` folder, addressed by name.
  */
+import { fileURLToPath } from 'node:url';
 
 export type LayerType = 'full_attention' | 'sliding_attention';
 
-/** The subset of a HF Llama `config.json` that kvconnect reads. */
+/** The subset of a HF `config.json` (llama, mistral, qwen2) that kvconnect reads. */
 export interface HFModelConfig {
   model_type: string;
   vocab_size: number;
@@ -22,7 +25,18 @@ export interface HFModelConfig {
   layer_types?: LayerType[];
   sliding_window?: number | null;
   bos_token_id?: number | null;
-  eos_token_id?: number | null;
+  eos_token_id?: number | number[] | null;
+  rope_scaling?: Record<string, unknown> | null;
+  /** transformers v5's name for rope_theta + rope_scaling. */
+  rope_parameters?: Record<string, unknown> | null;
+  hidden_act?: string;
+  attention_bias?: boolean;
+  mlp_bias?: boolean;
+  /** qwen2: sliding-window layers are those ≥ max_window_layers when use_sliding_window. */
+  use_sliding_window?: boolean;
+  max_window_layers?: number;
+  partial_rotary_factor?: number;
+  quantization_config?: unknown;
 }
 
 export interface ModelPreset {
@@ -96,6 +110,24 @@ export const MODEL_PRESETS: Readonly<Record<string, ModelPreset>> = {
     weightSeed: 3,
   },
 };
+
+/** The default model of `serve`, `demo` and the end-to-end tests. */
+export const DEFAULT_MODEL = 'kjv-llama';
+
+/** Trained checkpoints in the package's models/ folder (same path from src/ and dist/). */
+const BUNDLED_MODELS: Readonly<Record<string, string>> = {
+  'kjv-llama': '../../models/kjv-llama',
+};
+
+export function bundledModelNames(): string[] {
+  return Object.keys(BUNDLED_MODELS);
+}
+
+/** A bundled model's name → its directory; anything else is returned unchanged. */
+export function resolveModelPath(modelNameOrDir: string): string {
+  const rel = Object.hasOwn(BUNDLED_MODELS, modelNameOrDir) ? BUNDLED_MODELS[modelNameOrDir] : undefined;
+  return rel === undefined ? modelNameOrDir : fileURLToPath(new URL(rel, import.meta.url));
+}
 
 export function getModelPreset(name: string): ModelPreset | undefined {
   return Object.hasOwn(MODEL_PRESETS, name) ? MODEL_PRESETS[name] : undefined;

@@ -2,13 +2,14 @@
  * What `kvconnect demo` can be asked to do, its defaults, and which connectors it can run
  * as a prefill/decode pair.
  */
+import { DEFAULT_MODEL } from '../config/model-presets.ts';
 import { getBuiltinConnector } from '../connector/registry.ts';
 import { KVError } from '../errors/kv-error.ts';
 
 export interface DemoOptions {
   /** KV connector of the prefill and decode servers. */
   connector: string;
-  /** Model preset (or checkpoint directory) every server loads. */
+  /** Built-in model (or checkpoint directory) every server loads. */
   model: string;
   /** Requests in the workload (each is sent through the proxy and to the reference). */
   requests: number;
@@ -18,7 +19,7 @@ export interface DemoOptions {
   concurrency: number;
   /** Tokens generated per request (greedy). */
   maxTokens: number;
-  /** Bytes (= tokens with the byte-level tokenizer) of each family's shared prefix. */
+  /** Characters (at least; it ends at a sentence) of each family's shared prefix. */
   prefixLength: number;
   /** Leave the servers and the proxy up after the run, until Ctrl-C. */
   keepRunning: boolean;
@@ -41,7 +42,7 @@ export type MoriioBackend = (typeof MORIIO_BACKENDS)[number];
 
 export const DEMO_DEFAULTS: DemoOptions = {
   connector: 'NixlConnector',
-  model: 'tiny',
+  model: DEFAULT_MODEL,
   requests: 24,
   families: 4,
   concurrency: 4,

@@ -18,6 +18,7 @@ import {
 } from './options.ts';
 import { ProcessGroup } from './processes.ts';
 import { Progress, type ProgressSink } from './progress.ts';
+import { renderSamples } from './samples.ts';
 import { type Running, type Servers, startServers } from './start-servers.ts';
 import { type DemoSummary, type PhaseResult, percentile, renderTable, summarize } from './summary.ts';
 import { kvBytesPerBlock } from './topology.ts';
@@ -142,6 +143,7 @@ async function measure(options: DemoOptions, s: Servers, progress: Progress): Pr
     prefill,
     decode,
     reference,
+    requests: workload,
   });
 }
 
@@ -172,6 +174,7 @@ export async function runDemo(options: DemoOptions, io: DemoIO): Promise<DemoRun
     }
     summary = outcome;
     io.out(`\n${renderTable(summary)}\n`);
+    if (summary.samples.length > 0) io.out(`\n${renderSamples(summary.samples)}\n`);
     if (options.json) io.out(`${JSON.stringify(summary)}\n`);
     const exitCode = summary.outputs_identical ? DEMO_EXIT_OK : DEMO_EXIT_MISMATCH;
     if (options.keepRunning && running.servers) {

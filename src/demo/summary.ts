@@ -4,6 +4,8 @@
  */
 import type { CompletionResult } from './client.ts';
 import type { MetricReading } from './metrics.ts';
+import { type DemoSample, pickSamples } from './samples.ts';
+import type { DemoRequest } from './workload.ts';
 
 export interface PhaseResult {
   results: CompletionResult[];
@@ -44,6 +46,8 @@ export interface DemoSummary {
   outputs_identical: boolean;
   identical_count: number;
   mismatches: Mismatch[];
+  /** A few prompts with both completions, for people to read. */
+  samples: DemoSample[];
 }
 
 export function percentile(values: readonly number[], p: number): number {
@@ -80,6 +84,8 @@ export interface SummaryInput {
   prefill: MetricReading;
   decode: MetricReading;
   reference: MetricReading;
+  /** The workload, to pick the samples from. */
+  requests?: readonly DemoRequest[];
 }
 
 const round = (v: number, digits = 3): number => (Number.isFinite(v) ? Number(v.toFixed(digits)) : 0);
@@ -136,6 +142,7 @@ export function summarize(input: SummaryInput): DemoSummary {
     outputs_identical: mismatches.length === 0 && count > 0 && plain.results.length === count,
     identical_count: count - mismatches.length,
     mismatches,
+    samples: pickSamples(input.requests ?? [], disaggregated.results, plain.results),
   };
 }
 

@@ -1,6 +1,6 @@
 /**
  * The demo's workload: a few families of prompts, each family sharing one long prefix (a
- * "document") and ending in its own question, so prefix caching and KV transfer both matter.
+ * "document") and ending in its own opening words, so prefix caching and KV transfer both matter.
  * Deterministic: the same options give the same prompts on every machine.
  */
 
@@ -12,54 +12,36 @@ export interface DemoRequest {
   maxTokens: number;
 }
 
-const TOPICS = [
-  'harbour logistics',
-  'alpine weather',
-  'orchard planning',
-  'library archives',
-  'river surveys',
+// Sentences in the style of the default model's corpus (the King James Bible), written for
+// the demo, so its completions are readable English: each family's "document" is a
+// shuffled run of them, each request ends in its own opening words for the model to finish.
+const OPENINGS = [
+  'Now it came to pass in the days of the judges, that there was a famine in the land.',
+  'And a certain man went forth out of the city toward the river, and his servants with him.',
 ];
-const WORDS = [
-  'the',
-  'cache',
-  'block',
-  'token',
-  'prefix',
-  'engine',
-  'decode',
-  'prefill',
-  'transfer',
-  'layer',
-  'record',
-  'ledger',
-  'north',
-  'signal',
-  'window',
-  'value',
-  'batch',
-  'queue',
-  'stream',
-  'memory',
-  'report',
-  'season',
-  'measure',
-  'bridge',
-  'station',
-  'harvest',
-  'index',
-  'summary',
-  'draft',
-  'note',
+const SENTENCES = [
+  'And the people gathered together in the morning, and went up unto the house of the elders.',
+  'And they brought their sheep and their oxen, and set them before the gate of the city.',
+  'Then the king commanded his servants, saying, Go ye and number the people.',
+  'And the women sat by the well, and drew water for the flocks of their fathers.',
+  'And it was so, that the rain ceased, and the rivers were dried up in the valley.',
+  'And the children of the land went forth to gather bread, and they found none.',
+  'Then spake the elder unto the young men, saying, Be not afraid, for the day is near.',
+  'And the watchmen stood upon the wall, and cried with a loud voice unto the city.',
+  'And the merchants came from afar with gold and silver and fine linen.',
+  'And they builded an altar upon the hill, and offered bread and wine thereon.',
+  'And the messenger ran before the chariots, and came unto the gate at evening.',
+  'And all the congregation lifted up their voice, and wept that night.',
 ];
-const QUESTIONS = [
-  'What is the first point?',
-  'Summarise the second paragraph.',
-  'Which word appears most often?',
-  'List three facts from the text.',
-  'Rewrite the opening sentence.',
-  'What should happen next?',
-  'Give a short title.',
-  'Explain the last line.',
+const CUES = [
+  'And the LORD said unto',
+  'Then answered the king, and said,',
+  'And it came to pass, when',
+  'Behold, I will',
+  'And the people said,',
+  'Blessed are they that',
+  'And he went out from',
+  'Hear now, O ye',
 ];
 
 /** xorshift32: tiny, seedable, identical everywhere. */
@@ -75,13 +57,15 @@ function rng(seed: number): () => number {
   };
 }
 
-/** A document of exactly `length` characters (ASCII, so bytes = characters = tokens). */
+/**
+ * A document of about `length` characters (ASCII; one byte-tokenizer token per character,
+ * about four characters per token with the default model's BPE), ending at a sentence.
+ */
 export function familyPrefix(family: number, length: number): string {
   const next = rng(0x9e3779b9 ^ (family * 2654435761));
-  const topic = TOPICS[family % TOPICS.length] ?? 'notes';
-  let text = `Document ${family + 1} on ${topic}.`;
-  while (text.length < length) text += ` ${WORDS[next() % WORDS.length]}`;
-  return `${text.slice(0, Math.max(0, length - 1))}\n`;
+  let text = OPENINGS[family % OPENINGS.length] ?? '';
+  while (text.length < length) text += `\n${SENTENCES[next() % SENTENCES.length]}`;
+  return `${text}\n`;
 }
 
 export interface WorkloadShape {
@@ -98,11 +82,11 @@ export function buildWorkload(shape: WorkloadShape): DemoRequest[] {
   return Array.from({ length: shape.requests }, (_, index) => {
     const family = index % families;
     const round = Math.floor(index / families);
-    const question = QUESTIONS[(round + family) % QUESTIONS.length] ?? '';
+    const cue = CUES[(round + family) % CUES.length] ?? '';
     return {
       index,
       family,
-      prompt: `${prefixes[family]}Question ${round + 1}: ${question}\nAnswer:`,
+      prompt: `${prefixes[family]}${cue}`,
       maxTokens: shape.maxTokens,
     };
   });

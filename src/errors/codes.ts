@@ -91,6 +91,15 @@ const CATALOG = {
     TP_ALLREDUCE_MISSING: [500, 'A tensor-parallel rank has no all-reduce hook'],
     MODEL_FILE_NOT_FOUND: [400, 'A safetensors file cannot be read'],
     MODEL_WEIGHTS_MISSING: [400, 'A tensor the model needs is missing or has the wrong shape'],
+    MODEL_WEIGHTS_UNUSED: [
+      400,
+      'The checkpoint has a tensor the model would not use, or a redundant copy that disagrees',
+    ],
+    MODEL_UNSUPPORTED: [
+      400,
+      'config.json asks for what the decoder does not implement (model_type, RoPE scaling, activation, biases)',
+    ],
+    CHAT_TEMPLATE_ERROR: [400, "The model's chat template rejected the messages"],
     MODEL_OUT_OF_MEMORY: [500, 'The model needs more than 4 GiB of WebAssembly memory'],
     SAFETENSORS_INVALID: [400, 'A safetensors file is truncated or malformed'],
     TOKENIZER_INVALID: [400, 'tokenizer.json is unreadable or cannot encode the text'],

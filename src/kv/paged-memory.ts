@@ -1,5 +1,6 @@
 /**
- * Paged KV memory of one rank: one SharedArrayBuffer per KV tensor, layout
+ * Paged KV memory of one rank: one SharedArrayBuffer per KV tensor (in memory a same-host
+ * transfer peer can map, when the native addon is built: util/shared-memory.ts), layout
  * [numBlocks][2 (K,V)][blockSize][numKvHeads][headSize]. A token slot is
  * `blockId * blockSize + offsetInBlock` (vLLM's slot mapping). float32 memory hands out
  * Float32Array views for zero-copy attention; 16-bit dtypes convert on write and read.
@@ -7,6 +8,7 @@
 
 import type { KVCacheDtype } from '../config/types.ts';
 import { KVError } from '../errors/index.ts';
+import { allocateShared } from '../util/shared-memory.ts';
 import { decoderFor, dtypeBytes, encoderFor } from './dtype.ts';
 import type { KVCacheConfig, KVTensorBuffer, PagedKVMemory } from './interfaces.ts';
 
@@ -82,7 +84,7 @@ export class SharedPagedKVMemory implements PagedKVMemory {
       );
     }
     this.tensors = kvCacheConfig.tensors.map((t, index) => {
-      const buffer = buffers?.[index] ?? new SharedArrayBuffer(size);
+      const buffer = buffers?.[index] ?? allocateShared(size);
       if (buffer.byteLength !== size) {
         throw new KVError(
           'KV_BUFFER_MISMATCH',

@@ -34,6 +34,13 @@ const NIXL_METRICS: readonly ConnectorMetricSpec[] = [
     buckets: NIXL_TIME_BUCKETS.slice(1),
   },
   {
+    name: 'vllm:nixl_xfer_wire_time_seconds',
+    help: 'kvconnect: NIXL transfer duration minus the time the peer held a READ before serving it (waiting for its grant).',
+    type: 'histogram',
+    key: 'wire_duration',
+    buckets: NIXL_TIME_BUCKETS.slice(1),
+  },
+  {
     name: 'vllm:nixl_post_time_seconds',
     help: 'Histogram of transfer post time for NIXL KV Cache transfers.',
     type: 'histogram',

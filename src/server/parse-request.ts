@@ -53,7 +53,6 @@ export function parseCompletionRequest(body: Body, ctx: ParseContext): Generatio
 
 export function parseChatRequest(body: Body, ctx: ParseContext): GenerationPlan {
   const messages = readChatMessages(body);
-  const text = ctx.tokenizer.applyChatTemplate(messages);
   const wantsLogprobs = optBool(body, 'logprobs') ?? false;
   const top = optNumber(body, 'top_logprobs', { integer: true, min: 0, max: MAX_LOGPROBS });
   if (top !== undefined && top > 0 && !wantsLogprobs) {
@@ -71,7 +70,7 @@ export function parseChatRequest(body: Body, ctx: ParseContext): GenerationPlan 
     'chat',
     body,
     ctx,
-    [ctx.tokenizer.encode(text)],
+    [ctx.tokenizer.encodeChat(messages)],
     maxTokens,
     wantsLogprobs ? (top ?? 0) : null,
   );

@@ -5,7 +5,7 @@
 
 import { BYTE_BOS_TOKEN_ID, BYTE_EOS_TOKEN_ID, BYTE_VOCAB_SIZE } from '../config/model-presets.ts';
 import { simpleChatTemplate } from './chat-template.ts';
-import type { TokenizerLike } from './types.ts';
+import type { EncodeOptions, TokenizerLike } from './types.ts';
 
 const encoder = new TextEncoder();
 
@@ -14,8 +14,9 @@ export class ByteTokenizer implements TokenizerLike {
   readonly bosTokenId = BYTE_BOS_TOKEN_ID;
   readonly vocabSize = BYTE_VOCAB_SIZE;
 
-  encode(text: string): number[] {
-    return [BYTE_BOS_TOKEN_ID, ...encoder.encode(text)];
+  encode(text: string, options: EncodeOptions = {}): number[] {
+    const bytes = [...encoder.encode(text)];
+    return (options.addSpecialTokens ?? true) ? [BYTE_BOS_TOKEN_ID, ...bytes] : bytes;
   }
 
   /** Invalid UTF-8 (e.g. a sequence cut inside a character) decodes to U+FFFD. */
@@ -28,5 +29,9 @@ export class ByteTokenizer implements TokenizerLike {
 
   applyChatTemplate(messages: ReadonlyArray<{ role: string; content: string }>): string {
     return simpleChatTemplate(messages);
+  }
+
+  encodeChat(messages: ReadonlyArray<{ role: string; content: string }>): number[] {
+    return this.encode(simpleChatTemplate(messages));
   }
 }

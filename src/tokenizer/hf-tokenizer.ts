@@ -1,11 +1,22 @@
 /**
  * A HF `tokenizer.json` (plus optional `tokenizer_config.json`) through the
  * @huggingface/tokenizers package, behind the TokenizerLike interface.
+ *
+ * Special tokens follow transformers: when tokenizer_config.json sets `add_bos_token` /
+ * `add_eos_token`, they decide whether encode() adds BOS / EOS (as LlamaTokenizerFast
+ * rebuilds its post-processor from them); otherwise the tokenizer.json post-processor does.
+ * Chat prompts rendered by the model's own template are encoded without special tokens,
+ * as vLLM does, because such templates write BOS themselves.
  */
 import { Tokenizer } from '@huggingface/tokenizers';
 import { KVError } from '../errors/index.ts';
-import { simpleChatTemplate } from './chat-template.ts';
-import type { TokenizerLike } from './types.ts';
+import {
+  type ChatMessage,
+  JinjaChatTemplate,
+  pickChatTemplate,
+  simpleChatTemplate,
+} from './chat-template.ts';
+import type { EncodeOptions, TokenizerLike } from './types.ts';
 
 export interface HFTokenizerOptions {
   /** Parsed tokenizer_config.json ({} when absent). */
@@ -13,6 +24,10 @@ export interface HFTokenizerOptions {
   /** From the model's config.json, used when tokenizer_config.json names no tokens. */
   bosTokenId?: number | null;
   eosTokenId?: number | null;
+  /** A chat_template.jinja file's text; takes precedence over tokenizer_config's chat_template. */
+  chatTemplate?: string | null;
+  /** Where the files came from, for messages. */
+  origin?: string;
 }
 
 function tokenContent(value: unknown): string | null {
@@ -27,12 +42,17 @@ function tokenContent(value: unknown): string | null {
   return null;
 }
 
+const TEMPLATE_TOKENS = ['bos_token', 'eos_token', 'unk_token', 'pad_token', 'sep_token', 'cls_token'];
+
 export class HFTokenizer implements TokenizerLike {
   readonly eosTokenId: number;
   readonly bosTokenId: number | null;
   readonly vocabSize: number;
   private readonly tokenizer: Tokenizer;
   private readonly unkTokenId: number | null;
+  /** BOS/EOS decided by tokenizer_config.json, or null to follow the post-processor. */
+  private readonly addSpecial: { bos: boolean; eos: boolean } | null;
+  private readonly chat: JinjaChatTemplate | null;
 
   constructor(tokenizerJson: object, options: HFTokenizerOptions = {}) {
     const config = options.tokenizerConfig ?? {};
@@ -48,12 +68,39 @@ export class HFTokenizer implements TokenizerLike {
     this.vocabSize = max + 1;
     const unk = (tokenizerJson as { model?: { unk_token?: unknown } }).model?.unk_token;
     this.unkTokenId = typeof unk === 'string' ? (this.tokenizer.token_to_id(unk) ?? null) : null;
+    const flag = (key: string) => (typeof config[key] === 'boolean' ? (config[key] as boolean) : null);
+    const addBos = flag('add_bos_token');
+    const addEos = flag('add_eos_token');
+    if (addBos === null && addEos === null) {
+      this.addSpecial = null;
+    } else {
+      const template = this.rawEncode('', true);
+      this.addSpecial = {
+        bos: addBos ?? (template.length > 0 && template[0] === this.bosTokenId),
+        eos: addEos ?? (template.length > 0 && template[template.length - 1] === this.eosTokenId),
+      };
+    }
+    const source = options.chatTemplate ?? pickChatTemplate(config.chat_template);
+    const specials: Record<string, string> = {};
+    for (const key of TEMPLATE_TOKENS) {
+      const content = tokenContent(config[key]);
+      if (content !== null) specials[key] = content;
+    }
+    this.chat =
+      source === null ? null : new JinjaChatTemplate(source, specials, options.origin ?? 'the tokenizer');
   }
 
-  /** Adds the special tokens the tokenizer's post-processor defines (e.g. BOS). */
-  encode(text: string): number[] {
+  /** True when the model ships its own chat template. */
+  get hasChatTemplate(): boolean {
+    return this.chat !== null;
+  }
+
+  private rawEncode(text: string, addSpecialTokens: boolean): number[] {
     // Some models of the library leave out-of-vocabulary pieces undefined; map them to <unk>.
-    const ids = this.tokenizer.encode(text).ids as (number | undefined)[];
+    const ids = this.tokenizer.encode(text, { add_special_tokens: addSpecialTokens }).ids as (
+      | number
+      | undefined
+    )[];
     return ids.map((id) => {
       if (id !== undefined) return id;
       if (this.unkTokenId !== null) return this.unkTokenId;
@@ -67,12 +114,26 @@ export class HFTokenizer implements TokenizerLike {
     });
   }
 
+  encode(text: string, options: EncodeOptions = {}): number[] {
+    const withSpecial = options.addSpecialTokens ?? true;
+    if (!withSpecial || this.addSpecial === null) return this.rawEncode(text, withSpecial);
+    const ids = this.rawEncode(text, false);
+    if (this.addSpecial.bos && this.bosTokenId !== null) ids.unshift(this.bosTokenId);
+    if (this.addSpecial.eos && this.eosTokenId >= 0) ids.push(this.eosTokenId);
+    return ids;
+  }
+
   decode(ids: readonly number[]): string {
     if (ids.length === 0) return '';
     return this.tokenizer.decode([...ids], { skip_special_tokens: true });
   }
 
-  applyChatTemplate(messages: ReadonlyArray<{ role: string; content: string }>): string {
-    return simpleChatTemplate(messages);
+  applyChatTemplate(messages: ReadonlyArray<ChatMessage>): string {
+    return this.chat === null ? simpleChatTemplate(messages) : this.chat.render(messages);
+  }
+
+  encodeChat(messages: ReadonlyArray<ChatMessage>): number[] {
+    if (this.chat === null) return this.encode(simpleChatTemplate(messages));
+    return this.encode(this.chat.render(messages), { addSpecialTokens: false });
   }
 }

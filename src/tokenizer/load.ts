@@ -1,19 +1,32 @@
 /**
- * loadTokenizer: the byte tokenizer for built-in presets; for a checkpoint directory, its
- * `tokenizer.json` when present (else the byte tokenizer).
+ * loadTokenizer: the byte tokenizer for built-in presets; for a checkpoint directory (or a
+ * bundled model's name), its `tokenizer.json` when present (else the byte tokenizer), with
+ * `tokenizer_config.json` and an optional `chat_template.jinja`.
  */
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { getModelPreset } from '../config/model-presets.ts';
+import { getModelPreset, resolveModelPath } from '../config/model-presets.ts';
 import { KVError } from '../errors/index.ts';
 import { ByteTokenizer } from './byte-tokenizer.ts';
 import { HFTokenizer } from './hf-tokenizer.ts';
 import type { TokenizerLike } from './types.ts';
 
+function readText(file: string): string {
+  try {
+    return readFileSync(file, 'utf8');
+  } catch (cause) {
+    throw new KVError('TOKENIZER_INVALID', `Cannot read ${file}`, {
+      hint: 'Fix or re-download the tokenizer files next to the weights.',
+      cause,
+    });
+  }
+}
+
 function readJson(file: string): Record<string, unknown> {
   try {
-    return JSON.parse(readFileSync(file, 'utf8')) as Record<string, unknown>;
+    return JSON.parse(readText(file)) as Record<string, unknown>;
   } catch (cause) {
+    if (cause instanceof KVError) throw cause;
     throw new KVError('TOKENIZER_INVALID', `Cannot read ${file} as JSON`, {
       hint: 'Fix or re-download the tokenizer files next to the weights.',
       cause,
@@ -23,18 +36,23 @@ function readJson(file: string): Record<string, unknown> {
 
 export function loadTokenizer(modelNameOrDir: string): TokenizerLike {
   if (getModelPreset(modelNameOrDir) !== undefined) return new ByteTokenizer();
-  const file = join(modelNameOrDir, 'tokenizer.json');
+  const dir = resolveModelPath(modelNameOrDir);
+  const file = join(dir, 'tokenizer.json');
   if (!existsSync(file)) return new ByteTokenizer();
-  const configFile = join(modelNameOrDir, 'tokenizer_config.json');
-  const modelConfigFile = join(modelNameOrDir, 'config.json');
-  const modelConfig = existsSync(modelConfigFile) ? readJson(modelConfigFile) : {};
+  const optional = (name: string) => (existsSync(join(dir, name)) ? join(dir, name) : null);
+  const configFile = optional('tokenizer_config.json');
+  const modelConfigFile = optional('config.json');
+  const templateFile = optional('chat_template.jinja');
+  const modelConfig = modelConfigFile === null ? {} : readJson(modelConfigFile);
   const num = (v: unknown): number | null =>
     typeof v === 'number' ? v : Array.isArray(v) && typeof v[0] === 'number' ? v[0] : null;
   try {
     return new HFTokenizer(readJson(file), {
-      tokenizerConfig: existsSync(configFile) ? readJson(configFile) : {},
+      tokenizerConfig: configFile === null ? {} : readJson(configFile),
       bosTokenId: num(modelConfig.bos_token_id),
       eosTokenId: num(modelConfig.eos_token_id),
+      chatTemplate: templateFile === null ? null : readText(templateFile),
+      origin: dir,
     });
   } catch (cause) {
     if (cause instanceof KVError) throw cause;

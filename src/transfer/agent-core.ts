@@ -11,11 +11,10 @@ export interface AgentCore {
   readonly ringBytes: number;
   readonly chunkBytes: number;
   readonly handshakeTimeoutMs: number;
+  /** Whether same-host peers are offered a read-only mapping of the KV regions (kv-map.ts). */
+  readonly offerKv: boolean;
   readonly regions: ReadonlyMap<number, MemoryRegion>;
   readonly grants: GrantTable;
   readonly outgoingHook: OutgoingHook | undefined;
   deliver(n: Notification): void;
 }
-
-/** Largest number of descriptors one READ/WRITE request may carry. */
-export const MAX_DESCRIPTORS = 1 << 14;

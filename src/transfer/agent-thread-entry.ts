@@ -1,11 +1,12 @@
 /**
- * Worker-thread entry hosting a real TransferAgent for ThreadedTransferAgent. It runs on its
- * own event loop, so peers' READs are served and this side's transfers progress while the
- * main thread computes. Commands arrive in order on the parent port; results go back as
- * messages that update the main thread's mirror.
+ * Worker-thread entry hosting an InThreadTransferAgent for ThreadedTransferAgent. It runs on
+ * its own event loop, so peers' READs are served and this side's transfers progress while the
+ * main thread computes. Commands arrive in order on the parent port; results, notifications
+ * and waiting-READ counts go back as messages (sent as they happen) that update the main
+ * thread's mirror.
  */
 import { parentPort, workerData } from 'node:worker_threads';
-import { TransferAgent } from './agent.ts';
+import { InThreadTransferAgent } from './agent.ts';
 import {
   type AgentThreadData,
   type FromAgentThread,
@@ -22,7 +23,7 @@ function send(msg: FromAgentThread): void {
   port?.postMessage(msg);
 }
 
-function flushStats(agent: TransferAgent): void {
+function flushStats(agent: InThreadTransferAgent): void {
   const delta = agent.resetStats();
   const empty =
     delta.transferDuration.length === 0 &&
@@ -35,7 +36,7 @@ function failedPost(reason: string): TransferStatus {
   return { state: 'ERR', failed: [], failedBlockIds: [], reason };
 }
 
-function handle(agent: TransferAgent, msg: ToAgentThread): void {
+function handle(agent: InThreadTransferAgent, msg: ToAgentThread): void {
   switch (msg.type) {
     case 'register':
       agent.registerMemory(
@@ -97,6 +98,9 @@ function handle(agent: TransferAgent, msg: ToAgentThread): void {
     case 'renew':
       agent.renewGrant(msg.key, msg.expiresAt);
       return;
+    case 'sync':
+      send({ type: 'synced', id: msg.id });
+      return;
     case 'close':
       agent.close().then(() => {
         send({ type: 'closed' });
@@ -113,24 +117,28 @@ function handle(agent: TransferAgent, msg: ToAgentThread): void {
 }
 
 async function main(): Promise<void> {
-  let agent: TransferAgent;
+  let agent: InThreadTransferAgent;
   try {
-    agent = await TransferAgent.create(data.options);
+    agent = await InThreadTransferAgent.create(data.options);
   } catch (e) {
     send({ type: 'init-error', error: toPlainError(e) });
     return;
   }
-  let waiting = 0;
-  const sweep = setInterval(() => {
-    const items = agent.drainNotifications();
-    if (items.length > 0) send({ type: 'notifications', items });
-    if (agent.waitingReads !== waiting) {
-      waiting = agent.waitingReads;
-      send({ type: 'waiting', count: waiting });
-    }
-  }, data.pollMs);
+  // Several notifications arriving in one socket read go back as one message.
+  let flushing = false;
+  agent.observe({
+    notification: () => {
+      if (flushing) return;
+      flushing = true;
+      queueMicrotask(() => {
+        flushing = false;
+        const items = agent.drainNotifications();
+        if (items.length > 0) send({ type: 'notifications', items });
+      });
+    },
+    waitingReads: (count) => send({ type: 'waiting', count }),
+  });
   port?.on('message', (msg: ToAgentThread) => {
-    if (msg.type === 'close') clearInterval(sweep);
     try {
       handle(agent, msg);
     } catch (e) {

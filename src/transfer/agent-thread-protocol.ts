@@ -1,15 +1,13 @@
 /** Messages between ThreadedTransferAgent (main thread) and its worker (agent-thread-entry.ts). */
-import type { TransferAgentOptions } from './agent.ts';
+import type { TransferAgentOptions } from './agent-options.ts';
 import type { TransferStatsSnapshot } from './stats.ts';
-import type { AgentMetadata, BlockListPair, DescPair, Notification, TransferStatus } from './types.ts';
+import type { AgentMetadata, DescPair, Notification, TransferStatus } from './types.ts';
 
 /** Agent options that survive structured clone (test hooks are functions and stay behind). */
 export type ThreadedAgentOptions = Omit<TransferAgentOptions, 'testHooks'>;
 
 export interface AgentThreadData {
   readonly options: ThreadedAgentOptions;
-  /** Milliseconds between the worker's sweeps for inbound notifications. Default 2. */
-  readonly pollMs: number;
 }
 
 /** A region as it crosses threads: the worker builds its own view over the same memory. */
@@ -44,7 +42,7 @@ export type ToAgentThread =
       readonly id: number;
       readonly kind: 'READ' | 'WRITE';
       readonly remoteAgent: string;
-      readonly descs: readonly DescPair[] | readonly BlockListPair[];
+      readonly descs: readonly DescPair[];
       readonly notification?: string;
       readonly grantKey?: string;
     }
@@ -57,6 +55,7 @@ export type ToAgentThread =
     }
   | { readonly type: 'revoke'; readonly key: string }
   | { readonly type: 'renew'; readonly key: string; readonly expiresAt: number }
+  | { readonly type: 'sync'; readonly id: number }
   | { readonly type: 'close' }
   | { readonly type: 'crash-for-test' };
 
@@ -69,6 +68,7 @@ export type FromAgentThread =
   | { readonly type: 'waiting'; readonly count: number }
   | { readonly type: 'stats'; readonly delta: TransferStatsSnapshot }
   | { readonly type: 'command-error'; readonly what: string; readonly error: PlainError }
+  | { readonly type: 'synced'; readonly id: number }
   | { readonly type: 'closed' };
 
 export function toPlainError(e: unknown): PlainError {

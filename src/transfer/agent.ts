@@ -1,82 +1,51 @@
 /**
- * TransferAgent: the NIXL-like agent of one engine worker. It owns a listener for peers,
- * the registered regions, the grants that say which peer may touch which blocks, and one
- * outbound connection per remote agent over the transport chosen for it (tcp or shm).
+ * InThreadTransferAgent: the NIXL-like agent of one engine worker, on the caller's event
+ * loop. It owns a listener for peers, the registered regions, the grants that say which
+ * peer may touch which blocks, and one outbound connection per remote agent over the
+ * transport chosen for it (tcp or shm).
  */
 import { createServer, type Server, type Socket } from 'node:net';
 import { KVError } from '../errors/index.ts';
+import {
+  checkAgentOptions,
+  checkProtocol,
+  checkRegions,
+  closedError,
+  DONE_STATUS,
+  errStatus,
+  PROC_STATUS,
+  unknownHandle,
+  unreachable,
+} from './agent-checks.ts';
 import type { AgentCore } from './agent-core.ts';
+import type { AgentObserver, TransferAgentOptions } from './agent-options.ts';
 import { resolveSecret } from './auth.ts';
 import { type BackendChoice, chooseTransport, resolveBackends } from './backends.ts';
-import type { OutgoingHook } from './block-io.ts';
 import { IncomingRuns } from './block-io.ts';
 import { adoptAcceptedSocket, zeroCopyRead } from './connection.ts';
 import { prepareDescriptors } from './descriptors.ts';
-import { MAX_PAYLOAD_BYTES } from './framing.ts';
-import { type GrantKind, type GrantSpec, GrantTable, isNotYetGrantedRefusal } from './grants.ts';
+import { TRANSFER_PROTOCOL_VERSION } from './frames.ts';
+import { type GrantKind, type GrantSpec, GrantTable } from './grants.ts';
 import { defaultShmDir, localHostId } from './host-id.ts';
 import { InboundSession } from './inbound.ts';
-import { OutboundPeer, type OutboundTransfer, unreachable } from './outbound.ts';
+import { OutboundPeer, type OutboundTransfer } from './outbound.ts';
 import { TransferStats, type TransferStatsSnapshot } from './stats.ts';
+import type { Descriptors, PostOptions, TransferAgent } from './transfer-agent.ts';
 import type {
   AgentMetadata,
-  BlockListPair,
-  DescPair,
   MemoryRegion,
   Notification,
   TransferHandle,
   TransferStatus,
+  TransportName,
 } from './types.ts';
-
-export const TRANSFER_PROTOCOL_VERSION = 2;
-
-export interface TransferAgentOptions {
-  readonly engineId: string;
-  /** Default: `${engineId}-rank${tpRank}`. */
-  readonly agentName?: string;
-  readonly tpRank?: number;
-  /** Published in metadata for the caller's handshake check (see checkCompatibility). */
-  readonly compatHash?: string;
-  /** Listen address for peers (default 127.0.0.1) and port (default 0 = any free port). */
-  readonly host?: string;
-  readonly port?: number;
-  /** Host published in metadata (default: host, or 127.0.0.1 when host is 0.0.0.0/::). */
-  readonly advertiseHost?: string;
-  /** vLLM backend names: 'UCX' (auto, default), 'TCP', 'SHM'. */
-  readonly backends?: readonly string[];
-  /** Shared secret; default from env KVCONNECT_TRANSFER_SECRET; none = no authentication. */
-  readonly secret?: string;
-  readonly shmDir?: string;
-  /** Size of each shm staging ring (sparse file). Default 64 MiB. */
-  readonly ringBytes?: number;
-  /** Largest data frame / ring chunk. Default 4 MiB. */
-  readonly chunkBytes?: number;
-  readonly transferTimeoutMs?: number;
-  readonly connectTimeoutMs?: number;
-  /**
-   * How long a peer's READ naming a grant this agent has not created yet waits for it
-   * before being refused (0 = refuse at once). Default 5000 ms.
-   */
-  readonly grantWaitMs?: number;
-  /** READs one peer may have waiting for grants at once. Default 256. */
-  readonly maxWaitingReadsPerPeer?: number;
-  /** Test-only hooks. */
-  readonly testHooks?: { readonly outgoing?: OutgoingHook };
-}
-
-export interface PostOptions {
-  /** Delivered to the remote agent once the transfer completed successfully. */
-  readonly notification?: string;
-  /** READ only: the grant of the remote owner that covers the blocks. */
-  readonly grantKey?: string;
-}
 
 interface Tracked {
   readonly transfer: OutboundTransfer;
   readonly peer: OutboundPeer;
 }
 
-export class TransferAgent {
+export class InThreadTransferAgent implements TransferAgent {
   readonly name: string;
   readonly engineId: string;
   readonly tpRank: number;
@@ -94,18 +63,10 @@ export class TransferAgent {
   readonly #notifications: Notification[] = [];
   readonly #waiters = new Map<number, (() => void)[]>();
   readonly #stats = new TransferStats();
+  #observer: AgentObserver = {};
   #nextId = 1;
   #port = 0;
   #closed = false;
-
-  /**
-   * True when a transfer failed only because the remote owner had not created the named
-   * grant yet (it waited and gave up): posting it again may succeed. A grant that was
-   * revoked or expired is never retryable.
-   */
-  static isRetryableRefusal(reason: string | undefined): boolean {
-    return reason !== undefined && isNotYetGrantedRefusal(reason);
-  }
 
   private constructor(opts: TransferAgentOptions) {
     this.#opts = opts;
@@ -115,16 +76,15 @@ export class TransferAgent {
     this.#backends = resolveBackends(opts.backends);
     const shmDir = opts.shmDir ?? defaultShmDir();
     this.#hostId = localHostId(shmDir);
+    checkAgentOptions(opts);
     const chunkBytes = opts.chunkBytes ?? 4 << 20;
-    if (chunkBytes > MAX_PAYLOAD_BYTES) throw new RangeError(`chunkBytes must be ≤ ${MAX_PAYLOAD_BYTES}`);
-    const waitMs = opts.grantWaitMs;
-    if (waitMs !== undefined && !(Number.isFinite(waitMs) && waitMs >= 0 && waitMs <= 2 ** 31 - 1)) {
-      throw new RangeError(`grantWaitMs must be between 0 and ${2 ** 31 - 1}, got ${waitMs}`);
-    }
-    this.#grants = new GrantTable({
-      ...(opts.grantWaitMs === undefined ? {} : { waitMs: opts.grantWaitMs }),
-      ...(opts.maxWaitingReadsPerPeer === undefined ? {} : { maxPerPeer: opts.maxWaitingReadsPerPeer }),
-    });
+    this.#grants = new GrantTable(
+      {
+        ...(opts.grantWaitMs === undefined ? {} : { waitMs: opts.grantWaitMs }),
+        ...(opts.maxWaitingReadsPerPeer === undefined ? {} : { maxPerPeer: opts.maxWaitingReadsPerPeer }),
+      },
+      (count) => this.#observer.waitingReads?.(count),
+    );
     this.#core = {
       agentName: this.name,
       engineId: this.engineId,
@@ -133,10 +93,14 @@ export class TransferAgent {
       ringBytes: opts.ringBytes ?? 64 << 20,
       chunkBytes,
       handshakeTimeoutMs: opts.connectTimeoutMs ?? 5000,
+      offerKv: opts.offerKvMapping ?? true,
       regions: this.#regions,
       grants: this.#grants,
       outgoingHook: opts.testHooks?.outgoing,
-      deliver: (n) => this.#notifications.push(n),
+      deliver: (n) => {
+        this.#notifications.push(n);
+        this.#observer.notification?.();
+      },
     };
     // Paused on accept so the socket can be re-wrapped to read payloads in place (WRITE data).
     this.#server = createServer({ pauseOnConnect: true }, (accepted) => {
@@ -152,8 +116,8 @@ export class TransferAgent {
   }
 
   /** Creates the agent and binds its listener (the bound port is what metadata advertises). */
-  static async create(opts: TransferAgentOptions): Promise<TransferAgent> {
-    const agent = new TransferAgent(opts);
+  static async create(opts: TransferAgentOptions): Promise<InThreadTransferAgent> {
+    const agent = new InThreadTransferAgent(opts);
     const host = opts.host ?? '127.0.0.1';
     const port = opts.port ?? 0;
     await new Promise<void>((resolve, reject) => {
@@ -175,34 +139,13 @@ export class TransferAgent {
   }
 
   registerMemory(regions: readonly MemoryRegion[]): void {
-    for (const r of regions) {
-      const ok =
-        Number.isSafeInteger(r.id) &&
-        Number.isSafeInteger(r.blockBytes) &&
-        r.blockBytes > 0 &&
-        Number.isSafeInteger(r.numBlocks) &&
-        r.numBlocks > 0 &&
-        r.bytes.length >= r.blockBytes * r.numBlocks;
-      if (!ok) {
-        throw new KVError(
-          'TRANSFER_BAD_REGION',
-          `region ${r.id} is inconsistent: ${r.bytes.length} bytes for ${r.numBlocks} blocks of ${r.blockBytes}`,
-          {
-            hint: 'A region must hold numBlocks × blockBytes bytes, with positive integer sizes.',
-          },
-        );
-      }
-      if (r.blockBytes > MAX_PAYLOAD_BYTES) {
-        throw new KVError(
-          'TRANSFER_BAD_REGION',
-          `block of ${r.blockBytes} bytes exceeds ${MAX_PAYLOAD_BYTES}`,
-          {
-            hint: 'Use a smaller KV block size.',
-          },
-        );
-      }
-      this.#regions.set(r.id, r);
-    }
+    checkRegions(regions);
+    for (const r of regions) this.#regions.set(r.id, r);
+  }
+
+  /** Lets the agent thread hear of notifications and waiting READs as they happen. */
+  observe(observer: AgentObserver): void {
+    this.#observer = observer;
   }
 
   metadata(): AgentMetadata {
@@ -227,13 +170,7 @@ export class TransferAgent {
 
   /** Registers a peer's metadata; returns its agent name (the handle for read/write). */
   addRemoteAgent(meta: AgentMetadata): string {
-    if (meta.protocolVersion !== TRANSFER_PROTOCOL_VERSION) {
-      throw new KVError(
-        'TRANSFER_PROTOCOL_MISMATCH',
-        `remote agent ${meta.agentName} speaks transfer protocol ${meta.protocolVersion}, this agent ${TRANSFER_PROTOCOL_VERSION}`,
-        { hint: 'Run the same kvconnect version on both engines.' },
-      );
-    }
+    checkProtocol(meta);
     // The same metadata again (a repeated handshake) keeps the live connection and its transfers.
     if (JSON.stringify(this.#remotes.get(meta.agentName)) === JSON.stringify(meta)) return meta.agentName;
     const old = this.#peers.get(meta.agentName);
@@ -251,24 +188,19 @@ export class TransferAgent {
     this.#remotes.delete(name);
   }
 
-  /** Which transport reaches this remote agent (tcp or shm). */
-  transportFor(name: string): 'tcp' | 'shm' {
+  transportFor(name: string): TransportName {
     const meta = this.#remotes.get(name);
     if (!meta) throw unreachable(name);
     return chooseTransport(this.#backends, this.#hostId, meta);
   }
 
-  read(
-    remoteAgent: string,
-    descs: readonly DescPair[] | readonly BlockListPair[],
-    options: PostOptions = {},
-  ): TransferHandle {
+  read(remoteAgent: string, descs: Descriptors, options: PostOptions = {}): TransferHandle {
     return this.#post('READ', remoteAgent, descs, options);
   }
 
   write(
     remoteAgent: string,
-    descs: readonly DescPair[] | readonly BlockListPair[],
+    descs: Descriptors,
     options: Omit<PostOptions, 'grantKey'> = {},
   ): TransferHandle {
     return this.#post('WRITE', remoteAgent, descs, options);
@@ -277,12 +209,11 @@ export class TransferAgent {
   #post(
     kind: 'READ' | 'WRITE',
     remoteAgent: string,
-    input: readonly DescPair[] | readonly BlockListPair[],
+    input: Descriptors,
     options: PostOptions,
   ): TransferHandle {
     const started = performance.now();
-    if (this.#closed)
-      throw new KVError('TRANSFER_CLOSED', 'transfer agent is closed', { hint: 'Create a new agent.' });
+    if (this.#closed) throw closedError();
     const meta = this.#remotes.get(remoteAgent);
     if (!meta) throw unreachable(remoteAgent);
     const descs = prepareDescriptors(kind, input, this.#regions, meta);
@@ -299,6 +230,7 @@ export class TransferAgent {
       postedAt: started,
       deadline: started + timeout,
       postSeconds: 0,
+      heldSeconds: 0,
       incoming: new IncomingRuns(
         descs.map((d) => ({ region: d.localRegion, first: d.localFirst, count: d.count })),
         this.#regions,
@@ -328,7 +260,8 @@ export class TransferAgent {
     this.#waiters.delete(t.id);
     if (t.state === 'DONE') {
       const duration = ((t.finishedAt ?? performance.now()) - t.postedAt) / 1000;
-      this.#stats.recordSuccess(duration, t.postSeconds, t.bytes, t.descs.length);
+      const wire = Math.max(0, duration - t.heldSeconds);
+      this.#stats.recordSuccess(duration, wire, t.postSeconds, t.bytes, t.descs.length);
     } else {
       this.#stats.recordFailedTransfer();
     }
@@ -341,28 +274,18 @@ export class TransferAgent {
 
   status(handle: TransferHandle): TransferStatus {
     const tracked = this.#transfers.get(handle.id);
-    if (!tracked) {
-      throw new KVError(
-        'TRANSFER_UNKNOWN_HANDLE',
-        `transfer handle ${handle.id} is unknown or was released`,
-        {
-          hint: 'Poll only handles returned by read()/write() and not yet released.',
-        },
-      );
-    }
+    if (!tracked) throw unknownHandle(handle.id);
     const t = tracked.transfer;
     if (t.state === 'PROC' && performance.now() > t.deadline) tracked.peer.expire(t);
-    if (t.state !== 'ERR') return { state: t.state, failed: [], failedBlockIds: [] };
-    const ids = [...new Set(t.failed.flatMap((f) => f.blockIds))].sort((a, b) => a - b);
-    return { state: 'ERR', failed: t.failed, failedBlockIds: ids, reason: t.reason ?? 'transfer failed' };
+    if (t.state === 'DONE') return DONE_STATUS;
+    if (t.state === 'PROC') return PROC_STATUS;
+    return errStatus(t.failed, t.reason ?? 'transfer failed');
   }
 
-  /** Forgets a finished transfer (NIXL's release_xfer_handle). */
   releaseHandle(handle: TransferHandle): void {
     this.#transfers.delete(handle.id);
   }
 
-  /** Resolves when the transfer leaves PROC (DONE or ERR, including its deadline passing). */
   waitFor(handle: TransferHandle): Promise<TransferStatus> {
     const first = this.status(handle);
     const tracked = this.#transfers.get(handle.id)!;
@@ -384,7 +307,6 @@ export class TransferAgent {
     });
   }
 
-  /** Sends a notification; resolves when written, rejects (and counts a failure) if unreachable. */
   async sendNotification(remoteAgent: string, message: string): Promise<void> {
     const meta = this.#remotes.get(remoteAgent);
     try {
@@ -419,26 +341,25 @@ export class TransferAgent {
     this.#grants.add(kind, key, spec);
   }
 
-  /** READs of peers currently waiting for a grant of this agent to appear. */
   get waitingReads(): number {
     return this.#grants.waiting;
   }
 
-  /**
-   * Revokes the read and write grants named `key`; true if one existed. A READ naming the
-   * key afterwards (or waiting for it) is refused at once.
-   */
+  /** A READ naming the key afterwards (or waiting for it) is refused at once. */
   revokeGrant(key: string): boolean {
     const r = this.#grants.revoke('read', key);
     const w = this.#grants.revoke('write', key);
     return r || w;
   }
 
-  /** Extends (or shortens) a lease; true if a grant with this key exists. */
   renewGrant(key: string, expiresAt: number): boolean {
     const r = this.#grants.renew('read', key, expiresAt);
     const w = this.#grants.renew('write', key, expiresAt);
     return r || w;
+  }
+
+  settled(): Promise<void> {
+    return Promise.resolve();
   }
 
   getStats(): TransferStatsSnapshot {

@@ -5,9 +5,9 @@
  * per-block verdict, so a bad checksum or a missing chunk fails exactly those blocks.
  */
 import { blockChecksum } from './checksum.ts';
-import { ProtocolError } from './connection.ts';
-import type { FrameHeader } from './framing.ts';
-import { intField, type PeerLink } from './peer-link.ts';
+import type { DataFrame } from './frames.ts';
+import type { PeerLink } from './peer-link.ts';
+import { ProtocolError } from './protocol-error.ts';
 import type { FailedBlocks, MemoryRegion } from './types.ts';
 
 export interface BlockRun {
@@ -27,10 +27,19 @@ export class PermissionEndedError extends Error {
   override readonly name = 'PermissionEndedError';
 }
 
+export interface SendOptions {
+  readonly hook?: OutgoingHook | undefined;
+  /** A READ's arrival: the time it waited goes in the first frame. */
+  readonly heldSince?: number | undefined;
+  /** Asked for each chunk just before its blocks are read (see sendRuns). */
+  readonly allowed?: SendPermission | undefined;
+}
+
 /**
  * Queues the chunks of `runs`; each reads its blocks only when its turn to leave comes
- * (after back-pressure), so `allowed` is asked again then: blocks whose grant has ended
- * may already hold another request's data and are never read or sent.
+ * (after back-pressure), so `allowed` is asked again then (and, for a chunk a same-host
+ * peer copies from our mapped memory, once more right before it is hashed): blocks whose
+ * grant has ended may already hold another request's data and are never read or sent.
  */
 export function sendRuns(
   link: PeerLink,
@@ -38,10 +47,10 @@ export function sendRuns(
   chunkBytes: number,
   xferId: number,
   runs: readonly BlockRun[],
-  hook?: OutgoingHook,
-  allowed?: SendPermission,
+  { hook, heldSince, allowed }: SendOptions = {},
 ): Promise<void> {
   let last: Promise<void> = Promise.resolve();
+  let first = true;
   runs.forEach((run, d) => {
     const region = regions.get(run.region)!;
     const bb = region.blockBytes;
@@ -50,16 +59,25 @@ export function sendRuns(
       const n = Math.min(perChunk, run.count - o);
       const start = (run.first + o) * bb;
       const view = region.bytes.subarray(start, start + n * bb);
+      const held =
+        first && heldSince !== undefined ? { held: Math.round((performance.now() - heldSince) * 1000) } : {};
+      first = false;
       const chunk: BlockRun = { region: run.region, first: run.first + o, count: n };
-      last = link.sendData(() => {
+      const check = (): void => {
         const refusal = allowed?.(chunk);
         if (refusal) throw new PermissionEndedError(refusal);
+      };
+      last = link.sendData(() => {
+        check();
         return {
-          header: { t: 'data', x: xferId, d, o, n },
+          header: { type: 'data', xfer: xferId, run: d, block: o, count: n, ...held },
+          region: run.region,
+          offset: start,
           view,
           wire: hook ? hook(view, chunk) : view,
           blockBytes: bb,
           count: n,
+          ...(allowed ? { check } : {}),
         };
       });
     }
@@ -75,8 +93,8 @@ function checksumsFrom(view: Uint8Array, bb: number, upTo: number, sums: number[
 
 /** The frame being received: checksums of its blocks are computed as each block lands. */
 interface PartialFrame {
-  readonly d: number;
-  readonly o: number;
+  readonly run: number;
+  readonly block: number;
   readonly view: Uint8Array;
   readonly blockBytes: number;
   readonly sums: number[];
@@ -101,16 +119,13 @@ export class IncomingRuns {
   }
 
   /** The local view a data frame fills, after checking it names blocks of this transfer. */
-  destination(h: FrameHeader): Uint8Array {
-    const d = intField(h, 'd');
-    const o = intField(h, 'o');
-    const n = intField(h, 'n');
-    const run = this.#runs[d];
-    if (!run || n === 0 || o + n > run.count) throw new ProtocolError(`data frame outside descriptor ${d}`);
+  destination(f: DataFrame): Uint8Array {
+    const run = this.#runs[f.run];
+    if (!run || f.block + f.count > run.count) throw new ProtocolError(`data frame outside run ${f.run}`);
     const region = this.#regions.get(run.region)!;
-    const start = (run.first + o) * region.blockBytes;
-    const view = region.bytes.subarray(start, start + n * region.blockBytes);
-    this.#partial = { d, o, view, blockBytes: region.blockBytes, sums: [] };
+    const start = (run.first + f.block) * region.blockBytes;
+    const view = region.bytes.subarray(start, start + f.count * region.blockBytes);
+    this.#partial = { run: f.run, block: f.block, view, blockBytes: region.blockBytes, sums: [] };
     return view;
   }
 
@@ -125,24 +140,25 @@ export class IncomingRuns {
     return this.#partial?.blockBytes ?? 0;
   }
 
-  /** Records the verdict for the blocks of a landed frame (`complete` false = short read). */
-  landed(h: FrameHeader, view: Uint8Array, complete: boolean): void {
-    const d = h['d'] as number;
-    const o = h['o'] as number;
-    const n = h['n'] as number;
-    const c = h['c'];
-    const bb = this.#regions.get(this.#runs[d]!.region)!.blockBytes;
+  /**
+   * Records the verdict for the blocks of a landed frame (`complete` false = short read).
+   * `landedSums` are the checksums of the landed bytes when the caller computed them while
+   * copying; otherwise they are computed here.
+   */
+  landed(f: DataFrame, view: Uint8Array, complete: boolean, landedSums?: readonly number[]): void {
+    const bb = this.#regions.get(this.#runs[f.run]!.region)!.blockBytes;
     const p = this.#partial;
     this.#partial = null;
-    const early = p !== null && p.d === d && p.o === o && p.view === view ? p.sums : [];
-    const sums = complete && Array.isArray(c) && c.length === n ? checksumsFrom(view, bb, n, early) : null;
-    const state = this.#state[d]!;
-    for (let i = 0; i < n; i++) {
-      if (state[o + i] === PENDING) this.#remaining--;
-      state[o + i] = sums !== null && sums[i] === (c as unknown[])[i] ? OK : BAD;
+    const early = p !== null && p.run === f.run && p.block === f.block && p.view === view ? p.sums : [];
+    const sums = !complete ? null : (landedSums ?? checksumsFrom(view, bb, f.count, early));
+    const state = this.#state[f.run]!;
+    for (let i = 0; i < f.count; i++) {
+      if (state[f.block + i] === PENDING) this.#remaining--;
+      state[f.block + i] = sums !== null && sums[i] === f.sums[i] ? OK : BAD;
     }
   }
 
+  /** Every block has landed (verified or not). */
   get complete(): boolean {
     return this.#remaining === 0;
   }

@@ -1,7 +1,7 @@
 /**
  * Per-block checksum: a 53-bit multiply–xorshift hash over 32 u32 lanes. Three
  * implementations give identical values, the first available is used:
- * - the optional native addon (native/kvshm.c, `hash`/`hashBlocks`), which reads the block
+ * - the optional native addon (native/kvhash.c, `hash`/`hashBlocks`/`copyHash`), which reads the block
  *   in place, SharedArrayBuffer included (off with KVCONNECT_DISABLE_NATIVE_HASH=1, or with
  *   KVCONNECT_DISABLE_NATIVE=1 which turns off the whole addon);
  * - WebAssembly SIMD (8 × i32x4) emitted by wasm-hash-module.ts. WASM cannot read the
@@ -18,8 +18,9 @@
  * 2^-32 for the same kind of multi-burst damage.
  */
 
-import { nativeAddon } from '../util/native-addon.ts';
+import { nativeFunctions } from '../util/native-addon.ts';
 import { foldLanes, initLanes, referenceHash } from './checksum-reference.ts';
+import { copyBytes } from './copy-bytes.ts';
 import {
   DATA_OFFSET,
   hashModuleBytes,
@@ -56,20 +57,17 @@ function instantiate(): WasmHasher | null {
   }
 }
 
-/** The hash exports of native/kvshm.c (absent from an addon built before them). */
+/** The hash exports of native/kvhash.c (absent from an addon built before them). */
 interface NativeHash {
   hash(bytes: Uint8Array): number;
   hashBlocks(bytes: Uint8Array, blockBytes: number, count: number, out: Float64Array): void;
+  copyHash(dst: Uint8Array, src: Uint8Array, blockBytes: number, count: number, out: Float64Array): void;
 }
 
-function nativeHasher(): NativeHash | null {
-  if (process.env['KVCONNECT_DISABLE_NATIVE_HASH'] === '1') return null;
-  const mod = nativeAddon as Partial<NativeHash> | null;
-  if (typeof mod?.hash !== 'function' || typeof mod.hashBlocks !== 'function') return null;
-  return mod as NativeHash;
-}
-
-const native = nativeHasher();
+const native =
+  process.env['KVCONNECT_DISABLE_NATIVE_HASH'] === '1'
+    ? null
+    : nativeFunctions<NativeHash>('hash', 'hashBlocks', 'copyHash');
 const wasm = instantiate();
 
 /** Which implementation runs here. */
@@ -115,4 +113,24 @@ export function blockChecksums(bytes: Uint8Array, blockBytes: number, count: num
   for (let i = 0; i < count; i++)
     out[i] = blockChecksum(bytes.subarray(i * blockBytes, (i + 1) * blockBytes));
   return out;
+}
+
+/**
+ * Copies `count` blocks of `src` into `dst` and returns the checksums of what was copied. The
+ * native path hashes each word as it stores it (one pass over memory, streaming stores), so
+ * the copy is exactly what was hashed; without it, a copy then a hash.
+ */
+export function copyAndChecksum(
+  dst: Uint8Array,
+  src: Uint8Array,
+  blockBytes: number,
+  count: number,
+): number[] {
+  if (native && count > 0 && blockBytes * count <= Math.min(dst.length, src.length)) {
+    if (batchOut.length < count) batchOut = new Float64Array(count);
+    native.copyHash(dst, src, blockBytes, count, batchOut);
+    return Array.from(batchOut.subarray(0, count));
+  }
+  copyBytes(dst, src.subarray(0, blockBytes * count));
+  return blockChecksums(dst, blockBytes, count);
 }

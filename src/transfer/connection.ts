@@ -5,14 +5,17 @@
  */
 import { Socket } from 'node:net';
 import { getLogger } from '../logging/logger.ts';
-import { encodePrefixAndHeader, FrameDecoder, type FrameHeader, type FrameSink } from './framing.ts';
+import { drained } from '../util/drained.ts';
+import {
+  encodePrefixAndHeader,
+  FrameDecoder,
+  type FrameSink,
+  type Header,
+  type HeaderParser,
+} from './framing.ts';
+import { ProtocolError } from './protocol-error.ts';
 
 const log = getLogger('transfer');
-
-/** A peer broke the protocol (unexpected message, bad field): close its connection. */
-export class ProtocolError extends Error {
-  override readonly name = 'ProtocolError';
-}
 
 /**
  * send() asks the caller to wait once this much is queued in Node (not yet in the kernel).
@@ -23,19 +26,20 @@ export class ProtocolError extends Error {
  */
 const DRAIN_THRESHOLD = 4 << 20;
 
-export class FramedConnection {
+/** A framed socket whose protocol's messages are `F`; received headers are checked by `parse`. */
+export class FramedConnection<F extends Header> {
   readonly socket: Socket;
   readonly label: string;
-  readonly #decoder: FrameDecoder;
+  readonly #decoder: FrameDecoder<F>;
   #closed = false;
   #closeReason = '';
   readonly #closeListeners: ((reason: string) => void)[] = [];
 
-  constructor(socket: Socket, sink: FrameSink, label: string) {
+  constructor(socket: Socket, sink: FrameSink<F>, parse: HeaderParser<F>, label: string) {
     this.socket = socket;
     this.label = label;
     socket.setNoDelay(true);
-    this.#decoder = new FrameDecoder(sink);
+    this.#decoder = new FrameDecoder(sink, parse);
     socket.on('data', (chunk: Buffer) => this.feed(chunk));
     socket.on('error', (e) => {
       if (!this.#closed) this.#closeReason = e.message;
@@ -74,25 +78,20 @@ export class FramedConnection {
   }
 
   /** Writes one frame; resolves at once unless the socket buffer is over the drain threshold. */
-  send(header: FrameHeader, payload: readonly Uint8Array[] = []): Promise<void> | undefined {
+  send(header: F, payload: readonly Uint8Array[] = []): Promise<void> | undefined {
     if (this.#closed) throw new ProtocolError(`connection ${this.label} is closed: ${this.#closeReason}`);
     let length = 0;
     for (const p of payload) length += p.length;
     const s = this.socket;
-    s.cork();
-    s.write(encodePrefixAndHeader(header, length));
-    for (const p of payload) s.write(p);
-    s.uncork();
-    if (s.writableLength < DRAIN_THRESHOLD) return undefined;
-    return new Promise((resolve) => {
-      const done = (): void => {
-        s.off('drain', done);
-        s.off('close', done);
-        resolve();
-      };
-      s.on('drain', done);
-      s.on('close', done);
-    });
+    if (payload.length === 0) {
+      s.write(encodePrefixAndHeader(header, 0));
+    } else {
+      s.cork();
+      s.write(encodePrefixAndHeader(header, length));
+      for (const p of payload) s.write(p);
+      s.uncork();
+    }
+    return s.writableLength < DRAIN_THRESHOLD ? undefined : drained(s);
   }
 
   close(reason: string): void {
@@ -116,7 +115,7 @@ export class FramedConnection {
  * received; other bytes go through a reused scratch buffer. Only sockets we create with
  * net.connect can take this option (accepted sockets cannot).
  */
-export function zeroCopyRead(connection: () => FramedConnection | undefined): {
+export function zeroCopyRead(connection: () => FramedConnection<Header> | undefined): {
   buffer: () => Uint8Array;
   callback: (n: number, buf: Uint8Array) => boolean;
 } {

@@ -1,6 +1,6 @@
 /** Descriptor validation and coalescing of block lists into contiguous runs. */
 import { KVError } from '../errors/index.ts';
-import { MAX_DESCRIPTORS } from './agent-core.ts';
+import { MAX_DESCRIPTORS } from './frames.ts';
 import type { AgentMetadata, BlockListPair, DescPair, RegionGeometry } from './types.ts';
 
 /** Pairs local and remote block ids element by element and merges runs contiguous on both sides. */
@@ -85,6 +85,18 @@ function isBlockLists(x: readonly DescPair[] | readonly BlockListPair[]): x is r
   return x.length > 0 && 'localBlockIds' in (x[0] as object);
 }
 
+const geometries = new WeakMap<AgentMetadata, ReadonlyMap<number, RegionGeometry>>();
+
+/** A peer's regions by id, built once per metadata object (a post is on the latency path). */
+function geometryOf(remote: AgentMetadata): ReadonlyMap<number, RegionGeometry> {
+  let g = geometries.get(remote);
+  if (!g) {
+    g = new Map(remote.regions.map((r) => [r.id, r]));
+    geometries.set(remote, g);
+  }
+  return g;
+}
+
 /**
  * What every agent does before posting a READ or WRITE: coalesce block lists into runs,
  * bound the descriptor count, and bounds-check both sides against the registered regions.
@@ -101,7 +113,6 @@ export function prepareDescriptors(
       hint: `Pass between 1 and ${MAX_DESCRIPTORS} descriptors (contiguous block runs) per transfer.`,
     });
   }
-  const remoteGeometry = new Map<number, RegionGeometry>(remote.regions.map((r) => [r.id, r]));
-  validateDescPairs(descs, local, remoteGeometry);
+  validateDescPairs(descs, local, geometryOf(remote));
   return descs;
 }

@@ -12,6 +12,8 @@
  * Lengths are checked against hard limits before anything is allocated; a violation
  * throws FramingError and the caller closes that connection.
  */
+import { copyBytes } from './copy-bytes.ts';
+
 export const FRAME_MAGIC = 0x4b565846; // 'KVXF'
 export const FRAME_VERSION = 1;
 export const PREFIX_BYTES = 16;
@@ -22,10 +24,15 @@ export class FramingError extends Error {
   override readonly name = 'FramingError';
 }
 
-/** A decoded header: `t` is the message type; the rest depends on it. */
-export type FrameHeader = { readonly t: string } & Record<string, unknown>;
+/** What every header has on the wire: its message type (frames.ts lists the messages). */
+export interface Header {
+  readonly type: string;
+}
 
-export function encodePrefixAndHeader(header: FrameHeader, payloadLength: number): Buffer {
+/** Turns a decoded JSON object into a checked message, or throws (the connection is then closed). */
+export type HeaderParser<H extends Header> = (raw: Readonly<Record<string, unknown>>) => H;
+
+export function encodePrefixAndHeader(header: Header, payloadLength: number): Buffer {
   if (payloadLength < 0 || payloadLength > MAX_PAYLOAD_BYTES) {
     throw new FramingError(`payload of ${payloadLength} bytes exceeds ${MAX_PAYLOAD_BYTES}`);
   }
@@ -41,33 +48,35 @@ export function encodePrefixAndHeader(header: FrameHeader, payloadLength: number
   return out;
 }
 
-export interface FrameSink {
+export interface FrameSink<H extends Header> {
   /**
    * Called once the header is parsed and before any payload byte arrives: return the view
    * the payload must land in (exactly payloadLength bytes), or null to discard it.
    */
-  destination(header: FrameHeader, payloadLength: number): Uint8Array | null;
+  destination(header: H, payloadLength: number): Uint8Array | null;
   /** Called when the whole frame has arrived; `payload` is the view from destination(). */
-  frame(header: FrameHeader, payload: Uint8Array | null): void;
+  frame(header: H, payload: Uint8Array | null): void;
   /** Optional: `filled` payload bytes of the current frame have landed (lets checksums run while data is hot). */
-  progress?(header: FrameHeader, filled: number): void;
+  progress?(header: H, filled: number): void;
 }
 
 type Phase = 'prefix' | 'header' | 'payload';
 
 /** Incremental decoder: feed socket chunks; payload bytes are copied once, into the sink's view. */
-export class FrameDecoder {
-  readonly #sink: FrameSink;
+export class FrameDecoder<H extends Header> {
+  readonly #sink: FrameSink<H>;
+  readonly #parse: HeaderParser<H>;
   #phase: Phase = 'prefix';
   readonly #prefix = Buffer.alloc(PREFIX_BYTES);
   #header: Buffer = Buffer.alloc(0);
-  #parsed: FrameHeader | null = null;
+  #parsed: H | null = null;
   #filled = 0;
   #payloadLength = 0;
   #dest: Uint8Array | null = null;
 
-  constructor(sink: FrameSink) {
+  constructor(sink: FrameSink<H>, parse: HeaderParser<H>) {
     this.#sink = sink;
+    this.#parse = parse;
   }
 
   push(chunk: Uint8Array): void {
@@ -87,7 +96,7 @@ export class FrameDecoder {
         if (this.#filled === this.#header.length) this.#onHeader();
       } else {
         const n = Math.min(this.#payloadLength - this.#filled, chunk.length - pos);
-        this.#dest?.set(chunk.subarray(pos, pos + n), this.#filled);
+        if (this.#dest !== null) copyBytes(this.#dest, chunk.subarray(pos, pos + n), this.#filled);
         this.#filled += n;
         pos += n;
         this.#progress();
@@ -139,10 +148,15 @@ export class FrameDecoder {
     } catch {
       throw new FramingError('header is not valid JSON');
     }
-    if (typeof parsed !== 'object' || parsed === null || typeof (parsed as { t?: unknown }).t !== 'string') {
+    if (
+      typeof parsed !== 'object' ||
+      parsed === null ||
+      Array.isArray(parsed) ||
+      typeof (parsed as { type?: unknown }).type !== 'string'
+    ) {
       throw new FramingError('header has no message type');
     }
-    this.#parsed = parsed as FrameHeader;
+    this.#parsed = this.#parse(parsed as Record<string, unknown>);
     this.#dest = this.#sink.destination(this.#parsed, this.#payloadLength);
     if (this.#dest !== null && this.#dest.length !== this.#payloadLength) {
       throw new FramingError('payload destination has the wrong size');

@@ -75,9 +75,13 @@ export class GrantTable {
   readonly #parked = new Map<string, { reads: number; runs: number }>();
   readonly #revokeListeners = new Set<(kind: GrantKind) => void>();
   readonly limits: GrantWaitLimits;
+  readonly #onWaiting: ((count: number) => void) | undefined;
+  #waiting = 0;
 
-  constructor(limits: Partial<GrantWaitLimits> = {}) {
+  /** `onWaiting` hears the number of waiting READs each time it changes. */
+  constructor(limits: Partial<GrantWaitLimits> = {}, onWaiting?: (count: number) => void) {
     this.limits = { ...DEFAULT_GRANT_WAIT, ...limits };
+    this.#onWaiting = onWaiting;
   }
 
   add(kind: GrantKind, key: string, spec: GrantSpec): void {
@@ -123,9 +127,7 @@ export class GrantTable {
 
   /** READs currently waiting for a grant to appear. */
   get waiting(): number {
-    let n = 0;
-    for (const set of this.#waiters.values()) n += set.size;
-    return n;
+    return this.#waiting;
   }
 
   /**
@@ -197,6 +199,7 @@ export class GrantTable {
     timer.unref();
     const waiter: Waiter = { requester, runs, done, timer };
     set.add(waiter);
+    this.#onWaiting?.(++this.#waiting);
     return () => {
       this.#unpark(k, waiter);
     };
@@ -207,6 +210,7 @@ export class GrantTable {
     const set = this.#waiters.get(k);
     if (!set?.delete(w)) return false;
     if (set.size === 0) this.#waiters.delete(k);
+    this.#onWaiting?.(--this.#waiting);
     clearTimeout(w.timer);
     const quota = this.#parked.get(w.requester.agentName);
     if (quota) {

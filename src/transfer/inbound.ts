@@ -4,21 +4,23 @@
  * A READ whose named grant does not exist yet is parked until the grant appears (bounded).
  */
 import type { Socket } from 'node:net';
-import { basename, dirname } from 'node:path';
 import { getLogger } from '../logging/logger.ts';
 import type { AgentCore } from './agent-core.ts';
-import { MAX_DESCRIPTORS } from './agent-core.ts';
 import { authProof, newNonce, verifyProof } from './auth.ts';
 import { type BlockRun, IncomingRuns, PermissionEndedError, sendRuns } from './block-io.ts';
-import { FramedConnection, ProtocolError } from './connection.ts';
+import { FramedConnection } from './connection.ts';
 import { checkRun } from './descriptors.ts';
-import type { FrameHeader } from './framing.ts';
+import { type AgentFrame, type DataFrame, parseAgentFrame, type WireRun } from './frames.ts';
 import type { GrantKind } from './grants.ts';
-import { intField, optionalString, PeerLink, stringField } from './peer-link.ts';
-import { ShmRingReader, ShmRingWriter } from './shm-ring.ts';
+import { exposedRegions, PeerKvMap } from './kv-map.ts';
+import { PeerLink } from './peer-link.ts';
+import { ProtocolError } from './protocol-error.ts';
+import { checkRingPath, ShmRingReader, ShmRingWriter } from './shm-ring.ts';
 import type { RegionGeometry } from './types.ts';
 
 const log = getLogger('transfer');
+
+type Hello = Extract<AgentFrame, { type: 'hello' }>;
 
 interface IncomingWrite {
   readonly runs: IncomingRuns;
@@ -30,20 +32,20 @@ interface IncomingWrite {
 
 export class InboundSession {
   readonly #core: AgentCore;
-  readonly #conn: FramedConnection;
+  readonly #conn: FramedConnection<AgentFrame>;
   readonly #nonce = newNonce();
   #link: PeerLink | null = null;
   #peer: { agentName: string; engineId: string } | null = null;
   readonly #writes = new Map<number, IncomingWrite | null>();
   /** READs waiting for their grant to appear, by transfer id: the cancel of each. */
   readonly #parked = new Map<number, () => void>();
-  /** The blocks a WRITE data frame is landing in right now (its payload is split across reads). */
+  /** The blocks a tcp WRITE data frame is landing in right now (its payload is split across reads). */
   #landing: BlockRun | null = null;
 
   constructor(core: AgentCore, socket: Socket) {
     this.#core = core;
     const label = `${socket.remoteAddress}:${socket.remotePort}→${core.agentName}`;
-    this.#conn = new FramedConnection(socket, this.#sink(), label);
+    this.#conn = new FramedConnection(socket, this.#sink(), parseAgentFrame, label);
     const timer = setTimeout(() => {
       if (this.#peer) return;
       log.warn('closing connection %s: no handshake within %d ms', label, core.handshakeTimeoutMs);
@@ -65,238 +67,245 @@ export class InboundSession {
       for (const cancel of this.#parked.values()) cancel();
       this.#parked.clear();
     });
-    this.#conn.send({ t: 'challenge', nonce: this.#nonce, auth: core.secret !== undefined });
+    this.#conn.send({ type: 'challenge', nonce: this.#nonce, auth: core.secret !== undefined });
   }
 
-  get connection(): FramedConnection {
+  get connection(): FramedConnection<AgentFrame> {
     return this.#conn;
   }
 
   #sink() {
     return {
-      destination: (h: FrameHeader, length: number): Uint8Array | null => {
-        if (h.t !== 'data' || h['so'] !== undefined) {
-          if (length > 0) throw new ProtocolError(`unexpected payload on '${h.t}'`);
+      destination: (f: AgentFrame, length: number): Uint8Array | null => {
+        if (f.type !== 'data' || f.ring || f.src) {
+          if (length > 0) throw new ProtocolError(`unexpected payload on '${f.type}'`);
           return null;
         }
-        const w = this.#liveWrite(h);
+        const w = this.#liveWrite(f);
         if (!w) return null;
-        const view = w.runs.destination(h);
+        const view = w.runs.destination(f);
         if (view.length !== length) throw new ProtocolError('data payload length does not match its blocks');
-        this.#landing = frameRun(w, h);
+        this.#landing = frameRun(w, f);
         return view;
       },
-      progress: (h: FrameHeader, filled: number): void => {
-        this.#writes.get(h['x'] as number)?.runs.progress(filled);
+      progress: (f: AgentFrame, filled: number): void => {
+        if (f.type === 'data') this.#writes.get(f.xfer)?.runs.progress(filled);
       },
-      frame: (h: FrameHeader, payload: Uint8Array | null): void => {
+      frame: (f: AgentFrame, payload: Uint8Array | null): void => {
         this.#landing = null;
-        this.#onFrame(h, payload);
+        this.#onFrame(f, payload);
       },
     };
   }
 
   /** The WRITE a data frame belongs to, if its blocks are still granted (else it is ended). */
-  #liveWrite(h: FrameHeader): IncomingWrite | null {
-    const w = this.#writes.get(intField(h, 'x'));
+  #liveWrite(f: DataFrame): IncomingWrite | null {
+    const w = this.#writes.get(f.xfer);
     if (!w || w.ended !== null) return null;
-    const reason = this.#core.grants.check('write', this.#peer!, [frameRun(w, h)], undefined);
+    const reason = this.#core.grants.check('write', this.#peer!, [frameRun(w, f)], undefined);
     if (reason === null) return w;
     w.ended = reason;
-    log.warn('WRITE %d from %s: dropping the rest, %s', h['x'], this.#peer!.agentName, reason);
+    log.warn('WRITE %d from %s: dropping the rest, %s', f.xfer, this.#peer!.agentName, reason);
     return null;
   }
 
-  #onFrame(h: FrameHeader, payload: Uint8Array | null): void {
+  #onFrame(f: AgentFrame, payload: Uint8Array | null): void {
     if (!this.#peer) {
-      if (h.t !== 'hello') throw new ProtocolError(`'${h.t}' before the handshake`);
-      this.#onHello(h);
+      if (f.type !== 'hello') throw new ProtocolError(`'${f.type}' before the handshake`);
+      this.#onHello(f);
       return;
     }
     const link = this.#link!;
-    switch (h.t) {
+    switch (f.type) {
       case 'ready':
         link.ringOut?.unlink();
+        link.mappedByPeer = new Set(f.mapped ?? []);
         return;
       case 'read':
-        this.#onRead(link, h);
+        this.#onRead(link, f.xfer, f.runs, f.grant);
         return;
       case 'write':
-        this.#onWrite(link, h);
+        this.#onWrite(link, f.xfer, f.runs, f.notif);
         return;
       case 'data':
-        this.#onData(link, h, payload);
+        this.#onData(link, f, payload);
         return;
       case 'write_end':
-        this.#onWriteEnd(link, h);
+        this.#onWriteEnd(link, f.xfer);
         return;
       case 'notif':
-        this.#core.deliver({ agent: this.#peer.agentName, message: stringField(h, 'm') });
+        this.#core.deliver({ agent: this.#peer.agentName, message: f.message });
         return;
       case 'ack':
-        link.onAck(h);
+        link.onAck(f.count);
         return;
       default:
-        throw new ProtocolError(`unknown message '${h.t}'`);
+        throw new ProtocolError(`unexpected message '${f.type}'`);
     }
   }
 
-  #onHello(h: FrameHeader): void {
-    const agentName = stringField(h, 'agent');
-    const engineId = stringField(h, 'engine');
-    const clientNonce = stringField(h, 'nonce');
-    const transport = h['transport'] === 'shm' ? 'shm' : 'tcp';
+  #onHello(f: Hello): void {
     const secret = this.#core.secret;
-    if (secret !== undefined && !verifyProof(secret, 'client', this.#nonce, clientNonce, h['proof'])) {
-      log.warn('refusing agent %s: authentication failed', agentName);
-      this.#conn.send({ t: 'error', reason: 'authentication failed (shared secret mismatch)' });
+    if (secret !== undefined && !verifyProof(secret, 'client', this.#nonce, f.nonce, f.proof)) {
+      log.warn('refusing agent %s: authentication failed', f.agent);
+      this.#conn.send({ type: 'error', reason: 'authentication failed (shared secret mismatch)' });
       this.#conn.socket.end();
       return;
     }
-    const link = new PeerLink(this.#conn, transport);
-    if (transport === 'shm') {
-      const ring = stringField(h, 'ring');
-      if (dirname(ring) !== this.#core.shmDir || !/^kvconnect-[\w-]+\.ring$/.test(basename(ring))) {
-        throw new ProtocolError('shm ring path outside the staging directory');
-      }
-      link.ringIn = new ShmRingReader(ring);
+    const link = new PeerLink(this.#conn, f.transport);
+    let mapped: number[] | undefined;
+    if (f.transport === 'shm') {
+      link.ringIn = new ShmRingReader(checkRingPath(f.ring, this.#core.shmDir));
       link.ringOut = new ShmRingWriter(this.#core.shmDir, this.#core.ringBytes);
+      link.peerKv = f.kv ? PeerKvMap.map(f.kv) : null;
+      mapped = link.peerKv?.regions;
     }
     this.#link = link;
-    this.#peer = { agentName, engineId };
+    this.#peer = { agentName: f.agent, engineId: f.engine };
+    const offered =
+      f.transport === 'shm' && this.#core.offerKv ? exposedRegions(this.#core.regions.values()) : [];
     this.#conn.send({
-      t: 'welcome',
+      type: 'welcome',
       agent: this.#core.agentName,
-      ...(secret === undefined ? {} : { proof: authProof(secret, 'server', this.#nonce, clientNonce) }),
+      ...(secret === undefined ? {} : { proof: authProof(secret, 'server', this.#nonce, f.nonce) }),
       ...(link.ringOut ? { ring: link.ringOut.path } : {}),
+      ...(offered.length > 0 ? { kv: offered } : {}),
+      ...(mapped ? { mapped } : {}),
     });
   }
 
-  /** Parses [[region, first, count], ...] and bounds-checks it against local regions. */
-  #runs(h: FrameHeader): BlockRun[] {
-    const raw = h['descs'];
-    if (!Array.isArray(raw) || raw.length === 0 || raw.length > MAX_DESCRIPTORS) {
-      throw new ProtocolError('descs must be a non-empty array');
-    }
+  /** Bounds-checks the runs against local regions; null with the reason when one is outside them. */
+  #runs(wire: readonly WireRun[]): { runs: BlockRun[]; outside: string | null } {
     const geometry = this.#core.regions as ReadonlyMap<number, RegionGeometry>;
-    return raw.map((d: unknown) => {
-      if (!Array.isArray(d) || d.length !== 3) throw new ProtocolError('bad descriptor');
-      const [region, first, count] = d as [number, number, number];
-      checkRun(geometry, region, first, count, 'local');
-      return { region, first, count };
-    });
+    try {
+      const runs = wire.map(([region, first, count]) => {
+        checkRun(geometry, region, first, count, 'local');
+        return { region, first, count };
+      });
+      return { runs, outside: null };
+    } catch (e) {
+      return { runs: [], outside: e instanceof Error ? e.message : String(e) };
+    }
   }
 
-  #refusal(kind: GrantKind, h: FrameHeader): { runs: BlockRun[]; reason: string | null } {
-    let runs: BlockRun[];
-    try {
-      runs = this.#runs(h);
-    } catch (e) {
-      if (e instanceof ProtocolError) throw e;
-      return { runs: [], reason: e instanceof Error ? e.message : String(e) };
-    }
-    const reason = this.#core.grants.check(kind, this.#peer!, runs, optionalString(h, 'grant'));
+  #refusal(kind: GrantKind, wire: readonly WireRun[], grant: string | undefined) {
+    const { runs, outside } = this.#runs(wire);
+    const reason = outside ?? this.#core.grants.check(kind, this.#peer!, runs, grant);
     return { runs, reason };
   }
 
-  #onRead(link: PeerLink, h: FrameHeader): void {
-    const x = intField(h, 'x');
-    if (this.#parked.has(x)) throw new ProtocolError(`duplicate transfer id ${x}`);
-    const { runs, reason } = this.#refusal('read', h);
-    const key = optionalString(h, 'grant');
+  #onRead(link: PeerLink, xfer: number, wire: readonly WireRun[], key: string | undefined): void {
+    if (this.#parked.has(xfer)) throw new ProtocolError(`duplicate transfer id ${xfer}`);
+    const arrived = performance.now();
+    const { runs, reason } = this.#refusal('read', wire, key);
     if (reason === null) {
-      this.#serveRead(link, x, runs, key);
+      this.#serveRead(link, xfer, runs, key, arrived);
       return;
     }
     const grants = this.#core.grants;
     if (key !== undefined && runs.length > 0 && grants.awaitable('read', key)) {
       const parked = grants.park('read', key, this.#peer!, runs, (refusal) => {
-        this.#parked.delete(x);
+        this.#parked.delete(xfer);
         if (this.#conn.closed) return;
-        if (refusal === null) this.#serveRead(link, x, runs, key);
-        else this.#refuseRead(link, x, refusal);
+        if (refusal === null) this.#serveRead(link, xfer, runs, key, arrived);
+        else this.#refuseRead(link, xfer, refusal);
       });
       if (typeof parked === 'function') {
-        log.debug('READ %d from %s waits for read grant %s', x, this.#peer!.agentName, key);
-        this.#parked.set(x, parked);
+        log.debug('READ %d from %s waits for read grant %s', xfer, this.#peer!.agentName, key);
+        this.#parked.set(xfer, parked);
         return;
       }
-      this.#refuseRead(link, x, parked);
+      this.#refuseRead(link, xfer, parked);
       return;
     }
-    this.#refuseRead(link, x, reason);
+    this.#refuseRead(link, xfer, reason);
   }
 
-  #refuseRead(link: PeerLink, x: number, reason: string): void {
-    log.warn('refusing READ %d from %s: %s', x, this.#peer!.agentName, reason);
-    void link.sendControl({ t: 'xfer_err', x, reason: `READ refused: ${reason}` }).catch(() => {});
+  #refuseRead(link: PeerLink, xfer: number, reason: string): void {
+    log.warn('refusing READ %d from %s: %s', xfer, this.#peer!.agentName, reason);
+    void link.sendControl({ type: 'xfer_err', xfer, reason: `READ refused: ${reason}` }).catch(() => {});
   }
 
-  #serveRead(link: PeerLink, x: number, runs: readonly BlockRun[], key: string | undefined): void {
+  /**
+   * Sends every block, or closes the connection (so the reader never waits for a missing
+   * block), or, when the grant ends part-way, stops and tells the reader the READ failed.
+   */
+  #serveRead(
+    link: PeerLink,
+    xfer: number,
+    runs: readonly BlockRun[],
+    key: string | undefined,
+    arrived: number,
+  ): void {
     const c = this.#core;
     const peer = this.#peer!;
     const allowed = (run: BlockRun): string | null => c.grants.check('read', peer, [run], key);
-    void sendRuns(link, c.regions, c.chunkBytes, x, runs, c.outgoingHook, allowed)
-      .then(() => link.sendControl({ t: 'read_done', x }))
-      .catch((e: unknown) => {
-        if (!(e instanceof PermissionEndedError)) {
-          this.#conn.close(`serving READ ${x} failed: ${String(e)}`);
-          return;
-        }
-        log.warn('stopped serving READ %d to %s: %s', x, peer.agentName, e.message);
-        void link.sendControl({ t: 'xfer_err', x, reason: `READ aborted: ${e.message}` }).catch(() => {});
-      });
+    sendRuns(link, c.regions, c.chunkBytes, xfer, runs, {
+      hook: c.outgoingHook,
+      heldSince: arrived,
+      allowed,
+    }).catch((e: unknown) => {
+      if (!(e instanceof PermissionEndedError)) {
+        this.#conn.close(`serving READ ${xfer} failed: ${String(e)}`);
+        return;
+      }
+      log.warn('stopped serving READ %d to %s: %s', xfer, peer.agentName, e.message);
+      void link.sendControl({ type: 'xfer_err', xfer, reason: `READ aborted: ${e.message}` }).catch(() => {});
+    });
   }
 
-  #onWrite(link: PeerLink, h: FrameHeader): void {
-    const x = intField(h, 'x');
-    if (this.#writes.has(x)) throw new ProtocolError(`duplicate transfer id ${x}`);
-    const { runs, reason } = this.#refusal('write', h);
+  #onWrite(link: PeerLink, xfer: number, wire: readonly WireRun[], notification: string | undefined): void {
+    if (this.#writes.has(xfer)) throw new ProtocolError(`duplicate transfer id ${xfer}`);
+    const { runs, reason } = this.#refusal('write', wire, undefined);
     if (reason !== null) {
-      log.warn('refusing WRITE %d from %s: %s', x, this.#peer!.agentName, reason);
-      this.#writes.set(x, null);
-      void link.sendControl({ t: 'xfer_err', x, reason: `WRITE refused: ${reason}` }).catch(() => {});
+      log.warn('refusing WRITE %d from %s: %s', xfer, this.#peer!.agentName, reason);
+      this.#writes.set(xfer, null);
+      void link.sendControl({ type: 'xfer_err', xfer, reason: `WRITE refused: ${reason}` }).catch(() => {});
       return;
     }
-    this.#writes.set(x, {
+    this.#writes.set(xfer, {
       runs: new IncomingRuns(runs, this.#core.regions),
       blocks: runs,
-      notification: optionalString(h, 'notif'),
+      notification,
       ended: null,
     });
   }
 
-  #onData(link: PeerLink, h: FrameHeader, payload: Uint8Array | null): void {
-    if (link.transport === 'shm' && h['so'] !== undefined) {
-      const w = this.#liveWrite(h);
-      const { view, ok } = link.landShm(h, w ? w.runs : null);
-      if (w && view) w.runs.landed(h, view, ok);
+  #onData(link: PeerLink, f: DataFrame, payload: Uint8Array | null): void {
+    if (link.transport === 'shm' || f.ring || f.src) {
+      // The copy happens now, synchronously: a grant checked here cannot end before it is done.
+      const w = this.#liveWrite(f);
+      const { view, ok, sums } = link.landShm(f, w ? w.runs : null);
+      if (w && view) w.runs.landed(f, view, ok, sums);
       return;
     }
     // tcp: destination() already checked the grant and chose where the payload landed.
-    const w = this.#writes.get(intField(h, 'x'));
-    if (w && payload) w.runs.landed(h, payload, true);
+    const w = this.#writes.get(f.xfer);
+    if (w && payload) w.runs.landed(f, payload, true);
   }
 
-  #onWriteEnd(link: PeerLink, h: FrameHeader): void {
-    const x = intField(h, 'x');
-    const w = this.#writes.get(x);
-    this.#writes.delete(x);
+  #onWriteEnd(link: PeerLink, xfer: number): void {
+    const w = this.#writes.get(xfer);
+    this.#writes.delete(xfer);
     if (!w) return;
     const { positions } = w.runs.failed();
     if (positions.length === 0 && w.notification !== undefined) {
       this.#core.deliver({ agent: this.#peer!.agentName, message: w.notification });
     }
     if (positions.length > 0)
-      log.warn('WRITE %d from %s: %d blocks failed verification', x, this.#peer!.agentName, positions.length);
-    void link.sendControl({ t: 'write_done', x, bad: positions }).catch(() => {});
+      log.warn(
+        'WRITE %d from %s: %d blocks failed verification',
+        xfer,
+        this.#peer!.agentName,
+        positions.length,
+      );
+    void link.sendControl({ type: 'write_done', xfer, bad: positions }).catch(() => {});
   }
 }
 
-/** The blocks one data frame of a WRITE covers (descriptor `d`, offset `o`, `n` blocks). */
-function frameRun(w: IncomingWrite, h: FrameHeader): BlockRun {
-  const d = intField(h, 'd');
-  const run = w.blocks[d];
-  if (!run) throw new ProtocolError(`data frame outside descriptor ${d}`);
-  return { region: run.region, first: run.first + intField(h, 'o'), count: intField(h, 'n') };
+/** The blocks one data frame of a WRITE covers. */
+function frameRun(w: IncomingWrite, f: DataFrame): BlockRun {
+  const run = w.blocks[f.run];
+  if (!run) throw new ProtocolError(`data frame outside run ${f.run}`);
+  return { region: run.region, first: run.first + f.block, count: f.count };
 }

@@ -1,16 +1,15 @@
-/** Public API of the transfer layer (used by src/connectors/nixl/). */
-export {
-  type PostOptions,
-  TRANSFER_PROTOCOL_VERSION,
-  TransferAgent,
-  type TransferAgentOptions,
-} from './agent.ts';
+/** Public API of the transfer layer (used by src/connectors/nixl/ and src/connectors/moriio/). */
+export { InThreadTransferAgent } from './agent.ts';
+export type { TransferAgentOptions } from './agent-options.ts';
 export { resolveSecret, SECRET_ENV } from './auth.ts';
 export { type BackendChoice, chooseTransport, KNOWN_BACKENDS, resolveBackends } from './backends.ts';
 export { blockChecksum, blockChecksums } from './checksum.ts';
 export { checkCompatibility, compatibilityMismatchMessage } from './compat.ts';
+export { type CreateAgentOptions, createTransferAgent } from './create-agent.ts';
 export { coalesceBlockLists, validateDescPairs } from './descriptors.ts';
+export { TRANSFER_PROTOCOL_VERSION } from './frames.ts';
 export type { GrantSpec } from './grants.ts';
+export { isMappableRegion } from './kv-map.ts';
 export { DISABLE_NATIVE_ENV, shmRingImplementation } from './native-shm.ts';
 export {
   type FetchOptions,
@@ -19,5 +18,11 @@ export {
   SideChannelServer,
 } from './side-channel.ts';
 export type { TransferStatsSnapshot } from './stats.ts';
-export * from './threaded.ts';
+export { type ThreadedAgentOptions, ThreadedTransferAgent } from './threaded-agent.ts';
+export {
+  type Descriptors,
+  isRetryableRefusal,
+  type PostOptions,
+  type TransferAgent,
+} from './transfer-agent.ts';
 export type * from './types.ts';

@@ -6,7 +6,7 @@
  * ring falls back to positional file I/O. Both sides use the same file and control
  * frames, so a native peer and a pure-JS peer interoperate.
  */
-import { DISABLE_NATIVE_ENV, nativeAddon, nativeAddonReason } from '../util/native-addon.ts';
+import { DISABLE_NATIVE_ENV, nativeAddon, nativeAddonReason, nativeFunctions } from '../util/native-addon.ts';
 
 export interface KvShmBinding {
   /** Maps `size` bytes of `path`: create=true creates and reserves the file (read-write), false maps an existing one read-only. */
@@ -18,12 +18,11 @@ export interface KvShmBinding {
 export { DISABLE_NATIVE_ENV };
 
 function load(): { binding: KvShmBinding | null; reason: string } {
-  const mod = nativeAddon as Partial<KvShmBinding> | null;
-  if (mod === null) return { binding: null, reason: nativeAddonReason };
-  if (typeof mod.map !== 'function' || typeof mod.release !== 'function') {
-    return { binding: null, reason: 'the addon does not export map/release' };
-  }
-  return { binding: mod as KvShmBinding, reason: 'loaded' };
+  if (nativeAddon === null) return { binding: null, reason: nativeAddonReason };
+  const binding = nativeFunctions<KvShmBinding>('map', 'release');
+  return binding === null
+    ? { binding: null, reason: 'the addon does not export map/release' }
+    : { binding, reason: 'loaded' };
 }
 
 const loaded = load();

@@ -5,15 +5,15 @@
  * every transfer's state, and fails in-flight transfers when the connection dies.
  */
 import { connect } from 'node:net';
-import { KVError } from '../errors/index.ts';
 import { getLogger } from '../logging/logger.ts';
+import { localBlocks } from './agent-checks.ts';
 import type { AgentCore } from './agent-core.ts';
-import { authProof, newNonce, verifyProof } from './auth.ts';
 import { type BlockRun, type IncomingRuns, sendRuns } from './block-io.ts';
-import { FramedConnection, ProtocolError, zeroCopyRead } from './connection.ts';
-import type { FrameHeader } from './framing.ts';
-import { intField, PeerLink, stringField } from './peer-link.ts';
-import { ShmRingReader, ShmRingWriter } from './shm-ring.ts';
+import { ClientHandshake } from './client-handshake.ts';
+import { FramedConnection, zeroCopyRead } from './connection.ts';
+import { type AgentFrame, type DataFrame, parseAgentFrame } from './frames.ts';
+import { PeerLink } from './peer-link.ts';
+import { ProtocolError } from './protocol-error.ts';
 import type { AgentMetadata, DescPair, FailedBlocks, TransportName } from './types.ts';
 
 const log = getLogger('transfer');
@@ -27,6 +27,8 @@ export interface OutboundTransfer {
   readonly postedAt: number;
   readonly deadline: number;
   postSeconds: number;
+  /** How long the peer held a READ before serving it (it reports this in the first data frame). */
+  heldSeconds: number;
   /** Local runs; for READ also the per-block verdicts. */
   readonly incoming: IncomingRuns;
   state: 'PROC' | 'DONE' | 'ERR';
@@ -39,13 +41,12 @@ export type FinishListener = (t: OutboundTransfer) => void;
 
 export class OutboundPeer {
   readonly meta: AgentMetadata;
-  readonly transport: TransportName;
   readonly #core: AgentCore;
   readonly #link: PeerLink;
-  readonly #ready: Promise<void>;
+  readonly #handshake: ClientHandshake;
   readonly #inflight = new Map<number, OutboundTransfer>();
   readonly #onFinish: FinishListener;
-  /** The READ whose data frame is landing in local memory right now (its payload is split across reads). */
+  /** The READ whose tcp data frame is landing in local memory right now (its payload is split across reads). */
   #landing: number | null = null;
   /** performance.now() of the last frame or payload bytes from the peer. */
   #lastHeard = performance.now();
@@ -59,101 +60,34 @@ export class OutboundPeer {
   ) {
     this.#core = core;
     this.meta = meta;
-    this.transport = transport;
     this.#onFinish = onFinish;
-    let connRef: FramedConnection | undefined;
+    let conn: FramedConnection<AgentFrame> | undefined;
     const socket = connect({
       host: meta.endpoints.tcp.host,
       port: meta.endpoints.tcp.port,
-      onread: zeroCopyRead(() => connRef),
+      onread: zeroCopyRead(() => conn),
     });
-    let resolveReady!: () => void;
-    let rejectReady!: (e: Error) => void;
-    this.#ready = new Promise((res, rej) => {
-      resolveReady = res;
-      rejectReady = rej;
-    });
-    this.#ready.catch(() => {});
-    const nonce = newNonce();
-    let serverNonce = '';
-    let handshaken = false;
-    const conn = new FramedConnection(
+    conn = new FramedConnection<AgentFrame>(
       socket,
       {
-        destination: (h, length) => {
-          if (h.t !== 'data' || h['so'] !== undefined) {
-            if (length > 0) throw new ProtocolError(`unexpected payload on '${h.t}'`);
-            return null;
-          }
-          const t = this.#inflight.get(intField(h, 'x'));
-          if (t?.kind !== 'READ') return null;
-          const view = t.incoming.destination(h);
-          if (view.length !== length)
-            throw new ProtocolError('data payload length does not match its blocks');
-          this.#landing = t.id;
-          return view;
-        },
-        progress: (h, filled) => {
+        destination: (f, length) => this.#destination(f, length),
+        progress: (f, filled) => {
           this.#lastHeard = performance.now();
-          const t = this.#inflight.get(h['x'] as number);
-          if (t?.kind === 'READ') t.incoming.progress(filled);
+          if (f.type === 'data') this.#reading(f.xfer)?.incoming.progress(filled);
         },
-        frame: (h, payload) => {
+        frame: (f, payload) => {
           this.#landing = null;
           this.#lastHeard = performance.now();
-          if (handshaken) return this.#onFrame(h, payload);
-          if (h.t === 'error') throw new ProtocolError(stringField(h, 'reason'));
-          if (h.t === 'challenge') {
-            serverNonce = stringField(h, 'nonce');
-            const secret = core.secret;
-            if (secret !== undefined && h['auth'] !== true) {
-              throw new ProtocolError('peer does not authenticate but a shared secret is configured here');
-            }
-            conn.send({
-              t: 'hello',
-              agent: core.agentName,
-              engine: core.engineId,
-              nonce,
-              transport,
-              ...(secret === undefined ? {} : { proof: authProof(secret, 'client', serverNonce, nonce) }),
-              ...(this.#link.ringOut ? { ring: this.#link.ringOut.path } : {}),
-            });
-            return;
-          }
-          if (h.t !== 'welcome') throw new ProtocolError(`'${h.t}' before the handshake`);
-          if (
-            core.secret !== undefined &&
-            !verifyProof(core.secret, 'server', serverNonce, nonce, h['proof'])
-          ) {
-            throw new ProtocolError('peer failed authentication (shared secret mismatch)');
-          }
-          if (transport === 'shm') {
-            this.#link.ringIn = new ShmRingReader(stringField(h, 'ring'));
-            this.#link.ringOut?.unlink();
-            conn.send({ t: 'ready' });
-          }
-          handshaken = true;
-          resolveReady();
+          if (this.#handshake.done) this.#onFrame(f, payload);
+          else this.#handshake.onFrame(f);
         },
       },
+      parseAgentFrame,
       `${core.agentName}→${meta.agentName}`,
     );
-    connRef = conn;
     this.#link = new PeerLink(conn, transport);
-    if (transport === 'shm') this.#link.ringOut = new ShmRingWriter(core.shmDir, core.ringBytes);
-    this.#link.gate(this.#ready);
-    const timer = setTimeout(
-      () => conn.close(`handshake with ${meta.agentName} timed out`),
-      connectTimeoutMs,
-    );
-    timer.unref();
-    void this.#ready.then(
-      () => clearTimeout(timer),
-      () => clearTimeout(timer),
-    );
+    this.#handshake = new ClientHandshake(core, this.#link, meta.agentName, connectTimeoutMs);
     conn.onClose((reason) => {
-      clearTimeout(timer);
-      rejectReady(new Error(reason));
       for (const t of [...this.#inflight.values()])
         this.#finish(t, `connection to ${meta.agentName} lost: ${reason}`);
     });
@@ -163,48 +97,48 @@ export class OutboundPeer {
     return this.#link.conn.closed;
   }
 
-  get inflight(): number {
-    return this.#inflight.size;
-  }
-
   /** Waits for the handshake (rejects with the reason the connection failed). */
   ready(): Promise<void> {
-    return this.#ready;
+    return this.#handshake.ready;
   }
 
   post(t: OutboundTransfer, grantKey: string | undefined): void {
     this.#inflight.set(t.id, t);
-    const descs = t.descs.map((d) => [d.remoteRegion, d.remoteFirst, d.count]);
+    const runs = t.descs.map((d) => [d.remoteRegion, d.remoteFirst, d.count] as const);
     const fail = (e: unknown): void =>
       this.#finish(t, `sending failed: ${e instanceof Error ? e.message : String(e)}`);
+    const link = this.#link;
     if (t.kind === 'READ') {
-      void this.#link
-        .sendControl({ t: 'read', x: t.id, descs, ...(grantKey === undefined ? {} : { grant: grantKey }) })
+      void link
+        .sendControl({
+          type: 'read',
+          xfer: t.id,
+          runs,
+          ...(grantKey === undefined ? {} : { grant: grantKey }),
+        })
         .catch(fail);
       return;
     }
-    const link = this.#link;
-    const runs: BlockRun[] = t.descs.map((d) => ({
+    const local: BlockRun[] = t.descs.map((d) => ({
       region: d.localRegion,
       first: d.localFirst,
       count: d.count,
     }));
-    void link
-      .sendControl({
-        t: 'write',
-        x: t.id,
-        descs,
-        ...(t.notification === undefined ? {} : { notif: t.notification }),
-      })
-      .then(() =>
-        sendRuns(link, this.#core.regions, this.#core.chunkBytes, t.id, runs, this.#core.outgoingHook),
-      )
-      .then(() => link.sendControl({ t: 'write_end', x: t.id }))
-      .catch(fail);
+    const notif = t.notification === undefined ? {} : { notif: t.notification };
+    const c = this.#core;
+    const send = (): void => {
+      link.sendControl({ type: 'write', xfer: t.id, runs, ...notif }).catch(fail);
+      sendRuns(link, c.regions, c.chunkBytes, t.id, local, { hook: c.outgoingHook }).catch(fail);
+      link.sendControl({ type: 'write_end', xfer: t.id }).catch(fail);
+    };
+    // Sends are queued in order on the link. A WRITE of one chunk leaves in one syscall;
+    // a larger one must not hold its first chunks back while later ones are hashed.
+    if (t.bytes <= c.chunkBytes) link.corked(send);
+    else send();
   }
 
   notify(message: string): Promise<void> {
-    return this.#link.sendControl({ t: 'notif', m: message });
+    return this.#link.sendControl({ type: 'notif', message });
   }
 
   /**
@@ -230,50 +164,71 @@ export class OutboundPeer {
     this.#link.conn.close(reason);
   }
 
-  #onFrame(h: FrameHeader, payload: Uint8Array | null): void {
-    const link = this.#link;
-    if (h.t === 'ack') {
-      link.onAck(h);
-      return;
+  #reading(xfer: number): OutboundTransfer | undefined {
+    const t = this.#inflight.get(xfer);
+    return t?.kind === 'READ' ? t : undefined;
+  }
+
+  /** Where a READ's tcp payload lands: straight in local memory. */
+  #destination(f: AgentFrame, length: number): Uint8Array | null {
+    if (f.type !== 'data' || f.ring || f.src) {
+      if (length > 0) throw new ProtocolError(`unexpected payload on '${f.type}'`);
+      return null;
     }
-    const t = this.#inflight.get(intField(h, 'x'));
-    switch (h.t) {
-      case 'data': {
-        if (link.transport === 'shm' && h['so'] !== undefined) {
-          const { view, ok } = link.landShm(h, t?.kind === 'READ' ? t.incoming : null);
-          if (t && view) t.incoming.landed(h, view, ok);
-        } else if (t && payload) {
-          t.incoming.landed(h, payload, true);
-        }
+    const t = this.#reading(f.xfer);
+    if (!t) return null;
+    const view = t.incoming.destination(f);
+    if (view.length !== length) throw new ProtocolError('data payload length does not match its blocks');
+    this.#landing = t.id;
+    return view;
+  }
+
+  #onFrame(f: AgentFrame, payload: Uint8Array | null): void {
+    switch (f.type) {
+      case 'ack':
+        this.#link.onAck(f.count);
+        return;
+      case 'data':
+        this.#onData(f, payload);
+        return;
+      case 'write_done': {
+        const t = this.#inflight.get(f.xfer);
+        if (t) this.#onWriteDone(t, f.bad);
         return;
       }
-      case 'read_done':
-        if (t) this.#finish(t, t.incoming.complete ? undefined : 'short read: some blocks never arrived');
+      case 'xfer_err': {
+        const t = this.#inflight.get(f.xfer);
+        if (t) this.#finish(t, f.reason, true);
         return;
-      case 'write_done':
-        if (t) this.#onWriteDone(t, h);
-        return;
-      case 'xfer_err':
-        if (t) this.#finish(t, stringField(h, 'reason'), true);
-        return;
+      }
       default:
-        throw new ProtocolError(`unknown message '${h.t}'`);
+        throw new ProtocolError(`unexpected message '${f.type}'`);
     }
   }
 
-  #onWriteDone(t: OutboundTransfer, h: FrameHeader): void {
-    const bad = h['bad'];
-    if (!Array.isArray(bad)) throw new ProtocolError('write_done without a bad-block list');
-    for (const p of bad as unknown[]) {
-      if (!Array.isArray(p) || p.length !== 2) throw new ProtocolError('bad write_done entry');
+  /**
+   * A READ completes when its last block has landed (verified or not): the server sends every
+   * block or closes the connection, so there is no end marker to wait for.
+   */
+  #onData(f: DataFrame, payload: Uint8Array | null): void {
+    const t = this.#reading(f.xfer);
+    if (t && f.held !== undefined) t.heldSeconds = f.held / 1e6;
+    if (this.#link.transport === 'shm' || f.ring || f.src) {
+      const { view, ok, sums } = this.#link.landShm(f, t ? t.incoming : null);
+      if (t && view) t.incoming.landed(f, view, ok, sums);
+    } else if (t && payload) {
+      t.incoming.landed(f, payload, true);
     }
-    const all = t.incoming.failed().positions;
+    if (t?.incoming.complete) this.#finish(t, undefined);
+  }
+
+  #onWriteDone(t: OutboundTransfer, bad: readonly (readonly [number, number])[]): void {
     if (bad.length === 0) {
       this.#finish(t, undefined, false, []);
       return;
     }
-    const badSet = new Set((bad as [number, number][]).map(([d, o]) => `${d}:${o}`));
-    const positions = all.filter(([d, o]) => badSet.has(`${d}:${o}`));
+    const sent = new Set(t.incoming.failed().positions.map(([d, o]) => `${d}:${o}`));
+    const positions = bad.filter(([d, o]) => sent.has(`${d}:${o}`));
     this.#finish(
       t,
       `${positions.length} block(s) failed checksum verification at the receiver`,
@@ -290,18 +245,18 @@ export class OutboundPeer {
     t: OutboundTransfer,
     reason: string | undefined,
     allFailed = false,
-    writeBad?: [number, number][],
+    writeBad?: readonly (readonly [number, number])[],
   ): void {
     if (!this.#inflight.delete(t.id) || t.state !== 'PROC') return;
     t.finishedAt = performance.now();
     let failed: FailedBlocks[];
     if (t.kind === 'READ') {
-      failed = allFailed ? allBlocks(t.descs) : t.incoming.failed().byRegion;
+      failed = allFailed ? localBlocks(t.descs) : t.incoming.failed().byRegion;
       if (reason === undefined && failed.length > 0) reason = 'block checksum mismatch';
-      // Every block landed and verified: the data is valid even if the end marker was lost.
+      // Every block landed and verified: the data is valid whatever happened afterwards.
       if (failed.length === 0) reason = undefined;
     } else {
-      failed = writeBad === undefined ? allBlocks(t.descs) : positionsToBlocks(t.descs, writeBad);
+      failed = localBlocks(t.descs, writeBad);
     }
     if (reason === undefined && failed.length === 0) {
       t.state = 'DONE';
@@ -316,35 +271,4 @@ export class OutboundPeer {
     }
     this.#onFinish(t);
   }
-}
-
-function allBlocks(descs: readonly DescPair[]): FailedBlocks[] {
-  return positionsToBlocks(
-    descs,
-    descs.flatMap((d, i) => Array.from({ length: d.count }, (_, o) => [i, o] as [number, number])),
-  );
-}
-
-function positionsToBlocks(
-  descs: readonly DescPair[],
-  positions: readonly [number, number][],
-): FailedBlocks[] {
-  const per = new Map<number, number[]>();
-  for (const [d, o] of positions) {
-    const desc = descs[d];
-    if (!desc || o >= desc.count) continue;
-    let list = per.get(desc.localRegion);
-    if (!list) {
-      list = [];
-      per.set(desc.localRegion, list);
-    }
-    list.push(desc.localFirst + o);
-  }
-  return [...per].map(([region, blockIds]) => ({ region, blockIds }));
-}
-
-export function unreachable(agent: string): KVError {
-  return new KVError('TRANSFER_UNKNOWN_AGENT', `remote agent '${agent}' is not known`, {
-    hint: 'Call addRemoteAgent(metadata) with the metadata fetched over the side channel first.',
-  });
 }

@@ -1,43 +1,79 @@
 /**
  * One established connection to a peer agent, as both sides see it: ordered sends (a chain,
  * so shm ring order matches frame order), and the data path of the chosen transport —
- * tcp payload rides in the frame, shm payload goes through the staging rings.
+ * tcp payload rides in the frame; over shm the receiver copies each chunk either straight
+ * from the sender's mapped KV memory (when the sender exposed the region and the receiver
+ * mapped it, see kv-map.ts) or from the sender's staging ring.
  */
-
 import type { IncomingRuns } from './block-io.ts';
-import { blockChecksums } from './checksum.ts';
-import { type FramedConnection, ProtocolError } from './connection.ts';
-import type { FrameHeader } from './framing.ts';
+import { blockChecksums, copyAndChecksum } from './checksum.ts';
+import type { FramedConnection } from './connection.ts';
+import type { AgentFrame, DataFrame } from './frames.ts';
+import type { PeerKvMap } from './kv-map.ts';
+import { ProtocolError } from './protocol-error.ts';
 import type { ShmRingReader, ShmRingWriter } from './shm-ring.ts';
 import type { TransportName } from './types.ts';
 
-/** One data frame to send: `view` is hashed, `wire` is what is sent (the same view unless a test hook altered it). */
+/** One data frame to send: `view` is the local memory, `wire` what is sent (the same view unless a test hook altered it). */
 export interface DataChunk {
-  readonly header: FrameHeader;
+  readonly header: Pick<DataFrame, 'type' | 'xfer' | 'run' | 'block' | 'count' | 'held'>;
+  readonly region: number;
+  /** Byte offset of `view` in its region. */
+  readonly offset: number;
   readonly view: Uint8Array;
   readonly wire: Uint8Array;
   readonly blockBytes: number;
   readonly count: number;
+  /**
+   * Throws when the blocks may no longer be read (their grant ended). sendData's `make`
+   * checks first; this runs again before bytes are read after a wait for ring space or window.
+   */
+  readonly check?: () => void;
 }
 
 /** Positional-read size for unmapped rings: a few blocks per syscall, still cache-sized. */
 const FILE_PIECE_BYTES = 256 << 10;
 
+/**
+ * Bytes of mapped-KV chunks the sender lets the receiver lag behind. The sender hashes a
+ * chunk just before announcing it and the receiver copies it soon after, so with this
+ * window both passes over the source hit the shared L3 cache instead of memory.
+ */
+const KV_WINDOW_BYTES = 16 << 20;
+
+/** Received shm bytes after which acks go out at once (a large transfer is flowing). */
+const ACK_EAGER_BYTES = 1 << 20;
+/** Longest a small transfer's ack waits for a frame to ride with. */
+const ACK_LAZY_MS = 5;
+
 export class PeerLink {
-  readonly conn: FramedConnection;
+  readonly conn: FramedConnection<AgentFrame>;
   readonly transport: TransportName;
   ringOut: ShmRingWriter | null = null;
   ringIn: ShmRingReader | null = null;
+  /** The peer's KV memory mapped here (read-only), to copy its chunks from. */
+  peerKv: PeerKvMap | null = null;
+  /** Our regions the peer has mapped: chunks of these go by reference, not through the ring. */
+  mappedByPeer: ReadonlySet<number> = new Set();
   #tail: Promise<void> | null = null;
+  /** Shm data frames not acknowledged yet, oldest first: 0 = a ring chunk, n > 0 = n bytes of mapped KV. */
+  readonly #unacked: number[] = [];
+  #kvOutstanding = 0;
+  #kvWake: (() => void) | null = null;
   #pendingAcks = 0;
-  #ackScheduled = false;
+  #pendingAckBytes = 0;
+  #ackImmediate: NodeJS.Immediate | null = null;
+  #ackTimer: NodeJS.Timeout | null = null;
 
-  constructor(conn: FramedConnection, transport: TransportName) {
+  constructor(conn: FramedConnection<AgentFrame>, transport: TransportName) {
     this.conn = conn;
     this.transport = transport;
     conn.onClose(() => {
+      this.#flushAcksNow();
       this.ringOut?.close();
       this.ringIn?.close();
+      this.peerKv?.close();
+      this.#wakeKv();
     });
   }
 
@@ -75,92 +111,158 @@ export class PeerLink {
     });
   }
 
-  sendControl(header: FrameHeader): Promise<void> {
-    return this.enqueue(() => this.conn.send(header));
+  sendControl(header: Exclude<AgentFrame, DataFrame>): Promise<void> {
+    return this.enqueue(() => {
+      this.#flushAcksNow();
+      return this.conn.send(header);
+    });
+  }
+
+  /** Runs `fn`, so that every frame it sends at once leaves in one write (syscall) with the others. */
+  corked(fn: () => void): void {
+    const s = this.conn.socket;
+    s.cork();
+    try {
+      fn();
+    } finally {
+      s.uncork();
+    }
   }
 
   /**
-   * Sends block bytes; `make` runs just before the bytes leave, so checksums are fresh:
-   * over tcp they are computed right before the write, over a mapped shm ring in the same
-   * pass as the copy into the ring. `wire` differs from `view` only under a test hook.
+   * Sends block bytes; `make` runs just before the bytes leave, so checksums are fresh: over
+   * tcp they are computed right before the write, over a mapped ring in the same pass as
+   * the copy into the ring, for mapped KV right before the chunk is announced.
    */
   sendData(make: () => DataChunk): Promise<void> {
     return this.enqueue(() => {
-      const { header, view, wire, blockBytes, count } = make();
+      this.#flushAcksNow();
+      const chunk = make();
+      const { header, view, wire, blockBytes, count } = chunk;
       if (this.transport === 'tcp') {
-        return this.conn.send({ ...header, c: blockChecksums(view, blockBytes, count) }, [wire]);
+        return this.conn.send({ ...header, sums: blockChecksums(view, blockBytes, count) }, [wire]);
       }
+      if (this.mappedByPeer.has(chunk.region)) return this.#sendMapped(chunk);
       const ring = this.ringOut!;
       if (ring.mapped && wire === view) {
-        return ring.putHashed(view, blockBytes, count).then(({ offset, sums }) => {
-          this.conn.send({ ...header, c: sums, so: offset, sl: view.length });
+        return ring.putHashed(view, blockBytes, count, chunk.check).then(({ offset, sums }) => {
+          this.#unacked.push(0);
+          this.conn.send({ ...header, sums, ring: { offset, length: view.length } });
         });
       }
-      const c = blockChecksums(view, blockBytes, count);
-      return ring.put([wire], wire.length).then((offset) => {
-        this.conn.send({ ...header, c, so: offset, sl: wire.length });
+      const sums = blockChecksums(view, blockBytes, count);
+      return ring.put([wire], wire.length, chunk.check).then((offset) => {
+        this.#unacked.push(0);
+        this.conn.send({ ...header, sums, ring: { offset, length: wire.length } });
       });
     });
   }
 
   /**
-   * For shm data frames: fills the destination that `runs` assigns to the frame (none =
-   * skip) from the peer's ring, and acks. Each block is hashed right after it lands
-   * in local memory, while it is still in cache (a mapped ring is copied one block at a
-   * time, a file ring read a few blocks per syscall).
+   * The receiver copies these bytes from our memory itself. A test hook's altered bytes
+   * stand for what the source held when it was hashed: the receiver then copies bytes that
+   * changed after hashing (a torn read), which its check must catch.
    */
-  landShm(header: FrameHeader, runs: IncomingRuns | null): { view: Uint8Array | null; ok: boolean } {
-    const offset = header['so'];
-    const length = header['sl'];
-    const ring = this.ringIn;
-    if (!Number.isSafeInteger(offset) || !Number.isSafeInteger(length) || !ring) {
-      throw new ProtocolError('shm data frame without a valid ring location');
+  async #sendMapped(chunk: DataChunk): Promise<void> {
+    const { header, view, wire, blockBytes, count } = chunk;
+    while (this.#kvOutstanding > 0 && this.#kvOutstanding + view.length > KV_WINDOW_BYTES) {
+      if (this.conn.closed) return;
+      await new Promise<void>((resolve) => {
+        this.#kvWake = resolve;
+      });
     }
-    const view = runs ? runs.destination(header) : null;
+    if (this.conn.closed) return;
+    chunk.check?.();
+    const sums = blockChecksums(wire, blockBytes, count);
+    this.#unacked.push(view.length);
+    this.#kvOutstanding += view.length;
+    this.conn.send({ ...header, sums, src: { region: chunk.region, offset: chunk.offset } });
+  }
+
+  #wakeKv(): void {
+    const w = this.#kvWake;
+    this.#kvWake = null;
+    w?.();
+  }
+
+  /**
+   * For shm data frames: fills the destination that `runs` assigns to the frame (none =
+   * skip) from the peer's mapped KV or ring, acks, and returns the checksums of what landed
+   * when they were computed during the copy. Each block is hashed right after it lands,
+   * while it is still in cache.
+   */
+  landShm(
+    frame: DataFrame,
+    runs: IncomingRuns | null,
+  ): { view: Uint8Array | null; ok: boolean; sums?: number[] } {
+    if (this.transport !== 'shm') throw new ProtocolError('shm data frame on a tcp connection');
+    const view = runs ? runs.destination(frame) : null;
+    const length = frame.src ? frame.count * (runs?.pieceBytes ?? 0) : (frame.ring?.length ?? -1);
     let ok = false;
-    if (runs && view && view.length === length) {
-      const bb = runs.pieceBytes;
-      const piece = ring.mapped ? bb : bb * Math.max(1, Math.floor(FILE_PIECE_BYTES / bb));
-      ok = ring.read(view, offset as number, piece, (filled) => runs.progress(filled)) === length;
+    let sums: number[] | undefined;
+    if (frame.src) {
+      if (!this.peerKv) throw new ProtocolError('data frame names mapped memory that was never offered');
+      const src = view ? this.peerKv.view(frame.src.region, frame.src.offset, length) : null;
+      if (runs && view && src && src.length === view.length) {
+        sums = copyAndChecksum(view, src, runs.pieceBytes, frame.count);
+        ok = true;
+      }
+    } else if (frame.ring) {
+      const ring = this.ringIn;
+      if (!ring) throw new ProtocolError('shm data frame without a ring');
+      if (runs && view && view.length === length) {
+        const bb = runs.pieceBytes;
+        const piece = ring.mapped ? bb : bb * Math.max(1, Math.floor(FILE_PIECE_BYTES / bb));
+        ok = ring.read(view, frame.ring.offset, piece, (filled) => runs.progress(filled)) === length;
+      }
+    } else {
+      throw new ProtocolError('shm data frame names neither a ring nor mapped memory');
     }
+    this.#scheduleAck(
+      frame.count * (runs?.pieceBytes ?? 0) || (frame.ring?.length ?? 0),
+      frame.ring !== undefined,
+    );
+    return sums === undefined ? { view, ok } : { view, ok, sums };
+  }
+
+  /**
+   * Acks are batched: after a socket read's frames when a large transfer is flowing (the
+   * sender's ring or window waits for them), otherwise with the next frame this side sends,
+   * or within ACK_LAZY_MS, so a small transfer costs the sender no extra wake-up.
+   */
+  #scheduleAck(bytes: number, ring: boolean): void {
     this.#pendingAcks++;
-    if (!this.#ackScheduled) {
-      this.#ackScheduled = true;
-      setImmediate(() => this.#flushAcks());
+    this.#pendingAckBytes += bytes;
+    // A small ring fills before ACK_EAGER_BYTES arrive: ack once a quarter of it is held.
+    const eager = ring && this.ringIn ? Math.min(ACK_EAGER_BYTES, this.ringIn.size / 4) : ACK_EAGER_BYTES;
+    if (this.#pendingAckBytes >= eager) {
+      if (this.#ackImmediate === null) this.#ackImmediate = setImmediate(() => this.#flushAcksNow());
+    } else if (this.#ackTimer === null) {
+      this.#ackTimer = setTimeout(() => this.#flushAcksNow(), ACK_LAZY_MS);
+      this.#ackTimer.unref();
     }
-    return { view, ok };
   }
 
-  #flushAcks(): void {
-    this.#ackScheduled = false;
-    const n = this.#pendingAcks;
+  #flushAcksNow(): void {
+    if (this.#ackImmediate !== null) clearImmediate(this.#ackImmediate);
+    if (this.#ackTimer !== null) clearTimeout(this.#ackTimer);
+    this.#ackImmediate = null;
+    this.#ackTimer = null;
+    const count = this.#pendingAcks;
     this.#pendingAcks = 0;
-    if (n > 0 && !this.conn.closed) this.conn.send({ t: 'ack', n });
+    this.#pendingAckBytes = 0;
+    if (count > 0 && !this.conn.closed) this.conn.send({ type: 'ack', count });
   }
 
-  onAck(header: FrameHeader): void {
-    const n = header['n'];
-    if (!Number.isSafeInteger(n) || (n as number) < 1) throw new ProtocolError('bad ack');
-    this.ringOut?.release(n as number);
+  /** The peer consumed our `count` oldest shm data frames: free their ring space and window. */
+  onAck(count: number): void {
+    if (count > this.#unacked.length) throw new ProtocolError('ack for frames never sent');
+    let ringChunks = 0;
+    for (const bytes of this.#unacked.splice(0, count)) {
+      if (bytes === 0) ringChunks++;
+      else this.#kvOutstanding -= bytes;
+    }
+    if (ringChunks > 0) this.ringOut?.release(ringChunks);
+    this.#wakeKv();
   }
-}
-
-/** Reads a non-negative integer field of a peer's header or throws ProtocolError. */
-export function intField(h: FrameHeader, key: string): number {
-  const v = h[key];
-  if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 0) {
-    throw new ProtocolError(`field '${key}' of '${h.t}' must be a non-negative integer`);
-  }
-  return v;
-}
-
-export function stringField(h: FrameHeader, key: string): string {
-  const v = h[key];
-  if (typeof v !== 'string' || v.length > 4096)
-    throw new ProtocolError(`field '${key}' of '${h.t}' must be a string`);
-  return v;
-}
-
-export function optionalString(h: FrameHeader, key: string): string | undefined {
-  return h[key] === undefined ? undefined : stringField(h, key);
 }

@@ -11,10 +11,12 @@
  * either mode: the file and the control frames are the same.
  */
 import { closeSync, fstatSync, ftruncateSync, openSync, readSync, unlinkSync, writeSync } from 'node:fs';
-import { join } from 'node:path';
+import { basename, dirname, join } from 'node:path';
 import { newNonce } from './auth.ts';
 import { blockChecksum } from './checksum.ts';
+import { copyBytes } from './copy-bytes.ts';
 import { nativeShm } from './native-shm.ts';
+import { ProtocolError } from './protocol-error.ts';
 
 interface Chunk {
   readonly offset: number;
@@ -56,9 +58,13 @@ export class ShmRingWriter {
     return this.#mem !== null;
   }
 
-  /** Copies the views into the ring (waiting for space) and returns the offset used. */
-  async put(views: readonly Uint8Array[], length: number): Promise<number> {
+  /**
+   * Copies the views into the ring (waiting for space) and returns the offset used.
+   * `beforeCopy` runs once space is found, right before the copy; it may throw to cancel.
+   */
+  async put(views: readonly Uint8Array[], length: number, beforeCopy?: () => void): Promise<number> {
     const offset = await this.#reserve(length);
+    beforeCopy?.();
     let pos = offset;
     for (const v of views) {
       this.#copyIn(v, pos);
@@ -77,15 +83,17 @@ export class ShmRingWriter {
     view: Uint8Array,
     blockBytes: number,
     count: number,
+    beforeCopy?: () => void,
   ): Promise<{ offset: number; sums: number[] }> {
     const offset = await this.#reserve(view.length);
+    beforeCopy?.();
     const mem = this.#mem;
     if (mem === null) throw new Error('putHashed needs a mapped ring');
     const sums = new Array<number>(count);
     for (let i = 0; i < count; i++) {
       const at = i * blockBytes;
       const block = mem.subarray(offset + at, offset + at + blockBytes);
-      block.set(view.subarray(at, at + blockBytes));
+      copyBytes(block, view.subarray(at, at + blockBytes));
       sums[i] = blockChecksum(block);
     }
     this.#commit(offset, view.length);
@@ -108,7 +116,7 @@ export class ShmRingWriter {
 
   #copyIn(v: Uint8Array, pos: number): void {
     if (this.#mem !== null) {
-      this.#mem.set(v, pos);
+      copyBytes(this.#mem, v, pos);
       return;
     }
     let done = 0;
@@ -156,28 +164,40 @@ export class ShmRingWriter {
   }
 }
 
+/** Throws ProtocolError unless a peer's ring path names a staging ring file in `shmDir`. */
+export function checkRingPath(path: string | undefined, shmDir: string): string {
+  if (path === undefined || dirname(path) !== shmDir || !/^kvconnect-[\w-]+\.ring$/.test(basename(path))) {
+    throw new ProtocolError('shm ring path outside the staging directory');
+  }
+  return path;
+}
+
 export class ShmRingReader {
+  /** Size of the peer's ring. */
+  readonly size: number;
   #fd = -1;
   #mapped: ArrayBuffer | null = null;
   #mem: Uint8Array | null = null;
 
   constructor(path: string) {
-    if (nativeShm) {
-      const fd = openSync(path, 'r');
+    const fd = openSync(path, 'r');
+    try {
+      this.size = fstatSync(fd).size;
+    } catch (e) {
+      closeSync(fd);
+      throw e;
+    }
+    if (nativeShm && this.size > 0 && this.size <= MAX_RING_BYTES) {
       try {
-        const size = fstatSync(fd).size;
-        if (size > 0 && size <= MAX_RING_BYTES) {
-          this.#mapped = nativeShm.map(path, size, false);
-          this.#mem = new Uint8Array(this.#mapped);
-          return;
-        }
+        this.#mapped = nativeShm.map(path, this.size, false);
+        this.#mem = new Uint8Array(this.#mapped);
+        closeSync(fd);
+        return;
       } catch {
         // Fall back to positional reads of the same file.
-      } finally {
-        closeSync(fd);
       }
     }
-    this.#fd = openSync(path, 'r');
+    this.#fd = fd;
   }
 
   /** True when the peer's ring is mapped memory (native addon). */
@@ -199,7 +219,7 @@ export class ShmRingReader {
     while (done < dest.length) {
       const n = Math.min(step, dest.length - done);
       if (mem !== null) {
-        dest.set(mem.subarray(offset + done, offset + done + n), done);
+        copyBytes(dest, mem.subarray(offset + done, offset + done + n), done);
       } else {
         let got = 0;
         while (got < n) {

@@ -7,9 +7,9 @@ import { connect, createServer, type Server, type Socket } from 'node:net';
 import { type ErrorCode, KVError } from '../errors/index.ts';
 import { getLogger } from '../logging/logger.ts';
 import { authProof, newNonce, resolveSecret, verifyProof } from './auth.ts';
-import { FramedConnection, ProtocolError } from './connection.ts';
-import type { FrameHeader } from './framing.ts';
-import { intField, stringField } from './peer-link.ts';
+import { FramedConnection } from './connection.ts';
+import { parseSideChannelFrame, type SideChannelFrame } from './frames.ts';
+import { ProtocolError } from './protocol-error.ts';
 
 const log = getLogger('transfer.side-channel');
 
@@ -25,8 +25,8 @@ export interface SideChannelOptions {
 }
 
 const noPayload = {
-  destination(h: FrameHeader, length: number): null {
-    if (length > 0) throw new ProtocolError(`unexpected payload on '${h.t}'`);
+  destination(h: SideChannelFrame, length: number): null {
+    if (length > 0) throw new ProtocolError(`unexpected payload on '${h.type}'`);
     return null;
   },
 };
@@ -78,31 +78,30 @@ export class SideChannelServer {
     const timer = setTimeout(() => socket.destroy(), 10_000);
     timer.unref();
     socket.on('close', () => clearTimeout(timer));
-    const conn: FramedConnection = new FramedConnection(
+    const conn: FramedConnection<SideChannelFrame> = new FramedConnection(
       socket,
       {
         ...noPayload,
         frame: (h) => {
-          if (h.t !== 'get_meta') {
-            log.warn('side channel got unexpected message %s', h.t);
-            throw new ProtocolError(`unexpected message '${h.t}'`);
+          if (h.type !== 'get_meta') {
+            log.warn('side channel got unexpected message %s', h.type);
+            throw new ProtocolError(`unexpected message '${h.type}'`);
           }
-          const rank = intField(h, 'rank');
-          const clientNonce = stringField(h, 'nonce');
+          const { rank, nonce: clientNonce } = h;
           const secret = this.#secret;
-          if (secret !== undefined && !verifyProof(secret, 'client', nonce, clientNonce, h['proof'])) {
-            conn.send({ t: 'error', reason: 'authentication failed (shared secret mismatch)' });
+          if (secret !== undefined && !verifyProof(secret, 'client', nonce, clientNonce, h.proof)) {
+            conn.send({ type: 'error', reason: 'authentication failed (shared secret mismatch)' });
             socket.end();
             return;
           }
           const metadata = this.#opts.getMetadata(rank);
           if (metadata === undefined) {
-            conn.send({ t: 'error', reason: `no tensor-parallel rank ${rank} here` });
+            conn.send({ type: 'error', reason: `no tensor-parallel rank ${rank} here` });
             socket.end();
             return;
           }
           conn.send({
-            t: 'meta',
+            type: 'meta',
             metadata,
             perf: performance.now(),
             ...(secret === undefined ? {} : { proof: authProof(secret, 'server', nonce, clientNonce) }),
@@ -110,9 +109,10 @@ export class SideChannelServer {
           socket.end();
         },
       },
+      parseSideChannelFrame,
       `side-channel ${socket.remoteAddress}:${socket.remotePort}`,
     );
-    conn.send({ t: 'challenge', nonce, auth: this.#secret !== undefined });
+    conn.send({ type: 'challenge', nonce, auth: this.#secret !== undefined });
   }
 
   async close(): Promise<void> {
@@ -158,38 +158,39 @@ export function fetchRemoteMetadata(
       timeoutMs,
     );
     let serverNonce = '';
-    const conn = new FramedConnection(
+    const conn = new FramedConnection<SideChannelFrame>(
       socket,
       {
         ...noPayload,
         frame: (h) => {
-          if (h.t === 'challenge') {
-            serverNonce = stringField(h, 'nonce');
-            if (secret !== undefined && h['auth'] !== true) {
+          if (h.type === 'challenge') {
+            serverNonce = h.nonce;
+            if (secret !== undefined && !h.auth) {
               throw new ProtocolError('side channel does not authenticate but a shared secret is configured');
             }
             conn.send({
-              t: 'get_meta',
+              type: 'get_meta',
               rank: tpRank,
               nonce,
               ...(secret === undefined ? {} : { proof: authProof(secret, 'client', serverNonce, nonce) }),
             });
-          } else if (h.t === 'meta') {
-            if (secret !== undefined && !verifyProof(secret, 'server', serverNonce, nonce, h['proof'])) {
+          } else if (h.type === 'meta') {
+            if (secret !== undefined && !verifyProof(secret, 'server', serverNonce, nonce, h.proof)) {
               throw new ProtocolError('side channel failed authentication (shared secret mismatch)');
             }
             if (settled) return;
             settled = true;
             clearTimeout(timer);
             socket.end();
-            resolve({ metadata: h['metadata'], remotePerf: Number(h['perf']) });
-          } else if (h.t === 'error') {
-            throw new ProtocolError(stringField(h, 'reason'));
+            resolve({ metadata: h.metadata, remotePerf: h.perf });
+          } else if (h.type === 'error') {
+            throw new ProtocolError(h.reason);
           } else {
-            throw new ProtocolError(`unexpected message '${h.t}'`);
+            throw new ProtocolError(`unexpected message '${h.type}'`);
           }
         },
       },
+      parseSideChannelFrame,
       `side-channel client ${where}`,
     );
     conn.onClose((reason) =>

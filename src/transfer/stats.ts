@@ -2,6 +2,11 @@
 export interface TransferStatsSnapshot {
   /** Seconds from post to completion, one entry per successful transfer. */
   readonly transferDuration: readonly number[];
+  /**
+   * kvconnect: the same minus the time the peer held the transfer before serving it (a READ
+   * waiting for its grant, i.e. for the owner's next engine step): the time on the wire.
+   */
+  readonly wireDuration: readonly number[];
   /** Seconds spent inside read()/write() posting the transfer. */
   readonly postDuration: readonly number[];
   readonly bytesTransferred: readonly number[];
@@ -12,14 +17,16 @@ export interface TransferStatsSnapshot {
 
 export class TransferStats {
   #transferDuration: number[] = [];
+  #wireDuration: number[] = [];
   #postDuration: number[] = [];
   #bytes: number[] = [];
   #descriptors: number[] = [];
   #failedTransfers = 0;
   #failedNotifications = 0;
 
-  recordSuccess(durationS: number, postS: number, bytes: number, descriptors: number): void {
+  recordSuccess(durationS: number, wireS: number, postS: number, bytes: number, descriptors: number): void {
     this.#transferDuration.push(durationS);
+    this.#wireDuration.push(wireS);
     this.#postDuration.push(postS);
     this.#bytes.push(bytes);
     this.#descriptors.push(descriptors);
@@ -33,9 +40,25 @@ export class TransferStats {
     this.#failedNotifications++;
   }
 
+  /** Adds a snapshot taken elsewhere (the agent thread's) to this interval. */
+  merge(d: TransferStatsSnapshot): void {
+    for (const [i, s] of d.transferDuration.entries()) {
+      this.recordSuccess(
+        s,
+        d.wireDuration[i] ?? s,
+        d.postDuration[i] ?? 0,
+        d.bytesTransferred[i] ?? 0,
+        d.numDescriptors[i] ?? 0,
+      );
+    }
+    this.#failedTransfers += d.numFailedTransfers;
+    this.#failedNotifications += d.numFailedNotifications;
+  }
+
   snapshot(): TransferStatsSnapshot {
     return {
       transferDuration: [...this.#transferDuration],
+      wireDuration: [...this.#wireDuration],
       postDuration: [...this.#postDuration],
       bytesTransferred: [...this.#bytes],
       numDescriptors: [...this.#descriptors],
@@ -48,6 +71,7 @@ export class TransferStats {
   reset(): TransferStatsSnapshot {
     const s = this.snapshot();
     this.#transferDuration = [];
+    this.#wireDuration = [];
     this.#postDuration = [];
     this.#bytes = [];
     this.#descriptors = [];

@@ -1,5 +1,5 @@
 /**
- * ThreadedTransferAgent: a TransferAgent hosted in a worker thread, so transfers progress
+ * ThreadedTransferAgent: the in-thread agent hosted in a worker thread, so transfers progress
  * (and peers' READs are served) while the main thread is busy computing a model step. The
  * main thread keeps a mirror: posts, grants and notifications go to the worker as ordered
  * messages; completions, inbound notifications and stats come back as messages and update
@@ -9,8 +9,17 @@
 import type { Worker } from 'node:worker_threads';
 import { KVError } from '../errors/index.ts';
 import { stopWorker } from '../util/start-worker.ts';
-import { type PostOptions, TRANSFER_PROTOCOL_VERSION, TransferAgent } from './agent.ts';
-import type { TransferAgentLike } from './agent-like.ts';
+import {
+  checkAgentOptions,
+  checkProtocol,
+  checkRegions,
+  closedError,
+  errStatus,
+  localBlocks,
+  PROC_STATUS,
+  unknownHandle,
+  unreachable,
+} from './agent-checks.ts';
 import type {
   FromAgentThread,
   SharedRegion,
@@ -20,19 +29,17 @@ import type {
 import { fromPlainError, startAgentThread, waitReady } from './agent-thread-start.ts';
 import { type BackendChoice, chooseTransport, resolveBackends } from './backends.ts';
 import { prepareDescriptors } from './descriptors.ts';
-import { MAX_PAYLOAD_BYTES } from './framing.ts';
 import type { GrantSpec } from './grants.ts';
-import { unreachable } from './outbound.ts';
 import { TransferStats, type TransferStatsSnapshot } from './stats.ts';
+import type { Descriptors, PostOptions, TransferAgent } from './transfer-agent.ts';
 import type {
   AgentMetadata,
-  BlockListPair,
   DescPair,
-  FailedBlocks,
   MemoryRegion,
   Notification,
   TransferHandle,
   TransferStatus,
+  TransportName,
 } from './types.ts';
 
 export type { ThreadedAgentOptions } from './agent-thread-protocol.ts';
@@ -48,9 +55,7 @@ interface PendingNotify {
   reject(e: KVError): void;
 }
 
-const PROC: TransferStatus = { state: 'PROC', failed: [], failedBlockIds: [] };
-
-export class ThreadedTransferAgent implements TransferAgentLike {
+export class ThreadedTransferAgent implements TransferAgent {
   readonly name: string;
   readonly engineId: string;
   readonly tpRank: number;
@@ -61,6 +66,7 @@ export class ThreadedTransferAgent implements TransferAgentLike {
   readonly #remotes = new Map<string, AgentMetadata>();
   readonly #transfers = new Map<number, MirroredTransfer>();
   readonly #notifies = new Map<number, PendingNotify>();
+  readonly #syncs = new Map<number, () => void>();
   /** Grant keys believed live, with their expiry (epoch ms; Infinity = until revoked). */
   readonly #grants = new Map<string, number>();
   readonly #notifications: Notification[] = [];
@@ -70,10 +76,6 @@ export class ThreadedTransferAgent implements TransferAgentLike {
   #failure: KVError | null = null;
   #closed = false;
   #onClosed: (() => void) | null = null;
-
-  static isRetryableRefusal(reason: string | undefined): boolean {
-    return TransferAgent.isRetryableRefusal(reason);
-  }
 
   private constructor(worker: Worker, opts: ThreadedAgentOptions, base: AgentMetadata) {
     this.#worker = worker;
@@ -91,9 +93,10 @@ export class ThreadedTransferAgent implements TransferAgentLike {
   }
 
   /** Starts the worker, which creates the agent and binds its listener. */
-  static async create(opts: ThreadedAgentOptions, pollMs = 2): Promise<ThreadedTransferAgent> {
+  static async create(opts: ThreadedAgentOptions): Promise<ThreadedTransferAgent> {
     resolveBackends(opts.backends);
-    const worker = startAgentThread({ options: opts, pollMs });
+    checkAgentOptions(opts);
+    const worker = startAgentThread({ options: opts });
     try {
       const base = await waitReady(worker);
       return new ThreadedTransferAgent(worker, opts, base);
@@ -105,8 +108,8 @@ export class ThreadedTransferAgent implements TransferAgentLike {
 
   registerMemory(regions: readonly MemoryRegion[]): void {
     this.#usable();
+    checkRegions(regions);
     const shared: SharedRegion[] = regions.map((r) => {
-      checkRegion(r);
       if (!(r.bytes.buffer instanceof SharedArrayBuffer)) {
         throw new KVError(
           'TRANSFER_REGION_NOT_SHARED',
@@ -140,13 +143,7 @@ export class ThreadedTransferAgent implements TransferAgentLike {
 
   addRemoteAgent(meta: AgentMetadata): string {
     this.#usable();
-    if (meta.protocolVersion !== TRANSFER_PROTOCOL_VERSION) {
-      throw new KVError(
-        'TRANSFER_PROTOCOL_MISMATCH',
-        `remote agent ${meta.agentName} speaks transfer protocol ${meta.protocolVersion}, this agent ${TRANSFER_PROTOCOL_VERSION}`,
-        { hint: 'Run the same kvconnect version on both engines.' },
-      );
-    }
+    checkProtocol(meta);
     this.#remotes.set(meta.agentName, meta);
     this.#send({ type: 'add-remote', meta });
     return meta.agentName;
@@ -157,23 +154,19 @@ export class ThreadedTransferAgent implements TransferAgentLike {
     if (!this.#failure && !this.#closed) this.#send({ type: 'remove-remote', name });
   }
 
-  transportFor(name: string): 'tcp' | 'shm' {
+  transportFor(name: string): TransportName {
     const meta = this.#remotes.get(name);
     if (!meta) throw unreachable(name);
     return chooseTransport(this.#backends, this.#base.endpoints.shm?.hostId ?? '', meta);
   }
 
-  read(
-    remoteAgent: string,
-    descs: readonly DescPair[] | readonly BlockListPair[],
-    options: PostOptions = {},
-  ): TransferHandle {
+  read(remoteAgent: string, descs: Descriptors, options: PostOptions = {}): TransferHandle {
     return this.#post('READ', remoteAgent, descs, options);
   }
 
   write(
     remoteAgent: string,
-    descs: readonly DescPair[] | readonly BlockListPair[],
+    descs: Descriptors,
     options: Omit<PostOptions, 'grantKey'> = {},
   ): TransferHandle {
     return this.#post('WRITE', remoteAgent, descs, options);
@@ -182,7 +175,7 @@ export class ThreadedTransferAgent implements TransferAgentLike {
   #post(
     kind: 'READ' | 'WRITE',
     remoteAgent: string,
-    input: readonly DescPair[] | readonly BlockListPair[],
+    input: Descriptors,
     options: PostOptions,
   ): TransferHandle {
     this.#usable();
@@ -190,7 +183,7 @@ export class ThreadedTransferAgent implements TransferAgentLike {
     if (!meta) throw unreachable(remoteAgent);
     const descs = prepareDescriptors(kind, input, this.#regions, meta);
     const id = this.#nextId++;
-    this.#transfers.set(id, { descs, status: PROC, waiters: [] });
+    this.#transfers.set(id, { descs, status: PROC_STATUS, waiters: [] });
     this.#send({
       type: 'post',
       id,
@@ -205,15 +198,7 @@ export class ThreadedTransferAgent implements TransferAgentLike {
 
   status(handle: TransferHandle): TransferStatus {
     const t = this.#transfers.get(handle.id);
-    if (!t) {
-      throw new KVError(
-        'TRANSFER_UNKNOWN_HANDLE',
-        `transfer handle ${handle.id} is unknown or was released`,
-        {
-          hint: 'Poll only handles returned by read()/write() and not yet released.',
-        },
-      );
-    }
+    if (!t) throw unknownHandle(handle.id);
     return t.status;
   }
 
@@ -292,6 +277,15 @@ export class ThreadedTransferAgent implements TransferAgentLike {
     return true;
   }
 
+  settled(): Promise<void> {
+    this.#usable();
+    const id = this.#nextId++;
+    return new Promise((resolve) => {
+      this.#syncs.set(id, resolve);
+      this.#send({ type: 'sync', id });
+    });
+  }
+
   getStats(): TransferStatsSnapshot {
     return this.#stats.snapshot();
   }
@@ -336,9 +330,7 @@ export class ThreadedTransferAgent implements TransferAgentLike {
   }
 
   #usable(): void {
-    if (this.#closed && !this.#failure) {
-      throw new KVError('TRANSFER_CLOSED', 'transfer agent is closed', { hint: 'Create a new agent.' });
-    }
+    if (this.#closed && !this.#failure) throw closedError();
     if (this.#failure) throw this.#failure;
   }
 
@@ -363,8 +355,12 @@ export class ThreadedTransferAgent implements TransferAgentLike {
       case 'waiting':
         this.#waiting = msg.count;
         return;
+      case 'synced':
+        this.#syncs.get(msg.id)?.();
+        this.#syncs.delete(msg.id);
+        return;
       case 'stats':
-        mergeStats(this.#stats, msg.delta);
+        this.#stats.merge(msg.delta);
         return;
       case 'command-error':
         this.#fail(`${msg.what} failed in the transfer thread: ${msg.error.message}`);
@@ -385,63 +381,19 @@ export class ThreadedTransferAgent implements TransferAgentLike {
     if (this.#failure) return;
     const closing = reason === 'transfer agent closed';
     this.#failure = closing
-      ? new KVError('TRANSFER_CLOSED', 'transfer agent is closed', { hint: 'Create a new agent.' })
+      ? closedError()
       : new KVError('TRANSFER_THREAD_FAILED', `transfer thread failed: ${reason}`, {
           hint: 'The transfer agent thread stopped; restart the engine (or disable transfer_thread) and report the cause.',
         });
     for (const t of this.#transfers.values()) {
       if (t.status.state !== 'PROC') continue;
-      const failed = localBlocks(t.descs);
       this.#stats.recordFailedTransfer();
-      this.#settle(t, {
-        state: 'ERR',
-        failed,
-        failedBlockIds: [...new Set(failed.flatMap((f) => f.blockIds))].sort((a, b) => a - b),
-        reason: this.#failure.message,
-      });
+      this.#settle(t, errStatus(localBlocks(t.descs), this.#failure.message));
     }
     for (const p of this.#notifies.values()) p.reject(this.#failure);
     this.#notifies.clear();
+    // Nothing more can take effect: whoever waits for earlier calls may go on.
+    for (const resolve of this.#syncs.values()) resolve();
+    this.#syncs.clear();
   }
-}
-
-function checkRegion(r: MemoryRegion): void {
-  const ok =
-    Number.isSafeInteger(r.id) &&
-    Number.isSafeInteger(r.blockBytes) &&
-    r.blockBytes > 0 &&
-    r.blockBytes <= MAX_PAYLOAD_BYTES &&
-    Number.isSafeInteger(r.numBlocks) &&
-    r.numBlocks > 0 &&
-    r.bytes.length >= r.blockBytes * r.numBlocks;
-  if (!ok) {
-    throw new KVError(
-      'TRANSFER_BAD_REGION',
-      `region ${r.id} is inconsistent: ${r.bytes.length} bytes for ${r.numBlocks} blocks of ${r.blockBytes}`,
-      {
-        hint: `A region must hold numBlocks × blockBytes bytes, with positive integer sizes (a block ≤ ${MAX_PAYLOAD_BYTES} bytes).`,
-      },
-    );
-  }
-}
-
-function localBlocks(descs: readonly DescPair[]): FailedBlocks[] {
-  const byRegion = new Map<number, number[]>();
-  for (const d of descs) {
-    let ids = byRegion.get(d.localRegion);
-    if (!ids) {
-      ids = [];
-      byRegion.set(d.localRegion, ids);
-    }
-    for (let i = 0; i < d.count; i++) ids.push(d.localFirst + i);
-  }
-  return [...byRegion].map(([region, blockIds]) => ({ region, blockIds }));
-}
-
-function mergeStats(into: TransferStats, d: TransferStatsSnapshot): void {
-  for (const [i, s] of d.transferDuration.entries()) {
-    into.recordSuccess(s, d.postDuration[i] ?? 0, d.bytesTransferred[i] ?? 0, d.numDescriptors[i] ?? 0);
-  }
-  for (let i = 0; i < d.numFailedTransfers; i++) into.recordFailedTransfer();
-  for (let i = 0; i < d.numFailedNotifications; i++) into.recordFailedNotification();
 }

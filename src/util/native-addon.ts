@@ -28,3 +28,13 @@ const loaded = load();
 /** The addon's exports, or null; with the reason (for diagnostics). */
 export const nativeAddon: Record<string, unknown> | null = loaded.addon;
 export const nativeAddonReason: string = loaded.reason;
+
+/**
+ * The addon's exports `names` as one binding when every one of them is a function (an addon
+ * built from older sources may lack some), else null.
+ */
+export function nativeFunctions<T>(...names: (keyof T & string)[]): T | null {
+  const mod = nativeAddon;
+  if (mod === null || !names.every((n) => typeof mod[n] === 'function')) return null;
+  return mod as T;
+}

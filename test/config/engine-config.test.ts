@@ -15,7 +15,9 @@ import { buildKVCacheConfig } from '../../src/kv/kv-cache-config.ts';
 
 test('defaults: vLLM-style engine config with a 64 MiB KV budget and auto HMA', () => {
   const c = buildEngineConfig();
-  assert.deepEqual(c.model, { model: 'tiny', servedModelName: 'tiny', maxModelLen: 2048, seed: 0 });
+  // The default model is the bundled kjv-llama; max_model_len is its max_position_embeddings.
+  assert.deepEqual(c.model, { model: 'kjv-llama', servedModelName: 'kjv-llama', maxModelLen: 1024, seed: 0 });
+  assert.equal(buildEngineConfig({ model: 'tiny' }).model.maxModelLen, 4096);
   assert.deepEqual(c.cache, {
     blockSize: 16,
     numGpuBlocks: null,

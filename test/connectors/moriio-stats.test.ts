@@ -197,6 +197,7 @@ describe('MoRIIO stats, recorder and metrics', () => {
     r.timedOut();
     const agent = {
       transferDuration: [0.5],
+      wireDuration: [0.5],
       postDuration: [0.01],
       bytesTransferred: [1_000_000],
       numDescriptors: [2],

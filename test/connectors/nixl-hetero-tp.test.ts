@@ -18,7 +18,7 @@ import {
 import { LLM } from '../../src/engine/llm.ts';
 import { isKVError } from '../../src/errors/index.ts';
 import { captureLogs } from '../../src/logging/logger.ts';
-import { TransferAgent } from '../../src/transfer/index.ts';
+import { InThreadTransferAgent } from '../../src/transfer/index.ts';
 import {
   engineOptions,
   GREEDY,
@@ -235,7 +235,7 @@ describe('head scatter and staging', () => {
   });
 
   it('staging hands out slots in request order and never beyond its capacity', async () => {
-    const agent = await TransferAgent.create({ engineId: 'staging-test', backends: ['TCP'] });
+    const agent = await InThreadTransferAgent.create({ engineId: 'staging-test', backends: ['TCP'] });
     try {
       const pool = new StagingPool(agent, 1 << 20, 64, 4);
       assert.ok(agent.metadata().regions.some((r) => r.id === 1 << 20 && r.numBlocks === 4));

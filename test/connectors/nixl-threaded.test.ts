@@ -1,4 +1,7 @@
-/** The NIXL connectors with kv_connector_extra_config.transfer_thread: the agent runs in a worker thread. */
+/**
+ * Where the NIXL connectors' transfer agent runs: in a worker thread by default
+ * (kv_connector_extra_config.transfer_thread), on the engine's event loop with `false`.
+ */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type { NixlConnector } from '../../src/connectors/nixl/index.ts';
@@ -6,7 +9,7 @@ import { parseNixlOptions } from '../../src/connectors/nixl/options.ts';
 import { LLM } from '../../src/engine/llm.ts';
 import type { LocalExecutor } from '../../src/engine/runner/local-executor.ts';
 import { isKVError } from '../../src/errors/index.ts';
-import { ThreadedTransferAgent } from '../../src/transfer/threaded.ts';
+import { InThreadTransferAgent, ThreadedTransferAgent } from '../../src/transfer/index.ts';
 import {
   engineOptions,
   GREEDY,
@@ -27,8 +30,10 @@ async function disaggregate(o: PairOptions): Promise<void> {
   const p = await LLM.create(engineOptions(o, 'kv_producer', 'prefill-engine'));
   const d = await LLM.create(engineOptions(o, 'kv_consumer', 'decode-engine'));
   try {
-    assert.ok((await agentOf(p)) instanceof ThreadedTransferAgent, 'P hosts its agent in a thread');
-    assert.ok((await agentOf(d)) instanceof ThreadedTransferAgent, 'D hosts its agent in a thread');
+    const threaded = o.extra?.['transfer_thread'] !== false;
+    const agentClass = threaded ? ThreadedTransferAgent : InThreadTransferAgent;
+    assert.ok((await agentOf(p)) instanceof agentClass, `P's agent is ${agentClass.name}`);
+    assert.ok((await agentOf(d)) instanceof agentClass, `D's agent is ${agentClass.name}`);
     const pOut = await p.generate(PROMPTS, { ...GREEDY, maxTokens: 1 }, { kvTransferParams: P_PARAMS });
     const dOut = await d.generate(PROMPTS, GREEDY, { kvTransferParams: pOut.map((x) => x.kvTransferParams) });
     assert.deepEqual(
@@ -54,22 +59,25 @@ async function disaggregate(o: PairOptions): Promise<void> {
   }
 }
 
-describe('NIXL with transfer_thread: true', () => {
+describe('NIXL transfer agent in a thread (default) or on the engine loop', () => {
   for (const backend of ['TCP', 'SHM'] as const) {
-    it(`pull over ${backend}: D's tokens equal a single engine's and both pools drain`, () =>
-      disaggregate({ model: 'tiny', connector: 'NixlConnector', backend, extra: { transfer_thread: true } }));
+    it(`pull over ${backend}, agent in a thread: D's tokens equal a single engine's and both pools drain`, () =>
+      disaggregate({ model: 'tiny', connector: 'NixlConnector', backend, extra: {} }));
+    it(`pull over ${backend}, transfer_thread false: the same on the engine loop`, () =>
+      disaggregate({
+        model: 'tiny',
+        connector: 'NixlConnector',
+        backend,
+        extra: { transfer_thread: false },
+      }));
   }
 
-  it('push over TCP: D receives the KV written by P', () =>
-    disaggregate({
-      model: 'tiny',
-      connector: 'NixlPushConnector',
-      backend: 'TCP',
-      extra: { transfer_thread: true },
-    }));
+  it('push over TCP, agent in a thread: D receives the KV written by P', () =>
+    disaggregate({ model: 'tiny', connector: 'NixlPushConnector', backend: 'TCP', extra: {} }));
 
-  it('the option defaults to false and must be a boolean', () => {
-    assert.equal(parseNixlOptions({}, null, {}).transferThread, false);
+  it('the option defaults to true and must be a boolean', () => {
+    assert.equal(parseNixlOptions({}, null, {}).transferThread, true);
+    assert.equal(parseNixlOptions({ transfer_thread: false }, null, {}).transferThread, false);
     assert.equal(parseNixlOptions({ transfer_thread: true }, null, {}).transferThread, true);
     assert.throws(
       () => parseNixlOptions({ transfer_thread: 'yes' }, null, {}),

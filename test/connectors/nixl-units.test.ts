@@ -189,6 +189,7 @@ describe('options and startup', () => {
   it('reduce() summarises stats as vLLM logs them', () => {
     const r = reduceNixlStats({
       transfer_duration: [0.001, 0.003],
+      wire_duration: [0.001, 0.003],
       post_duration: [0, 0],
       bytes_transferred: [1e6, 3e6],
       num_descriptors: [2, 4],

@@ -36,6 +36,15 @@ test('kvconnect demo --json exits 0 with identical outputs and prints the table 
     assert.ok(summary.prefix_cache_hit_rate.plain > 0, 'shared prefixes should hit the prefix cache');
     assert.ok(summary.ttft_p50_ms.disaggregated > 0 && summary.ttft_p50_ms.plain > 0);
     assert.match(demo.out(), /outputs identical\s+✓ 8\/8/);
+    // Two samples (one per family), shown with both completions: readable words, equal token ids.
+    assert.equal(summary.samples.length, 2);
+    for (const s of summary.samples) {
+      assert.equal(s.same_token_ids, true);
+      assert.equal(s.disaggregated, s.plain);
+      assert.match(s.disaggregated, /[A-Za-z]{2,}/, 'the default model writes words');
+      assert.ok(!s.disaggregated.includes('\uFFFD'), 'no broken characters');
+      assert.ok(demo.out().includes(`disaggregated │ ${s.disaggregated.replaceAll('\n', ' ⏎ ')}`));
+    }
     assert.match(demo.err(), /disaggregated .* 8\/8/);
   } finally {
     demo.killGroup();

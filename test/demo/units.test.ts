@@ -5,6 +5,7 @@ import { type CompletionResult, tokenIdsOf } from '../../src/demo/client.ts';
 import { demoMetricNames, metricDelta, parseReading, sumMetric } from '../../src/demo/metrics.ts';
 import { exportsTransferMetrics } from '../../src/demo/options.ts';
 import { Progress } from '../../src/demo/progress.ts';
+import { pickSamples, renderSamples } from '../../src/demo/samples.ts';
 import { percentile, renderTable, sameOutput, summarize } from '../../src/demo/summary.ts';
 import { buildWorkload, familyPrefix, workloadWaves } from '../../src/demo/workload.ts';
 import type { KVError } from '../../src/errors/kv-error.ts';
@@ -13,7 +14,8 @@ test('the workload interleaves families that share an exact prefix, and waves se
   const w = buildWorkload({ requests: 10, families: 3, prefixLength: 200, maxTokens: 8 });
   assert.equal(w.length, 10);
   for (const r of w) assert.ok(r.prompt.startsWith(familyPrefix(r.family, 200)));
-  assert.equal(familyPrefix(1, 200).length, 200);
+  const prefix = familyPrefix(1, 200);
+  assert.ok(prefix.length >= 200 && prefix.length < 320 && prefix.endsWith('.\n'), prefix);
   assert.notEqual(familyPrefix(0, 200), familyPrefix(1, 200));
   assert.equal(new Set(w.map((r) => r.prompt)).size, 10);
   const waves = workloadWaves(w, 4);
@@ -107,7 +109,7 @@ test('summaries of connectors without transfer metrics say null / n/a, not 0', (
     e2eMs: 9,
   };
   const reading = parseReading(
-    'vllm:nixl_bytes_transferred_sum 4096\nvllm:nixl_bytes_transferred_count 2\nvllm:nixl_xfer_time_seconds_sum 0.5\nvllm:prompt_tokens_total 1\nvllm:external_prefix_cache_hits_total 30',
+    'vllm:nixl_bytes_transferred_sum 4096\nvllm:nixl_bytes_transferred_count 2\nvllm:nixl_xfer_wire_time_seconds_sum 0.5\nvllm:prompt_tokens_total 1\nvllm:external_prefix_cache_hits_total 30',
   );
   const input = {
     connector: 'X',
@@ -204,4 +206,37 @@ test('MoRIIO servers are read through vllm:moriio_*, NIXL through vllm:nixl_*; a
   assert.match(table, /KV moved P→D\s+48\.0 KiB · 2 blocks · 4 transfers/);
   assert.match(table, /transfer throughput\s+0\.012 GB\/s/);
   assert.match(table, /failed transfers\s+1/);
+});
+
+test('samples: one per family, both completions shown, compared by token ids (U+FFFD texts can differ)', () => {
+  const requests = buildWorkload({ requests: 6, families: 3, prefixLength: 100, maxTokens: 2 });
+  const result = (index: number, text: string, tokenIds: number[]): CompletionResult => ({
+    index,
+    text,
+    tokenIds,
+    logprobs: tokenIds.map(() => -1),
+    finishReason: 'length',
+    ttftMs: 1,
+    e2eMs: 2,
+  });
+  const d = requests.map((r) =>
+    result(r.index, r.index === 1 ? '\uFFFD' : ' Moses,', [r.index === 1 ? 200 : 5, 6]),
+  );
+  const p = requests.map((r) =>
+    result(r.index, r.index === 1 ? '\uFFFD' : ' Moses,', [r.index === 1 ? 201 : 5, 6]),
+  );
+  const samples = pickSamples(requests, d, p, 2);
+  assert.deepEqual(
+    samples.map((s) => [s.index, s.same_token_ids]),
+    [
+      [0, true],
+      [1, false],
+    ],
+  );
+  const text = renderSamples(samples);
+  assert.match(
+    text,
+    /#0 {2}….*⏎ And the LORD said unto\n {6}disaggregated │ {2}Moses,\n {6}plain {9}│ {2}Moses,\n {6}✓ same token ids/,
+  );
+  assert.match(text, /#1 [\s\S]*✗ token ids differ/);
 });

@@ -17,9 +17,9 @@ test('a client abort through the proxy frees the KV blocks on both servers', asy
     const res = await postJson(
       `${cluster.proxy.url}/v1/completions`,
       {
-        model: 'tiny',
-        prompt: `${familyPrefix(7, 600)}Write a long answer:`,
-        max_tokens: 1000,
+        model: cluster.model,
+        prompt: `${familyPrefix(7, 600)}And he said,`,
+        max_tokens: 700,
         ignore_eos: true,
         temperature: 0,
         stream: true,
@@ -49,7 +49,7 @@ test('a client abort through the proxy frees the KV blocks on both servers', asy
     }
     // Both servers keep serving after the abort.
     const again = await postJson(`${cluster.proxy.url}/v1/completions`, {
-      model: 'tiny',
+      model: cluster.model,
       prompt: 'after the abort',
       max_tokens: 4,
       temperature: 0,

@@ -9,6 +9,8 @@ import { setLogLevel } from '../../src/logging/logger.ts';
 import { type RunningProxy, resolveProxyOptions, startProxy } from '../../src/proxy/proxy-server.ts';
 
 export interface Cluster {
+  /** The model every server serves (the demo's default unless overridden). */
+  model: string;
   prefill: ServeProcess;
   decode: ServeProcess;
   reference: ServeProcess;
@@ -43,6 +45,7 @@ export async function startCluster(
     );
     const running = proxy;
     return {
+      model: options.model,
       prefill,
       decode,
       reference,
@@ -82,6 +85,40 @@ export async function streamedText(res: Response): Promise<string> {
     text += c?.text ?? c?.delta?.content ?? '';
   }
   return text;
+}
+
+interface LogprobsChunk {
+  error?: { message: string };
+  choices?: Array<{ logprobs?: { tokens?: string[]; content?: Array<{ token: string }> } | null }>;
+}
+
+function labelsOf(chunk: LogprobsChunk): string[] {
+  if (chunk.error) throw new Error(chunk.error.message);
+  const lp = chunk.choices?.[0]?.logprobs;
+  return lp?.tokens ?? lp?.content?.map((c) => c.token) ?? [];
+}
+
+/**
+ * The generated token ids of a completion or chat response, streamed or not, read from the
+ * logprobs of a request sent with `return_tokens_as_token_ids` (completions: `logprobs: 0`;
+ * chat: `logprobs: true`). Outputs are compared by these ids: two different tokens can
+ * decode to the same text (e.g. both to U+FFFD).
+ */
+export async function generatedTokenIds(res: Response, stream: boolean): Promise<number[]> {
+  const labels: string[] = [];
+  if (stream) {
+    for (const line of (await res.text()).split('\n')) {
+      if (line.startsWith('data: ') && line !== 'data: [DONE]')
+        labels.push(...labelsOf(JSON.parse(line.slice(6))));
+    }
+  } else {
+    labels.push(...labelsOf((await res.json()) as LogprobsChunk));
+  }
+  return labels.map((label) => {
+    const m = /^token_id:(\d+)$/.exec(label);
+    if (m === null) throw new Error(`expected token_id:{id} labels, got ${JSON.stringify(label)}`);
+    return Number(m[1]);
+  });
 }
 
 export async function waitFor(check: () => Promise<boolean>, timeoutMs: number, what: string): Promise<void> {

@@ -1,12 +1,12 @@
 /**
  * The P/D end-to-end checks shared by the pull and push test files: outputs through the proxy
- * equal the plain server's (completions and chat, streamed and not), D computes at most one
- * prompt token per request, and P's KV usage returns to 0.
+ * have the plain server's token ids (completions and chat, streamed and not), D computes at
+ * most one prompt token per request, and P's KV usage returns to 0.
  */
 import assert from 'node:assert/strict';
 import { readMetrics } from '../../src/demo/metrics.ts';
 import { familyPrefix } from '../../src/demo/workload.ts';
-import { type Cluster, postJson, streamedText, waitFor } from './helpers.ts';
+import { type Cluster, generatedTokenIds, postJson, waitFor } from './helpers.ts';
 
 interface Case {
   route: '/v1/completions' | '/v1/chat/completions';
@@ -20,29 +20,31 @@ function cases(): Case[] {
     out.push({
       route: '/v1/completions',
       stream,
-      body: { prompt: `${familyPrefix(i, 200)}Question: what now?\nAnswer:`, max_tokens: 12 },
+      body: { prompt: `${familyPrefix(i, 700)}And the LORD said unto`, max_tokens: 12 },
     });
     out.push({
       route: '/v1/chat/completions',
       stream,
-      body: { messages: [{ role: 'user', content: `${familyPrefix(i + 2, 150)}Say more.` }], max_tokens: 12 },
+      body: {
+        messages: [{ role: 'user', content: `${familyPrefix(i + 2, 600)}Then answered he, and said,` }],
+        max_tokens: 12,
+      },
     });
   }
   return out;
 }
 
-async function answer(baseUrl: string, c: Case): Promise<string> {
+async function answer(cluster: Cluster, baseUrl: string, c: Case): Promise<number[]> {
   const res = await postJson(`${baseUrl}${c.route}`, {
-    model: 'tiny',
+    model: cluster.model,
     temperature: 0,
     stream: c.stream,
+    logprobs: c.route === '/v1/completions' ? 0 : true,
+    return_tokens_as_token_ids: true,
     ...c.body,
   });
   if (res.status !== 200) assert.fail(`${baseUrl}${c.route}: ${res.status} ${await res.text()}`);
-  if (c.stream) return streamedText(res);
-  const json = (await res.json()) as { choices: Array<{ text?: string; message?: { content: string } }> };
-  const choice = json.choices[0];
-  return choice?.text ?? choice?.message?.content ?? '';
+  return generatedTokenIds(res, c.stream);
 }
 
 export interface PdFigures {
@@ -59,13 +61,13 @@ export async function checkDisaggregatedMatchesPlain(cluster: Cluster): Promise<
   const pBefore = await readMetrics(cluster.prefill.url);
   const all = cases();
   for (const c of all) {
-    const viaProxy = await answer(cluster.proxy.url, c);
-    const plain = await answer(cluster.reference.url, c);
-    assert.equal(viaProxy.length > 0, true, `empty output for ${c.route} stream=${c.stream}`);
-    assert.equal(
+    const viaProxy = await answer(cluster, cluster.proxy.url, c);
+    const plain = await answer(cluster, cluster.reference.url, c);
+    assert.equal(viaProxy.length, 12, `${c.route} stream=${c.stream}: expected 12 tokens`);
+    assert.deepEqual(
       viaProxy,
       plain,
-      `${c.route} stream=${c.stream}: proxy output differs from the plain server's`,
+      `${c.route} stream=${c.stream}: proxy token ids differ from the plain server's`,
     );
   }
   const dAfter = await readMetrics(cluster.decode.url);

@@ -143,7 +143,7 @@ describe('NIXL with a prefill engine that goes silent mid-transfer', () => {
     const [params] = JSON.parse(await nextLine()) as Record<string, unknown>[];
     let stopped = false;
     const peer = await relayedPeer(params!, (dir, h, payload) => {
-      if (stopped || dir !== 'down' || h.t !== 'data') return { action: 'forward' };
+      if (stopped || dir !== 'down' || h.type !== 'data') return { action: 'forward' };
       stopped = true;
       child.kill('SIGSTOP');
       return { action: 'hold', forwardBytes: Math.floor((payload?.length ?? 0) / 2) };

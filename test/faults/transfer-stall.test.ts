@@ -9,76 +9,12 @@
 import assert from 'node:assert/strict';
 import { after, describe, it } from 'node:test';
 import { setLogLevel } from '../../src/logging/logger.ts';
-import { type AgentMetadata, TransferAgent, type TransferAgentOptions } from '../../src/transfer/index.ts';
-import { type FaultRelay, type FrameHook, startFaultRelay } from '../helpers/fault-relay.ts';
 import { waitUntil } from '../helpers/wait-until.ts';
+import { all, closeRelayedAgents, settled, throughRelay, whole } from './relayed-agents.ts';
 
 setLogLevel('silent');
 
-function region(id: number, blockBytes: number, numBlocks: number, seed: number) {
-  const bytes = new Uint8Array(new SharedArrayBuffer(blockBytes * numBlocks));
-  const words = new Uint32Array(bytes.buffer);
-  for (let i = 0; i < words.length; i++) words[i] = (Math.imul(i + 1, 0x9e3779b1) ^ seed) >>> 0;
-  return { id, bytes, blockBytes, numBlocks };
-}
-
-const open: { close(): Promise<unknown> }[] = [];
-after(async () => {
-  for (const c of open.splice(0)) await c.close();
-});
-
-/** A reader A and an owner B; A reaches B only through a fault relay. */
-async function throughRelay(
-  blockBytes: number,
-  numBlocks: number,
-  frames: FrameHook,
-  aOptions: Partial<TransferAgentOptions> = {},
-  bOptions: Partial<TransferAgentOptions> = {},
-) {
-  const a = await TransferAgent.create({
-    engineId: 'A',
-    backends: ['TCP'],
-    chunkBytes: blockBytes,
-    ...aOptions,
-  });
-  const b = await TransferAgent.create({
-    engineId: 'B',
-    backends: ['TCP'],
-    chunkBytes: blockBytes,
-    ...bOptions,
-  });
-  open.push(a, b);
-  const ra = region(0, blockBytes, numBlocks, 0x1111);
-  const rb = region(0, blockBytes, numBlocks, 0x2222);
-  a.registerMemory([ra]);
-  b.registerMemory([rb]);
-  const relay = await startFaultRelay({ targetPort: b.metadata().endpoints.tcp.port, frames });
-  open.push(relay);
-  const meta: AgentMetadata = {
-    ...b.metadata(),
-    endpoints: { tcp: { host: '127.0.0.1', port: relay.port } },
-  };
-  const remote = a.addRemoteAgent(meta);
-  return { a, b, ra, rb, relay, remote };
-}
-
-const all = (n: number) => Array.from({ length: n }, (_, i) => i);
-const whole = (n: number) => [{ localRegion: 0, localFirst: 0, remoteRegion: 0, remoteFirst: 0, count: n }];
-
-/** Waits until the relay forwards nothing more for a while (its queues drained or held). */
-async function settled(relay: FaultRelay): Promise<void> {
-  let last = -1;
-  await waitUntil(
-    'the relay to stop forwarding',
-    () => {
-      const now = relay.bytes('up') + relay.bytes('down');
-      const same = now === last;
-      last = now;
-      return same;
-    },
-    { intervalMs: 150 },
-  );
-}
+after(closeRelayedAgents);
 
 describe('a transfer whose peer stalls', () => {
   it('stalled in the middle of a frame: ERR within the timeout, nothing lands after it, the next READ reconnects', async () => {
@@ -88,7 +24,7 @@ describe('a transfer whose peer stalls', () => {
       BB,
       16,
       (dir, h, _p, index) =>
-        stall && dir === 'down' && h.t === 'data' && index >= 4
+        stall && dir === 'down' && h.type === 'data' && index >= 4
           ? { action: 'hold', forwardBytes: BB / 2 }
           : { action: 'forward' },
       { transferTimeoutMs: 400 },
@@ -150,7 +86,9 @@ describe('a transfer whose peer stalls', () => {
       BB,
       N,
       (dir, h, _p, index) =>
-        hold && dir === 'down' && h.t === 'data' && index >= 3 ? { action: 'hold' } : { action: 'forward' },
+        hold && dir === 'down' && h.type === 'data' && index >= 3
+          ? { action: 'hold' }
+          : { action: 'forward' },
       { transferTimeoutMs: 60_000 },
       {
         testHooks: {
@@ -208,7 +146,7 @@ describe('a transfer whose peer stalls', () => {
       BB,
       N,
       (dir, h) =>
-        hold && dir === 'up' && h.t === 'data' && ++dataFrames === 3
+        hold && dir === 'up' && h.type === 'data' && ++dataFrames === 3
           ? { action: 'hold', forwardBytes: BB / 4 }
           : { action: 'forward' },
       { transferTimeoutMs: 60_000 },
@@ -235,7 +173,7 @@ describe('a transfer whose peer stalls', () => {
       BB,
       8,
       (dir, h, _p, index) =>
-        cut && dir === 'down' && h.t === 'data' && index >= 4
+        cut && dir === 'down' && h.type === 'data' && index >= 4
           ? { action: 'cut', forwardBytes: BB / 2 }
           : { action: 'forward' },
       { transferTimeoutMs: 60_000 },

@@ -10,7 +10,8 @@
  * mid-frame), or cut the connection after part of it.
  */
 import { connect, createServer, type Socket } from 'node:net';
-import { encodePrefixAndHeader, FrameDecoder, type FrameHeader } from '../../src/transfer/framing.ts';
+import { type AgentFrame, parseAgentFrame } from '../../src/transfer/frames.ts';
+import { encodePrefixAndHeader, FrameDecoder } from '../../src/transfer/framing.ts';
 
 /** up = client → target, down = target → client. */
 export type Direction = 'up' | 'down';
@@ -24,7 +25,7 @@ export type FrameAction =
 /** `index` counts the frames of this connection in this direction from 1. */
 export type FrameHook = (
   dir: Direction,
-  header: FrameHeader,
+  header: AgentFrame,
   payload: Uint8Array | null,
   index: number,
 ) => FrameAction;
@@ -230,31 +231,34 @@ function decode(link: Link, dir: Direction, hook: FrameHook): void {
   const source = dir === 'up' ? link.client : link.upstream;
   const sink = dir === 'up' ? link.upstream : link.client;
   let index = 0;
-  const decoder = new FrameDecoder({
-    destination: (_h, len) => (len > 0 ? new Uint8Array(len) : null),
-    frame: (h, payload) => {
-      const act = hook(dir, h, payload, ++index);
-      const body = act.action === 'forward' && act.payload ? act.payload : payload;
-      const length = payload?.length ?? 0;
-      pipe.push(encodePrefixAndHeader(h, length));
-      if (act.action === 'forward') {
-        if (body) pipe.push(body);
-        return;
-      }
-      const n = Math.min(act.forwardBytes ?? 0, length);
-      if (payload && n > 0) pipe.push(payload.subarray(0, n));
-      if (act.action === 'cut') {
-        // The receiving side sees the frame end early with a FIN; the sending side is reset.
-        if (dir === 'down') link.keepClient = true;
-        pipe.set('drop');
-        sink.end();
-        source.resetAndDestroy();
-        return;
-      }
-      pipe.set('hold');
-      if (payload && n < length) pipe.push(payload.subarray(n));
+  const decoder = new FrameDecoder<AgentFrame>(
+    {
+      destination: (_h, len) => (len > 0 ? new Uint8Array(len) : null),
+      frame: (h, payload) => {
+        const act = hook(dir, h, payload, ++index);
+        const body = act.action === 'forward' && act.payload ? act.payload : payload;
+        const length = payload?.length ?? 0;
+        pipe.push(encodePrefixAndHeader(h, length));
+        if (act.action === 'forward') {
+          if (body) pipe.push(body);
+          return;
+        }
+        const n = Math.min(act.forwardBytes ?? 0, length);
+        if (payload && n > 0) pipe.push(payload.subarray(0, n));
+        if (act.action === 'cut') {
+          // The receiving side sees the frame end early with a FIN; the sending side is reset.
+          if (dir === 'down') link.keepClient = true;
+          pipe.set('drop');
+          sink.end();
+          source.resetAndDestroy();
+          return;
+        }
+        pipe.set('hold');
+        if (payload && n < length) pipe.push(payload.subarray(n));
+      },
     },
-  });
+    parseAgentFrame,
+  );
   source.on('data', (d) => {
     try {
       decoder.push(d);

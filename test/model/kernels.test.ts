@@ -10,6 +10,7 @@ import {
 import { assembleMatmulModule } from '../../src/engine/model/kernels/wasm-assembler.ts';
 import { WasmRuntime } from '../../src/engine/model/kernels/wasm-matmul.ts';
 import { SeededRandom } from '../../src/engine/model/prng.ts';
+import { ropeInvFreq } from '../../src/engine/model/rope.ts';
 
 function random(n: number, rng: SeededRandom): Float32Array {
   return Float32Array.from({ length: n }, () => rng.nextGaussian());
@@ -91,9 +92,10 @@ test('reference ops: softmax, rmsnorm, rope and attention behave as defined', ()
   const r = Math.sqrt(12.5);
   assert.ok(Math.abs(y[0]! - 3 / r) < 1e-6 && Math.abs(y[1]! - 8 / r) < 1e-6);
   const v = Float32Array.from([1, 2, 3, 4]);
-  ropeRef(v, 0, 4, 0, 10000);
+  const invFreq = ropeInvFreq(4, 10000, { ropeType: 'default' });
+  ropeRef(v, 0, invFreq, 0);
   assert.deepEqual(v, Float32Array.from([1, 2, 3, 4]));
-  ropeRef(v, 0, 4, 5, 10000);
+  ropeRef(v, 0, invFreq, 5);
   const norm = Math.hypot(v[0]!, v[2]!);
   assert.ok(Math.abs(norm - Math.hypot(1, 3)) < 1e-5, 'rotation keeps the pair norm');
   const keys = Float32Array.from([1, 0, 0, 1]);

@@ -58,6 +58,7 @@ const ENGINE_FAMILIES: ReadonlyArray<[string, string]> = [
 
 const NIXL_FAMILIES: ReadonlyArray<[string, string]> = [
   ['vllm:nixl_xfer_time_seconds', 'histogram'],
+  ['vllm:nixl_xfer_wire_time_seconds', 'histogram'],
   ['vllm:nixl_post_time_seconds', 'histogram'],
   ['vllm:nixl_bytes_transferred', 'histogram'],
   ['vllm:nixl_num_descriptors', 'histogram'],

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { it } from 'node:test';
 import { setLogLevel } from '../../src/logging/logger.ts';
-import { type AgentMetadata, TransferAgent } from '../../src/transfer/index.ts';
+import { type AgentMetadata, InThreadTransferAgent } from '../../src/transfer/index.ts';
 import { startFaultRelay } from '../helpers/fault-relay.ts';
 import { blocksEqual, makeRegion } from './pattern.ts';
 
@@ -11,13 +11,13 @@ const BB = 4096;
 /** Flips one payload byte of the `nth` data frame from server to client, through the fault relay. */
 async function corruptingRelay(target: number, nth: number, byteInFrame: number) {
   let seen = 0;
-  let hit: { o: number; n: number } | null = null;
+  let hit: { block: number; count: number } | null = null;
   const relay = await startFaultRelay({
     targetPort: target,
     frames: (dir, h, payload) => {
-      if (dir === 'down' && h.t === 'data' && payload && ++seen === nth) {
+      if (dir === 'down' && h.type === 'data' && payload && ++seen === nth) {
         payload[byteInFrame]! ^= 0x01;
-        hit = { o: h['o'] as number, n: h['n'] as number };
+        hit = { block: h.block, count: h.count };
       }
       return { action: 'forward' };
     },
@@ -26,8 +26,8 @@ async function corruptingRelay(target: number, nth: number, byteInFrame: number)
 }
 
 it('a byte flipped in flight on a real TCP path fails exactly that block', async () => {
-  const a = await TransferAgent.create({ engineId: 'A', backends: ['TCP'], chunkBytes: 8 * BB });
-  const b = await TransferAgent.create({ engineId: 'B', backends: ['TCP'], chunkBytes: 8 * BB });
+  const a = await InThreadTransferAgent.create({ engineId: 'A', backends: ['TCP'], chunkBytes: 8 * BB });
+  const b = await InThreadTransferAgent.create({ engineId: 'B', backends: ['TCP'], chunkBytes: 8 * BB });
   const ra = makeRegion(0, BB, 64, 1);
   const rb = makeRegion(0, BB, 64, 2);
   a.registerMemory([ra]);
@@ -44,7 +44,7 @@ it('a byte flipped in flight on a real TCP path fails exactly that block', async
   );
   const hit = relay.hit();
   assert.ok(hit, 'the relay saw the third data frame');
-  assert.deepEqual(hit, { o: 16, n: 8 });
+  assert.deepEqual(hit, { block: 16, count: 8 });
   assert.equal(s.state, 'ERR');
   assert.deepEqual(s.failedBlockIds, [16 + 5]);
   assert.ok(blocksEqual(ra.bytes, 0, rb.bytes, 32, 21, BB), 'blocks before it are valid');

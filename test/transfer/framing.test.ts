@@ -9,7 +9,6 @@ import {
   encodePrefixAndHeader,
   FRAME_MAGIC,
   FrameDecoder,
-  type FrameHeader,
   FramingError,
   MAX_PAYLOAD_BYTES,
 } from '../../src/transfer/framing.ts';
@@ -17,19 +16,24 @@ import {
   checkCompatibility,
   coalesceBlockLists,
   compatibilityMismatchMessage,
+  InThreadTransferAgent,
   resolveBackends,
-  TransferAgent,
 } from '../../src/transfer/index.ts';
 import { makeRegion } from './pattern.ts';
 
 setLogLevel('silent');
 
+type TestHeader = { readonly type: string; readonly s?: unknown };
+
 function collect() {
-  const frames: { header: FrameHeader; payload: Buffer | null }[] = [];
-  const decoder = new FrameDecoder({
-    destination: (_h, len) => (len > 0 ? new Uint8Array(len) : null),
-    frame: (header, payload) => frames.push({ header, payload: payload ? Buffer.from(payload) : null }),
-  });
+  const frames: { header: TestHeader; payload: Buffer | null }[] = [];
+  const decoder = new FrameDecoder<TestHeader>(
+    {
+      destination: (_h, len) => (len > 0 ? new Uint8Array(len) : null),
+      frame: (header, payload) => frames.push({ header, payload: payload ? Buffer.from(payload) : null }),
+    },
+    (raw) => raw as TestHeader,
+  );
   return { frames, decoder };
 }
 
@@ -44,7 +48,10 @@ describe('framing', () => {
         fc.array(fc.integer({ min: 1, max: 64 }), { minLength: 1, maxLength: 20 }),
         (msgs, cuts) => {
           const wire = Buffer.concat(
-            msgs.flatMap(([s, p]) => [encodePrefixAndHeader({ t: 'm', s }, p.length), Buffer.from(p)]),
+            msgs.flatMap(([s, p]) => [
+              encodePrefixAndHeader({ type: 'm', s } as TestHeader, p.length),
+              Buffer.from(p),
+            ]),
           );
           const { frames, decoder } = collect();
           let pos = 0;
@@ -56,7 +63,7 @@ describe('framing', () => {
           }
           assert.equal(frames.length, msgs.length);
           frames.forEach((f, k) => {
-            assert.equal(f.header['s'], msgs[k]![0]);
+            assert.equal(f.header.s, msgs[k]![0]);
             assert.deepEqual(f.payload ?? Buffer.alloc(0), Buffer.from(msgs[k]![1]));
           });
         },
@@ -65,7 +72,7 @@ describe('framing', () => {
   });
 
   it('rejects bad magic, bad version and oversize lengths before allocating', () => {
-    const good = encodePrefixAndHeader({ t: 'x' }, 0);
+    const good = encodePrefixAndHeader({ type: 'x' }, 0);
     const badMagic = Buffer.from(good);
     badMagic.writeUInt32BE(0xdeadbeef, 0);
     const badVersion = Buffer.from(good);
@@ -142,8 +149,8 @@ describe('helpers', () => {
 
 describe('malformed frames on a real socket', () => {
   it('closes only the offending connection, logs it, and keeps serving other peers', async () => {
-    const a = await TransferAgent.create({ engineId: 'A', backends: ['TCP'] });
-    const b = await TransferAgent.create({ engineId: 'B', backends: ['TCP'], connectTimeoutMs: 400 });
+    const a = await InThreadTransferAgent.create({ engineId: 'A', backends: ['TCP'] });
+    const b = await InThreadTransferAgent.create({ engineId: 'B', backends: ['TCP'], connectTimeoutMs: 400 });
     a.registerMemory([makeRegion(0, 1024, 16, 1)]);
     b.registerMemory([makeRegion(0, 1024, 16, 2)]);
     b.grantRead('g', { blockIds: [1, 2] });
@@ -152,17 +159,17 @@ describe('malformed frames on a real socket', () => {
     const bodies: Buffer[] = [
       randomBytes(64),
       Buffer.concat([
-        encodePrefixAndHeader({ t: 'x' }, 0).subarray(0, 8),
+        encodePrefixAndHeader({ type: 'x' }, 0).subarray(0, 8),
         Buffer.from([0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0]),
       ]),
       (() => {
-        const f = encodePrefixAndHeader({ t: 'hello' }, 0);
+        const f = encodePrefixAndHeader({ type: 'hello' }, 0);
         f.writeUInt16BE(77, 4);
         return f;
       })(),
-      Buffer.concat([encodePrefixAndHeader({ t: 'read', x: 1 }, 0)]), // before the handshake
+      Buffer.concat([encodePrefixAndHeader({ type: 'read', xfer: 1 } as { type: string }, 0)]), // before the handshake
       (() => {
-        const f = Buffer.from(encodePrefixAndHeader({ t: 'q' }, 0));
+        const f = Buffer.from(encodePrefixAndHeader({ type: 'q' }, 0));
         f.fill(0x7b, 16);
         return f;
       })(),

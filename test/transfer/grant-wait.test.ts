@@ -3,10 +3,16 @@
  * and per peer) instead of being refused; a READ naming a grant that ended is refused at once.
  */
 import assert from 'node:assert/strict';
-import { readdirSync } from 'node:fs';
-import { after, describe, it } from 'node:test';
-import { type DescPair, TransferAgent, type TransferAgentOptions } from '../../src/transfer/index.ts';
+import { describe, it } from 'node:test';
+import {
+  type DescPair,
+  InThreadTransferAgent,
+  isRetryableRefusal,
+  type TransferAgentOptions,
+} from '../../src/transfer/index.ts';
 import { blocksEqual, makeRegion } from './pattern.ts';
+import { assertNoRingsLeftBehind } from './shm-files.ts';
+import { until } from './wait.ts';
 
 const BB = 4096;
 const N = 64;
@@ -14,8 +20,8 @@ const D: DescPair[] = [{ localRegion: 0, localFirst: 10, remoteRegion: 0, remote
 const GRANTED = [20, 21, 22];
 
 async function pair(backend: string, owner: Partial<TransferAgentOptions> = {}) {
-  const a = await TransferAgent.create({ engineId: 'A', backends: [backend] });
-  const b = await TransferAgent.create({ engineId: 'B', backends: [backend], ...owner });
+  const a = await InThreadTransferAgent.create({ engineId: 'A', backends: [backend] });
+  const b = await InThreadTransferAgent.create({ engineId: 'B', backends: [backend], ...owner });
   const ra = [makeRegion(0, BB, N, 1)];
   const rb = [makeRegion(0, BB, N, 2)];
   a.registerMemory(ra);
@@ -24,19 +30,7 @@ async function pair(backend: string, owner: Partial<TransferAgentOptions> = {}) 
   return { a, b, ra, rb, remote, close: () => Promise.all([a.close(), b.close()]) };
 }
 
-async function until(check: () => boolean, what: string, timeoutMs = 3000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!check()) {
-    if (Date.now() > deadline) assert.fail(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 2));
-  }
-}
-
-const shmFilesBefore = readdirSync('/dev/shm').filter((f) => f.startsWith('kvconnect-')).length;
-after(() => {
-  const left = readdirSync('/dev/shm').filter((f) => f.startsWith('kvconnect-')).length;
-  assert.equal(left, shmFilesBefore, 'shm staging files must not be left behind');
-});
+assertNoRingsLeftBehind();
 
 for (const backend of ['TCP', 'SHM']) {
   describe(`grant wait over ${backend}`, () => {
@@ -46,13 +40,24 @@ for (const backend of ['TCP', 'SHM']) {
         const h = p.a.read(p.remote, D, { grantKey: 'req-early', notification: 'req-early:1' });
         await until(() => p.b.waitingReads === 1 || p.a.status(h).state !== 'PROC', 'the READ to reach B');
         assert.equal(p.a.status(h).state, 'PROC', 'the READ was answered before any grant existed');
+        // Hold the READ at B for at least 50 ms: that wait must not count as time on the wire.
+        const parkedAt = performance.now();
+        await until(() => performance.now() - parkedAt >= 50, '50 ms to pass');
         p.b.grantRead('req-early', { peer: 'A', blockIds: GRANTED, expiresAt: Date.now() + 30_000 });
         const st = await p.a.waitFor(h);
         assert.equal(st.state, 'DONE', st.reason);
         assert.ok(blocksEqual(p.ra[0]!.bytes, 10, p.rb[0]!.bytes, 20, 3, BB));
         assert.equal(p.b.waitingReads, 0);
         await until(() => p.b.drainNotifications().length === 1, 'the completion notification');
-        assert.equal(p.a.getStats().numFailedTransfers, 0);
+        const stats = p.a.getStats();
+        assert.equal(stats.numFailedTransfers, 0);
+        const [total = 0] = stats.transferDuration;
+        const [wire = 0] = stats.wireDuration;
+        assert.ok(
+          total - wire >= 0.05,
+          `held ${((total - wire) * 1000).toFixed(1)} ms of ${(total * 1000).toFixed(1)}`,
+        );
+        assert.ok(wire >= 0);
       } finally {
         await p.close();
       }
@@ -66,7 +71,7 @@ for (const backend of ['TCP', 'SHM']) {
         const waited = performance.now() - started;
         assert.equal(st.state, 'ERR');
         assert.match(st.reason ?? '', /READ refused: no read grant 'never' yet \(waited 150 ms\)/);
-        assert.ok(TransferAgent.isRetryableRefusal(st.reason));
+        assert.ok(isRetryableRefusal(st.reason));
         assert.ok(waited >= 140, `refused after ${waited.toFixed(0)} ms, before the wait ended`);
         assert.deepEqual(st.failedBlockIds, [10, 11, 12]);
         assert.equal(p.b.waitingReads, 0);
@@ -81,8 +86,9 @@ for (const backend of ['TCP', 'SHM']) {
         p.b.grantRead('done', { blockIds: GRANTED });
         assert.equal((await p.a.waitFor(p.a.read(p.remote, D, { grantKey: 'done' }))).state, 'DONE');
         assert.ok(p.b.revokeGrant('done'));
-        p.b.grantRead('lapsed', { blockIds: GRANTED, expiresAt: Date.now() + 20 });
-        await new Promise((r) => setTimeout(r, 40));
+        const lapsesAt = Date.now() + 20;
+        p.b.grantRead('lapsed', { blockIds: GRANTED, expiresAt: lapsesAt });
+        await until(() => Date.now() > lapsesAt, "the lease of 'lapsed' to pass");
         for (const key of ['done', 'lapsed']) {
           const started = performance.now();
           const st = await p.a.waitFor(p.a.read(p.remote, D, { grantKey: key }));
@@ -91,7 +97,7 @@ for (const backend of ['TCP', 'SHM']) {
             st.reason ?? '',
             new RegExp(`no live read grant '${key}' \\(it was revoked or has expired\\)`),
           );
-          assert.equal(TransferAgent.isRetryableRefusal(st.reason), false);
+          assert.equal(isRetryableRefusal(st.reason), false);
           assert.ok(performance.now() - started < 2000, `${key}: refusal waited for the grant`);
         }
         assert.equal(p.b.waitingReads, 0);
@@ -112,7 +118,7 @@ for (const backend of ['TCP', 'SHM']) {
         p.b.grantRead('stranger', { peer: 'Z', blockIds: GRANTED });
         const [d, n, s] = await Promise.all([dropped, narrow, stranger].map((h) => p.a.waitFor(h)));
         assert.match(d!.reason ?? '', /no live read grant 'dropped'/);
-        assert.equal(TransferAgent.isRetryableRefusal(d!.reason), false);
+        assert.equal(isRetryableRefusal(d!.reason), false);
         assert.match(n!.reason ?? '', /read grant 'narrow' does not cover the requested blocks/);
         assert.match(s!.reason ?? '', /read grant 'stranger' does not cover the requested blocks/);
         assert.equal(p.b.waitingReads, 0);
@@ -133,7 +139,7 @@ for (const backend of ['TCP', 'SHM']) {
           third.reason ?? '',
           /no read grant 'k3' yet, and A-rank0 already has 2 transfers waiting/,
         );
-        assert.ok(TransferAgent.isRetryableRefusal(third.reason));
+        assert.ok(isRetryableRefusal(third.reason));
         p.b.grantRead('k1', { blockIds: GRANTED });
         assert.equal((await p.a.waitFor(first)).state, 'DONE');
         assert.equal(p.b.waitingReads, 1);
@@ -149,7 +155,7 @@ for (const backend of ['TCP', 'SHM']) {
       try {
         const st = await p.a.waitFor(p.a.read(p.remote, D, { grantKey: 'later' }));
         assert.equal(st.state, 'ERR');
-        assert.ok(TransferAgent.isRetryableRefusal(st.reason), st.reason);
+        assert.ok(isRetryableRefusal(st.reason), st.reason);
         assert.equal(p.b.waitingReads, 0);
       } finally {
         await p.close();
@@ -159,6 +165,9 @@ for (const backend of ['TCP', 'SHM']) {
 }
 
 it('rejects a grantWaitMs that is not a duration', async () => {
-  await assert.rejects(TransferAgent.create({ engineId: 'X', grantWaitMs: -1 }), /grantWaitMs/);
-  await assert.rejects(TransferAgent.create({ engineId: 'X', grantWaitMs: Number.NaN }), /grantWaitMs/);
+  await assert.rejects(InThreadTransferAgent.create({ engineId: 'X', grantWaitMs: -1 }), /grantWaitMs/);
+  await assert.rejects(
+    InThreadTransferAgent.create({ engineId: 'X', grantWaitMs: Number.NaN }),
+    /grantWaitMs/,
+  );
 });

@@ -1,4 +1,6 @@
 /** Deterministic block contents shared by the tests and the child process. */
+import { allocateShared } from '../../src/util/shared-memory.ts';
+
 export function fillPattern(bytes: Uint8Array, blockBytes: number, seed: number): void {
   const words = new Uint32Array(bytes.buffer, bytes.byteOffset, bytes.byteLength >>> 2);
   let x = (seed * 0x9e3779b1) >>> 0 || 1;
@@ -10,8 +12,9 @@ export function fillPattern(bytes: Uint8Array, blockBytes: number, seed: number)
   }
 }
 
+/** A region in engine-like KV memory (a peer can map it when the native addon is built). */
 export function makeRegion(id: number, blockBytes: number, numBlocks: number, seed: number) {
-  const bytes = new Uint8Array(new SharedArrayBuffer(blockBytes * numBlocks));
+  const bytes = new Uint8Array(allocateShared(blockBytes * numBlocks));
   fillPattern(bytes, blockBytes, seed);
   return { id, bytes, blockBytes, numBlocks };
 }

@@ -3,24 +3,26 @@
  * is filled with a pattern derived from (seed, b). It prints its metadata as one JSON line,
  * then obeys stdin commands: `crc FIRST COUNT` (prints the CRC of those blocks),
  * `die-after CHUNKS` (SIGKILLs itself after sending that many data chunks), `impl` (prints
- * which shm ring it uses), `exit`.
+ * which shm ring it uses), `exit`. PEER_RING_BYTES sets the size of its shm staging rings.
  */
 import { createInterface } from 'node:readline';
 import { crc32 } from 'node:zlib';
-import { shmRingImplementation, TransferAgent } from '../../src/transfer/index.ts';
+import { InThreadTransferAgent, shmRingImplementation } from '../../src/transfer/index.ts';
+import { allocateShared } from '../../src/util/shared-memory.ts';
 import { fillPattern } from './pattern.ts';
 
 const [backend = 'TCP', numBlocksArg = '64', blockBytesArg = '4096', seedArg = '1'] = process.argv.slice(2);
 const numBlocks = Number(numBlocksArg);
 const blockBytes = Number(blockBytesArg);
-const bytes = new Uint8Array(new SharedArrayBuffer(numBlocks * blockBytes));
+const bytes = new Uint8Array(allocateShared(numBlocks * blockBytes));
 fillPattern(bytes, blockBytes, Number(seedArg));
 
 let dieAfter = Number.POSITIVE_INFINITY;
-const agent = await TransferAgent.create({
+const agent = await InThreadTransferAgent.create({
   engineId: 'child',
   backends: [backend],
   chunkBytes: 256 << 10,
+  ...(process.env['PEER_RING_BYTES'] ? { ringBytes: Number(process.env['PEER_RING_BYTES']) } : {}),
   testHooks: {
     outgoing: (view) => {
       if (--dieAfter <= 0) process.kill(process.pid, 'SIGKILL');

@@ -69,7 +69,7 @@ const FLAGS: readonly FlagDef[] = [
     kind: 'int',
     flag: '--prefix-length',
     arg: '<n>',
-    help: 'characters (= tokens with the byte-level tiny tokenizer) of each shared prefix',
+    help: 'characters of each shared prefix, at least (it ends at a sentence; ~4 per token with kjv-llama, 1 with the byte-level presets)',
     min: 16,
     max: 1500,
     field: 'prefixLength',

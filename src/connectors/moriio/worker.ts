@@ -12,9 +12,10 @@ import type { KVCacheConfig, PagedKVMemory } from '../../kv/interfaces.ts';
 import { getLogger } from '../../logging/logger.ts';
 import {
   type AgentMetadata,
+  createTransferAgent,
   fetchRemoteMetadata,
   SideChannelServer,
-  TransferAgent,
+  type TransferAgent,
 } from '../../transfer/index.ts';
 import { type MoRIIOConfig, moriioPort } from './config.ts';
 import { MoRIIOConsumer } from './consumer.ts';
@@ -81,7 +82,7 @@ export class MoRIIOWorker {
   async registerKvCaches(memory: PagedKVMemory): Promise<void> {
     const cfg = this.#cfg;
     this.#memory = memory;
-    const agent = await TransferAgent.create({
+    const agent = await createTransferAgent({
       engineId: cfg.engineId,
       tpRank: this.tpRank,
       host: cfg.hostIp,

@@ -6,8 +6,8 @@
  * shared by every request waiting on it.
  */
 import { KVError } from '../../errors/kv-error.ts';
+import type { TransferAgent } from '../../transfer/index.ts';
 import { checkCompatibility, fetchRemoteMetadata } from '../../transfer/index.ts';
-import type { TransferAgentLike } from '../../transfer/threaded.ts';
 import { validateRemoteGeometry } from './head-plan.ts';
 import {
   decodeAgentMetadata,
@@ -28,14 +28,14 @@ export interface HandshakeSettings {
 }
 
 export class RemoteEngines {
-  readonly #agent: TransferAgentLike;
+  readonly #agent: TransferAgent;
   readonly #settings: HandshakeSettings;
   readonly #engines = new Map<string, Promise<string>>();
   /** The handshakes in #engines that have finished. */
   readonly #settled = new WeakSet<Promise<string>>();
   readonly #lastUsed = new Map<string, number>();
 
-  constructor(agent: TransferAgentLike, settings: HandshakeSettings) {
+  constructor(agent: TransferAgent, settings: HandshakeSettings) {
     this.#agent = agent;
     this.#settings = settings;
   }

@@ -11,8 +11,7 @@ import { KVError } from '../../errors/kv-error.ts';
 import { dtypeBytes } from '../../kv/dtype.ts';
 import type { KVCacheConfig, PagedKVMemory } from '../../kv/interfaces.ts';
 import { getLogger } from '../../logging/logger.ts';
-import { TransferAgent as Agent, type TransferHandle } from '../../transfer/index.ts';
-import type { TransferAgentLike } from '../../transfer/threaded.ts';
+import { isRetryableRefusal, type TransferAgent, type TransferHandle } from '../../transfer/index.ts';
 import type { RemoteEngines } from './handshake.ts';
 import { type HeadPlan, planHeads } from './head-plan.ts';
 import { type BlockShape, type HeadCopy, scatterHeads } from './head-scatter.ts';
@@ -27,7 +26,7 @@ const RETRY_BASE_MS = 50;
 const RETRY_MAX_MS = 1000;
 
 export interface HeteroReaderDeps {
-  readonly agent: TransferAgentLike;
+  readonly agent: TransferAgent;
   readonly engines: RemoteEngines;
   readonly memory: PagedKVMemory;
   readonly kvCacheConfig: KVCacheConfig;
@@ -218,7 +217,7 @@ export class HeteroTpReader {
   }
 
   #retry(load: HeteroLoad, s: SourceRead, reason: string | undefined, notification: string): boolean {
-    if (!Agent.isRetryableRefusal(reason)) return false;
+    if (!isRetryableRefusal(reason)) return false;
     const delay = Math.min(RETRY_BASE_MS * 2 ** s.retries, RETRY_MAX_MS);
     if (performance.now() + delay - load.firstPostAt > this.#d.leaseSeconds * 1000) return false;
     s.retries++;

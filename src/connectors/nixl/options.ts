@@ -64,7 +64,7 @@ export const NIXL_EXTRA_CONFIG = {
     handshake_timeout: { type: 'number', default: 5, min: 0.01 },
     transfer_timeout: { type: 'number', default: 30, min: 0.01 },
     grant_wait_ms: { type: 'number', default: 5000, min: 0 },
-    transfer_thread: { type: 'boolean', default: false },
+    transfer_thread: { type: 'boolean', default: true },
     bidirectional_kv_xfer: { type: 'boolean', default: false },
     enable_cross_layers_blocks: {
       type: 'ignored',

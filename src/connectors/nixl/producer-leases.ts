@@ -6,7 +6,7 @@
  * instead of returning freed blocks (vLLM only logs such a late READ).
  */
 import { getLogger } from '../../logging/logger.ts';
-import type { TransferAgentLike } from '../../transfer/threaded.ts';
+import type { TransferAgent } from '../../transfer/index.ts';
 import { LeaseHeap } from './lease-heap.ts';
 import type { SendJob } from './step-metadata.ts';
 import { consumersPerProducer } from './tp-mapping.ts';
@@ -14,7 +14,7 @@ import { consumersPerProducer } from './tp-mapping.ts';
 const log = getLogger('nixl.worker');
 
 export class ProducerLeases {
-  readonly #agent: TransferAgentLike;
+  readonly #agent: TransferAgent;
   readonly #leaseMs: number;
   readonly #tpSize: number;
   readonly #heap = new LeaseHeap();
@@ -24,7 +24,7 @@ export class ProducerLeases {
   #done: string[] = [];
   #expired = 0;
 
-  constructor(agent: TransferAgentLike, leaseSeconds: number, tpSize: number) {
+  constructor(agent: TransferAgent, leaseSeconds: number, tpSize: number) {
     this.#agent = agent;
     this.#leaseMs = leaseSeconds * 1000;
     this.#tpSize = tpSize;

@@ -5,7 +5,7 @@
  * that does not fit waits until earlier ones release theirs, so memory stays at the cap.
  */
 import { KVError } from '../../errors/kv-error.ts';
-import type { TransferAgentLike } from '../../transfer/threaded.ts';
+import type { TransferAgent } from '../../transfer/index.ts';
 
 interface Waiter {
   readonly need: number;
@@ -21,7 +21,7 @@ export class StagingPool {
   #free: number[];
   readonly #waiters: Waiter[] = [];
 
-  constructor(agent: TransferAgentLike, regionId: number, blockBytes: number, capacity: number) {
+  constructor(agent: TransferAgent, regionId: number, blockBytes: number, capacity: number) {
     this.regionId = regionId;
     this.blockBytes = blockBytes;
     this.capacity = capacity;

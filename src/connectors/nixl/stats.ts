@@ -6,6 +6,8 @@ import type { TransferStatsSnapshot } from '../../transfer/index.ts';
 
 export interface NixlStatsData {
   transfer_duration: number[];
+  /** kvconnect: transfer_duration minus the time P held a READ waiting for its grant. */
+  wire_duration: number[];
   post_duration: number[];
   bytes_transferred: number[];
   num_descriptors: number[];
@@ -17,6 +19,7 @@ export interface NixlStatsData {
 export function emptyNixlStats(): NixlStatsData {
   return {
     transfer_duration: [],
+    wire_duration: [],
     post_duration: [],
     bytes_transferred: [],
     num_descriptors: [],
@@ -29,6 +32,7 @@ export function emptyNixlStats(): NixlStatsData {
 export function statsFromTransfer(s: TransferStatsSnapshot, expired: number): NixlStatsData {
   return {
     transfer_duration: [...s.transferDuration],
+    wire_duration: [...s.wireDuration],
     post_duration: [...s.postDuration],
     bytes_transferred: [...s.bytesTransferred],
     num_descriptors: [...s.numDescriptors],

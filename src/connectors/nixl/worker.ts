@@ -11,8 +11,13 @@ import { countBlocks } from '../../connector/block-lists.ts';
 import type { KVConnectorStatsData } from '../../connector/types.ts';
 import type { KVCacheConfig, PagedKVMemory } from '../../kv/interfaces.ts';
 import { getLogger } from '../../logging/logger.ts';
-import { TransferAgent as Agent, type BlockListPair, type TransferHandle } from '../../transfer/index.ts';
-import { ThreadedTransferAgent, type TransferAgentLike } from '../../transfer/threaded.ts';
+import {
+  type BlockListPair,
+  createTransferAgent,
+  isRetryableRefusal,
+  type TransferAgent,
+  type TransferHandle,
+} from '../../transfer/index.ts';
 import { RemoteEngines } from './handshake.ts';
 import { HeteroTpReader } from './hetero-reader.ts';
 import {
@@ -60,7 +65,7 @@ const RETRY_MAX_MS = 1000;
 
 /** Everything the pull and push parts share. */
 export interface WorkerContext {
-  readonly agent: TransferAgentLike;
+  readonly agent: TransferAgent;
   readonly engines: RemoteEngines;
   readonly tpRank: number;
   readonly tpSize: number;
@@ -113,7 +118,7 @@ export class NixlWorker {
     return this.#engineConfig.parallel.tensorParallelSize;
   }
 
-  get agent(): TransferAgentLike | null {
+  get agent(): TransferAgent | null {
     return this.#ctx?.agent ?? null;
   }
 
@@ -136,10 +141,12 @@ export class NixlWorker {
       grantWaitMs: effectiveGrantWaitMs(opts),
       connectTimeoutMs: opts.handshakeTimeout * 1000,
     };
-    // Test hooks are functions and cannot cross into the agent thread.
-    const agent: TransferAgentLike = opts.transferThread
-      ? await ThreadedTransferAgent.create(agentOptions)
-      : await Agent.create({ ...agentOptions, ...(hooks ? { testHooks: hooks } : {}) });
+    // Test hooks are functions and cannot cross into the agent thread: with them, the agent stays here.
+    const agent = await createTransferAgent({
+      ...agentOptions,
+      thread: opts.transferThread && hooks === undefined,
+      ...(hooks ? { testHooks: hooks } : {}),
+    });
     agent.registerMemory(
       memory.tensors.map((t) => ({
         id: t.index,
@@ -293,7 +300,7 @@ export class NixlWorker {
    * still be running. A grant that was revoked or expired is never retried.
    */
   #retryLater(ctx: WorkerContext, load: Load, agentName: string, reason: string | undefined): boolean {
-    if (!Agent.isRetryableRefusal(reason)) return false;
+    if (!isRetryableRefusal(reason)) return false;
     const delay = Math.min(RETRY_BASE_MS * 2 ** load.retries, RETRY_MAX_MS);
     const budgetMs = this.#opts.kvLeaseDuration * 1000;
     if (performance.now() + delay - load.firstPostAt > budgetMs) return false;

@@ -2,6 +2,7 @@
  * The model's shape read from a HF config, validated, plus the share of it that one
  * tensor-parallel rank holds (query heads, KV heads, MLP columns).
  */
+import { normalizeHFConfig, parseRopeScaling, type RopeScaling } from '../../config/hf-model-config.ts';
 import type { HFModelConfig, LayerType } from '../../config/model-presets.ts';
 import { KVError } from '../../errors/index.ts';
 
@@ -15,7 +16,10 @@ export interface ModelDims {
   headDim: number;
   rmsNormEps: number;
   ropeTheta: number;
+  ropeScaling: RopeScaling;
   tieWordEmbeddings: boolean;
+  /** qwen2: q/k/v projections carry biases. */
+  qkvBias: boolean;
   layerTypes: LayerType[];
   slidingWindow: number | null;
 }
@@ -49,7 +53,8 @@ function positiveInt(config: HFModelConfig, key: keyof HFModelConfig): number {
   return v;
 }
 
-export function modelDims(config: HFModelConfig): ModelDims {
+export function modelDims(rawConfig: HFModelConfig): ModelDims {
+  const config = normalizeHFConfig(rawConfig);
   const hiddenSize = positiveInt(config, 'hidden_size');
   const numHeads = positiveInt(config, 'num_attention_heads');
   const numKvHeads =
@@ -92,7 +97,9 @@ export function modelDims(config: HFModelConfig): ModelDims {
     headDim,
     rmsNormEps: config.rms_norm_eps ?? 1e-6,
     ropeTheta: config.rope_theta ?? 10000,
+    ropeScaling: parseRopeScaling(config),
     tieWordEmbeddings: config.tie_word_embeddings ?? false,
+    qkvBias: config.model_type === 'qwen2',
     layerTypes,
     slidingWindow,
   };

@@ -14,7 +14,7 @@ import type { ForwardBatch, ForwardHooks, ForwardModel } from './forward-batch.t
 import { WasmRuntime } from './kernels/wasm-matmul.ts';
 import { type PackedWeights, packWeights } from './packed-weights.ts';
 import { kRowOffset, layerKV, writeRow } from './paged-kv.ts';
-import { RopeTable } from './rope.ts';
+import { RopeTable, ropeInvFreq } from './rope.ts';
 import type { TensorMap } from './weights.ts';
 
 /**
@@ -40,7 +40,7 @@ export class LlamaModel implements ForwardModel {
     this.layerNames = Array.from({ length: dims.numLayers }, (_, l) => attentionLayerName(l));
     this.rt = new WasmRuntime(16 << 20);
     this.w = packWeights(this.rt, tensors, dims, shard);
-    this.rope = new RopeTable(dims.headDim, dims.ropeTheta);
+    this.rope = new RopeTable(ropeInvFreq(dims.headDim, dims.ropeTheta, dims.ropeScaling));
   }
 
   get vocabSize(): number {
@@ -130,6 +130,7 @@ export class LlamaModel implements ForwardModel {
         mem = rt.f32;
         rmsnorm(mem, x, hn, lw.inputNorm, rows, h, dims.rmsNormEps);
         rt.matmul(rows, qkvDim, h, hn, h, lw.qkv, qkvDim, qkv, qkvDim);
+        if (lw.qkvBias !== null) addRowBias(mem, qkv, lw.qkvBias, rows);
         for (let r = 0; r < rows; r++) {
           const pos = positions[r] as number;
           for (let head = 0; head < shard.numHeads; head++)
@@ -231,6 +232,14 @@ function rmsnorm(
     }
     const inv = 1 / Math.sqrt(ss / dim + eps);
     for (let i = 0; i < dim; i++) mem[d + i] = (mem[s + i] as number) * inv * (weight[i] as number);
+  }
+}
+
+function addRowBias(mem: Float32Array, dst: number, bias: Float32Array, rows: number): void {
+  const n = bias.length;
+  for (let r = 0; r < rows; r++) {
+    const d = dst + r * n;
+    for (let i = 0; i < n; i++) mem[d + i] = (mem[d + i] as number) + (bias[i] as number);
   }
 }
 

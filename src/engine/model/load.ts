@@ -1,11 +1,12 @@
 /**
- * loadModel: a built-in preset name or a HF checkpoint directory → one rank's LlamaModel.
+ * loadModel: a built-in model name or a HF checkpoint directory → one rank's LlamaModel.
  */
 import { readModelSource } from '../../config/model-info.ts';
 import { getModelPreset, type HFModelConfig } from '../../config/model-presets.ts';
+import { readCheckpointTensors } from './checkpoint.ts';
 import { modelDims, rankShard } from './dims.ts';
 import { LlamaModel } from './llama.ts';
-import { generatePresetTensors, readCheckpointTensors, type TensorMap } from './weights.ts';
+import { generatePresetTensors, type TensorMap } from './weights.ts';
 
 export interface LoadModelOptions {
   /** This process's tensor-parallel rank (default 0). */

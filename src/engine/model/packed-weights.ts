@@ -11,6 +11,8 @@ export interface PackedLayer {
   postNorm: Float32Array;
   /** [hidden, (heads + 2 × kvHeads) × headDim] */
   qkv: number;
+  /** q|k|v biases of this rank (qwen2), else null. */
+  qkvBias: Float32Array | null;
   /** [heads × headDim, hidden] */
   o: number;
   /** [hidden, 2 × intermediate] */
@@ -52,6 +54,16 @@ function packTransposed(rt: WasmRuntime, inCount: number, slices: Slice[]): numb
   return off;
 }
 
+function concat(parts: Float32Array[]): Float32Array {
+  const out = new Float32Array(parts.reduce((a, p) => a + p.length, 0));
+  let at = 0;
+  for (const p of parts) {
+    out.set(p, at);
+    at += p.length;
+  }
+  return out;
+}
+
 export function packWeights(
   rt: WasmRuntime,
   tensors: TensorMap,
@@ -91,6 +103,22 @@ export function packWeights(
         inStart: 0,
       },
     ]);
+    const qkvBias = dims.qkvBias
+      ? concat([
+          get(`${p}.self_attn.q_proj.bias`).subarray(
+            shard.headStart * hd,
+            (shard.headStart + shard.numHeads) * hd,
+          ),
+          get(`${p}.self_attn.k_proj.bias`).subarray(
+            shard.kvHeadStart * hd,
+            (shard.kvHeadStart + shard.numKvHeads) * hd,
+          ),
+          get(`${p}.self_attn.v_proj.bias`).subarray(
+            shard.kvHeadStart * hd,
+            (shard.kvHeadStart + shard.numKvHeads) * hd,
+          ),
+        ])
+      : null;
     const qDimGlobal = dims.numHeads * hd;
     const o = packTransposed(rt, shard.numHeads * hd, [
       {
@@ -131,6 +159,7 @@ export function packWeights(
       inputNorm: get(`${p}.input_layernorm.weight`).slice(),
       postNorm: get(`${p}.post_attention_layernorm.weight`).slice(),
       qkv,
+      qkvBias,
       o,
       gateUp,
       down,

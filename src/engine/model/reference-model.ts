@@ -5,6 +5,7 @@
 import type { HFModelConfig } from '../../config/model-presets.ts';
 import { modelDims } from './dims.ts';
 import { attentionRef, linearRef, rmsnormRef, ropeRef, siluRef } from './kernels/reference.ts';
+import { ropeInvFreq } from './rope.ts';
 import type { TensorMap } from './weights.ts';
 
 /** Logits [tokens.length, vocab] for every position of the sequence. */
@@ -23,6 +24,13 @@ export function referenceForward(
   const h = d.hiddenSize;
   const hd = d.headDim;
   const group = d.numHeads / d.numKvHeads;
+  const invFreq = ropeInvFreq(hd, d.ropeTheta, d.ropeScaling);
+  const withBias = (y: Float32Array, name: string): Float32Array => {
+    if (!d.qkvBias) return y;
+    const b = w(name);
+    for (let i = 0; i < y.length; i++) y[i] = (y[i] as number) + (b[i % b.length] as number);
+    return y;
+  };
   const x = new Float32Array(T * h);
   const emb = w('model.embed_tokens.weight');
   tokens.forEach((tok, t) => {
@@ -31,12 +39,14 @@ export function referenceForward(
   for (let l = 0; l < d.numLayers; l++) {
     const p = `model.layers.${l}`;
     const hn = rmsnormRef(x, w(`${p}.input_layernorm.weight`), T, h, d.rmsNormEps);
-    const q = linearRef(hn, w(`${p}.self_attn.q_proj.weight`), T, h, d.numHeads * hd);
-    const k = linearRef(hn, w(`${p}.self_attn.k_proj.weight`), T, h, d.numKvHeads * hd);
-    const v = linearRef(hn, w(`${p}.self_attn.v_proj.weight`), T, h, d.numKvHeads * hd);
+    const proj = (name: string, out: number) =>
+      withBias(linearRef(hn, w(`${p}.self_attn.${name}.weight`), T, h, out), `${p}.self_attn.${name}.bias`);
+    const q = proj('q_proj', d.numHeads * hd);
+    const k = proj('k_proj', d.numKvHeads * hd);
+    const v = proj('v_proj', d.numKvHeads * hd);
     for (let t = 0; t < T; t++) {
-      for (let i = 0; i < d.numHeads; i++) ropeRef(q, (t * d.numHeads + i) * hd, hd, t, d.ropeTheta);
-      for (let i = 0; i < d.numKvHeads; i++) ropeRef(k, (t * d.numKvHeads + i) * hd, hd, t, d.ropeTheta);
+      for (let i = 0; i < d.numHeads; i++) ropeRef(q, (t * d.numHeads + i) * hd, invFreq, t);
+      for (let i = 0; i < d.numKvHeads; i++) ropeRef(k, (t * d.numKvHeads + i) * hd, invFreq, t);
     }
     const window = d.layerTypes[l] === 'sliding_attention' ? d.slidingWindow : null;
     const attn = new Float32Array(T * d.numHeads * hd);

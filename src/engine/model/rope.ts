@@ -1,15 +1,55 @@
-/** Rotary position embedding (HF Llama rotate_half convention) with cached cos/sin tables. */
+/**
+ * Rotary position embedding (HF Llama rotate_half convention) with cached cos/sin tables.
+ * Frequencies, angles and cos/sin are rounded to float32 after every operation, in the
+ * order HF transformers (and vLLM) compute them in float32 tensors, so the engine's
+ * positions match a PyTorch run of the same checkpoint to the last bit or two.
+ */
+import type { RopeScaling } from '../../config/hf-model-config.ts';
+
+const f32 = Math.fround;
+
+/** Inverse frequencies of the `headDim / 2` rotary pairs (HF's ROPE_INIT_FUNCTIONS). */
+export function ropeInvFreq(headDim: number, theta: number, scaling: RopeScaling): Float32Array {
+  const half = headDim / 2;
+  const inv = new Float32Array(half);
+  for (let i = 0; i < half; i++) inv[i] = f32(1 / f32(f32(theta) ** f32((2 * i) / headDim)));
+  if (scaling.ropeType === 'linear') {
+    for (let i = 0; i < half; i++) inv[i] = f32((inv[i] as number) / f32(scaling.factor));
+  } else if (scaling.ropeType === 'llama3') {
+    const {
+      factor,
+      lowFreqFactor: low,
+      highFreqFactor: high,
+      originalMaxPositionEmbeddings: oldLen,
+    } = scaling;
+    const lowWavelen = f32(oldLen / low);
+    const highWavelen = f32(oldLen / high);
+    for (let i = 0; i < half; i++) {
+      const freq = inv[i] as number;
+      const wavelen = f32(f32(2 * Math.PI) / freq);
+      // Long wavelengths are divided by factor, short ones kept, the band between blended.
+      const scaled = wavelen > lowWavelen ? f32(freq / f32(factor)) : freq;
+      if (wavelen < highWavelen || wavelen > lowWavelen) {
+        inv[i] = scaled;
+        continue;
+      }
+      const smooth = f32(f32(f32(f32(oldLen) / wavelen) - f32(low)) / f32(high - low));
+      inv[i] = f32(f32(f32(f32(1 - smooth) * scaled) / f32(factor)) + f32(smooth * scaled));
+    }
+  }
+  return inv;
+}
+
 export class RopeTable {
   private readonly half: number;
-  private readonly invFreq: Float64Array;
+  private readonly invFreq: Float32Array;
   private cos = new Float32Array(0);
   private sin = new Float32Array(0);
   private positions = 0;
 
-  constructor(headDim: number, theta: number) {
-    this.half = headDim / 2;
-    this.invFreq = new Float64Array(this.half);
-    for (let i = 0; i < this.half; i++) this.invFreq[i] = theta ** (-(2 * i) / headDim);
+  constructor(invFreq: Float32Array) {
+    this.half = invFreq.length;
+    this.invFreq = invFreq;
   }
 
   /** Makes positions [0, n) available. */
@@ -20,7 +60,7 @@ export class RopeTable {
     const sin = new Float32Array(size * this.half);
     for (let p = 0; p < size; p++) {
       for (let i = 0; i < this.half; i++) {
-        const angle = p * (this.invFreq[i] as number);
+        const angle = f32(p * (this.invFreq[i] as number));
         cos[p * this.half + i] = Math.cos(angle);
         sin[p * this.half + i] = Math.sin(angle);
       }

@@ -3,7 +3,7 @@
  * JSON header (name → dtype, shape, data_offsets), then the raw tensor bytes. Every
  * offset and size is checked before it is used; a bad file is a KVError naming the file.
  */
-import { readFileSync, writeFileSync } from 'node:fs';
+import { closeSync, fstatSync, openSync, readSync, writeFileSync } from 'node:fs';
 import { KVError } from '../../errors/index.ts';
 import { bf16BitsToF32, f16BitsToF32, f32ToBf16Bits, f32ToF16Bits } from '../../kv/dtype.ts';
 
@@ -32,17 +32,98 @@ function malformed(file: string, problem: string): KVError {
   });
 }
 
-export function readSafetensorsFile(file: string): Map<string, SafetensorsTensor> {
-  let buf: Buffer;
+interface Entry {
+  name: string;
+  dtype: SafetensorsDtype;
+  shape: number[];
+  /** Byte range in the data section (after the header). */
+  begin: number;
+  end: number;
+}
+
+function notReadable(file: string, cause: unknown): KVError {
+  return new KVError('MODEL_FILE_NOT_FOUND', `Cannot read safetensors file ${file}`, {
+    hint: 'Check that the model directory contains its safetensors files and that they are readable.',
+    cause,
+  });
+}
+
+export interface SafetensorsEntry {
+  readonly dtype: SafetensorsDtype;
+  readonly shape: readonly number[];
+  /** Reads this tensor's bytes from the file (each call reads again; nothing is cached). */
+  read(): SafetensorsTensor;
+}
+
+function withFile<T>(file: string, body: (fd: number) => T): T {
+  let fd: number;
   try {
-    buf = readFileSync(file);
+    fd = openSync(file, 'r');
   } catch (cause) {
-    throw new KVError('MODEL_FILE_NOT_FOUND', `Cannot read safetensors file ${file}`, {
-      hint: 'Check that the model directory contains model.safetensors and is readable.',
-      cause,
+    throw notReadable(file, cause);
+  }
+  try {
+    return body(fd);
+  } catch (cause) {
+    if (cause instanceof KVError) throw cause;
+    throw notReadable(file, cause);
+  } finally {
+    closeSync(fd);
+  }
+}
+
+function readFully(fd: number, bytes: Buffer, position: number, file: string, name: string): void {
+  for (let done = 0; done < bytes.length; ) {
+    const got = readSync(fd, bytes, done, bytes.length - done, position + done);
+    if (got === 0) throw malformed(file, `tensor '${name}' is cut short`);
+    done += got;
+  }
+}
+
+/**
+ * The tensors of a file from its header alone; each entry reads its own bytes on demand. A
+ * loader can so hold one tensor at a time, and files over 2 GiB (Node.js's limit for one
+ * read) load.
+ */
+export function indexSafetensorsFile(file: string): Map<string, SafetensorsEntry> {
+  const { entries, dataStart } = withFile(file, (fd) => {
+    const size = fstatSync(fd).size;
+    if (size < 8) throw malformed(file, `file is ${size} bytes, shorter than the 8-byte header length`);
+    const prefix = Buffer.alloc(8);
+    readFully(fd, prefix, 0, file, '(header)');
+    const headerLen = prefix.readBigUInt64LE(0);
+    if (headerLen > BigInt(Math.min(MAX_HEADER_BYTES, size - 8))) {
+      throw malformed(file, `header length ${headerLen} exceeds the file size ${size}`);
+    }
+    const n = Number(headerLen);
+    const header = Buffer.alloc(n);
+    readFully(fd, header, 8, file, '(header)');
+    return { entries: parseHeader(header, size - 8 - n, file), dataStart: 8 + n };
+  });
+  const index = new Map<string, SafetensorsEntry>();
+  for (const e of entries) {
+    index.set(e.name, {
+      dtype: e.dtype,
+      shape: e.shape,
+      read: () =>
+        withFile(file, (fd) => {
+          const bytes = Buffer.allocUnsafe(e.end - e.begin);
+          readFully(fd, bytes, dataStart + e.begin, file, e.name);
+          return {
+            dtype: e.dtype,
+            shape: e.shape,
+            bytes: new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.length),
+          };
+        }),
     });
   }
-  return parseSafetensors(new Uint8Array(buf.buffer, buf.byteOffset, buf.byteLength), file);
+  return index;
+}
+
+export function readSafetensorsFile(file: string): Map<string, SafetensorsTensor> {
+  const tensors = new Map<string, SafetensorsTensor>();
+  for (const [name, entry] of indexSafetensorsFile(file)) tensors.set(name, entry.read());
+  return tensors;
 }
 
 export function parseSafetensors(data: Uint8Array, file: string): Map<string, SafetensorsTensor> {
@@ -54,25 +135,32 @@ export function parseSafetensors(data: Uint8Array, file: string): Map<string, Sa
     throw malformed(file, `header length ${headerLen} exceeds the file size ${data.byteLength}`);
   }
   const n = Number(headerLen);
+  const body = data.subarray(8 + n);
+  const tensors = new Map<string, SafetensorsTensor>();
+  for (const e of parseHeader(data.subarray(8, 8 + n), body.byteLength, file)) {
+    tensors.set(e.name, { dtype: e.dtype, shape: e.shape, bytes: body.subarray(e.begin, e.end) });
+  }
+  return tensors;
+}
+
+function parseHeader(bytes: Uint8Array, bodyLength: number, file: string): Entry[] {
   let header: unknown;
   try {
-    header = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(data.subarray(8, 8 + n)));
+    header = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(bytes));
   } catch {
     throw malformed(file, 'header is not valid UTF-8 JSON');
   }
   if (header === null || typeof header !== 'object' || Array.isArray(header)) {
     throw malformed(file, 'header is not a JSON object');
   }
-  const body = data.subarray(8 + n);
-  const tensors = new Map<string, SafetensorsTensor>();
+  const entries: Entry[] = [];
   for (const [name, raw] of Object.entries(header as Record<string, unknown>)) {
-    if (name === '__metadata__') continue;
-    tensors.set(name, parseEntry(file, name, raw, body));
+    if (name !== '__metadata__') entries.push(parseEntry(file, name, raw, bodyLength));
   }
-  return tensors;
+  return entries;
 }
 
-function parseEntry(file: string, name: string, raw: unknown, body: Uint8Array): SafetensorsTensor {
+function parseEntry(file: string, name: string, raw: unknown, bodyLength: number): Entry {
   if (raw === null || typeof raw !== 'object') throw malformed(file, `entry '${name}' is not an object`);
   const { dtype, shape, data_offsets: offsets } = raw as Record<string, unknown>;
   if (dtype !== 'F32' && dtype !== 'F16' && dtype !== 'BF16') {
@@ -93,10 +181,10 @@ function parseEntry(file: string, name: string, raw: unknown, body: Uint8Array):
     throw malformed(file, `tensor '${name}' has invalid data_offsets ${JSON.stringify(offsets)}`);
   }
   const [begin, end] = offsets as [number, number];
-  if (end > body.byteLength) {
+  if (end > bodyLength) {
     throw malformed(
       file,
-      `tensor '${name}' data [${begin}, ${end}) runs past the end of the data (${body.byteLength} bytes)`,
+      `tensor '${name}' data [${begin}, ${end}) runs past the end of the data (${bodyLength} bytes)`,
     );
   }
   const numel = (shape as number[]).reduce((a, b) => a * b, 1);
@@ -106,7 +194,7 @@ function parseEntry(file: string, name: string, raw: unknown, body: Uint8Array):
       `tensor '${name}' has ${end - begin} bytes but shape ${JSON.stringify(shape)} of ${dtype} needs ${numel * DTYPE_BYTES[dtype]}`,
     );
   }
-  return { dtype, shape: shape as number[], bytes: body.subarray(begin, end) };
+  return { name, dtype, shape: shape as number[], begin, end };
 }
 
 export function tensorToFloat32(t: SafetensorsTensor): Float32Array {

@@ -1,21 +1,15 @@
 /**
- * Model weights as HF-named float32 tensors ([out, in] for linear layers): generated
- * deterministically for a preset, or read from a checkpoint directory
- * (config.json + model.safetensors).
+ * Model weights as HF-named float32 tensors ([out, in] for linear layers): the names and
+ * shapes a config implies, generated deterministically for a preset, or written as a
+ * checkpoint directory (reading one is checkpoint.ts).
  */
 import { createHash } from 'node:crypto';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { HFModelConfig, ModelPreset } from '../../config/model-presets.ts';
-import { KVError } from '../../errors/index.ts';
 import { type ModelDims, modelDims } from './dims.ts';
 import { SeededRandom } from './prng.ts';
-import {
-  readSafetensorsFile,
-  type SafetensorsDtype,
-  tensorToFloat32,
-  writeSafetensorsFile,
-} from './safetensors.ts';
+import { type SafetensorsDtype, writeSafetensorsFile } from './safetensors.ts';
 
 export interface Tensor {
   shape: number[];
@@ -35,6 +29,11 @@ export function expectedTensorShapes(dims: ModelDims): Map<string, number[]> {
     shapes.set(`${p}.self_attn.q_proj.weight`, [numHeads * hd, h]);
     shapes.set(`${p}.self_attn.k_proj.weight`, [numKvHeads * hd, h]);
     shapes.set(`${p}.self_attn.v_proj.weight`, [numKvHeads * hd, h]);
+    if (dims.qkvBias) {
+      shapes.set(`${p}.self_attn.q_proj.bias`, [numHeads * hd]);
+      shapes.set(`${p}.self_attn.k_proj.bias`, [numKvHeads * hd]);
+      shapes.set(`${p}.self_attn.v_proj.bias`, [numKvHeads * hd]);
+    }
     shapes.set(`${p}.self_attn.o_proj.weight`, [h, numHeads * hd]);
     shapes.set(`${p}.post_attention_layernorm.weight`, [h]);
     shapes.set(`${p}.mlp.gate_proj.weight`, [inter, h]);
@@ -71,30 +70,6 @@ export function generatePresetTensors(preset: ModelPreset): TensorMap {
       for (let i = 0; i < data.length; i++) data[i] = std * rng.nextGaussian();
     }
     tensors.set(name, { shape, data });
-  }
-  return tensors;
-}
-
-/** Reads `model.safetensors` and checks that every tensor the model needs is present with the right shape. */
-export function readCheckpointTensors(dir: string, dims: ModelDims): TensorMap {
-  const file = join(dir, 'model.safetensors');
-  const raw = readSafetensorsFile(file);
-  const tensors: TensorMap = new Map();
-  for (const [name, shape] of expectedTensorShapes(dims)) {
-    const t = raw.get(name);
-    if (t === undefined) {
-      throw new KVError('MODEL_WEIGHTS_MISSING', `Tensor '${name}' is missing from ${file}`, {
-        hint: 'The checkpoint does not match config.json (or is not a Llama-family model); sharded checkpoints must be merged into one model.safetensors.',
-      });
-    }
-    if (t.shape.length !== shape.length || t.shape.some((d, i) => d !== shape[i])) {
-      throw new KVError(
-        'MODEL_WEIGHTS_MISSING',
-        `Tensor '${name}' in ${file} has shape ${JSON.stringify(t.shape)}, expected ${JSON.stringify(shape)}`,
-        { hint: 'The checkpoint does not match config.json.' },
-      );
-    }
-    tensors.set(name, { shape, data: tensorToFloat32(t) });
   }
   return tensors;
 }

@@ -54,16 +54,10 @@ export function rmsnormRef(
 }
 
 /** HF Llama rotary embedding (rotate_half) of one head vector in place, at `position`. */
-export function ropeRef(
-  vec: Float32Array,
-  offset: number,
-  headDim: number,
-  position: number,
-  theta: number,
-): void {
-  const half = headDim / 2;
+export function ropeRef(vec: Float32Array, offset: number, invFreq: Float32Array, position: number): void {
+  const half = invFreq.length;
   for (let i = 0; i < half; i++) {
-    const angle = position * theta ** (-(2 * i) / headDim);
+    const angle = position * (invFreq[i] as number);
     const cos = Math.cos(angle);
     const sin = Math.sin(angle);
     const x1 = vec[offset + i] as number;

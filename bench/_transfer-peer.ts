@@ -1,0 +1,92 @@
+/**
+ * The remote side of `npm run bench -- transfer`: a process with a transfer agent over an
+ * engine-like KV layout (one region per layer and per K/V, filled with random bytes), which
+ * grants everything to the bench's agent. startPeer() spawns it and returns its metadata;
+ * run as a script, this file is the peer.
+ */
+import { spawn } from 'node:child_process';
+import { randomFillSync } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import { setLogLevel } from '../src/logging/logger.ts';
+import { type AgentMetadata, InThreadTransferAgent, type MemoryRegion } from '../src/transfer/index.ts';
+import { allocateShared } from '../src/util/shared-memory.ts';
+
+const SELF = fileURLToPath(import.meta.url);
+
+export interface KvLayout {
+  /** Regions (layers × K/V). */
+  readonly regions: number;
+  readonly blockBytes: number;
+  readonly numBlocks: number;
+}
+
+/** The layout's regions, in memory a same-host peer can map, filled (and so faulted in) with random bytes. */
+export function kvRegions(layout: KvLayout): MemoryRegion[] {
+  return Array.from({ length: layout.regions }, (_, id) => {
+    const bytes = new Uint8Array(allocateShared(layout.blockBytes * layout.numBlocks));
+    for (let off = 0; off < bytes.length; off += 1 << 16)
+      randomFillSync(bytes, off, Math.min(1 << 16, bytes.length - off));
+    return { id, bytes, blockBytes: layout.blockBytes, numBlocks: layout.numBlocks };
+  });
+}
+
+export interface Peer {
+  readonly meta: AgentMetadata;
+  /** CPU seconds (user + system) the peer process has used so far. */
+  cpuSeconds(): number;
+  stop(): Promise<void>;
+}
+
+/** CPU seconds of process `pid` from /proc (Linux). */
+export function processCpuSeconds(pid: number): number {
+  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+  // utime and stime are fields 14 and 15 of stat, in clock ticks (USER_HZ, 100 on Linux).
+  return (Number(fields[11]) + Number(fields[12])) / 100;
+}
+
+export async function startPeer(backend: 'TCP' | 'SHM', layout: KvLayout, chunkBytes: number): Promise<Peer> {
+  const proc = spawn(
+    process.execPath,
+    ['--import', 'tsx', SELF, backend, JSON.stringify(layout), String(chunkBytes)],
+    { stdio: ['pipe', 'pipe', 'inherit'] },
+  );
+  const exited = new Promise<void>((resolve) => proc.once('exit', () => resolve()));
+  const first = await new Promise<string>((resolve, reject) => {
+    createInterface({ input: proc.stdout! }).once('line', resolve);
+    void exited.then(() => reject(new Error(`the ${backend} peer exited before it was ready`)));
+  });
+  return {
+    meta: JSON.parse(first) as AgentMetadata,
+    cpuSeconds: () => processCpuSeconds(proc.pid!),
+    stop: async () => {
+      proc.stdin?.end();
+      await exited;
+    },
+  };
+}
+
+async function servePeer(backend: string, layout: KvLayout, chunkBytes: number): Promise<void> {
+  setLogLevel('error');
+  const agent = await InThreadTransferAgent.create({ engineId: 'peer', backends: [backend], chunkBytes });
+  agent.registerMemory(kvRegions(layout));
+  const all = Array.from({ length: layout.numBlocks }, (_, i) => i);
+  agent.grantRead('all', { blockIds: all, peer: 'bench' });
+  agent.grantWrite('all', { blockIds: all, peer: 'bench' });
+  process.stdout.write(`${JSON.stringify(agent.metadata())}\n`);
+  // Serve until the bench closes stdin.
+  for await (const _ of createInterface({ input: process.stdin })) {
+    // no commands
+  }
+  await agent.close();
+  process.exit(0);
+}
+
+if (process.argv[1] === SELF) {
+  await servePeer(
+    process.argv[2] ?? 'TCP',
+    JSON.parse(process.argv[3] ?? '{}') as KvLayout,
+    Number(process.argv[4]),
+  );
+}

@@ -1,0 +1,109 @@
+/**
+ * The checks and errors both agents (in-thread and threaded) apply on the caller's thread,
+ * so the two cannot drift apart: region validation, the peer's protocol version, option
+ * ranges, the closed / unknown-handle / unknown-agent errors, and the status of a transfer
+ * all of whose blocks failed.
+ */
+import { KVError } from '../errors/index.ts';
+import { TRANSFER_PROTOCOL_VERSION } from './frames.ts';
+import { MAX_PAYLOAD_BYTES } from './framing.ts';
+import type { AgentMetadata, DescPair, FailedBlocks, MemoryRegion, TransferStatus } from './types.ts';
+
+/** Throws TRANSFER_BAD_REGION unless every region holds numBlocks × blockBytes bytes with sane sizes. */
+export function checkRegions(regions: readonly MemoryRegion[]): void {
+  for (const r of regions) {
+    const ok =
+      Number.isSafeInteger(r.id) &&
+      Number.isSafeInteger(r.blockBytes) &&
+      r.blockBytes > 0 &&
+      r.blockBytes <= MAX_PAYLOAD_BYTES &&
+      Number.isSafeInteger(r.numBlocks) &&
+      r.numBlocks > 0 &&
+      r.bytes.length >= r.blockBytes * r.numBlocks;
+    if (!ok) {
+      throw new KVError(
+        'TRANSFER_BAD_REGION',
+        `region ${r.id} is inconsistent: ${r.bytes.length} bytes for ${r.numBlocks} blocks of ${r.blockBytes}`,
+        {
+          hint: `A region must hold numBlocks × blockBytes bytes, with positive integer sizes (a block ≤ ${MAX_PAYLOAD_BYTES} bytes).`,
+          details: { region: r.id, bytes: r.bytes.length, numBlocks: r.numBlocks, blockBytes: r.blockBytes },
+        },
+      );
+    }
+  }
+}
+
+/** Throws TRANSFER_PROTOCOL_MISMATCH unless the peer speaks this agent's protocol version. */
+export function checkProtocol(meta: AgentMetadata): void {
+  if (meta.protocolVersion === TRANSFER_PROTOCOL_VERSION) return;
+  throw new KVError(
+    'TRANSFER_PROTOCOL_MISMATCH',
+    `remote agent ${meta.agentName} speaks transfer protocol ${meta.protocolVersion}, this agent ${TRANSFER_PROTOCOL_VERSION}`,
+    { hint: 'Run the same kvconnect version on both engines.' },
+  );
+}
+
+/** Checks the numeric options both agents accept (they reach the in-thread agent either way). */
+export function checkAgentOptions(opts: {
+  readonly grantWaitMs?: number;
+  readonly chunkBytes?: number;
+}): void {
+  const waitMs = opts.grantWaitMs;
+  if (waitMs !== undefined && !(Number.isFinite(waitMs) && waitMs >= 0 && waitMs <= 2 ** 31 - 1)) {
+    throw new RangeError(`grantWaitMs must be between 0 and ${2 ** 31 - 1}, got ${waitMs}`);
+  }
+  const chunk = opts.chunkBytes;
+  if (chunk !== undefined && !(Number.isSafeInteger(chunk) && chunk > 0 && chunk <= MAX_PAYLOAD_BYTES)) {
+    throw new RangeError(`chunkBytes must be an integer between 1 and ${MAX_PAYLOAD_BYTES}, got ${chunk}`);
+  }
+}
+
+export function closedError(): KVError {
+  return new KVError('TRANSFER_CLOSED', 'transfer agent is closed', { hint: 'Create a new agent.' });
+}
+
+export function unknownHandle(id: number): KVError {
+  return new KVError('TRANSFER_UNKNOWN_HANDLE', `transfer handle ${id} is unknown or was released`, {
+    hint: 'Poll only handles returned by read()/write() and not yet released.',
+  });
+}
+
+export function unreachable(agent: string): KVError {
+  return new KVError('TRANSFER_UNKNOWN_AGENT', `remote agent '${agent}' is not known`, {
+    hint: 'Call addRemoteAgent(metadata) with the metadata fetched over the side channel first.',
+  });
+}
+
+/** The local blocks of the given [descriptor, offset] positions (all positions when omitted), per region. */
+export function localBlocks(
+  descs: readonly DescPair[],
+  positions?: readonly (readonly [number, number])[],
+): FailedBlocks[] {
+  const per = new Map<number, number[]>();
+  const add = (desc: DescPair, offset: number): void => {
+    let list = per.get(desc.localRegion);
+    if (!list) {
+      list = [];
+      per.set(desc.localRegion, list);
+    }
+    list.push(desc.localFirst + offset);
+  };
+  if (positions === undefined) {
+    for (const d of descs) for (let o = 0; o < d.count; o++) add(d, o);
+  } else {
+    for (const [i, o] of positions) {
+      const d = descs[i];
+      if (d && o < d.count) add(d, o);
+    }
+  }
+  return [...per].map(([region, blockIds]) => ({ region, blockIds }));
+}
+
+/** An ERR status: `failed` per region, and their union sorted. */
+export function errStatus(failed: readonly FailedBlocks[], reason: string): TransferStatus {
+  const ids = [...new Set(failed.flatMap((f) => f.blockIds))].sort((a, b) => a - b);
+  return { state: 'ERR', failed, failedBlockIds: ids, reason };
+}
+
+export const PROC_STATUS: TransferStatus = { state: 'PROC', failed: [], failedBlockIds: [] };
+export const DONE_STATUS: TransferStatus = { state: 'DONE', failed: [], failedBlockIds: [] };

@@ -1,0 +1,47 @@
+/** The options of an in-thread transfer agent (a threaded one takes the same, minus test hooks). */
+import type { OutgoingHook } from './block-io.ts';
+
+export interface TransferAgentOptions {
+  readonly engineId: string;
+  /** Default: `${engineId}-rank${tpRank}`. */
+  readonly agentName?: string;
+  readonly tpRank?: number;
+  /** Published in metadata for the caller's handshake check (see checkCompatibility). */
+  readonly compatHash?: string;
+  /** Listen address for peers (default 127.0.0.1) and port (default 0 = any free port). */
+  readonly host?: string;
+  readonly port?: number;
+  /** Host published in metadata (default: host, or 127.0.0.1 when host is 0.0.0.0/::). */
+  readonly advertiseHost?: string;
+  /** vLLM backend names: 'UCX' (auto, default), 'TCP', 'SHM'. */
+  readonly backends?: readonly string[];
+  /** Shared secret; default from env KVCONNECT_TRANSFER_SECRET; none = no authentication. */
+  readonly secret?: string;
+  readonly shmDir?: string;
+  /** Size of each shm staging ring (sparse file). Default 64 MiB. */
+  readonly ringBytes?: number;
+  /** Largest data frame / ring chunk. Default 4 MiB. */
+  readonly chunkBytes?: number;
+  /**
+   * Offer same-host (shm) peers a read-only mapping of the registered KV memory, so a chunk
+   * crosses with one copy (regions must be allocated by util/shared-memory.ts). Default true.
+   */
+  readonly offerKvMapping?: boolean;
+  readonly transferTimeoutMs?: number;
+  readonly connectTimeoutMs?: number;
+  /**
+   * How long a peer's READ naming a grant this agent has not created yet waits for it
+   * before being refused (0 = refuse at once). Default 5000 ms.
+   */
+  readonly grantWaitMs?: number;
+  /** READs one peer may have waiting for grants at once. Default 256. */
+  readonly maxWaitingReadsPerPeer?: number;
+  /** Test-only hooks. */
+  readonly testHooks?: { readonly outgoing?: OutgoingHook };
+}
+
+/** Called when a notification arrives or the number of waiting READs changes (the agent thread forwards them). */
+export interface AgentObserver {
+  notification?(): void;
+  waitingReads?(count: number): void;
+}

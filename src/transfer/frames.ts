@@ -1,0 +1,294 @@
+/**
+ * The messages of the transfer layer's two protocols, as a discriminated union on `type`,
+ * and the one place a peer's JSON header is checked field by field before any handler sees
+ * it (docs/transfer.md#wire-protocols specifies them). A header that does not match its
+ * type's shape is a ProtocolError: the connection that sent it is closed.
+ *
+ * Hand-written rather than a schema library: this runs once per data frame on the latency
+ * path, and the shapes are a dozen flat objects.
+ */
+import { ProtocolError } from './protocol-error.ts';
+
+/**
+ * Version of the agent protocol, published in AgentMetadata: agents of different versions
+ * refuse each other in addRemoteAgent. 3: typed message names, same-host KV mapping.
+ */
+export const TRANSFER_PROTOCOL_VERSION = 3;
+
+/** [region, first block, block count]: one run of a READ or WRITE, in the receiver's regions. */
+export type WireRun = readonly [number, number, number];
+
+/** A region of this agent's KV memory that a same-host peer may map read-only (see kv-map.ts). */
+export interface ExposedRegion {
+  readonly region: number;
+  readonly pid: number;
+  readonly fd: number;
+  /** Identity of the memory file, checked by the peer after opening it. */
+  readonly ino: number;
+  readonly dev: number;
+  /** Size of the whole memory file, and where this region lies in it. */
+  readonly size: number;
+  readonly offset: number;
+  readonly length: number;
+}
+
+export type AgentFrame =
+  | { readonly type: 'challenge'; readonly nonce: string; readonly auth: boolean }
+  | {
+      readonly type: 'hello';
+      readonly agent: string;
+      readonly engine: string;
+      readonly nonce: string;
+      readonly transport: 'tcp' | 'shm';
+      readonly proof?: string;
+      readonly ring?: string;
+      readonly kv?: readonly ExposedRegion[];
+    }
+  | {
+      readonly type: 'welcome';
+      readonly agent: string;
+      readonly proof?: string;
+      readonly ring?: string;
+      readonly kv?: readonly ExposedRegion[];
+      /** The client's regions this server mapped. */
+      readonly mapped?: readonly number[];
+    }
+  | { readonly type: 'ready'; readonly mapped?: readonly number[] }
+  | { readonly type: 'error'; readonly reason: string }
+  | {
+      readonly type: 'read';
+      readonly xfer: number;
+      readonly runs: readonly WireRun[];
+      readonly grant?: string;
+    }
+  | {
+      readonly type: 'write';
+      readonly xfer: number;
+      readonly runs: readonly WireRun[];
+      readonly notif?: string;
+    }
+  | DataFrame
+  | { readonly type: 'write_end'; readonly xfer: number }
+  | {
+      readonly type: 'write_done';
+      readonly xfer: number;
+      readonly bad: readonly (readonly [number, number])[];
+    }
+  | { readonly type: 'xfer_err'; readonly xfer: number; readonly reason: string }
+  | { readonly type: 'notif'; readonly message: string }
+  | { readonly type: 'ack'; readonly count: number };
+
+/**
+ * Blocks [block, block+count) of run `run` of transfer `xfer`, with one checksum each. The
+ * bytes follow as the payload (tcp), sit in the sender's ring (`ring`), or are read by the
+ * receiver straight from the sender's mapped KV memory (`src`).
+ */
+export interface DataFrame {
+  readonly type: 'data';
+  readonly xfer: number;
+  readonly run: number;
+  readonly block: number;
+  readonly count: number;
+  readonly sums: readonly number[];
+  readonly ring?: { readonly offset: number; readonly length: number };
+  readonly src?: { readonly region: number; readonly offset: number };
+  /** First frame of a READ only: µs the server held the READ before serving it (grant wait). */
+  readonly held?: number;
+}
+
+export type SideChannelFrame =
+  | { readonly type: 'challenge'; readonly nonce: string; readonly auth: boolean }
+  | { readonly type: 'get_meta'; readonly rank: number; readonly nonce: string; readonly proof?: string }
+  | { readonly type: 'meta'; readonly metadata: unknown; readonly perf: number; readonly proof?: string }
+  | { readonly type: 'error'; readonly reason: string };
+
+/** Largest string field a peer may send (names, nonces, proofs, reasons, notifications). */
+const MAX_STRING = 4096;
+/** Largest number of runs in one READ/WRITE (a transfer's descriptors after coalescing). */
+export const MAX_DESCRIPTORS = 1 << 14;
+
+type Raw = Readonly<Record<string, unknown>>;
+
+function fail(raw: Raw, key: string, expected: string): never {
+  throw new ProtocolError(`field '${key}' of '${String(raw['type'])}' must be ${expected}`);
+}
+
+function uint(raw: Raw, key: string): number {
+  const v = raw[key];
+  if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 0) fail(raw, key, 'a non-negative integer');
+  return v;
+}
+
+function str(raw: Raw, key: string): string {
+  const v = raw[key];
+  if (typeof v !== 'string' || v.length > MAX_STRING) fail(raw, key, 'a string');
+  return v;
+}
+
+function optStr<K extends string>(raw: Raw, key: K): { [P in K]?: string } {
+  return (raw[key] === undefined ? {} : { [key]: str(raw, key) }) as { [P in K]?: string };
+}
+
+function uintList(raw: Raw, key: string, max: number): number[] {
+  const v = raw[key];
+  if (!Array.isArray(v) || v.length > max) fail(raw, key, `a list of at most ${max} integers`);
+  for (const x of v)
+    if (typeof x !== 'number' || !Number.isSafeInteger(x) || x < 0) fail(raw, key, 'integers');
+  return v as number[];
+}
+
+function optUintList<K extends string>(raw: Raw, key: K): { [P in K]?: number[] } {
+  return (raw[key] === undefined ? {} : { [key]: uintList(raw, key, MAX_DESCRIPTORS) }) as {
+    [P in K]?: number[];
+  };
+}
+
+function object(raw: Raw, key: string): Raw {
+  const v = raw[key];
+  if (typeof v !== 'object' || v === null || Array.isArray(v)) fail(raw, key, 'an object');
+  return v as Raw;
+}
+
+function tuples(raw: Raw, key: string, width: number, min: number): number[][] {
+  const v = raw[key];
+  if (!Array.isArray(v) || v.length < min || v.length > MAX_DESCRIPTORS) {
+    fail(raw, key, `a list of ${min} to ${MAX_DESCRIPTORS} entries`);
+  }
+  for (const t of v) {
+    if (!Array.isArray(t) || t.length !== width) fail(raw, key, `a list of ${width}-tuples`);
+    for (const x of t) {
+      if (typeof x !== 'number' || !Number.isSafeInteger(x) || x < 0) fail(raw, key, 'non-negative integers');
+    }
+  }
+  return v as number[][];
+}
+
+function exposed(raw: Raw): { kv?: ExposedRegion[] } {
+  if (raw['kv'] === undefined) return {};
+  const list = raw['kv'];
+  if (!Array.isArray(list) || list.length > MAX_DESCRIPTORS) fail(raw, 'kv', 'a list of regions');
+  const kv = list.map((entry: unknown) => {
+    if (typeof entry !== 'object' || entry === null) fail(raw, 'kv', 'a list of regions');
+    const e = { ...(entry as Raw), type: raw['type'] };
+    return {
+      region: uint(e, 'region'),
+      pid: uint(e, 'pid'),
+      fd: uint(e, 'fd'),
+      ino: uint(e, 'ino'),
+      dev: uint(e, 'dev'),
+      size: uint(e, 'size'),
+      offset: uint(e, 'offset'),
+      length: uint(e, 'length'),
+    };
+  });
+  return { kv };
+}
+
+/** The fields a READ and a WRITE request share. */
+function request(raw: Raw): { xfer: number; runs: WireRun[] } {
+  return { xfer: uint(raw, 'xfer'), runs: tuples(raw, 'runs', 3, 1) as unknown as WireRun[] };
+}
+
+function dataFrame(raw: Raw): DataFrame {
+  const count = uint(raw, 'count');
+  const sums = uintList(raw, 'sums', MAX_DESCRIPTORS);
+  if (count === 0 || sums.length !== count) fail(raw, 'sums', 'one checksum per block');
+  const frame = {
+    ...(raw['held'] === undefined ? {} : { held: uint(raw, 'held') }),
+    type: 'data' as const,
+    xfer: uint(raw, 'xfer'),
+    run: uint(raw, 'run'),
+    block: uint(raw, 'block'),
+    count,
+    sums,
+  };
+  if (raw['ring'] !== undefined) {
+    const ring = object(raw, 'ring');
+    const at = { ...ring, type: 'data' };
+    return { ...frame, ring: { offset: uint(at, 'offset'), length: uint(at, 'length') } };
+  }
+  if (raw['src'] !== undefined) {
+    const src = { ...object(raw, 'src'), type: 'data' };
+    return { ...frame, src: { region: uint(src, 'region'), offset: uint(src, 'offset') } };
+  }
+  return frame;
+}
+
+/** Checks a header of the agent protocol; throws ProtocolError unless it is a well-formed message. */
+export function parseAgentFrame(raw: Raw): AgentFrame {
+  switch (raw['type']) {
+    case 'challenge':
+      return { type: 'challenge', nonce: str(raw, 'nonce'), auth: raw['auth'] === true };
+    case 'hello': {
+      const transport = raw['transport'];
+      if (transport !== 'tcp' && transport !== 'shm') fail(raw, 'transport', "'tcp' or 'shm'");
+      return {
+        type: 'hello',
+        agent: str(raw, 'agent'),
+        engine: str(raw, 'engine'),
+        nonce: str(raw, 'nonce'),
+        transport,
+        ...optStr(raw, 'proof'),
+        ...optStr(raw, 'ring'),
+        ...exposed(raw),
+      };
+    }
+    case 'welcome':
+      return {
+        type: 'welcome',
+        agent: str(raw, 'agent'),
+        ...optStr(raw, 'proof'),
+        ...optStr(raw, 'ring'),
+        ...exposed(raw),
+        ...optUintList(raw, 'mapped'),
+      };
+    case 'ready':
+      return { type: 'ready', ...optUintList(raw, 'mapped') };
+    case 'error':
+      return { type: 'error', reason: str(raw, 'reason') };
+    case 'read':
+      return { type: 'read', ...request(raw), ...optStr(raw, 'grant') };
+    case 'write':
+      return { type: 'write', ...request(raw), ...optStr(raw, 'notif') };
+    case 'data':
+      return dataFrame(raw);
+    case 'write_end':
+      return { type: 'write_end', xfer: uint(raw, 'xfer') };
+    case 'write_done':
+      return {
+        type: 'write_done',
+        xfer: uint(raw, 'xfer'),
+        bad: tuples(raw, 'bad', 2, 0) as unknown as [number, number][],
+      };
+    case 'xfer_err':
+      return { type: 'xfer_err', xfer: uint(raw, 'xfer'), reason: str(raw, 'reason') };
+    case 'notif':
+      return { type: 'notif', message: str(raw, 'message') };
+    case 'ack': {
+      const count = uint(raw, 'count');
+      if (count === 0) fail(raw, 'count', 'at least 1');
+      return { type: 'ack', count };
+    }
+    default:
+      throw new ProtocolError(`unknown message '${String(raw['type'])}'`);
+  }
+}
+
+/** Checks a header of the side-channel protocol. */
+export function parseSideChannelFrame(raw: Raw): SideChannelFrame {
+  switch (raw['type']) {
+    case 'challenge':
+      return { type: 'challenge', nonce: str(raw, 'nonce'), auth: raw['auth'] === true };
+    case 'get_meta':
+      return { type: 'get_meta', rank: uint(raw, 'rank'), nonce: str(raw, 'nonce'), ...optStr(raw, 'proof') };
+    case 'meta': {
+      const perf = raw['perf'];
+      if (typeof perf !== 'number' || !Number.isFinite(perf)) fail(raw, 'perf', 'a number');
+      return { type: 'meta', metadata: raw['metadata'], perf, ...optStr(raw, 'proof') };
+    }
+    case 'error':
+      return { type: 'error', reason: str(raw, 'reason') };
+    default:
+      throw new ProtocolError(`unexpected message '${String(raw['type'])}'`);
+  }
+}

@@ -13,7 +13,7 @@ import { after, describe, it } from 'node:test';
 import { setLogLevel } from '../../src/logging/logger.ts';
 import type { TransferAgentOptions } from '../../src/transfer/index.ts';
 import { mappableSharedMemory } from '../../src/util/shared-memory.ts';
-import type { FrameHook } from '../helpers/fault-relay.ts';
+import type { Direction, FrameHook } from '../helpers/fault-relay.ts';
 import { waitUntil } from '../helpers/wait-until.ts';
 import { fillPattern } from '../transfer/pattern.ts';
 import { all, closeRelayedAgents, settled, throughRelay, whole } from './relayed-agents.ts';
@@ -38,22 +38,30 @@ const paths = [
   },
 ];
 
+interface Controls {
+  readonly seen: Record<Direction, number>;
+  /** Where the announced chunks' bytes were: 'src' (mapped KV), 'ring' or 'payload'. */
+  readonly vias: Set<string>;
+  holdAcks: boolean;
+  /** Hold data frames in that direction from this index (1-based) on. */
+  readonly holdDataFrom: Record<Direction, number>;
+  readonly hook: FrameHook;
+}
+
 /** Counts data frames per direction and lets a test hold acks (up) or data frames (either way). */
-function controls() {
-  const seen = { up: 0, down: 0 };
-  const vias = new Set<string>();
-  const c = {
-    seen,
-    vias,
+function controls(): Controls {
+  const c: Controls = {
+    seen: { up: 0, down: 0 },
+    vias: new Set(),
     holdAcks: false,
     holdDataFrom: { up: Number.POSITIVE_INFINITY, down: Number.POSITIVE_INFINITY },
-    hook: ((dir, h) => {
+    hook: (dir, h) => {
       if (h.type === 'ack' && c.holdAcks) return { action: 'hold' };
       if (h.type !== 'data') return { action: 'forward' };
-      seen[dir]++;
-      vias.add(h.src ? 'src' : h.ring ? 'ring' : 'payload');
-      return seen[dir] >= c.holdDataFrom[dir] ? { action: 'hold' } : { action: 'forward' };
-    }) as FrameHook,
+      c.seen[dir]++;
+      c.vias.add(h.src ? 'src' : h.ring ? 'ring' : 'payload');
+      return c.seen[dir] >= c.holdDataFrom[dir] ? { action: 'hold' } : { action: 'forward' };
+    },
   };
   return c;
 }

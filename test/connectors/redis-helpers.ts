@@ -9,6 +9,7 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
+import { freePortRange } from '../helpers/free-port.ts';
 
 const execFileP = promisify(execFile);
 
@@ -36,28 +37,9 @@ export function requireRedisBinaries(): void {
   }
 }
 
-function listenOnce(port: number): Promise<number | null> {
-  return new Promise((resolve) => {
-    const srv = net.createServer();
-    srv.once('error', () => resolve(null));
-    srv.listen(port, '127.0.0.1', () => {
-      const addr = srv.address();
-      const p = typeof addr === 'object' && addr ? addr.port : null;
-      srv.close(() => resolve(p));
-    });
-  });
-}
-
 /** A free loopback port; with `busPort`, port + 10000 (the cluster bus) is free too. */
-export async function freePort(busPort = false): Promise<number> {
-  for (let attempt = 0; attempt < 50; attempt++) {
-    const p = await listenOnce(0);
-    if (p === null) continue;
-    if (!busPort) return p;
-    if (p + 10000 > 65535) continue;
-    if ((await listenOnce(p + 10000)) !== null) return p;
-  }
-  throw new Error('no free loopback port found');
+export function freePort(busPort = false): Promise<number> {
+  return freePortRange(1, busPort ? [10_000] : []);
 }
 
 /** Sends one inline command and returns the whole reply of a bulk-string answer (e.g. INFO, CLUSTER NODES). */

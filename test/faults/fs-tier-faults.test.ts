@@ -7,7 +7,8 @@
  *    filesystem (`losetup -c`), so reading the chunk files' blocks fails in the block layer.
  * Every request must finish with the plain engine's tokens under kv_load_failure_policy=fail
  * (a warning and a miss, never a load error, a crash or a corrupt load).
- * Needs root; skipped otherwise, and a failure under KVCONNECT_EXPECT_PRIVILEGED=1 (CI).
+ * Each test needs root and its capability (tmpfs, setpriv, loop); skipped otherwise, and a
+ * failure under KVCONNECT_EXPECT_<CAPABILITY>=1 or KVCONNECT_EXPECT_PRIVILEGED=1 (CI).
  */
 import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
@@ -19,11 +20,10 @@ import { AsyncEngine } from '../../src/engine/async-engine.ts';
 import type { LLMOptions } from '../../src/engine/llm.ts';
 import { type LogRecord, onLog } from '../../src/logging/logger.ts';
 import { plainTokens, run, tieredEngineOptions } from '../connectors/offloading-helpers.ts';
-import { privileged } from '../helpers/netns.ts';
+import { skipUnless } from '../helpers/capabilities.ts';
 import { waitUntil } from '../helpers/wait-until.ts';
 import { EngineChild } from './engine-child.ts';
 
-const skip = privileged() ?? false;
 const prompt = (n: number) => Array.from({ length: 64 }, (_, i) => (i * 5 + n * 41 + 9) % 256);
 /** One chunk file: 16 tokens of tiny's KV (32 KiB) plus the 16-byte frame header. */
 const CHUNK_FILE_BYTES = 32 * 1024 + 16;
@@ -88,8 +88,10 @@ async function withEngine<T>(dir: string, fn: (e: AsyncEngine) => Promise<T>): P
   }
 }
 
-describe('fs tier on a failing filesystem', { skip }, () => {
-  it('a full filesystem (tmpfs of 160 KiB): stores that do not fit are skipped with a warning, never half-written', async () => {
+describe('fs tier on a failing filesystem', () => {
+  it('a full filesystem (tmpfs of 160 KiB): stores that do not fit are skipped with a warning, never half-written', {
+    skip: skipUnless('tmpfs'),
+  }, async () => {
     const dir = scratch('full');
     execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=160k', 'tmpfs', dir]);
     cleanups.push(() => execFileSync('umount', ['-l', dir]));
@@ -121,7 +123,9 @@ describe('fs tier on a failing filesystem', { skip }, () => {
     });
   });
 
-  it('EACCES for a process without CAP_DAC_OVERRIDE: unreadable files and an unwritable directory are misses', async () => {
+  it('EACCES for a process without CAP_DAC_OVERRIDE: unreadable files and an unwritable directory are misses', {
+    skip: skipUnless('setpriv'),
+  }, async () => {
     const dir = scratch('eacces');
     await withEngine(dir, (e) => expectPlain(e, prompt(20), 'stored'));
     await waitUntil('the chunk files', () => files(dir).length >= 4);
@@ -155,7 +159,9 @@ describe('fs tier on a failing filesystem', { skip }, () => {
     }
   });
 
-  it('EIO: chunk files on a loop device cut short under the mounted ext4 are misses', async () => {
+  it('EIO: chunk files on a loop device cut short under the mounted ext4 are misses', {
+    skip: skipUnless('loop'),
+  }, async () => {
     const base = scratch('eio');
     const image = path.join(base, 'disk.img');
     const mnt = path.join(base, 'mnt');

@@ -9,16 +9,18 @@
  *  - half-open: P dies while the link is down, so its FIN/RST never reach D; when the link is
  *    back, D's next READ on its stale connection is answered with a RST and fails at once.
  *    (P's host learns nothing, so D learns only from it: a retransmitted FIN or a RST.)
- * Needs root; skipped otherwise, and a failure under KVCONNECT_EXPECT_PRIVILEGED=1 (CI).
+ * Needs root and network namespaces; skipped otherwise, and a failure under
+ * KVCONNECT_EXPECT_NETNS=1 or KVCONNECT_EXPECT_PRIVILEGED=1 (CI sets them after probing).
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { LLM, type LLMOptions } from '../../src/engine/llm.ts';
-import { createNetnsPair, type NetnsPair, type NetnsSide, privileged } from '../helpers/netns.ts';
+import { skipUnless } from '../helpers/capabilities.ts';
+import { createNetnsPair, type NetnsPair, type NetnsSide } from '../helpers/netns.ts';
 import { waitUntil } from '../helpers/wait-until.ts';
 import { EngineChild } from './engine-child.ts';
 
-const skip = privileged() ?? false;
+const skip = skipUnless('netns');
 const MAX_LEN = 4096;
 const SENTENCE = 'Disaggregated prefill sends the KV cache of a long prompt over a slow link. ';
 const LONG = SENTENCE.repeat(Math.ceil(1600 / SENTENCE.length)).slice(0, 1600);

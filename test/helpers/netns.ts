@@ -2,7 +2,7 @@
  * Two network namespaces joined by a veth pair, created by a test and deleted after it: a
  * real link whose bandwidth `tc tbf` can limit and which can be unplugged (link down: no
  * FIN, no RST, TCP retransmits), with nothing outside the two namespaces involved. Needs
- * root (CAP_NET_ADMIN); see `privileged()` for how a missing capability is reported.
+ * root (CAP_NET_ADMIN); see capabilities.ts for how a missing capability is reported.
  */
 import { type ChildProcess, execFileSync, type StdioOptions, spawn, spawnSync } from 'node:child_process';
 
@@ -91,36 +91,4 @@ export function createNetnsPair(): NetnsPair {
       ),
     destroy,
   };
-}
-
-/** Set by CI (.ci/run): tests needing root, namespaces, tc or mounts must run, not skip. */
-export const EXPECT_PRIVILEGED_ENV = 'KVCONNECT_EXPECT_PRIVILEGED';
-
-let probed: string | null | undefined;
-
-/**
- * Null when this process can create network namespaces, tc qdiscs and mounts; otherwise
- * why not. With KVCONNECT_EXPECT_PRIVILEGED=1 a missing capability throws instead, so CI
- * fails rather than skipping silently.
- */
-export function privileged(): string | null {
-  if (probed === undefined) probed = probe();
-  if (probed !== null && process.env[EXPECT_PRIVILEGED_ENV] === '1') {
-    throw new Error(
-      `${EXPECT_PRIVILEGED_ENV}=1 but this test cannot run: ${probed}. Run the tests as root on a machine that allows network namespaces and mounts, or unset ${EXPECT_PRIVILEGED_ENV}.`,
-    );
-  }
-  return probed;
-}
-
-function probe(): string | null {
-  if (process.getuid?.() !== 0) return 'needs root (network namespaces, tc, mounts)';
-  const name = `kvc-probe-${process.pid}`;
-  const add = spawnSync('ip', ['netns', 'add', name], { encoding: 'utf8' });
-  if (add.error) return `the ip command is missing (${add.error.message}); install iproute2`;
-  if (add.status !== 0) return `cannot create a network namespace: ${add.stderr.trim()}`;
-  spawnSync('ip', ['netns', 'del', name]);
-  const tc = spawnSync('tc', ['-V'], { encoding: 'utf8' });
-  if (tc.error) return 'the tc command is missing; install iproute2';
-  return null;
 }

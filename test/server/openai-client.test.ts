@@ -25,9 +25,23 @@ after(async () => {
 
 /** Fields the server accepts beyond OpenAI's typed parameters. */
 const ignoreEos = { ignore_eos: true } as Record<string, unknown>;
+/** Chosen tokens named by id (vLLM's `token_id:N`): outputs are compared by token ids, not decoded text. */
+const withIds = { logprobs: 0, return_tokens_as_token_ids: true } as Record<string, unknown>;
+const ids = (c: { logprobs?: { tokens?: string[] } | null } | undefined): string[] => {
+  const tokens = c?.logprobs?.tokens ?? [];
+  assert.ok(tokens.length > 0 && tokens.every((t) => /^token_id:\d+$/.test(t)), `token ids ${tokens}`);
+  return tokens;
+};
 
 test('completions: greedy text, usage and length finish; streaming yields the same text', async () => {
-  const params = { model: 'tiny', prompt: 'The cat', max_tokens: 6, temperature: 0, ...ignoreEos };
+  const params = {
+    model: 'tiny',
+    prompt: 'The cat',
+    max_tokens: 6,
+    temperature: 0,
+    ...ignoreEos,
+    ...withIds,
+  };
   const full = await client.completions.create(params);
   assert.equal(full.object, 'text_completion');
   assert.equal(full.choices.length, 1);
@@ -42,15 +56,18 @@ test('completions: greedy text, usage and length finish; streaming yields the sa
     stream_options: { include_usage: true },
   });
   let text = '';
+  const streamed: string[] = [];
   let finish: string | null = null;
   let usage: OpenAI.CompletionUsage | undefined;
   for await (const chunk of stream) {
     for (const c of chunk.choices) {
       text += c.text;
+      streamed.push(...(c.logprobs?.tokens ?? []));
       finish = c.finish_reason ?? finish;
     }
     if (chunk.usage) usage = chunk.usage;
   }
+  assert.deepEqual(streamed, ids(full.choices[0]));
   assert.equal(text, full.choices[0]?.text);
   assert.equal(finish, 'length');
   assert.deepEqual(usage, full.usage);
@@ -63,8 +80,10 @@ test('chat: message content and the stream (role first, then content) agree', as
     messages,
     max_completion_tokens: 5,
     temperature: 0,
+    logprobs: true,
     ...ignoreEos,
-  });
+    return_tokens_as_token_ids: true,
+  } as OpenAI.ChatCompletionCreateParamsNonStreaming);
   assert.equal(full.object, 'chat.completion');
   assert.equal(full.choices[0]?.message.role, 'assistant');
   assert.equal(full.usage?.completion_tokens, 5);
@@ -74,8 +93,12 @@ test('chat: message content and the stream (role first, then content) agree', as
     max_tokens: 5,
     temperature: 0,
     stream: true,
+    logprobs: true,
     ...ignoreEos,
-  });
+    return_tokens_as_token_ids: true,
+  } as OpenAI.ChatCompletionCreateParamsStreaming);
+  const chosen = (entries: { token: string }[] | null | undefined) => (entries ?? []).map((e) => e.token);
+  const streamed: string[] = [];
   let text = '';
   let sawRoleFirst = false;
   let first = true;
@@ -84,22 +107,38 @@ test('chat: message content and the stream (role first, then content) agree', as
     if (first) sawRoleFirst = delta?.role === 'assistant';
     first = false;
     text += delta?.content ?? '';
+    streamed.push(...chosen(chunk.choices[0]?.logprobs?.content));
   }
   assert.ok(sawRoleFirst);
+  const fullIds = chosen(full.choices[0]?.logprobs?.content);
+  assert.equal(fullIds.length, 5);
+  assert.ok(
+    fullIds.every((t) => /^token_id:\d+$/.test(t)),
+    `token ids ${fullIds}`,
+  );
+  assert.deepEqual(streamed, fullIds);
   assert.equal(text, full.choices[0]?.message.content);
 });
 
 test('prompt as token ids gives the same completion as the text it encodes', async () => {
-  const ids = engine.tokenizer.encode('Once upon');
+  const promptIds = engine.tokenizer.encode('Once upon');
   const a = await client.completions.create({
     model: 'tiny',
     prompt: 'Once upon',
     max_tokens: 4,
     temperature: 0,
+    ...withIds,
   });
-  const b = await client.completions.create({ model: 'tiny', prompt: ids, max_tokens: 4, temperature: 0 });
+  const b = await client.completions.create({
+    model: 'tiny',
+    prompt: promptIds,
+    max_tokens: 4,
+    temperature: 0,
+    ...withIds,
+  });
+  assert.deepEqual(ids(b.choices[0]), ids(a.choices[0]));
   assert.equal(b.choices[0]?.text, a.choices[0]?.text);
-  assert.equal(b.usage?.prompt_tokens, ids.length);
+  assert.equal(b.usage?.prompt_tokens, promptIds.length);
 });
 
 test('stop: generation ends before the stop string with finish_reason stop', async () => {
@@ -129,23 +168,28 @@ test('stop: generation ends before the stop string with finish_reason stop', asy
 });
 
 test('n choices with a seed are reproducible, and choice 0 equals the n=1 request', async () => {
-  const params = { model: 'tiny', prompt: 'Random', max_tokens: 8, temperature: 1, seed: 1234, ...ignoreEos };
+  const params = {
+    model: 'tiny',
+    prompt: 'Random',
+    max_tokens: 8,
+    temperature: 1,
+    seed: 1234,
+    ...ignoreEos,
+    ...withIds,
+  };
   const a = await client.completions.create({ ...params, n: 3 });
   const b = await client.completions.create({ ...params, n: 3 });
   assert.deepEqual(
     a.choices.map((c) => c.index),
     [0, 1, 2],
   );
-  assert.deepEqual(
-    a.choices.map((c) => c.text),
-    b.choices.map((c) => c.text),
-  );
+  assert.deepEqual(a.choices.map(ids), b.choices.map(ids));
   assert.equal(a.usage?.completion_tokens, 24);
   assert.equal(a.usage?.prompt_tokens, engine.tokenizer.encode('Random').length);
   const single = await client.completions.create({ ...params, n: 1 });
-  assert.equal(single.choices[0]?.text, a.choices[0]?.text);
-  const texts = new Set(a.choices.map((c) => c.text));
-  assert.ok(texts.size > 1, 'different per-choice seeds should give different samples');
+  assert.deepEqual(ids(single.choices[0]), ids(a.choices[0]));
+  const samples = new Set(a.choices.map((c) => ids(c).join(',')));
+  assert.ok(samples.size > 1, 'different per-choice seeds should give different samples');
 });
 
 test('logprobs: completions top-N arrays and chat content entries', async () => {

@@ -190,6 +190,44 @@ test('a subscriber survives a publisher restart: sequence reset -> onReset, then
   }
 });
 
+test('a restart is noticed when the subscriber reconnects after the new sequence passed the old one', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'kvc-events-'));
+  const endpoint = `ipc://${join(dir, 'pub.sock')}`;
+  const config = parseKVEventsConfig({ enable_kv_cache_events: true, endpoint });
+  const seen: number[] = [];
+  let resets = 0;
+  const sub = KVEventSubscriber.start({
+    endpoint,
+    onBatch: (b: KVEventBatch) => seen.push(b.ts),
+    onReset: () => resets++,
+  });
+  try {
+    let pub = await ZmqEventPublisher.start(config);
+    for (let round = 0; seen.length < 3; round++) {
+      pub.publish({ ts: round, events: [], dataParallelRank: null });
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    const oldLast = sub.lastSeq;
+    await pub.shutdown();
+    pub = await ZmqEventPublisher.start(config);
+    // Before the subscriber reconnects (it retries every 100 ms) the new publisher is already
+    // past the old sequence: these batches reach nobody.
+    for (let i = 0; i <= Number(oldLast) + 5; i++)
+      pub.publish({ ts: 50, events: [], dataParallelRank: null });
+    for (let round = 0; resets === 0; round++) {
+      if (round > 500) assert.fail('the restart was never noticed');
+      pub.publish({ ts: 100 + round, events: [], dataParallelRank: null });
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    await pub.shutdown();
+    assert.equal(resets, 1);
+    assert.ok(seen.filter((ts) => ts >= 100).length > 0, 'the new batches are delivered after the reset');
+  } finally {
+    await sub.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
 test("the OffloadingConnector's CPU tier events reach the wire with their medium", async () => {
   const engine = await Engine.create({
     model: 'tiny',

@@ -14,11 +14,12 @@ export function traceTokens(
   uniqueBase: number,
   blockTokens = TRACE_BLOCK_TOKENS,
 ): number[] {
-  const tokens = new Array<number>(entry.inputLength);
-  for (let i = 0; i < entry.inputLength; i++) {
-    const block = Math.floor(i / blockTokens);
-    const id = entry.hashIds[block] ?? uniqueBase + block;
-    tokens[i] = id * blockTokens + (i % blockTokens);
+  const n = entry.inputLength;
+  const tokens = new Array<number>(n);
+  for (let block = 0, start = 0; start < n; block++, start += blockTokens) {
+    const first = (entry.hashIds[block] ?? uniqueBase + block) * blockTokens;
+    const end = Math.min(n, start + blockTokens);
+    for (let i = start; i < end; i++) tokens[i] = first + (i - start);
   }
   return tokens;
 }

@@ -38,7 +38,8 @@ export interface ConnectorRequest {
 /** A request scheduled for the first time in this step. */
 export interface NewRequestData {
   reqId: string;
-  promptTokenIds: number[];
+  /** The request's own (immutable) prompt: shared, not copied, within a process. */
+  promptTokenIds: readonly number[];
   /** One block-id list per KV cache group. */
   blockIds: number[][];
   numComputedTokens: number;

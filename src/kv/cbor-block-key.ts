@@ -35,10 +35,46 @@ export class CborBlockKeyWriter {
     this.#buf.set(parent, this.#pos);
     this.#pos += parent.length;
     this.#head(4, end - start);
-    for (let i = start; i < end; i++) this.#int(tokens[i]!);
+    this.#tokens(tokens, start, end);
     if (extraKeys === null) this.#byte(0xf6);
     else this.#value(extraKeys);
     return this.#buf.subarray(0, this.#pos);
+  }
+
+  /**
+   * Token ids, the bulk of every key, written inline when they are small non-negative
+   * integers (every real vocabulary) instead of through #int per token: a trace simulation
+   * hashes 145 M tokens and the per-token calls were a sixth of its profile (measured 8 vs
+   * 30 ns per token). Other values take the general path.
+   */
+  #tokens(tokens: ArrayLike<number>, start: number, end: number): void {
+    const buf = this.#buf;
+    let pos = this.#pos;
+    for (let i = start; i < end; i++) {
+      const n = tokens[i]!;
+      if ((n | 0) === n && n >= 0) {
+        if (n < 24) buf[pos++] = n;
+        else if (n < 0x100) {
+          buf[pos++] = 24;
+          buf[pos++] = n;
+        } else if (n < 0x10000) {
+          buf[pos++] = 25;
+          buf[pos++] = n >>> 8;
+          buf[pos++] = n & 0xff;
+        } else {
+          buf[pos++] = 26;
+          buf[pos++] = n >>> 24;
+          buf[pos++] = (n >>> 16) & 0xff;
+          buf[pos++] = (n >>> 8) & 0xff;
+          buf[pos++] = n & 0xff;
+        }
+      } else {
+        this.#pos = pos;
+        this.#int(n);
+        pos = this.#pos;
+      }
+    }
+    this.#pos = pos;
   }
 
   /** Canonical CBOR of a text string (the NONE_HASH seed). */

@@ -4,13 +4,16 @@
  * servers) or from `--kv-events URL=ENDPOINT` (vLLM servers, which do not say where they
  * publish). A wildcard bind address (`*`, 0.0.0.0, ::) is replaced by the backend's host.
  * The subscriber catches up from the replay socket when it joins, and after a backend
- * restart (sequence reset) or an unhealthy spell its entries are dropped.
+ * restart (sequence reset) or an unhealthy spell its entries are dropped. BlockStored also
+ * settles the prefill ledger's tickets (the routed prompts that were still to compute).
  */
 
 import { KVEventSubscriber } from '../kv-events/subscriber.ts';
+import type { KVEventBatch } from '../kv-events/wire.ts';
 import { getLogger } from '../logging/logger.ts';
 import type { Backend } from './backend.ts';
 import type { KvBlockIndex } from './kv-index.ts';
+import { PrefillLedger } from './prefill-ledger.ts';
 
 const log = getLogger('proxy');
 
@@ -37,6 +40,7 @@ export function reachableEndpoint(endpoint: string, host: string): string {
 
 export class KvEventsFeed {
   readonly index: KvBlockIndex;
+  readonly ledger = new PrefillLedger();
   readonly #defaults: KvEventsDefaults;
   readonly #subs = new Map<string, { sub: KVEventSubscriber; source: KvEventsSource }>();
 
@@ -72,17 +76,24 @@ export class KvEventsFeed {
       endpoint: source.endpoint,
       replayEndpoint: source.replayEndpoint,
       topic: source.topic,
-      onBatch: (batch) => this.index.apply(url, batch),
-      onReset: () => this.index.clear(url),
+      onBatch: (batch) => this.apply(url, batch),
+      onReset: () => this.forget(backend),
     });
     this.#subs.set(url, { sub, source });
     log.info('following KV events of %s on %s', url, source.endpoint);
     void sub.replayFrom(0n);
   }
 
+  /** One batch of `url`'s events: what it holds, and which routed prompts it has prefilled. */
+  apply(url: string, batch: KVEventBatch): void {
+    this.index.apply(url, batch);
+    for (const e of batch.events) if (e.type === 'BlockStored') this.ledger.stored(url, e.blockHashes);
+  }
+
   /** The backend stopped answering: what it held may be gone (a restart empties the cache). */
   forget(backend: Backend): void {
     this.index.clear(backend.url);
+    this.ledger.clear(backend.url);
   }
 
   async close(): Promise<void> {

@@ -53,9 +53,13 @@ export class PromptBlockHasher {
     this.tokenizer = tokenizer;
   }
 
+  /** The request's prompt as token ids (null when the body has none the proxy can read). */
+  tokens(body: Json): number[] | null {
+    return promptTokenIds(body, this.tokenizer);
+  }
+
   /** External hashes of the prompt's full blocks for engines with this block size and algorithm. */
-  hashes(body: Json, blockSize: number, algo: HashAlgo): bigint[] {
-    const tokens = promptTokenIds(body, this.tokenizer);
+  hashes(body: Json, blockSize: number, algo: HashAlgo, tokens = this.tokens(body)): bigint[] {
     if (!tokens || tokens.length < blockSize) return [];
     const key = `${blockSize}:${algo}`;
     let hasher = this.#hashers.get(key);

@@ -29,6 +29,12 @@ export class ProxyMetrics {
     registers: [this.registry],
   });
 
+  readonly kvAwareLoadOverrides = new Counter({
+    name: 'kvconnect:proxy_kv_aware_load_overrides_total',
+    help: 'kv_aware routing decisions that went to an instance with a shorter cached prefix than another candidate, because the cost (queued prefill, running requests) was lower there.',
+    registers: [this.registry],
+  });
+
   async render(): Promise<{ contentType: string; body: string }> {
     return { contentType: this.registry.contentType, body: await this.registry.metrics() };
   }

@@ -131,12 +131,30 @@ function kvAwareDeps(options: ProxyOptions, metrics: ProxyMetrics): KvAwareDeps 
       "Pass --tokenizer DIR (the model's directory with tokenizer.json) or the preset name the servers run (e.g. --tokenizer tiny), so the proxy computes the engines' block hashes.",
     );
   }
+  const weights = {
+    overlapCredit: costWeight(
+      'kvAwareOverlapCredit',
+      '--kv-aware-overlap-credit',
+      options.kvAwareOverlapCredit,
+    ),
+    runningCost: costWeight('kvAwareRunningCost', '--kv-aware-running-cost', options.kvAwareRunningCost),
+  };
   const feed = new KvEventsFeed(new KvBlockIndex(), {
     endpoints: new Map(Object.entries(options.kvEvents ?? {})),
     blockSize: options.kvEventsBlockSize,
     hashAlgo: options.kvEventsHashAlgo,
   });
-  return { feed, hasher: new PromptBlockHasher(loadTokenizer(options.tokenizer)), metrics };
+  return { feed, hasher: new PromptBlockHasher(loadTokenizer(options.tokenizer)), metrics, weights };
+}
+
+/** A weight of kv_aware's cost: a finite number >= 0. */
+function costWeight(field: keyof ProxyOptions, flag: string, value: unknown): number {
+  if (typeof value === 'number' && Number.isFinite(value) && value >= 0) return value;
+  const fallback = PROXY_DEFAULTS[field as keyof typeof PROXY_DEFAULTS];
+  throw optionsInvalid(
+    `${field} (${flag}) must be a finite number >= 0; received ${JSON.stringify(value) ?? String(value)}`,
+    `Pass a number such as ${fallback} (the default), or leave it out. See docs/proxy.md#policies.`,
+  );
 }
 
 function routes(deps: HandlerDeps): Router {

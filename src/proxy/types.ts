@@ -59,6 +59,10 @@ export interface ProxyOptions {
   /** kv_aware: block size and hash algorithm of backends that do not report theirs. */
   kvEventsBlockSize: number;
   kvEventsHashAlgo: string;
+  /** kv_aware's cost (src/proxy/kv-cost.ts): queued-prefill tokens one cached prompt token is worth. */
+  kvAwareOverlapCredit: number;
+  /** kv_aware's cost: tokens charged per request in flight on a backend past its prefill. */
+  kvAwareRunningCost: number;
 }
 
 export const PROXY_DEFAULTS = {
@@ -75,6 +79,8 @@ export const PROXY_DEFAULTS = {
   prefillTimeoutMs: 60_000,
   kvEventsBlockSize: 16,
   kvEventsHashAlgo: 'sha256_cbor',
+  kvAwareOverlapCredit: 1,
+  kvAwareRunningCost: 4,
 } as const;
 
 /** What the proxy reads from a backend's GET /kvconnect/info (all optional but `connector`). */

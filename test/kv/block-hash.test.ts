@@ -51,7 +51,17 @@ test('the hand-written CBOR writer matches cbor2 byte for byte', () => {
   fc.assert(
     fc.property(
       fc.uint8Array({ minLength: 0, maxLength: 40 }),
-      fc.array(fc.oneof(fc.nat(30), fc.nat(300), fc.nat(70000), fc.maxSafeNat()), { maxLength: 300 }),
+      fc.array(
+        fc.oneof(
+          fc.nat(30),
+          fc.nat(300),
+          fc.nat(70000),
+          fc.integer({ min: 2 ** 32 - 3, max: 2 ** 32 + 3 }),
+          fc.maxSafeNat(),
+          fc.integer({ min: -(2 ** 40), max: -1 }),
+        ),
+        { maxLength: 300 },
+      ),
       fc.option(fc.array(extraKey, { maxLength: 4 })),
       (parent, tokens, extra) => {
         const mine = writer.encode(parent, tokens, 0, tokens.length, extra);

@@ -49,6 +49,8 @@ test('kvconnect proxy: an unknown policy or connector is rejected by the parser'
     ['proxy', '--port', '0', '--policy', 'random'],
     ['proxy', '--port', '0', '--kv-connector', 'P2pNcclConnector'],
     ['proxy', '--port', '-1'],
+    ['proxy', '--port', '0', '--kv-aware-overlap-credit', '-1'],
+    ['proxy', '--port', '0', '--kv-aware-running-cost', 'lots'],
   ]) {
     const program = new Command().exitOverride().configureOutput({ writeErr: () => undefined });
     registerProxyCommand(program);

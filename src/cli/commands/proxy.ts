@@ -19,6 +19,15 @@ function intArg(name: string, min: number) {
   };
 }
 
+function weightArg(name: string) {
+  return (value: string): number => {
+    const n = Number(value);
+    if (value.trim() === '' || !Number.isFinite(n) || n < 0)
+      throw new InvalidArgumentError(`${name} must be a number >= 0; received ${JSON.stringify(value)}.`);
+    return n;
+  };
+}
+
 /** One `URL=ENDPOINT` pair of --kv-events, added to the ones before it. */
 function kvEventsPair(value: string, previous: Record<string, string>): Record<string, string> {
   const eq = value.lastIndexOf('=');
@@ -142,6 +151,18 @@ export function registerProxyCommand(program: Command, hooks: ProxyCommandHooks 
         .choices(['sha256_cbor', 'sha256', 'xxhash_cbor', 'xxhash'])
         .default(PROXY_DEFAULTS.kvEventsHashAlgo),
     )
+    .option(
+      '--kv-aware-overlap-credit <x>',
+      'kv_aware: queued-prefill tokens one cached prompt token is worth (> 1 favours cache hits over balance)',
+      weightArg('--kv-aware-overlap-credit'),
+      PROXY_DEFAULTS.kvAwareOverlapCredit,
+    )
+    .option(
+      '--kv-aware-running-cost <tokens>',
+      'kv_aware: tokens charged per request in flight on a backend past its prefill',
+      weightArg('--kv-aware-running-cost'),
+      PROXY_DEFAULTS.kvAwareRunningCost,
+    )
     .action(async (o: Record<string, unknown>) => {
       const push: ProxyOptions['push'] = {};
       if (o['prefillEngineId'] !== undefined) push.engineId = String(o['prefillEngineId']);
@@ -168,6 +189,8 @@ export function registerProxyCommand(program: Command, hooks: ProxyCommandHooks 
         kvEvents: o['kvEvents'] as Record<string, string>,
         kvEventsBlockSize: o['kvEventsBlockSize'] as number,
         kvEventsHashAlgo: o['kvEventsHashAlgo'] as string,
+        kvAwareOverlapCredit: o['kvAwareOverlapCredit'] as number,
+        kvAwareRunningCost: o['kvAwareRunningCost'] as number,
         ...(o['tokenizer'] === undefined ? {} : { tokenizer: String(o['tokenizer']) }),
         ...(o['kvConnector'] === undefined
           ? {}

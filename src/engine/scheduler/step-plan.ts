@@ -38,7 +38,7 @@ export function buildSchedulerOutput(
 ): SchedulerOutput {
   const scheduledNewReqs: NewRequestData[] = plan.scheduledNew.map((req) => ({
     reqId: req.requestId,
-    promptTokenIds: [...req.promptTokenIds],
+    promptTokenIds: req.promptTokenIds,
     blockIds: kv.getBlockIds(req.requestId),
     numComputedTokens: req.numComputedTokens,
   }));

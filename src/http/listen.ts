@@ -14,8 +14,16 @@ export interface HttpListener {
   close(graceMs?: number): Promise<void>;
 }
 
+/**
+ * Idle keep-alive connections stay open this long: longer than any client here keeps one
+ * idle (the proxy: 4 s), so a client never sends a request on a socket the server is closing
+ * at that moment (Node's default of 5 s races the proxy's reuse under load: "other side closed").
+ */
+export const KEEP_ALIVE_TIMEOUT_MS = 65_000;
+
 export function createHttpServer(listener: Listener): Server {
   const server = createServer(listener);
+  server.keepAliveTimeout = KEEP_ALIVE_TIMEOUT_MS;
   // Malformed HTTP gets a 400 and the socket closes, instead of Node's silent reset on some errors.
   server.on('clientError', (_err, socket) => {
     if (socket.writable) socket.end('HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n');

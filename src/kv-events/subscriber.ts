@@ -3,7 +3,10 @@
  * batches handed over in sequence order. A gap in the sequence (a slow joiner, a dropped
  * message) is filled from the replay ROUTER, if there is one; a sequence that goes back
  * below what was seen means the publisher restarted (a new engine with an empty cache), so
- * `onReset` runs before the new publisher's batches.
+ * `onReset` runs before the new publisher's batches. So does any jump in the sequence after
+ * the connection to the publisher dropped: a subscriber that reconnects late (a loaded
+ * machine) first hears a new publisher when its sequence has already passed the old one's,
+ * which the sequence alone cannot tell from a gap.
  */
 import * as zmq from 'zeromq';
 import { getLogger } from '../logging/logger.ts';
@@ -33,10 +36,15 @@ export class KVEventSubscriber {
   #received = 0;
   #decodeErrors = 0;
   #resets = 0;
+  /** The connection to the publisher dropped since the last reset: it may be a new process now. */
+  #publisherLost = false;
 
   private constructor(opts: KVEventSubscriberOptions, sub: zmq.Subscriber) {
     this.#opts = opts;
     this.#sub = sub;
+    sub.events.on('disconnect', () => {
+      this.#publisherLost = true;
+    });
     this.#loop = this.#run();
   }
 
@@ -99,8 +107,11 @@ export class KVEventSubscriber {
       for await (const frames of this.#sub) {
         if (frames.length !== 3) continue;
         const seq = (frames[1] as Buffer).readBigUInt64BE();
-        if (seq <= this.#last && seq > this.#dupFloor) continue;
-        if (seq <= this.#dupFloor) {
+        // Kept set until a reset: a same-publisher reconnect then costs at most one reset and replay.
+        const restarted = seq <= this.#dupFloor || (this.#publisherLost && seq !== this.#last + 1n);
+        if (seq <= this.#last && !restarted) continue;
+        if (restarted) {
+          this.#publisherLost = false;
           this.#resets++;
           log.info(
             'KV event publisher %s restarted (sequence %s after %s)',

@@ -10,6 +10,15 @@ import type { Upstream } from './upstream.ts';
 
 const log = getLogger('proxy');
 
+/**
+ * Failed health checks in a row before a backend stops getting traffic: an overloaded
+ * server can miss a deadline while it is serving fine (its engine step holds the event
+ * loop), and marking it down would turn its load into 503s. A check also does not count as
+ * failed when the backend answered a proxied request since the previous round (it is
+ * alive, only busy). A refused connection on a real request still marks it down at once.
+ */
+const FAILED_CHECKS_TO_MARK_DOWN = 3;
+
 export interface PoolOptions {
   healthIntervalMs: number;
   healthTimeoutMs: number;
@@ -22,6 +31,8 @@ export class BackendPool {
   readonly #backends: Backend[] = [];
   readonly #upstream: Upstream;
   readonly #options: PoolOptions;
+  readonly #failedChecks = new Map<Backend, number>();
+  #previousRound = 0;
   #timer: NodeJS.Timeout | null = null;
   #checking: Promise<void> | null = null;
 
@@ -88,7 +99,9 @@ export class BackendPool {
   checkAll(): Promise<void> {
     this.#checking ??= (async () => {
       this.expire();
-      await Promise.all(this.#backends.filter((b) => b.source === 'cli').map((b) => this.#check(b)));
+      const since = this.#previousRound;
+      this.#previousRound = Date.now();
+      await Promise.all(this.#backends.filter((b) => b.source === 'cli').map((b) => this.#check(b, since)));
     })().finally(() => {
       this.#checking = null;
     });
@@ -109,7 +122,7 @@ export class BackendPool {
     this.#options.onBackendChange?.(backend);
   }
 
-  async #check(backend: Backend): Promise<void> {
+  async #check(backend: Backend, since: number): Promise<void> {
     let ok = false;
     let why = '';
     try {
@@ -118,11 +131,25 @@ export class BackendPool {
       why = `GET /health answered ${res.status}`;
     } catch (e) {
       why = e instanceof Error ? e.message : String(e);
+      // Slow, not dead: it answered real requests since the last round.
+      ok = backend.healthy && since > 0 && backend.answeredAt >= since;
     }
     if (ok && !backend.healthy) log.info('%s instance %s is healthy', backend.role, backend.url);
-    if (!ok) this.markDown(backend, why);
+    const failed = ok ? 0 : (this.#failedChecks.get(backend) ?? 0) + 1;
+    this.#failedChecks.set(backend, failed);
+    // Never checked healthy yet (start-up): one failure is enough to keep it out.
+    const down = failed >= FAILED_CHECKS_TO_MARK_DOWN || (!ok && !backend.healthy);
+    if (down) this.markDown(backend, why);
+    else if (!ok)
+      log.debug(
+        '%s instance %s failed a health check (%s); %d more and it is marked down',
+        backend.role,
+        backend.url,
+        why,
+        FAILED_CHECKS_TO_MARK_DOWN - failed,
+      );
     if (ok && backend.info === null) await this.#fetchInfo(backend);
-    backend.healthy = ok;
+    backend.healthy = ok || !down;
     this.#options.onBackendChange?.(backend);
   }
 

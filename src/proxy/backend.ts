@@ -22,6 +22,8 @@ export class Backend {
   /** True when the backend lacks GET /kvconnect/info (a real vLLM server) and NIXL pull is assumed. */
   infoFallback = false;
   registration: Registration | null = null;
+  /** Date.now() when it last answered a proxied request (passive health). */
+  answeredAt = 0;
   #dpCursor = 0;
 
   constructor(url: string, role: BackendRole, source: 'cli' | 'discovery', healthy = false) {

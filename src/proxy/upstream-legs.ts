@@ -42,7 +42,9 @@ export async function sendLeg(
   clientSignal: AbortSignal,
 ): Promise<UpstreamResponse> {
   try {
-    return await deps.upstream.postJson(url, body, headers, signal);
+    const res = await deps.upstream.postJson(url, body, headers, signal);
+    backend.answeredAt = Date.now();
+    return res;
   } catch (e) {
     if (!signal.aborted && isConnectError(e)) deps.pool.markDown(backend, String((e as Error).message));
     throw clientSignal.aborted ? e : upstreamUnreachable(backend.role, backend.url, e);

@@ -11,8 +11,19 @@ export interface UpstreamResponse {
   body: Dispatcher.ResponseData['body'];
 }
 
+/**
+ * Idle connections to a backend are dropped after 4 s, before any backend drops them (ours
+ * keep them 65 s, uvicorn 5 s), so a request never goes out on a socket being closed.
+ */
+const IDLE = { keepAliveTimeout: 4_000, keepAliveMaxTimeout: 4_000 } as const;
+
 export class Upstream {
-  readonly #agent = new Agent({ keepAliveTimeout: 30_000, connections: 256 });
+  readonly #agent = new Agent({ ...IDLE, connections: 256 });
+  /**
+   * Health and info probes get their own connections: on the request pool they would queue
+   * behind up to 256 long requests and time out, and a busy backend would look dead.
+   */
+  readonly #probes = new Agent({ ...IDLE, connections: 2 });
 
   /**
    * One POST; a connection reset before any response is retried once on a fresh connection:
@@ -47,16 +58,21 @@ export class Upstream {
   }
 
   /** One GET, retried once after a connection reset like postJson. */
-  get(url: string, signal: AbortSignal, headers: Record<string, string> = {}): Promise<UpstreamResponse> {
+  get(
+    url: string,
+    signal: AbortSignal,
+    headers: Record<string, string> = {},
+    dispatcher: Dispatcher = this.#agent,
+  ): Promise<UpstreamResponse> {
     return retryOnReset(signal, async () => {
-      const res = await request(url, { method: 'GET', dispatcher: this.#agent, headers, signal });
+      const res = await request(url, { method: 'GET', dispatcher, headers, signal });
       return { status: res.statusCode, headers: res.headers, body: res.body };
     });
   }
 
-  /** GET with a deadline; the body is parsed as JSON when it is JSON, else returned as text. */
+  /** A probe (health, info): GET with a deadline; the body is parsed as JSON when it is JSON, else text. */
   async getJson(url: string, timeoutMs: number): Promise<{ status: number; json: unknown }> {
-    const res = await this.get(url, AbortSignal.timeout(timeoutMs));
+    const res = await this.get(url, AbortSignal.timeout(timeoutMs), {}, this.#probes);
     const text = await res.body.text();
     try {
       return { status: res.status, json: text.length > 0 ? JSON.parse(text) : null };
@@ -66,7 +82,7 @@ export class Upstream {
   }
 
   async close(): Promise<void> {
-    await this.#agent.destroy();
+    await Promise.all([this.#agent.destroy(), this.#probes.destroy()]);
   }
 }
 

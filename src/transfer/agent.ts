@@ -171,6 +171,8 @@ export class InThreadTransferAgent implements TransferAgent {
   /** Registers a peer's metadata; returns its agent name (the handle for read/write). */
   addRemoteAgent(meta: AgentMetadata): string {
     checkProtocol(meta);
+    // The same metadata again (a repeated handshake) keeps the live connection and its transfers.
+    if (JSON.stringify(this.#remotes.get(meta.agentName)) === JSON.stringify(meta)) return meta.agentName;
     const old = this.#peers.get(meta.agentName);
     if (old) {
       old.close('remote agent re-added');

@@ -19,15 +19,35 @@ export interface BlockRun {
 /** Test-only: lets a test alter outgoing bytes after their checksums were computed. */
 export type OutgoingHook = (view: Uint8Array, run: BlockRun) => Uint8Array;
 
-/** Sends every block of `runs`; `heldSince` (a READ's arrival) puts the time it waited in the first frame. */
+/** Null while the blocks may still be sent; else why not (the grant ended). */
+export type SendPermission = (run: BlockRun) => string | null;
+
+/** A READ's grant ended while its chunks were queued: the rest is not sent. */
+export class PermissionEndedError extends Error {
+  override readonly name = 'PermissionEndedError';
+}
+
+export interface SendOptions {
+  readonly hook?: OutgoingHook | undefined;
+  /** A READ's arrival: the time it waited goes in the first frame. */
+  readonly heldSince?: number | undefined;
+  /** Asked for each chunk just before its blocks are read (see sendRuns). */
+  readonly allowed?: SendPermission | undefined;
+}
+
+/**
+ * Queues the chunks of `runs`; each reads its blocks only when its turn to leave comes
+ * (after back-pressure), so `allowed` is asked again then (and, for a chunk a same-host
+ * peer copies from our mapped memory, once more right before it is hashed): blocks whose
+ * grant has ended may already hold another request's data and are never read or sent.
+ */
 export function sendRuns(
   link: PeerLink,
   regions: ReadonlyMap<number, MemoryRegion>,
   chunkBytes: number,
   xferId: number,
   runs: readonly BlockRun[],
-  hook?: OutgoingHook,
-  heldSince?: number,
+  { hook, heldSince, allowed }: SendOptions = {},
 ): Promise<void> {
   let last: Promise<void> = Promise.resolve();
   let first = true;
@@ -42,15 +62,24 @@ export function sendRuns(
       const held =
         first && heldSince !== undefined ? { held: Math.round((performance.now() - heldSince) * 1000) } : {};
       first = false;
-      last = link.sendData(() => ({
-        header: { type: 'data', xfer: xferId, run: d, block: o, count: n, ...held },
-        region: run.region,
-        offset: start,
-        view,
-        wire: hook ? hook(view, { region: run.region, first: run.first + o, count: n }) : view,
-        blockBytes: bb,
-        count: n,
-      }));
+      const chunk: BlockRun = { region: run.region, first: run.first + o, count: n };
+      const check = (): void => {
+        const refusal = allowed?.(chunk);
+        if (refusal) throw new PermissionEndedError(refusal);
+      };
+      last = link.sendData(() => {
+        check();
+        return {
+          header: { type: 'data', xfer: xferId, run: d, block: o, count: n, ...held },
+          region: run.region,
+          offset: start,
+          view,
+          wire: hook ? hook(view, chunk) : view,
+          blockBytes: bb,
+          count: n,
+          ...(allowed ? { check } : {}),
+        };
+      });
     }
   });
   return last;

@@ -73,6 +73,7 @@ export class GrantTable {
   readonly #ended = new Set<string>();
   readonly #waiters = new Map<string, Set<Waiter>>();
   readonly #parked = new Map<string, { reads: number; runs: number }>();
+  readonly #revokeListeners = new Set<(kind: GrantKind) => void>();
   readonly limits: GrantWaitLimits;
   readonly #onWaiting: ((count: number) => void) | undefined;
   #waiting = 0;
@@ -102,7 +103,14 @@ export class GrantTable {
     const existed = this.#grants.delete(k);
     this.#markEnded(k);
     this.#wake(k, () => `no live ${kind} grant '${key}' (revoked before it was granted)`);
+    if (existed) for (const l of this.#revokeListeners) l(kind);
     return existed;
+  }
+
+  /** Calls `listener` synchronously whenever a live grant is revoked; returns the unsubscribe. */
+  onRevoke(listener: (kind: GrantKind) => void): () => void {
+    this.#revokeListeners.add(listener);
+    return () => this.#revokeListeners.delete(listener);
   }
 
   /** Moves the expiry of a live grant (lease renewal); false if there is no such grant. */

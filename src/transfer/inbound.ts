@@ -7,7 +7,7 @@ import type { Socket } from 'node:net';
 import { getLogger } from '../logging/logger.ts';
 import type { AgentCore } from './agent-core.ts';
 import { authProof, newNonce, verifyProof } from './auth.ts';
-import { type BlockRun, IncomingRuns, sendRuns } from './block-io.ts';
+import { type BlockRun, IncomingRuns, PermissionEndedError, sendRuns } from './block-io.ts';
 import { FramedConnection } from './connection.ts';
 import { checkRun } from './descriptors.ts';
 import { type AgentFrame, type DataFrame, parseAgentFrame, type WireRun } from './frames.ts';
@@ -24,7 +24,10 @@ type Hello = Extract<AgentFrame, { type: 'hello' }>;
 
 interface IncomingWrite {
   readonly runs: IncomingRuns;
+  readonly blocks: readonly BlockRun[];
   readonly notification: string | undefined;
+  /** Why the receiver stopped accepting it (its write grant ended), if it did. */
+  ended: string | null;
 }
 
 export class InboundSession {
@@ -36,6 +39,8 @@ export class InboundSession {
   readonly #writes = new Map<number, IncomingWrite | null>();
   /** READs waiting for their grant to appear, by transfer id: the cancel of each. */
   readonly #parked = new Map<number, () => void>();
+  /** The blocks a tcp WRITE data frame is landing in right now (its payload is split across reads). */
+  #landing: BlockRun | null = null;
 
   constructor(core: AgentCore, socket: Socket) {
     this.#core = core;
@@ -47,8 +52,18 @@ export class InboundSession {
       this.#conn.close('handshake timeout');
     }, core.handshakeTimeoutMs);
     timer.unref();
+    // A revoked write grant frees its blocks for reuse at once: bytes of a frame already
+    // landing there must stop, and only closing the connection stops them mid-frame.
+    const offRevoke = core.grants.onRevoke((kind) => {
+      const landing = this.#landing;
+      if (kind !== 'write' || !landing || !this.#peer) return;
+      if (core.grants.check('write', this.#peer, [landing], undefined) === null) return;
+      log.warn('closing connection %s: a write grant was revoked while its data was landing', label);
+      this.#conn.close('write grant revoked while its data was landing');
+    });
     this.#conn.onClose(() => {
       clearTimeout(timer);
+      offRevoke();
       for (const cancel of this.#parked.values()) cancel();
       this.#parked.clear();
     });
@@ -66,17 +81,32 @@ export class InboundSession {
           if (length > 0) throw new ProtocolError(`unexpected payload on '${f.type}'`);
           return null;
         }
-        const w = this.#writes.get(f.xfer);
+        const w = this.#liveWrite(f);
         if (!w) return null;
         const view = w.runs.destination(f);
         if (view.length !== length) throw new ProtocolError('data payload length does not match its blocks');
+        this.#landing = frameRun(w, f);
         return view;
       },
       progress: (f: AgentFrame, filled: number): void => {
         if (f.type === 'data') this.#writes.get(f.xfer)?.runs.progress(filled);
       },
-      frame: (f: AgentFrame, payload: Uint8Array | null): void => this.#onFrame(f, payload),
+      frame: (f: AgentFrame, payload: Uint8Array | null): void => {
+        this.#landing = null;
+        this.#onFrame(f, payload);
+      },
     };
+  }
+
+  /** The WRITE a data frame belongs to, if its blocks are still granted (else it is ended). */
+  #liveWrite(f: DataFrame): IncomingWrite | null {
+    const w = this.#writes.get(f.xfer);
+    if (!w || w.ended !== null) return null;
+    const reason = this.#core.grants.check('write', this.#peer!, [frameRun(w, f)], undefined);
+    if (reason === null) return w;
+    w.ended = reason;
+    log.warn('WRITE %d from %s: dropping the rest, %s', f.xfer, this.#peer!.agentName, reason);
+    return null;
   }
 
   #onFrame(f: AgentFrame, payload: Uint8Array | null): void {
@@ -169,7 +199,7 @@ export class InboundSession {
     const arrived = performance.now();
     const { runs, reason } = this.#refusal('read', wire, key);
     if (reason === null) {
-      this.#serveRead(link, xfer, runs, arrived);
+      this.#serveRead(link, xfer, runs, key, arrived);
       return;
     }
     const grants = this.#core.grants;
@@ -177,7 +207,7 @@ export class InboundSession {
       const parked = grants.park('read', key, this.#peer!, runs, (refusal) => {
         this.#parked.delete(xfer);
         if (this.#conn.closed) return;
-        if (refusal === null) this.#serveRead(link, xfer, runs, arrived);
+        if (refusal === null) this.#serveRead(link, xfer, runs, key, arrived);
         else this.#refuseRead(link, xfer, refusal);
       });
       if (typeof parked === 'function') {
@@ -196,12 +226,32 @@ export class InboundSession {
     void link.sendControl({ type: 'xfer_err', xfer, reason: `READ refused: ${reason}` }).catch(() => {});
   }
 
-  /** Sends every block, or closes the connection (so the reader never waits for a missing block). */
-  #serveRead(link: PeerLink, xfer: number, runs: readonly BlockRun[], arrived: number): void {
+  /**
+   * Sends every block, or closes the connection (so the reader never waits for a missing
+   * block), or, when the grant ends part-way, stops and tells the reader the READ failed.
+   */
+  #serveRead(
+    link: PeerLink,
+    xfer: number,
+    runs: readonly BlockRun[],
+    key: string | undefined,
+    arrived: number,
+  ): void {
     const c = this.#core;
-    sendRuns(link, c.regions, c.chunkBytes, xfer, runs, c.outgoingHook, arrived).catch((e: unknown) =>
-      this.#conn.close(`serving READ ${xfer} failed: ${String(e)}`),
-    );
+    const peer = this.#peer!;
+    const allowed = (run: BlockRun): string | null => c.grants.check('read', peer, [run], key);
+    sendRuns(link, c.regions, c.chunkBytes, xfer, runs, {
+      hook: c.outgoingHook,
+      heldSince: arrived,
+      allowed,
+    }).catch((e: unknown) => {
+      if (!(e instanceof PermissionEndedError)) {
+        this.#conn.close(`serving READ ${xfer} failed: ${String(e)}`);
+        return;
+      }
+      log.warn('stopped serving READ %d to %s: %s', xfer, peer.agentName, e.message);
+      void link.sendControl({ type: 'xfer_err', xfer, reason: `READ aborted: ${e.message}` }).catch(() => {});
+    });
   }
 
   #onWrite(link: PeerLink, xfer: number, wire: readonly WireRun[], notification: string | undefined): void {
@@ -213,16 +263,24 @@ export class InboundSession {
       void link.sendControl({ type: 'xfer_err', xfer, reason: `WRITE refused: ${reason}` }).catch(() => {});
       return;
     }
-    this.#writes.set(xfer, { runs: new IncomingRuns(runs, this.#core.regions), notification });
+    this.#writes.set(xfer, {
+      runs: new IncomingRuns(runs, this.#core.regions),
+      blocks: runs,
+      notification,
+      ended: null,
+    });
   }
 
   #onData(link: PeerLink, f: DataFrame, payload: Uint8Array | null): void {
-    const w = this.#writes.get(f.xfer);
     if (link.transport === 'shm' || f.ring || f.src) {
+      // The copy happens now, synchronously: a grant checked here cannot end before it is done.
+      const w = this.#liveWrite(f);
       const { view, ok, sums } = link.landShm(f, w ? w.runs : null);
       if (w && view) w.runs.landed(f, view, ok, sums);
       return;
     }
+    // tcp: destination() already checked the grant and chose where the payload landed.
+    const w = this.#writes.get(f.xfer);
     if (w && payload) w.runs.landed(f, payload, true);
   }
 
@@ -243,4 +301,11 @@ export class InboundSession {
       );
     void link.sendControl({ type: 'write_done', xfer, bad: positions }).catch(() => {});
   }
+}
+
+/** The blocks one data frame of a WRITE covers. */
+function frameRun(w: IncomingWrite, f: DataFrame): BlockRun {
+  const run = w.blocks[f.run];
+  if (!run) throw new ProtocolError(`data frame outside run ${f.run}`);
+  return { region: run.region, first: run.first + f.block, count: f.count };
 }

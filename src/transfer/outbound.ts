@@ -46,6 +46,10 @@ export class OutboundPeer {
   readonly #handshake: ClientHandshake;
   readonly #inflight = new Map<number, OutboundTransfer>();
   readonly #onFinish: FinishListener;
+  /** The READ whose tcp data frame is landing in local memory right now (its payload is split across reads). */
+  #landing: number | null = null;
+  /** performance.now() of the last frame or payload bytes from the peer. */
+  #lastHeard = performance.now();
 
   constructor(
     core: AgentCore,
@@ -68,9 +72,12 @@ export class OutboundPeer {
       {
         destination: (f, length) => this.#destination(f, length),
         progress: (f, filled) => {
+          this.#lastHeard = performance.now();
           if (f.type === 'data') this.#reading(f.xfer)?.incoming.progress(filled);
         },
         frame: (f, payload) => {
+          this.#landing = null;
+          this.#lastHeard = performance.now();
           if (this.#handshake.done) this.#onFrame(f, payload);
           else this.#handshake.onFrame(f);
         },
@@ -121,7 +128,7 @@ export class OutboundPeer {
     const c = this.#core;
     const send = (): void => {
       link.sendControl({ type: 'write', xfer: t.id, runs, ...notif }).catch(fail);
-      sendRuns(link, c.regions, c.chunkBytes, t.id, local, c.outgoingHook).catch(fail);
+      sendRuns(link, c.regions, c.chunkBytes, t.id, local, { hook: c.outgoingHook }).catch(fail);
       link.sendControl({ type: 'write_end', xfer: t.id }).catch(fail);
     };
     // Sends are queued in order on the link. A WRITE of one chunk leaves in one syscall;
@@ -134,9 +141,23 @@ export class OutboundPeer {
     return this.#link.sendControl({ type: 'notif', message });
   }
 
-  /** Fails a transfer whose deadline passed (called when its status is polled). */
+  /**
+   * Fails a transfer whose deadline passed (called when its status is polled). The
+   * connection is closed too when the rest of a frame of this READ could still land in
+   * memory that is no longer its own, or when nothing at all arrived while it was in
+   * flight (a stopped peer, a partition, a half-open connection): the next transfer then
+   * opens a fresh connection instead of waiting on a dead one.
+   */
   expire(t: OutboundTransfer): void {
-    this.#finish(t, `transfer timed out after ${t.deadline - t.postedAt} ms`);
+    const ms = Math.round(t.deadline - t.postedAt);
+    const midFrame = this.#landing === t.id;
+    const silent = this.#lastHeard < t.postedAt;
+    this.#finish(t, `transfer timed out after ${ms} ms`);
+    if (midFrame || silent) {
+      const why = midFrame ? 'in the middle of one of its data frames' : `with nothing received for ${ms} ms`;
+      log.warn('closing connection to %s: %s %d timed out %s', this.meta.agentName, t.kind, t.id, why);
+      this.close(`${t.kind} ${t.id} timed out ${why}`);
+    }
   }
 
   close(reason: string): void {
@@ -158,6 +179,7 @@ export class OutboundPeer {
     if (!t) return null;
     const view = t.incoming.destination(f);
     if (view.length !== length) throw new ProtocolError('data payload length does not match its blocks');
+    this.#landing = t.id;
     return view;
   }
 

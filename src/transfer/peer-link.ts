@@ -24,6 +24,11 @@ export interface DataChunk {
   readonly wire: Uint8Array;
   readonly blockBytes: number;
   readonly count: number;
+  /**
+   * Throws when the blocks may no longer be read (their grant ended). sendData's `make`
+   * checks first; this runs again before bytes are read after a wait for ring space or window.
+   */
+  readonly check?: () => void;
 }
 
 /** Positional-read size for unmapped rings: a few blocks per syscall, still cache-sized. */
@@ -140,13 +145,13 @@ export class PeerLink {
       if (this.mappedByPeer.has(chunk.region)) return this.#sendMapped(chunk);
       const ring = this.ringOut!;
       if (ring.mapped && wire === view) {
-        return ring.putHashed(view, blockBytes, count).then(({ offset, sums }) => {
+        return ring.putHashed(view, blockBytes, count, chunk.check).then(({ offset, sums }) => {
           this.#unacked.push(0);
           this.conn.send({ ...header, sums, ring: { offset, length: view.length } });
         });
       }
       const sums = blockChecksums(view, blockBytes, count);
-      return ring.put([wire], wire.length).then((offset) => {
+      return ring.put([wire], wire.length, chunk.check).then((offset) => {
         this.#unacked.push(0);
         this.conn.send({ ...header, sums, ring: { offset, length: wire.length } });
       });
@@ -167,6 +172,7 @@ export class PeerLink {
       });
     }
     if (this.conn.closed) return;
+    chunk.check?.();
     const sums = blockChecksums(wire, blockBytes, count);
     this.#unacked.push(view.length);
     this.#kvOutstanding += view.length;

@@ -58,9 +58,13 @@ export class ShmRingWriter {
     return this.#mem !== null;
   }
 
-  /** Copies the views into the ring (waiting for space) and returns the offset used. */
-  async put(views: readonly Uint8Array[], length: number): Promise<number> {
+  /**
+   * Copies the views into the ring (waiting for space) and returns the offset used.
+   * `beforeCopy` runs once space is found, right before the copy; it may throw to cancel.
+   */
+  async put(views: readonly Uint8Array[], length: number, beforeCopy?: () => void): Promise<number> {
     const offset = await this.#reserve(length);
+    beforeCopy?.();
     let pos = offset;
     for (const v of views) {
       this.#copyIn(v, pos);
@@ -79,8 +83,10 @@ export class ShmRingWriter {
     view: Uint8Array,
     blockBytes: number,
     count: number,
+    beforeCopy?: () => void,
   ): Promise<{ offset: number; sums: number[] }> {
     const offset = await this.#reserve(view.length);
+    beforeCopy?.();
     const mem = this.#mem;
     if (mem === null) throw new Error('putHashed needs a mapped ring');
     const sums = new Array<number>(count);

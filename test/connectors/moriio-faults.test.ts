@@ -2,11 +2,12 @@ import assert from 'node:assert/strict';
 import { type ChildProcess, spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
+import { readFileSync } from 'node:fs';
 import { describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { LLM, samplingParams } from '../../src/engine/llm.ts';
-
 import { captureLogs } from '../../src/logging/logger.ts';
+import { waitUntil } from '../helpers/wait-until.ts';
 import {
   consumerParams,
   GREEDY,
@@ -132,6 +133,73 @@ describe('MoRIIO producer in another process', () => {
     }
   });
 });
+
+describe('MoRIIO producer that goes silent', () => {
+  it("stopped (SIGSTOP) after its first layer write: D fails within transfer_timeout, keeps serving, and P's late writes never touch D's reused blocks", {
+    timeout: 60_000,
+  }, async () => {
+    const spec: PairSpec = { readMode: false, backend: 'rdma', transferTimeout: 2 };
+    const pPorts = await moriioPorts();
+    const dPorts = await moriioPorts();
+    const child = startProducer(moriioOptions(spec, 'kv_producer', pPorts), {
+      KVCONNECT_MORIIO_TEST_STOP_AFTER_WRITES: '1',
+    });
+    const readLine = lineReader(child);
+    // A small pool: the long request afterwards reuses the blocks the failed load had.
+    const d = await LLM.create({ ...moriioOptions(spec, 'kv_consumer', dPorts), num_gpu_blocks: 20 });
+    const [expectedLocal] = await plainOutputs('tiny', [PROMPTS[1]!]);
+    const [expectedLong] = await plainOutputs('tiny', [PROMPTS[2]!], 140);
+    try {
+      await readLine('READY');
+      const tx = `tx-${randomUUID()}`;
+      const rid = proxyRequestId(pPorts, dPorts);
+      const started = Date.now();
+      const remote = d.generate([PROMPTS[0]!], GREEDY, {
+        requestIdPrefix: rid,
+        kvTransferParams: consumerParams(tx),
+      });
+      child.stdin!.write(
+        `${JSON.stringify({ prompt: PROMPTS[0], requestId: rid, kvTransferParams: producerParams(tx) })}\n`,
+      );
+      await waitUntil('the producer to stop itself', () => processState(child.pid!) === 'T', {
+        timeoutMs: 30_000,
+      });
+      const [local] = await d.generate([PROMPTS[1]!], GREEDY);
+      assert.deepEqual(local!.tokenIds, expectedLocal, 'D serves other requests while P is silent');
+      const [out] = await remote;
+      assert.equal(out!.finishReason, 'error', 'policy fail: the load error fails the request');
+      assert.ok(Date.now() - started < 2000 + 15_000, 'bounded by transfer_timeout');
+      await waitForEmptyPool(d);
+      // A long request takes the freed blocks; once its prompt is computed, P wakes up and its
+      // queued writes reach D while the request still decodes from those blocks.
+      const tokens: number[] = [];
+      const stream = (await d.engine()).generate({
+        requestId: 'reuses-the-blocks',
+        prompt: PROMPTS[2]!,
+        sampling: samplingParams({ ...GREEDY, maxTokens: 140 }),
+      });
+      for await (const delta of stream) {
+        if (tokens.length === 0 && delta.newTokenIds.length > 0) child.kill('SIGCONT');
+        tokens.push(...delta.newTokenIds);
+      }
+      assert.deepEqual(tokens, expectedLong, "P's late writes did not land in the reused blocks");
+      await waitForEmptyPool(d);
+    } finally {
+      child.kill('SIGKILL');
+      await d.shutdown();
+    }
+  });
+});
+
+/** The state letter of a process (R, S, T = stopped, ...) from /proc. */
+function processState(pid: number): string {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3);
+  } catch {
+    return '';
+  }
+}
 
 describe('MoRIIO failure paths in one process', () => {
   it('defer_timeout reaps a held send nobody ACKs, with vLLM warning; P pool drains', async () => {

@@ -11,6 +11,7 @@ import {
   reduceNixlStats,
   tpRatio,
 } from '../../src/connectors/nixl/index.ts';
+import { HEARTBEAT_PREFIX, heartbeatMessages } from '../../src/connectors/nixl/step-metadata.ts';
 import { LLM } from '../../src/engine/llm.ts';
 import { isKVError } from '../../src/errors/index.ts';
 import type { KVCacheConfig } from '../../src/kv/interfaces.ts';
@@ -200,5 +201,23 @@ describe('options and startup', () => {
     assert.equal(r['Avg xfer time (ms)'], 2);
     assert.equal(r['Avg MB per transfer'], 2);
     assert.equal(r['Throughput (MB/s)'], 1000);
+  });
+});
+
+describe('heartbeat notifications', () => {
+  it('split a long list of request ids into messages the transfer agent accepts, losing none', () => {
+    const ids = Array.from({ length: 300 }, (_, i) => `cmpl-${'x'.repeat(36)}-${i}`);
+    const messages = heartbeatMessages(ids);
+    assert.ok(messages.length > 1, 'more than one message for 300 ids');
+    for (const m of messages) {
+      assert.ok(m.startsWith(HEARTBEAT_PREFIX));
+      assert.ok(m.length <= 4096, `${m.length} chars`);
+    }
+    assert.deepEqual(
+      messages.flatMap((m) => m.slice(HEARTBEAT_PREFIX.length).split(',')),
+      ids,
+    );
+    assert.deepEqual(heartbeatMessages([]), []);
+    assert.deepEqual(heartbeatMessages(['a']), [`${HEARTBEAT_PREFIX}a`]);
   });
 });

@@ -26,6 +26,32 @@ export function offloadConfig(extra: Record<string, unknown>): Record<string, un
   };
 }
 
+/**
+ * Engine options for `tiny` (32 GPU blocks of 16 tokens, max_model_len 128) that offload to
+ * one secondary tier (TieringOffloadingSpec) with the given load-failure policy.
+ */
+export function tieredEngineOptions(
+  tier: Record<string, unknown>,
+  policy: 'fail' | 'recompute',
+): {
+  model: string;
+  block_size: number;
+  num_gpu_blocks: number;
+  max_model_len: number;
+  kv_transfer_config: Record<string, unknown>;
+} {
+  return {
+    model: 'tiny',
+    block_size: 16,
+    num_gpu_blocks: 32,
+    max_model_len: 128,
+    kv_transfer_config: {
+      ...offloadConfig({ spec_name: 'TieringOffloadingSpec', secondary_tiers: [tier] }),
+      kv_load_failure_policy: policy,
+    },
+  };
+}
+
 /** A tiny engine whose 16-block GPU pool is easily evicted, offloading with `extra` config. */
 export function createSmallOffloadEngine(extra: Record<string, unknown>): Promise<AsyncEngine> {
   return AsyncEngine.create({

@@ -27,6 +27,7 @@ import { KVError } from '../../src/errors/kv-error.ts';
 import { BlockHashFunction } from '../../src/kv/block-hash.ts';
 import type { BlockHash, KVCacheBlocks } from '../../src/kv/interfaces.ts';
 import { buildKVCacheConfig } from '../../src/kv/kv-cache-config.ts';
+import { waitUntil } from '../helpers/wait-until.ts';
 
 const engineConfig = buildEngineConfig({
   model: 'tiny',
@@ -495,12 +496,13 @@ describe('scheduler half', () => {
   test('secondary tier lookups answer null ("ask again") until known, then load asynchronously', async () => {
     const dir = mkdtempSync(path.join(os.tmpdir(), 'kvconnect-offload-units-'));
     try {
-      const tier = new FsTier({ path: dir, capacityBytes: null, timeoutMs: 1000 });
+      // Generous bounds: on a loaded machine a file read can take longer than the 200 ms default.
+      const tier = new FsTier({ path: dir, capacityBytes: null, timeoutMs: 5000 });
       const { s } = schedulerWith(
         {
           cpu_bytes_to_use: 1 << 22,
           spec_name: 'TieringOffloadingSpec',
-          secondary_tiers: [{ type: 'fs', path: dir }],
+          secondary_tiers: [{ type: 'fs', path: dir, timeout_ms: 5000 }],
         },
         [tier],
       );
@@ -508,11 +510,10 @@ describe('scheduler half', () => {
       await tier.putMany(keys.map((key) => ({ key, value: new Uint8Array(10) })));
       const req = request('s', PROMPT);
       assert.deepEqual(s.getNumNewMatchedTokens(req, 0), { count: null, loadAsync: false });
-      let answer = s.getNumNewMatchedTokens(req, 0);
-      for (let i = 0; i < 100 && answer.count === null; i++) {
-        await new Promise((r) => setTimeout(r, 5));
-        answer = s.getNumNewMatchedTokens(req, 0);
-      }
+      const answer = await waitUntil('the tier lookup to answer', () => {
+        const a = s.getNumNewMatchedTokens(req, 0);
+        return a.count === null ? null : a;
+      });
       assert.deepEqual(answer, { count: 48, loadAsync: true });
       s.updateStateAfterAlloc(req, blocksOf([1, 2, 3, 4, 5]), 48);
       const meta = s.buildConnectorMeta(output([]));

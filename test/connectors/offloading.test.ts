@@ -6,7 +6,7 @@
  * small. The Redis tier is in offloading-redis.test.ts.
  */
 import assert from 'node:assert/strict';
-import { rmSync, truncateSync } from 'node:fs';
+import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { test } from 'node:test';
 import { FsTier } from '../../src/connectors/offloading/fs-tier.ts';
 import { AsyncEngine } from '../../src/engine/async-engine.ts';
@@ -36,8 +36,14 @@ runConnectorConformance({
   corruptionKinds: ['corrupt'],
   corrupt: (ctx, target) => {
     const tier = new FsTier({ path: `${ctx.dir}/tier`, capacityBytes: null, timeoutMs: 2000 });
-    for (const key of chunkKeys(ctx, fsExtra(ctx), target.promptTokenIds, 0))
-      truncateSync(tier.fileOf(key), 100);
+    // A flipped payload byte keeps the header valid, so the lookup promises the chunk and the
+    // load finds the damage (a truncated file is already a miss at the lookup).
+    for (const key of chunkKeys(ctx, fsExtra(ctx), target.promptTokenIds, 0)) {
+      const file = tier.fileOf(key);
+      const bytes = readFileSync(file);
+      bytes[200] = (bytes[200] ?? 0) ^ 0xff;
+      writeFileSync(file, bytes);
+    }
   },
 });
 

@@ -9,6 +9,7 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
+import { freePortRange } from '../helpers/free-port.ts';
 
 const execFileP = promisify(execFile);
 
@@ -36,28 +37,15 @@ export function requireRedisBinaries(): void {
   }
 }
 
-function listenOnce(port: number): Promise<number | null> {
-  return new Promise((resolve) => {
-    const srv = net.createServer();
-    srv.once('error', () => resolve(null));
-    srv.listen(port, '127.0.0.1', () => {
-      const addr = srv.address();
-      const p = typeof addr === 'object' && addr ? addr.port : null;
-      srv.close(() => resolve(p));
-    });
-  });
+/** A free loopback port; with `busPort`, port + 10000 (the cluster bus) is free too. */
+export function freePort(busPort = false): Promise<number> {
+  return freePortRange(1, busPort ? [10_000] : []);
 }
 
-/** A free loopback port; with `busPort`, port + 10000 (the cluster bus) is free too. */
-export async function freePort(busPort = false): Promise<number> {
-  for (let attempt = 0; attempt < 50; attempt++) {
-    const p = await listenOnce(0);
-    if (p === null) continue;
-    if (!busPort) return p;
-    if (p + 10000 > 65535) continue;
-    if ((await listenOnce(p + 10000)) !== null) return p;
-  }
-  throw new Error('no free loopback port found');
+/** Sends one inline command and returns the whole reply of a bulk-string answer (e.g. INFO, CLUSTER NODES). */
+export async function redisCommandFull(port: number, command: string, timeoutMs = 1000): Promise<string> {
+  const reply = await redisCommand(port, command, timeoutMs);
+  return reply.startsWith('$') ? reply.slice(reply.indexOf('\r\n') + 2) : reply;
 }
 
 /** Sends one inline command and returns the first reply line. */
@@ -150,9 +138,21 @@ export async function startRedis(extraArgs: string[] = [], portArg?: number): Pr
   return server;
 }
 
-/** A Redis Cluster of `size` masters (no replicas), created with redis-cli --cluster create. */
-export async function startRedisCluster(size = 3): Promise<RedisClusterHandle> {
+export interface ClusterOptions {
+  /** Replicas per master (redis-cli --cluster-replicas). Default 0. */
+  readonly replicas?: number;
+  /** cluster-node-timeout: how long a silent master takes to be failed over. Default 5000. */
+  readonly nodeTimeoutMs?: number;
+}
+
+/**
+ * A Redis Cluster of `size` masters, each with `replicas` replicas, created with redis-cli
+ * --cluster create; resolves once every node reports cluster_state:ok (and, with replicas,
+ * every replica is attached to its master).
+ */
+export async function startRedisCluster(size = 3, options: ClusterOptions = {}): Promise<RedisClusterHandle> {
   requireRedisBinaries();
+  const replicas = options.replicas ?? 0;
   const dir = mkdtempSync(path.join(os.tmpdir(), 'kvconnect-redis-cluster-'));
   const nodes: RedisServer[] = [];
   const stop = async (): Promise<void> => {
@@ -160,7 +160,7 @@ export async function startRedisCluster(size = 3): Promise<RedisClusterHandle> {
     rmSync(dir, { recursive: true, force: true });
   };
   try {
-    for (let i = 0; i < size; i++) {
+    for (let i = 0; i < size * (1 + replicas); i++) {
       const port = await freePort(true);
       nodes.push(
         await startRedis(
@@ -170,7 +170,7 @@ export async function startRedisCluster(size = 3): Promise<RedisClusterHandle> {
             '--cluster-config-file',
             path.join(dir, `nodes-${port}.conf`),
             '--cluster-node-timeout',
-            '5000',
+            String(options.nodeTimeoutMs ?? 5000),
             '--dir',
             dir,
           ],
@@ -183,12 +183,17 @@ export async function startRedisCluster(size = 3): Promise<RedisClusterHandle> {
       'create',
       ...nodes.map((n) => `127.0.0.1:${n.port}`),
       '--cluster-replicas',
-      '0',
+      String(replicas),
       '--cluster-yes',
     ]);
-    const until = Date.now() + 15_000;
+    const until = Date.now() + 30_000;
+    const ready = async (port: number): Promise<boolean> => {
+      if (!(await redisCommand(port, 'CLUSTER INFO')).includes('cluster_state:ok')) return false;
+      const role = await redisCommandFull(port, 'INFO replication');
+      return !role.includes('role:slave') || role.includes('master_link_status:up');
+    };
     for (const n of nodes) {
-      while (!(await redisCommand(n.port, 'CLUSTER INFO')).includes('cluster_state:ok')) {
+      while (!(await ready(n.port))) {
         if (Date.now() > until) throw new Error('redis cluster did not reach cluster_state:ok');
         await new Promise((r) => setTimeout(r, 100));
       }

@@ -6,6 +6,7 @@ import { attentionLayerName } from '../../src/config/model-presets.ts';
 import type { RequestOutputDelta } from '../../src/engine/api.ts';
 import { AsyncEngine } from '../../src/engine/async-engine.ts';
 import { samplingParams } from '../../src/engine/llm.ts';
+import { waitUntil } from '../helpers/wait-until.ts';
 import { recorded, releaseHeldLoads } from './fixtures/recording-connector.ts';
 
 const FIXTURE = path.join(path.dirname(fileURLToPath(import.meta.url)), 'fixtures', 'recording-connector.ts');
@@ -318,14 +319,16 @@ test('abort while loading: the blocks stay held until finished_recving, then are
       kvTransferParams: { load_key: key },
     });
     const collecting = collect(stream);
-    // Let a few idle steps run with the load in flight.
-    await new Promise((resolve) => setTimeout(resolve, 30));
+    // A few idle steps run with the load in flight (counted, not timed: a loaded machine steps slowly).
+    const steps = () => recorded(consumer.id).worker.length;
+    await waitUntil('two idle steps with the load in flight', () => steps() >= 3);
     assert.equal(consumer.engine.stats().numRequestsWaiting, 1);
     consumer.engine.abort('a');
     const deltas = await collecting;
     assert.equal(deltas.at(-1)?.finishReason, 'abort');
     assert.ok(consumer.engine.stats().kvCacheUsage > 0, 'blocks may still receive the remote write');
-    await new Promise((resolve) => setTimeout(resolve, 20));
+    const afterAbort = steps();
+    await waitUntil('two more steps after the abort', () => steps() >= afterAbort + 2);
     assert.ok(consumer.engine.stats().kvCacheUsage > 0, 'still held while the load is in flight');
     releaseHeldLoads(consumer.id);
     await consumer.engine.waitIdle();

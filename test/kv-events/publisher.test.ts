@@ -153,7 +153,12 @@ test('publish never blocks: past max_queue_size batches are dropped and counted'
   assert.throws(() => pub.publish({ ts: 0, events: [], dataParallelRank: null }), /Publisher is closed/);
 });
 
-test('a subscriber survives a publisher restart: sequence reset -> onReset, then the new batches', async () => {
+/**
+ * A subscriber hears 3 batches from one publisher, which stops; a new one starts on the same
+ * endpoint (with `ahead`, first publishing past the old sequence before the subscriber can
+ * have reconnected) and publishes until the subscriber reports the reset.
+ */
+async function restartSeenBy(ahead: boolean): Promise<{ resets: number; after: number[] }> {
   const dir = mkdtempSync(join(tmpdir(), 'kvc-events-'));
   const endpoint = `ipc://${join(dir, 'pub.sock')}`;
   const config = parseKVEventsConfig({ enable_kv_cache_events: true, endpoint });
@@ -170,24 +175,39 @@ test('a subscriber survives a publisher restart: sequence reset -> onReset, then
       pub.publish({ ts: round, events: [], dataParallelRank: null });
       await new Promise((r) => setTimeout(r, 20));
     }
+    const oldLast = Number(sub.lastSeq);
     await pub.shutdown();
     const before = seen.length;
     pub = await ZmqEventPublisher.start(config);
+    // The subscriber retries every 100 ms: these batches reach nobody.
+    if (ahead)
+      for (let i = 0; i <= oldLast + 5; i++) pub.publish({ ts: 50, events: [], dataParallelRank: null });
     for (let round = 0; resets === 0; round++) {
       if (round > 500) assert.fail('the restart was never noticed');
       pub.publish({ ts: 100 + round, events: [], dataParallelRank: null });
       await new Promise((r) => setTimeout(r, 20));
     }
     await pub.shutdown();
-    assert.equal(resets, 1);
-    assert.ok(
-      seen.slice(before).every((ts) => ts >= 100),
-      'nothing from the old publisher after the reset',
-    );
+    return { resets, after: seen.slice(before) };
   } finally {
     await sub.close();
     rmSync(dir, { recursive: true, force: true });
   }
+}
+
+test('a subscriber survives a publisher restart: sequence reset -> onReset, then the new batches', async () => {
+  const { resets, after } = await restartSeenBy(false);
+  assert.equal(resets, 1);
+  assert.ok(
+    after.every((ts) => ts >= 100),
+    'nothing from the old publisher after the reset',
+  );
+});
+
+test('a restart is noticed when the subscriber reconnects after the new sequence passed the old one', async () => {
+  const { resets, after } = await restartSeenBy(true);
+  assert.equal(resets, 1);
+  assert.ok(after.length > 0, "the new publisher's batches are delivered after the reset");
 });
 
 test("the OffloadingConnector's CPU tier events reach the wire with their medium", async () => {

@@ -1,12 +1,13 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { setLogLevel } from '../../src/logging/logger.ts';
-import { resolveProxyOptions, startProxy } from '../../src/proxy/index.ts';
+import { type RunningProxy, resolveProxyOptions, startProxy } from '../../src/proxy/index.ts';
 import type { ProxyOptions } from '../../src/proxy/types.ts';
 import {
   decodeResponder,
   json,
   prefillResponder,
+  type Responder,
   sleep,
   UpstreamDouble,
   waitFor,
@@ -20,17 +21,25 @@ async function withPd(
   p: UpstreamDouble[],
   d: UpstreamDouble[],
   extra: Partial<ProxyOptions>,
-  fn: (url: string) => Promise<void>,
+  fn: (url: string, proxy: RunningProxy) => Promise<void>,
 ): Promise<void> {
   const proxy = await startProxy(
     resolveProxyOptions({ prefill: p.map((x) => x.url), decode: d.map((x) => x.url), port: 0, ...extra }),
   );
   try {
-    await fn(proxy.url);
+    await fn(proxy.url, proxy);
   } finally {
     await proxy.close();
     for (const x of [...p, ...d]) await x.close();
   }
+}
+
+/** Runs `then` only once the caller hung up (a backend still busy when the client aborts). */
+function afterHangUp(then: Responder): Responder {
+  return async (rec, res) => {
+    await new Promise((resolve) => res.once('close', resolve));
+    await then(rec, res);
+  };
 }
 
 function send(url: string, b: unknown, signal?: AbortSignal): Promise<Response> {
@@ -44,16 +53,18 @@ function send(url: string, b: unknown, signal?: AbortSignal): Promise<Response> 
 
 describe('client aborts', () => {
   test('pull: abort during prefill closes the P leg and D is never called', async () => {
-    const p = await UpstreamDouble.start(prefillResponder(2000));
+    // P answers only once its caller hung up: the prefill is in progress when the client aborts.
+    const p = await UpstreamDouble.start(afterHangUp(prefillResponder()));
     const d = await UpstreamDouble.start(decodeResponder());
-    await withPd([p], [d], {}, async (url) => {
+    await withPd([p], [d], {}, async (url, proxy) => {
       const ac = new AbortController();
       const pending = send(url, body, ac.signal).catch(() => 'aborted');
-      await waitFor(() => p.completions().length === 1, 2000, 'P leg');
+      await waitFor(() => p.completions().length === 1, 10_000, 'P leg');
       ac.abort();
       assert.equal(await pending, 'aborted');
-      await waitFor(() => p.completions()[0]!.closedEarly, 2000, 'P leg closed');
-      await sleep(50);
+      await waitFor(() => p.completions()[0]!.closedEarly, 10_000, 'P leg closed');
+      // The proxy is done with the request once P's in-flight count is back to 0.
+      await waitFor(() => proxy.pool.all('prefill')[0]!.inFlight === 0, 10_000, 'the request to end');
       assert.equal(d.completions().length, 0);
     });
   });
@@ -67,23 +78,26 @@ describe('client aborts', () => {
       const reader = res.body!.getReader();
       await reader.read();
       ac.abort();
-      await waitFor(() => d.completions()[0]?.closedEarly === true, 3000, 'D leg closed');
+      await waitFor(() => d.completions()[0]?.closedEarly === true, 10_000, 'D leg closed');
     });
   });
 
   test('push (concurrent legs): one abort closes both legs', async () => {
     const info = { connector: 'NixlPushConnector', engine_id: 'e', side_channel_port: 1 };
-    const p = await UpstreamDouble.start(prefillResponder(2000), info);
-    const d = await UpstreamDouble.start(async () => sleep(5000), { connector: 'NixlPushConnector' });
+    const p = await UpstreamDouble.start(afterHangUp(prefillResponder()), info);
+    const d = await UpstreamDouble.start(
+      afterHangUp(() => {}),
+      { connector: 'NixlPushConnector' },
+    );
     await withPd([p], [d], {}, async (url) => {
       const ac = new AbortController();
       const pending = send(url, body, ac.signal).catch(() => 'aborted');
-      await waitFor(() => p.completions().length === 1 && d.completions().length === 1, 2000, 'both legs');
+      await waitFor(() => p.completions().length === 1 && d.completions().length === 1, 10_000, 'both legs');
       ac.abort();
       await pending;
       await waitFor(
         () => p.completions()[0]!.closedEarly && d.completions()[0]!.closedEarly,
-        3000,
+        10_000,
         'legs closed',
       );
     });
@@ -100,7 +114,7 @@ describe('health checks', () => {
         (await (await fetch(`${url}/health`)).json()) as { prefill_instances: number };
       assert.equal((await health()).prefill_instances, 2);
       p1.healthy = false;
-      const deadline = Date.now() + 2000;
+      const deadline = Date.now() + 10_000;
       while ((await health()).prefill_instances !== 1 && Date.now() < deadline) await sleep(20);
       assert.equal((await health()).prefill_instances, 1);
       const before = p1.completions().length;
@@ -108,7 +122,7 @@ describe('health checks', () => {
       assert.equal(p1.completions().length, before, 'no traffic to the dead prefill');
       assert.equal(p2.completions().length, 4);
       p1.healthy = true;
-      while ((await health()).prefill_instances !== 2 && Date.now() < deadline + 2000) await sleep(20);
+      while ((await health()).prefill_instances !== 2 && Date.now() < deadline + 10_000) await sleep(20);
       for (let i = 0; i < 4; i++) await (await send(url, { ...body, stream: false })).json();
       assert.equal(p1.completions().length, before + 2, 'round robin includes the recovered prefill');
     });

@@ -80,6 +80,8 @@ export class UpstreamDouble {
   /** Body of GET /kvconnect/info; null answers 404 as a real vLLM server does. */
   info: Record<string, unknown> | null;
   healthy = true;
+  /** Delay before answering GET /health (an overloaded server). */
+  healthDelayMs = 0;
   readonly #server: Server;
   url = '';
 
@@ -114,6 +116,7 @@ export class UpstreamDouble {
     const text = Buffer.concat(chunks).toString('utf8');
     const path = req.url ?? '/';
     if (req.method === 'GET' && path === '/health') {
+      if (this.healthDelayMs > 0) await sleep(this.healthDelayMs);
       json(res, this.healthy ? 200 : 503, {});
       return;
     }

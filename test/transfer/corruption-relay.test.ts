@@ -1,60 +1,28 @@
 import assert from 'node:assert/strict';
-import { connect, createServer, type Socket } from 'node:net';
 import { it } from 'node:test';
 import { setLogLevel } from '../../src/logging/logger.ts';
-import { type AgentFrame, parseAgentFrame } from '../../src/transfer/frames.ts';
-import { encodePrefixAndHeader, FrameDecoder } from '../../src/transfer/framing.ts';
 import { type AgentMetadata, InThreadTransferAgent } from '../../src/transfer/index.ts';
+import { startFaultRelay } from '../helpers/fault-relay.ts';
 import { blocksEqual, makeRegion } from './pattern.ts';
 
 setLogLevel('silent');
 const BB = 4096;
 
-/**
- * A man-in-the-middle TCP relay: forwards client→server bytes untouched, and re-frames
- * server→client traffic, flipping one payload byte of the `nth` data frame in flight.
- */
+/** Flips one payload byte of the `nth` data frame from server to client, through the fault relay. */
 async function corruptingRelay(target: number, nth: number, byteInFrame: number) {
-  const sockets: Socket[] = [];
   let seen = 0;
   let hit: { block: number; count: number } | null = null;
-  const server = createServer((client) => {
-    const upstream = connect({ host: '127.0.0.1', port: target });
-    sockets.push(client, upstream);
-    client.on('data', (d) => upstream.write(d));
-    const decoder = new FrameDecoder<AgentFrame>(
-      {
-        destination: (_h, len) => (len > 0 ? new Uint8Array(len) : null),
-        frame: (h, payload) => {
-          if (h.type === 'data' && payload && ++seen === nth) {
-            payload[byteInFrame]! ^= 0x01;
-            hit = { block: h.block, count: h.count };
-          }
-          client.write(encodePrefixAndHeader(h, payload?.length ?? 0));
-          if (payload) client.write(payload);
-        },
-      },
-      parseAgentFrame,
-    );
-    upstream.on('data', (d) => decoder.push(d));
-    for (const s of [client, upstream]) {
-      s.on('error', () => {});
-      s.on('close', () => {
-        client.destroy();
-        upstream.destroy();
-      });
-    }
-  });
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  const addr = server.address();
-  return {
-    port: typeof addr === 'object' && addr ? addr.port : 0,
-    hit: () => hit,
-    close: async () => {
-      for (const s of sockets) s.destroy();
-      await new Promise<void>((r) => server.close(() => r()));
+  const relay = await startFaultRelay({
+    targetPort: target,
+    frames: (dir, h, payload) => {
+      if (dir === 'down' && h.type === 'data' && payload && ++seen === nth) {
+        payload[byteInFrame]! ^= 0x01;
+        hit = { block: h.block, count: h.count };
+      }
+      return { action: 'forward' };
     },
-  };
+  });
+  return { port: relay.port, hit: () => hit, close: () => relay.close() };
 }
 
 it('a byte flipped in flight on a real TCP path fails exactly that block', async () => {

@@ -19,6 +19,8 @@ const log = getLogger('kvconnect.connectors.moriio');
 
 /** Test hook: the process dies right after posting this many writes (a producer killed mid-write). */
 let exitAfterWrites = Number(process.env['KVCONNECT_MORIIO_TEST_EXIT_AFTER_WRITES'] ?? 0);
+/** Test hook: the process stops itself (SIGSTOP) right after posting this many writes (a producer gone silent). */
+let stopAfterWrites = Number(process.env['KVCONNECT_MORIIO_TEST_STOP_AFTER_WRITES'] ?? 0);
 
 interface Registration {
   readonly msg: RemoteBlocksMessage;
@@ -214,6 +216,7 @@ export class MoRIIOProducer {
           throw e;
         }
         if (exitAfterWrites > 0 && --exitAfterWrites === 0) process.exit(137);
+        if (stopAfterWrites > 0 && --stopAfterWrites === 0) process.kill(process.pid, 'SIGSTOP');
         const status = await agent.waitFor(handle);
         agent.releaseHandle(handle);
         if (status.state !== 'DONE') {

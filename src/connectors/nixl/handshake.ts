@@ -31,6 +31,8 @@ export class RemoteEngines {
   readonly #agent: TransferAgent;
   readonly #settings: HandshakeSettings;
   readonly #engines = new Map<string, Promise<string>>();
+  /** The handshakes in #engines that have finished. */
+  readonly #settled = new WeakSet<Promise<string>>();
   readonly #lastUsed = new Map<string, number>();
 
   constructor(agent: TransferAgent, settings: HandshakeSettings) {
@@ -40,13 +42,17 @@ export class RemoteEngines {
 
   /** Resolves with the remote agent name; a failed handshake is retried by the next caller. */
   connect(remote: RemoteEndpoint, tpRank: number): Promise<string> {
-    const key = `${remote.engineId}@${remote.host}:${remote.port}#${tpRank}`;
+    const key = engineKey(remote, tpRank);
     this.#lastUsed.set(key, Date.now());
     let p = this.#engines.get(key);
     if (!p) {
-      p = this.#handshake(remote, tpRank);
-      this.#engines.set(key, p);
-      p.catch(() => this.#engines.delete(key));
+      const started = this.#handshake(remote, tpRank);
+      this.#engines.set(key, started);
+      started.then(
+        () => this.#settled.add(started),
+        () => this.#engines.delete(key),
+      );
+      p = started;
     }
     return p;
   }
@@ -73,6 +79,17 @@ export class RemoteEngines {
     return this.#agent.addRemoteAgent(meta.agent);
   }
 
+  /**
+   * Drops a finished cached handshake, so the next connect() asks the side channel again:
+   * the engine may have restarted under the same id with its agent on another port. One in
+   * progress is kept (many failed loads of one engine share a single new handshake).
+   */
+  forget(remote: RemoteEndpoint, tpRank: number): void {
+    const key = engineKey(remote, tpRank);
+    const p = this.#engines.get(key);
+    if (p && this.#settled.has(p)) this.#engines.delete(key);
+  }
+
   /** Forgets engines idle for longer than `ttlSeconds` (engine_ttl; ≤ 0 disables). */
   evictIdle(ttlSeconds: number): void {
     if (ttlSeconds <= 0) return;
@@ -85,6 +102,10 @@ export class RemoteEngines {
       p?.then((name) => this.#agent.removeRemoteAgent(name)).catch(() => {});
     }
   }
+}
+
+function engineKey(remote: RemoteEndpoint, tpRank: number): string {
+  return `${remote.engineId}@${remote.host}:${remote.port}#${tpRank}`;
 }
 
 function tpSizeMismatch(engineId: string, expected: number, actual: number): KVError {

@@ -34,6 +34,7 @@ import { isEmptyNixlStats, statsFromTransfer } from './stats.ts';
 import {
   HEARTBEAT_PREFIX,
   type HeartbeatJob,
+  heartbeatMessages,
   type NixlStepMetadata,
   PUSH_NACK_PREFIX,
   PUSH_REGISTRATION_PREFIX,
@@ -54,6 +55,8 @@ interface Load {
   firstPostAt: number;
   retries: number;
   retryTimer: NodeJS.Timeout | null;
+  /** The handshake was redone once after the connection to P failed. */
+  reconnected: boolean;
 }
 
 /** Backoff before re-posting a READ that P refused because its grant did not exist yet. */
@@ -70,6 +73,8 @@ export interface WorkerContext {
   readonly leases: ProducerLeases;
   regionPairs(localIds: readonly number[], remoteIds: readonly number[]): BlockListPair[];
   connect(remote: RemoteEndpoint): Promise<string>;
+  /** Drops the cached handshake with `remote` (the rank connect() uses). */
+  forget(remote: RemoteEndpoint): void;
   recvDone(reqId: string, invalidBlockIds: readonly number[]): void;
 }
 
@@ -192,6 +197,10 @@ export class NixlWorker {
         const [rank = 0] = handshakeTargetRanks(this.tpSize, this.tpRank, remote.tpSize);
         return engines.connect(remote, rank);
       },
+      forget: (remote) => {
+        const [rank = 0] = handshakeTargetRanks(this.tpSize, this.tpRank, remote.tpSize);
+        engines.forget(remote, rank);
+      },
       recvDone: (reqId, invalid) => {
         for (const id of invalid) this.#invalid.add(id);
         this.#recving.push(reqId);
@@ -245,7 +254,15 @@ export class NixlWorker {
       return;
     }
     const release = countBlocks(job.localBlockIds) === 0;
-    const load: Load = { job, handle: null, settled: false, firstPostAt: 0, retries: 0, retryTimer: null };
+    const load: Load = {
+      job,
+      handle: null,
+      settled: false,
+      firstPostAt: 0,
+      retries: 0,
+      retryTimer: null,
+      reconnected: false,
+    };
     if (!release) this.#loads.set(job.reqId, load);
     const notification = `${job.remoteRequestId}:${this.tpSize}`;
     const run = async (): Promise<void> => {
@@ -313,6 +330,39 @@ export class NixlWorker {
     return true;
   }
 
+  /**
+   * The connection to P failed (refused or lost): P may have restarted under the same
+   * engine id with its agent elsewhere, so the cached handshake is dropped and the READ is
+   * posted once more after a fresh handshake. A second failure is a load error.
+   */
+  #reconnect(ctx: WorkerContext, load: Load, reason: string | undefined): boolean {
+    if (load.reconnected || !reason?.startsWith('connection to ')) return false;
+    load.reconnected = true;
+    load.handle = null;
+    ctx.forget(load.job.remote);
+    log.warn(
+      'NIXL READ for request %s failed (%s); handshaking with %s again',
+      load.job.reqId,
+      reason,
+      load.job.remote.engineId,
+    );
+    ctx
+      .connect(load.job.remote)
+      .then((agentName) => {
+        if (!load.settled) this.#postRead(ctx, load, agentName);
+      })
+      .catch((e: unknown) => {
+        log.error(
+          'NIXL transfer failure: handshake_failed | Context: request %s from %s: %s',
+          load.job.reqId,
+          load.job.remote.engineId,
+          String((e as Error)?.message ?? e),
+        );
+        this.#failLoad(load, load.job.localBlockIds.flat());
+      });
+    return true;
+  }
+
   #failLoad(load: Load, invalid: readonly number[]): void {
     if (load.settled) return;
     load.settled = true;
@@ -327,7 +377,8 @@ export class NixlWorker {
       // Every producer rank mapped to this rank holds the blocks under its own lease.
       for (const rank of handshakeTargetRanks(this.tpSize, this.tpRank, hb.remote.tpSize)) {
         const name = await ctx.engines.connect(hb.remote, rank);
-        await ctx.agent.sendNotification(name, HEARTBEAT_PREFIX + hb.remoteRequestIds.join(','));
+        for (const message of heartbeatMessages(hb.remoteRequestIds))
+          await ctx.agent.sendNotification(name, message);
       }
     };
     send().catch((e: unknown) => log.warn('NIXL heartbeat to %s failed: %s', hb.remote.engineId, String(e)));
@@ -364,7 +415,10 @@ export class NixlWorker {
         load.settled = true;
         this.#loads.delete(load.job.reqId);
         this.#recving.push(load.job.reqId);
-      } else if (!this.#retryLater(ctx, load, handle.remoteAgent, status.reason)) {
+      } else if (
+        !this.#retryLater(ctx, load, handle.remoteAgent, status.reason) &&
+        !this.#reconnect(ctx, load, status.reason)
+      ) {
         log.error(
           'NIXL transfer failure: transfer_failed | Context: request %s: %s',
           load.job.reqId,

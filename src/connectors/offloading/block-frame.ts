@@ -18,6 +18,20 @@ export function encodeFrame(key: string, payload: Uint8Array): Buffer {
   return out;
 }
 
+/**
+ * Whether the first FRAME_HEADER_BYTES of a stored value belong to `key` and announce
+ * exactly `totalBytes` bytes (header included): a cheap check that needs only the header.
+ */
+export function frameHeaderMatches(key: string, header: Uint8Array, totalBytes: number): boolean {
+  if (header.byteLength < FRAME_HEADER_BYTES) return false;
+  const view = new DataView(header.buffer, header.byteOffset, FRAME_HEADER_BYTES);
+  return (
+    view.getUint32(0) === MAGIC &&
+    view.getUint32(4) === crc32(key) &&
+    view.getUint32(8) === totalBytes - FRAME_HEADER_BYTES
+  );
+}
+
 /** The payload (a view, no copy), or null when the frame is truncated, foreign or corrupt. */
 export function decodeFrame(key: string, frame: Uint8Array): Uint8Array | null {
   if (frame.byteLength < FRAME_HEADER_BYTES) return null;

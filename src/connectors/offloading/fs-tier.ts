@@ -2,12 +2,14 @@
  * The `fs` secondary tier: one file per chunk, named by the SHA-256 of its key
  * (content-addressed), written atomically (temp file + rename) so a crash never leaves a
  * half file under a real name. A byte bound evicts the least recently used files. Files
- * that are truncated or fail their checksum are deleted and count as misses.
+ * that are truncated or fail their checksum are deleted and count as misses. A lookup
+ * reads the file's header rather than only stat-ing it, so a file the disk cannot read
+ * (EIO) or this process may not read (EACCES) is a miss before any load is promised.
  */
 import { createHash, randomBytes } from 'node:crypto';
-import { mkdir, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { mkdir, open, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { decodeFrame, encodeFrame } from './block-frame.ts';
+import { decodeFrame, encodeFrame, FRAME_HEADER_BYTES, frameHeaderMatches } from './block-frame.ts';
 import { emptyTierStats, type KVTier, type TierEntry, type TierStats } from './kv-tier.ts';
 import { TierHealth } from './tier-health.ts';
 
@@ -94,15 +96,7 @@ export class FsTier implements KVTier {
       keys.map((key) =>
         this.health.run(
           'has',
-          async () => {
-            try {
-              const st = await stat(this.fileOf(key));
-              return st.isFile();
-            } catch (err) {
-              if ((err as NodeJS.ErrnoException).code === 'ENOENT') return false;
-              throw err;
-            }
-          },
+          () => this.#readable(key),
           () => false,
         ),
       ),
@@ -134,6 +128,25 @@ export class FsTier implements KVTier {
 
   async close(): Promise<void> {
     await this.#ready;
+  }
+
+  /** The file exists and its header, read from disk, is this key's with the file's length. */
+  async #readable(key: string): Promise<boolean> {
+    let handle: Awaited<ReturnType<typeof open>>;
+    try {
+      handle = await open(this.fileOf(key), 'r');
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return false;
+      throw err;
+    }
+    try {
+      const header = Buffer.alloc(FRAME_HEADER_BYTES);
+      const { bytesRead } = await handle.read(header, 0, FRAME_HEADER_BYTES, 0);
+      const { size } = await handle.stat();
+      return bytesRead === FRAME_HEADER_BYTES && frameHeaderMatches(key, header, size);
+    } finally {
+      await handle.close();
+    }
   }
 
   async #read(key: string): Promise<Uint8Array | null> {

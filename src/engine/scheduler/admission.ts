@@ -23,10 +23,17 @@ interface Lookup {
 export function admitWaiting(core: SchedulerCore, plan: StepPlan): void {
   const queue = core.waiting;
   const keep: Request[] = [];
+  // Set once a request could not get blocks: from then on only requests whose KV already
+  // arrived are admitted (see below), the others keep their place.
+  let blocked = false;
   let index = 0;
   for (; index < queue.length && plan.tokenBudget > 0; index++) {
     if (core.running.length >= core.options.maxNumSeqs) break;
     const req = queue[index] as Request;
+    if (blocked && !(req.status === 'WAITING_FOR_REMOTE_KVS' && core.finishedRecving.has(req.requestId))) {
+      keep.push(req);
+      continue;
+    }
     if (req.status === 'WAITING_FOR_REMOTE_KVS' && !promote(core, req)) {
       keep.push(req);
       continue;
@@ -53,7 +60,13 @@ export function admitWaiting(core: SchedulerCore, plan: StepPlan): void {
     });
     if (!blocks) {
       if (req.lifecycle === 'LOOKUP_PENDING') transition(req, 'WAITING');
-      break;
+      // vLLM stops here (FCFS). But requests further back whose async load finished already
+      // hold their blocks and need at most a few more; with a full pool and nothing running,
+      // they are the only ones that can ever free blocks, so they may still be admitted
+      // (a preempted request at the head otherwise deadlocks the engine for good).
+      keep.push(req);
+      blocked = true;
+      continue;
     }
     transition(req, 'ALLOCATED');
     core.connector?.updateStateAfterAlloc(req, core.kv.getBlocks(req.requestId), lookup.numExternal);

@@ -1,8 +1,8 @@
 /** Shared helpers of the MoRIIO tests: free port ranges, engine options, P/D runs in one process. */
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
-import { createServer } from 'node:net';
 import { LLM, type LLMOptions } from '../../../src/engine/llm.ts';
+import { freePortRange } from '../../helpers/free-port.ts';
 
 export const PROMPTS = [
   'The quick brown fox jumps over the lazy dog and keeps running far away from the hunters.',
@@ -10,33 +10,6 @@ export const PROMPTS = [
   'Disaggregated prefill moves the KV cache of a long prompt from one engine to another engine directly.',
 ];
 export const GREEDY = { maxTokens: 6, temperature: 0, ignoreEos: true };
-
-function bindable(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const s = createServer();
-    s.once('error', () => resolve(false));
-    s.listen(port, '127.0.0.1', () => s.close(() => resolve(true)));
-  });
-}
-
-/** A base port whose next `span` ports are free right now (the OS picks the first). */
-export async function freePortRange(span: number): Promise<number> {
-  for (let attempt = 0; attempt < 50; attempt++) {
-    const base = await new Promise<number>((resolve) => {
-      const s = createServer();
-      s.listen(0, '127.0.0.1', () => {
-        const a = s.address();
-        const port = typeof a === 'object' && a ? a.port : 0;
-        s.close(() => resolve(port));
-      });
-    });
-    if (base + span > 65535) continue;
-    let ok = true;
-    for (let i = 1; i < span && ok; i++) ok = await bindable(base + i);
-    if (ok) return base;
-  }
-  throw new Error('no free port range');
-}
 
 export interface MoriioSide {
   handshakePort: number;

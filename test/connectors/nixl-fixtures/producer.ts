@@ -1,7 +1,9 @@
 /**
  * Child process of the two-process NIXL tests: a prefill engine (kv_producer, backends UCX =
  * tcp or shm chosen per peer) that prefills the prompts given as JSON in argv[2] and prints
- * the kv_transfer_params as one JSON line. Then it waits; 'exit' on stdin (or a kill) ends it.
+ * the kv_transfer_params as one JSON line. argv[4], optional, is kv_connector_extra_config
+ * JSON merged over the defaults. Then it waits: 'usage' on stdin prints the KV cache usage,
+ * 'exit' (or a kill) ends it.
  */
 import { createInterface } from 'node:readline';
 import { LLM } from '../../../src/engine/llm.ts';
@@ -9,9 +11,10 @@ import { engineOptions, GREEDY, P_PARAMS } from '../nixl-helpers.ts';
 
 const prompts = JSON.parse(process.argv[2] ?? '[]') as string[];
 const model = process.argv[3] ?? 'tiny';
+const extra = JSON.parse(process.argv[4] ?? '{}') as Record<string, unknown>;
 const p = await LLM.create(
   engineOptions(
-    { model, connector: 'NixlConnector', backend: 'UCX' as 'TCP' },
+    { model, connector: 'NixlConnector', backend: 'UCX' as 'TCP', extra },
     'kv_producer',
     'child-prefill',
   ),

@@ -1,0 +1,186 @@
+/**
+ * Grant ends and timeouts on the same-host (shm) paths, where no block bytes cross the socket:
+ * the receiver copies each chunk from the sender's mapped KV memory, or from its staging
+ * ring. Only the frames that announce chunks (and the acks that free the sender's window or
+ * ring) go through the fault relay, so holding acks makes the sender wait for window or ring
+ * space, and holding data frames makes the receiver's copies late. What must hold: an owner
+ * whose read grant ends while chunks wait announces none of them afterwards (they would carry
+ * checksums of another request's data); a receiver whose write grant ends copies nothing more;
+ * a READ that timed out copies nothing when its late frames arrive.
+ */
+import assert from 'node:assert/strict';
+import { after, describe, it } from 'node:test';
+import { setLogLevel } from '../../src/logging/logger.ts';
+import type { TransferAgentOptions } from '../../src/transfer/index.ts';
+import { mappableSharedMemory } from '../../src/util/shared-memory.ts';
+import type { Direction, FrameHook } from '../helpers/fault-relay.ts';
+import { waitUntil } from '../helpers/wait-until.ts';
+import { fillPattern } from '../transfer/pattern.ts';
+import { all, closeRelayedAgents, settled, throughRelay, whole } from './relayed-agents.ts';
+
+setLogLevel('silent');
+after(closeRelayedAgents);
+
+const BB = 1 << 20;
+
+const paths = [
+  {
+    name: 'from mapped KV memory',
+    options: { backends: ['SHM'], offerKvMapping: true } as Partial<TransferAgentOptions>,
+    via: 'src' as const,
+    skip: mappableSharedMemory ? false : 'no native addon: KV memory cannot be mapped',
+  },
+  {
+    name: 'through the staging ring',
+    options: { backends: ['SHM'], offerKvMapping: false, ringBytes: 4 * BB } as Partial<TransferAgentOptions>,
+    via: 'ring' as const,
+    skip: false,
+  },
+];
+
+interface Controls {
+  readonly seen: Record<Direction, number>;
+  /** Where the announced chunks' bytes were: 'src' (mapped KV), 'ring' or 'payload'. */
+  readonly vias: Set<string>;
+  holdAcks: boolean;
+  /** Hold data frames in that direction from this index (1-based) on. */
+  readonly holdDataFrom: Record<Direction, number>;
+  readonly hook: FrameHook;
+}
+
+/** Counts data frames per direction and lets a test hold acks (up) or data frames (either way). */
+function controls(): Controls {
+  const c: Controls = {
+    seen: { up: 0, down: 0 },
+    vias: new Set(),
+    holdAcks: false,
+    holdDataFrom: { up: Number.POSITIVE_INFINITY, down: Number.POSITIVE_INFINITY },
+    hook: (dir, h) => {
+      if (h.type === 'ack' && c.holdAcks) return { action: 'hold' };
+      if (h.type !== 'data') return { action: 'forward' };
+      c.seen[dir]++;
+      c.vias.add(h.src ? 'src' : h.ring ? 'ring' : 'payload');
+      return c.seen[dir] >= c.holdDataFrom[dir] ? { action: 'hold' } : { action: 'forward' };
+    },
+  };
+  return c;
+}
+
+/** Waits until `read()` stops changing (the sender waits for acks that are held). */
+async function stable(what: string, read: () => number): Promise<number> {
+  let last = -1;
+  return waitUntil(
+    what,
+    () => {
+      const now = read();
+      const same = now === last && now > 0;
+      last = now;
+      return same ? now : null;
+    },
+    { intervalMs: 200 },
+  );
+}
+
+for (const path of paths) {
+  describe(`shm ${path.name}: grant ends and timeouts`, { skip: path.skip }, () => {
+    it('the owner revokes a READ grant while chunks wait for acks: it announces none of them afterwards', async () => {
+      const N = 32;
+      const c = controls();
+      c.holdAcks = true;
+      const { a, b, ra, rb, relay, remote } = await throughRelay(
+        BB,
+        N,
+        c.hook,
+        { ...path.options, transferTimeoutMs: 60_000 },
+        path.options,
+      );
+      const original = Buffer.from(rb.bytes);
+      b.grantRead('r', { blockIds: all(N) });
+      const pending = a.waitFor(a.read(remote, whole(N), { grantKey: 'r' }));
+      const announced = await stable("B's sender to wait for acks", () => c.seen.down);
+      assert.ok(announced < N, `chunks were still waiting at the revocation (${announced}/${N} sent)`);
+      b.revokeGrant('r');
+      fillPattern(rb.bytes, BB, 0x5eed); // B reuses the blocks for another request
+      c.holdAcks = false;
+      relay.set('up', 'flow');
+      const s = await pending;
+      assert.equal(s.state, 'ERR');
+      assert.match(s.reason ?? '', /READ aborted/);
+      await settled(relay);
+      assert.equal(c.seen.down, announced, 'no chunk was announced after the revocation');
+      assert.deepEqual([...c.vias], [path.via], `the chunks went ${path.via}`);
+      const failed = new Set(s.failedBlockIds);
+      assert.ok(failed.size > 0);
+      for (let i = 0; i < N; i++) {
+        if (failed.has(i)) continue;
+        const got = Buffer.from(ra.bytes.subarray(i * BB, (i + 1) * BB));
+        assert.ok(
+          got.equals(original.subarray(i * BB, (i + 1) * BB)),
+          `block ${i} accepted with foreign content`,
+        );
+      }
+    });
+
+    it('the receiver revokes a write grant while frames are in flight: it copies nothing more of that WRITE', async () => {
+      const N = 8;
+      const c = controls();
+      c.holdDataFrom.up = 3;
+      const { a, b, ra, rb, relay, remote } = await throughRelay(
+        BB,
+        N,
+        c.hook,
+        { ...path.options, transferTimeoutMs: 60_000 },
+        path.options,
+      );
+      b.grantWrite('w', { blockIds: all(N) });
+      const pending = a.waitFor(a.write(remote, whole(N)));
+      const block = (r: Uint8Array, i: number) => Buffer.from(r.subarray(i * BB, (i + 1) * BB));
+      await waitUntil('the first two chunks to land in B', () =>
+        block(rb.bytes, 1).equals(block(ra.bytes, 1)),
+      );
+      b.revokeGrant('w');
+      const snapshot = Buffer.from(rb.bytes);
+      c.holdDataFrom.up = Number.POSITIVE_INFINITY;
+      relay.set('up', 'flow');
+      const s = await pending;
+      assert.equal(s.state, 'ERR');
+      await settled(relay);
+      assert.ok(c.seen.up > 2, 'the held chunks did reach B');
+      assert.deepEqual([...c.vias], [path.via]);
+      assert.ok(
+        Buffer.from(rb.bytes).equals(snapshot),
+        'nothing was copied into B after the grant was revoked',
+      );
+    });
+
+    it('a READ that timed out: its late chunks are not copied, and the next READ on the connection is DONE', async () => {
+      const N = 8;
+      const c = controls();
+      c.holdDataFrom.down = 3;
+      const { a, b, ra, rb, relay, remote } = await throughRelay(
+        BB,
+        N,
+        c.hook,
+        { ...path.options, transferTimeoutMs: 400 },
+        path.options,
+      );
+      b.grantRead('t1', { blockIds: all(N) });
+      const t0 = performance.now();
+      const s = await a.waitFor(a.read(remote, whole(N), { grantKey: 't1' }));
+      assert.equal(s.state, 'ERR');
+      assert.match(s.reason ?? '', /timed out/);
+      assert.ok(performance.now() - t0 < 400 + 2000, 'bounded by transferTimeoutMs');
+      assert.ok(!s.failedBlockIds.includes(0), 'chunks copied before the stall stay valid');
+      const snapshot = Buffer.from(ra.bytes);
+      fillPattern(rb.bytes, BB, 0x5eed);
+      c.holdDataFrom.down = Number.POSITIVE_INFINITY;
+      relay.set('down', 'flow');
+      await settled(relay);
+      assert.ok(Buffer.from(ra.bytes).equals(snapshot), 'no late chunk was copied into A');
+      b.grantRead('t2', { blockIds: all(N) });
+      const again = await a.waitFor(a.read(remote, whole(N), { grantKey: 't2' }));
+      assert.equal(again.state, 'DONE', again.reason);
+      assert.ok(Buffer.from(ra.bytes).equals(Buffer.from(rb.bytes)));
+    });
+  });
+}

@@ -4,8 +4,8 @@
  * and not, ~8% cancelled by the client mid-stream, and a decode KV pool so small that the
  * decode engine preempts. Every request that was not cancelled is answered in full; sampled
  * answers equal a single engine's token ids; after each batch both servers hold no block;
- * RSS and heap after a GC stay flat over the second half. Prints the figures. 1200 requests
- * keep the suite short; `npm run bench -- soak` runs thousands per side and records the curve.
+ * RSS and heap after a GC stay flat over the second half. Prints the figures. 2000 requests (5
+ * batches of 400) keep the suite short; `npm run bench -- soak` runs 5000 per side and records the curve.
  */
 import assert from 'node:assert/strict';
 import { after, it } from 'node:test';
@@ -22,8 +22,8 @@ import {
 } from './soak-harness.ts';
 
 const CFG: SoakConfig = {
-  requests: 1200,
-  batches: 4,
+  requests: 2000,
+  batches: 5,
   concurrency: 256,
   maxModelLen: 64,
   prefillBlocks: 512,
@@ -83,7 +83,7 @@ it(`soak: ${CFG.requests} requests at concurrency ${CFG.concurrency} through the
 
   // Flat: from the end of the first half (RSS settles over the first ~1000 requests: heap
   // sizing, allocator arenas, socket buffers) to the last batch.
-  const first = results[CFG.batches / 2 - 1]!;
+  const first = results[Math.floor(CFG.batches / 2) - 1]!;
   for (const [i, side] of ['prefill', 'decode'].entries()) {
     const [a, z] = [first.servers[i]!, last.servers[i]!];
     console.log(

@@ -9,7 +9,11 @@
  * - the exposed transfer: total − P's prefill, for WRITE and READ;
  * - hidden = 1 − WRITE's exposed transfer / READ's.
  *
- *   npm run bench -- moriio [--tokens 2048] [--backend xgmi|rdma] [--reps 5]
+ * With `--compare-transfer-thread`, a second WRITE pair whose transfer agents run on the
+ * engine's event loop (`transfer_thread: false`) joins the rotation: WRITE with the agent in
+ * its thread (the default) against WRITE with it on the loop, per rep.
+ *
+ *   npm run bench -- moriio [--tokens 2048] [--backend xgmi|rdma] [--reps 5] [--compare-transfer-thread]
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
@@ -43,6 +47,7 @@ function options(
   ports: { h: number; n: number },
   backend: string,
   read: boolean,
+  thread = true,
 ): LLMOptions {
   return {
     model: MODEL,
@@ -63,6 +68,7 @@ function options(
               backend,
               read_mode: read,
               transfer_timeout: 120,
+              transfer_thread: thread,
             },
           },
         }),
@@ -153,11 +159,11 @@ class Pair {
     this.#ridPrefix = ridPrefix;
   }
 
-  static async start(read: boolean, tokens: number, backend: string): Promise<Pair> {
+  static async start(read: boolean, tokens: number, backend: string, thread = true): Promise<Pair> {
     const pPorts = { h: await freePort(), n: await freePort() };
     const dPorts = { h: await freePort(), n: await freePort() };
-    const p = await LLM.create(options('kv_producer', tokens, pPorts, backend, read));
-    const child = new Child(JSON.stringify(options('kv_consumer', tokens, dPorts, backend, read)));
+    const p = await LLM.create(options('kv_producer', tokens, pPorts, backend, read, thread));
+    const child = new Child(JSON.stringify(options('kv_consumer', tokens, dPorts, backend, read, thread)));
     await child.wait((l) => l === 'READY');
     const zmq = (x: { h: number; n: number }) => `host:127.0.0.1,handshake:${x.h},notify:${x.n}`;
     return new Pair(read, p, child, `___prefill_addr_${zmq(pPorts)}___decode_addr_${zmq(dPorts)}_`);
@@ -214,12 +220,15 @@ export async function main(args: string[]): Promise<void> {
   const tokens = Number(arg(args, '--tokens', '2048'));
   const backend = arg(args, '--backend', 'xgmi');
   const reps = Number(arg(args, '--reps', '5'));
+  const compareThread = args.includes('--compare-transfer-thread');
   const plain = await LLM.create(options('', tokens, { h: 0, n: 0 }, backend, false));
   const write = await Pair.start(false, tokens, backend);
   const read = await Pair.start(true, tokens, backend);
+  const writeOnLoop = compareThread ? await Pair.start(false, tokens, backend, false) : null;
   const plainMs: number[] = [];
   const writes: Sample[] = [];
   const reads: Sample[] = [];
+  const writesOnLoop: Sample[] = [];
   try {
     const prefillPlain = async (prompt: number[]): Promise<number> => {
       const t0 = now();
@@ -235,16 +244,19 @@ export async function main(args: string[]): Promise<void> {
         async () => void writes.push(await write.once(prompt(1))),
         async () => void reads.push(await read.once(prompt(2))),
       ];
+      if (writeOnLoop) runs.push(async () => void writesOnLoop.push(await writeOnLoop.once(prompt(3))));
       for (let k = 0; k < runs.length; k++) await runs[(k + rep) % runs.length]!();
       if (rep === 0) {
         plainMs.length = 0;
         writes.length = 0;
         reads.length = 0;
+        writesOnLoop.length = 0;
       }
     }
   } finally {
     await write.close();
     await read.close();
+    await writeOnLoop?.close();
     await plain.shutdown();
   }
 
@@ -263,6 +275,25 @@ export async function main(args: string[]): Promise<void> {
     ['WRITE: transfer after P prefill', summarize(exposedWrite)],
     ['READ: transfer after P prefill', summarize(exposed(reads))],
   ];
+  if (writeOnLoop) {
+    rows.push(
+      ['WRITE, agent on the engine loop: P prefill', summarize(prefills(writesOnLoop))],
+      [
+        'WRITE, agent on the engine loop: P start → D has all KV',
+        summarize(writesOnLoop.map((x) => x.totalMs)),
+      ],
+      ['WRITE, agent on the engine loop: transfer after P prefill', summarize(exposed(writesOnLoop))],
+    );
+  }
+  const threadVsLoop = writeOnLoop
+    ? {
+        prefill: pairwiseRatio(prefills(writesOnLoop), prefills(writes)),
+        total: pairwiseRatio(
+          writesOnLoop.map((x) => x.totalMs),
+          writes.map((x) => x.totalMs),
+        ),
+      }
+    : null;
   console.log(
     `MoRIIO ${MODEL}, ${tokens}-token prompt, backend ${backend}, ${reps} reps (plain, WRITE, READ in ` +
       `rotating order), median (min–max); load average ${loadAverage()}`,
@@ -272,6 +303,12 @@ export async function main(args: string[]): Promise<void> {
   console.log(`| WRITE's cost to P's prefill (WRITE P prefill / plain, per rep) | ${fmt(writeCost, 3)}× |`);
   console.log(`| READ P prefill / plain, per rep | ${fmt(readCost, 3)}× |`);
   console.log(`| transfer hidden by WRITE (1 − WRITE exposed / READ exposed, per rep) | ${fmt(hidden, 3)} |`);
+  if (threadVsLoop) {
+    console.log(
+      `| WRITE P prefill, agent in a thread / on the loop, per rep | ${fmt(threadVsLoop.prefill, 3)}× |`,
+    );
+    console.log(`| WRITE P start → D has all KV, thread / loop, per rep | ${fmt(threadVsLoop.total, 3)}× |`);
+  }
   console.log(
     JSON.stringify({
       bench: 'moriio',
@@ -290,6 +327,15 @@ export async function main(args: string[]): Promise<void> {
       write_prefill_cost_ratio: json(writeCost),
       read_prefill_ratio: json(readCost),
       write_hidden_fraction: json(hidden),
+      ...(threadVsLoop
+        ? {
+            write_on_loop_prefill_ms: json(summarize(prefills(writesOnLoop)), 1),
+            write_on_loop_total_ms: json(summarize(writesOnLoop.map((x) => x.totalMs)), 1),
+            write_on_loop_exposed_transfer_ms: json(summarize(exposed(writesOnLoop)), 1),
+            write_prefill_thread_over_loop_ratio: json(threadVsLoop.prefill),
+            write_total_thread_over_loop_ratio: json(threadVsLoop.total),
+          }
+        : {}),
     }),
   );
 }

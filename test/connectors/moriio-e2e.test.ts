@@ -1,6 +1,9 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
+import type { MoRIIOConnector } from '../../src/connectors/moriio/index.ts';
 import { LLM } from '../../src/engine/llm.ts';
+import type { LocalExecutor } from '../../src/engine/runner/local-executor.ts';
+import { InThreadTransferAgent, ThreadedTransferAgent } from '../../src/transfer/index.ts';
 import {
   moriioOptions,
   moriioPorts,
@@ -11,13 +14,23 @@ import {
   waitForEmptyPool,
 } from './moriio-fixtures/helpers.ts';
 
-async function disaggregate(spec: PairSpec, warmProducer = false): Promise<void> {
+async function agentOf(llm: LLM) {
+  const runner = ((await llm.engine()).engine.executor as LocalExecutor).runner;
+  return (runner.connector as MoRIIOConnector).worker?.agent;
+}
+
+async function disaggregate(spec: PairSpec, warmProducer = false, transferThread?: boolean): Promise<void> {
   const expected = await plainOutputs();
   const pPorts = await moriioPorts();
   const dPorts = await moriioPorts();
-  const p = await LLM.create(moriioOptions(spec, 'kv_producer', pPorts));
-  const d = await LLM.create(moriioOptions(spec, 'kv_consumer', dPorts));
+  const extra = transferThread === undefined ? {} : { transfer_thread: transferThread };
+  const p = await LLM.create(moriioOptions(spec, 'kv_producer', pPorts, extra));
+  const d = await LLM.create(moriioOptions(spec, 'kv_consumer', dPorts, extra));
   try {
+    // transfer_thread defaults to true: the agent runs in its own worker thread.
+    const agentClass = transferThread === false ? InThreadTransferAgent : ThreadedTransferAgent;
+    assert.ok((await agentOf(p)) instanceof agentClass, `P's agent is ${agentClass.name}`);
+    assert.ok((await agentOf(d)) instanceof agentClass, `D's agent is ${agentClass.name}`);
     // A producer prefix-cache hit must still send the cached blocks.
     if (warmProducer) await p.generate(PROMPTS, { maxTokens: 1, temperature: 0 });
     const { tokens, pParams } = await runPair(p, d, pPorts, dPorts, spec);
@@ -47,6 +60,8 @@ for (const readMode of [false, true]) {
         disaggregate({ readMode, backend }));
       it('tiny, P already holds the prompt in its prefix cache: still token-identical', () =>
         disaggregate({ readMode, backend }, true));
+      it('transfer_thread false: the agent on the engine loop, still token-identical', () =>
+        disaggregate({ readMode, backend }, false, false));
     });
   }
 }

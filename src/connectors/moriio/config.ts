@@ -58,6 +58,7 @@ export const MORIIO_EXTRA_CONFIG = {
     transfer_timeout: { type: 'number', default: MORIIO_DEFAULT_TRANSFER_TIMEOUT_S, min: 0, aboveMin: true },
     defer_timeout: { type: 'number', default: MORIIO_DEFAULT_DEFER_TIMEOUT_S, min: 0, aboveMin: true },
     host_ip: { type: 'string' },
+    transfer_thread: { type: 'boolean', default: true },
   },
 } as const satisfies ExtraConfigSchema;
 
@@ -75,6 +76,8 @@ export interface MoRIIOConfig {
   transferTimeoutS: number;
   deferTimeoutS: number;
   hostIp: string;
+  /** kvconnect: host the transfer agent in a worker thread (as NixlConnector's `transfer_thread`). */
+  transferThread: boolean;
   /** `{host_ip}:{handshake_port}`; MoRIIO overrides kv_transfer_config.engine_id with it. */
   engineId: string;
   /** Data-parallel rank folded to this node (`global % dp_local`; the global rank when dp_local is 0). */
@@ -194,6 +197,7 @@ export function parseMoRIIOConfig(extra: Record<string, unknown>, engineConfig: 
     transferTimeoutS: v.transfer_timeout,
     deferTimeoutS: v.defer_timeout,
     hostIp,
+    transferThread: v.transfer_thread,
     engineId: `${hostIp}:${v.handshake_port}`,
     dpRankLocal,
     tpSize,

@@ -90,6 +90,8 @@ export class MoRIIOWorker {
       transferTimeoutMs: cfg.transferTimeoutS * 1000,
       // The peer's event loop may be busy with a long prefill while the link comes up.
       connectTimeoutMs: Math.max(5000, cfg.transferTimeoutS * 1000),
+      // Layer WRITEs posted from saveKvLayer then move while this engine computes the next layers.
+      thread: cfg.transferThread,
     });
     this.#agent = agent;
     agent.registerMemory(

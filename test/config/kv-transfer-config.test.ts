@@ -5,19 +5,10 @@ import { expandJsonHumanReadableNumbers, parseHumanReadableInt } from '../../src
 import { KV_TRANSFER_CONFIG_FIELDS, KVTransferConfig } from '../../src/config/kv-transfer-config.ts';
 import { KVError } from '../../src/errors/kv-error.ts';
 import { captureLogs } from '../../src/logging/logger.ts';
+import { kvError } from '../helpers/kv-error.ts';
 
 const ROLE_MESSAGE =
   "Please specify kv_role when kv_connector is set, supported roles are ('kv_producer', 'kv_both', 'kv_consumer')";
-
-function kvError(fn: () => unknown): KVError {
-  try {
-    fn();
-  } catch (e) {
-    assert.ok(e instanceof KVError, String(e));
-    return e;
-  }
-  assert.fail('expected a KVError');
-}
 
 test('defaults are vLLM defaults; engine_id is a fresh uuid per config', () => {
   const a = KVTransferConfig.fromObject({});

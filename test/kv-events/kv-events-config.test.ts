@@ -7,19 +7,9 @@ import {
   parseKVEventsConfig,
   warnKVEventsConfig,
 } from '../../src/config/kv-events-config.ts';
-import { KVError } from '../../src/errors/kv-error.ts';
 import { offsetEndpointPort, shouldBind } from '../../src/kv-events/endpoint.ts';
 import { captureLogs } from '../../src/logging/logger.ts';
-
-function kvError(fn: () => unknown): KVError {
-  try {
-    fn();
-  } catch (e) {
-    assert.ok(e instanceof KVError, String(e));
-    return e;
-  }
-  assert.fail('expected a KVError');
-}
+import { kvError } from '../helpers/kv-error.ts';
 
 test("defaults are vLLM's; the publisher follows enable_kv_cache_events when unset", () => {
   assert.deepEqual(parseKVEventsConfig({}), {

@@ -19,7 +19,7 @@ const LAYERS: Record<string, readonly string[]> = {
   errors: [],
   logging: [],
   util: [],
-  http: ['errors'],
+  http: ['errors', 'util'],
   config: ['errors', 'logging', 'util'],
   kv: ['config', 'errors', 'logging', 'util'],
   tokenizer: ['config', 'errors', 'logging', 'util'],

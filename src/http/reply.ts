@@ -5,6 +5,7 @@
  */
 import type { ServerResponse } from 'node:http';
 import { formatErrorJson, httpStatusOf } from '../errors/index.ts';
+import { drained } from '../util/drained.ts';
 
 export function sendJson(
   res: ServerResponse,
@@ -43,13 +44,5 @@ export function sendError(res: ServerResponse, e: unknown): void {
 export function writeChunk(res: ServerResponse, chunk: Uint8Array | string): Promise<void> {
   if (res.destroyed || res.writableEnded) return Promise.resolve();
   if (res.write(chunk)) return Promise.resolve();
-  return new Promise((resolve) => {
-    const done = (): void => {
-      res.off('drain', done);
-      res.off('close', done);
-      resolve();
-    };
-    res.on('drain', done);
-    res.on('close', done);
-  });
+  return drained(res);
 }

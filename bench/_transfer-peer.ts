@@ -1,7 +1,9 @@
 /**
  * The remote side of `npm run bench -- transfer`: a process with a transfer agent over an
- * engine-like KV layout (one region per layer and per K/V, filled with random bytes), which
- * grants everything to the bench's agent. startPeer() spawns it and returns its metadata;
+ * engine-like KV layout (one region per layer and per K/V, filled with random bytes). It
+ * grants WRITEs of every block to the bench's agent, and READs as the bench asks: like an
+ * engine, it grants a request's blocks (`grant()`, which is when the agent records their
+ * checksums) before the reader reads them. startPeer() spawns it and returns its metadata;
  * run as a script, this file is the peer.
  */
 import { spawn } from 'node:child_process';
@@ -34,6 +36,8 @@ export function kvRegions(layout: KvLayout): MemoryRegion[] {
 
 export interface Peer {
   readonly meta: AgentMetadata;
+  /** Replaces READ grant `key` with one of `blockIds`; resolves with the seconds the peer's grantRead took. */
+  grant(key: string, blockIds: readonly number[]): Promise<number>;
   /** CPU seconds (user + system) the peer process has used so far. */
   cpuSeconds(): number;
   stop(): Promise<void>;
@@ -53,12 +57,22 @@ export async function startPeer(backend: 'TCP' | 'SHM', layout: KvLayout, chunkB
     { stdio: ['pipe', 'pipe', 'inherit'] },
   );
   const exited = new Promise<void>((resolve) => proc.once('exit', () => resolve()));
-  const first = await new Promise<string>((resolve, reject) => {
-    createInterface({ input: proc.stdout! }).once('line', resolve);
-    void exited.then(() => reject(new Error(`the ${backend} peer exited before it was ready`)));
-  });
+  const lines = createInterface({ input: proc.stdout! });
+  const replies: ((line: string) => void)[] = [];
+  lines.on('line', (line) => replies.shift()?.(line));
+  const nextLine = () =>
+    new Promise<string>((resolve, reject) => {
+      replies.push(resolve);
+      void exited.then(() => reject(new Error(`the ${backend} peer exited`)));
+    });
+  const first = await nextLine();
   return {
     meta: JSON.parse(first) as AgentMetadata,
+    grant: async (key, blockIds) => {
+      const reply = nextLine();
+      proc.stdin!.write(`${JSON.stringify({ key, blockIds })}\n`);
+      return (JSON.parse(await reply) as { seconds: number }).seconds;
+    },
     cpuSeconds: () => processCpuSeconds(proc.pid!),
     stop: async () => {
       proc.stdin?.end();
@@ -72,12 +86,15 @@ async function servePeer(backend: string, layout: KvLayout, chunkBytes: number):
   const agent = await InThreadTransferAgent.create({ engineId: 'peer', backends: [backend], chunkBytes });
   agent.registerMemory(kvRegions(layout));
   const all = Array.from({ length: layout.numBlocks }, (_, i) => i);
-  agent.grantRead('all', { blockIds: all, peer: 'bench' });
   agent.grantWrite('all', { blockIds: all, peer: 'bench' });
   process.stdout.write(`${JSON.stringify(agent.metadata())}\n`);
-  // Serve until the bench closes stdin.
-  for await (const _ of createInterface({ input: process.stdin })) {
-    // no commands
+  // Serve grant commands until the bench closes stdin.
+  for await (const line of createInterface({ input: process.stdin })) {
+    const { key, blockIds } = JSON.parse(line) as { key: string; blockIds: number[] };
+    const t0 = performance.now();
+    agent.revokeGrant(key);
+    agent.grantRead(key, { blockIds, peer: 'bench' });
+    process.stdout.write(`${JSON.stringify({ seconds: (performance.now() - t0) / 1000 })}\n`);
   }
   await agent.close();
   process.exit(0);

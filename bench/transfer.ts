@@ -13,6 +13,7 @@
 
 import { setLogLevel } from '../src/logging/logger.ts';
 import { checksumImplementation } from '../src/transfer/checksum.ts';
+import { DISABLE_DIRECT_READ_ENV } from '../src/transfer/direct-read.ts';
 import { type DescPair, InThreadTransferAgent, type TransferAgent } from '../src/transfer/index.ts';
 import { mappableSharedMemory } from '../src/util/shared-memory.ts';
 import { loadAverage, numberFlag, percentile, summarize } from './_rounds.ts';
@@ -75,6 +76,18 @@ interface Series {
 
 /** Per series: GB moved per CPU-second of the receiving and of the sending process (how fast each would go with a core to itself). */
 const cpuSamples: Record<string, { receiver: number[]; sender: number[] }> = {};
+/**
+ * Per READ series: the owner's grantRead of the request's blocks (when it records their
+ * checksums) as GB/s, and the READ counted from the start of that grant.
+ */
+const grantSamples: Record<string, { grant: number[]; withGrant: number[] }> = {};
+
+/** The peer's block ids that a request's descriptors read. */
+function remoteBlockIds(descs: readonly DescPair[]): number[] {
+  const ids = new Set<number>();
+  for (const d of descs) for (let b = d.remoteFirst; b < d.remoteFirst + d.count; b++) ids.add(b);
+  return [...ids];
+}
 
 async function transferGbps(
   agent: TransferAgent,
@@ -85,10 +98,13 @@ async function transferGbps(
   bytes: number,
   series?: string,
 ) {
+  // Like an engine, the owner grants the request's blocks before they are read (a fresh grant
+  // each time, so the checksums are computed again); the grant's time is reported apart.
+  const grantSeconds = kind === 'READ' ? await peer.grant('req', remoteBlockIds(descs)) : 0;
   const peer0 = peer.cpuSeconds();
   const c0 = process.cpuUsage();
   const t0 = performance.now();
-  const h = kind === 'READ' ? agent.read(remote, descs) : agent.write(remote, descs);
+  const h = kind === 'READ' ? agent.read(remote, descs, { grantKey: 'req' }) : agent.write(remote, descs);
   const s = await agent.waitFor(h);
   const seconds = (performance.now() - t0) / 1000;
   const c = process.cpuUsage(c0);
@@ -102,18 +118,24 @@ async function transferGbps(
     // /proc counts in 10 ms ticks: a side that used less than one tick has no figure.
     if (recv > 0) cpuSamples[series].receiver.push(bytes / recv / 1e9);
     if (send > 0) cpuSamples[series].sender.push(bytes / send / 1e9);
+    if (kind === 'READ') {
+      grantSamples[series] ??= { grant: [], withGrant: [] };
+      grantSamples[series].grant.push(bytes / grantSeconds / 1e9);
+      grantSamples[series].withGrant.push(bytes / (grantSeconds + seconds) / 1e9);
+    }
   }
   return bytes / seconds / 1e9;
 }
 
 /** Round-trip µs of `samples` one-block transfers, alternating READ and WRITE. */
-async function latencies(agent: TransferAgent, remote: string, samples: number) {
+async function latencies(agent: TransferAgent, remote: string, peer: Peer, samples: number) {
   const out = { READ: [] as number[], WRITE: [] as number[] };
   const one = [{ localRegion: 0, localFirst: 0, remoteRegion: 0, remoteFirst: 0, count: 1 }];
+  await peer.grant('lat', [0]);
   for (let i = 0; i < samples + 100; i++) {
     for (const kind of ['READ', 'WRITE'] as const) {
       const t0 = performance.now();
-      const h = kind === 'READ' ? agent.read(remote, one) : agent.write(remote, one);
+      const h = kind === 'READ' ? agent.read(remote, one, { grantKey: 'lat' }) : agent.write(remote, one);
       const s = await agent.waitFor(h);
       const us = (performance.now() - t0) * 1000;
       agent.releaseHandle(h);
@@ -216,8 +238,8 @@ export async function main(args: string[]): Promise<void> {
     }
   }
   const lat = {
-    tcp: await latencies(agents.tcp.agent, agents.tcp.remote, latencySamples),
-    shm: await latencies(agents.shm.agent, agents.shm.remote, latencySamples),
+    tcp: await latencies(agents.tcp.agent, agents.tcp.remote, agents.tcp.peer, latencySamples),
+    shm: await latencies(agents.shm.agent, agents.shm.remote, agents.shm.peer, latencySamples),
   };
   for (const a of Object.values(agents)) await a.stop();
 
@@ -263,6 +285,13 @@ export async function main(args: string[]): Promise<void> {
     const c = cpuSamples[path];
     console.log(`| ${path} | ${cpuMedian(c?.receiver) ?? 'n/a'} / ${cpuMedian(c?.sender) ?? 'n/a'} |`);
   }
+  console.log(
+    "| READ path | owner's grantRead of the request's blocks (checksums recorded), GB/s median | READ counted from the grant's start, GB/s median |\n|---|---|---|",
+  );
+  for (const path of ['shm_read', 'tcp_read']) {
+    const g = grantSamples[path];
+    console.log(`| ${path} | ${cpuMedian(g?.grant) ?? 'n/a'} | ${cpuMedian(g?.withGrant) ?? 'n/a'} |`);
+  }
   for (const n of notes) console.log(`note: ${n}`);
   const out: Record<string, unknown> = {
     load_avg_start: loadStart,
@@ -285,7 +314,12 @@ export async function main(args: string[]): Promise<void> {
     out[`${name}_receiver_gb_per_cpu_s`] = cpuMedian(c.receiver);
     out[`${name}_sender_gb_per_cpu_s`] = cpuMedian(c.sender);
   }
+  for (const [name, g] of Object.entries(grantSamples)) {
+    out[`${name}_grant_gbps`] = cpuMedian(g.grant);
+    out[`${name}_with_grant_gbps`] = cpuMedian(g.withGrant);
+  }
   Object.assign(out, {
+    direct_read: process.env[DISABLE_DIRECT_READ_ENV] !== '1',
     shm_read_vs_ucx_posix: ratio('shm_read', 'ucx_posix'),
     shm_write_vs_ucx_posix: ratio('shm_write', 'ucx_posix'),
     shm_read_vs_memcpy: ratio('shm_read', 'memcpy'),

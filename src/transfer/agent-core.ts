@@ -1,6 +1,7 @@
 /** What the agent's connection handlers share with the agent (kept plain to avoid cycles). */
 import type { OutgoingHook } from './block-io.ts';
 import type { GrantTable } from './grants.ts';
+import type { LeaseTable } from './lease-table.ts';
 import type { MemoryRegion, Notification } from './types.ts';
 
 export interface AgentCore {
@@ -15,6 +16,10 @@ export interface AgentCore {
   readonly offerKv: boolean;
   readonly regions: ReadonlyMap<number, MemoryRegion>;
   readonly grants: GrantTable;
+  /** The published READ grants and their checksums (lease-table.ts); null before memory is registered. */
+  leases(): LeaseTable | null;
+  /** Whether same-host peers are offered the lease table, so they serve their own READs (direct-read.ts). */
+  readonly offerLeases: boolean;
   readonly outgoingHook: OutgoingHook | undefined;
   deliver(n: Notification): void;
 }

@@ -24,10 +24,12 @@ import { type BackendChoice, chooseTransport, resolveBackends } from './backends
 import { IncomingRuns } from './block-io.ts';
 import { adoptAcceptedSocket, zeroCopyRead } from './connection.ts';
 import { prepareDescriptors } from './descriptors.ts';
+import { DISABLE_DIRECT_READ_ENV } from './direct-read.ts';
 import { TRANSFER_PROTOCOL_VERSION } from './frames.ts';
 import { type GrantKind, type GrantSpec, GrantTable } from './grants.ts';
 import { defaultShmDir, localHostId } from './host-id.ts';
 import { InboundSession } from './inbound.ts';
+import { LeaseTable } from './lease-table.ts';
 import { OutboundPeer, type OutboundTransfer } from './outbound.ts';
 import { TransferStats, type TransferStatsSnapshot } from './stats.ts';
 import type { Descriptors, PostOptions, TransferAgent } from './transfer-agent.ts';
@@ -56,6 +58,7 @@ export class InThreadTransferAgent implements TransferAgent {
   readonly #hostId: string;
   readonly #regions = new Map<number, MemoryRegion>();
   readonly #grants: GrantTable;
+  #leases: LeaseTable | null = null;
   readonly #remotes = new Map<string, AgentMetadata>();
   readonly #peers = new Map<string, OutboundPeer>();
   readonly #transfers = new Map<number, Tracked>();
@@ -85,6 +88,9 @@ export class InThreadTransferAgent implements TransferAgent {
       },
       (count) => this.#observer.waitingReads?.(count),
     );
+    this.#grants.onEnd((kind, key) => {
+      if (kind === 'read') this.#leases?.withdraw(key);
+    });
     this.#core = {
       agentName: this.name,
       engineId: this.engineId,
@@ -96,6 +102,8 @@ export class InThreadTransferAgent implements TransferAgent {
       offerKv: opts.offerKvMapping ?? true,
       regions: this.#regions,
       grants: this.#grants,
+      leases: () => this.#leases,
+      offerLeases: (opts.offerKvMapping ?? true) && process.env[DISABLE_DIRECT_READ_ENV] !== '1',
       outgoingHook: opts.testHooks?.outgoing,
       deliver: (n) => {
         this.#notifications.push(n);
@@ -141,6 +149,10 @@ export class InThreadTransferAgent implements TransferAgent {
   registerMemory(regions: readonly MemoryRegion[]): void {
     checkRegions(regions);
     for (const r of regions) this.#regions.set(r.id, r);
+    // Grants published in a replaced table are withdrawn; grants made before are served the
+    // request way (their blocks are hashed when sent).
+    this.#leases?.clear();
+    this.#leases = new LeaseTable([...this.#regions.values()]);
   }
 
   /** Lets the agent thread hear of notifications and waiting READs as they happen. */
@@ -338,7 +350,12 @@ export class InThreadTransferAgent implements TransferAgent {
   }
 
   #grant(kind: GrantKind, key: string, spec: GrantSpec): void {
-    this.#grants.add(kind, key, spec);
+    const blockIds = [...spec.blockIds];
+    this.#grants.add(kind, key, { ...spec, blockIds });
+    // A READ grant is a lease: its blocks stay as they are until it ends, so each block's
+    // checksum is computed once, now (lease-table.ts).
+    if (kind === 'read' && spec.regions === undefined)
+      this.#leases?.publish(key, blockIds, spec.peer ?? '*', spec.expiresAt ?? Number.POSITIVE_INFINITY);
   }
 
   get waitingReads(): number {
@@ -354,6 +371,7 @@ export class InThreadTransferAgent implements TransferAgent {
 
   renewGrant(key: string, expiresAt: number): boolean {
     const r = this.#grants.renew('read', key, expiresAt);
+    if (r) this.#leases?.renew(key, expiresAt);
     const w = this.#grants.renew('write', key, expiresAt);
     return r || w;
   }

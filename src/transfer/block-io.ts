@@ -33,6 +33,8 @@ export interface SendOptions {
   readonly heldSince?: number | undefined;
   /** Asked for each chunk just before its blocks are read (see sendRuns). */
   readonly allowed?: SendPermission | undefined;
+  /** The checksums recorded for a chunk's blocks when they were granted, if any (never used with a hook). */
+  readonly recorded?: ((run: BlockRun) => number[] | null) | undefined;
 }
 
 /**
@@ -47,7 +49,7 @@ export function sendRuns(
   chunkBytes: number,
   xferId: number,
   runs: readonly BlockRun[],
-  { hook, heldSince, allowed }: SendOptions = {},
+  { hook, heldSince, allowed, recorded }: SendOptions = {},
 ): Promise<void> {
   let last: Promise<void> = Promise.resolve();
   let first = true;
@@ -69,6 +71,7 @@ export function sendRuns(
       };
       last = link.sendData(() => {
         check();
+        const sums = hook ? null : (recorded?.(chunk) ?? null);
         return {
           header: { type: 'data', xfer: xferId, run: d, block: o, count: n, ...held },
           region: run.region,
@@ -77,6 +80,7 @@ export function sendRuns(
           wire: hook ? hook(view, chunk) : view,
           blockBytes: bb,
           count: n,
+          ...(sums ? { sums } : {}),
           ...(allowed ? { check } : {}),
         };
       });
@@ -156,6 +160,12 @@ export class IncomingRuns {
       if (state[f.block + i] === PENDING) this.#remaining--;
       state[f.block + i] = sums !== null && sums[i] === f.sums[i] ? OK : BAD;
     }
+  }
+
+  /** Every block landed and was verified by the caller (a direct read, direct-read.ts). */
+  allVerified(): void {
+    for (const state of this.#state) state.fill(OK);
+    this.#remaining = 0;
   }
 
   /** Every block has landed (verified or not). */

@@ -115,6 +115,20 @@ export function blockChecksums(bytes: Uint8Array, blockBytes: number, count: num
   return out;
 }
 
+/** Writes the checksums of `count` consecutive blocks starting at byte 0 of `bytes` into `out`. */
+export function blockChecksumsInto(
+  bytes: Uint8Array,
+  blockBytes: number,
+  count: number,
+  out: Float64Array,
+): void {
+  if (native && count > 0 && blockBytes > 0 && blockBytes * count <= bytes.length && count <= out.length) {
+    native.hashBlocks(bytes, blockBytes, count, out);
+    return;
+  }
+  out.set(blockChecksums(bytes, blockBytes, count));
+}
+
 /**
  * Copies `count` blocks of `src` into `dst` and returns the checksums of what was copied. The
  * native path hashes each word as it stores it (one pass over memory, streaming stores), so

@@ -16,6 +16,7 @@ import type { AgentCore } from './agent-core.ts';
 import { authProof, newNonce, verifyProof } from './auth.ts';
 import type { AgentFrame } from './frames.ts';
 import { exposedRegions, PeerKvMap } from './kv-map.ts';
+import { LeaseViews } from './lease-table.ts';
 import type { PeerLink } from './peer-link.ts';
 import { ProtocolError } from './protocol-error.ts';
 import { checkRingPath, ShmRingReader, ShmRingWriter } from './shm-ring.ts';
@@ -99,6 +100,12 @@ export class ClientHandshake {
       link.ringOut?.unlink();
       link.mappedByPeer = new Set(f.mapped ?? []);
       link.peerKv = f.kv ? PeerKvMap.map(f.kv) : null;
+      if (link.peerKv && f.leases) {
+        link.peerLeaseMap = PeerKvMap.map([f.leases]);
+        const bytes = link.peerLeaseMap?.view(f.leases.region, 0, f.leases.length);
+        const leases = bytes ? LeaseViews.open(bytes) : null;
+        if (leases) link.direct = { kv: link.peerKv, leases };
+      }
       const mapped = link.peerKv?.regions;
       link.conn.send({ type: 'ready', ...(mapped ? { mapped } : {}) });
     }

@@ -50,6 +50,8 @@ export type AgentFrame =
       readonly proof?: string;
       readonly ring?: string;
       readonly kv?: readonly ExposedRegion[];
+      /** The server's lease table (lease-table.ts), mappable like a region; `region` is 0. */
+      readonly leases?: ExposedRegion;
       /** The client's regions this server mapped. */
       readonly mapped?: readonly number[];
     }
@@ -163,25 +165,31 @@ function tuples(raw: Raw, key: string, width: number, min: number): number[][] {
   return v as number[][];
 }
 
+/** One mappable memory offer (an entry of `kv`, or `leases`). */
+function exposedEntry(raw: Raw, key: string, entry: unknown): ExposedRegion {
+  if (typeof entry !== 'object' || entry === null) fail(raw, key, 'a mappable region');
+  const e = { ...(entry as Raw), type: raw['type'] };
+  return {
+    region: uint(e, 'region'),
+    pid: uint(e, 'pid'),
+    fd: uint(e, 'fd'),
+    ino: uint(e, 'ino'),
+    dev: uint(e, 'dev'),
+    size: uint(e, 'size'),
+    offset: uint(e, 'offset'),
+    length: uint(e, 'length'),
+  };
+}
+
 function exposed(raw: Raw): { kv?: ExposedRegion[] } {
   if (raw['kv'] === undefined) return {};
   const list = raw['kv'];
   if (!Array.isArray(list) || list.length > MAX_DESCRIPTORS) fail(raw, 'kv', 'a list of regions');
-  const kv = list.map((entry: unknown) => {
-    if (typeof entry !== 'object' || entry === null) fail(raw, 'kv', 'a list of regions');
-    const e = { ...(entry as Raw), type: raw['type'] };
-    return {
-      region: uint(e, 'region'),
-      pid: uint(e, 'pid'),
-      fd: uint(e, 'fd'),
-      ino: uint(e, 'ino'),
-      dev: uint(e, 'dev'),
-      size: uint(e, 'size'),
-      offset: uint(e, 'offset'),
-      length: uint(e, 'length'),
-    };
-  });
-  return { kv };
+  return { kv: list.map((entry: unknown) => exposedEntry(raw, 'kv', entry)) };
+}
+
+function leases(raw: Raw): { leases?: ExposedRegion } {
+  return raw['leases'] === undefined ? {} : { leases: exposedEntry(raw, 'leases', raw['leases']) };
 }
 
 /** The fields a READ and a WRITE request share. */
@@ -240,6 +248,7 @@ export function parseAgentFrame(raw: Raw): AgentFrame {
         ...optStr(raw, 'proof'),
         ...optStr(raw, 'ring'),
         ...exposed(raw),
+        ...leases(raw),
         ...optUintList(raw, 'mapped'),
       };
     case 'ready':

@@ -74,6 +74,7 @@ export class GrantTable {
   readonly #waiters = new Map<string, Set<Waiter>>();
   readonly #parked = new Map<string, { reads: number; runs: number }>();
   readonly #revokeListeners = new Set<(kind: GrantKind) => void>();
+  readonly #endListeners = new Set<(kind: GrantKind, key: string) => void>();
   readonly limits: GrantWaitLimits;
   readonly #onWaiting: ((count: number) => void) | undefined;
   #waiting = 0;
@@ -86,6 +87,8 @@ export class GrantTable {
 
   add(kind: GrantKind, key: string, spec: GrantSpec): void {
     const k = `${kind}:${key}`;
+    this.#dropExpired(Date.now());
+    if (this.#grants.has(k)) this.#notifyEnd(kind, key);
     this.#ended.delete(k);
     this.#grants.set(k, {
       kind,
@@ -101,6 +104,7 @@ export class GrantTable {
   revoke(kind: GrantKind, key: string): boolean {
     const k = `${kind}:${key}`;
     const existed = this.#grants.delete(k);
+    if (existed) this.#notifyEnd(kind, key);
     this.#markEnded(k);
     this.#wake(k, () => `no live ${kind} grant '${key}' (revoked before it was granted)`);
     if (existed) for (const l of this.#revokeListeners) l(kind);
@@ -111,6 +115,19 @@ export class GrantTable {
   onRevoke(listener: (kind: GrantKind) => void): () => void {
     this.#revokeListeners.add(listener);
     return () => this.#revokeListeners.delete(listener);
+  }
+
+  /**
+   * Calls `listener` synchronously whenever a grant ends: revoked, found expired, or replaced
+   * by a grant of the same key. Returns the unsubscribe.
+   */
+  onEnd(listener: (kind: GrantKind, key: string) => void): () => void {
+    this.#endListeners.add(listener);
+    return () => this.#endListeners.delete(listener);
+  }
+
+  #notifyEnd(kind: GrantKind, key: string): void {
+    for (const l of this.#endListeners) l(kind, key);
   }
 
   /** Moves the expiry of a live grant (lease renewal); false if there is no such grant. */
@@ -244,6 +261,7 @@ export class GrantTable {
     for (const [k, g] of this.#grants) {
       if (g.expiresAt > now) continue;
       this.#grants.delete(k);
+      this.#notifyEnd(g.kind, k.slice(g.kind.length + 1));
       this.#markEnded(k);
     }
   }

@@ -12,7 +12,7 @@ import { FramedConnection } from './connection.ts';
 import { checkRun } from './descriptors.ts';
 import { type AgentFrame, type DataFrame, parseAgentFrame, type WireRun } from './frames.ts';
 import type { GrantKind } from './grants.ts';
-import { exposedRegions, PeerKvMap } from './kv-map.ts';
+import { exposedBytes, exposedRegions, PeerKvMap } from './kv-map.ts';
 import { PeerLink } from './peer-link.ts';
 import { ProtocolError } from './protocol-error.ts';
 import { checkRingPath, ShmRingReader, ShmRingWriter } from './shm-ring.ts';
@@ -164,12 +164,20 @@ export class InboundSession {
     this.#peer = { agentName: f.agent, engineId: f.engine };
     const offered =
       f.transport === 'shm' && this.#core.offerKv ? exposedRegions(this.#core.regions.values()) : [];
+    // With the KV, the lease table: the peer then serves its own READs of granted blocks. Not
+    // while a test hook alters what this side sends (the peer would not see it).
+    const table = this.#core.leases();
+    const leases =
+      offered.length > 0 && this.#core.offerLeases && !this.#core.outgoingHook && table
+        ? exposedBytes(table.bytes, 0)
+        : null;
     this.#conn.send({
       type: 'welcome',
       agent: this.#core.agentName,
       ...(secret === undefined ? {} : { proof: authProof(secret, 'server', this.#nonce, f.nonce) }),
       ...(link.ringOut ? { ring: link.ringOut.path } : {}),
       ...(offered.length > 0 ? { kv: offered } : {}),
+      ...(leases ? { leases } : {}),
       ...(mapped ? { mapped } : {}),
     });
   }
@@ -240,10 +248,13 @@ export class InboundSession {
     const c = this.#core;
     const peer = this.#peer!;
     const allowed = (run: BlockRun): string | null => c.grants.check('read', peer, [run], key);
+    const recorded = (run: BlockRun): number[] | null =>
+      c.leases()?.sums(run.region, run.first, run.count) ?? null;
     sendRuns(link, c.regions, c.chunkBytes, xfer, runs, {
       hook: c.outgoingHook,
       heldSince: arrived,
       allowed,
+      recorded,
     }).catch((e: unknown) => {
       if (!(e instanceof PermissionEndedError)) {
         this.#conn.close(`serving READ ${xfer} failed: ${String(e)}`);

@@ -18,16 +18,20 @@ interface KvMapBinding {
 
 const binding = nativeFunctions<KvMapBinding>('sharedInfo', 'mapShared', 'release');
 
+/** `view` as an offer a same-host peer can map (as `region`), or null when it is not in mappable memory. */
+export function exposedBytes(view: Uint8Array, region: number): ExposedRegion | null {
+  const info = binding?.sharedInfo(view) ?? null;
+  if (info === null || !info.every((x) => Number.isSafeInteger(x))) return null;
+  const [fd, offset, size, ino, dev] = info;
+  return { region, pid: process.pid, fd, ino, dev, size, offset, length: view.length };
+}
+
 /** The regions a same-host peer may map: those backed by mappable memory, when offering is on. */
 export function exposedRegions(regions: Iterable<MemoryRegion>): ExposedRegion[] {
-  if (binding === null) return [];
   const out: ExposedRegion[] = [];
   for (const r of regions) {
-    const view = r.bytes.subarray(0, r.numBlocks * r.blockBytes);
-    const info = binding.sharedInfo(view);
-    if (info === null || !info.every((x) => Number.isSafeInteger(x))) continue;
-    const [fd, offset, size, ino, dev] = info;
-    out.push({ region: r.id, pid: process.pid, fd, ino, dev, size, offset, length: view.length });
+    const offer = exposedBytes(r.bytes.subarray(0, r.numBlocks * r.blockBytes), r.id);
+    if (offer !== null) out.push(offer);
   }
   return out;
 }

@@ -11,6 +11,7 @@ import type { AgentCore } from './agent-core.ts';
 import { type BlockRun, type IncomingRuns, sendRuns } from './block-io.ts';
 import { ClientHandshake } from './client-handshake.ts';
 import { FramedConnection, zeroCopyRead } from './connection.ts';
+import { directRead } from './direct-read.ts';
 import { type AgentFrame, type DataFrame, parseAgentFrame } from './frames.ts';
 import { PeerLink } from './peer-link.ts';
 import { ProtocolError } from './protocol-error.ts';
@@ -109,14 +110,31 @@ export class OutboundPeer {
       this.#finish(t, `sending failed: ${e instanceof Error ? e.message : String(e)}`);
     const link = this.#link;
     if (t.kind === 'READ') {
-      void link
-        .sendControl({
-          type: 'read',
-          xfer: t.id,
-          runs,
-          ...(grantKey === undefined ? {} : { grant: grantKey }),
-        })
-        .catch(fail);
+      const request = (): void => {
+        link
+          .sendControl({
+            type: 'read',
+            xfer: t.id,
+            runs,
+            ...(grantKey === undefined ? {} : { grant: grantKey }),
+          })
+          .catch(fail);
+      };
+      if (!this.#handshake.done || link.direct === null) {
+        request();
+        return;
+      }
+      // Same host, the owner's KV and lease table mapped: serve the READ here, after read() returns.
+      queueMicrotask(() => {
+        if (t.state !== 'PROC') return;
+        const direct = link.direct;
+        if (direct && directRead(direct, this.#core, this.#core.regions, t.descs, grantKey)) {
+          t.incoming.allVerified();
+          this.#finish(t, undefined);
+        } else {
+          request();
+        }
+      });
       return;
     }
     const local: BlockRun[] = t.descs.map((d) => ({

@@ -8,6 +8,7 @@
 import type { IncomingRuns } from './block-io.ts';
 import { blockChecksums, copyAndChecksum } from './checksum.ts';
 import type { FramedConnection } from './connection.ts';
+import type { DirectReadSource } from './direct-read.ts';
 import type { AgentFrame, DataFrame } from './frames.ts';
 import type { PeerKvMap } from './kv-map.ts';
 import { ProtocolError } from './protocol-error.ts';
@@ -24,6 +25,8 @@ export interface DataChunk {
   readonly wire: Uint8Array;
   readonly blockBytes: number;
   readonly count: number;
+  /** The blocks' checksums recorded when they were granted (lease-table.ts); absent = hash them now. */
+  readonly sums?: readonly number[] | undefined;
   /**
    * Throws when the blocks may no longer be read (their grant ended). sendData's `make`
    * checks first; this runs again before bytes are read after a wait for ring space or window.
@@ -53,6 +56,10 @@ export class PeerLink {
   ringIn: ShmRingReader | null = null;
   /** The peer's KV memory mapped here (read-only), to copy its chunks from. */
   peerKv: PeerKvMap | null = null;
+  /** The peer's lease table mapped here (read-only) with its KV: this side serves its own READs (direct-read.ts). */
+  direct: DirectReadSource | null = null;
+  /** The mapping of the peer's lease table. */
+  peerLeaseMap: PeerKvMap | null = null;
   /** Our regions the peer has mapped: chunks of these go by reference, not through the ring. */
   mappedByPeer: ReadonlySet<number> = new Set();
   #tail: Promise<void> | null = null;
@@ -72,6 +79,8 @@ export class PeerLink {
       this.#flushAcksNow();
       this.ringOut?.close();
       this.ringIn?.close();
+      this.direct = null;
+      this.peerLeaseMap?.close();
       this.peerKv?.close();
       this.#wakeKv();
     });
@@ -140,7 +149,8 @@ export class PeerLink {
       const chunk = make();
       const { header, view, wire, blockBytes, count } = chunk;
       if (this.transport === 'tcp') {
-        return this.conn.send({ ...header, sums: blockChecksums(view, blockBytes, count) }, [wire]);
+        const sums = chunk.sums ?? blockChecksums(view, blockBytes, count);
+        return this.conn.send({ ...header, sums }, [wire]);
       }
       if (this.mappedByPeer.has(chunk.region)) return this.#sendMapped(chunk);
       const ring = this.ringOut!;
@@ -150,7 +160,7 @@ export class PeerLink {
           this.conn.send({ ...header, sums, ring: { offset, length: view.length } });
         });
       }
-      const sums = blockChecksums(view, blockBytes, count);
+      const sums = chunk.sums ?? blockChecksums(view, blockBytes, count);
       return ring.put([wire], wire.length, chunk.check).then((offset) => {
         this.#unacked.push(0);
         this.conn.send({ ...header, sums, ring: { offset, length: wire.length } });
@@ -173,7 +183,7 @@ export class PeerLink {
     }
     if (this.conn.closed) return;
     chunk.check?.();
-    const sums = blockChecksums(wire, blockBytes, count);
+    const sums = chunk.sums ?? blockChecksums(wire, blockBytes, count);
     this.#unacked.push(view.length);
     this.#kvOutstanding += view.length;
     this.conn.send({ ...header, sums, src: { region: chunk.region, offset: chunk.offset } });

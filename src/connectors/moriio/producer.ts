@@ -91,9 +91,6 @@ export class MoRIIOProducer {
       const t = this.#get(s.transferId);
       t.reqId = s.reqId;
       t.blockIds = s.blockIds;
-      if (this.#ctx.cfg.readMode) {
-        this.#ctx.agent.grantRead(s.transferId, { blockIds: s.blockIds });
-      }
     }
     for (const s of sends) {
       const t = this.#byTransfer.get(s.transferId);
@@ -132,6 +129,10 @@ export class MoRIIOProducer {
   /** After the forward pass: requests whose last prompt token was computed are complete. */
   endStep(): void {
     for (const s of this.#step) {
+      // READ: the blocks hold this step's KV now. A grant is a lease on blocks that no longer
+      // change (the agent records their checksums when it grants them), so it is made here,
+      // after the forward pass, not before it.
+      if (this.#ctx.cfg.readMode) this.#ctx.agent.grantRead(s.transferId, { blockIds: s.blockIds });
       const t = this.#byTransfer.get(s.transferId);
       if (t && s.last) {
         t.prefillDone = true;

@@ -1,0 +1,253 @@
+/**
+ * The lease table: the owner's live READ grants and the checksum of every granted block, in
+ * memory a same-host peer maps read-only (like the KV itself, see kv-map.ts). Two uses:
+ * - the owner computes each granted block's checksum once, when it grants the block (a granted
+ *   block is a lease: the engine does not write it until the grant ends), so serving a READ
+ *   sends the block without hashing it again;
+ * - a same-host reader that has mapped both the owner's KV and this table serves its own READ
+ *   (direct-read.ts): it checks here that a live grant covers the blocks for it, copies them
+ *   while hashing, compares with the checksums here, and checks that the grant did not change
+ *   meanwhile. No message and no wake-up of the owner: the copy is the whole cost.
+ *
+ * Layout (one shared allocation; per-block entries are guarded by a sequence counter that is
+ * odd while the owner rewrites the entry, a seqlock):
+ *   int32 header[4 + regions]  magic, version, blocks, regions, region ids…  (padded to 8 bytes)
+ *   int32 seq[blocks]          (padded to 8 bytes)
+ *   f64   key[blocks]          hash of the grant key; 0 = no live grant, MULTI = several grants
+ *   f64   peer[blocks]         hash of the grant's peer; 0 = any authenticated peer ('*')
+ *   f64   expires[blocks]      epoch ms (Infinity = until revoked)
+ *   f64   sums[regions][blocks] the block checksum at grant time; NaN = not computed
+ * Only grants that cover every registered region are published; others are served the
+ * request way (the owner checks every READ it serves, whatever this table says).
+ */
+import { allocateShared } from '../util/shared-memory.ts';
+import { blockChecksumsInto } from './checksum.ts';
+import type { MemoryRegion } from './types.ts';
+
+const MAGIC = 0x4b564c54; // 'KVLT'
+const VERSION = 1;
+const HEADER_INTS = 4;
+/** key[] value of a block covered by more than one live grant: readers use the owner's check. */
+export const MULTI = -1;
+
+/** A 53-bit hash of a grant key or peer name, never 0 (0 means "none" / "any peer"). */
+export function leaseHash(s: string): number {
+  let h1 = 0xdeadbeef;
+  let h2 = 0x41c6ce57;
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    h1 = Math.imul(h1 ^ c, 2654435761);
+    h2 = Math.imul(h2 ^ c, 1597334677);
+  }
+  h1 = Math.imul(h1 ^ (h1 >>> 16), 2246822507) ^ Math.imul(h2 ^ (h2 >>> 13), 3266489909);
+  h2 = Math.imul(h2 ^ (h2 >>> 16), 2246822507) ^ Math.imul(h1 ^ (h1 >>> 13), 3266489909);
+  return 4294967296 * (2097151 & h2) + (h1 >>> 0) || 1;
+}
+
+const pad8 = (bytes: number): number => Math.ceil(bytes / 8) * 8;
+
+/** Typed views over a lease table's bytes (the owner's writable ones or a peer's read-only mapping). */
+export class LeaseViews {
+  readonly blocks: number;
+  readonly regionIds: readonly number[];
+  readonly seq: Int32Array;
+  readonly key: Float64Array;
+  readonly peer: Float64Array;
+  readonly expires: Float64Array;
+  readonly #sums: Float64Array;
+  readonly #regionIndex = new Map<number, number>();
+
+  private constructor(buffer: ArrayBufferLike, offset: number, blocks: number, regionIds: readonly number[]) {
+    this.blocks = blocks;
+    this.regionIds = regionIds;
+    for (const [i, id] of regionIds.entries()) this.#regionIndex.set(id, i);
+    let at = offset + pad8((HEADER_INTS + regionIds.length) * 4);
+    this.seq = new Int32Array(buffer, at, blocks);
+    at += pad8(blocks * 4);
+    this.key = new Float64Array(buffer, at, blocks);
+    at += blocks * 8;
+    this.peer = new Float64Array(buffer, at, blocks);
+    at += blocks * 8;
+    this.expires = new Float64Array(buffer, at, blocks);
+    at += blocks * 8;
+    this.#sums = new Float64Array(buffer, at, blocks * regionIds.length);
+  }
+
+  static bytes(blocks: number, regions: number): number {
+    return pad8((HEADER_INTS + regions) * 4) + pad8(blocks * 4) + blocks * 8 * (3 + regions);
+  }
+
+  /** Writes a fresh header and returns the views (owner side). */
+  static create(buffer: ArrayBufferLike, blocks: number, regionIds: readonly number[]): LeaseViews {
+    const head = new Int32Array(buffer, 0, HEADER_INTS + regionIds.length);
+    head.set([MAGIC, VERSION, blocks, regionIds.length, ...regionIds]);
+    const v = new LeaseViews(buffer, 0, blocks, regionIds);
+    v.#sums.fill(Number.NaN);
+    return v;
+  }
+
+  /** Reads a header written by create(); null when `bytes` does not hold a lease table (peer side). */
+  static open(bytes: Uint8Array): LeaseViews | null {
+    if (bytes.byteOffset % 8 !== 0 || bytes.length < HEADER_INTS * 4) return null;
+    const head = new Int32Array(bytes.buffer, bytes.byteOffset, HEADER_INTS);
+    const [magic, version, blocks, regions] = head as unknown as [number, number, number, number];
+    if (magic !== MAGIC || version !== VERSION || blocks < 0 || regions < 0) return null;
+    if (LeaseViews.bytes(blocks, regions) > bytes.length) return null;
+    const ids = [...new Int32Array(bytes.buffer, bytes.byteOffset + HEADER_INTS * 4, regions)];
+    return new LeaseViews(bytes.buffer, bytes.byteOffset, blocks, ids);
+  }
+
+  /** Index of region `id` in the table, or -1. */
+  regionIndex(id: number): number {
+    return this.#regionIndex.get(id) ?? -1;
+  }
+
+  /** The checksums of region index `r`, one per block. */
+  sums(r: number): Float64Array {
+    return this.#sums.subarray(r * this.blocks, (r + 1) * this.blocks);
+  }
+}
+
+interface Published {
+  readonly blocks: readonly number[];
+  readonly keyHash: number;
+}
+
+/** The owner's side: publishes READ grants as they are made and ended. */
+export class LeaseTable {
+  /** The table's bytes: offered to same-host peers when they lie in mappable memory. */
+  readonly bytes: Uint8Array;
+  readonly #views: LeaseViews;
+  readonly #regions: readonly MemoryRegion[];
+  /** Live published grants covering each block. */
+  readonly #count: Uint16Array;
+  readonly #published = new Map<string, Published>();
+
+  constructor(regions: readonly MemoryRegion[]) {
+    this.#regions = regions;
+    const blocks = Math.max(0, ...regions.map((r) => r.numBlocks));
+    const ids = regions.map((r) => r.id);
+    const size = LeaseViews.bytes(blocks, ids.length);
+    this.bytes = new Uint8Array(allocateShared(size), 0, size);
+    this.#views = LeaseViews.create(this.bytes.buffer, blocks, ids);
+    this.#count = new Uint16Array(blocks);
+  }
+
+  /**
+   * Publishes READ grant `key` (covering every region): computes the checksum of each of its
+   * blocks in every region, then makes the entries live. A key granted again replaces the old.
+   */
+  publish(key: string, blockIds: Iterable<number>, peer: string, expiresAt: number): void {
+    this.withdraw(key);
+    const v = this.#views;
+    const blocks = [...new Set(blockIds)].filter((b) => Number.isInteger(b) && b >= 0 && b < v.blocks);
+    const keyHash = leaseHash(key);
+    const peerHash = peer === '*' ? 0 : leaseHash(peer);
+    for (const b of blocks) {
+      const first = this.#count[b] === 0;
+      if (this.#count[b]! < 0xffff) this.#count[b]!++;
+      // Readers see the entry change (odd sequence) before its checksums are rewritten.
+      Atomics.add(v.seq, b, 1);
+      if (first) {
+        v.key[b] = keyHash;
+        v.peer[b] = peerHash;
+        v.expires[b] = expiresAt;
+      } else {
+        // Several grants cover the block: readers fall back to asking the owner.
+        v.key[b] = MULTI;
+      }
+    }
+    // Hashed again for every grant (a grant's checksums are those of its blocks when it is
+    // made), in runs of consecutive blocks: one native call per run and region.
+    const sorted = [...blocks].sort((x, y) => x - y);
+    for (let i = 0; i < sorted.length; ) {
+      let j = i + 1;
+      while (j < sorted.length && sorted[j] === sorted[j - 1]! + 1) j++;
+      this.#hashRun(sorted[i]!, j - i);
+      i = j;
+    }
+    for (const b of blocks) Atomics.add(v.seq, b, 1);
+    this.#published.set(key, { blocks, keyHash });
+  }
+
+  /** Ends grant `key` in the table (revoked, expired or replaced). */
+  withdraw(key: string): void {
+    const p = this.#published.get(key);
+    if (!p) return;
+    this.#published.delete(key);
+    const v = this.#views;
+    for (const b of p.blocks) {
+      if (this.#count[b]! > 0) this.#count[b]!--;
+      const last = this.#count[b] === 0;
+      // A block that stays covered by another grant keeps MULTI: readers ask the owner.
+      if (!last && v.key[b] === MULTI) continue;
+      this.#write(b, () => {
+        v.key[b] = last ? 0 : MULTI;
+        if (last) this.#clearSums(b);
+      });
+    }
+  }
+
+  /** Moves the expiry of grant `key`'s entries (lease renewal). */
+  renew(key: string, expiresAt: number): void {
+    const p = this.#published.get(key);
+    if (!p) return;
+    const v = this.#views;
+    for (const b of p.blocks) {
+      if (v.key[b] !== p.keyHash) continue;
+      this.#write(b, () => {
+        v.expires[b] = expiresAt;
+      });
+    }
+  }
+
+  /** Ends every published grant (the table is being replaced). */
+  clear(): void {
+    for (const key of [...this.#published.keys()]) this.withdraw(key);
+  }
+
+  /**
+   * The checksums recorded at grant time for `count` blocks of `region` from `first`, or null
+   * when any of them is not covered by a live published grant.
+   */
+  sums(region: number, first: number, count: number): number[] | null {
+    const v = this.#views;
+    const r = v.regionIndex(region);
+    if (r < 0 || first + count > v.blocks) return null;
+    const sums = v.sums(r);
+    const out = new Array<number>(count);
+    for (let i = 0; i < count; i++) {
+      const s = sums[first + i]!;
+      if (this.#count[first + i] === 0 || Number.isNaN(s)) return null;
+      out[i] = s;
+    }
+    return out;
+  }
+
+  /** Records the checksums of blocks [first, first + count) in every region that has them. */
+  #hashRun(first: number, count: number): void {
+    const v = this.#views;
+    this.#regions.forEach((region, r) => {
+      const n = Math.min(count, region.numBlocks - first);
+      if (n <= 0) return;
+      const at = first * region.blockBytes;
+      const bytes = region.bytes.subarray(at, at + n * region.blockBytes);
+      blockChecksumsInto(bytes, region.blockBytes, n, v.sums(r).subarray(first, first + n));
+    });
+  }
+
+  #clearSums(b: number): void {
+    const v = this.#views;
+    for (let r = 0; r < v.regionIds.length; r++) v.sums(r)[b] = Number.NaN;
+  }
+
+  /** Rewrites block b's entry under its sequence counter (odd while it changes). */
+  #write(b: number, update: () => void): void {
+    Atomics.add(this.#views.seq, b, 1);
+    try {
+      update();
+    } finally {
+      Atomics.add(this.#views.seq, b, 1);
+    }
+  }
+}

@@ -50,11 +50,16 @@ export function processCpuSeconds(pid: number): number {
   return (Number(fields[11]) + Number(fields[12])) / 100;
 }
 
-export async function startPeer(backend: 'TCP' | 'SHM', layout: KvLayout, chunkBytes: number): Promise<Peer> {
+export async function startPeer(
+  backend: 'TCP' | 'SHM',
+  layout: KvLayout,
+  chunkBytes: number,
+  env: Record<string, string> = {},
+): Promise<Peer> {
   const proc = spawn(
     process.execPath,
     ['--import', 'tsx', SELF, backend, JSON.stringify(layout), String(chunkBytes)],
-    { stdio: ['pipe', 'pipe', 'inherit'] },
+    { stdio: ['pipe', 'pipe', 'inherit'], env: { ...process.env, ...env } },
   );
   const exited = new Promise<void>((resolve) => proc.once('exit', () => resolve()));
   const lines = createInterface({ input: proc.stdout! });

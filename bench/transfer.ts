@@ -6,9 +6,13 @@
  * an engine-like layout: one region per layer and per K/V, a request's blocks in runs of
  * 1–64 (placed differently on the two sides), so one transfer is many descriptors. In the
  * same run, alternating with it round by round: UCX ucp_put_bw over posix and over tcp
- * (lo), iperf3 single stream, and a native memcpy of the same size. Reports medians with
- * min–max over the rounds and the ratios kvconnect/baseline (of medians), then the p50/p99
- * of a one-block READ and WRITE. Prints a table, then one JSON object.
+ * (lo), iperf3 single stream, a native memcpy of the same size, and an shm READ the request
+ * way (an owner that does not offer its lease table, so no direct READ). Before each READ the
+ * owner grants the request's blocks afresh, which is when it records their checksums; the
+ * grant's time is reported apart, and a READ rate counted from the grant's start. Reports
+ * medians with min–max over the rounds and the ratios kvconnect/baseline (of medians), then
+ * the p50/p99 of a one-block READ and WRITE (the agents take turns, round by round). Prints a
+ * table, then one JSON object.
  */
 
 import { setLogLevel } from '../src/logging/logger.ts';
@@ -127,12 +131,15 @@ async function transferGbps(
   return bytes / seconds / 1e9;
 }
 
-/** Round-trip µs of `samples` one-block transfers, alternating READ and WRITE. */
-async function latencies(agent: TransferAgent, remote: string, peer: Peer, samples: number) {
-  const out = { READ: [] as number[], WRITE: [] as number[] };
+interface LatencySamples {
+  readonly READ: number[];
+  readonly WRITE: number[];
+}
+
+/** Appends the round-trip µs of `samples` one-block transfers, alternating READ and WRITE, to `out` (after 20 not counted). */
+async function latencySlice(agent: TransferAgent, remote: string, samples: number, out: LatencySamples) {
   const one = [{ localRegion: 0, localFirst: 0, remoteRegion: 0, remoteFirst: 0, count: 1 }];
-  await peer.grant('lat', [0]);
-  for (let i = 0; i < samples + 100; i++) {
+  for (let i = 0; i < samples + 20; i++) {
     for (const kind of ['READ', 'WRITE'] as const) {
       const t0 = performance.now();
       const h = kind === 'READ' ? agent.read(remote, one, { grantKey: 'lat' }) : agent.write(remote, one);
@@ -140,9 +147,12 @@ async function latencies(agent: TransferAgent, remote: string, peer: Peer, sampl
       const us = (performance.now() - t0) * 1000;
       agent.releaseHandle(h);
       if (s.state !== 'DONE') throw new Error(`${kind} failed: ${s.reason}`);
-      if (i >= 100) out[kind].push(us);
+      if (i >= 20) out[kind].push(us);
     }
   }
+}
+
+function latencyStats(out: LatencySamples) {
   const stat = (v: number[]) => {
     const sorted = v.sort((a, b) => a - b);
     return { p50: percentile(sorted, 50), p99: percentile(sorted, 99) };
@@ -166,11 +176,17 @@ export async function main(args: string[]): Promise<void> {
 
   const local = kvRegions(layout);
   const agents: Record<
-    'tcp' | 'shm',
+    'tcp' | 'shm' | 'shm_request',
     { agent: TransferAgent; remote: string; peer: Peer; stop: () => Promise<void> }
   > = {} as never;
-  for (const backend of ['TCP', 'SHM'] as const) {
-    const peer = await startPeer(backend, layout, chunkBytes);
+  // shm_request: an owner that does not offer its lease table, so every shm READ asks it (the
+  // request path), alternated with the direct READ in the same rounds.
+  for (const [name, backend, env] of [
+    ['tcp', 'TCP', {}],
+    ['shm', 'SHM', {}],
+    ['shm_request', 'SHM', { [DISABLE_DIRECT_READ_ENV]: '1' }],
+  ] as const) {
+    const peer = await startPeer(backend, layout, chunkBytes, env);
     const agent = await InThreadTransferAgent.create({
       engineId: 'bench',
       agentName: 'bench',
@@ -182,7 +198,7 @@ export async function main(args: string[]): Promise<void> {
     // Warm-up: connection, handshake, mappings.
     await transferGbps(agent, remote, peer, 'READ', descs, bytes);
     await transferGbps(agent, remote, peer, 'WRITE', descs, bytes);
-    agents[backend === 'TCP' ? 'tcp' : 'shm'] = {
+    agents[name] = {
       agent,
       remote,
       peer,
@@ -211,6 +227,13 @@ export async function main(args: string[]): Promise<void> {
     const name = `shm_${kind.toLowerCase()}`;
     contestants.push([name, () => transferGbps(agent, remote, peer, kind, descs, bytes, name)]);
   }
+  {
+    const { agent, remote, peer } = agents.shm_request;
+    contestants.push([
+      'shm_read_request',
+      () => transferGbps(agent, remote, peer, 'READ', descs, bytes, 'shm_read_request'),
+    ]);
+  }
   contestants.push(['iperf3', iperf3Available() ? () => iperf3Gbps(2) : null, IPERF3_MISSING]);
   contestants.push([
     'ucx_tcp',
@@ -237,9 +260,21 @@ export async function main(args: string[]): Promise<void> {
       }
     }
   }
+  // One-block latencies: the agents take turns, a slice of the samples each per round.
+  const latSamples: Record<'tcp' | 'shm' | 'shm_request', LatencySamples> = {
+    tcp: { READ: [], WRITE: [] },
+    shm: { READ: [], WRITE: [] },
+    shm_request: { READ: [], WRITE: [] },
+  };
+  for (const a of Object.values(agents)) await a.peer.grant('lat', [0]);
+  for (let r = 0; r < rounds; r++) {
+    for (const [name, a] of Object.entries(agents) as [keyof typeof latSamples, (typeof agents)['tcp']][])
+      await latencySlice(a.agent, a.remote, Math.ceil(latencySamples / rounds), latSamples[name]);
+  }
   const lat = {
-    tcp: await latencies(agents.tcp.agent, agents.tcp.remote, agents.tcp.peer, latencySamples),
-    shm: await latencies(agents.shm.agent, agents.shm.remote, agents.shm.peer, latencySamples),
+    tcp: latencyStats(latSamples.tcp),
+    shm: latencyStats(latSamples.shm),
+    shmRequest: latencyStats(latSamples.shm_request),
   };
   for (const a of Object.values(agents)) await a.stop();
 
@@ -268,6 +303,7 @@ export async function main(args: string[]): Promise<void> {
   const rows: [string, string, string][] = [
     ['shm_read', 'ucx_posix', 'memcpy'],
     ['shm_write', 'ucx_posix', 'memcpy'],
+    ['shm_read_request', 'ucx_posix', 'shm_read'],
     ['tcp_read', 'ucx_tcp', 'iperf3'],
     ['tcp_write', 'ucx_tcp', 'iperf3'],
   ];
@@ -277,7 +313,7 @@ export async function main(args: string[]): Promise<void> {
   }
   const us = (x: number) => Math.round(x * 10) / 10;
   console.log(
-    `| one ${blockBytes >> 10} KiB block, round trip | tcp READ p50 ${us(lat.tcp.read.p50)} µs, p99 ${us(lat.tcp.read.p99)} µs; WRITE p50 ${us(lat.tcp.write.p50)} µs, p99 ${us(lat.tcp.write.p99)} µs | | shm READ p50 ${us(lat.shm.read.p50)} µs, p99 ${us(lat.shm.read.p99)} µs; WRITE p50 ${us(lat.shm.write.p50)} µs, p99 ${us(lat.shm.write.p99)} µs | |`,
+    `| one ${blockBytes >> 10} KiB block, round trip | tcp READ p50 ${us(lat.tcp.read.p50)} µs, p99 ${us(lat.tcp.read.p99)} µs; WRITE p50 ${us(lat.tcp.write.p50)} µs, p99 ${us(lat.tcp.write.p99)} µs | | shm READ p50 ${us(lat.shm.read.p50)} µs, p99 ${us(lat.shm.read.p99)} µs; WRITE p50 ${us(lat.shm.write.p50)} µs, p99 ${us(lat.shm.write.p99)} µs; shm READ the request way p50 ${us(lat.shmRequest.read.p50)} µs, p99 ${us(lat.shmRequest.read.p99)} µs | |`,
   );
   const cpuMedian = (v: number[] | undefined) => (v && v.length > 0 ? r2(summarize(v).median) : null);
   console.log('| path | GB per CPU-second, receiver / sender (median) |\n|---|---|');
@@ -334,6 +370,9 @@ export async function main(args: string[]): Promise<void> {
     tcp_write_64k_p99_us: us(lat.tcp.write.p99),
     shm_read_64k_p50_us: us(lat.shm.read.p50),
     shm_read_64k_p99_us: us(lat.shm.read.p99),
+    shm_read_request_64k_p50_us: us(lat.shmRequest.read.p50),
+    shm_read_request_64k_p99_us: us(lat.shmRequest.read.p99),
+    shm_read_vs_request: ratio('shm_read', 'shm_read_request'),
     shm_write_64k_p50_us: us(lat.shm.write.p50),
     shm_write_64k_p99_us: us(lat.shm.write.p99),
     notes,

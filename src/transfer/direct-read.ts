@@ -11,7 +11,7 @@
  */
 import { copyAndChecksum } from './checksum.ts';
 import type { PeerKvMap } from './kv-map.ts';
-import { type LeaseViews, leaseHash, MULTI } from './lease-table.ts';
+import { type LeaseViews, leaseHash, SLOTS } from './lease-table.ts';
 import type { DescPair, MemoryRegion } from './types.ts';
 
 /** Set to 1 to make agents not offer their lease table: every READ then asks the owner. */
@@ -27,33 +27,47 @@ export interface Reader {
   readonly engineId: string;
 }
 
-/** Copies and verifies every block of `descs` from the peer; false (nothing decided) when the owner must be asked. */
+/** The grant keys (hashes) that let the reader (`me`) read block `b` at `now`: live slots for it or for any peer. */
+function liveKeys(v: LeaseViews, b: number, me: readonly number[], now: number): number[] {
+  const keys: number[] = [];
+  for (let s = b * SLOTS; s < (b + 1) * SLOTS; s++) {
+    const key = v.key[s]!;
+    const peer = v.peer[s]!;
+    if (key !== 0 && (peer === 0 || me.includes(peer)) && v.expires[s]! > now) keys.push(key);
+  }
+  return keys;
+}
+
+/**
+ * Copies and verifies every block of `descs` from the peer. Returns null when done; otherwise
+ * why the owner must be asked (nothing is decided: the READ then goes the request way).
+ */
 export function directRead(
   source: DirectReadSource,
   reader: Reader,
   regions: ReadonlyMap<number, MemoryRegion>,
   descs: readonly DescPair[],
   grantKey: string | undefined,
-): boolean {
+): string | null {
   const v = source.leases;
-  const keyHash = grantKey === undefined ? null : leaseHash(grantKey);
-  const me1 = leaseHash(reader.agentName);
-  const me2 = leaseHash(reader.engineId);
+  const me = [leaseHash(reader.agentName), leaseHash(reader.engineId)];
+  // The grant the READ names, or (none named) one grant that must cover every block, as the owner requires.
+  let candidates: number[] | null = grantKey === undefined ? null : [leaseHash(grantKey)];
   const blocks: number[] = [];
   const seqs: number[] = [];
   const now = Date.now();
   for (const d of descs) {
     const r = v.regionIndex(d.remoteRegion);
-    if (r < 0 || d.remoteFirst + d.count > v.blocks) return false;
+    if (r < 0 || d.remoteFirst + d.count > v.blocks) return 'a region or block outside the lease table';
     const sums = v.sums(r);
     for (let b = d.remoteFirst; b < d.remoteFirst + d.count; b++) {
       const seq = Atomics.load(v.seq, b);
-      const key = v.key[b]!;
-      const peer = v.peer[b]!;
-      if ((seq & 1) !== 0 || key === 0 || key === MULTI || (keyHash !== null && key !== keyHash))
-        return false;
-      if ((peer !== 0 && peer !== me1 && peer !== me2) || !(v.expires[b]! > now) || Number.isNaN(sums[b]!))
-        return false;
+      if ((seq & 1) !== 0) return 'the owner is changing a grant';
+      const keys = liveKeys(v, b, me, now);
+      const left: number[] = candidates === null ? keys : candidates.filter((k) => keys.includes(k));
+      if (left.length === 0) return 'no live grant in the table covers the blocks for this reader';
+      candidates = left;
+      if (Number.isNaN(sums[b]!)) return 'no checksum recorded';
       blocks.push(b);
       seqs.push(seq);
     }
@@ -62,17 +76,19 @@ export function directRead(
     const local = regions.get(d.localRegion)!;
     const bb = local.blockBytes;
     const src = source.kv.view(d.remoteRegion, d.remoteFirst * bb, d.count * bb);
-    if (src === null) return false;
+    if (src === null) return 'a region that is not mapped';
     const dst = local.bytes.subarray(d.localFirst * bb, (d.localFirst + d.count) * bb);
     const got = copyAndChecksum(dst, src, bb, d.count);
     const want = v.sums(v.regionIndex(d.remoteRegion));
-    for (let i = 0; i < d.count; i++) if (got[i] !== want[d.remoteFirst + i]) return false;
+    for (let i = 0; i < d.count; i++) if (got[i] !== want[d.remoteFirst + i]) return 'a checksum differs';
   }
   // The grant must have been live, unchanged, during the whole copy.
   const after = Date.now();
   for (let i = 0; i < blocks.length; i++) {
     const b = blocks[i]!;
-    if (Atomics.load(v.seq, b) !== seqs[i] || !(v.expires[b]! > after)) return false;
+    if (Atomics.load(v.seq, b) !== seqs[i]) return 'a grant changed during the copy';
+    const keys = liveKeys(v, b, me, after);
+    if (!candidates!.some((k) => keys.includes(k))) return 'the grant ended during the copy';
   }
-  return true;
+  return null;
 }

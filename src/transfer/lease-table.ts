@@ -10,13 +10,15 @@
  *   meanwhile. No message and no wake-up of the owner: the copy is the whole cost.
  *
  * Layout (one shared allocation; per-block entries are guarded by a sequence counter that is
- * odd while the owner rewrites the entry, a seqlock):
+ * odd while the owner rewrites the entry, a seqlock). A block has SLOTS grant slots: a block
+ * shared by several requests (a common prefix) is granted once per request, and the grants
+ * of a block beyond SLOTS are not in the table (readers then ask the owner):
  *   int32 header[4 + regions]  magic, version, blocks, regions, region ids…  (padded to 8 bytes)
  *   int32 seq[blocks]          (padded to 8 bytes)
- *   f64   key[blocks]          hash of the grant key; 0 = no live grant, MULTI = several grants
- *   f64   peer[blocks]         hash of the grant's peer; 0 = any authenticated peer ('*')
- *   f64   expires[blocks]      epoch ms (Infinity = until revoked)
- *   f64   sums[regions][blocks] the block checksum at grant time; NaN = not computed
+ *   f64   key[blocks][SLOTS]   hash of a grant key; 0 = free slot
+ *   f64   peer[blocks][SLOTS]  hash of that grant's peer; 0 = any authenticated peer ('*')
+ *   f64   expires[blocks][SLOTS] epoch ms (Infinity = until revoked)
+ *   f64   sums[regions][blocks] the block checksum at the latest grant; NaN = not granted
  * Only grants that cover every registered region are published; others are served the
  * request way (the owner checks every READ it serves, whatever this table says).
  */
@@ -25,10 +27,10 @@ import { blockChecksumsInto } from './checksum.ts';
 import type { MemoryRegion } from './types.ts';
 
 const MAGIC = 0x4b564c54; // 'KVLT'
-const VERSION = 1;
+const VERSION = 2;
 const HEADER_INTS = 4;
-/** key[] value of a block covered by more than one live grant: readers use the owner's check. */
-export const MULTI = -1;
+/** Grant slots per block. */
+export const SLOTS = 4;
 
 /** A 53-bit hash of a grant key or peer name, never 0 (0 means "none" / "any peer"). */
 export function leaseHash(s: string): number {
@@ -64,17 +66,17 @@ export class LeaseViews {
     let at = offset + pad8((HEADER_INTS + regionIds.length) * 4);
     this.seq = new Int32Array(buffer, at, blocks);
     at += pad8(blocks * 4);
-    this.key = new Float64Array(buffer, at, blocks);
-    at += blocks * 8;
-    this.peer = new Float64Array(buffer, at, blocks);
-    at += blocks * 8;
-    this.expires = new Float64Array(buffer, at, blocks);
-    at += blocks * 8;
+    this.key = new Float64Array(buffer, at, blocks * SLOTS);
+    at += blocks * SLOTS * 8;
+    this.peer = new Float64Array(buffer, at, blocks * SLOTS);
+    at += blocks * SLOTS * 8;
+    this.expires = new Float64Array(buffer, at, blocks * SLOTS);
+    at += blocks * SLOTS * 8;
     this.#sums = new Float64Array(buffer, at, blocks * regionIds.length);
   }
 
   static bytes(blocks: number, regions: number): number {
-    return pad8((HEADER_INTS + regions) * 4) + pad8(blocks * 4) + blocks * 8 * (3 + regions);
+    return pad8((HEADER_INTS + regions) * 4) + pad8(blocks * 4) + blocks * 8 * (3 * SLOTS + regions);
   }
 
   /** Writes a fresh header and returns the views (owner side). */
@@ -97,6 +99,12 @@ export class LeaseViews {
     return new LeaseViews(bytes.buffer, bytes.byteOffset, blocks, ids);
   }
 
+  /** The slot of block `b` holding grant `keyHash`, or -1. */
+  slotOf(b: number, keyHash: number): number {
+    for (let s = b * SLOTS; s < (b + 1) * SLOTS; s++) if (this.key[s] === keyHash) return s;
+    return -1;
+  }
+
   /** Index of region `id` in the table, or -1. */
   regionIndex(id: number): number {
     return this.#regionIndex.get(id) ?? -1;
@@ -111,6 +119,11 @@ export class LeaseViews {
 interface Published {
   readonly blocks: readonly number[];
   readonly keyHash: number;
+}
+
+/** Hash of the peer name a grant names: 0 for any peer ('*'). */
+export function peerHash(peer: string): number {
+  return peer === '*' ? 0 : leaseHash(peer);
 }
 
 /** The owner's side: publishes READ grants as they are made and ended. */
@@ -142,19 +155,16 @@ export class LeaseTable {
     const v = this.#views;
     const blocks = [...new Set(blockIds)].filter((b) => Number.isInteger(b) && b >= 0 && b < v.blocks);
     const keyHash = leaseHash(key);
-    const peerHash = peer === '*' ? 0 : leaseHash(peer);
+    const who = peerHash(peer);
     for (const b of blocks) {
-      const first = this.#count[b] === 0;
       if (this.#count[b]! < 0xffff) this.#count[b]!++;
       // Readers see the entry change (odd sequence) before its checksums are rewritten.
       Atomics.add(v.seq, b, 1);
-      if (first) {
-        v.key[b] = keyHash;
-        v.peer[b] = peerHash;
-        v.expires[b] = expiresAt;
-      } else {
-        // Several grants cover the block: readers fall back to asking the owner.
-        v.key[b] = MULTI;
+      const slot = v.slotOf(b, 0);
+      if (slot >= 0) {
+        v.key[slot] = keyHash;
+        v.peer[slot] = who;
+        v.expires[slot] = expiresAt;
       }
     }
     // Hashed again for every grant (a grant's checksums are those of its blocks when it is
@@ -179,10 +189,10 @@ export class LeaseTable {
     for (const b of p.blocks) {
       if (this.#count[b]! > 0) this.#count[b]!--;
       const last = this.#count[b] === 0;
-      // A block that stays covered by another grant keeps MULTI: readers ask the owner.
-      if (!last && v.key[b] === MULTI) continue;
+      const slot = v.slotOf(b, p.keyHash);
+      if (slot < 0 && !last) continue;
       this.#write(b, () => {
-        v.key[b] = last ? 0 : MULTI;
+        if (slot >= 0) v.key[slot] = 0;
         if (last) this.#clearSums(b);
       });
     }
@@ -194,9 +204,10 @@ export class LeaseTable {
     if (!p) return;
     const v = this.#views;
     for (const b of p.blocks) {
-      if (v.key[b] !== p.keyHash) continue;
+      const slot = v.slotOf(b, p.keyHash);
+      if (slot < 0) continue;
       this.#write(b, () => {
-        v.expires[b] = expiresAt;
+        v.expires[slot] = expiresAt;
       });
     }
   }

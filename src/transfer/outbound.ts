@@ -128,10 +128,14 @@ export class OutboundPeer {
       queueMicrotask(() => {
         if (t.state !== 'PROC') return;
         const direct = link.direct;
-        if (direct && directRead(direct, this.#core, this.#core.regions, t.descs, grantKey)) {
+        const declined = direct
+          ? directRead(direct, this.#core, this.#core.regions, t.descs, grantKey)
+          : 'connection closed';
+        if (declined === null) {
           t.incoming.allVerified();
           this.#finish(t, undefined);
         } else {
+          log.debug('READ %d from %s asks the owner: %s', t.id, this.meta.agentName, declined);
           request();
         }
       });

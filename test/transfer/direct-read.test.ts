@@ -11,7 +11,7 @@ import { blockChecksums } from '../../src/transfer/checksum.ts';
 import { directRead } from '../../src/transfer/direct-read.ts';
 import { InThreadTransferAgent, type TransferAgentOptions } from '../../src/transfer/index.ts';
 import { exposedRegions, PeerKvMap } from '../../src/transfer/kv-map.ts';
-import { LeaseTable, LeaseViews, leaseHash, MULTI } from '../../src/transfer/lease-table.ts';
+import { LeaseTable, LeaseViews, leaseHash, SLOTS } from '../../src/transfer/lease-table.ts';
 import type { TransferHandle } from '../../src/transfer/types.ts';
 import { mappableSharedMemory } from '../../src/util/shared-memory.ts';
 import { blocksEqual, makeRegion } from './pattern.ts';
@@ -36,8 +36,9 @@ describe('lease table', () => {
       assert.deepEqual(table.sums(region.id, 2, 3), want);
       assert.deepEqual([...v.sums(r).subarray(2, 5)], want);
     }
-    assert.equal(v.key[3], leaseHash('k'));
-    assert.equal(v.peer[3], 0, "'*' = any peer");
+    const slot = v.slotOf(3, leaseHash('k'));
+    assert.ok(slot >= 0);
+    assert.equal(v.peer[slot], 0, "'*' = any peer");
     assert.equal(table.sums(0, 4, 2), null, 'block 5 is not granted');
     assert.ok(
       v.seq.every((s) => s % 2 === 0),
@@ -45,29 +46,38 @@ describe('lease table', () => {
     );
   });
 
-  it('marks blocks of overlapping grants as shared, and clears them when the last grant ends', () => {
+  it('gives each grant of a shared block its own slot, up to SLOTS, and clears a block when its last grant ends', () => {
     const table = new LeaseTable([makeRegion(0, BB, N, 1)]);
     const v = LeaseViews.open(table.bytes)!;
+    const slotKeys = (b: number) => [...v.key.subarray(b * SLOTS, (b + 1) * SLOTS)].filter((k) => k !== 0);
     table.publish('a', [1, 2], 'D1', 1e15);
     table.publish('b', [2, 3], 'D2', 1e15);
-    assert.equal(v.key[1], leaseHash('a'));
-    assert.equal(v.peer[1], leaseHash('D1'));
-    assert.equal(v.key[2], MULTI);
-    assert.equal(v.key[3], leaseHash('b'));
+    assert.deepEqual(slotKeys(1), [leaseHash('a')]);
+    assert.deepEqual(slotKeys(2).sort(), [leaseHash('a'), leaseHash('b')].sort());
+    const slotB = v.slotOf(2, leaseHash('b'));
+    assert.equal(v.peer[slotB], leaseHash('D2'));
     table.withdraw('a');
-    assert.equal(v.key[1], 0);
+    assert.deepEqual(slotKeys(1), []);
     assert.ok(Number.isNaN(v.sums(0)[1]!), 'an ended lease keeps no checksum');
-    assert.equal(v.key[2], MULTI, 'still covered by b: readers ask the owner');
+    assert.deepEqual(slotKeys(2), [leaseHash('b')], 'still covered by b');
     assert.notEqual(table.sums(0, 2, 1), null);
     table.renew('b', 5);
-    assert.equal(v.expires[3], 5);
+    assert.equal(v.expires[v.slotOf(3, leaseHash('b'))], 5);
     table.withdraw('b');
-    assert.equal(v.key[2], 0);
+    assert.deepEqual(slotKeys(2), []);
     assert.equal(table.sums(0, 2, 2), null);
+    // More grants of one block than slots: the extra ones are not in the table, but the
+    // owner still counts them (its own checksums stay valid until the last one ends).
+    for (let i = 0; i <= SLOTS; i++) table.publish(`k${i}`, [5], '*', 1e15);
+    assert.equal(slotKeys(5).length, SLOTS);
+    assert.equal(v.slotOf(5, leaseHash(`k${SLOTS}`)), -1);
+    for (let i = 0; i < SLOTS; i++) table.withdraw(`k${i}`);
+    assert.deepEqual(slotKeys(5), []);
+    assert.notEqual(table.sums(0, 5, 1), null, `k${SLOTS} still covers block 5`);
     table.publish('c', [3], '*', 1e15);
     table.publish('c', [4], '*', 1e15);
-    assert.equal(v.key[3], 0, 'a key granted again replaces its old blocks');
-    assert.equal(v.key[4], leaseHash('c'));
+    assert.deepEqual(slotKeys(3), [], 'a key granted again replaces its old blocks');
+    assert.deepEqual(slotKeys(4), [leaseHash('c')]);
   });
 
   it('does not open bytes that are not a lease table', () => {
@@ -146,14 +156,26 @@ describe('direct READ (same host, owner KV and lease table mapped)', () => {
     s = await p.a.waitFor(p.a.read(p.remote, run, { grantKey: 'short' }));
     assert.equal(s.state, 'ERR');
     assert.match(s.reason ?? '', /no live read grant 'short'/);
-    // Two grants over the same blocks: the owner serves it.
+    // Blocks shared by several grants (a common prefix): each grant is read directly...
     p.b.grantRead('x', { blockIds: [2, 3] });
     p.b.grantRead('y', { blockIds: [3, 4] });
     h = p.a.read(p.remote, run, { grantKey: 'x' });
+    assert.equal(await stateWithoutIo(p, h), 'DONE');
+    h = p.a.read(p.remote, desc(0, 3, 2), { grantKey: 'y' });
+    assert.equal(await stateWithoutIo(p, h), 'DONE');
+    // ...without a key, only if one grant covers every block (as the owner requires).
+    h = p.a.read(p.remote, desc(0, 2, 3));
     assert.equal(await stateWithoutIo(p, h), 'PROC');
     s = await p.a.waitFor(h);
+    assert.equal(s.state, 'ERR');
+    assert.match(s.reason ?? '', /no live read grant covers/);
+    // ...and a grant beyond the block's slots is served by the owner.
+    for (let i = 0; i < SLOTS; i++) p.b.grantRead(`z${i}`, { blockIds: [3] });
+    h = p.a.read(p.remote, desc(0, 3, 1), { grantKey: `z${SLOTS - 1}` });
+    assert.equal(await stateWithoutIo(p, h), 'PROC', 'block 3 has x, y and z0..: z3 is not in its slots');
+    s = await p.a.waitFor(h);
     assert.equal(s.state, 'DONE', s.reason);
-    assert.ok(blocksEqual(p.ra.bytes, 0, p.rb.bytes, 2, 2, BB));
+    assert.ok(blocksEqual(p.ra.bytes, 0, p.rb.bytes, 3, 1, BB));
     // A key not granted yet: the READ waits at the owner until the grant appears.
     h = p.a.read(p.remote, desc(5, 9, 3), { grantKey: 'later' });
     setTimeout(() => p.b.grantRead('later', { blockIds: [9, 10, 11] }), 20);
@@ -193,17 +215,20 @@ describe('direct READ (same host, owner KV and lease table mapped)', () => {
     const reader = { agentName: 'D-rank0', engineId: 'D' };
     const regions = new Map([[0, mine]]);
     const descs = desc(0, 1, 2);
-    assert.equal(directRead(source, reader, regions, descs, 'k'), false, 'not granted');
+    assert.match(directRead(source, reader, regions, descs, 'k') ?? '', /no live grant/, 'not granted');
     table.publish('k', [1, 2], 'D', Date.now() + 60_000);
-    assert.equal(directRead(source, reader, regions, descs, 'k'), true);
+    assert.equal(directRead(source, reader, regions, descs, 'k'), null);
     assert.ok(blocksEqual(mine.bytes, 0, owner.bytes, 1, 2, BB));
-    assert.equal(directRead(source, reader, regions, descs, 'other-key'), false);
-    assert.equal(directRead(source, { agentName: 'E-rank0', engineId: 'E' }, regions, descs, 'k'), false);
+    assert.match(directRead(source, reader, regions, descs, 'other-key') ?? '', /no live grant/);
+    const other = { agentName: 'E-rank0', engineId: 'E' };
+    assert.match(directRead(source, other, regions, descs, 'k') ?? '', /no live grant/);
     const seq = new Int32Array(table.bytes.buffer, leases.seq.byteOffset, leases.blocks);
     Atomics.add(seq, 2, 1); // as if the owner were rewriting block 2's entry right now
-    assert.equal(directRead(source, reader, regions, descs, 'k'), false);
+    assert.match(directRead(source, reader, regions, descs, 'k') ?? '', /changing a grant/);
     Atomics.add(seq, 2, 1);
-    assert.equal(directRead(source, reader, regions, descs, 'k'), true);
+    assert.equal(directRead(source, reader, regions, descs, 'k'), null);
+    owner.bytes[BB + 7]! ^= 1; // the lease broken: block 1 changed after its grant
+    assert.match(directRead(source, reader, regions, descs, 'k') ?? '', /checksum differs/);
     kv.close();
   });
 });

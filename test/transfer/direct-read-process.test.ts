@@ -69,20 +69,30 @@ function generationOf(bytes: Uint8Array, b: number, remoteBlock: number): number
   return first >>> 16;
 }
 
+/**
+ * An owner process and a reader agent here, connected: a first READ of `warmBlock` (granted,
+ * then revoked) opens the connection, whose handshake maps the owner's KV and lease table.
+ */
+async function connected(warmBlock: number) {
+  const owner = await startOwner();
+  const reader = await InThreadTransferAgent.create({ engineId: 'reader', backends: ['SHM'] });
+  const mine = makeRegion(0, BB, N, 9);
+  reader.registerMemory([mine]);
+  const remote = reader.addRemoteAgent(owner.meta);
+  assert.equal(await owner.command(`grant warm ${warmBlock} 1`), 'ok');
+  const one = [{ localRegion: 0, localFirst: 0, remoteRegion: 0, remoteFirst: warmBlock, count: 1 }];
+  const warm = await reader.waitFor(reader.read(remote, one, { grantKey: 'warm' }));
+  assert.equal(warm.state, 'DONE', warm.reason);
+  assert.equal(await owner.command('revoke warm'), 'ok');
+  return { owner, reader, mine, remote };
+}
+
 describe('direct READ across processes', { skip }, () => {
   it('completes while the owner process is stopped: the owner is not asked', async () => {
-    const owner = await startOwner();
-    const reader = await InThreadTransferAgent.create({ engineId: 'reader', backends: ['SHM'] });
-    const mine = makeRegion(0, BB, N, 9);
-    reader.registerMemory([mine]);
-    const remote = reader.addRemoteAgent(owner.meta);
+    const { owner, reader, mine, remote } = await connected(2);
     const run = (count: number) => [
       { localRegion: 0, localFirst: 0, remoteRegion: 0, remoteFirst: 2, count },
     ];
-    assert.equal(await owner.command('grant warm 2 1'), 'ok');
-    const warm = await reader.waitFor(reader.read(remote, run(1), { grantKey: 'warm' }));
-    assert.equal(warm.state, 'DONE', warm.reason);
-    assert.equal(await owner.command('revoke warm'), 'ok');
     assert.equal(await owner.command('grant r 2 6'), 'ok');
     owner.proc.kill('SIGSTOP');
     try {
@@ -97,16 +107,8 @@ describe('direct READ across processes', { skip }, () => {
   });
 
   it('never completes a READ with a torn or mixed block while the owner re-grants changed blocks', async () => {
-    const owner = await startOwner();
-    const reader = await InThreadTransferAgent.create({ engineId: 'reader', backends: ['SHM'] });
-    const mine = makeRegion(0, BB, N, 9);
-    reader.registerMemory([mine]);
-    const remote = reader.addRemoteAgent(owner.meta);
+    const { owner, reader, mine, remote } = await connected(0);
     const all = [{ localRegion: 0, localFirst: 0, remoteRegion: 0, remoteFirst: 0, count: N }];
-    assert.equal(await owner.command('grant warm 0 1'), 'ok');
-    const warm = await reader.waitFor(reader.read(remote, [{ ...all[0]!, count: 1 }], { grantKey: 'warm' }));
-    assert.equal(warm.state, 'DONE', warm.reason);
-    assert.equal(await owner.command('revoke warm'), 'ok');
     const churned = owner.command('churn 1500');
     let running = true;
     void churned.then(() => {

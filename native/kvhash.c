@@ -16,8 +16,6 @@
 #define STRIPE (LANES * 4)
 #define LANE_PRIME 0x85ebca77u
 
-typedef uint32_t v8u32 __attribute__((vector_size(32)));
-
 /*
  * How far ahead of the stripe being hashed to prefetch. The loop is bound by the latency of
  * its multiply chains, so the hardware prefetcher alone let memory reads lag: 6.4–7.0 GB/s on
@@ -29,89 +27,57 @@ typedef uint32_t v8u32 __attribute__((vector_size(32)));
 
 /*
  * Word i of each 128-byte stripe goes to lane i: lane = imul(lane ^ word, P); lane ^= lane >> 15.
- * STORE(dst, w) may also store each 32-byte word to `dst` as it is hashed: a copy whose bytes
- * are exactly the hashed ones, in one pass over memory (STORE_NONE: hash only, `dst` unused).
+ * The lanes are held in STRIPE / sizeof(VT) vectors of type VT (4 × 256-bit, 2 × 512-bit, or
+ * GCC's generic lowering); the result does not depend on VT. STORE(dst, w) may also store each
+ * word vector to `dst` as it is hashed: a copy whose bytes are exactly the hashed ones, in one
+ * pass over memory (STORE_NONE: hash only, `dst` unused).
  */
-#define DEFINE_STEP(name, attr, STORE)                                                      \
+#define DEFINE_STEP(name, attr, VT, STORE)                                                  \
   attr static void name(uint32_t *lanes, uint8_t *dst, const uint8_t *p, size_t stripes) { \
-    v8u32 a, b, c, d, w;                                                                    \
-    memcpy(&a, lanes, 32);                                                                  \
-    memcpy(&b, lanes + 8, 32);                                                              \
-    memcpy(&c, lanes + 16, 32);                                                             \
-    memcpy(&d, lanes + 24, 32);                                                             \
+    enum { W = sizeof(VT), N = STRIPE / sizeof(VT) };                                       \
+    VT acc[N], w;                                                                           \
+    memcpy(acc, lanes, STRIPE);                                                             \
     for (size_t s = 0; s < stripes; s++, p += STRIPE, dst += STRIPE) {                     \
       __builtin_prefetch(p + PREFETCH_BYTES);                                               \
       __builtin_prefetch(p + PREFETCH_BYTES + 64);                                          \
-      memcpy(&w, p, 32);                                                                    \
-      STORE(dst, w);                                                                        \
-      a = (a ^ w) * LANE_PRIME;                                                             \
-      a ^= a >> 15;                                                                         \
-      memcpy(&w, p + 32, 32);                                                               \
-      STORE(dst + 32, w);                                                                   \
-      b = (b ^ w) * LANE_PRIME;                                                             \
-      b ^= b >> 15;                                                                         \
-      memcpy(&w, p + 64, 32);                                                               \
-      STORE(dst + 64, w);                                                                   \
-      c = (c ^ w) * LANE_PRIME;                                                             \
-      c ^= c >> 15;                                                                         \
-      memcpy(&w, p + 96, 32);                                                               \
-      STORE(dst + 96, w);                                                                   \
-      d = (d ^ w) * LANE_PRIME;                                                             \
-      d ^= d >> 15;                                                                         \
+      _Pragma("GCC unroll 4") for (int k = 0; k < N; k++) {                                 \
+        memcpy(&w, p + k * W, W);                                                           \
+        STORE(dst + k * W, w);                                                              \
+        acc[k] = (acc[k] ^ w) * LANE_PRIME;                                                 \
+        acc[k] ^= acc[k] >> 15;                                                             \
+      }                                                                                     \
     }                                                                                       \
-    memcpy(lanes, &a, 32);                                                                  \
-    memcpy(lanes + 8, &b, 32);                                                              \
-    memcpy(lanes + 16, &c, 32);                                                             \
-    memcpy(lanes + 24, &d, 32);                                                             \
+    memcpy(lanes, acc, STRIPE);                                                             \
   }
 
 #define STORE_NONE(p, w) ((void)(p))
-#define STORE_PLAIN(p, w) memcpy((p), &(w), 32)
+#define STORE_PLAIN(p, w) memcpy((p), &(w), sizeof(w))
+
+typedef uint32_t v8u32 __attribute__((vector_size(32)));
 
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
 #include <immintrin.h>
 /* Streaming stores: the destination is not read for ownership first (as a memcpy of a large
- * block does), which would add a third stream over memory. Needs 32-byte aligned dst. */
-#define STORE_STREAM(p, w) _mm256_stream_si256((__m256i *)(void *)(p), (__m256i)(w))
-DEFINE_STEP(step_avx2, __attribute__((target("avx2"))), STORE_NONE)
-DEFINE_STEP(copy_step_avx2, __attribute__((target("avx2"))), STORE_PLAIN)
-DEFINE_STEP(copy_stream_avx2, __attribute__((target("avx2"))), STORE_STREAM)
+ * block does), which would add a third stream over memory. Need a dst aligned to the vector. */
+#define STORE_STREAM256(p, w) _mm256_stream_si256((__m256i *)(void *)(p), (__m256i)(w))
+#define STORE_STREAM512(p, w) _mm512_stream_si512((void *)(p), (__m512i)(w))
+#define AVX2 __attribute__((target("avx2")))
+#define AVX512 __attribute__((target("avx512f")))
+typedef uint32_t v16u32 __attribute__((vector_size(64)));
+DEFINE_STEP(step_avx2, AVX2, v8u32, STORE_NONE)
+DEFINE_STEP(copy_step_avx2, AVX2, v8u32, STORE_PLAIN)
+DEFINE_STEP(copy_stream_avx2, AVX2, v8u32, STORE_STREAM256)
 #define HAVE_AVX2_STEP 1
 /*
- * The same steps with 512-bit vectors (lanes 0–15 in one register, 16–31 in the other; the
- * result is bit-identical): with full-cache-line streaming stores, copy+hash of 128 MiB ran at
- * 0.89–0.92 of a libc memcpy against 0.85 for the AVX2 step (C harness, 11 rounds, medians).
+ * 512-bit vectors with full-cache-line streaming stores: copy+hash of 128 MiB against a libc
+ * memcpy of the same size, see docs/BENCHMARKS.md ("Transfer", copy_hash).
  */
-typedef uint32_t v16u32 __attribute__((vector_size(64)));
-#define STORE512_NONE(p, w) ((void)(p))
-#define STORE512_STREAM(p, w) _mm512_stream_si512((void *)(p), (__m512i)(w))
-#define DEFINE_STEP512(name, STORE)                                                           \
-  __attribute__((target("avx512f"))) static void name(uint32_t *lanes, uint8_t *dst, const uint8_t *p, \
-                                                      size_t stripes) {                       \
-    v16u32 a, b, w;                                                                           \
-    memcpy(&a, lanes, 64);                                                                    \
-    memcpy(&b, lanes + 16, 64);                                                               \
-    for (size_t s = 0; s < stripes; s++, p += STRIPE, dst += STRIPE) {                       \
-      __builtin_prefetch(p + PREFETCH_BYTES);                                                 \
-      __builtin_prefetch(p + PREFETCH_BYTES + 64);                                            \
-      memcpy(&w, p, 64);                                                                      \
-      STORE(dst, w);                                                                          \
-      a = (a ^ w) * LANE_PRIME;                                                               \
-      a ^= a >> 15;                                                                           \
-      memcpy(&w, p + 64, 64);                                                                 \
-      STORE(dst + 64, w);                                                                     \
-      b = (b ^ w) * LANE_PRIME;                                                               \
-      b ^= b >> 15;                                                                           \
-    }                                                                                         \
-    memcpy(lanes, &a, 64);                                                                    \
-    memcpy(lanes + 16, &b, 64);                                                               \
-  }
-DEFINE_STEP512(step_avx512, STORE512_NONE)
-DEFINE_STEP512(copy_stream_avx512, STORE512_STREAM)
+DEFINE_STEP(step_avx512, AVX512, v16u32, STORE_NONE)
+DEFINE_STEP(copy_stream_avx512, AVX512, v16u32, STORE_STREAM512)
 #define HAVE_AVX512_STEP 1
 #endif
-DEFINE_STEP(step_generic, , STORE_NONE)
-DEFINE_STEP(copy_step_generic, , STORE_PLAIN)
+DEFINE_STEP(step_generic, , v8u32, STORE_NONE)
+DEFINE_STEP(copy_step_generic, , v8u32, STORE_PLAIN)
 
 typedef void (*step_fn)(uint32_t *, uint8_t *, const uint8_t *, size_t);
 static step_fn hash_step = step_generic;

@@ -34,6 +34,11 @@ export interface DataChunk {
   readonly check?: () => void;
 }
 
+/** A chunk's checksums: those recorded when its blocks were granted, else those of `bytes` now. */
+function checksumsOf(chunk: DataChunk, bytes: Uint8Array): readonly number[] {
+  return chunk.sums ?? blockChecksums(bytes, chunk.blockBytes, chunk.count);
+}
+
 /** Positional-read size for unmapped rings: a few blocks per syscall, still cache-sized. */
 const FILE_PIECE_BYTES = 256 << 10;
 
@@ -149,8 +154,7 @@ export class PeerLink {
       const chunk = make();
       const { header, view, wire, blockBytes, count } = chunk;
       if (this.transport === 'tcp') {
-        const sums = chunk.sums ?? blockChecksums(view, blockBytes, count);
-        return this.conn.send({ ...header, sums }, [wire]);
+        return this.conn.send({ ...header, sums: checksumsOf(chunk, view) }, [wire]);
       }
       if (this.mappedByPeer.has(chunk.region)) return this.#sendMapped(chunk);
       const ring = this.ringOut!;
@@ -160,7 +164,7 @@ export class PeerLink {
           this.conn.send({ ...header, sums, ring: { offset, length: view.length } });
         });
       }
-      const sums = chunk.sums ?? blockChecksums(view, blockBytes, count);
+      const sums = checksumsOf(chunk, view);
       return ring.put([wire], wire.length, chunk.check).then((offset) => {
         this.#unacked.push(0);
         this.conn.send({ ...header, sums, ring: { offset, length: wire.length } });
@@ -174,7 +178,7 @@ export class PeerLink {
    * changed after hashing (a torn read), which its check must catch.
    */
   async #sendMapped(chunk: DataChunk): Promise<void> {
-    const { header, view, wire, blockBytes, count } = chunk;
+    const { header, view, wire } = chunk;
     while (this.#kvOutstanding > 0 && this.#kvOutstanding + view.length > KV_WINDOW_BYTES) {
       if (this.conn.closed) return;
       await new Promise<void>((resolve) => {
@@ -183,7 +187,7 @@ export class PeerLink {
     }
     if (this.conn.closed) return;
     chunk.check?.();
-    const sums = chunk.sums ?? blockChecksums(wire, blockBytes, count);
+    const sums = checksumsOf(chunk, wire);
     this.#unacked.push(view.length);
     this.#kvOutstanding += view.length;
     this.conn.send({ ...header, sums, src: { region: chunk.region, offset: chunk.offset } });

@@ -11,7 +11,7 @@ import { createInterface } from 'node:readline';
 import { after, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { setLogLevel } from '../../src/logging/logger.ts';
-import { type AgentMetadata, InThreadTransferAgent } from '../../src/transfer/index.ts';
+import { type AgentMetadata, createTransferAgent } from '../../src/transfer/index.ts';
 import { mappableSharedMemory } from '../../src/util/shared-memory.ts';
 import { makeRegion } from './pattern.ts';
 
@@ -70,12 +70,19 @@ function generationOf(bytes: Uint8Array, b: number, remoteBlock: number): number
 }
 
 /**
- * An owner process and a reader agent here, connected: a first READ of `warmBlock` (granted,
- * then revoked) opens the connection, whose handshake maps the owner's KV and lease table.
+ * An owner process and a reader agent here (in its own thread, as the connectors run it, when
+ * `thread`), connected: a first READ of `warmBlock` (granted, then revoked) opens the
+ * connection, whose handshake maps the owner's KV and lease table.
  */
-async function connected(warmBlock: number) {
+async function connected(warmBlock: number, thread = false) {
   const owner = await startOwner();
-  const reader = await InThreadTransferAgent.create({ engineId: 'reader', backends: ['SHM'] });
+  // A READ that went to a stopped owner would fail after this, not hang the test.
+  const reader = await createTransferAgent({
+    engineId: 'reader',
+    backends: ['SHM'],
+    thread,
+    transferTimeoutMs: 10_000,
+  });
   const mine = makeRegion(0, BB, N, 9);
   reader.registerMemory([mine]);
   const remote = reader.addRemoteAgent(owner.meta);
@@ -88,23 +95,26 @@ async function connected(warmBlock: number) {
 }
 
 describe('direct READ across processes', { skip }, () => {
-  it('completes while the owner process is stopped: the owner is not asked', async () => {
-    const { owner, reader, mine, remote } = await connected(2);
-    const run = (count: number) => [
-      { localRegion: 0, localFirst: 0, remoteRegion: 0, remoteFirst: 2, count },
-    ];
-    assert.equal(await owner.command('grant r 2 6'), 'ok');
-    owner.proc.kill('SIGSTOP');
-    try {
-      const s = await reader.waitFor(reader.read(remote, run(6), { grantKey: 'r' }));
-      assert.equal(s.state, 'DONE', s.reason);
-      for (let b = 0; b < 6; b++) assert.equal(generationOf(mine.bytes, b, 2 + b), 0);
-    } finally {
-      owner.proc.kill('SIGCONT');
-    }
-    await reader.close();
-    await owner.stop();
-  });
+  for (const thread of [false, true]) {
+    const agent = thread ? 'a threaded agent (the connectors’ default)' : 'an in-thread agent';
+    it(`completes while the owner process is stopped: the owner is not asked (${agent})`, async () => {
+      const { owner, reader, mine, remote } = await connected(2, thread);
+      const run = (count: number) => [
+        { localRegion: 0, localFirst: 0, remoteRegion: 0, remoteFirst: 2, count },
+      ];
+      assert.equal(await owner.command('grant r 2 6'), 'ok');
+      owner.proc.kill('SIGSTOP');
+      try {
+        const s = await reader.waitFor(reader.read(remote, run(6), { grantKey: 'r' }));
+        assert.equal(s.state, 'DONE', s.reason);
+        for (let b = 0; b < 6; b++) assert.equal(generationOf(mine.bytes, b, 2 + b), 0);
+      } finally {
+        owner.proc.kill('SIGCONT');
+      }
+      await reader.close();
+      await owner.stop();
+    });
+  }
 
   it('never completes a READ with a torn or mixed block while the owner re-grants changed blocks', async () => {
     const { owner, reader, mine, remote } = await connected(0);

@@ -7,6 +7,7 @@
  */
 import { spawn, spawnSync } from 'node:child_process';
 import { createServer } from 'node:net';
+import { copyAndChecksum } from '../src/transfer/checksum.ts';
 import type { NativeCopy } from '../src/transfer/copy-bytes.ts';
 import { nativeFunctions } from '../src/util/native-addon.ts';
 import { allocateShared } from '../src/util/shared-memory.ts';
@@ -134,15 +135,33 @@ export function memcpyAvailable(): boolean {
   return typeof copyBytes === 'function';
 }
 
-/** A memcpy baseline over two buffers of `bytes`, allocated (and faulted in) once. */
-export function memcpyRunner(bytes: number): () => number {
+/** Two buffers of `bytes` in KV-like memory, allocated (and faulted in) once. */
+function copyBuffers(bytes: number): { src: Uint8Array; dst: Uint8Array } {
   const src = new Uint8Array(allocateShared(bytes));
   const dst = new Uint8Array(allocateShared(bytes));
   src.fill(7);
   dst.fill(1);
-  return () => {
-    const t0 = performance.now();
-    copyBytes!(dst, src);
-    return bytes / ((performance.now() - t0) / 1000) / 1e9;
-  };
+  return { src, dst };
+}
+
+/** GB/s of one call of `copy`. */
+function timed(bytes: number, copy: () => void): number {
+  const t0 = performance.now();
+  copy();
+  return bytes / ((performance.now() - t0) / 1000) / 1e9;
+}
+
+/** A memcpy baseline over two buffers of `bytes`. */
+export function memcpyRunner(bytes: number): () => number {
+  const { src, dst } = copyBuffers(bytes);
+  return () => timed(bytes, () => copyBytes!(dst, src));
+}
+
+/**
+ * The receiver's pass of a same-host transfer on its own: copy `bytes` in blocks of
+ * `blockBytes` while hashing them (copyAndChecksum, the native fused copyHash when built).
+ */
+export function copyHashRunner(bytes: number, blockBytes: number): () => number {
+  const { src, dst } = copyBuffers(bytes);
+  return () => timed(bytes, () => copyAndChecksum(dst, src, blockBytes, Math.floor(bytes / blockBytes)));
 }

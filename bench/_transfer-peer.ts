@@ -12,7 +12,12 @@ import { readFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { setLogLevel } from '../src/logging/logger.ts';
-import { type AgentMetadata, InThreadTransferAgent, type MemoryRegion } from '../src/transfer/index.ts';
+import {
+  type AgentMetadata,
+  type DescPair,
+  InThreadTransferAgent,
+  type MemoryRegion,
+} from '../src/transfer/index.ts';
 import { allocateShared } from '../src/util/shared-memory.ts';
 
 const SELF = fileURLToPath(import.meta.url);
@@ -32,6 +37,71 @@ export function kvRegions(layout: KvLayout): MemoryRegion[] {
       randomFillSync(bytes, off, Math.min(1 << 16, bytes.length - off));
     return { id, bytes, blockBytes: layout.blockBytes, numBlocks: layout.numBlocks };
   });
+}
+
+/** Run lengths of 1–64 blocks summing to `blocks`, from a fixed seed. */
+function runLengths(blocks: number, seed: number): number[] {
+  let x = seed;
+  const out: number[] = [];
+  for (let left = blocks; left > 0; ) {
+    x = (Math.imul(x, 1103515245) + 12345) >>> 0;
+    const n = Math.min(left, 1 + (x % 64));
+    out.push(n);
+    left -= n;
+  }
+  return out;
+}
+
+/** Places the runs with a one-block gap after each, from `start`: a fragmented block table. */
+function place(lengths: readonly number[], start: number): number[] {
+  const firsts: number[] = [];
+  let at = start;
+  for (const n of lengths) {
+    firsts.push(at);
+    at += n + 1;
+  }
+  return firsts;
+}
+
+/** One request's descriptors: the same runs in every region, at other places on each side. */
+function requestDescs(regions: number, lengths: readonly number[]): DescPair[] {
+  const local = place(lengths, 1);
+  const remote = place([...lengths].reverse(), 2).reverse();
+  return Array.from({ length: regions }, (_, region) =>
+    lengths.map((count, i) => ({
+      localRegion: region,
+      localFirst: local[i]!,
+      remoteRegion: region,
+      remoteFirst: remote[i]!,
+      count,
+    })),
+  ).flat();
+}
+
+export interface RequestLayout {
+  readonly layout: KvLayout;
+  /** One request's descriptors: runs of 1–64 blocks in every region, at other places on each side. */
+  readonly descs: DescPair[];
+  /** Bytes one READ or WRITE of the request moves. */
+  readonly bytes: number;
+}
+
+/** An engine-like layout of `layers` × K/V regions and one request of `blocks` blocks in it. */
+export function requestLayout(layers: number, blocks: number, blockBytes: number): RequestLayout {
+  const lengths = runLengths(blocks, 7);
+  const layout: KvLayout = { regions: 2 * layers, blockBytes, numBlocks: blocks + lengths.length + 2 };
+  return {
+    layout,
+    descs: requestDescs(layout.regions, lengths),
+    bytes: layout.regions * blocks * blockBytes,
+  };
+}
+
+/** The peer's block ids that a request's descriptors read. */
+export function remoteBlockIds(descs: readonly DescPair[]): number[] {
+  const ids = new Set<number>();
+  for (const d of descs) for (let b = d.remoteFirst; b < d.remoteFirst + d.count; b++) ids.add(b);
+  return [...ids];
 }
 
 export interface Peer {

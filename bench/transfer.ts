@@ -6,7 +6,8 @@
  * an engine-like layout: one region per layer and per K/V, a request's blocks in runs of
  * 1–64 (placed differently on the two sides), so one transfer is many descriptors. In the
  * same run, alternating with it round by round: UCX ucp_put_bw over posix and over tcp
- * (lo), iperf3 single stream, a native memcpy of the same size, and an shm READ the request
+ * (lo), iperf3 single stream, a native memcpy of the same size and the fused copy-and-hash
+ * of the same size (the receiver's pass alone), and an shm READ the request
  * way (an owner that does not offer its lease table, so no direct READ). Before each READ the
  * owner grants the request's blocks afresh, which is when it records their checksums; the
  * grant's time is reported apart, and a READ rate counted from the grant's start. Reports
@@ -22,6 +23,7 @@ import { type DescPair, InThreadTransferAgent, type TransferAgent } from '../src
 import { mappableSharedMemory } from '../src/util/shared-memory.ts';
 import { loadAverage, numberFlag, percentile, summarize } from './_rounds.ts';
 import {
+  copyHashRunner,
   IPERF3_MISSING,
   iperf3Available,
   iperf3Gbps,
@@ -32,46 +34,7 @@ import {
   ucxAvailable,
   ucxPutGbps,
 } from './_transfer-baselines.ts';
-import { type KvLayout, kvRegions, type Peer, startPeer } from './_transfer-peer.ts';
-
-/** Run lengths of 1–64 blocks summing to `blocks`, from a fixed seed. */
-function runLengths(blocks: number, seed: number): number[] {
-  let x = seed;
-  const out: number[] = [];
-  for (let left = blocks; left > 0; ) {
-    x = (Math.imul(x, 1103515245) + 12345) >>> 0;
-    const n = Math.min(left, 1 + (x % 64));
-    out.push(n);
-    left -= n;
-  }
-  return out;
-}
-
-/** Places the runs with a one-block gap after each, from `start`: a fragmented block table. */
-function place(lengths: readonly number[], start: number): number[] {
-  const firsts: number[] = [];
-  let at = start;
-  for (const n of lengths) {
-    firsts.push(at);
-    at += n + 1;
-  }
-  return firsts;
-}
-
-/** One request's descriptors: the same runs in every region, at other places on each side. */
-function requestDescs(regions: number, lengths: readonly number[]): DescPair[] {
-  const local = place(lengths, 1);
-  const remote = place([...lengths].reverse(), 2).reverse();
-  return Array.from({ length: regions }, (_, region) =>
-    lengths.map((count, i) => ({
-      localRegion: region,
-      localFirst: local[i]!,
-      remoteRegion: region,
-      remoteFirst: remote[i]!,
-      count,
-    })),
-  ).flat();
-}
+import { kvRegions, type Peer, remoteBlockIds, requestLayout, startPeer } from './_transfer-peer.ts';
 
 interface Series {
   readonly samples: number[];
@@ -85,13 +48,6 @@ const cpuSamples: Record<string, { receiver: number[]; sender: number[] }> = {};
  * checksums) as GB/s, and the READ counted from the start of that grant.
  */
 const grantSamples: Record<string, { grant: number[]; withGrant: number[] }> = {};
-
-/** The peer's block ids that a request's descriptors read. */
-function remoteBlockIds(descs: readonly DescPair[]): number[] {
-  const ids = new Set<number>();
-  for (const d of descs) for (let b = d.remoteFirst; b < d.remoteFirst + d.count; b++) ids.add(b);
-  return [...ids];
-}
 
 async function transferGbps(
   agent: TransferAgent,
@@ -169,10 +125,7 @@ export async function main(args: string[]): Promise<void> {
   const latencySamples = numberFlag(args, 'latency-samples', 2000);
   const chunkBytes = numberFlag(args, 'chunk-kib', 4096) * 1024;
   const ucxTcpBytes = numberFlag(args, 'ucx-tcp-mib', 16) << 20;
-  const lengths = runLengths(blocks, 7);
-  const layout: KvLayout = { regions: 2 * layers, blockBytes, numBlocks: blocks + lengths.length + 2 };
-  const descs = requestDescs(layout.regions, lengths);
-  const bytes = layout.regions * blocks * blockBytes;
+  const { layout, descs, bytes } = requestLayout(layers, blocks, blockBytes);
 
   const local = kvRegions(layout);
   const agents: Record<
@@ -215,6 +168,9 @@ export async function main(args: string[]): Promise<void> {
   const contestants: [string, (() => Promise<number>) | null, string?][] = [];
   const memcpy = memcpyAvailable() ? memcpyRunner(bytes) : null;
   contestants.push(['memcpy', memcpy && (async () => memcpy()), MEMCPY_MISSING]);
+  // The receiver's pass of a same-host transfer alone: copy while hashing, as a direct READ does.
+  const copyHash = memcpy ? copyHashRunner(bytes, blockBytes) : null;
+  contestants.push(['copy_hash', copyHash && (async () => copyHash()), MEMCPY_MISSING]);
   const ucx = ucxAvailable();
   const posixSize = Math.min(bytes, 64 << 20);
   contestants.push([
@@ -300,10 +256,11 @@ export async function main(args: string[]): Promise<void> {
   console.log(
     '| path | GB/s median (min–max) | baseline | baseline GB/s median (min–max) | ratio of medians |\n|---|---|---|---|---|',
   );
-  const rows: [string, string, string][] = [
+  const rows: [string, ...string[]][] = [
     ['shm_read', 'ucx_posix', 'memcpy'],
     ['shm_write', 'ucx_posix', 'memcpy'],
     ['shm_read_request', 'ucx_posix', 'shm_read'],
+    ['copy_hash', 'memcpy'],
     ['tcp_read', 'ucx_tcp', 'iperf3'],
     ['tcp_write', 'ucx_tcp', 'iperf3'],
   ];
@@ -315,18 +272,23 @@ export async function main(args: string[]): Promise<void> {
   console.log(
     `| one ${blockBytes >> 10} KiB block, round trip | tcp READ p50 ${us(lat.tcp.read.p50)} µs, p99 ${us(lat.tcp.read.p99)} µs; WRITE p50 ${us(lat.tcp.write.p50)} µs, p99 ${us(lat.tcp.write.p99)} µs | | shm READ p50 ${us(lat.shm.read.p50)} µs, p99 ${us(lat.shm.read.p99)} µs; WRITE p50 ${us(lat.shm.write.p50)} µs, p99 ${us(lat.shm.write.p99)} µs; shm READ the request way p50 ${us(lat.shmRequest.read.p50)} µs, p99 ${us(lat.shmRequest.read.p99)} µs | |`,
   );
-  const cpuMedian = (v: number[] | undefined) => (v && v.length > 0 ? r2(summarize(v).median) : null);
+  const roundedMedian = (v: number[] | undefined) => (v && v.length > 0 ? r2(summarize(v).median) : null);
   console.log('| path | GB per CPU-second, receiver / sender (median) |\n|---|---|');
   for (const [path] of rows) {
     const c = cpuSamples[path];
-    console.log(`| ${path} | ${cpuMedian(c?.receiver) ?? 'n/a'} / ${cpuMedian(c?.sender) ?? 'n/a'} |`);
+    if (!c) continue;
+    console.log(
+      `| ${path} | ${roundedMedian(c?.receiver) ?? 'n/a'} / ${roundedMedian(c?.sender) ?? 'n/a'} |`,
+    );
   }
   console.log(
     "| READ path | owner's grantRead of the request's blocks (checksums recorded), GB/s median | READ counted from the grant's start, GB/s median |\n|---|---|---|",
   );
   for (const path of ['shm_read', 'tcp_read']) {
     const g = grantSamples[path];
-    console.log(`| ${path} | ${cpuMedian(g?.grant) ?? 'n/a'} | ${cpuMedian(g?.withGrant) ?? 'n/a'} |`);
+    console.log(
+      `| ${path} | ${roundedMedian(g?.grant) ?? 'n/a'} | ${roundedMedian(g?.withGrant) ?? 'n/a'} |`,
+    );
   }
   for (const n of notes) console.log(`note: ${n}`);
   const out: Record<string, unknown> = {
@@ -347,18 +309,19 @@ export async function main(args: string[]): Promise<void> {
     out[`${name}_gbps_max`] = r2(v?.max);
   }
   for (const [name, c] of Object.entries(cpuSamples)) {
-    out[`${name}_receiver_gb_per_cpu_s`] = cpuMedian(c.receiver);
-    out[`${name}_sender_gb_per_cpu_s`] = cpuMedian(c.sender);
+    out[`${name}_receiver_gb_per_cpu_s`] = roundedMedian(c.receiver);
+    out[`${name}_sender_gb_per_cpu_s`] = roundedMedian(c.sender);
   }
   for (const [name, g] of Object.entries(grantSamples)) {
-    out[`${name}_grant_gbps`] = cpuMedian(g.grant);
-    out[`${name}_with_grant_gbps`] = cpuMedian(g.withGrant);
+    out[`${name}_grant_gbps`] = roundedMedian(g.grant);
+    out[`${name}_with_grant_gbps`] = roundedMedian(g.withGrant);
   }
   Object.assign(out, {
     direct_read: process.env[DISABLE_DIRECT_READ_ENV] !== '1',
     shm_read_vs_ucx_posix: ratio('shm_read', 'ucx_posix'),
     shm_write_vs_ucx_posix: ratio('shm_write', 'ucx_posix'),
     shm_read_vs_memcpy: ratio('shm_read', 'memcpy'),
+    copy_hash_vs_memcpy: ratio('copy_hash', 'memcpy'),
     shm_write_vs_memcpy: ratio('shm_write', 'memcpy'),
     tcp_read_vs_ucx_tcp: ratio('tcp_read', 'ucx_tcp'),
     tcp_write_vs_ucx_tcp: ratio('tcp_write', 'ucx_tcp'),

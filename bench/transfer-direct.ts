@@ -1,0 +1,101 @@
+/**
+ * `npm run bench -- transfer-direct [--reads 12] [--gap-ms 0] [--layers 8] [--blocks 128] [--block-kib 64]`
+ *
+ * Same-host direct READs (docs/transfer.md#direct-read-same-host) of one request (the layout of
+ * `npm run bench -- transfer`) from a second process, one after the other, alternating with a
+ * native memcpy of the same size in this process: how close the reader's copy-and-hash comes to
+ * memcpy without the other contestants of the transfer bench in between. Before each READ the
+ * owner grants the blocks afresh (untimed here; `transfer` reports the grant). `--gap-ms` waits
+ * that long before each pair, leaving the memory idle as the transfer bench's rounds do. The
+ * first two pairs are not counted. Reports medians with min–max, the per-pair ratio, and the
+ * minor page faults this process takes per READ; prints a table, then one JSON object.
+ */
+import { readFileSync } from 'node:fs';
+import { setLogLevel } from '../src/logging/logger.ts';
+import { InThreadTransferAgent } from '../src/transfer/index.ts';
+import { mappableSharedMemory } from '../src/util/shared-memory.ts';
+import { fmt, json, loadAverage, numberFlag, pairwiseRatio, summarize } from './_rounds.ts';
+import { MEMCPY_MISSING, memcpyAvailable, memcpyRunner } from './_transfer-baselines.ts';
+import { kvRegions, remoteBlockIds, requestLayout, startPeer } from './_transfer-peer.ts';
+
+const WARM_UP = 2;
+
+/** Minor page faults of this process so far (/proc/self/stat field 10). */
+function minorFaults(): number {
+  return Number(readFileSync('/proc/self/stat', 'utf8').split(') ')[1]!.split(' ')[7]);
+}
+
+export async function main(args: string[]): Promise<void> {
+  setLogLevel('error');
+  if (!mappableSharedMemory || !memcpyAvailable()) {
+    console.log(`transfer-direct needs the native addon: ${MEMCPY_MISSING}`);
+    process.exitCode = 2;
+    return;
+  }
+  const reads = Math.max(5, numberFlag(args, 'reads', 12));
+  const gapMs = numberFlag(args, 'gap-ms', 0);
+  const { layout, descs, bytes } = requestLayout(
+    numberFlag(args, 'layers', 8),
+    numberFlag(args, 'blocks', 128),
+    numberFlag(args, 'block-kib', 64) * 1024,
+  );
+  const peer = await startPeer('SHM', layout, 4 << 20);
+  const agent = await InThreadTransferAgent.create({
+    engineId: 'bench',
+    agentName: 'bench',
+    backends: ['SHM'],
+  });
+  agent.registerMemory(kvRegions(layout));
+  const remote = agent.addRemoteAgent(peer.meta);
+  const ids = remoteBlockIds(descs);
+  const memcpy = memcpyRunner(bytes);
+  const loadStart = loadAverage();
+  const read: number[] = [];
+  const copy: number[] = [];
+  const faults: number[] = [];
+  for (let i = 0; i < reads + WARM_UP; i++) {
+    if (gapMs > 0) await new Promise((resolve) => setTimeout(resolve, gapMs));
+    await peer.grant('req', ids);
+    const f0 = minorFaults();
+    const t0 = performance.now();
+    const h = agent.read(remote, descs, { grantKey: 'req' });
+    const s = await agent.waitFor(h);
+    const gbps = bytes / ((performance.now() - t0) / 1000) / 1e9;
+    const f = minorFaults() - f0;
+    agent.releaseHandle(h);
+    if (s.state !== 'DONE') throw new Error(`READ failed: ${s.reason}`);
+    const m = memcpy();
+    if (i < WARM_UP) continue;
+    read.push(gbps);
+    copy.push(m);
+    faults.push(f);
+  }
+  await agent.close();
+  await peer.stop();
+
+  const r = summarize(read);
+  const c = summarize(copy);
+  const ratio = pairwiseRatio(copy, read);
+  const f = summarize(faults);
+  console.log(
+    `transfer-direct: ${bytes >> 20} MiB per READ in ${descs.length} descriptors, ${reads} READs (after ${WARM_UP}), ` +
+      `${gapMs} ms idle before each; load average ${loadStart} at the start, ${loadAverage()} at the end`,
+  );
+  console.log('| series | median (min–max) |\n|---|---|');
+  console.log(`| direct READ, GB/s | ${fmt(r, 2)} |`);
+  console.log(`| memcpy, GB/s | ${fmt(c, 2)} |`);
+  console.log(`| READ ÷ memcpy, per pair | ${fmt(ratio, 2)} |`);
+  console.log(`| minor faults per READ | ${fmt(f)} |`);
+  console.log(
+    JSON.stringify({
+      load_avg_start: loadStart,
+      transfer_mib: bytes >> 20,
+      reads,
+      gap_ms: gapMs,
+      direct_read_gbps: json(r, 2),
+      memcpy_gbps: json(c, 2),
+      read_vs_memcpy: json(ratio, 2),
+      minor_faults_per_read: json(f, 0),
+    }),
+  );
+}

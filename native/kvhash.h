@@ -6,12 +6,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Picks the AVX2 step when the CPU has it; call once at module load. */
+/* Picks the AVX2 or AVX-512 steps when the CPU has them; call once at module load. */
 void kvhash_init(void);
 /* The checksum of `length` bytes at `p` (an integer below 2^53). */
 double kvhash_block(const uint8_t *p, size_t length);
-/* Copies `length` bytes and returns the checksum of the copy. */
-double kvhash_copy_block(uint8_t *dst, const uint8_t *src, size_t length);
 /* The bytes of a Uint8Array argument (any backing store, shared or not). */
 bool uint8_arg(napi_env env, napi_value v, const uint8_t **data, size_t *length);
 /* hash(bytes) -> number */

@@ -27,15 +27,31 @@ export interface Reader {
   readonly engineId: string;
 }
 
-/** The grant keys (hashes) that let the reader (`me`) read block `b` at `now`: live slots for it or for any peer. */
-function liveKeys(v: LeaseViews, b: number, me: readonly number[], now: number): number[] {
+/** True when slot `s` holds a grant for the reader (hashes `me0`, `me1`), live at `now`. */
+function liveFor(v: LeaseViews, s: number, me0: number, me1: number, now: number): boolean {
+  const peer = v.peer[s]!;
+  return v.key[s] !== 0 && (peer === 0 || peer === me0 || peer === me1) && v.expires[s]! > now;
+}
+
+/** True when block `b` has a grant of `key` live for the reader at `now`. */
+function covers(v: LeaseViews, b: number, key: number, me0: number, me1: number, now: number): boolean {
+  for (let s = b * SLOTS; s < (b + 1) * SLOTS; s++) if (v.key[s] === key && liveFor(v, s, me0, me1, now)) return true;
+  return false;
+}
+
+/** The grant keys (hashes) live for the reader on block `b` at `now`. */
+function liveKeys(v: LeaseViews, b: number, me0: number, me1: number, now: number): number[] {
   const keys: number[] = [];
-  for (let s = b * SLOTS; s < (b + 1) * SLOTS; s++) {
-    const key = v.key[s]!;
-    const peer = v.peer[s]!;
-    if (key !== 0 && (peer === 0 || me.includes(peer)) && v.expires[s]! > now) keys.push(key);
-  }
+  for (let s = b * SLOTS; s < (b + 1) * SLOTS; s++) if (liveFor(v, s, me0, me1, now)) keys.push(v.key[s]!);
   return keys;
+}
+
+/** Drops from `keys` (in place) those that do not cover block `b`; returns how many are left. */
+function narrow(keys: number[], v: LeaseViews, b: number, me0: number, me1: number, now: number): number {
+  let n = 0;
+  for (const k of keys) if (covers(v, b, k, me0, me1, now)) keys[n++] = k;
+  keys.length = n;
+  return n;
 }
 
 /**
@@ -50,26 +66,31 @@ export function directRead(
   grantKey: string | undefined,
 ): string | null {
   const v = source.leases;
-  const me = [leaseHash(reader.agentName), leaseHash(reader.engineId)];
+  const me0 = leaseHash(reader.agentName);
+  const me1 = leaseHash(reader.engineId);
   // The grant the READ names, or (none named) one grant that must cover every block, as the owner requires.
   let candidates: number[] | null = grantKey === undefined ? null : [leaseHash(grantKey)];
   const blocks: number[] = [];
   const seqs: number[] = [];
+  // Every region names the same block ids: each block's entry is checked once.
+  const seen = new Uint8Array(v.blocks);
   const now = Date.now();
   for (const d of descs) {
     const r = v.regionIndex(d.remoteRegion);
     if (r < 0 || d.remoteFirst + d.count > v.blocks) return 'a region or block outside the lease table';
     const sums = v.sums(r);
     for (let b = d.remoteFirst; b < d.remoteFirst + d.count; b++) {
-      const seq = Atomics.load(v.seq, b);
-      if ((seq & 1) !== 0) return 'the owner is changing a grant';
-      const keys = liveKeys(v, b, me, now);
-      const left: number[] = candidates === null ? keys : candidates.filter((k) => keys.includes(k));
-      if (left.length === 0) return 'no live grant in the table covers the blocks for this reader';
-      candidates = left;
+      if (seen[b] === 0) {
+        seen[b] = 1;
+        const seq = Atomics.load(v.seq, b);
+        if ((seq & 1) !== 0) return 'the owner is changing a grant';
+        if (candidates === null) candidates = liveKeys(v, b, me0, me1, now);
+        else narrow(candidates, v, b, me0, me1, now);
+        if (candidates.length === 0) return 'no live grant in the table covers the blocks for this reader';
+        blocks.push(b);
+        seqs.push(seq);
+      }
       if (Number.isNaN(sums[b]!)) return 'no checksum recorded';
-      blocks.push(b);
-      seqs.push(seq);
     }
   }
   for (const d of descs) {
@@ -87,8 +108,7 @@ export function directRead(
   for (let i = 0; i < blocks.length; i++) {
     const b = blocks[i]!;
     if (Atomics.load(v.seq, b) !== seqs[i]) return 'a grant changed during the copy';
-    const keys = liveKeys(v, b, me, after);
-    if (!candidates!.some((k) => keys.includes(k))) return 'the grant ended during the copy';
+    if (narrow(candidates!, v, b, me0, me1, after) === 0) return 'the grant ended during the copy';
   }
   return null;
 }

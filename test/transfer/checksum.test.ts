@@ -7,6 +7,7 @@ import {
   blockChecksum,
   blockChecksums,
   checksumImplementation,
+  copyAndChecksum,
   wasmChecksum,
 } from '../../src/transfer/checksum.ts';
 import { referenceHash } from '../../src/transfer/checksum-reference.ts';
@@ -119,6 +120,49 @@ describe('block checksum', () => {
     const plain = childChecksum({ KVCONNECT_DISABLE_NATIVE_HASH: '0', KVCONNECT_DISABLE_NATIVE: '0' }, n);
     assert.equal(plain.impl, addonHashes ? 'native' : 'wasm-simd');
     assert.equal(plain.sum, expected);
+  });
+
+  it('copy-and-hash copies exactly and gives the reference sums (block pairs, odd counts, tails, any alignment)', () => {
+    fc.assert(
+      fc.property(
+        fc.constantFrom(64, 128, 200, 4096, 4096 + 100, 65536),
+        fc.integer({ min: 1, max: 7 }),
+        fc.constantFrom(0, 0, 1, 32, 64),
+        fc.integer(),
+        (blockBytes, count, dstShift, seed) => {
+          const src = sharedCopy(new Uint8Array(blockBytes * count).map((_, i) => (i * 2654435761 + seed) >>> 13), 0);
+          const dst = new Uint8Array(new SharedArrayBuffer(blockBytes * count + 64), dstShift, blockBytes * count);
+          const expected = Array.from({ length: count }, (_, i) =>
+            referenceHash(src.subarray(i * blockBytes, (i + 1) * blockBytes)),
+          );
+          assert.deepEqual(copyAndChecksum(dst, src, blockBytes, count), expected);
+          assert.ok(Buffer.from(dst).equals(Buffer.from(src)));
+          assert.deepEqual(blockChecksums(src, blockBytes, count), expected);
+        },
+      ),
+      { numRuns: 60 },
+    );
+  });
+
+  it('KVCONNECT_DISABLE_AVX512=1 (AVX2 steps) gives the same sums for hash and copy-and-hash', () => {
+    const script = `const m = await import(${JSON.stringify(checksumModule)});
+const out = {};
+for (const [bb, n, shift] of [[65536, 3, 0], [4196, 2, 0], [4096, 5, 1], [100, 3, 32]]) {
+  const src = new Uint8Array(bb * n); for (let i = 0; i < src.length; i++) src[i] = (i * 31) ^ (i >> 9);
+  const dst = new Uint8Array(new ArrayBuffer(bb * n + 64), shift, bb * n);
+  out[bb] = [m.blockChecksums(src, bb, n), m.copyAndChecksum(dst, src, bb, n), Buffer.from(dst).equals(Buffer.from(src))];
+}
+console.log(JSON.stringify(out));`;
+    const got = execFileSync(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], {
+      env: { ...process.env, KVCONNECT_DISABLE_AVX512: '1' },
+      encoding: 'utf8',
+    });
+    const sums = JSON.parse(got.trim().split('\n').at(-1) ?? '') as Record<string, [number[], number[], boolean]>;
+    for (const [bb, n] of [[65536, 3], [4196, 2], [4096, 5], [100, 3]] as const) {
+      const src = new Uint8Array(bb * n).map((_, i) => (i * 31) ^ (i >> 9));
+      const expected = Array.from({ length: n }, (_, i) => referenceHash(src.subarray(i * bb, (i + 1) * bb)));
+      assert.deepEqual(sums[bb], [expected, expected, true], `${n} blocks of ${bb} bytes`);
+    }
   });
 
   it('WASM and plain-JS implementations agree (any length, any alignment)', () => {

@@ -35,7 +35,8 @@ function liveFor(v: LeaseViews, s: number, me0: number, me1: number, now: number
 
 /** True when block `b` has a grant of `key` live for the reader at `now`. */
 function covers(v: LeaseViews, b: number, key: number, me0: number, me1: number, now: number): boolean {
-  for (let s = b * SLOTS; s < (b + 1) * SLOTS; s++) if (v.key[s] === key && liveFor(v, s, me0, me1, now)) return true;
+  for (let s = b * SLOTS; s < (b + 1) * SLOTS; s++)
+    if (v.key[s] === key && liveFor(v, s, me0, me1, now)) return true;
   return false;
 }
 

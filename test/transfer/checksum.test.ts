@@ -130,8 +130,15 @@ describe('block checksum', () => {
         fc.constantFrom(0, 0, 1, 32, 64),
         fc.integer(),
         (blockBytes, count, dstShift, seed) => {
-          const src = sharedCopy(new Uint8Array(blockBytes * count).map((_, i) => (i * 2654435761 + seed) >>> 13), 0);
-          const dst = new Uint8Array(new SharedArrayBuffer(blockBytes * count + 64), dstShift, blockBytes * count);
+          const src = sharedCopy(
+            new Uint8Array(blockBytes * count).map((_, i) => (i * 2654435761 + seed) >>> 13),
+            0,
+          );
+          const dst = new Uint8Array(
+            new SharedArrayBuffer(blockBytes * count + 64),
+            dstShift,
+            blockBytes * count,
+          );
           const expected = Array.from({ length: count }, (_, i) =>
             referenceHash(src.subarray(i * blockBytes, (i + 1) * blockBytes)),
           );
@@ -157,8 +164,16 @@ console.log(JSON.stringify(out));`;
       env: { ...process.env, KVCONNECT_DISABLE_AVX512: '1' },
       encoding: 'utf8',
     });
-    const sums = JSON.parse(got.trim().split('\n').at(-1) ?? '') as Record<string, [number[], number[], boolean]>;
-    for (const [bb, n] of [[65536, 3], [4196, 2], [4096, 5], [100, 3]] as const) {
+    const sums = JSON.parse(got.trim().split('\n').at(-1) ?? '') as Record<
+      string,
+      [number[], number[], boolean]
+    >;
+    for (const [bb, n] of [
+      [65536, 3],
+      [4196, 2],
+      [4096, 5],
+      [100, 3],
+    ] as const) {
       const src = new Uint8Array(bb * n).map((_, i) => (i * 31) ^ (i >> 9));
       const expected = Array.from({ length: n }, (_, i) => referenceHash(src.subarray(i * bb, (i + 1) * bb)));
       assert.deepEqual(sums[bb], [expected, expected, true], `${n} blocks of ${bb} bytes`);

@@ -126,10 +126,21 @@ export class PeerLink {
   }
 
   sendControl(header: Exclude<AgentFrame, DataFrame>): Promise<void> {
-    return this.enqueue(() => {
+    return this.enqueue(() => this.#withAcks(() => this.conn.send(header)));
+  }
+
+  /** Sends pending acks, then runs `send`: corked together, so both leave in one write. */
+  #withAcks<T>(send: () => T): T {
+    if (this.#pendingAcks === 0 || this.conn.closed) {
       this.#flushAcksNow();
-      return this.conn.send(header);
+      return send();
+    }
+    let out: T | undefined;
+    this.corked(() => {
+      this.#flushAcksNow();
+      out = send();
     });
+    return out as T;
   }
 
   /** Runs `fn`, so that every frame it sends at once leaves in one write (syscall) with the others. */
@@ -175,22 +186,32 @@ export class PeerLink {
   /**
    * The receiver copies these bytes from our memory itself. A test hook's altered bytes
    * stand for what the source held when it was hashed: the receiver then copies bytes that
-   * changed after hashing (a torn read), which its check must catch.
+   * changed after hashing (a torn read), which its check must catch. Synchronous while the
+   * window has room, so the frames of a small WRITE (write, data, write_end) leave in one
+   * write and wake the receiver once.
    */
-  async #sendMapped(chunk: DataChunk): Promise<void> {
-    const { header, view, wire } = chunk;
-    while (this.#kvOutstanding > 0 && this.#kvOutstanding + view.length > KV_WINDOW_BYTES) {
+  #sendMapped(chunk: DataChunk): Promise<void> | undefined {
+    const length = chunk.view.length;
+    if (this.conn.closed) return undefined;
+    if (this.#kvOutstanding > 0 && this.#kvOutstanding + length > KV_WINDOW_BYTES) {
+      return this.#waitForWindow(length).then(() => this.#sendMapped(chunk));
+    }
+    chunk.check?.();
+    const sums = checksumsOf(chunk, chunk.wire);
+    this.#unacked.push(length);
+    this.#kvOutstanding += length;
+    this.conn.send({ ...chunk.header, sums, src: { region: chunk.region, offset: chunk.offset } });
+    return undefined;
+  }
+
+  /** Resolves once `length` more bytes fit in the window (or the connection closed). */
+  async #waitForWindow(length: number): Promise<void> {
+    while (this.#kvOutstanding > 0 && this.#kvOutstanding + length > KV_WINDOW_BYTES) {
       if (this.conn.closed) return;
       await new Promise<void>((resolve) => {
         this.#kvWake = resolve;
       });
     }
-    if (this.conn.closed) return;
-    chunk.check?.();
-    const sums = checksumsOf(chunk, wire);
-    this.#unacked.push(view.length);
-    this.#kvOutstanding += view.length;
-    this.conn.send({ ...header, sums, src: { region: chunk.region, offset: chunk.offset } });
   }
 
   #wakeKv(): void {

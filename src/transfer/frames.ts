@@ -12,8 +12,9 @@ import { ProtocolError } from './protocol-error.ts';
 /**
  * Version of the agent protocol, published in AgentMetadata: agents of different versions
  * refuse each other in addRemoteAgent. 3: typed message names, same-host KV mapping.
+ * 4: `mapped` frames (several pieces of mapped KV in one frame).
  */
-export const TRANSFER_PROTOCOL_VERSION = 3;
+export const TRANSFER_PROTOCOL_VERSION = 4;
 
 /** [region, first block, block count]: one run of a READ or WRITE, in the receiver's regions. */
 export type WireRun = readonly [number, number, number];
@@ -70,6 +71,7 @@ export type AgentFrame =
       readonly notif?: string;
     }
   | DataFrame
+  | MappedFrame
   | { readonly type: 'write_end'; readonly xfer: number }
   | {
       readonly type: 'write_done';
@@ -83,7 +85,8 @@ export type AgentFrame =
 /**
  * Blocks [block, block+count) of run `run` of transfer `xfer`, with one checksum each. The
  * bytes follow as the payload (tcp), sit in the sender's ring (`ring`), or are read by the
- * receiver straight from the sender's mapped KV memory (`src`).
+ * receiver straight from the sender's mapped KV memory (`src`: never on the wire, where such
+ * pieces travel in `mapped` frames; see mappedPieces).
  */
 export interface DataFrame {
   readonly type: 'data';
@@ -96,6 +99,42 @@ export interface DataFrame {
   readonly src?: { readonly region: number; readonly offset: number };
   /** First frame of a READ only: µs the server held the READ before serving it (grant wait). */
   readonly held?: number;
+}
+
+/** [run, first block in the run, block count, sender's region, byte offset in it]: one piece of a `mapped` frame. */
+export type MappedPart = readonly [number, number, number, number, number];
+
+/**
+ * Pieces of one transfer that the receiver copies straight from the sender's mapped KV (same
+ * host), with one checksum per block, in order. One frame (one header to encode and parse,
+ * one wake-up, one write) stands for what would be a `data` frame with `src` per piece.
+ */
+export interface MappedFrame {
+  readonly type: 'mapped';
+  readonly xfer: number;
+  readonly parts: readonly MappedPart[];
+  readonly sums: readonly number[];
+  /** As in DataFrame: on the first frame of a READ only. */
+  readonly held?: number;
+}
+
+/** The `data` frames a `mapped` frame stands for, in order (`held` on the first). */
+export function mappedPieces(f: MappedFrame): DataFrame[] {
+  let at = 0;
+  return f.parts.map(([run, block, count, region, offset], i) => {
+    const sums = f.sums.slice(at, at + count);
+    at += count;
+    return {
+      ...(i === 0 && f.held !== undefined ? { held: f.held } : {}),
+      type: 'data',
+      xfer: f.xfer,
+      run,
+      block,
+      count,
+      sums,
+      src: { region, offset },
+    };
+  });
 }
 
 export type SideChannelFrame =
@@ -215,11 +254,25 @@ function dataFrame(raw: Raw): DataFrame {
     const at = { ...ring, type: 'data' };
     return { ...frame, ring: { offset: uint(at, 'offset'), length: uint(at, 'length') } };
   }
-  if (raw['src'] !== undefined) {
-    const src = { ...object(raw, 'src'), type: 'data' };
-    return { ...frame, src: { region: uint(src, 'region'), offset: uint(src, 'offset') } };
-  }
   return frame;
+}
+
+function mappedFrame(raw: Raw): MappedFrame {
+  const parts = tuples(raw, 'parts', 5, 1) as unknown as MappedPart[];
+  const sums = uintList(raw, 'sums', MAX_DESCRIPTORS);
+  let blocks = 0;
+  for (const p of parts) {
+    if (p[2] === 0) fail(raw, 'parts', 'pieces of at least one block');
+    blocks += p[2];
+  }
+  if (sums.length !== blocks) fail(raw, 'sums', 'one checksum per block of the parts');
+  return {
+    ...(raw['held'] === undefined ? {} : { held: uint(raw, 'held') }),
+    type: 'mapped',
+    xfer: uint(raw, 'xfer'),
+    parts,
+    sums,
+  };
 }
 
 /** Checks a header of the agent protocol; throws ProtocolError unless it is a well-formed message. */
@@ -261,6 +314,8 @@ export function parseAgentFrame(raw: Raw): AgentFrame {
       return { type: 'write', ...request(raw), ...optStr(raw, 'notif') };
     case 'data':
       return dataFrame(raw);
+    case 'mapped':
+      return mappedFrame(raw);
     case 'write_end':
       return { type: 'write_end', xfer: uint(raw, 'xfer') };
     case 'write_done':

@@ -10,7 +10,7 @@ import { authProof, newNonce, verifyProof } from './auth.ts';
 import { type BlockRun, IncomingRuns, PermissionEndedError, sendRuns } from './block-io.ts';
 import { FramedConnection } from './connection.ts';
 import { checkRun } from './descriptors.ts';
-import { type AgentFrame, type DataFrame, parseAgentFrame, type WireRun } from './frames.ts';
+import { type AgentFrame, type DataFrame, mappedPieces, parseAgentFrame, type WireRun } from './frames.ts';
 import type { GrantKind } from './grants.ts';
 import { exposedBytes, exposedRegions, PeerKvMap } from './kv-map.ts';
 import { PeerLink } from './peer-link.ts';
@@ -129,6 +129,9 @@ export class InboundSession {
         return;
       case 'data':
         this.#onData(link, f, payload);
+        return;
+      case 'mapped':
+        for (const piece of mappedPieces(f)) this.#onData(link, piece, null);
         return;
       case 'write_end':
         this.#onWriteEnd(link, f.xfer);

@@ -12,7 +12,7 @@ import { type BlockRun, type IncomingRuns, sendRuns } from './block-io.ts';
 import { ClientHandshake } from './client-handshake.ts';
 import { FramedConnection, zeroCopyRead } from './connection.ts';
 import { directRead } from './direct-read.ts';
-import { type AgentFrame, type DataFrame, parseAgentFrame } from './frames.ts';
+import { type AgentFrame, type DataFrame, mappedPieces, parseAgentFrame } from './frames.ts';
 import { PeerLink } from './peer-link.ts';
 import { ProtocolError } from './protocol-error.ts';
 import type { AgentMetadata, DescPair, FailedBlocks, TransportName } from './types.ts';
@@ -212,6 +212,9 @@ export class OutboundPeer {
         return;
       case 'data':
         this.#onData(f, payload);
+        return;
+      case 'mapped':
+        for (const piece of mappedPieces(f)) this.#onData(piece, null);
         return;
       case 'write_done': {
         const t = this.#inflight.get(f.xfer);

@@ -9,7 +9,7 @@ import type { IncomingRuns } from './block-io.ts';
 import { blockChecksums, copyAndChecksum } from './checksum.ts';
 import type { FramedConnection } from './connection.ts';
 import type { DirectReadSource } from './direct-read.ts';
-import type { AgentFrame, DataFrame } from './frames.ts';
+import { type AgentFrame, type DataFrame, MAX_DESCRIPTORS, type MappedPart } from './frames.ts';
 import type { PeerKvMap } from './kv-map.ts';
 import { ProtocolError } from './protocol-error.ts';
 import type { ShmRingReader, ShmRingWriter } from './shm-ring.ts';
@@ -49,6 +49,23 @@ const FILE_PIECE_BYTES = 256 << 10;
  */
 const KV_WINDOW_BYTES = 16 << 20;
 
+/**
+ * Mapped-KV pieces go out together in one `mapped` frame once this many bytes are announced
+ * (or before anything else is sent, before waiting for the window, and at the end of the
+ * event-loop turn): the receiver then decodes, handles and acks one frame per batch instead
+ * of one per piece, while copying one batch as the sender hashes the next.
+ */
+export const MAPPED_BATCH_BYTES = Number(process.env['BATCHK'] ?? 8192) * 1024;
+
+/** A `mapped` frame being filled. */
+interface MappedBatch {
+  readonly xfer: number;
+  readonly parts: MappedPart[];
+  readonly sums: number[];
+  readonly held?: number;
+  bytes: number;
+}
+
 /** Received shm bytes after which acks go out at once (a large transfer is flowing). */
 const ACK_EAGER_BYTES = 1 << 20;
 /** Longest a small transfer's ack waits for a frame to ride with. */
@@ -76,12 +93,15 @@ export class PeerLink {
   #pendingAckBytes = 0;
   #ackImmediate: NodeJS.Immediate | null = null;
   #ackTimer: NodeJS.Timeout | null = null;
+  #batch: MappedBatch | null = null;
+  #batchImmediate: NodeJS.Immediate | null = null;
 
   constructor(conn: FramedConnection<AgentFrame>, transport: TransportName) {
     this.conn = conn;
     this.transport = transport;
     conn.onClose(() => {
       this.#flushAcksNow();
+      this.#dropBatch();
       this.ringOut?.close();
       this.ringIn?.close();
       this.direct = null;
@@ -126,7 +146,10 @@ export class PeerLink {
   }
 
   sendControl(header: Exclude<AgentFrame, DataFrame>): Promise<void> {
-    return this.enqueue(() => this.#withAcks(() => this.conn.send(header)));
+    return this.enqueue(() => {
+      this.#flushBatch();
+      return this.#withAcks(() => this.conn.send(header));
+    });
   }
 
   /** Sends pending acks, then runs `send`: corked together, so both leave in one write. */
@@ -165,9 +188,11 @@ export class PeerLink {
       const chunk = make();
       const { header, view, wire, blockBytes, count } = chunk;
       if (this.transport === 'tcp') {
+        this.#flushBatch();
         return this.conn.send({ ...header, sums: checksumsOf(chunk, view) }, [wire]);
       }
       if (this.mappedByPeer.has(chunk.region)) return this.#sendMapped(chunk);
+      this.#flushBatch();
       const ring = this.ringOut!;
       if (ring.mapped && wire === view) {
         return ring.putHashed(view, blockBytes, count, chunk.check).then(({ offset, sums }) => {
@@ -194,14 +219,51 @@ export class PeerLink {
     const length = chunk.view.length;
     if (this.conn.closed) return undefined;
     if (this.#kvOutstanding > 0 && this.#kvOutstanding + length > KV_WINDOW_BYTES) {
+      this.#flushBatch();
       return this.#waitForWindow(length).then(() => this.#sendMapped(chunk));
     }
     chunk.check?.();
     const sums = checksumsOf(chunk, chunk.wire);
     this.#unacked.push(length);
     this.#kvOutstanding += length;
-    this.conn.send({ ...chunk.header, sums, src: { region: chunk.region, offset: chunk.offset } });
+    const { header } = chunk;
+    let b = this.#batch;
+    if (b !== null && (b.xfer !== header.xfer || b.sums.length + sums.length > MAX_DESCRIPTORS)) {
+      this.#flushBatch();
+      b = null;
+    }
+    if (b === null) {
+      b = {
+        xfer: header.xfer,
+        parts: [],
+        sums: [],
+        bytes: 0,
+        ...(header.held === undefined ? {} : { held: header.held }),
+      };
+      this.#batch = b;
+      this.#batchImmediate = setImmediate(() => this.#flushBatch());
+    }
+    b.parts.push([header.run, header.block, header.count, chunk.region, chunk.offset]);
+    for (const x of sums) b.sums.push(x);
+    b.bytes += length;
+    if (b.bytes >= MAPPED_BATCH_BYTES) this.#flushBatch();
     return undefined;
+  }
+
+  /** Sends the pieces announced so far (one `mapped` frame). */
+  #flushBatch(): void {
+    const b = this.#dropBatch();
+    if (b === null || this.conn.closed) return;
+    const { xfer, parts, sums, held } = b;
+    this.conn.send({ type: 'mapped', xfer, parts, sums, ...(held === undefined ? {} : { held }) });
+  }
+
+  #dropBatch(): MappedBatch | null {
+    const b = this.#batch;
+    this.#batch = null;
+    if (this.#batchImmediate !== null) clearImmediate(this.#batchImmediate);
+    this.#batchImmediate = null;
+    return b;
   }
 
   /** Resolves once `length` more bytes fit in the window (or the connection closed). */

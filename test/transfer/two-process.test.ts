@@ -5,6 +5,7 @@ import { describe, it } from 'node:test';
 import { crc32 } from 'node:zlib';
 import { setLogLevel } from '../../src/logging/logger.ts';
 import { type AgentMetadata, InThreadTransferAgent } from '../../src/transfer/index.ts';
+import { MAPPED_BATCH_BYTES } from '../../src/transfer/peer-link.ts';
 import { mappableSharedMemory } from '../../src/util/shared-memory.ts';
 import { fillPattern, makeRegion } from './pattern.ts';
 
@@ -145,7 +146,9 @@ for (const backend of ['TCP', 'SHM']) {
         const local = makeRegion(0, BB, N, 5);
         agent.registerMemory([local]);
         const remote = agent.addRemoteAgent(child.meta);
-        assert.equal(await child.ask('die-after 8'), 'ok');
+        // The child's chunks are 256 KiB; over mapped KV they leave in batches: die after the first batch left.
+        const chunks = MAPPED_BATCH_BYTES / (256 << 10) + 8;
+        assert.equal(await child.ask(`die-after ${chunks}`), 'ok');
         const t0 = Date.now();
         const h = agent.read(remote, [
           { localRegion: 0, localFirst: 0, remoteRegion: 0, remoteFirst: 0, count: N },

@@ -55,7 +55,7 @@ const KV_WINDOW_BYTES = 16 << 20;
  * event-loop turn): the receiver then decodes, handles and acks one frame per batch instead
  * of one per piece, while copying one batch as the sender hashes the next.
  */
-export const MAPPED_BATCH_BYTES = Number(process.env['BATCHK'] ?? 8192) * 1024;
+export const MAPPED_BATCH_BYTES = 8 << 20;
 
 /** A `mapped` frame being filled. */
 interface MappedBatch {

@@ -52,7 +52,7 @@ const KV_WINDOW_BYTES = 16 << 20;
 /**
  * Mapped-KV pieces go out together in one `mapped` frame once this many bytes are announced
  * (or before anything else is sent, before waiting for the window, and at the end of the
- * event-loop turn): the receiver then decodes, handles and acks one frame per batch instead
+ * transfer's runs): the receiver then decodes, handles and acks one frame per batch instead
  * of one per piece, while copying one batch as the sender hashes the next.
  */
 export const MAPPED_BATCH_BYTES = 8 << 20;
@@ -94,7 +94,6 @@ export class PeerLink {
   #ackImmediate: NodeJS.Immediate | null = null;
   #ackTimer: NodeJS.Timeout | null = null;
   #batch: MappedBatch | null = null;
-  #batchImmediate: NodeJS.Immediate | null = null;
 
   constructor(conn: FramedConnection<AgentFrame>, transport: TransportName) {
     this.conn = conn;
@@ -241,7 +240,6 @@ export class PeerLink {
         ...(header.held === undefined ? {} : { held: header.held }),
       };
       this.#batch = b;
-      this.#batchImmediate = setImmediate(() => this.#flushBatch());
     }
     b.parts.push([header.run, header.block, header.count, chunk.region, chunk.offset]);
     for (const x of sums) b.sums.push(x);
@@ -261,9 +259,19 @@ export class PeerLink {
   #dropBatch(): MappedBatch | null {
     const b = this.#batch;
     this.#batch = null;
-    if (this.#batchImmediate !== null) clearImmediate(this.#batchImmediate);
-    this.#batchImmediate = null;
     return b;
+  }
+
+  /**
+   * Ends a transfer's data: sends the pieces still batched, after every data send queued
+   * before. A piece is checked (its grant) and hashed in the same synchronous run that sends
+   * its frame: nothing, a revocation included, runs in between.
+   */
+  endData(): Promise<void> {
+    return this.enqueue(() => {
+      this.#flushBatch();
+      return undefined;
+    });
   }
 
   /** Resolves once `length` more bytes fit in the window (or the connection closed). */

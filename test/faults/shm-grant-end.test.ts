@@ -39,16 +39,21 @@ const paths = [
 ];
 
 interface Controls {
+  /** Chunks announced per direction: one per `data` frame, one per part of a `mapped` frame. */
   readonly seen: Record<Direction, number>;
   /** Where the announced chunks' bytes were: 'src' (mapped KV), 'ring' or 'payload'. */
   readonly vias: Set<string>;
   holdAcks: boolean;
-  /** Hold data frames in that direction from this index (1-based) on. */
+  /** Hold the frames that announce chunks in that direction from the one whose first chunk has this index (1-based) on. */
   readonly holdDataFrom: Record<Direction, number>;
   readonly hook: FrameHook;
 }
 
-/** Counts data frames per direction and lets a test hold acks (up) or data frames (either way). */
+/**
+ * Counts announced chunks per direction and lets a test hold acks (up) or the frames that
+ * announce chunks (either way). Mapped KV is announced several chunks per `mapped` frame (up
+ * to 8 MiB), the ring one chunk per `data` frame.
+ */
 function controls(): Controls {
   const c: Controls = {
     seen: { up: 0, down: 0 },
@@ -57,10 +62,11 @@ function controls(): Controls {
     holdDataFrom: { up: Number.POSITIVE_INFINITY, down: Number.POSITIVE_INFINITY },
     hook: (dir, h) => {
       if (h.type === 'ack' && c.holdAcks) return { action: 'hold' };
-      if (h.type !== 'data') return { action: 'forward' };
-      c.seen[dir]++;
-      c.vias.add(h.src ? 'src' : h.ring ? 'ring' : 'payload');
-      return c.seen[dir] >= c.holdDataFrom[dir] ? { action: 'hold' } : { action: 'forward' };
+      if (h.type !== 'data' && h.type !== 'mapped') return { action: 'forward' };
+      const first = c.seen[dir] + 1;
+      c.seen[dir] += h.type === 'mapped' ? h.parts.length : 1;
+      c.vias.add(h.type === 'mapped' ? 'src' : h.ring ? 'ring' : 'payload');
+      return first >= c.holdDataFrom[dir] ? { action: 'hold' } : { action: 'forward' };
     },
   };
   return c;
@@ -122,7 +128,7 @@ for (const path of paths) {
     });
 
     it('the receiver revokes a write grant while frames are in flight: it copies nothing more of that WRITE', async () => {
-      const N = 8;
+      const N = 24; // 1 MiB chunks: three mapped frames of 8, or 24 ring frames
       const c = controls();
       c.holdDataFrom.up = 3;
       const { a, b, ra, rb, relay, remote } = await throughRelay(
@@ -154,7 +160,7 @@ for (const path of paths) {
     });
 
     it('a READ that timed out: its late chunks are not copied, and the next READ on the connection is DONE', async () => {
-      const N = 8;
+      const N = 24; // 1 MiB chunks: three mapped frames of 8, or 24 ring frames
       const c = controls();
       c.holdDataFrom.down = 3;
       const { a, b, ra, rb, relay, remote } = await throughRelay(

@@ -29,7 +29,7 @@ export interface DataChunk {
   readonly sums?: readonly number[] | undefined;
   /**
    * Throws when the blocks may no longer be read (their grant ended). sendData's `make`
-   * checks first; this runs again before bytes are read after a wait for ring space or window.
+   * checks first; this runs again before bytes are read after a wait for ring space.
    */
   readonly check?: () => void;
 }
@@ -43,17 +43,14 @@ function checksumsOf(chunk: DataChunk, bytes: Uint8Array): readonly number[] {
 const FILE_PIECE_BYTES = 256 << 10;
 
 /**
- * Bytes of mapped-KV chunks the sender lets the receiver lag behind. The sender hashes a
- * chunk just before announcing it and the receiver copies it soon after, so with this
- * window both passes over the source hit the shared L3 cache instead of memory.
- */
-const KV_WINDOW_BYTES = 16 << 20;
-
-/**
  * Mapped-KV pieces go out together in one `mapped` frame once this many bytes are announced
- * (or before anything else is sent, before waiting for the window, and at the end of the
- * transfer's runs): the receiver then decodes, handles and acks one frame per batch instead
- * of one per piece, while copying one batch as the sender hashes the next.
+ * (or before anything else is sent, and at the end of the transfer's runs): the receiver then
+ * decodes and handles one frame per batch instead of one per piece, while copying one batch
+ * as the sender hashes the next. Mapped pieces are not acknowledged and have no window: they
+ * hold no resource of the sender's (the bytes stay in its KV, under the transfer's grant or
+ * until its completion), and the acks that a 16 MiB window needed cost the receiver one
+ * socket write per batch and kept the sender waiting for them. Without them a WRITE moved
+ * more in 5 of 6 back-to-back A/B pairs (docs/BENCHMARKS.md, "Transfer").
  */
 export const MAPPED_BATCH_BYTES = 8 << 20;
 
@@ -85,10 +82,8 @@ export class PeerLink {
   /** Our regions the peer has mapped: chunks of these go by reference, not through the ring. */
   mappedByPeer: ReadonlySet<number> = new Set();
   #tail: Promise<void> | null = null;
-  /** Shm data frames not acknowledged yet, oldest first: 0 = a ring chunk, n > 0 = n bytes of mapped KV. */
-  readonly #unacked: number[] = [];
-  #kvOutstanding = 0;
-  #kvWake: (() => void) | null = null;
+  /** Ring chunks sent and not acknowledged yet. */
+  #unackedRing = 0;
   #pendingAcks = 0;
   #pendingAckBytes = 0;
   #ackImmediate: NodeJS.Immediate | null = null;
@@ -106,7 +101,6 @@ export class PeerLink {
       this.direct = null;
       this.peerLeaseMap?.close();
       this.peerKv?.close();
-      this.#wakeKv();
     });
   }
 
@@ -195,13 +189,13 @@ export class PeerLink {
       const ring = this.ringOut!;
       if (ring.mapped && wire === view) {
         return ring.putHashed(view, blockBytes, count, chunk.check).then(({ offset, sums }) => {
-          this.#unacked.push(0);
+          this.#unackedRing++;
           this.conn.send({ ...header, sums, ring: { offset, length: view.length } });
         });
       }
       const sums = checksumsOf(chunk, view);
       return ring.put([wire], wire.length, chunk.check).then((offset) => {
-        this.#unacked.push(0);
+        this.#unackedRing++;
         this.conn.send({ ...header, sums, ring: { offset, length: wire.length } });
       });
     });
@@ -210,25 +204,19 @@ export class PeerLink {
   /**
    * The receiver copies these bytes from our memory itself. A test hook's altered bytes
    * stand for what the source held when it was hashed: the receiver then copies bytes that
-   * changed after hashing (a torn read), which its check must catch. Synchronous while the
-   * window has room, so the frames of a small WRITE (write, data, write_end) leave in one
+   * changed after hashing (a torn read), which its check must catch. Synchronous (unless the
+   * socket must drain), so the frames of a small WRITE (write, mapped, write_end) leave in one
    * write and wake the receiver once.
    */
   #sendMapped(chunk: DataChunk): Promise<void> | undefined {
-    const length = chunk.view.length;
     if (this.conn.closed) return undefined;
-    if (this.#kvOutstanding > 0 && this.#kvOutstanding + length > KV_WINDOW_BYTES) {
-      this.#flushBatch();
-      return this.#waitForWindow(length).then(() => this.#sendMapped(chunk));
-    }
     chunk.check?.();
     const sums = checksumsOf(chunk, chunk.wire);
-    this.#unacked.push(length);
-    this.#kvOutstanding += length;
     const { header } = chunk;
     let b = this.#batch;
+    let drained: Promise<void> | undefined;
     if (b !== null && (b.xfer !== header.xfer || b.sums.length + sums.length > MAX_DESCRIPTORS)) {
-      this.#flushBatch();
+      drained = this.#flushBatch();
       b = null;
     }
     if (b === null) {
@@ -243,17 +231,17 @@ export class PeerLink {
     }
     b.parts.push([header.run, header.block, header.count, chunk.region, chunk.offset]);
     for (const x of sums) b.sums.push(x);
-    b.bytes += length;
-    if (b.bytes >= MAPPED_BATCH_BYTES) this.#flushBatch();
-    return undefined;
+    b.bytes += chunk.view.length;
+    if (b.bytes >= MAPPED_BATCH_BYTES) drained = this.#flushBatch() ?? drained;
+    return drained;
   }
 
-  /** Sends the pieces announced so far (one `mapped` frame). */
-  #flushBatch(): void {
+  /** Sends the pieces announced so far (one `mapped` frame); a promise when the socket must drain first. */
+  #flushBatch(): Promise<void> | undefined {
     const b = this.#dropBatch();
-    if (b === null || this.conn.closed) return;
+    if (b === null || this.conn.closed) return undefined;
     const { xfer, parts, sums, held } = b;
-    this.conn.send({ type: 'mapped', xfer, parts, sums, ...(held === undefined ? {} : { held }) });
+    return this.conn.send({ type: 'mapped', xfer, parts, sums, ...(held === undefined ? {} : { held }) });
   }
 
   #dropBatch(): MappedBatch | null {
@@ -268,31 +256,12 @@ export class PeerLink {
    * its frame: nothing, a revocation included, runs in between.
    */
   endData(): Promise<void> {
-    return this.enqueue(() => {
-      this.#flushBatch();
-      return undefined;
-    });
-  }
-
-  /** Resolves once `length` more bytes fit in the window (or the connection closed). */
-  async #waitForWindow(length: number): Promise<void> {
-    while (this.#kvOutstanding > 0 && this.#kvOutstanding + length > KV_WINDOW_BYTES) {
-      if (this.conn.closed) return;
-      await new Promise<void>((resolve) => {
-        this.#kvWake = resolve;
-      });
-    }
-  }
-
-  #wakeKv(): void {
-    const w = this.#kvWake;
-    this.#kvWake = null;
-    w?.();
+    return this.enqueue(() => this.#flushBatch());
   }
 
   /**
    * For shm data frames: fills the destination that `runs` assigns to the frame (none =
-   * skip) from the peer's mapped KV or ring, acks, and returns the checksums of what landed
+   * skip) from the peer's mapped KV or ring (acking ring chunks), and returns the checksums of what landed
    * when they were computed during the copy. Each block is hashed right after it lands,
    * while it is still in cache.
    */
@@ -323,23 +292,20 @@ export class PeerLink {
     } else {
       throw new ProtocolError('shm data frame names neither a ring nor mapped memory');
     }
-    this.#scheduleAck(
-      frame.count * (runs?.pieceBytes ?? 0) || (frame.ring?.length ?? 0),
-      frame.ring !== undefined,
-    );
+    if (frame.ring) this.#scheduleAck(frame.ring.length);
     return sums === undefined ? { view, ok } : { view, ok, sums };
   }
 
   /**
    * Acks are batched: after a socket read's frames when a large transfer is flowing (the
-   * sender's ring or window waits for them), otherwise with the next frame this side sends,
+   * sender's ring waits for them), otherwise with the next frame this side sends,
    * or within ACK_LAZY_MS, so a small transfer costs the sender no extra wake-up.
    */
-  #scheduleAck(bytes: number, ring: boolean): void {
+  #scheduleAck(bytes: number): void {
     this.#pendingAcks++;
     this.#pendingAckBytes += bytes;
     // A small ring fills before ACK_EAGER_BYTES arrive: ack once a quarter of it is held.
-    const eager = ring && this.ringIn ? Math.min(ACK_EAGER_BYTES, this.ringIn.size / 4) : ACK_EAGER_BYTES;
+    const eager = this.ringIn ? Math.min(ACK_EAGER_BYTES, this.ringIn.size / 4) : ACK_EAGER_BYTES;
     if (this.#pendingAckBytes >= eager) {
       if (this.#ackImmediate === null) this.#ackImmediate = setImmediate(() => this.#flushAcksNow());
     } else if (this.#ackTimer === null) {
@@ -359,15 +325,10 @@ export class PeerLink {
     if (count > 0 && !this.conn.closed) this.conn.send({ type: 'ack', count });
   }
 
-  /** The peer consumed our `count` oldest shm data frames: free their ring space and window. */
+  /** The peer consumed our `count` oldest ring chunks: free their ring space. */
   onAck(count: number): void {
-    if (count > this.#unacked.length) throw new ProtocolError('ack for frames never sent');
-    let ringChunks = 0;
-    for (const bytes of this.#unacked.splice(0, count)) {
-      if (bytes === 0) ringChunks++;
-      else this.#kvOutstanding -= bytes;
-    }
-    if (ringChunks > 0) this.ringOut?.release(ringChunks);
-    this.#wakeKv();
+    if (count > this.#unackedRing) throw new ProtocolError('ack for frames never sent');
+    this.#unackedRing -= count;
+    this.ringOut?.release(count);
   }
 }

@@ -1,12 +1,14 @@
 /**
  * Grant ends and timeouts on the same-host (shm) paths, where no block bytes cross the socket:
  * the receiver copies each chunk from the sender's mapped KV memory, or from its staging
- * ring. Only the frames that announce chunks (and the acks that free the sender's window or
- * ring) go through the fault relay, so holding acks makes the sender wait for window or ring
- * space, and holding data frames makes the receiver's copies late. What must hold: an owner
- * whose read grant ends while chunks wait announces none of them afterwards (they would carry
- * checksums of another request's data); a receiver whose write grant ends copies nothing more;
- * a READ that timed out copies nothing when its late frames arrive.
+ * ring. Only the frames that announce chunks (and the acks that free the sender's ring) go
+ * through the fault relay, so holding acks makes a ring sender wait for ring space, and
+ * holding the announcing frames makes the receiver's copies late. What must hold: an owner
+ * whose read grant ends while chunks wait for ring space announces none of them afterwards
+ * (they would carry checksums of another request's data); chunks of mapped KV announced
+ * before the grant ended and copied after the owner reused the blocks fail verification; a
+ * receiver whose write grant ends copies nothing more; a READ that timed out copies nothing
+ * when its late frames arrive.
  */
 import assert from 'node:assert/strict';
 import { after, describe, it } from 'node:test';
@@ -89,43 +91,81 @@ async function stable(what: string, read: () => number): Promise<number> {
 
 for (const path of paths) {
   describe(`shm ${path.name}: grant ends and timeouts`, { skip: path.skip }, () => {
-    it('the owner revokes a READ grant while chunks wait for acks: it announces none of them afterwards', async () => {
-      const N = 32;
-      const c = controls();
-      c.holdAcks = true;
-      const { a, b, ra, rb, relay, remote } = await throughRelay(
-        BB,
-        N,
-        c.hook,
-        { ...path.options, transferTimeoutMs: 60_000 },
-        path.options,
-      );
-      const original = Buffer.from(rb.bytes);
-      b.grantRead('r', { blockIds: all(N) });
-      const pending = a.waitFor(a.read(remote, whole(N), { grantKey: 'r' }));
-      const announced = await stable("B's sender to wait for acks", () => c.seen.down);
-      assert.ok(announced < N, `chunks were still waiting at the revocation (${announced}/${N} sent)`);
-      b.revokeGrant('r');
-      fillPattern(rb.bytes, BB, 0x5eed); // B reuses the blocks for another request
-      c.holdAcks = false;
-      relay.set('up', 'flow');
-      const s = await pending;
-      assert.equal(s.state, 'ERR');
-      assert.match(s.reason ?? '', /READ aborted/);
-      await settled(relay);
-      assert.equal(c.seen.down, announced, 'no chunk was announced after the revocation');
-      assert.deepEqual([...c.vias], [path.via], `the chunks went ${path.via}`);
-      const failed = new Set(s.failedBlockIds);
-      assert.ok(failed.size > 0);
-      for (let i = 0; i < N; i++) {
-        if (failed.has(i)) continue;
-        const got = Buffer.from(ra.bytes.subarray(i * BB, (i + 1) * BB));
-        assert.ok(
-          got.equals(original.subarray(i * BB, (i + 1) * BB)),
-          `block ${i} accepted with foreign content`,
+    // Only ring chunks wait (for ring space, freed by acks); mapped KV is announced without acks or a window.
+    if (path.via === 'ring')
+      it('the owner revokes a READ grant while chunks wait for acks: it announces none of them afterwards', async () => {
+        const N = 32;
+        const c = controls();
+        c.holdAcks = true;
+        const { a, b, ra, rb, relay, remote } = await throughRelay(
+          BB,
+          N,
+          c.hook,
+          { ...path.options, transferTimeoutMs: 60_000 },
+          path.options,
         );
-      }
-    });
+        const original = Buffer.from(rb.bytes);
+        b.grantRead('r', { blockIds: all(N) });
+        const pending = a.waitFor(a.read(remote, whole(N), { grantKey: 'r' }));
+        const announced = await stable("B's sender to wait for acks", () => c.seen.down);
+        assert.ok(announced < N, `chunks were still waiting at the revocation (${announced}/${N} sent)`);
+        b.revokeGrant('r');
+        fillPattern(rb.bytes, BB, 0x5eed); // B reuses the blocks for another request
+        c.holdAcks = false;
+        relay.set('up', 'flow');
+        const s = await pending;
+        assert.equal(s.state, 'ERR');
+        assert.match(s.reason ?? '', /READ aborted/);
+        await settled(relay);
+        assert.equal(c.seen.down, announced, 'no chunk was announced after the revocation');
+        assert.deepEqual([...c.vias], [path.via], `the chunks went ${path.via}`);
+        const failed = new Set(s.failedBlockIds);
+        assert.ok(failed.size > 0);
+        for (let i = 0; i < N; i++) {
+          if (failed.has(i)) continue;
+          const got = Buffer.from(ra.bytes.subarray(i * BB, (i + 1) * BB));
+          assert.ok(
+            got.equals(original.subarray(i * BB, (i + 1) * BB)),
+            `block ${i} accepted with foreign content`,
+          );
+        }
+      });
+
+    // Only mapped KV is copied from the owner's memory after it was announced (ring chunks are copied into the ring first).
+    if (path.via === 'src')
+      it('the owner revokes a READ grant and reuses the blocks while its announcements are in flight: the late copies fail verification', async () => {
+        const N = 24; // 1 MiB chunks: three mapped frames of 8
+        const c = controls();
+        c.holdDataFrom.down = 9;
+        const { a, b, ra, rb, relay, remote } = await throughRelay(
+          BB,
+          N,
+          c.hook,
+          { ...path.options, transferTimeoutMs: 60_000 },
+          path.options,
+        );
+        const original = Buffer.from(rb.bytes);
+        b.grantRead('r', { blockIds: all(N) });
+        const pending = a.waitFor(a.read(remote, whole(N), { grantKey: 'r' }));
+        const block = (r: Uint8Array, i: number) => Buffer.from(r.subarray(i * BB, (i + 1) * BB));
+        await waitUntil('the first frame to land in A', () => block(ra.bytes, 7).equals(block(rb.bytes, 7)));
+        b.revokeGrant('r');
+        fillPattern(rb.bytes, BB, 0x5eed); // B reuses the blocks for another request
+        c.holdDataFrom.down = Number.POSITIVE_INFINITY;
+        relay.set('down', 'flow');
+        const s = await pending;
+        await settled(relay);
+        assert.equal(s.state, 'ERR');
+        assert.deepEqual([...c.vias], ['src'], 'the chunks went by mapped KV');
+        assert.equal(c.seen.down, N, 'every chunk had been announced before the revocation');
+        assert.deepEqual(
+          s.failedBlockIds,
+          Array.from({ length: N - 8 }, (_, i) => 8 + i),
+          'exactly the chunks copied after the reuse failed',
+        );
+        for (let i = 0; i < 8; i++)
+          assert.ok(block(ra.bytes, i).equals(original.subarray(i * BB, (i + 1) * BB)));
+      });
 
     it('the receiver revokes a write grant while frames are in flight: it copies nothing more of that WRITE', async () => {
       const N = 24; // 1 MiB chunks: three mapped frames of 8, or 24 ring frames

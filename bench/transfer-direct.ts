@@ -1,5 +1,5 @@
 /**
- * `npm run bench -- transfer-direct [--reads 12] [--gap-ms 0] [--layers 8] [--blocks 128] [--block-kib 64]`
+ * `npm run bench -- transfer-direct [--write] [--reads 12] [--gap-ms 0] [--layers 8] [--blocks 128] [--block-kib 64]`
  *
  * Same-host direct READs (docs/transfer.md#direct-read-same-host) of one request (the layout of
  * `npm run bench -- transfer`) from a second process, one after the other, alternating with a
@@ -9,6 +9,9 @@
  * that long before each pair, leaving the memory idle as the transfer bench's rounds do. The
  * first two pairs are not counted. Reports medians with min–max, the per-pair ratio, and the
  * minor page faults this process takes per READ; prints a table, then one JSON object.
+ *
+ * `--write`: same-host WRITEs of the same layout back to back instead (this process hashes and
+ * announces, the peer copies from its mapping of this process's KV), each paired with a memcpy.
  */
 import { readFileSync } from 'node:fs';
 import { setLogLevel } from '../src/logging/logger.ts';
@@ -32,6 +35,8 @@ export async function main(args: string[]): Promise<void> {
     process.exitCode = 2;
     return;
   }
+  const write = args.includes('--write');
+  const what = write ? 'shm WRITE' : 'direct READ';
   const reads = Math.max(5, numberFlag(args, 'reads', 12));
   const gapMs = numberFlag(args, 'gap-ms', 0);
   const { layout, descs, bytes } = requestLayout(
@@ -55,15 +60,15 @@ export async function main(args: string[]): Promise<void> {
   const faults: number[] = [];
   for (let i = 0; i < reads + WARM_UP; i++) {
     if (gapMs > 0) await new Promise((resolve) => setTimeout(resolve, gapMs));
-    await peer.grant('req', ids);
+    if (!write) await peer.grant('req', ids);
     const f0 = minorFaults();
     const t0 = performance.now();
-    const h = agent.read(remote, descs, { grantKey: 'req' });
+    const h = write ? agent.write(remote, descs) : agent.read(remote, descs, { grantKey: 'req' });
     const s = await agent.waitFor(h);
     const gbps = bytes / ((performance.now() - t0) / 1000) / 1e9;
     const f = minorFaults() - f0;
     agent.releaseHandle(h);
-    if (s.state !== 'DONE') throw new Error(`READ failed: ${s.reason}`);
+    if (s.state !== 'DONE') throw new Error(`${what} failed: ${s.reason}`);
     const m = memcpy();
     if (i < WARM_UP) continue;
     read.push(gbps);
@@ -78,24 +83,33 @@ export async function main(args: string[]): Promise<void> {
   const ratio = pairwiseRatio(copy, read);
   const f = summarize(faults);
   console.log(
-    `transfer-direct: ${bytes >> 20} MiB per READ in ${descs.length} descriptors, ${reads} READs (after ${WARM_UP}), ` +
+    `transfer-direct: ${bytes >> 20} MiB per ${what} in ${descs.length} descriptors, ${reads} of them (after ${WARM_UP}), ` +
       `${gapMs} ms idle before each; load average ${loadStart} at the start, ${loadAverage()} at the end`,
   );
   console.log('| series | median (min–max) |\n|---|---|');
-  console.log(`| direct READ, GB/s | ${fmt(r, 2)} |`);
+  console.log(`| ${what}, GB/s | ${fmt(r, 2)} |`);
   console.log(`| memcpy, GB/s | ${fmt(c, 2)} |`);
-  console.log(`| READ ÷ memcpy, per pair | ${fmt(ratio, 2)} |`);
-  console.log(`| minor faults per READ | ${fmt(f)} |`);
+  console.log(`| ${what.split(' ')[1]} ÷ memcpy, per pair | ${fmt(ratio, 2)} |`);
+  console.log(`| minor faults per ${what.split(' ')[1]} | ${fmt(f)} |`);
   console.log(
     JSON.stringify({
       load_avg_start: loadStart,
       transfer_mib: bytes >> 20,
       reads,
       gap_ms: gapMs,
-      direct_read_gbps: json(r, 2),
-      memcpy_gbps: json(c, 2),
-      read_vs_memcpy: json(ratio, 2),
-      minor_faults_per_read: json(f, 0),
+      ...(write
+        ? {
+            shm_write_gbps: json(r, 2),
+            memcpy_gbps: json(c, 2),
+            write_vs_memcpy: json(ratio, 2),
+            minor_faults_per_write: json(f, 0),
+          }
+        : {
+            direct_read_gbps: json(r, 2),
+            memcpy_gbps: json(c, 2),
+            read_vs_memcpy: json(ratio, 2),
+            minor_faults_per_read: json(f, 0),
+          }),
     }),
   );
 }

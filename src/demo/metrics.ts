@@ -21,7 +21,7 @@ const ENGINE_METRICS = {
 export const DEMO_METRICS = {
   kvBytes: 'vllm:nixl_bytes_transferred_sum',
   transfers: 'vllm:nixl_bytes_transferred_count',
-  /** The time on the wire (kvconnect's series): without a READ's wait for P's grant. */
+  /** The time on the wire (kvconnect's series): without a READ's wait for P's grant or for the connection's setup. */
   transferSeconds: 'vllm:nixl_xfer_wire_time_seconds_sum',
   failedTransfers: 'vllm:nixl_num_failed_transfers_total',
   /** P gave up on blocks it held for D (NIXL: the lease expired). */

@@ -243,6 +243,7 @@ export class InThreadTransferAgent implements TransferAgent {
       deadline: started + timeout,
       postSeconds: 0,
       heldSeconds: 0,
+      setupSeconds: 0,
       incoming: new IncomingRuns(
         descs.map((d) => ({ region: d.localRegion, first: d.localFirst, count: d.count })),
         this.#regions,
@@ -272,7 +273,7 @@ export class InThreadTransferAgent implements TransferAgent {
     this.#waiters.delete(t.id);
     if (t.state === 'DONE') {
       const duration = ((t.finishedAt ?? performance.now()) - t.postedAt) / 1000;
-      const wire = Math.max(0, duration - t.heldSeconds);
+      const wire = Math.max(0, duration - t.heldSeconds - t.setupSeconds);
       this.#stats.recordSuccess(duration, wire, t.postSeconds, t.bytes, t.descs.length);
     } else {
       this.#stats.recordFailedTransfer();

@@ -30,6 +30,8 @@ export interface OutboundTransfer {
   postSeconds: number;
   /** How long the peer held a READ before serving it (it reports this in the first data frame). */
   heldSeconds: number;
+  /** How long the transfer waited for the connection to the peer (connect and handshake) before it could leave. */
+  setupSeconds: number;
   /** Local runs; for READ also the per-block verdicts. */
   readonly incoming: IncomingRuns;
   state: 'PROC' | 'DONE' | 'ERR';
@@ -105,6 +107,15 @@ export class OutboundPeer {
 
   post(t: OutboundTransfer, grantKey: string | undefined): void {
     this.#inflight.set(t.id, t);
+    if (!this.#handshake.done) {
+      // Not time on the wire (vLLM's NIXL handshakes before it posts a transfer).
+      this.#handshake.ready.then(
+        () => {
+          t.setupSeconds = (performance.now() - t.postedAt) / 1000;
+        },
+        () => {},
+      );
+    }
     const runs = t.descs.map((d) => [d.remoteRegion, d.remoteFirst, d.count] as const);
     const fail = (e: unknown): void =>
       this.#finish(t, `sending failed: ${e instanceof Error ? e.message : String(e)}`);

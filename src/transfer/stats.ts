@@ -4,7 +4,8 @@ export interface TransferStatsSnapshot {
   readonly transferDuration: readonly number[];
   /**
    * kvconnect: the same minus the time the peer held the transfer before serving it (a READ
-   * waiting for its grant, i.e. for the owner's next engine step): the time on the wire.
+   * waiting for its grant, i.e. for the owner's next engine step) and the time it waited for
+   * the connection to the peer to be set up (the first transfer to a peer): the time on the wire.
    */
   readonly wireDuration: readonly number[];
   /** Seconds spent inside read()/write() posting the transfer. */

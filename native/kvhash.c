@@ -62,6 +62,11 @@
     memcpy(lanes, acc, sizeof acc);                                                                \
   }
 
+/* A step for one block (NAME_1) and for two in lockstep (NAME_2). */
+#define DEFINE_STEPS(name, attr, VT, STORE)   \
+  DEFINE_STEP(name##_1, attr, 1, VT, STORE) \
+  DEFINE_STEP(name##_2, attr, 2, VT, STORE)
+
 /* The steps of one vector type: hash only, copy, copy with streaming stores; one and two blocks. */
 #define STORE_NONE(p, w) ((void)(p))
 #define STORE_PLAIN(p, w) memcpy((p), &(w), sizeof(w))
@@ -76,11 +81,10 @@ struct steps {
 
 typedef uint32_t v8u32 __attribute__((vector_size(32)));
 
-DEFINE_STEP(hash1_generic, , 1, v8u32, STORE_NONE)
-DEFINE_STEP(hash2_generic, , 2, v8u32, STORE_NONE)
-DEFINE_STEP(copy1_generic, , 1, v8u32, STORE_PLAIN)
-DEFINE_STEP(copy2_generic, , 2, v8u32, STORE_PLAIN)
-static const struct steps generic_steps = {{hash1_generic, hash2_generic}, {copy1_generic, copy2_generic}, {NULL, NULL}, 1};
+DEFINE_STEPS(hash_generic, , v8u32, STORE_NONE)
+DEFINE_STEPS(copy_generic, , v8u32, STORE_PLAIN)
+static const struct steps generic_steps = {
+    {hash_generic_1, hash_generic_2}, {copy_generic_1, copy_generic_2}, {NULL, NULL}, 1};
 
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
 #include <immintrin.h>
@@ -91,22 +95,17 @@ static const struct steps generic_steps = {{hash1_generic, hash2_generic}, {copy
 #define AVX2 __attribute__((target("avx2")))
 #define AVX512 __attribute__((target("avx512f")))
 typedef uint32_t v16u32 __attribute__((vector_size(64)));
-DEFINE_STEP(hash1_avx2, AVX2, 1, v8u32, STORE_NONE)
-DEFINE_STEP(hash2_avx2, AVX2, 2, v8u32, STORE_NONE)
-DEFINE_STEP(copy1_avx2, AVX2, 1, v8u32, STORE_PLAIN)
-DEFINE_STEP(copy2_avx2, AVX2, 2, v8u32, STORE_PLAIN)
-DEFINE_STEP(stream1_avx2, AVX2, 1, v8u32, STORE_STREAM256)
-DEFINE_STEP(stream2_avx2, AVX2, 2, v8u32, STORE_STREAM256)
+DEFINE_STEPS(hash_avx2, AVX2, v8u32, STORE_NONE)
+DEFINE_STEPS(copy_avx2, AVX2, v8u32, STORE_PLAIN)
+DEFINE_STEPS(stream_avx2, AVX2, v8u32, STORE_STREAM256)
 static const struct steps avx2_steps = {
-    {hash1_avx2, hash2_avx2}, {copy1_avx2, copy2_avx2}, {stream1_avx2, stream2_avx2}, 32};
+    {hash_avx2_1, hash_avx2_2}, {copy_avx2_1, copy_avx2_2}, {stream_avx2_1, stream_avx2_2}, 32};
 /* 512-bit vectors with full-cache-line streaming stores. */
-DEFINE_STEP(hash1_avx512, AVX512, 1, v16u32, STORE_NONE)
-DEFINE_STEP(hash2_avx512, AVX512, 2, v16u32, STORE_NONE)
-DEFINE_STEP(stream1_avx512, AVX512, 1, v16u32, STORE_STREAM512)
-DEFINE_STEP(stream2_avx512, AVX512, 2, v16u32, STORE_STREAM512)
+DEFINE_STEPS(hash_avx512, AVX512, v16u32, STORE_NONE)
+DEFINE_STEPS(stream_avx512, AVX512, v16u32, STORE_STREAM512)
 /* An unaligned destination takes AVX2's plain copy (the result is the same for every width). */
 static const struct steps avx512_steps = {
-    {hash1_avx512, hash2_avx512}, {copy1_avx2, copy2_avx2}, {stream1_avx512, stream2_avx512}, 64};
+    {hash_avx512_1, hash_avx512_2}, {copy_avx2_1, copy_avx2_2}, {stream_avx512_1, stream_avx512_2}, 64};
 #define HAVE_X86_STEPS 1
 #define STORE_FENCE() _mm_sfence()
 #else

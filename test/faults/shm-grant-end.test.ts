@@ -90,6 +90,10 @@ async function stable(what: string, read: () => number): Promise<number> {
 }
 
 for (const path of paths) {
+  /** A (reader/writer) and B (owner) over this path, through the relay that `c` controls. */
+  const relayed = (n: number, c: Controls, transferTimeoutMs: number) =>
+    throughRelay(BB, n, c.hook, { ...path.options, transferTimeoutMs }, path.options);
+
   describe(`shm ${path.name}: grant ends and timeouts`, { skip: path.skip }, () => {
     // Only ring chunks wait (for ring space, freed by acks); mapped KV is announced without acks or a window.
     if (path.via === 'ring')
@@ -97,13 +101,7 @@ for (const path of paths) {
         const N = 32;
         const c = controls();
         c.holdAcks = true;
-        const { a, b, ra, rb, relay, remote } = await throughRelay(
-          BB,
-          N,
-          c.hook,
-          { ...path.options, transferTimeoutMs: 60_000 },
-          path.options,
-        );
+        const { a, b, ra, rb, relay, remote } = await relayed(N, c, 60_000);
         const original = Buffer.from(rb.bytes);
         b.grantRead('r', { blockIds: all(N) });
         const pending = a.waitFor(a.read(remote, whole(N), { grantKey: 'r' }));
@@ -137,13 +135,7 @@ for (const path of paths) {
         const N = 24; // 1 MiB chunks: three mapped frames of 8
         const c = controls();
         c.holdDataFrom.down = 9;
-        const { a, b, ra, rb, relay, remote } = await throughRelay(
-          BB,
-          N,
-          c.hook,
-          { ...path.options, transferTimeoutMs: 60_000 },
-          path.options,
-        );
+        const { a, b, ra, rb, relay, remote } = await relayed(N, c, 60_000);
         const original = Buffer.from(rb.bytes);
         b.grantRead('r', { blockIds: all(N) });
         const pending = a.waitFor(a.read(remote, whole(N), { grantKey: 'r' }));
@@ -171,13 +163,7 @@ for (const path of paths) {
       const N = 24; // 1 MiB chunks: three mapped frames of 8, or 24 ring frames
       const c = controls();
       c.holdDataFrom.up = 3;
-      const { a, b, ra, rb, relay, remote } = await throughRelay(
-        BB,
-        N,
-        c.hook,
-        { ...path.options, transferTimeoutMs: 60_000 },
-        path.options,
-      );
+      const { a, b, ra, rb, relay, remote } = await relayed(N, c, 60_000);
       b.grantWrite('w', { blockIds: all(N) });
       const pending = a.waitFor(a.write(remote, whole(N)));
       const block = (r: Uint8Array, i: number) => Buffer.from(r.subarray(i * BB, (i + 1) * BB));
@@ -203,13 +189,7 @@ for (const path of paths) {
       const N = 24; // 1 MiB chunks: three mapped frames of 8, or 24 ring frames
       const c = controls();
       c.holdDataFrom.down = 3;
-      const { a, b, ra, rb, relay, remote } = await throughRelay(
-        BB,
-        N,
-        c.hook,
-        { ...path.options, transferTimeoutMs: 400 },
-        path.options,
-      );
+      const { a, b, ra, rb, relay, remote } = await relayed(N, c, 400);
       b.grantRead('t1', { blockIds: all(N) });
       const t0 = performance.now();
       const s = await a.waitFor(a.read(remote, whole(N), { grantKey: 't1' }));

@@ -5,6 +5,7 @@ import { describe, it } from 'node:test';
 import fc from 'fast-check';
 import { isKVError } from '../../src/errors/index.ts';
 import { captureLogs, setLogLevel } from '../../src/logging/logger.ts';
+import { mappedPieces, parseAgentFrame } from '../../src/transfer/frames.ts';
 import {
   encodePrefixAndHeader,
   FRAME_MAGIC,
@@ -19,6 +20,7 @@ import {
   InThreadTransferAgent,
   resolveBackends,
 } from '../../src/transfer/index.ts';
+import { ProtocolError } from '../../src/transfer/protocol-error.ts';
 import { makeRegion } from './pattern.ts';
 
 setLogLevel('silent');
@@ -144,6 +146,61 @@ describe('helpers', () => {
     );
     checkCompatibility('a', 'b', false);
     checkCompatibility('a', 'a');
+  });
+});
+
+describe('mapped frames (same-host pieces of mapped KV)', () => {
+  it('parse, and stand for one data frame per part with its slice of the checksums', () => {
+    const f = parseAgentFrame({
+      type: 'mapped',
+      xfer: 7,
+      parts: [
+        [0, 0, 2, 3, 0],
+        [1, 4, 1, 5, 65536],
+      ],
+      sums: [11, 12, 13],
+      held: 250,
+    });
+    assert.equal(f.type, 'mapped');
+    if (f.type !== 'mapped') return;
+    assert.deepEqual(mappedPieces(f), [
+      {
+        held: 250,
+        type: 'data',
+        xfer: 7,
+        run: 0,
+        block: 0,
+        count: 2,
+        sums: [11, 12],
+        src: { region: 3, offset: 0 },
+      },
+      { type: 'data', xfer: 7, run: 1, block: 4, count: 1, sums: [13], src: { region: 5, offset: 65536 } },
+    ]);
+  });
+
+  it('reject checksums that do not match the parts, empty parts and malformed tuples', () => {
+    const bad: Record<string, unknown>[] = [
+      { type: 'mapped', xfer: 1, parts: [[0, 0, 2, 0, 0]], sums: [1] },
+      { type: 'mapped', xfer: 1, parts: [[0, 0, 0, 0, 0]], sums: [] },
+      { type: 'mapped', xfer: 1, parts: [], sums: [] },
+      { type: 'mapped', xfer: 1, parts: [[0, 0, 1, 0]], sums: [1] },
+      { type: 'mapped', xfer: 1, parts: [[0, 0, 1, 0, -4096]], sums: [1] },
+      { type: 'mapped', parts: [[0, 0, 1, 0, 0]], sums: [1] },
+    ];
+    for (const raw of bad) assert.throws(() => parseAgentFrame(raw), ProtocolError, JSON.stringify(raw));
+  });
+
+  it('a data frame on the wire never names mapped memory (src is not read from the wire)', () => {
+    const f = parseAgentFrame({
+      type: 'data',
+      xfer: 1,
+      run: 0,
+      block: 0,
+      count: 1,
+      sums: [5],
+      src: { region: 0, offset: 0 },
+    });
+    assert.equal(f.type === 'data' ? f.src : 'not data', undefined);
   });
 });
 

@@ -5,8 +5,8 @@
  * per-block verdict, so a bad checksum or a missing chunk fails exactly those blocks.
  */
 import { blockChecksums } from './checksum.ts';
-import type { DataFrame } from './frames.ts';
-import type { PeerLink } from './peer-link.ts';
+import type { DataFrame, Mutable } from './frames.ts';
+import type { DataChunk, PeerLink } from './peer-link.ts';
 import { ProtocolError } from './protocol-error.ts';
 import type { FailedBlocks, MemoryRegion } from './types.ts';
 
@@ -62,7 +62,7 @@ export function sendRuns(
       const start = (run.first + o) * bb;
       const view = region.bytes.subarray(start, start + n * bb);
       const held =
-        first && heldSince !== undefined ? { held: Math.round((performance.now() - heldSince) * 1000) } : {};
+        first && heldSince !== undefined ? Math.round((performance.now() - heldSince) * 1000) : undefined;
       first = false;
       const chunk: BlockRun = { region: run.region, first: run.first + o, count: n };
       const check = (): void => {
@@ -71,17 +71,26 @@ export function sendRuns(
       };
       const sent = link.sendData(() => {
         check();
-        const sums = hook ? null : (recorded?.(chunk) ?? null);
+        const sums = hook ? undefined : (recorded?.(chunk) ?? undefined);
+        // Field by field: object spreads cost microseconds per chunk here.
+        const header: Mutable<DataChunk['header']> = {
+          type: 'data',
+          xfer: xferId,
+          run: d,
+          block: o,
+          count: n,
+        };
+        if (held !== undefined) header.held = held;
         return {
-          header: { type: 'data', xfer: xferId, run: d, block: o, count: n, ...held },
+          header,
           region: run.region,
           offset: start,
           view,
           wire: hook ? hook(view, chunk) : view,
           blockBytes: bb,
           count: n,
-          ...(sums ? { sums } : {}),
-          ...(allowed ? { check } : {}),
+          sums,
+          check: allowed ? check : undefined,
         };
       });
       sends.push(sent);

@@ -12,7 +12,7 @@ import { type BlockRun, type IncomingRuns, sendRuns } from './block-io.ts';
 import { ClientHandshake } from './client-handshake.ts';
 import { FramedConnection, zeroCopyRead } from './connection.ts';
 import { directRead } from './direct-read.ts';
-import { type AgentFrame, type DataFrame, mappedPieces, parseAgentFrame } from './frames.ts';
+import { type AgentFrame, type DataFrame, type Mutable, mappedPieces, parseAgentFrame } from './frames.ts';
 import { PeerLink } from './peer-link.ts';
 import { ProtocolError } from './protocol-error.ts';
 import type { AgentMetadata, DescPair, FailedBlocks, TransportName } from './types.ts';
@@ -122,14 +122,9 @@ export class OutboundPeer {
     const link = this.#link;
     if (t.kind === 'READ') {
       const request = (): void => {
-        link
-          .sendControl({
-            type: 'read',
-            xfer: t.id,
-            runs,
-            ...(grantKey === undefined ? {} : { grant: grantKey }),
-          })
-          .catch(fail);
+        const f: Mutable<AgentFrame & { type: 'read' }> = { type: 'read', xfer: t.id, runs };
+        if (grantKey !== undefined) f.grant = grantKey;
+        link.sendControl(f).catch(fail);
       };
       if (!this.#handshake.done || link.direct === null) {
         request();
@@ -157,10 +152,11 @@ export class OutboundPeer {
       first: d.localFirst,
       count: d.count,
     }));
-    const notif = t.notification === undefined ? {} : { notif: t.notification };
+    const write: Mutable<AgentFrame & { type: 'write' }> = { type: 'write', xfer: t.id, runs };
+    if (t.notification !== undefined) write.notif = t.notification;
     const c = this.#core;
     const send = (): void => {
-      link.sendControl({ type: 'write', xfer: t.id, runs, ...notif }).catch(fail);
+      link.sendControl(write).catch(fail);
       sendRuns(link, c.regions, c.chunkBytes, t.id, local, { hook: c.outgoingHook }).catch(fail);
       link.sendControl({ type: 'write_end', xfer: t.id }).catch(fail);
     };

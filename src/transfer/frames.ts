@@ -235,9 +235,15 @@ function leases(raw: Raw): { leases?: ExposedRegion } {
   return raw['leases'] === undefined ? {} : { leases: exposedEntry(raw, 'leases', raw['leases']) };
 }
 
-/** The runs of a READ or WRITE request. */
-function runs(raw: Raw): WireRun[] {
-  return tuples(raw, 'runs', 3, 1) as unknown as WireRun[];
+/** A READ or WRITE request, with its optional string field `opt` (field by field: a hot path). */
+function request<T extends 'read' | 'write'>(
+  raw: Raw,
+  type: T,
+  opt: 'grant' | 'notif',
+): Extract<AgentFrame, { type: T }> {
+  const f: Record<string, unknown> = { type, xfer: uint(raw, 'xfer'), runs: tuples(raw, 'runs', 3, 1) };
+  if (raw[opt] !== undefined) f[opt] = str(raw, opt);
+  return f as Extract<AgentFrame, { type: T }>;
 }
 
 /**
@@ -312,24 +318,10 @@ export function parseAgentFrame(raw: Raw): AgentFrame {
       return { type: 'ready', ...optUintList(raw, 'mapped') };
     case 'error':
       return { type: 'error', reason: str(raw, 'reason') };
-    case 'read': {
-      const f: Mutable<AgentFrame & { type: 'read' }> = {
-        type: 'read',
-        xfer: uint(raw, 'xfer'),
-        runs: runs(raw),
-      };
-      if (raw['grant'] !== undefined) f.grant = str(raw, 'grant');
-      return f;
-    }
-    case 'write': {
-      const f: Mutable<AgentFrame & { type: 'write' }> = {
-        type: 'write',
-        xfer: uint(raw, 'xfer'),
-        runs: runs(raw),
-      };
-      if (raw['notif'] !== undefined) f.notif = str(raw, 'notif');
-      return f;
-    }
+    case 'read':
+      return request(raw, 'read', 'grant');
+    case 'write':
+      return request(raw, 'write', 'notif');
     case 'data':
       return dataFrame(raw);
     case 'mapped':

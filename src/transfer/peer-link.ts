@@ -206,12 +206,11 @@ export class PeerLink {
       this.#flushAcksNow();
       const chunk = make();
       const { header, view, wire, blockBytes, count } = chunk;
-      if (this.transport === 'tcp') {
-        this.#flushBatch();
-        return this.conn.send(dataHeader(header, checksumsOf(chunk, view)), [wire]);
-      }
-      if (this.mappedByPeer.has(chunk.region)) return this.#sendMapped(chunk);
+      if (this.transport === 'shm' && this.mappedByPeer.has(chunk.region)) return this.#sendMapped(chunk);
+      // Any other frame leaves after the pieces announced before it.
       this.#flushBatch();
+      if (this.transport === 'tcp')
+        return this.conn.send(dataHeader(header, checksumsOf(chunk, view)), [wire]);
       const ring = this.ringOut!;
       if (ring.mapped && wire === view) {
         return ring.putHashed(view, blockBytes, count, chunk.check).then(({ offset, sums }) => {

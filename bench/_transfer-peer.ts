@@ -2,9 +2,9 @@
  * The remote side of `npm run bench -- transfer`: a process with a transfer agent over an
  * engine-like KV layout (one region per layer and per K/V, filled with random bytes). It
  * grants WRITEs of every block to the bench's agent, and READs as the bench asks: like an
- * engine, it grants a request's blocks (`grant()`, which is when the agent records their
- * checksums) before the reader reads them. startPeer() spawns it and returns its metadata;
- * run as a script, this file is the peer.
+ * engine, it records the checksums of a request's blocks (as the engine does when its
+ * forward pass fills them) and grants them (`grant()`) before the reader reads them.
+ * startPeer() spawns it and returns its metadata; run as a script, this file is the peer.
  */
 import { spawn } from 'node:child_process';
 import { randomFillSync } from 'node:crypto';
@@ -97,17 +97,26 @@ export function requestLayout(layers: number, blocks: number, blockBytes: number
   };
 }
 
-/** The peer's block ids that a request's descriptors read. */
-export function remoteBlockIds(descs: readonly DescPair[]): number[] {
+/** The block ids a request's descriptors name on one side. */
+export function blockIdsOf(descs: readonly DescPair[], side: 'local' | 'remote'): number[] {
   const ids = new Set<number>();
-  for (const d of descs) for (let b = d.remoteFirst; b < d.remoteFirst + d.count; b++) ids.add(b);
+  for (const d of descs) {
+    const first = side === 'local' ? d.localFirst : d.remoteFirst;
+    for (let b = first; b < first + d.count; b++) ids.add(b);
+  }
   return [...ids];
+}
+
+/** Seconds the peer took to record a request's checksums (its engine filling the blocks) and to grant them. */
+export interface GrantTimes {
+  readonly record: number;
+  readonly grant: number;
 }
 
 export interface Peer {
   readonly meta: AgentMetadata;
-  /** Replaces READ grant `key` with one of `blockIds`; resolves with the seconds the peer's grantRead took. */
-  grant(key: string, blockIds: readonly number[]): Promise<number>;
+  /** Records the checksums of `blockIds`, then replaces READ grant `key` with one of them. */
+  grant(key: string, blockIds: readonly number[]): Promise<GrantTimes>;
   /** CPU seconds (user + system) the peer process has used so far. */
   cpuSeconds(): number;
   stop(): Promise<void>;
@@ -146,7 +155,7 @@ export async function startPeer(
     grant: async (key, blockIds) => {
       const reply = nextLine();
       proc.stdin!.write(`${JSON.stringify({ key, blockIds })}\n`);
-      return (JSON.parse(await reply) as { seconds: number }).seconds;
+      return JSON.parse(await reply) as GrantTimes;
     },
     cpuSeconds: () => processCpuSeconds(proc.pid!),
     stop: async () => {
@@ -167,9 +176,12 @@ async function servePeer(backend: string, layout: KvLayout, chunkBytes: number):
   for await (const line of createInterface({ input: process.stdin })) {
     const { key, blockIds } = JSON.parse(line) as { key: string; blockIds: number[] };
     const t0 = performance.now();
+    agent.recordBlocks(blockIds);
+    const t1 = performance.now();
     agent.revokeGrant(key);
     agent.grantRead(key, { blockIds, peer: 'bench' });
-    process.stdout.write(`${JSON.stringify({ seconds: (performance.now() - t0) / 1000 })}\n`);
+    const times: GrantTimes = { record: (t1 - t0) / 1000, grant: (performance.now() - t1) / 1000 };
+    process.stdout.write(`${JSON.stringify(times)}\n`);
   }
   await agent.close();
   process.exit(0);

@@ -1,17 +1,20 @@
 /**
- * `npm run bench -- transfer-direct [--write] [--reads 12] [--gap-ms 0] [--layers 8] [--blocks 128] [--block-kib 64]`
+ * `npm run bench -- transfer-direct [--write [--hashed]] [--reads 12] [--gap-ms 0] [--layers 8] [--blocks 128] [--block-kib 64]`
  *
  * Same-host direct READs (docs/transfer.md#direct-read-same-host) of one request (the layout of
  * `npm run bench -- transfer`) from a second process, one after the other, alternating with a
  * native memcpy of the same size in this process: how close the reader's copy-and-hash comes to
  * memcpy without the other contestants of the transfer bench in between. Before each READ the
- * owner grants the blocks afresh (untimed here; `transfer` reports the grant). `--gap-ms` waits
+ * owner records the blocks' checksums and grants them afresh (untimed here; `transfer`
+ * reports both). `--gap-ms` waits
  * that long before each pair, leaving the memory idle as the transfer bench's rounds do. The
  * first two pairs are not counted. Reports medians with min–max, the per-pair ratio, and the
  * minor page faults this process takes per READ; prints a table, then one JSON object.
  *
- * `--write`: same-host WRITEs of the same layout back to back instead (this process hashes and
- * announces, the peer copies from its mapping of this process's KV), each paired with a memcpy.
+ * `--write`: same-host WRITEs of the same layout back to back instead (this process announces
+ * the blocks with the checksums it recorded before each WRITE, untimed; the peer copies from
+ * its mapping of this process's KV), each paired with a memcpy. `--hashed`: WRITEs of blocks
+ * without records (this process hashes each chunk as it announces it).
  */
 import { readFileSync } from 'node:fs';
 import { setLogLevel } from '../src/logging/logger.ts';
@@ -19,7 +22,7 @@ import { InThreadTransferAgent } from '../src/transfer/index.ts';
 import { mappableSharedMemory } from '../src/util/shared-memory.ts';
 import { fmt, json, loadAverage, numberFlag, pairwiseRatio, summarize } from './_rounds.ts';
 import { MEMCPY_MISSING, memcpyAvailable, memcpyRunner } from './_transfer-baselines.ts';
-import { kvRegions, remoteBlockIds, requestLayout, startPeer } from './_transfer-peer.ts';
+import { blockIdsOf, kvRegions, requestLayout, startPeer } from './_transfer-peer.ts';
 
 const WARM_UP = 2;
 
@@ -36,7 +39,8 @@ export async function main(args: string[]): Promise<void> {
     return;
   }
   const write = args.includes('--write');
-  const what = write ? 'shm WRITE' : 'direct READ';
+  const hashed = write && args.includes('--hashed');
+  const what = write ? (hashed ? 'shm WRITE, hashed' : 'shm WRITE') : 'direct READ';
   const reads = Math.max(5, numberFlag(args, 'reads', 12));
   const gapMs = numberFlag(args, 'gap-ms', 0);
   const { layout, descs, bytes } = requestLayout(
@@ -52,7 +56,8 @@ export async function main(args: string[]): Promise<void> {
   });
   agent.registerMemory(kvRegions(layout));
   const remote = agent.addRemoteAgent(peer.meta);
-  const ids = remoteBlockIds(descs);
+  const ids = blockIdsOf(descs, 'remote');
+  const localIds = blockIdsOf(descs, 'local');
   const memcpy = memcpyRunner(bytes);
   const loadStart = loadAverage();
   const read: number[] = [];
@@ -61,6 +66,8 @@ export async function main(args: string[]): Promise<void> {
   for (let i = 0; i < reads + WARM_UP; i++) {
     if (gapMs > 0) await new Promise((resolve) => setTimeout(resolve, gapMs));
     if (!write) await peer.grant('req', ids);
+    else if (hashed) agent.forgetBlocks(localIds);
+    else agent.recordBlocks(localIds);
     const f0 = minorFaults();
     const t0 = performance.now();
     const h = write ? agent.write(remote, descs) : agent.read(remote, descs, { grantKey: 'req' });
@@ -89,8 +96,9 @@ export async function main(args: string[]): Promise<void> {
   console.log('| series | median (min–max) |\n|---|---|');
   console.log(`| ${what}, GB/s | ${fmt(r, 2)} |`);
   console.log(`| memcpy, GB/s | ${fmt(c, 2)} |`);
-  console.log(`| ${what.split(' ')[1]} ÷ memcpy, per pair | ${fmt(ratio, 2)} |`);
-  console.log(`| minor faults per ${what.split(' ')[1]} | ${fmt(f)} |`);
+  const unit = write ? 'WRITE' : 'READ';
+  console.log(`| ${unit} ÷ memcpy, per pair | ${fmt(ratio, 2)} |`);
+  console.log(`| minor faults per ${unit} | ${fmt(f)} |`);
   console.log(
     JSON.stringify({
       load_avg_start: loadStart,
@@ -99,6 +107,7 @@ export async function main(args: string[]): Promise<void> {
       gap_ms: gapMs,
       ...(write
         ? {
+            hashed,
             shm_write_gbps: json(r, 2),
             memcpy_gbps: json(c, 2),
             write_vs_memcpy: json(ratio, 2),

@@ -7,10 +7,13 @@
  * 1–64 (placed differently on the two sides), so one transfer is many descriptors. In the
  * same run, alternating with it round by round: UCX ucp_put_bw over posix and over tcp
  * (lo), iperf3 single stream, a native memcpy of the same size and the fused copy-and-hash
- * of the same size (the receiver's pass alone), and an shm READ the request
- * way (an owner that does not offer its lease table, so no direct READ). Before each READ the
- * owner grants the request's blocks afresh, which is when it records their checksums; the
- * grant's time is reported apart, and a READ rate counted from the grant's start. Reports
+ * of the same size (the receiver's pass alone), an shm READ the request way (an owner that
+ * does not offer its lease table, so no direct READ), and WRITEs of blocks whose checksums
+ * were not recorded (the sender hashes them as it sends). Like an engine, before each READ
+ * the owner records the request's blocks' checksums (recordBlocks, what its model runner
+ * does when a forward pass fills blocks) and grants them afresh; before each WRITE the
+ * sender records them. Record and grant are timed apart, and a rate counted from the
+ * record's start is reported too. Reports
  * medians with min–max over the rounds and the ratios kvconnect/baseline (of medians), then
  * the p50/p99 of a one-block READ and WRITE (the agents take turns, round by round). Prints a
  * table, then one JSON object.
@@ -34,7 +37,7 @@ import {
   ucxAvailable,
   ucxPutGbps,
 } from './_transfer-baselines.ts';
-import { kvRegions, type Peer, remoteBlockIds, requestLayout, startPeer } from './_transfer-peer.ts';
+import { blockIdsOf, kvRegions, type Peer, requestLayout, startPeer } from './_transfer-peer.ts';
 
 interface Series {
   readonly samples: number[];
@@ -44,10 +47,11 @@ interface Series {
 /** Per series: GB moved per CPU-second of the receiving and of the sending process (how fast each would go with a core to itself). */
 const cpuSamples: Record<string, { receiver: number[]; sender: number[] }> = {};
 /**
- * Per READ series: the owner's grantRead of the request's blocks (when it records their
- * checksums) as GB/s, and the READ counted from the start of that grant.
+ * Per series, as GB/s of the request's bytes: the owner's (READ) or sender's (WRITE)
+ * recordBlocks of the request's blocks, the owner's grantRead (READ), and the transfer
+ * counted from the record's start.
  */
-const grantSamples: Record<string, { grant: number[]; withGrant: number[] }> = {};
+const prepSamples: Record<string, { record: number[]; grant: number[]; fromRecord: number[] }> = {};
 
 async function transferGbps(
   agent: TransferAgent,
@@ -57,10 +61,22 @@ async function transferGbps(
   descs: DescPair[],
   bytes: number,
   series?: string,
+  recorded = true,
 ) {
-  // Like an engine, the owner grants the request's blocks before they are read (a fresh grant
-  // each time, so the checksums are computed again); the grant's time is reported apart.
-  const grantSeconds = kind === 'READ' ? await peer.grant('req', remoteBlockIds(descs)) : 0;
+  // Like an engine: the blocks' owner records their checksums (its forward pass filled them),
+  // and grants them before they are read; both timed apart. Unrecorded, a WRITE's sender
+  // hashes each chunk as it sends it.
+  let recordSeconds = 0;
+  let grantSeconds = 0;
+  if (kind === 'READ') {
+    ({ record: recordSeconds, grant: grantSeconds } = await peer.grant('req', blockIdsOf(descs, 'remote')));
+  } else {
+    const ids = blockIdsOf(descs, 'local');
+    const t = performance.now();
+    if (recorded) agent.recordBlocks(ids);
+    else agent.forgetBlocks(ids);
+    if (recorded) recordSeconds = (performance.now() - t) / 1000;
+  }
   const peer0 = peer.cpuSeconds();
   const c0 = process.cpuUsage();
   const t0 = performance.now();
@@ -78,10 +94,12 @@ async function transferGbps(
     // /proc counts in 10 ms ticks: a side that used less than one tick has no figure.
     if (recv > 0) cpuSamples[series].receiver.push(bytes / recv / 1e9);
     if (send > 0) cpuSamples[series].sender.push(bytes / send / 1e9);
-    if (kind === 'READ') {
-      grantSamples[series] ??= { grant: [], withGrant: [] };
-      grantSamples[series].grant.push(bytes / grantSeconds / 1e9);
-      grantSamples[series].withGrant.push(bytes / (grantSeconds + seconds) / 1e9);
+    if (recorded) {
+      prepSamples[series] ??= { record: [], grant: [], fromRecord: [] };
+      const p = prepSamples[series];
+      p.record.push(bytes / recordSeconds / 1e9);
+      if (kind === 'READ') p.grant.push(bytes / grantSeconds / 1e9);
+      p.fromRecord.push(bytes / (recordSeconds + grantSeconds + seconds) / 1e9);
     }
   }
   return bytes / seconds / 1e9;
@@ -92,13 +110,19 @@ interface LatencySamples {
   readonly WRITE: number[];
 }
 
-/** Appends the round-trip µs of `samples` one-block transfers, alternating READ and WRITE, to `out` (after 20 not counted). */
+/**
+ * Appends the round-trip µs of `samples` one-block transfers, alternating READ (of block 0,
+ * granted) and WRITE (of block 1, recorded), to `out` (after 20 not counted).
+ */
 async function latencySlice(agent: TransferAgent, remote: string, samples: number, out: LatencySamples) {
-  const one = [{ localRegion: 0, localFirst: 0, remoteRegion: 0, remoteFirst: 0, count: 1 }];
+  const readOne = [{ localRegion: 0, localFirst: 0, remoteRegion: 0, remoteFirst: 0, count: 1 }];
+  const writeOne = [{ localRegion: 0, localFirst: 1, remoteRegion: 0, remoteFirst: 1, count: 1 }];
+  agent.recordBlocks([1]);
   for (let i = 0; i < samples + 20; i++) {
     for (const kind of ['READ', 'WRITE'] as const) {
       const t0 = performance.now();
-      const h = kind === 'READ' ? agent.read(remote, one, { grantKey: 'lat' }) : agent.write(remote, one);
+      const h =
+        kind === 'READ' ? agent.read(remote, readOne, { grantKey: 'lat' }) : agent.write(remote, writeOne);
       const s = await agent.waitFor(h);
       const us = (performance.now() - t0) * 1000;
       agent.releaseHandle(h);
@@ -184,6 +208,13 @@ export async function main(args: string[]): Promise<void> {
     contestants.push([name, () => transferGbps(agent, remote, peer, kind, descs, bytes, name)]);
   }
   {
+    const { agent, remote, peer } = agents.shm;
+    contestants.push([
+      'shm_write_hashed',
+      () => transferGbps(agent, remote, peer, 'WRITE', descs, bytes, 'shm_write_hashed', false),
+    ]);
+  }
+  {
     const { agent, remote, peer } = agents.shm_request;
     contestants.push([
       'shm_read_request',
@@ -200,6 +231,13 @@ export async function main(args: string[]): Promise<void> {
     const { agent, remote, peer } = agents.tcp;
     const name = `tcp_${kind.toLowerCase()}`;
     contestants.push([name, () => transferGbps(agent, remote, peer, kind, descs, bytes, name)]);
+  }
+  {
+    const { agent, remote, peer } = agents.tcp;
+    contestants.push([
+      'tcp_write_hashed',
+      () => transferGbps(agent, remote, peer, 'WRITE', descs, bytes, 'tcp_write_hashed', false),
+    ]);
   }
   for (const [name, run, missing] of contestants) {
     series[name] = { samples: [], ...(run === null ? { note: missing } : {}) };
@@ -259,10 +297,12 @@ export async function main(args: string[]): Promise<void> {
   const rows: [string, ...string[]][] = [
     ['shm_read', 'ucx_posix', 'memcpy'],
     ['shm_write', 'ucx_posix', 'memcpy'],
+    ['shm_write_hashed', 'ucx_posix', 'memcpy'],
     ['shm_read_request', 'ucx_posix', 'shm_read'],
     ['copy_hash', 'memcpy'],
     ['tcp_read', 'ucx_tcp', 'iperf3'],
     ['tcp_write', 'ucx_tcp', 'iperf3'],
+    ['tcp_write_hashed', 'ucx_tcp', 'iperf3'],
   ];
   for (const [path, ...bases] of rows) {
     for (const base of bases)
@@ -282,12 +322,11 @@ export async function main(args: string[]): Promise<void> {
     );
   }
   console.log(
-    "| READ path | owner's grantRead of the request's blocks (checksums recorded), GB/s median | READ counted from the grant's start, GB/s median |\n|---|---|---|",
+    "| path | owner's recordBlocks of the request's blocks, GB/s median | owner's grantRead, GB/s median | transfer counted from the record's start, GB/s median |\n|---|---|---|---|",
   );
-  for (const path of ['shm_read', 'tcp_read']) {
-    const g = grantSamples[path];
+  for (const [path, p] of Object.entries(prepSamples)) {
     console.log(
-      `| ${path} | ${roundedMedian(g?.grant) ?? 'n/a'} | ${roundedMedian(g?.withGrant) ?? 'n/a'} |`,
+      `| ${path} | ${roundedMedian(p.record) ?? 'n/a'} | ${roundedMedian(p.grant) ?? '–'} | ${roundedMedian(p.fromRecord) ?? 'n/a'} |`,
     );
   }
   for (const n of notes) console.log(`note: ${n}`);
@@ -312,9 +351,10 @@ export async function main(args: string[]): Promise<void> {
     out[`${name}_receiver_gb_per_cpu_s`] = roundedMedian(c.receiver);
     out[`${name}_sender_gb_per_cpu_s`] = roundedMedian(c.sender);
   }
-  for (const [name, g] of Object.entries(grantSamples)) {
-    out[`${name}_grant_gbps`] = roundedMedian(g.grant);
-    out[`${name}_with_grant_gbps`] = roundedMedian(g.withGrant);
+  for (const [name, p] of Object.entries(prepSamples)) {
+    out[`${name}_record_gbps`] = roundedMedian(p.record);
+    if (p.grant.length > 0) out[`${name}_grant_gbps`] = roundedMedian(p.grant);
+    out[`${name}_from_record_gbps`] = roundedMedian(p.fromRecord);
   }
   Object.assign(out, {
     direct_read: process.env[DISABLE_DIRECT_READ_ENV] !== '1',
@@ -323,10 +363,13 @@ export async function main(args: string[]): Promise<void> {
     shm_read_vs_memcpy: ratio('shm_read', 'memcpy'),
     copy_hash_vs_memcpy: ratio('copy_hash', 'memcpy'),
     shm_write_vs_memcpy: ratio('shm_write', 'memcpy'),
+    shm_write_hashed_vs_ucx_posix: ratio('shm_write_hashed', 'ucx_posix'),
+    shm_write_hashed_vs_memcpy: ratio('shm_write_hashed', 'memcpy'),
     tcp_read_vs_ucx_tcp: ratio('tcp_read', 'ucx_tcp'),
     tcp_write_vs_ucx_tcp: ratio('tcp_write', 'ucx_tcp'),
     tcp_read_vs_iperf3: ratio('tcp_read', 'iperf3'),
     tcp_write_vs_iperf3: ratio('tcp_write', 'iperf3'),
+    tcp_write_hashed_vs_iperf3: ratio('tcp_write_hashed', 'iperf3'),
     tcp_read_64k_p50_us: us(lat.tcp.read.p50),
     tcp_read_64k_p99_us: us(lat.tcp.read.p99),
     tcp_write_64k_p50_us: us(lat.tcp.write.p50),

@@ -89,6 +89,20 @@ export abstract class KVConnectorBase {
   /** Every step, before anything else: act on preempted requests before their blocks are reused. */
   handlePreemptions(_metadata: KVConnectorMetadata): MaybePromise<void> {}
 
+  /**
+   * kvconnect's write tracking (not in vLLM): these blocks were given to new content this
+   * step (called after handlePreemptions, before startLoadKv). A connector that keeps
+   * anything derived from block contents drops it here (docs/connector-api.md#write-tracking).
+   */
+  kvBlocksAllocated(_blockIds: readonly number[]): void {}
+
+  /**
+   * kvconnect's write tracking (not in vLLM): this step's forward pass filled these blocks
+   * (called after the forward pass, before waitForSave); their KV stays as it is until they
+   * are allocated again.
+   */
+  kvBlocksFilled(_blockIds: readonly number[]): void {}
+
   bindConnectorMetadata(metadata: KVConnectorMetadata): void {
     this.connectorMetadata = metadata;
   }

@@ -1,5 +1,6 @@
 /** What the agent's connection handlers share with the agent (kept plain to avoid cycles). */
 import type { OutgoingHook } from './block-io.ts';
+import type { BlockRecords } from './block-records.ts';
 import type { GrantTable } from './grants.ts';
 import type { LeaseTable } from './lease-table.ts';
 import type { MemoryRegion, Notification } from './types.ts';
@@ -18,6 +19,8 @@ export interface AgentCore {
   readonly grants: GrantTable;
   /** The published READ grants and their checksums (lease-table.ts); null before memory is registered. */
   leases(): LeaseTable | null;
+  /** Checksums the engine recorded when it finished writing blocks (block-records.ts). */
+  readonly records: BlockRecords;
   /** Whether same-host peers are offered the lease table, so they serve their own READs (direct-read.ts). */
   readonly offerLeases: boolean;
   readonly outgoingHook: OutgoingHook | undefined;

@@ -95,6 +95,12 @@ function handle(agent: InThreadTransferAgent, msg: ToAgentThread): void {
     case 'revoke':
       agent.revokeGrant(msg.key);
       return;
+    case 'record':
+      agent.recordBlocks(msg.blockIds, msg.regions);
+      return;
+    case 'forget':
+      agent.forgetBlocks(msg.blockIds);
+      return;
     case 'renew':
       agent.renewGrant(msg.key, msg.expiresAt);
       return;

@@ -54,6 +54,8 @@ export type ToAgentThread =
       readonly spec: PlainGrantSpec;
     }
   | { readonly type: 'revoke'; readonly key: string }
+  | { readonly type: 'record'; readonly blockIds: readonly number[]; readonly regions?: readonly number[] }
+  | { readonly type: 'forget'; readonly blockIds: readonly number[] }
   | { readonly type: 'renew'; readonly key: string; readonly expiresAt: number }
   | { readonly type: 'sync'; readonly id: number }
   | { readonly type: 'close' }

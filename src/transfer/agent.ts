@@ -22,6 +22,7 @@ import type { AgentObserver, TransferAgentOptions } from './agent-options.ts';
 import { resolveSecret } from './auth.ts';
 import { type BackendChoice, chooseTransport, resolveBackends } from './backends.ts';
 import { IncomingRuns } from './block-io.ts';
+import { BlockRecords } from './block-records.ts';
 import { adoptAcceptedSocket, zeroCopyRead } from './connection.ts';
 import { prepareDescriptors } from './descriptors.ts';
 import { DISABLE_DIRECT_READ_ENV } from './direct-read.ts';
@@ -59,6 +60,7 @@ export class InThreadTransferAgent implements TransferAgent {
   readonly #regions = new Map<number, MemoryRegion>();
   readonly #grants: GrantTable;
   #leases: LeaseTable | null = null;
+  readonly #records = new BlockRecords(this.#regions);
   readonly #remotes = new Map<string, AgentMetadata>();
   readonly #peers = new Map<string, OutboundPeer>();
   readonly #transfers = new Map<number, Tracked>();
@@ -103,6 +105,7 @@ export class InThreadTransferAgent implements TransferAgent {
       regions: this.#regions,
       grants: this.#grants,
       leases: () => this.#leases,
+      records: this.#records,
       offerLeases: (opts.offerKvMapping ?? true) && process.env[DISABLE_DIRECT_READ_ENV] !== '1',
       outgoingHook: opts.testHooks?.outgoing,
       deliver: (n) => {
@@ -148,11 +151,12 @@ export class InThreadTransferAgent implements TransferAgent {
 
   registerMemory(regions: readonly MemoryRegion[]): void {
     checkRegions(regions);
+    this.#records.dropRegions(regions.map((r) => r.id));
     for (const r of regions) this.#regions.set(r.id, r);
     // Grants published in a replaced table are withdrawn; grants made before are served the
     // request way (their blocks are hashed when sent).
     this.#leases?.clear();
-    this.#leases = new LeaseTable([...this.#regions.values()]);
+    this.#leases = new LeaseTable([...this.#regions.values()], this.#records);
   }
 
   /** Lets the agent thread hear of notifications and waiting READs as they happen. */
@@ -361,6 +365,14 @@ export class InThreadTransferAgent implements TransferAgent {
 
   get waitingReads(): number {
     return this.#grants.waiting;
+  }
+
+  recordBlocks(blockIds: Iterable<number>, regions?: Iterable<number>): void {
+    this.#records.record(blockIds, regions);
+  }
+
+  forgetBlocks(blockIds: Iterable<number>): void {
+    this.#records.forget(blockIds);
   }
 
   /** A READ naming the key afterwards (or waiting for it) is refused at once. */

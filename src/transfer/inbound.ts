@@ -251,8 +251,9 @@ export class InboundSession {
     const c = this.#core;
     const peer = this.#peer!;
     const allowed = (run: BlockRun): string | null => c.grants.check('read', peer, [run], key);
+    // Checksums from the grant (lease table) or recorded when the engine filled the blocks.
     const recorded = (run: BlockRun): number[] | null =>
-      c.leases()?.sums(run.region, run.first, run.count) ?? null;
+      c.leases()?.sums(run.region, run.first, run.count) ?? c.records.sums(run.region, run.first, run.count);
     sendRuns(link, c.regions, c.chunkBytes, xfer, runs, {
       hook: c.outgoingHook,
       heldSince: arrived,
@@ -277,6 +278,8 @@ export class InboundSession {
       void link.sendControl({ type: 'xfer_err', xfer, reason: `WRITE refused: ${reason}` }).catch(() => {});
       return;
     }
+    // The WRITE lands data in these blocks: whatever was recorded of them no longer holds.
+    for (const r of runs) this.#core.records.forgetRun(r.region, r.first, r.count);
     this.#writes.set(xfer, {
       runs: new IncomingRuns(runs, this.#core.regions),
       blocks: runs,

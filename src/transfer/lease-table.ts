@@ -23,6 +23,7 @@
  * request way (the owner checks every READ it serves, whatever this table says).
  */
 import { allocateShared } from '../util/shared-memory.ts';
+import { type BlockRecords, consecutiveRuns } from './block-records.ts';
 import { blockChecksumsInto } from './checksum.ts';
 import type { MemoryRegion } from './types.ts';
 
@@ -135,9 +136,12 @@ export class LeaseTable {
   /** Live published grants covering each block. */
   readonly #count: Uint16Array;
   readonly #published = new Map<string, Published>();
+  readonly #records: BlockRecords | undefined;
 
-  constructor(regions: readonly MemoryRegion[]) {
+  /** `records`: checksums the engine recorded when it wrote the blocks, used instead of hashing them. */
+  constructor(regions: readonly MemoryRegion[], records?: BlockRecords) {
     this.#regions = regions;
+    this.#records = records;
     const blocks = Math.max(0, ...regions.map((r) => r.numBlocks));
     const ids = regions.map((r) => r.id);
     const size = LeaseViews.bytes(blocks, ids.length);
@@ -153,7 +157,9 @@ export class LeaseTable {
   publish(key: string, blockIds: Iterable<number>, peer: string, expiresAt: number): void {
     this.withdraw(key);
     const v = this.#views;
-    const blocks = [...new Set(blockIds)].filter((b) => Number.isInteger(b) && b >= 0 && b < v.blocks);
+    const runs = consecutiveRuns(blockIds, v.blocks);
+    const blocks: number[] = [];
+    for (const [first, count] of runs) for (let b = first; b < first + count; b++) blocks.push(b);
     const keyHash = leaseHash(key);
     const who = peerHash(peer);
     for (const b of blocks) {
@@ -167,15 +173,10 @@ export class LeaseTable {
         v.expires[slot] = expiresAt;
       }
     }
-    // Hashed again for every grant (a grant's checksums are those of its blocks when it is
-    // made), in runs of consecutive blocks: one native call per run and region.
-    const sorted = [...blocks].sort((x, y) => x - y);
-    for (let i = 0; i < sorted.length; ) {
-      let j = i + 1;
-      while (j < sorted.length && sorted[j] === sorted[j - 1]! + 1) j++;
-      this.#hashRun(sorted[i]!, j - i);
-      i = j;
-    }
+    // Computed again for every grant (a grant's checksums are those of its blocks when it is
+    // made, or recorded since the engine wrote them), in runs of consecutive blocks: one
+    // native call per run and region.
+    for (const [first, count] of runs) this.#hashRun(first, count);
     for (const b of blocks) Atomics.add(v.seq, b, 1);
     this.#published.set(key, { blocks, keyHash });
   }
@@ -241,9 +242,13 @@ export class LeaseTable {
     this.#regions.forEach((region, r) => {
       const n = Math.min(count, region.numBlocks - first);
       if (n <= 0) return;
-      const at = first * region.blockBytes;
-      const bytes = region.bytes.subarray(at, at + n * region.blockBytes);
-      blockChecksumsInto(bytes, region.blockBytes, n, v.sums(r).subarray(first, first + n));
+      const out = v.sums(r).subarray(first, first + n);
+      const missing = this.#records?.fillRecorded(region.id, first, n, out) ?? [[0, n]];
+      for (const [off, m] of missing) {
+        const at = (first + off) * region.blockBytes;
+        const bytes = region.bytes.subarray(at, at + m * region.blockBytes);
+        blockChecksumsInto(bytes, region.blockBytes, m, out.subarray(off, off + m));
+      }
     });
   }
 

@@ -117,6 +117,9 @@ export class OutboundPeer {
       );
     }
     const runs = t.descs.map((d) => [d.remoteRegion, d.remoteFirst, d.count] as const);
+    // A READ lands data in its local blocks: whatever was recorded of them no longer holds.
+    if (t.kind === 'READ')
+      for (const d of t.descs) this.#core.records.forgetRun(d.localRegion, d.localFirst, d.count);
     const fail = (e: unknown): void =>
       this.#finish(t, `sending failed: ${e instanceof Error ? e.message : String(e)}`);
     const link = this.#link;
@@ -157,7 +160,11 @@ export class OutboundPeer {
     const c = this.#core;
     const send = (): void => {
       link.sendControl(write).catch(fail);
-      sendRuns(link, c.regions, c.chunkBytes, t.id, local, { hook: c.outgoingHook }).catch(fail);
+      sendRuns(link, c.regions, c.chunkBytes, t.id, local, {
+        hook: c.outgoingHook,
+        // Checksums recorded when the engine wrote the blocks: nothing to hash on the way.
+        recorded: (run) => c.records.sums(run.region, run.first, run.count),
+      }).catch(fail);
       link.sendControl({ type: 'write_end', xfer: t.id }).catch(fail);
     };
     // Sends are queued in order on the link. A WRITE of one chunk leaves in one syscall;

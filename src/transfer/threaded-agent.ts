@@ -256,6 +256,25 @@ export class ThreadedTransferAgent implements TransferAgent {
     });
   }
 
+  /**
+   * The agent's thread hashes the blocks (off this thread). Messages reach it in order, so a
+   * later forgetBlocks, grant or post sees the record, and a record never outlives a later
+   * forgetBlocks of its blocks.
+   */
+  recordBlocks(blockIds: Iterable<number>, regions?: Iterable<number>): void {
+    this.#usable();
+    this.#send({
+      type: 'record',
+      blockIds: [...blockIds],
+      ...(regions === undefined ? {} : { regions: [...regions] }),
+    });
+  }
+
+  forgetBlocks(blockIds: Iterable<number>): void {
+    this.#usable();
+    this.#send({ type: 'forget', blockIds: [...blockIds] });
+  }
+
   /** Peers' READs waiting for a grant of this agent, as last reported by the thread. */
   get waitingReads(): number {
     return this.#waiting;

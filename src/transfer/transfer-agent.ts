@@ -56,6 +56,15 @@ export interface TransferAgent {
   grantWrite(key: string, spec: GrantSpec): void;
   /** Peers' READs currently waiting for a grant of this agent to appear. */
   readonly waitingReads: number;
+  /**
+   * The engine finished writing these blocks (in `regions`, default every registered region
+   * that has them): their checksums are computed now and used by later WRITEs and READ grants of them instead of hashing
+   * them then (block-records.ts). The content must stay as it is until forgetBlocks; a block
+   * changed after its record fails the receiver's check, it is never accepted.
+   */
+  recordBlocks(blockIds: Iterable<number>, regions?: Iterable<number>): void;
+  /** These blocks are given to other content: drops their records. */
+  forgetBlocks(blockIds: Iterable<number>): void;
   /** Revokes the read and write grants named `key`; true if one existed. */
   revokeGrant(key: string): boolean;
   /** Moves a lease's expiry (epoch ms); true if a grant with this key exists. */

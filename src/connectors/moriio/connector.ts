@@ -102,6 +102,20 @@ export class MoRIIOConnector extends KVConnectorBase {
     await this.#worker?.registerKvCaches(memory);
   }
 
+  /** Write tracking (connector-api.md#write-tracking): new content drops the blocks' recorded checksums. */
+  override kvBlocksAllocated(blockIds: readonly number[]): void {
+    this.#worker?.agent?.forgetBlocks(blockIds);
+  }
+
+  /**
+   * Write tracking: the agent records the filled blocks' checksums (on its thread when
+   * threaded), for the WRITEs and grants that send them; a consumer only sends nothing.
+   */
+  override kvBlocksFilled(blockIds: readonly number[]): void {
+    const w = this.#worker;
+    if (this.kvTransferConfig.isKvProducer) w?.agent?.recordBlocks(blockIds, w.kvRegionIds);
+  }
+
   override getHandshakeMetadata(): KVConnectorHandshakeMetadata | null {
     const p = this.#worker?.getHandshakeMetadata();
     return p ? { ...p } : null;

@@ -79,7 +79,11 @@ export class MoRIIOWorker {
     return (this.#producer?.busy ?? false) || (this.#consumer?.busy ?? false);
   }
 
+  /** The agent's regions that hold this rank's KV tensors (write tracking records only these). */
+  kvRegionIds: readonly number[] = [];
+
   async registerKvCaches(memory: PagedKVMemory): Promise<void> {
+    this.kvRegionIds = memory.tensors.map((t) => t.index);
     const cfg = this.#cfg;
     this.#memory = memory;
     const agent = await createTransferAgent({

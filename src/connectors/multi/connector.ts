@@ -248,6 +248,14 @@ export class MultiConnector extends KVConnectorBase {
     }
   }
 
+  override kvBlocksAllocated(blockIds: readonly number[]): void {
+    for (const child of this.live() ?? []) child.kvBlocksAllocated(blockIds);
+  }
+
+  override kvBlocksFilled(blockIds: readonly number[]): void {
+    for (const child of this.live() ?? []) child.kvBlocksFilled(blockIds);
+  }
+
   override bindConnectorMetadata(metadata: KVConnectorMetadata): void {
     super.bindConnectorMetadata(metadata);
     const meta = metadata as Partial<MultiConnectorMetadata>;

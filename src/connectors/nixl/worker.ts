@@ -122,7 +122,11 @@ export class NixlWorker {
     return this.#ctx?.agent ?? null;
   }
 
+  /** The agent's regions that hold this rank's KV tensors (write tracking records only these). */
+  kvRegionIds: readonly number[] = [];
+
   async registerKvCaches(memory: PagedKVMemory): Promise<void> {
+    this.kvRegionIds = memory.tensors.map((t) => t.index);
     const opts = this.#opts;
     const engineId = this.#engineConfig.kvTransferConfig?.engine_id ?? 'engine';
     const hash = computeCompatibilityHash(

@@ -10,6 +10,8 @@
 import type { KVConnectorBase } from '../../connector/base.ts';
 import type { ForwardContext, KVConnectorOutput, SchedulerOutput } from '../../connector/types.ts';
 import type { ForwardHooks } from '../model/forward-batch.ts';
+import type { RunnerRequestState } from './request-states.ts';
+import { allocatedBlockIds, filledBlockIds } from './written-blocks.ts';
 
 export class WorkerConnectorSteps {
   readonly connector: KVConnectorBase;
@@ -22,6 +24,18 @@ export class WorkerConnectorSteps {
   /** Before the runner updates its request state: preempted blocks may be reused this step. */
   async handlePreemptions(schedulerOutput: SchedulerOutput): Promise<void> {
     await this.connector.handlePreemptions(schedulerOutput.kvConnectorMetadata ?? {});
+  }
+
+  /** Write tracking (written-blocks.ts): blocks given to new content, before any load into them. */
+  blocksAllocated(schedulerOutput: SchedulerOutput): void {
+    const ids = allocatedBlockIds(schedulerOutput);
+    if (ids.length > 0) this.connector.kvBlocksAllocated(ids);
+  }
+
+  /** Write tracking: blocks the forward pass just filled. */
+  blocksFilled(running: readonly RunnerRequestState[], blockSizes: readonly number[]): void {
+    const ids = filledBlockIds(running, blockSizes);
+    if (ids.length > 0) this.connector.kvBlocksFilled(ids);
   }
 
   async beginStep(schedulerOutput: SchedulerOutput, hasForward: boolean): Promise<void> {

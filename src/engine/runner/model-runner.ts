@@ -49,10 +49,13 @@ export class ModelRunner {
   private readonly states = new RunnerRequestStates();
   private readonly generators = new Map<string, SeededRandom>();
   private readonly sharedGenerator: SeededRandom;
+  /** Block size of each KV cache group (which blocks a step fills). */
+  private readonly blockSizes: number[];
 
   constructor(parts: ModelRunnerParts) {
     this.model = parts.model;
     this.kv = parts.kv;
+    this.blockSizes = parts.kv.kvCacheConfig.groups.map((g) => g.spec.blockSize);
     this.connector = parts.connector;
     this.sampler = parts.sampler;
     this.vocabSize = parts.vocabSize;
@@ -80,7 +83,10 @@ export class ModelRunner {
       topLogprobs: [],
       kvConnectorOutput: null,
     };
-    if (steps) await steps.beginStep(out, hasForward);
+    if (steps) {
+      steps.blocksAllocated(out);
+      await steps.beginStep(out, hasForward);
+    }
     try {
       if (hasForward) await this.forwardAndSample(scheduled, steps, result);
     } catch (e) {
@@ -101,6 +107,7 @@ export class ModelRunner {
     const hooks: ForwardHooks = steps ? steps.forwardHooks() : {};
     if (this.allReduce) hooks.allReduce = this.allReduce;
     const logits = await this.model.forward(batch, this.kv, hooks);
+    steps?.blocksFilled(running, this.blockSizes);
     let row = 0;
     for (const state of running) {
       result.reqIds.push(state.reqId);

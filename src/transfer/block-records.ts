@@ -48,15 +48,18 @@ export class BlockRecords {
    * registered region that has the ids; an engine names its KV regions, not staging).
    */
   record(blockIds: Iterable<number>, regionIds?: Iterable<number>): void {
-    const ids = [...blockIds];
     const chosen =
       regionIds === undefined
         ? [...this.#regions.values()]
         : [...regionIds].map((id) => this.#regions.get(id));
+    // One sort of the ids for all regions, each run clipped to the region's blocks.
+    const runs = consecutiveRuns(blockIds, Math.max(0, ...chosen.map((r) => r?.numBlocks ?? 0)));
     for (const region of chosen) {
       if (region === undefined) continue;
       const sums = this.#table(region);
-      for (const [first, count] of consecutiveRuns(ids, region.numBlocks)) {
+      for (const [first, all] of runs) {
+        const count = Math.min(all, region.numBlocks - first);
+        if (count <= 0) continue;
         const at = first * region.blockBytes;
         const bytes = region.bytes.subarray(at, at + count * region.blockBytes);
         blockChecksumsInto(bytes, region.blockBytes, count, sums.subarray(first, first + count));

@@ -75,6 +75,16 @@ describe('block records', () => {
     assert.equal(records.sums(0, 11, 1), null);
   });
 
+  it('records in each region the ids it has (regions of different sizes)', () => {
+    const big = makeRegion(0, BB, N, 21);
+    const small = makeRegion(2, BB, 8, 22);
+    const records = new BlockRecords(new Map([big, small].map((r) => [r.id, r])));
+    records.record([9, 6, 7, 8]);
+    assert.deepEqual(records.sums(0, 6, 4), blockChecksums(big.bytes.subarray(6 * BB), BB, 4));
+    assert.deepEqual(records.sums(2, 6, 2), blockChecksums(small.bytes.subarray(6 * BB), BB, 2));
+    assert.equal(records.sums(2, 6, 3), null, 'the small region has no block 8');
+  });
+
   it('lets a READ grant take recorded checksums instead of hashing the blocks', () => {
     const rs = regions(3);
     const records = new BlockRecords(new Map(rs.map((r) => [r.id, r])));

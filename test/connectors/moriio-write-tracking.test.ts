@@ -1,0 +1,68 @@
+/**
+ * Write tracking with MoRIIO in READ mode (docs/connector-api.md#write-tracking): P's worker
+ * records the checksums of the blocks each forward pass fills, and its grant sends them. A
+ * block changed right after the forward pass filled it fails D's check, and D recomputes
+ * (hashing at grant time would have vouched for the changed bytes). The NIXL side of the
+ * same contract is in nixl-write-tracking.test.ts.
+ */
+import assert from 'node:assert/strict';
+import { it } from 'node:test';
+import type { KVConnectorBase } from '../../src/connector/base.ts';
+import type { LLM } from '../../src/engine/llm.ts';
+import { LLM as Engine } from '../../src/engine/llm.ts';
+import { LocalExecutor } from '../../src/engine/runner/local-executor.ts';
+import type { PagedKVMemory } from '../../src/kv/interfaces.ts';
+import {
+  moriioOptions,
+  moriioPorts,
+  type PairSpec,
+  plainOutputs,
+  runPair,
+} from './moriio-fixtures/helpers.ts';
+
+async function runner(llm: LLM): Promise<{ kv: PagedKVMemory; connector: KVConnectorBase }> {
+  const executor = (await llm.engine()).engine.executor;
+  assert.ok(executor instanceof LocalExecutor, 'tp=1 runs the model in this process');
+  const { kv, connector } = executor.runner;
+  assert.ok(connector, 'the worker connector is there');
+  return { kv, connector };
+}
+
+const PROMPT =
+  'Disaggregated prefill moves the KV cache of a long prompt from one engine to another engine directly.';
+
+it('MoRIIO READ mode: KV changed after the forward pass filled it fails D’s check; D recomputes and matches', async () => {
+  const spec: PairSpec = { readMode: true, backend: 'rdma', policy: 'recompute' };
+  const [expected] = await plainOutputs('tiny', [PROMPT]);
+  const pPorts = await moriioPorts();
+  const dPorts = await moriioPorts();
+  // In-thread agents: the record is taken inside kvBlocksFilled, before the change below.
+  const p = await Engine.create(moriioOptions(spec, 'kv_producer', pPorts, { transfer_thread: false }));
+  const d = await Engine.create(moriioOptions(spec, 'kv_consumer', dPorts, { transfer_thread: false }));
+  try {
+    const { kv, connector } = await runner(p);
+    let changed = 0;
+    const realFilled = connector.kvBlocksFilled.bind(connector);
+    connector.kvBlocksFilled = (ids) => {
+      realFilled(ids);
+      const view = kv.blockRange(0, ids[0]!, 1);
+      view[9] = view[9]! ^ 0x10;
+      changed++;
+    };
+    const dConnector = (await runner(d)).connector;
+    let loadErrors = 0;
+    const realErrors = dConnector.getBlockIdsWithLoadErrors.bind(dConnector);
+    dConnector.getBlockIdsWithLoadErrors = () => {
+      const ids = realErrors();
+      loadErrors += ids.length;
+      return ids;
+    };
+    const { tokens } = await runPair(p, d, pPorts, dPorts, spec, [PROMPT]);
+    assert.ok(changed > 0, 'the prefill filled blocks');
+    assert.ok(loadErrors > 0, "D's READ failed its checksum check");
+    assert.deepEqual(tokens, [expected], 'D recomputed instead of decoding from the changed KV');
+  } finally {
+    await p.shutdown();
+    await d.shutdown();
+  }
+});

@@ -279,6 +279,7 @@ export class InThreadTransferAgent implements TransferAgent {
       const duration = ((t.finishedAt ?? performance.now()) - t.postedAt) / 1000;
       const wire = Math.max(0, duration - t.heldSeconds - t.setupSeconds);
       this.#stats.recordSuccess(duration, wire, t.postSeconds, t.bytes, t.descs.length);
+      if (t.pulled) this.#stats.recordPulledWrite();
     } else {
       this.#stats.recordFailedTransfer();
     }

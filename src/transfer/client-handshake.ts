@@ -15,8 +15,7 @@
 import type { AgentCore } from './agent-core.ts';
 import { authProof, newNonce, verifyProof } from './auth.ts';
 import type { AgentFrame } from './frames.ts';
-import { exposedRegions, PeerKvMap } from './kv-map.ts';
-import { LeaseViews } from './lease-table.ts';
+import { kvOffer, mapPeerOffer } from './kv-offer.ts';
 import type { PeerLink } from './peer-link.ts';
 import { ProtocolError } from './protocol-error.ts';
 import { checkRingPath, ShmRingReader, ShmRingWriter } from './shm-ring.ts';
@@ -76,7 +75,7 @@ export class ClientHandshake {
     if (secret !== undefined && !serverAuthenticates) {
       throw new ProtocolError('peer does not authenticate but a shared secret is configured here');
     }
-    const offered = link.transport === 'shm' && core.offerKv ? exposedRegions(core.regions.values()) : [];
+    const offer = kvOffer(core, link);
     link.conn.send({
       type: 'hello',
       agent: core.agentName,
@@ -85,7 +84,7 @@ export class ClientHandshake {
       transport: link.transport,
       ...(secret === undefined ? {} : { proof: authProof(secret, 'client', serverNonce, this.#nonce) }),
       ...(link.ringOut ? { ring: link.ringOut.path } : {}),
-      ...(offered.length > 0 ? { kv: offered } : {}),
+      ...offer,
     });
   }
 
@@ -99,13 +98,8 @@ export class ClientHandshake {
       link.ringIn = new ShmRingReader(checkRingPath(f.ring, this.#core.shmDir));
       link.ringOut?.unlink();
       link.mappedByPeer = new Set(f.mapped ?? []);
-      link.peerKv = f.kv ? PeerKvMap.map(f.kv) : null;
-      if (link.peerKv && f.leases) {
-        link.peerLeaseMap = PeerKvMap.map([f.leases]);
-        const bytes = link.peerLeaseMap?.view(f.leases.region, 0, f.leases.length);
-        const leases = bytes ? LeaseViews.open(bytes) : null;
-        if (leases) link.direct = { kv: link.peerKv, leases };
-      }
+      link.peerPulls = f.pulls === true;
+      mapPeerOffer(link, f);
       const mapped = link.peerKv?.regions;
       link.conn.send({ type: 'ready', ...(mapped ? { mapped } : {}) });
     }

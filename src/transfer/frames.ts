@@ -12,9 +12,10 @@ import { ProtocolError } from './protocol-error.ts';
 /**
  * Version of the agent protocol, published in AgentMetadata: agents of different versions
  * refuse each other in addRemoteAgent. 3: typed message names, same-host KV mapping.
- * 4: `mapped` frames (several pieces of mapped KV in one frame).
+ * 4: `mapped` frames (several pieces of mapped KV in one frame). 5: pulled WRITEs (a same-host
+ * receiver copies a WRITE of recorded blocks itself, through the sender's lease table).
  */
-export const TRANSFER_PROTOCOL_VERSION = 4;
+export const TRANSFER_PROTOCOL_VERSION = 5;
 
 /** [region, first block, block count]: one run of a READ or WRITE, in the receiver's regions. */
 export type WireRun = readonly [number, number, number];
@@ -44,6 +45,8 @@ export type AgentFrame =
       readonly proof?: string;
       readonly ring?: string;
       readonly kv?: readonly ExposedRegion[];
+      /** The client's lease table, offered with its KV: the server may pull the client's WRITEs. */
+      readonly leases?: ExposedRegion;
     }
   | {
       readonly type: 'welcome';
@@ -55,6 +58,8 @@ export type AgentFrame =
       readonly leases?: ExposedRegion;
       /** The client's regions this server mapped. */
       readonly mapped?: readonly number[];
+      /** The server mapped the client's KV and lease table: it can pull the client's WRITEs. */
+      readonly pulls?: boolean;
     }
   | { readonly type: 'ready'; readonly mapped?: readonly number[] }
   | { readonly type: 'error'; readonly reason: string }
@@ -69,6 +74,12 @@ export type AgentFrame =
       readonly xfer: number;
       readonly runs: readonly WireRun[];
       readonly notif?: string;
+      /**
+       * A pulled WRITE: the key of the READ grant the sender published for the receiver in its
+       * lease table, and the sender's runs (`src[i]` holds what goes to `runs[i]`).
+       */
+      readonly pull?: string;
+      readonly src?: readonly WireRun[];
     }
   | DataFrame
   | MappedFrame
@@ -79,6 +90,8 @@ export type AgentFrame =
       readonly bad: readonly (readonly [number, number])[];
     }
   | { readonly type: 'xfer_err'; readonly xfer: number; readonly reason: string }
+  /** The receiver could not pull the WRITE (why): the sender sends its blocks instead. */
+  | { readonly type: 'pull_declined'; readonly xfer: number; readonly reason: string }
   | { readonly type: 'notif'; readonly message: string }
   | { readonly type: 'ack'; readonly count: number };
 
@@ -241,8 +254,15 @@ function request<T extends 'read' | 'write'>(
   type: T,
   opt: 'grant' | 'notif',
 ): Extract<AgentFrame, { type: T }> {
-  const f: Record<string, unknown> = { type, xfer: uint(raw, 'xfer'), runs: tuples(raw, 'runs', 3, 1) };
+  const runs = tuples(raw, 'runs', 3, 1);
+  const f: Record<string, unknown> = { type, xfer: uint(raw, 'xfer'), runs };
   if (raw[opt] !== undefined) f[opt] = str(raw, opt);
+  if (type === 'write' && raw['pull'] !== undefined) {
+    f['pull'] = str(raw, 'pull');
+    const src = tuples(raw, 'src', 3, 1);
+    if (src.length !== runs.length) fail(raw, 'src', 'one run of the sender per run');
+    f['src'] = src;
+  }
   return f as Extract<AgentFrame, { type: T }>;
 }
 
@@ -298,6 +318,7 @@ export function parseAgentFrame(raw: Raw): AgentFrame {
         ...optStr(raw, 'proof'),
         ...optStr(raw, 'ring'),
         ...exposed(raw),
+        ...leases(raw),
       };
     }
     case 'welcome':
@@ -309,6 +330,7 @@ export function parseAgentFrame(raw: Raw): AgentFrame {
         ...exposed(raw),
         ...leases(raw),
         ...optUintList(raw, 'mapped'),
+        ...(raw['pulls'] === true ? { pulls: true } : {}),
       };
     case 'ready':
       return { type: 'ready', ...optUintList(raw, 'mapped') };
@@ -332,6 +354,8 @@ export function parseAgentFrame(raw: Raw): AgentFrame {
       };
     case 'xfer_err':
       return { type: 'xfer_err', xfer: uint(raw, 'xfer'), reason: str(raw, 'reason') };
+    case 'pull_declined':
+      return { type: 'pull_declined', xfer: uint(raw, 'xfer'), reason: str(raw, 'reason') };
     case 'notif':
       return { type: 'notif', message: str(raw, 'message') };
     case 'ack': {

@@ -10,9 +10,10 @@ import { authProof, newNonce, verifyProof } from './auth.ts';
 import { type BlockRun, IncomingRuns, PermissionEndedError, sendRuns } from './block-io.ts';
 import { FramedConnection } from './connection.ts';
 import { checkRun } from './descriptors.ts';
+import { directRead } from './direct-read.ts';
 import { type AgentFrame, type DataFrame, mappedPieces, parseAgentFrame, type WireRun } from './frames.ts';
 import type { GrantKind } from './grants.ts';
-import { exposedBytes, exposedRegions, PeerKvMap } from './kv-map.ts';
+import { kvOffer, mapPeerOffer } from './kv-offer.ts';
 import { PeerLink } from './peer-link.ts';
 import { ProtocolError } from './protocol-error.ts';
 import { checkRingPath, ShmRingReader, ShmRingWriter } from './shm-ring.ts';
@@ -125,7 +126,7 @@ export class InboundSession {
         this.#onRead(link, f.xfer, f.runs, f.grant);
         return;
       case 'write':
-        this.#onWrite(link, f.xfer, f.runs, f.notif);
+        this.#onWrite(link, f);
         return;
       case 'data':
         this.#onData(link, f, payload);
@@ -160,28 +161,20 @@ export class InboundSession {
     if (f.transport === 'shm') {
       link.ringIn = new ShmRingReader(checkRingPath(f.ring, this.#core.shmDir));
       link.ringOut = new ShmRingWriter(this.#core.shmDir, this.#core.ringBytes);
-      link.peerKv = f.kv ? PeerKvMap.map(f.kv) : null;
+      // The client's KV, and its lease table: with both, this side pulls the client's WRITEs.
+      mapPeerOffer(link, f);
       mapped = link.peerKv?.regions;
     }
     this.#link = link;
     this.#peer = { agentName: f.agent, engineId: f.engine };
-    const offered =
-      f.transport === 'shm' && this.#core.offerKv ? exposedRegions(this.#core.regions.values()) : [];
-    // With the KV, the lease table: the peer then serves its own READs of granted blocks. Not
-    // while a test hook alters what this side sends (the peer would not see it).
-    const table = this.#core.leases();
-    const leases =
-      offered.length > 0 && this.#core.offerLeases && !this.#core.outgoingHook && table
-        ? exposedBytes(table.bytes, 0)
-        : null;
     this.#conn.send({
       type: 'welcome',
       agent: this.#core.agentName,
       ...(secret === undefined ? {} : { proof: authProof(secret, 'server', this.#nonce, f.nonce) }),
       ...(link.ringOut ? { ring: link.ringOut.path } : {}),
-      ...(offered.length > 0 ? { kv: offered } : {}),
-      ...(leases ? { leases } : {}),
+      ...kvOffer(this.#core, link),
       ...(mapped ? { mapped } : {}),
+      ...(link.direct ? { pulls: true } : {}),
     });
   }
 
@@ -269,9 +262,10 @@ export class InboundSession {
     });
   }
 
-  #onWrite(link: PeerLink, xfer: number, wire: readonly WireRun[], notification: string | undefined): void {
+  #onWrite(link: PeerLink, f: Extract<AgentFrame, { type: 'write' }>): void {
+    const { xfer, notif: notification } = f;
     if (this.#writes.has(xfer)) throw new ProtocolError(`duplicate transfer id ${xfer}`);
-    const { runs, reason } = this.#refusal('write', wire, undefined);
+    const { runs, reason } = this.#refusal('write', f.runs, undefined);
     if (reason !== null) {
       log.warn('refusing WRITE %d from %s: %s', xfer, this.#peer!.agentName, reason);
       this.#writes.set(xfer, null);
@@ -280,12 +274,40 @@ export class InboundSession {
     }
     // The WRITE lands data in these blocks: whatever was recorded of them no longer holds.
     for (const r of runs) this.#core.records.forgetRun(r.region, r.first, r.count);
-    this.#writes.set(xfer, {
+    const w: IncomingWrite = {
       runs: new IncomingRuns(runs, this.#core.regions),
       blocks: runs,
       notification,
       ended: null,
+    };
+    this.#writes.set(xfer, w);
+    if (f.pull !== undefined && f.src !== undefined) this.#pull(link, xfer, w, f.pull, f.src);
+  }
+
+  /**
+   * A pulled WRITE (same host, recorded blocks): the sender leased its blocks to us under
+   * `key`; copy them as a direct READ does (checked against the sender's lease table, hashed
+   * while copied, compared with its checksums) and answer at once. The write grant was checked
+   * just before, in the same synchronous run, so it cannot end in between. Anything the table
+   * cannot decide is declined, and the sender sends the blocks instead.
+   */
+  #pull(link: PeerLink, xfer: number, w: IncomingWrite, key: string, src: readonly WireRun[]): void {
+    const descs = w.blocks.map((r, i) => {
+      const [region, first, count] = src[i]!;
+      if (count !== r.count)
+        throw new ProtocolError(`WRITE ${xfer}: run ${i} of the sender has another length`);
+      return { localRegion: r.region, localFirst: r.first, remoteRegion: region, remoteFirst: first, count };
     });
+    const declined = link.direct
+      ? directRead(link.direct, this.#core, this.#core.regions, descs, key)
+      : "this side has not mapped the sender's lease table";
+    if (declined === null) {
+      w.runs.allVerified();
+      this.#onWriteEnd(link, xfer);
+      return;
+    }
+    log.debug('WRITE %d from %s is not pulled: %s', xfer, this.#peer!.agentName, declined);
+    void link.sendControl({ type: 'pull_declined', xfer, reason: declined }).catch(() => {});
   }
 
   #onData(link: PeerLink, f: DataFrame, payload: Uint8Array | null): void {

@@ -153,8 +153,16 @@ export class LeaseTable {
   /**
    * Publishes READ grant `key` (covering every region): computes the checksum of each of its
    * blocks in every region, then makes the entries live. A key granted again replaces the old.
+   * `recordedOnly`: take the recorded checksums and hash nothing (blocks without a record stay
+   * without a checksum here; a direct READ of them goes to the owner).
    */
-  publish(key: string, blockIds: Iterable<number>, peer: string, expiresAt: number): void {
+  publish(
+    key: string,
+    blockIds: Iterable<number>,
+    peer: string,
+    expiresAt: number,
+    recordedOnly = false,
+  ): void {
     this.withdraw(key);
     const v = this.#views;
     const runs = consecutiveRuns(blockIds, v.blocks);
@@ -176,7 +184,7 @@ export class LeaseTable {
     // Computed again for every grant (a grant's checksums are those of its blocks when it is
     // made, or recorded since the engine wrote them), in runs of consecutive blocks: one
     // native call per run and region.
-    for (const [first, count] of runs) this.#hashRun(first, count);
+    for (const [first, count] of runs) this.#hashRun(first, count, recordedOnly);
     for (const b of blocks) Atomics.add(v.seq, b, 1);
     this.#published.set(key, { blocks, keyHash });
   }
@@ -237,7 +245,7 @@ export class LeaseTable {
   }
 
   /** Records the checksums of blocks [first, first + count) in every region that has them. */
-  #hashRun(first: number, count: number): void {
+  #hashRun(first: number, count: number, recordedOnly: boolean): void {
     const v = this.#views;
     this.#regions.forEach((region, r) => {
       const n = Math.min(count, region.numBlocks - first);
@@ -245,6 +253,10 @@ export class LeaseTable {
       const out = v.sums(r).subarray(first, first + n);
       const missing = this.#records?.fillRecorded(region.id, first, n, out) ?? [[0, n]];
       for (const [off, m] of missing) {
+        if (recordedOnly) {
+          out.fill(Number.NaN, off, off + m);
+          continue;
+        }
         const at = (first + off) * region.blockBytes;
         const bytes = region.bytes.subarray(at, at + m * region.blockBytes);
         blockChecksumsInto(bytes, region.blockBytes, m, out.subarray(off, off + m));

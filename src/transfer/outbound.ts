@@ -38,9 +38,19 @@ export interface OutboundTransfer {
   failed: FailedBlocks[];
   reason?: string;
   finishedAt?: number;
+  /** A pulled WRITE: the key of the lease published for the receiver, until the WRITE ends. */
+  pullKey?: string | undefined;
+  /** The receiver pulled this WRITE (it did not decline). */
+  pulled?: boolean;
 }
 
 export type FinishListener = (t: OutboundTransfer) => void;
+
+/** Set to 1 to send every WRITE (no pulled WRITEs from this agent). */
+export const DISABLE_WRITE_PULL_ENV = 'KVCONNECT_DISABLE_WRITE_PULL';
+
+/** Lease keys of pulled WRITEs (one per transfer id; user grant keys are other strings). */
+const PULL_KEY_PREFIX = 'kvconnect-write-pull:';
 
 export class OutboundPeer {
   readonly meta: AgentMetadata;
@@ -150,27 +160,73 @@ export class OutboundPeer {
       });
       return;
     }
+    const write: Mutable<AgentFrame & { type: 'write' }> = { type: 'write', xfer: t.id, runs };
+    if (t.notification !== undefined) write.notif = t.notification;
+    const pull = this.#publishPull(t);
+    if (pull !== null) {
+      // The receiver copies the blocks itself (or declines, and they are sent then).
+      write.pull = pull;
+      write.src = t.descs.map((d) => [d.localRegion, d.localFirst, d.count] as const);
+      link.sendControl(write).catch(fail);
+      return;
+    }
+    const send = (): void => {
+      link.sendControl(write).catch(fail);
+      this.#sendWriteBlocks(t);
+    };
+    // Sends are queued in order on the link. A WRITE of one chunk leaves in one syscall;
+    // a larger one must not hold its first chunks back while later ones are hashed.
+    if (t.bytes <= this.#core.chunkBytes) link.corked(send);
+    else send();
+  }
+
+  /** A WRITE's blocks and its end marker, after the `write` frame. */
+  #sendWriteBlocks(t: OutboundTransfer): void {
+    const c = this.#core;
+    const link = this.#link;
+    const fail = (e: unknown): void =>
+      this.#finish(t, `sending failed: ${e instanceof Error ? e.message : String(e)}`);
     const local: BlockRun[] = t.descs.map((d) => ({
       region: d.localRegion,
       first: d.localFirst,
       count: d.count,
     }));
-    const write: Mutable<AgentFrame & { type: 'write' }> = { type: 'write', xfer: t.id, runs };
-    if (t.notification !== undefined) write.notif = t.notification;
+    sendRuns(link, c.regions, c.chunkBytes, t.id, local, {
+      hook: c.outgoingHook,
+      // Checksums recorded when the engine wrote the blocks: nothing to hash on the way.
+      recorded: (run) => c.records.sums(run.region, run.first, run.count),
+    }).catch(fail);
+    link.sendControl({ type: 'write_end', xfer: t.id }).catch(fail);
+  }
+
+  /**
+   * A same-host WRITE of recorded blocks to a peer that mapped our KV and lease table: the
+   * blocks are leased to the peer (their recorded checksums in the lease table, nothing
+   * hashed) under a key of their own, so the peer copies them the way it serves a direct
+   * READ. Returns the key, or null when the WRITE is sent instead.
+   */
+  #publishPull(t: OutboundTransfer): string | null {
     const c = this.#core;
-    const send = (): void => {
-      link.sendControl(write).catch(fail);
-      sendRuns(link, c.regions, c.chunkBytes, t.id, local, {
-        hook: c.outgoingHook,
-        // Checksums recorded when the engine wrote the blocks: nothing to hash on the way.
-        recorded: (run) => c.records.sums(run.region, run.first, run.count),
-      }).catch(fail);
-      link.sendControl({ type: 'write_end', xfer: t.id }).catch(fail);
-    };
-    // Sends are queued in order on the link. A WRITE of one chunk leaves in one syscall;
-    // a larger one must not hold its first chunks back while later ones are hashed.
-    if (t.bytes <= c.chunkBytes) link.corked(send);
-    else send();
+    const table = c.leases();
+    const link = this.#link;
+    if (table === null || !link.peerPulls || link.transport !== 'shm' || c.outgoingHook) return null;
+    if (process.env[DISABLE_WRITE_PULL_ENV] === '1') return null;
+    for (const d of t.descs) if (c.records.sums(d.localRegion, d.localFirst, d.count) === null) return null;
+    const key = `${PULL_KEY_PREFIX}${t.id}`;
+    // Every region names the same blocks: each id once.
+    const ids = new Set<number>();
+    for (const d of t.descs) for (let b = d.localFirst; b < d.localFirst + d.count; b++) ids.add(b);
+    const expiresAt = Date.now() + Math.max(0, t.deadline - performance.now());
+    table.publish(key, ids, this.meta.agentName, expiresAt, true);
+    t.pullKey = key;
+    return key;
+  }
+
+  /** Ends a pulled WRITE's lease (the WRITE ended, or the peer declined to pull it). */
+  #withdrawPull(t: OutboundTransfer): void {
+    if (t.pullKey === undefined) return;
+    this.#core.leases()?.withdraw(t.pullKey);
+    t.pullKey = undefined;
   }
 
   notify(message: string): Promise<void> {
@@ -240,6 +296,19 @@ export class OutboundPeer {
         if (t) this.#finish(t, f.reason, true);
         return;
       }
+      case 'pull_declined': {
+        const t = this.#inflight.get(f.xfer);
+        if (t?.kind !== 'WRITE' || t.pullKey === undefined) return;
+        log.debug(
+          'WRITE %d to %s is sent: the peer did not pull it (%s)',
+          t.id,
+          this.meta.agentName,
+          f.reason,
+        );
+        this.#withdrawPull(t);
+        this.#sendWriteBlocks(t);
+        return;
+      }
       default:
         throw new ProtocolError(`unexpected message '${f.type}'`);
     }
@@ -288,6 +357,8 @@ export class OutboundPeer {
   ): void {
     if (!this.#inflight.delete(t.id) || t.state !== 'PROC') return;
     t.finishedAt = performance.now();
+    t.pulled = t.pullKey !== undefined;
+    this.#withdrawPull(t);
     let failed: FailedBlocks[];
     if (t.kind === 'READ') {
       failed = allFailed ? localBlocks(t.descs) : t.incoming.failed().byRegion;

@@ -107,6 +107,8 @@ export class PeerLink {
   peerLeaseMap: PeerKvMap | null = null;
   /** Our regions the peer has mapped: chunks of these go by reference, not through the ring. */
   mappedByPeer: ReadonlySet<number> = new Set();
+  /** The peer mapped our KV and lease table: it can pull our WRITEs of recorded blocks. */
+  peerPulls = false;
   #tail: Promise<void> | null = null;
   /** Ring chunks sent and not acknowledged yet. */
   #unackedRing = 0;

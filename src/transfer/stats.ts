@@ -14,6 +14,8 @@ export interface TransferStatsSnapshot {
   readonly numDescriptors: readonly number[];
   readonly numFailedTransfers: number;
   readonly numFailedNotifications: number;
+  /** kvconnect: WRITEs the same-host receiver copied itself (pulled, docs/transfer.md#pulled-writes). */
+  readonly numPulledWrites: number;
 }
 
 export class TransferStats {
@@ -24,6 +26,7 @@ export class TransferStats {
   #descriptors: number[] = [];
   #failedTransfers = 0;
   #failedNotifications = 0;
+  #pulledWrites = 0;
 
   recordSuccess(durationS: number, wireS: number, postS: number, bytes: number, descriptors: number): void {
     this.#transferDuration.push(durationS);
@@ -41,6 +44,10 @@ export class TransferStats {
     this.#failedNotifications++;
   }
 
+  recordPulledWrite(): void {
+    this.#pulledWrites++;
+  }
+
   /** Adds a snapshot taken elsewhere (the agent thread's) to this interval. */
   merge(d: TransferStatsSnapshot): void {
     for (const [i, s] of d.transferDuration.entries()) {
@@ -54,6 +61,7 @@ export class TransferStats {
     }
     this.#failedTransfers += d.numFailedTransfers;
     this.#failedNotifications += d.numFailedNotifications;
+    this.#pulledWrites += d.numPulledWrites;
   }
 
   snapshot(): TransferStatsSnapshot {
@@ -65,6 +73,7 @@ export class TransferStats {
       numDescriptors: [...this.#descriptors],
       numFailedTransfers: this.#failedTransfers,
       numFailedNotifications: this.#failedNotifications,
+      numPulledWrites: this.#pulledWrites,
     };
   }
 
@@ -78,6 +87,7 @@ export class TransferStats {
     this.#descriptors = [];
     this.#failedTransfers = 0;
     this.#failedNotifications = 0;
+    this.#pulledWrites = 0;
     return s;
   }
 }

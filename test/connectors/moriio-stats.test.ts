@@ -203,6 +203,7 @@ describe('MoRIIO stats, recorder and metrics', () => {
       numDescriptors: [2],
       numFailedTransfers: 2,
       numFailedNotifications: 0,
+      numPulledWrites: 0,
     };
     const data = r.take(agent);
     assert.equal(data.num_failed_transfers, 3);

@@ -7,11 +7,7 @@
  */
 import assert from 'node:assert/strict';
 import { it } from 'node:test';
-import type { KVConnectorBase } from '../../src/connector/base.ts';
-import type { LLM } from '../../src/engine/llm.ts';
 import { LLM as Engine } from '../../src/engine/llm.ts';
-import { LocalExecutor } from '../../src/engine/runner/local-executor.ts';
-import type { PagedKVMemory } from '../../src/kv/interfaces.ts';
 import {
   moriioOptions,
   moriioPorts,
@@ -19,14 +15,7 @@ import {
   plainOutputs,
   runPair,
 } from './moriio-fixtures/helpers.ts';
-
-async function runner(llm: LLM): Promise<{ kv: PagedKVMemory; connector: KVConnectorBase }> {
-  const executor = (await llm.engine()).engine.executor;
-  assert.ok(executor instanceof LocalExecutor, 'tp=1 runs the model in this process');
-  const { kv, connector } = executor.runner;
-  assert.ok(connector, 'the worker connector is there');
-  return { kv, connector };
-}
+import { changeAfterFill, countLoadErrors, runner } from './write-tracking-helpers.ts';
 
 const PROMPT =
   'Disaggregated prefill moves the KV cache of a long prompt from one engine to another engine directly.';
@@ -41,25 +30,11 @@ it('MoRIIO READ mode: KV changed after the forward pass filled it fails D’s ch
   const d = await Engine.create(moriioOptions(spec, 'kv_consumer', dPorts, { transfer_thread: false }));
   try {
     const { kv, connector } = await runner(p);
-    let changed = 0;
-    const realFilled = connector.kvBlocksFilled.bind(connector);
-    connector.kvBlocksFilled = (ids) => {
-      realFilled(ids);
-      const view = kv.blockRange(0, ids[0]!, 1);
-      view[9] = view[9]! ^ 0x10;
-      changed++;
-    };
-    const dConnector = (await runner(d)).connector;
-    let loadErrors = 0;
-    const realErrors = dConnector.getBlockIdsWithLoadErrors.bind(dConnector);
-    dConnector.getBlockIdsWithLoadErrors = () => {
-      const ids = realErrors();
-      loadErrors += ids.length;
-      return ids;
-    };
+    const changed = changeAfterFill(connector, kv, 9);
+    const loadErrors = countLoadErrors((await runner(d)).connector);
     const { tokens } = await runPair(p, d, pPorts, dPorts, spec, [PROMPT]);
-    assert.ok(changed > 0, 'the prefill filled blocks');
-    assert.ok(loadErrors > 0, "D's READ failed its checksum check");
+    assert.ok(changed() > 0, 'the prefill filled blocks');
+    assert.ok(loadErrors() > 0, "D's READ failed its checksum check");
     assert.deepEqual(tokens, [expected], 'D recomputed instead of decoding from the changed KV');
   } finally {
     await p.shutdown();

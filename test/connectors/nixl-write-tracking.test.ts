@@ -12,12 +12,10 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { DEFAULT_MODEL } from '../../src/config/model-presets.ts';
-import type { KVConnectorBase } from '../../src/connector/base.ts';
 import type { LLM } from '../../src/engine/llm.ts';
 import { LLM as Engine } from '../../src/engine/llm.ts';
-import { LocalExecutor } from '../../src/engine/runner/local-executor.ts';
-import type { PagedKVMemory } from '../../src/kv/interfaces.ts';
 import { engineOptions, GREEDY, P_PARAMS, type PairOptions, plainOutputs } from './nixl-helpers.ts';
+import { changeAfterFill, countLoadErrors, runner } from './write-tracking-helpers.ts';
 
 /** In-thread agents: a record is taken within kvBlocksFilled, before the hook below runs. */
 const PAIR: PairOptions = {
@@ -26,27 +24,6 @@ const PAIR: PairOptions = {
   backend: 'TCP',
   extra: { transfer_thread: false },
 };
-
-async function runner(llm: LLM): Promise<{ kv: PagedKVMemory; connector: KVConnectorBase }> {
-  const e = await llm.engine();
-  const executor = e.engine.executor;
-  assert.ok(executor instanceof LocalExecutor, 'tp=1 runs the model in this process');
-  const { kv, connector } = executor.runner;
-  assert.ok(connector, 'the worker connector is there');
-  return { kv, connector };
-}
-
-/** Counts the blocks whose load D reports as failed (vLLM's get_block_ids_with_load_errors). */
-function countLoadErrors(connector: KVConnectorBase): () => number {
-  let n = 0;
-  const real = connector.getBlockIdsWithLoadErrors.bind(connector);
-  connector.getBlockIdsWithLoadErrors = () => {
-    const ids = real();
-    n += ids.length;
-    return ids;
-  };
-  return () => n;
-}
 
 /** P prefills, D decodes from P's KV; returns D's tokens and its failed transfers. */
 async function disaggregated(p: LLM, d: LLM, prompt: string) {
@@ -72,17 +49,9 @@ describe('write tracking in a P/D pair (NixlConnector, in-thread agents)', () =>
     try {
       const { kv, connector } = await runner(p);
       const loadErrors = countLoadErrors((await runner(d)).connector);
-      let changed = 0;
-      const real = connector.kvBlocksFilled.bind(connector);
-      connector.kvBlocksFilled = (ids) => {
-        real(ids);
-        // The engine writing a block after its record (a bug the check must catch).
-        const view = kv.blockRange(0, ids[0]!, 1);
-        view[5] = view[5]! ^ 0x40;
-        changed++;
-      };
+      const changed = changeAfterFill(connector, kv, 5);
       const dOut = await disaggregated(p, d, PROMPT);
-      assert.ok(changed > 0, 'the prefill filled blocks');
+      assert.ok(changed() > 0, 'the prefill filled blocks');
       assert.ok(loadErrors() > 0, "D's READ failed its checksum check");
       assert.deepEqual(
         dOut.tokenIds,

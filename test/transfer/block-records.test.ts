@@ -15,20 +15,18 @@ import {
   InThreadTransferAgent,
   ThreadedTransferAgent,
   type TransferAgent,
-  type TransferStatus,
 } from '../../src/transfer/index.ts';
 import { LeaseTable } from '../../src/transfer/lease-table.ts';
 import type { MemoryRegion } from '../../src/transfer/types.ts';
-import { blocksEqual, makeRegion } from './pattern.ts';
+import { blocksEqual, makeRegion, regionPair } from './pattern.ts';
+import { finished } from './wait.ts';
 
 setLogLevel('silent');
 
 const BB = 16 << 10;
 const N = 16;
 
-function regions(seed: number): MemoryRegion[] {
-  return [makeRegion(0, BB, N, seed), makeRegion(1, BB, N, seed + 1)];
-}
+const regions = (seed: number): MemoryRegion[] => regionPair(BB, N, seed);
 
 /** Flips one byte of block `b` of a region (the engine writing a block after recording it). */
 function scribble(region: MemoryRegion, b: number): void {
@@ -113,12 +111,6 @@ const kinds: [string, Make][] = [
   ['in-thread over shm', (engineId) => InThreadTransferAgent.create({ engineId, backends: ['SHM'] })],
 ];
 
-async function done(agent: TransferAgent, h: ReturnType<TransferAgent['write']>): Promise<TransferStatus> {
-  const s = await agent.waitFor(h);
-  agent.releaseHandle(h);
-  return s;
-}
-
 for (const [kind, make] of kinds) {
   describe(`recorded checksums, ${kind} agents`, () => {
     it('a WRITE sends recorded checksums: a block changed after its record fails, forgetting it restores hashing', async () => {
@@ -141,18 +133,18 @@ for (const [kind, make] of kinds) {
         // A threaded agent hashes on its thread: the record is taken once the call settled.
         await Promise.all([a.settled(), b.settled()]);
         scribble(src[0]!, 3);
-        const bad = await done(a, a.write('B-rank0', descs));
+        const bad = await finished(a, a.write('B-rank0', descs));
         assert.equal(bad.state, 'ERR', 'the receiver checked block 3 against its record');
         assert.match(bad.reason ?? '', /checksum/);
         assert.deepEqual(bad.failedBlockIds, [3]);
         a.forgetBlocks([3]);
-        const good = await done(a, a.write('B-rank0', descs));
+        const good = await finished(a, a.write('B-rank0', descs));
         assert.equal(good.state, 'DONE', good.reason);
         for (const r of [0, 1]) assert.ok(blocksEqual(src[r]!.bytes, 2, dst[r]!.bytes, 6, 3, BB));
         // B grants the landed blocks back: a stale record would fail A's check.
         b.grantRead('r', { blockIds: [6, 7, 8], peer: 'A-rank0' });
         await b.settled();
-        const back = await done(
+        const back = await finished(
           a,
           a.read('B-rank0', [{ localRegion: 1, localFirst: 10, remoteRegion: 1, remoteFirst: 6, count: 3 }], {
             grantKey: 'r',
@@ -181,20 +173,20 @@ for (const [kind, make] of kinds) {
         scribble(own[0]!, 6);
         owner.grantRead('g', { blockIds: [5, 6], peer: 'R-rank0' });
         await owner.settled();
-        const bad = await done(reader, reader.read('O-rank0', descs, { grantKey: 'g' }));
+        const bad = await finished(reader, reader.read('O-rank0', descs, { grantKey: 'g' }));
         assert.equal(bad.state, 'ERR');
         assert.deepEqual(bad.failedBlockIds, [1], 'local block 1 got the changed block 6');
         assert.ok(blocksEqual(own[0]!.bytes, 5, mine[0]!.bytes, 0, 1, BB), 'block 5 landed');
         owner.forgetBlocks([6]);
         owner.grantRead('g', { blockIds: [5, 6], peer: 'R-rank0' });
         await owner.settled();
-        const good = await done(reader, reader.read('O-rank0', descs, { grantKey: 'g' }));
+        const good = await finished(reader, reader.read('O-rank0', descs, { grantKey: 'g' }));
         assert.equal(good.state, 'DONE', good.reason);
         assert.ok(blocksEqual(own[0]!.bytes, 5, mine[0]!.bytes, 0, 2, BB));
         // A WRITE of the landed blocks: a stale record would fail the owner's check.
         owner.grantWrite('w', { blockIds: [10, 11], peer: 'R-rank0' });
         await owner.settled();
-        const w = await done(
+        const w = await finished(
           reader,
           reader.write('O-rank0', [
             { localRegion: 0, localFirst: 0, remoteRegion: 0, remoteFirst: 10, count: 2 },

@@ -31,3 +31,8 @@ export function blocksEqual(
     b.subarray(bFirst * blockBytes, (bFirst + count) * blockBytes),
   );
 }
+
+/** Regions 0 and 1 of `numBlocks` blocks each, filled from `seed` and `seed + 1`. */
+export function regionPair(blockBytes: number, numBlocks: number, seed: number) {
+  return [makeRegion(0, blockBytes, numBlocks, seed), makeRegion(1, blockBytes, numBlocks, seed + 1)];
+}

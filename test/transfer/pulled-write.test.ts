@@ -12,13 +12,12 @@ import {
   InThreadTransferAgent,
   ThreadedTransferAgent,
   type TransferAgent,
-  type TransferStatus,
 } from '../../src/transfer/index.ts';
 import { SLOTS } from '../../src/transfer/lease-table.ts';
 import type { MemoryRegion } from '../../src/transfer/types.ts';
 import { mappableSharedMemory } from '../../src/util/shared-memory.ts';
-import { blocksEqual, makeRegion } from './pattern.ts';
-import { until } from './wait.ts';
+import { blocksEqual, regionPair } from './pattern.ts';
+import { finished, until } from './wait.ts';
 
 setLogLevel('silent');
 
@@ -26,9 +25,7 @@ const BB = 16 << 10;
 const N = 32;
 const skip = mappableSharedMemory ? false : 'no native addon: KV memory cannot be mapped by a peer';
 
-function regions(seed: number): MemoryRegion[] {
-  return [makeRegion(0, BB, N, seed), makeRegion(1, BB, N, seed + 1)];
-}
+const regions = (seed: number): MemoryRegion[] => regionPair(BB, N, seed);
 
 const DESCS = [
   { localRegion: 0, localFirst: 2, remoteRegion: 0, remoteFirst: 20, count: 5 },
@@ -39,12 +36,6 @@ const DESCS = [
 const SENT = [2, 3, 4, 5, 6, 9];
 
 type Make = (engineId: string, backend: 'SHM' | 'TCP') => Promise<TransferAgent>;
-
-async function done(agent: TransferAgent, h: ReturnType<TransferAgent['write']>): Promise<TransferStatus> {
-  const s = await agent.waitFor(h);
-  agent.releaseHandle(h);
-  return s;
-}
 
 function landed(src: MemoryRegion[], dst: MemoryRegion[]): boolean {
   return DESCS.every((d) =>
@@ -93,7 +84,7 @@ for (const [kind, make] of kinds) {
       const p = await pair(make);
       try {
         p.a.recordBlocks(SENT);
-        const s = await done(p.a, p.a.write('B-rank0', DESCS, { notification: 'pulled' }));
+        const s = await finished(p.a, p.a.write('B-rank0', DESCS, { notification: 'pulled' }));
         assert.equal(s.state, 'DONE', s.reason);
         assert.ok(landed(p.src, p.dst));
         await p.a.settled();
@@ -108,7 +99,7 @@ for (const [kind, make] of kinds) {
       const p = await pair(make);
       try {
         p.a.recordBlocks([2, 3, 4, 5, 6]);
-        const s = await done(p.a, p.a.write('B-rank0', DESCS));
+        const s = await finished(p.a, p.a.write('B-rank0', DESCS));
         assert.equal(s.state, 'DONE', s.reason);
         assert.ok(landed(p.src, p.dst));
         await p.a.settled();
@@ -125,7 +116,7 @@ for (const [kind, make] of kinds) {
         // Every slot of block 4 taken by other READ grants: the pull's lease is not in the table.
         for (let i = 0; i < SLOTS; i++) p.a.grantRead(`other${i}`, { blockIds: [4] });
         await p.a.settled();
-        const s = await done(p.a, p.a.write('B-rank0', DESCS));
+        const s = await finished(p.a, p.a.write('B-rank0', DESCS));
         assert.equal(s.state, 'DONE', s.reason);
         assert.ok(landed(p.src, p.dst));
         await p.a.settled();
@@ -142,7 +133,7 @@ for (const [kind, make] of kinds) {
         await p.a.settled();
         const r = p.src[1]!;
         r.bytes[5 * BB + 7] = r.bytes[5 * BB + 7]! ^ 1;
-        const s = await done(p.a, p.a.write('B-rank0', DESCS));
+        const s = await finished(p.a, p.a.write('B-rank0', DESCS));
         assert.equal(s.state, 'ERR');
         assert.deepEqual(s.failedBlockIds, [5]);
         assert.deepEqual(s.failed, [{ region: 1, blockIds: [5] }]);
@@ -157,14 +148,14 @@ for (const [kind, make] of kinds) {
       const p = await pair(make);
       try {
         p.a.recordBlocks(SENT);
-        const s = await done(p.a, p.a.write('B-rank0', DESCS));
+        const s = await finished(p.a, p.a.write('B-rank0', DESCS));
         assert.equal(s.state, 'DONE', s.reason);
         // B's own connection to A, up before the READ (a READ on a new connection asks A).
         p.b.addRemoteAgent(p.a.metadata());
         await p.b.sendNotification('A-rank0', 'hello');
         await until(() => p.a.drainNotifications().length > 0, 'the connection to come up');
         // The first pulled WRITE of this agent is transfer 1 (the notification is not a transfer).
-        const back = await done(
+        const back = await finished(
           p.b,
           p.b.read(
             'A-rank0',
@@ -187,7 +178,7 @@ for (const [kind, make] of kinds) {
         p.b.revokeGrant('w');
         await p.b.settled();
         p.a.recordBlocks(SENT);
-        const s = await done(p.a, p.a.write('B-rank0', DESCS));
+        const s = await finished(p.a, p.a.write('B-rank0', DESCS));
         assert.equal(s.state, 'ERR');
         assert.match(s.reason ?? '', /WRITE refused/);
       } finally {
@@ -205,7 +196,7 @@ describe('pulled WRITEs need shm', () => {
     );
     try {
       p.a.recordBlocks(SENT);
-      const s = await done(p.a, p.a.write('B-rank0', DESCS));
+      const s = await finished(p.a, p.a.write('B-rank0', DESCS));
       assert.equal(s.state, 'DONE', s.reason);
       assert.ok(landed(p.src, p.dst));
       assert.equal(p.a.getStats().numPulledWrites, 0);

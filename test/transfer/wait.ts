@@ -1,5 +1,6 @@
 /** Condition waits for the transfer tests: poll until true, fail with what was awaited. */
 import assert from 'node:assert/strict';
+import type { TransferHandle, TransferStatus } from '../../src/transfer/index.ts';
 
 export async function until(check: () => boolean, what: string, timeoutMs = 10_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
@@ -20,4 +21,14 @@ export async function notificationsOf(
     return got.length >= count;
   }, `${count} notification(s)`);
   return got;
+}
+
+/** Waits for a transfer to leave PROC, releases its handle and returns its final status. */
+export async function finished(
+  agent: { waitFor(h: TransferHandle): Promise<TransferStatus>; releaseHandle(h: TransferHandle): void },
+  h: TransferHandle,
+): Promise<TransferStatus> {
+  const s = await agent.waitFor(h);
+  agent.releaseHandle(h);
+  return s;
 }

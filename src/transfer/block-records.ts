@@ -106,11 +106,15 @@ export class BlockRecords {
     const sums = this.#sums.get(region);
     if (!sums || first < 0 || first + count > sums.length) return count > 0 ? [[0, count]] : [];
     const missing: [number, number][] = [];
+    let last: [number, number] | undefined;
     for (let i = 0; i < count; i++) {
       const s = sums[first + i]!;
       if (!Number.isNaN(s)) out[i] = s;
-      else if (missing.length > 0 && missing.at(-1)![0] + missing.at(-1)![1] === i) missing.at(-1)![1]++;
-      else missing.push([i, 1]);
+      else if (last !== undefined && last[0] + last[1] === i) last[1]++;
+      else {
+        last = [i, 1];
+        missing.push(last);
+      }
     }
     return missing;
   }

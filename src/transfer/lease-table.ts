@@ -153,8 +153,9 @@ export class LeaseTable {
   /**
    * Publishes READ grant `key` (covering every region): computes the checksum of each of its
    * blocks in every region, then makes the entries live. A key granted again replaces the old.
-   * `recordedOnly`: take the recorded checksums and hash nothing (blocks without a record stay
-   * without a checksum here; a direct READ of them goes to the owner).
+   * `recordedOnly`: take the recorded checksums and hash nothing (a block without a record keeps
+   * the checksum another live grant of it holds, else has none: a direct READ of it goes to the
+   * owner).
    */
   publish(
     key: string,
@@ -254,7 +255,8 @@ export class LeaseTable {
       const missing = this.#records?.fillRecorded(region.id, first, n, out) ?? [[0, n]];
       for (const [off, m] of missing) {
         if (recordedOnly) {
-          out.fill(Number.NaN, off, off + m);
+          // No checksum for this grant; one that another live grant of the block holds stays.
+          for (let i = off; i < off + m; i++) if (this.#count[first + i]! <= 1) out[i] = Number.NaN;
           continue;
         }
         const at = (first + off) * region.blockBytes;

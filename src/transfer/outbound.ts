@@ -130,8 +130,7 @@ export class OutboundPeer {
     // A READ lands data in its local blocks: whatever was recorded of them no longer holds.
     if (t.kind === 'READ')
       for (const d of t.descs) this.#core.records.forgetRun(d.localRegion, d.localFirst, d.count);
-    const fail = (e: unknown): void =>
-      this.#finish(t, `sending failed: ${e instanceof Error ? e.message : String(e)}`);
+    const fail = this.#failer(t);
     const link = this.#link;
     if (t.kind === 'READ') {
       const request = (): void => {
@@ -180,12 +179,16 @@ export class OutboundPeer {
     else send();
   }
 
+  /** What ends transfer `t` when one of its sends fails. */
+  #failer(t: OutboundTransfer): (e: unknown) => void {
+    return (e) => this.#finish(t, `sending failed: ${e instanceof Error ? e.message : String(e)}`);
+  }
+
   /** A WRITE's blocks and its end marker, after the `write` frame. */
   #sendWriteBlocks(t: OutboundTransfer): void {
     const c = this.#core;
     const link = this.#link;
-    const fail = (e: unknown): void =>
-      this.#finish(t, `sending failed: ${e instanceof Error ? e.message : String(e)}`);
+    const fail = this.#failer(t);
     const local: BlockRun[] = t.descs.map((d) => ({
       region: d.localRegion,
       first: d.localFirst,

@@ -101,6 +101,21 @@ describe('block records', () => {
     table.publish('k', [1, 2, 3], '*', Number.POSITIVE_INFINITY);
     assert.deepEqual(table.sums(0, 2, 1), blockChecksums(rs[0]!.bytes.subarray(2 * BB), BB, 1));
   });
+
+  it('a recorded-only lease hashes nothing and keeps the checksum another live grant holds', () => {
+    const rs = regions(13);
+    const records = new BlockRecords(new Map(rs.map((r) => [r.id, r])));
+    const table = new LeaseTable(rs, records);
+    table.publish('other', [4], '*', Number.POSITIVE_INFINITY);
+    const held = table.sums(1, 4, 1);
+    records.record([3, 4], [0]);
+    table.publish('pull', [3, 4], 'P', Number.POSITIVE_INFINITY, true);
+    assert.deepEqual(table.sums(0, 3, 2), records.sums(0, 3, 2), 'region 0: the records');
+    assert.deepEqual(table.sums(1, 4, 1), held, "region 1, block 4: the other grant's checksum stays");
+    table.withdraw('other');
+    table.publish('pull', [3], 'P', Number.POSITIVE_INFINITY, true);
+    assert.equal(table.sums(1, 3, 1), null, 'region 1, block 3: no record and no other grant, no checksum');
+  });
 });
 
 type Make = (engineId: string) => Promise<TransferAgent>;
@@ -194,6 +209,33 @@ for (const [kind, make] of kinds) {
         );
         assert.equal(w.state, 'DONE', w.reason);
         assert.ok(blocksEqual(own[0]!.bytes, 5, own[0]!.bytes, 10, 2, BB));
+      } finally {
+        await Promise.all([owner.close(), reader.close()]);
+      }
+    });
+
+    it('a READ served the request way (a grant of some regions, not in the lease table) sends the records', async () => {
+      const [own, mine] = [regions(15), regions(17)];
+      const owner = await make('O');
+      const reader = await make('R');
+      try {
+        owner.registerMemory(own);
+        reader.registerMemory(mine);
+        reader.addRemoteAgent(owner.metadata());
+        owner.recordBlocks([7]);
+        await owner.settled();
+        scribble(own[1]!, 7);
+        owner.grantRead('g', { blockIds: [7], regions: [1], peer: 'R-rank0' });
+        await owner.settled();
+        const descs = [{ localRegion: 1, localFirst: 3, remoteRegion: 1, remoteFirst: 7, count: 1 }];
+        const bad = await finished(reader, reader.read('O-rank0', descs, { grantKey: 'g' }));
+        assert.equal(bad.state, 'ERR', 'the owner sent the record, not a hash of the changed block');
+        assert.deepEqual(bad.failedBlockIds, [3]);
+        owner.forgetBlocks([7]);
+        await owner.settled();
+        const good = await finished(reader, reader.read('O-rank0', descs, { grantKey: 'g' }));
+        assert.equal(good.state, 'DONE', good.reason);
+        assert.ok(blocksEqual(own[1]!.bytes, 7, mine[1]!.bytes, 3, 1, BB));
       } finally {
         await Promise.all([owner.close(), reader.close()]);
       }

@@ -127,6 +127,8 @@ export class IncomingRuns {
   readonly #regions: ReadonlyMap<number, MemoryRegion>;
   readonly #state: Uint8Array[];
   #remaining: number;
+  /** Blocks whose state is BAD (so a transfer that went well is answered without a scan). */
+  #bad = 0;
   #partial: PartialFrame | null = null;
 
   constructor(runs: readonly BlockRun[], regions: ReadonlyMap<number, MemoryRegion>) {
@@ -171,8 +173,11 @@ export class IncomingRuns {
     const sums = !complete ? null : (landedSums ?? checksumsFrom(view, bb, f.count, early));
     const state = this.#state[f.run]!;
     for (let i = 0; i < f.count; i++) {
-      if (state[f.block + i] === PENDING) this.#remaining--;
-      state[f.block + i] = sums !== null && sums[i] === f.sums[i] ? OK : BAD;
+      const was = state[f.block + i];
+      const now = sums !== null && sums[i] === f.sums[i] ? OK : BAD;
+      if (was === PENDING) this.#remaining--;
+      this.#bad += (now === BAD ? 1 : 0) - (was === BAD ? 1 : 0);
+      state[f.block + i] = now;
     }
   }
 
@@ -180,6 +185,7 @@ export class IncomingRuns {
   allVerified(): void {
     for (const state of this.#state) state.fill(OK);
     this.#remaining = 0;
+    this.#bad = 0;
   }
 
   /** Every block has landed (verified or not). */
@@ -189,6 +195,7 @@ export class IncomingRuns {
 
   /** Blocks not verified OK (bad or never arrived), per region, as [descIndex, offset] too. */
   failed(): { byRegion: FailedBlocks[]; positions: [number, number][] } {
+    if (this.#remaining === 0 && this.#bad === 0) return { byRegion: [], positions: [] };
     const per = new Map<number, number[]>();
     const positions: [number, number][] = [];
     this.#runs.forEach((run, d) => {

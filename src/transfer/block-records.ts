@@ -98,6 +98,14 @@ export class BlockRecords {
     return out;
   }
 
+  /** True when every one of `count` blocks of `region` from `first` has a record (nothing allocated). */
+  hasAll(region: number, first: number, count: number): boolean {
+    const sums = this.#sums.get(region);
+    if (!sums || first < 0 || first + count > sums.length) return false;
+    for (let b = first; b < first + count; b++) if (Number.isNaN(sums[b]!)) return false;
+    return true;
+  }
+
   /**
    * Writes the recorded checksums of `count` blocks of `region` from `first` into `out` and
    * returns the [offset, count] pieces of the run (offsets from `first`) that have none.

@@ -140,11 +140,24 @@ export function copyAndChecksum(
   blockBytes: number,
   count: number,
 ): number[] {
-  if (native && count > 0 && blockBytes * count <= Math.min(dst.length, src.length)) {
-    if (batchOut.length < count) batchOut = new Float64Array(count);
-    native.copyHash(dst, src, blockBytes, count, batchOut);
-    return Array.from(batchOut.subarray(0, count));
+  if (batchOut.length < count) batchOut = new Float64Array(count);
+  const out = batchOut.subarray(0, count);
+  copyAndChecksumInto(dst, src, blockBytes, count, out);
+  return Array.from(out);
+}
+
+/** copyAndChecksum() writing the checksums into `out` (at least `count` long) instead of a new array. */
+export function copyAndChecksumInto(
+  dst: Uint8Array,
+  src: Uint8Array,
+  blockBytes: number,
+  count: number,
+  out: Float64Array,
+): void {
+  if (native && count > 0 && blockBytes * count <= Math.min(dst.length, src.length) && count <= out.length) {
+    native.copyHash(dst, src, blockBytes, count, out);
+    return;
   }
   copyBytes(dst, src.subarray(0, blockBytes * count));
-  return blockChecksums(dst, blockBytes, count);
+  blockChecksumsInto(dst, blockBytes, count, out);
 }

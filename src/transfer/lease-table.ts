@@ -115,6 +115,11 @@ export class LeaseViews {
   sums(r: number): Float64Array {
     return this.#sums.subarray(r * this.blocks, (r + 1) * this.blocks);
   }
+
+  /** Clears block `b`'s checksum in every region (no views made: withdrawing a grant is on the transfer's path). */
+  clearSums(b: number): void {
+    for (let at = b; at < this.#sums.length; at += this.blocks) this.#sums[at] = Number.NaN;
+  }
 }
 
 interface Published {
@@ -201,10 +206,11 @@ export class LeaseTable {
       const last = this.#count[b] === 0;
       const slot = v.slotOf(b, p.keyHash);
       if (slot < 0 && !last) continue;
-      this.#write(b, () => {
-        if (slot >= 0) v.key[slot] = 0;
-        if (last) this.#clearSums(b);
-      });
+      // Rewritten under the block's sequence counter (odd while it changes), as in #write.
+      Atomics.add(v.seq, b, 1);
+      if (slot >= 0) v.key[slot] = 0;
+      if (last) v.clearSums(b);
+      Atomics.add(v.seq, b, 1);
     }
   }
 
@@ -264,11 +270,6 @@ export class LeaseTable {
         blockChecksumsInto(bytes, region.blockBytes, m, out.subarray(off, off + m));
       }
     });
-  }
-
-  #clearSums(b: number): void {
-    const v = this.#views;
-    for (let r = 0; r < v.regionIds.length; r++) v.sums(r)[b] = Number.NaN;
   }
 
   /** Rewrites block b's entry under its sequence counter (odd while it changes). */

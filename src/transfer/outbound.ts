@@ -214,7 +214,7 @@ export class OutboundPeer {
     const link = this.#link;
     if (table === null || !link.peerPulls || link.transport !== 'shm' || c.outgoingHook) return null;
     if (process.env[DISABLE_WRITE_PULL_ENV] === '1') return null;
-    for (const d of t.descs) if (c.records.sums(d.localRegion, d.localFirst, d.count) === null) return null;
+    for (const d of t.descs) if (!c.records.hasAll(d.localRegion, d.localFirst, d.count)) return null;
     const key = `${PULL_KEY_PREFIX}${t.id}`;
     // Every region names the same blocks: each id once.
     const ids = new Set<number>();

@@ -7,6 +7,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { setLogLevel } from '../../src/logging/logger.ts';
+import { BlockRecords } from '../../src/transfer/block-records.ts';
 import { blockChecksums } from '../../src/transfer/checksum.ts';
 import { directRead } from '../../src/transfer/direct-read.ts';
 import { InThreadTransferAgent, type TransferAgentOptions } from '../../src/transfer/index.ts';
@@ -43,6 +44,12 @@ describe('lease table', () => {
     assert.ok(
       v.seq.every((s) => s % 2 === 0),
       'no entry is left mid-update',
+    );
+    table.withdraw('k');
+    for (const r of [0, 1]) assert.ok(v.sums(r).every(Number.isNaN), `region index ${r} keeps no checksum`);
+    assert.ok(
+      v.seq.every((s) => s % 2 === 0),
+      'no entry is left mid-update after the withdraw',
     );
   });
 
@@ -229,6 +236,37 @@ describe('direct READ (same host, owner KV and lease table mapped)', () => {
     assert.equal(directRead(source, reader, regions, descs, 'k'), null);
     owner.bytes[BB + 7]! ^= 1; // the lease broken: block 1 changed after its grant
     assert.match(directRead(source, reader, regions, descs, 'k') ?? '', /checksum differs/);
+    kv.close();
+  });
+
+  it('checks every block of every region’s runs, and every region’s checksums', { skip }, () => {
+    const owners = [makeRegion(0, BB, N, 7), makeRegion(1, BB, N, 8)];
+    const mine = new Map([
+      [0, makeRegion(0, BB, N, 9)],
+      [1, makeRegion(1, BB, N, 10)],
+    ]);
+    const records = new BlockRecords(new Map(owners.map((r) => [r.id, r])));
+    const table = new LeaseTable(owners, records);
+    const kv = PeerKvMap.map(exposedRegions(owners))!;
+    const source = { kv, leases: LeaseViews.open(table.bytes)! };
+    const reader = { agentName: 'D-rank0', engineId: 'D' };
+    const run = (region: number, first: number, count: number) => ({
+      localRegion: region,
+      localFirst: first,
+      remoteRegion: region,
+      remoteFirst: first,
+      count,
+    });
+    table.publish('k', [1, 2], 'D', Date.now() + 60_000);
+    assert.equal(directRead(source, reader, mine, [run(0, 1, 2), run(1, 1, 2)], 'k'), null);
+    assert.ok(blocksEqual(mine.get(1)!.bytes, 1, owners[1]!.bytes, 1, 2, BB));
+    // Region 1 names a longer run than region 0: its block 3 is not granted.
+    assert.match(directRead(source, reader, mine, [run(0, 1, 2), run(1, 1, 3)], 'k') ?? '', /no live grant/);
+    // A lease with records of region 0 only: region 1's blocks have no checksum.
+    records.record([4, 5], [0]);
+    table.publish('r', [4, 5], 'D', Date.now() + 60_000, true);
+    assert.equal(directRead(source, reader, mine, [run(0, 4, 2)], 'r'), null);
+    assert.match(directRead(source, reader, mine, [run(0, 4, 2), run(1, 4, 2)], 'r') ?? '', /no checksum/);
     kv.close();
   });
 });

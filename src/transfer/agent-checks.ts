@@ -79,6 +79,7 @@ export function localBlocks(
   descs: readonly DescPair[],
   positions?: readonly (readonly [number, number])[],
 ): FailedBlocks[] {
+  if (positions !== undefined && positions.length === 0) return [];
   const per = new Map<number, number[]>();
   const add = (desc: DescPair, offset: number): void => {
     let list = per.get(desc.localRegion);

@@ -33,6 +33,9 @@ export function consecutiveRuns(ids: Iterable<number>, limit: number): [number, 
   return runs;
 }
 
+/** fillRecorded()'s answer when every block has a record (shared: a publish is on a WRITE's path). */
+const NONE_MISSING: readonly (readonly [number, number])[] = Object.freeze([]);
+
 export class BlockRecords {
   readonly #regions: ReadonlyMap<number, MemoryRegion>;
   /** Per region id: each block's recorded checksum, NaN = none. */
@@ -107,24 +110,32 @@ export class BlockRecords {
   }
 
   /**
-   * Writes the recorded checksums of `count` blocks of `region` from `first` into `out` and
-   * returns the [offset, count] pieces of the run (offsets from `first`) that have none.
+   * Writes the recorded checksums of `count` blocks of `region` from `first` into `out` (from
+   * index `at`) and returns the [offset, count] pieces of the run (offsets from `first`) that
+   * have none.
    */
-  fillRecorded(region: number, first: number, count: number, out: Float64Array): [number, number][] {
+  fillRecorded(
+    region: number,
+    first: number,
+    count: number,
+    out: Float64Array,
+    at = 0,
+  ): readonly (readonly [number, number])[] {
     const sums = this.#sums.get(region);
     if (!sums || first < 0 || first + count > sums.length) return count > 0 ? [[0, count]] : [];
-    const missing: [number, number][] = [];
+    let missing: [number, number][] | null = null;
     let last: [number, number] | undefined;
     for (let i = 0; i < count; i++) {
       const s = sums[first + i]!;
-      if (!Number.isNaN(s)) out[i] = s;
+      if (!Number.isNaN(s)) out[at + i] = s;
       else if (last !== undefined && last[0] + last[1] === i) last[1]++;
       else {
         last = [i, 1];
+        missing ??= [];
         missing.push(last);
       }
     }
-    return missing;
+    return missing ?? NONE_MISSING;
   }
 
   #table(region: MemoryRegion): Float64Array {

@@ -93,14 +93,14 @@ export function directRead(
   const seqs: number[] = [];
   // Each block's entry is checked once, each run of blocks looked at once.
   const seen = new Uint8Array(v.blocks);
-  const runsSeen = new Set<number>();
+  const runsSeen = descs.length > 1 ? new Set<number>() : null;
   const now = Date.now();
   for (const d of descs) {
     if (v.regionIndex(d.remoteRegion) < 0 || d.remoteFirst + d.count > v.blocks)
       return 'a region or block outside the lease table';
     const run = d.remoteFirst * 4294967296 + d.count;
-    if (runsSeen.has(run)) continue;
-    runsSeen.add(run);
+    if (runsSeen?.has(run)) continue;
+    runsSeen?.add(run);
     for (let b = d.remoteFirst; b < d.remoteFirst + d.count; b++) {
       if (seen[b] !== 0) continue;
       seen[b] = 1;

@@ -271,12 +271,12 @@ function covers(g: Grant, who: GrantRequester, runs: readonly GrantRun[]): boole
   if (g.peer !== '*' && g.peer !== who.agentName && g.peer !== who.engineId) return false;
   // An engine's transfer names the same runs of blocks in each of its regions: each run's
   // blocks are looked up once (a check is on every transfer's path).
-  const checked = new Set<number>();
+  const checked = runs.length > 1 ? new Set<number>() : null;
   for (const r of runs) {
     if (g.regions && !g.regions.has(r.region)) return false;
     const run = r.first * 4294967296 + r.count;
-    if (checked.has(run)) continue;
-    checked.add(run);
+    if (checked?.has(run)) continue;
+    checked?.add(run);
     for (let b = r.first; b < r.first + r.count; b++) if (!g.blocks.has(b)) return false;
   }
   return true;

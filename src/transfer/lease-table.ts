@@ -116,6 +116,11 @@ export class LeaseViews {
     return this.#sums.subarray(r * this.blocks, (r + 1) * this.blocks);
   }
 
+  /** Every region's checksums in one array: region index `r`, block `b` at `r * blocks + b`. */
+  get allSums(): Float64Array {
+    return this.#sums;
+  }
+
   /** Clears block `b`'s checksum in every region (no views made: withdrawing a grant is on the transfer's path). */
   clearSums(b: number): void {
     for (let at = b; at < this.#sums.length; at += this.blocks) this.#sums[at] = Number.NaN;
@@ -251,25 +256,30 @@ export class LeaseTable {
     return out;
   }
 
-  /** Records the checksums of blocks [first, first + count) in every region that has them. */
+  /**
+   * Records the checksums of blocks [first, first + count) in every region that has them,
+   * written in place (no view per region: a publish is on a WRITE's path).
+   */
   #hashRun(first: number, count: number, recordedOnly: boolean): void {
     const v = this.#views;
-    this.#regions.forEach((region, r) => {
+    const all = v.allSums;
+    for (let r = 0; r < this.#regions.length; r++) {
+      const region = this.#regions[r]!;
       const n = Math.min(count, region.numBlocks - first);
-      if (n <= 0) return;
-      const out = v.sums(r).subarray(first, first + n);
-      const missing = this.#records?.fillRecorded(region.id, first, n, out) ?? [[0, n]];
+      if (n <= 0) continue;
+      const base = r * v.blocks + first;
+      const missing = this.#records?.fillRecorded(region.id, first, n, all, base) ?? [[0, n]];
       for (const [off, m] of missing) {
         if (recordedOnly) {
           // No checksum for this grant; one that another live grant of the block holds stays.
-          for (let i = off; i < off + m; i++) if (this.#count[first + i]! <= 1) out[i] = Number.NaN;
+          for (let i = off; i < off + m; i++) if (this.#count[first + i]! <= 1) all[base + i] = Number.NaN;
           continue;
         }
         const at = (first + off) * region.blockBytes;
         const bytes = region.bytes.subarray(at, at + m * region.blockBytes);
-        blockChecksumsInto(bytes, region.blockBytes, m, out.subarray(off, off + m));
+        blockChecksumsInto(bytes, region.blockBytes, m, all.subarray(base + off, base + off + m));
       }
-    });
+    }
   }
 
   /** Rewrites block b's entry under its sequence counter (odd while it changes). */

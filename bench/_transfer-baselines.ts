@@ -7,7 +7,7 @@
  */
 import { spawn, spawnSync } from 'node:child_process';
 import { createServer } from 'node:net';
-import { copyAndChecksum } from '../src/transfer/checksum.ts';
+import { copyAndChecksum, copyAndChecksumRuns } from '../src/transfer/checksum.ts';
 import type { NativeCopy } from '../src/transfer/copy-bytes.ts';
 import { nativeFunctions } from '../src/util/native-addon.ts';
 import { allocateShared } from '../src/util/shared-memory.ts';
@@ -159,9 +159,13 @@ export function memcpyRunner(bytes: number): () => number {
 
 /**
  * The receiver's pass of a same-host transfer on its own: copy `bytes` in blocks of
- * `blockBytes` while hashing them (copyAndChecksum, the native fused copyHash when built).
+ * `blockBytes` while hashing them (copyAndChecksum, the native fused copyHash when built), on
+ * `threads` threads sharing the blocks (copyAndChecksumRuns) when more than one.
  */
-export function copyHashRunner(bytes: number, blockBytes: number): () => number {
+export function copyHashRunner(bytes: number, blockBytes: number, threads = 1): () => number {
   const { src, dst } = copyBuffers(bytes);
-  return () => timed(bytes, () => copyAndChecksum(dst, src, blockBytes, Math.floor(bytes / blockBytes)));
+  const count = Math.floor(bytes / blockBytes);
+  if (threads <= 1) return () => timed(bytes, () => copyAndChecksum(dst, src, blockBytes, count));
+  const out = new Float64Array(count);
+  return () => timed(bytes, () => copyAndChecksumRuns([{ dst, src, blockBytes, count }], out, threads));
 }

@@ -1,5 +1,6 @@
 /**
- * `npm run bench -- transfer-direct [--write [--hashed]] [--reads 12] [--gap-ms 0] [--layers 8] [--blocks 128] [--block-kib 64]`
+ * `npm run bench -- transfer-direct [--write [--hashed]] [--reads 12] [--gap-ms 0] [--layers 8] [--blocks 128] [--block-kib 64]
+ *   [--copy-threads 1]`
  *
  * Same-host direct READs (docs/transfer.md#direct-read-same-host) of one request (the layout of
  * `npm run bench -- transfer`) from a second process, one after the other, alternating with a
@@ -14,10 +15,13 @@
  * `--write`: same-host WRITEs of the same layout back to back instead (this process announces
  * the blocks with the checksums it recorded before each WRITE, untimed; the peer copies from
  * its mapping of this process's KV), each paired with a memcpy. `--hashed`: WRITEs of blocks
- * without records (this process hashes each chunk as it announces it).
+ * without records (this process hashes each chunk as it announces it). `--copy-threads N`: the
+ * copying agent shares a large copy out between N threads (the memcpy stays one thread).
  */
+
 import { readFileSync } from 'node:fs';
 import { setLogLevel } from '../src/logging/logger.ts';
+import { COPY_THREADS_ENV } from '../src/transfer/agent-checks.ts';
 import { InThreadTransferAgent } from '../src/transfer/index.ts';
 import { mappableSharedMemory } from '../src/util/shared-memory.ts';
 import { fmt, json, loadAverage, numberFlag, pairwiseRatio, summarize } from './_rounds.ts';
@@ -48,11 +52,13 @@ export async function main(args: string[]): Promise<void> {
     numberFlag(args, 'blocks', 128),
     numberFlag(args, 'block-kib', 64) * 1024,
   );
-  const peer = await startPeer('SHM', layout, 4 << 20);
+  const copyThreads = numberFlag(args, 'copy-threads', 1);
+  const peer = await startPeer('SHM', layout, 4 << 20, { [COPY_THREADS_ENV]: String(copyThreads) });
   const agent = await InThreadTransferAgent.create({
     engineId: 'bench',
     agentName: 'bench',
     backends: ['SHM'],
+    copyThreads,
   });
   agent.registerMemory(kvRegions(layout));
   const remote = agent.addRemoteAgent(peer.meta);
@@ -91,7 +97,7 @@ export async function main(args: string[]): Promise<void> {
   const f = summarize(faults);
   console.log(
     `transfer-direct: ${bytes >> 20} MiB per ${what} in ${descs.length} descriptors, ${reads} of them (after ${WARM_UP}), ` +
-      `${gapMs} ms idle before each; load average ${loadStart} at the start, ${loadAverage()} at the end`,
+      `${gapMs} ms idle before each; copy threads ${copyThreads} (memcpy: one); load average ${loadStart} at the start, ${loadAverage()} at the end`,
   );
   console.log('| series | median (min–max) |\n|---|---|');
   console.log(`| ${what}, GB/s | ${fmt(r, 2)} |`);
@@ -105,6 +111,7 @@ export async function main(args: string[]): Promise<void> {
       transfer_mib: bytes >> 20,
       reads,
       gap_ms: gapMs,
+      copy_threads: copyThreads,
       ...(write
         ? {
             hashed,

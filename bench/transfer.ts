@@ -1,6 +1,6 @@
 /**
  * `npm run bench -- transfer [--layers 8] [--block-kib 64] [--blocks 128] [--rounds 5]
- *   [--latency-samples 2000] [--chunk-kib 4096] [--ucx-tcp-mib 16]`
+ *   [--latency-samples 2000] [--chunk-kib 4096] [--ucx-tcp-mib 16] [--copy-threads 1]`
  *
  * kvconnect's transfer agent between two processes, READ and WRITE with checksums on, over
  * an engine-like layout: one region per layer and per K/V, a request's blocks in runs of
@@ -16,10 +16,14 @@
  * record's start is reported too. Reports
  * medians with min–max over the rounds and the ratios kvconnect/baseline (of medians), then
  * the p50/p99 of a one-block READ and WRITE (the agents take turns, round by round). Prints a
- * table, then one JSON object.
+ * table, then one JSON object. `--copy-threads N` lets both agents share a large same-host
+ * copy out between N threads (TransferAgentOptions.copyThreads; the NIXL connector's
+ * num_threads): memcpy and copy_hash stay one-thread baselines, and copy_hash_threads (the
+ * fused copy-and-hash on N threads) is added beside them.
  */
 
 import { setLogLevel } from '../src/logging/logger.ts';
+import { COPY_THREADS_ENV } from '../src/transfer/agent-checks.ts';
 import { checksumImplementation } from '../src/transfer/checksum.ts';
 import { DISABLE_DIRECT_READ_ENV } from '../src/transfer/direct-read.ts';
 import { type DescPair, InThreadTransferAgent, type TransferAgent } from '../src/transfer/index.ts';
@@ -149,6 +153,7 @@ export async function main(args: string[]): Promise<void> {
   const latencySamples = numberFlag(args, 'latency-samples', 2000);
   const chunkBytes = numberFlag(args, 'chunk-kib', 4096) * 1024;
   const ucxTcpBytes = numberFlag(args, 'ucx-tcp-mib', 16) << 20;
+  const copyThreads = numberFlag(args, 'copy-threads', 1);
   const { layout, descs, bytes } = requestLayout(layers, blocks, blockBytes);
 
   const local = kvRegions(layout);
@@ -163,12 +168,16 @@ export async function main(args: string[]): Promise<void> {
     ['shm', 'SHM', {}],
     ['shm_request', 'SHM', { [DISABLE_DIRECT_READ_ENV]: '1' }],
   ] as const) {
-    const peer = await startPeer(backend, layout, chunkBytes, env);
+    const peer = await startPeer(backend, layout, chunkBytes, {
+      [COPY_THREADS_ENV]: String(copyThreads),
+      ...env,
+    });
     const agent = await InThreadTransferAgent.create({
       engineId: 'bench',
       agentName: 'bench',
       backends: [backend],
       chunkBytes,
+      copyThreads,
     });
     agent.registerMemory(local);
     const remote = agent.addRemoteAgent(peer.meta);
@@ -195,6 +204,10 @@ export async function main(args: string[]): Promise<void> {
   // The receiver's pass of a same-host transfer alone: copy while hashing, as a direct READ does.
   const copyHash = memcpy ? copyHashRunner(bytes, blockBytes) : null;
   contestants.push(['copy_hash', copyHash && (async () => copyHash()), MEMCPY_MISSING]);
+  if (copyThreads > 1) {
+    const threaded = memcpy ? copyHashRunner(bytes, blockBytes, copyThreads) : null;
+    contestants.push(['copy_hash_threads', threaded && (async () => threaded()), MEMCPY_MISSING]);
+  }
   const ucx = ucxAvailable();
   const posixSize = Math.min(bytes, 64 << 20);
   contestants.push([
@@ -289,6 +302,7 @@ export async function main(args: string[]): Promise<void> {
   console.log(
     `transfer: ${layout.regions} regions (${layers} layers × K/V) × ${blocks} blocks × ${blockBytes >> 10} KiB = ${bytes >> 20} MiB per transfer in ${descs.length} descriptors (runs of 1–64 blocks); ` +
       `${rounds} alternating rounds; checksum ${checksumImplementation}; shm from mapped KV memory: ${mappableSharedMemory ? 'yes' : 'no (ring)'}; ` +
+      `copy threads ${copyThreads}${copyThreads > 1 ? ' (memcpy and copy_hash: one thread)' : ''}; ` +
       `load average ${loadStart} at the start, ${loadAverage()} at the end`,
   );
   console.log(
@@ -300,6 +314,7 @@ export async function main(args: string[]): Promise<void> {
     ['shm_write_hashed', 'ucx_posix', 'memcpy'],
     ['shm_read_request', 'ucx_posix', 'shm_read'],
     ['copy_hash', 'memcpy'],
+    ...(copyThreads > 1 ? [['copy_hash_threads', 'memcpy'] as [string, string]] : []),
     ['tcp_read', 'ucx_tcp', 'iperf3'],
     ['tcp_write', 'ucx_tcp', 'iperf3'],
     ['tcp_write_hashed', 'ucx_tcp', 'iperf3'],
@@ -339,6 +354,7 @@ export async function main(args: string[]): Promise<void> {
     block_kib: blockBytes >> 10,
     rounds,
     chunk_kib: chunkBytes >> 10,
+    copy_threads: copyThreads,
     shm_mapped_kv: mappableSharedMemory,
     checksum: checksumImplementation,
   };

@@ -20,6 +20,7 @@
  *   copyBytes(dst, src)  libc memcpy of src into dst (the benchmark's baseline).
  *   allocShared(size), sharedInfo(view)   (kvmem.cc) KV memory a peer can map.
  *   copyHash(dst, src, blockBytes, count, out)   (kvhash.c) copies blocks, checksums the copies.
+ *   copyHashRuns(dsts, srcs, blockBytes, out, threads)  (kvhash.c) the same for several runs, on threads.
  *   hash(bytes) -> number       (kvhash.c)
  *                    the block checksum of src/transfer/checksum-reference.ts, read in place
  *                    (also from a SharedArrayBuffer, which WebAssembly cannot address).
@@ -240,6 +241,7 @@ static napi_value init(napi_env env, napi_value exports) {
       {"hash", NULL, kv_hash, NULL, NULL, NULL, napi_enumerable, NULL},
       {"hashBlocks", NULL, kv_hash_blocks, NULL, NULL, NULL, napi_enumerable, NULL},
       {"copyHash", NULL, kv_copy_hash, NULL, NULL, NULL, napi_enumerable, NULL},
+      {"copyHashRuns", NULL, kv_copy_hash_runs, NULL, NULL, NULL, napi_enumerable, NULL},
 #endif
   };
   napi_define_properties(env, exports, sizeof props / sizeof props[0], props);

@@ -44,6 +44,23 @@ export function checkProtocol(meta: AgentMetadata): void {
 }
 
 /** Checks the numeric options both agents accept (they reach the in-thread agent either way). */
+/** Set to a whole number ≥ 1 to let agents created without `copyThreads` use that many copy threads. */
+export const COPY_THREADS_ENV = 'KVCONNECT_COPY_THREADS';
+
+/** The copy threads an agent uses: the option, else KVCONNECT_COPY_THREADS, else 1 (checked, with the fix). */
+export function resolveCopyThreads(option: number | undefined): number {
+  const fromEnv = process.env[COPY_THREADS_ENV];
+  const value = option ?? (fromEnv === undefined || fromEnv === '' ? 1 : Number(fromEnv));
+  if (!(Number.isSafeInteger(value) && value >= 1 && value <= 16)) {
+    const field = option === undefined ? `${COPY_THREADS_ENV} (environment)` : 'copyThreads';
+    throw new RangeError(
+      `${field} must be a whole number from 1 to 16, got ${option ?? JSON.stringify(fromEnv)}; ` +
+        `set it to 1 to copy on one thread, or to the number of cores a same-host transfer may use`,
+    );
+  }
+  return value;
+}
+
 export function checkAgentOptions(opts: {
   readonly grantWaitMs?: number;
   readonly chunkBytes?: number;

@@ -24,5 +24,7 @@ export interface AgentCore {
   /** Whether same-host peers are offered the lease table, so they serve their own READs (direct-read.ts). */
   readonly offerLeases: boolean;
   readonly outgoingHook: OutgoingHook | undefined;
+  /** Threads a large same-host copy may use (TransferAgentOptions.copyThreads, resolved). */
+  readonly copyThreads: number;
   deliver(n: Notification): void;
 }

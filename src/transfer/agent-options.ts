@@ -36,6 +36,13 @@ export interface TransferAgentOptions {
   readonly grantWaitMs?: number;
   /** READs one peer may have waiting for grants at once. Default 256. */
   readonly maxWaitingReadsPerPeer?: number;
+  /**
+   * Threads a large same-host copy may use (a direct READ, or a pulled WRITE on the receiver):
+   * its blocks are shared out between them, each copied and hashed by one (at least 2 MiB per
+   * thread; native addon only). Default: KVCONNECT_COPY_THREADS, else 1. The NIXL connector
+   * passes its `num_threads`, capped at the machine's cores.
+   */
+  readonly copyThreads?: number;
   /** Test-only hooks. */
   readonly testHooks?: { readonly outgoing?: OutgoingHook };
 }

@@ -14,6 +14,7 @@ import {
   DONE_STATUS,
   errStatus,
   PROC_STATUS,
+  resolveCopyThreads,
   unknownHandle,
   unreachable,
 } from './agent-checks.ts';
@@ -108,6 +109,7 @@ export class InThreadTransferAgent implements TransferAgent {
       records: this.#records,
       offerLeases: (opts.offerKvMapping ?? true) && process.env[DISABLE_DIRECT_READ_ENV] !== '1',
       outgoingHook: opts.testHooks?.outgoing,
+      copyThreads: resolveCopyThreads(opts.copyThreads),
       deliver: (n) => {
         this.#notifications.push(n);
         this.#observer.notification?.();

@@ -70,6 +70,19 @@ const native =
     : nativeFunctions<NativeHash>('hash', 'hashBlocks', 'copyHash');
 const wasm = instantiate();
 
+/** The several-runs, several-threads copy of native/kvhash.c (absent from an addon built before it). */
+interface NativeCopyRuns {
+  copyHashRuns(
+    dsts: readonly Uint8Array[],
+    srcs: readonly Uint8Array[],
+    blockBytes: readonly number[],
+    out: Float64Array,
+    threads: number,
+  ): void;
+}
+
+const nativeRuns = native === null ? null : nativeFunctions<NativeCopyRuns>('copyHashRuns');
+
 /** Which implementation runs here. */
 export const checksumImplementation: 'native' | 'wasm-simd' | 'js' = native
   ? 'native'
@@ -160,4 +173,47 @@ export function copyAndChecksumInto(
   }
   copyBytes(dst, src.subarray(0, blockBytes * count));
   blockChecksumsInto(dst, blockBytes, count, out);
+}
+
+/** One run of a multi-run copy: `count` blocks of `blockBytes` from the start of `src` to the start of `dst`. */
+export interface CopyRun {
+  readonly dst: Uint8Array;
+  readonly src: Uint8Array;
+  readonly blockBytes: number;
+  readonly count: number;
+}
+
+/** Below this many bytes per thread, a helper thread costs more than it saves. */
+export const MIN_BYTES_PER_COPY_THREAD = 2 << 20;
+
+/** How many threads a copy of `bytes` may use when `allowed` are allowed (1 when small, or without the addon). */
+export function copyThreadsFor(bytes: number, allowed: number): number {
+  if (nativeRuns === null || allowed <= 1) return 1;
+  return Math.max(1, Math.min(allowed, Math.floor(bytes / MIN_BYTES_PER_COPY_THREAD)));
+}
+
+/**
+ * copyAndChecksumInto() for several runs, the checksums in `out` one after the other (run by
+ * run). With the addon and `threads` > 1, the blocks are shared out between that many threads
+ * by bytes (each block copied and hashed by one of them, native/kvhash.c `copyHashRuns`).
+ */
+export function copyAndChecksumRuns(runs: readonly CopyRun[], out: Float64Array, threads = 1): void {
+  if (nativeRuns !== null && threads > 1) {
+    const dsts: Uint8Array[] = [];
+    const srcs: Uint8Array[] = [];
+    const sizes: number[] = [];
+    for (const r of runs) {
+      const bytes = r.blockBytes * r.count;
+      dsts.push(r.dst.subarray(0, bytes));
+      srcs.push(r.src.subarray(0, bytes));
+      sizes.push(r.blockBytes);
+    }
+    nativeRuns.copyHashRuns(dsts, srcs, sizes, out, threads);
+    return;
+  }
+  let at = 0;
+  for (const r of runs) {
+    copyAndChecksumInto(r.dst, r.src, r.blockBytes, r.count, out.subarray(at, at + r.count));
+    at += r.count;
+  }
 }

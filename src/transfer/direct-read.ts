@@ -9,7 +9,7 @@
  * several grants, a grant not there yet or ended, a checksum that does not match) returns
  * false and the READ goes the request way, where the owner decides and explains.
  */
-import { copyAndChecksumInto } from './checksum.ts';
+import { type CopyRun, copyAndChecksumInto, copyAndChecksumRuns, copyThreadsFor } from './checksum.ts';
 import type { PeerKvMap } from './kv-map.ts';
 import { type LeaseViews, leaseHash, SLOTS } from './lease-table.ts';
 import type { DescPair, MemoryRegion } from './types.ts';
@@ -25,6 +25,8 @@ export interface DirectReadSource {
 export interface Reader {
   readonly agentName: string;
   readonly engineId: string;
+  /** Threads a large READ's copy may use (TransferAgentOptions.copyThreads); default 1. */
+  readonly copyThreads?: number;
 }
 
 /** True when slot `s` holds a grant for the reader (hashes `me0`, `me1`), live at `now`. */
@@ -68,6 +70,62 @@ function nameHash(name: string): number {
 }
 
 let sumsOut = new Float64Array(64);
+
+/** Why a run's copied blocks fail (their checksums `got` from `at`, the owner's from block `first`), or null. */
+function mismatch(got: Float64Array, at: number, want: Float64Array, first: number, count: number): string | null {
+  for (let i = 0; i < count; i++) {
+    const w = want[first + i]!;
+    if (got[at + i] !== w) return Number.isNaN(w) ? 'no checksum recorded' : 'a checksum differs';
+  }
+  return null;
+}
+
+/**
+ * Copies every block of `descs` from the owner's mapped KV into the reader's while hashing it,
+ * and compares with the owner's checksums: run by run on this thread, or, for a large READ
+ * and `threads` > 1, all runs in one native call shared out between threads.
+ */
+function copyAndVerify(
+  source: DirectReadSource,
+  regions: ReadonlyMap<number, MemoryRegion>,
+  descs: readonly DescPair[],
+  threads: number,
+): string | null {
+  const v = source.leases;
+  let bytes = 0;
+  let blocks = 0;
+  for (const d of descs) {
+    bytes += d.count * regions.get(d.localRegion)!.blockBytes;
+    blocks += d.count;
+  }
+  const parallel = copyThreadsFor(bytes, threads);
+  const runs: CopyRun[] = [];
+  for (const d of descs) {
+    const local = regions.get(d.localRegion)!;
+    const bb = local.blockBytes;
+    const src = source.kv.view(d.remoteRegion, d.remoteFirst * bb, d.count * bb);
+    if (src === null) return 'a region that is not mapped';
+    const dst = local.bytes.subarray(d.localFirst * bb, (d.localFirst + d.count) * bb);
+    if (parallel > 1) {
+      runs.push({ dst, src, blockBytes: bb, count: d.count });
+      continue;
+    }
+    if (sumsOut.length < d.count) sumsOut = new Float64Array(d.count);
+    copyAndChecksumInto(dst, src, bb, d.count, sumsOut);
+    const bad = mismatch(sumsOut, 0, v.sums(v.regionIndex(d.remoteRegion)), d.remoteFirst, d.count);
+    if (bad !== null) return bad;
+  }
+  if (parallel <= 1) return null;
+  if (sumsOut.length < blocks) sumsOut = new Float64Array(blocks);
+  copyAndChecksumRuns(runs, sumsOut, parallel);
+  let at = 0;
+  for (const d of descs) {
+    const bad = mismatch(sumsOut, at, v.sums(v.regionIndex(d.remoteRegion)), d.remoteFirst, d.count);
+    if (bad !== null) return bad;
+    at += d.count;
+  }
+  return null;
+}
 
 /**
  * Copies and verifies every block of `descs` from the peer. Returns null when done; otherwise
@@ -113,20 +171,8 @@ export function directRead(
       seqs.push(seq);
     }
   }
-  for (const d of descs) {
-    const local = regions.get(d.localRegion)!;
-    const bb = local.blockBytes;
-    const src = source.kv.view(d.remoteRegion, d.remoteFirst * bb, d.count * bb);
-    if (src === null) return 'a region that is not mapped';
-    const dst = local.bytes.subarray(d.localFirst * bb, (d.localFirst + d.count) * bb);
-    if (sumsOut.length < d.count) sumsOut = new Float64Array(d.count);
-    copyAndChecksumInto(dst, src, bb, d.count, sumsOut);
-    const want = v.sums(v.regionIndex(d.remoteRegion));
-    for (let i = 0, b = d.remoteFirst; i < d.count; i++, b++) {
-      if (sumsOut[i] !== want[b])
-        return Number.isNaN(want[b]!) ? 'no checksum recorded' : 'a checksum differs';
-    }
-  }
+  const copied = copyAndVerify(source, regions, descs, reader.copyThreads ?? 1);
+  if (copied !== null) return copied;
   // The grant must have been live, unchanged, during the whole copy.
   const after = Date.now();
   for (let i = 0; i < blocks.length; i++) {

@@ -4,6 +4,7 @@
  * listener, both at base + dp_local * tp_size + tp_rank, and routes each step's jobs to
  * the producer and consumer halves.
  */
+import { availableParallelism } from 'node:os';
 import { isMainThread, workerData } from 'node:worker_threads';
 import { totalKvHeads as modelTotalKvHeads } from '../../config/model-info.ts';
 import type { EngineConfig } from '../../config/types.ts';
@@ -96,6 +97,8 @@ export class MoRIIOWorker {
       connectTimeoutMs: Math.max(5000, cfg.transferTimeoutS * 1000),
       // Layer WRITEs posted from saveKvLayer then move while this engine computes the next layers.
       thread: cfg.transferThread,
+      // num_workers (MoRI's transfer worker threads): the threads a large same-host copy may use.
+      copyThreads: Math.max(1, Math.min(cfg.numWorkers, availableParallelism(), 16)),
     });
     this.#agent = agent;
     agent.registerMemory(

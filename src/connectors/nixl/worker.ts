@@ -4,6 +4,7 @@
  * (pull consumer), hands finished requests to the lease table (producer), drains the
  * agent's notifications and reports finished sends/receives and invalid blocks.
  */
+import { availableParallelism } from 'node:os';
 import { isMainThread, workerData } from 'node:worker_threads';
 import { totalKvHeads } from '../../config/model-info.ts';
 import type { EngineConfig } from '../../config/types.ts';
@@ -144,6 +145,8 @@ export class NixlWorker {
       transferTimeoutMs: opts.transferTimeout * 1000,
       grantWaitMs: effectiveGrantWaitMs(opts),
       connectTimeoutMs: opts.handshakeTimeout * 1000,
+      // vLLM's num_threads (UCX progress threads): here the threads a large same-host copy may use.
+      copyThreads: Math.max(1, Math.min(opts.numThreads, availableParallelism(), 16)),
     };
     // Test hooks are functions and cannot cross into the agent thread: with them, the agent stays here.
     const agent = await createTransferAgent({

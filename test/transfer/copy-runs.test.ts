@@ -1,0 +1,112 @@
+/**
+ * copyAndChecksumRuns (checksum.ts, native/kvhash.c copyHashRuns): several runs copied and
+ * hashed in one call, the blocks shared out between threads. Every byte must land where a
+ * one-thread copy puts it and every checksum equal the block's own, whatever the threads'
+ * shares (a share may start or end inside a run, a run may be shorter than a share), and a
+ * large direct READ with copy threads must copy and verify exactly as one without.
+ */
+import assert from 'node:assert/strict';
+import { randomFillSync } from 'node:crypto';
+import { describe, it } from 'node:test';
+import {
+  blockChecksums,
+  type CopyRun,
+  copyAndChecksumRuns,
+  copyThreadsFor,
+  MIN_BYTES_PER_COPY_THREAD,
+} from '../../src/transfer/checksum.ts';
+import { directRead } from '../../src/transfer/direct-read.ts';
+import { exposedRegions, PeerKvMap } from '../../src/transfer/kv-map.ts';
+import { LeaseTable, LeaseViews } from '../../src/transfer/lease-table.ts';
+import { nativeFunctions } from '../../src/util/native-addon.ts';
+import { mappableSharedMemory } from '../../src/util/shared-memory.ts';
+import { blocksEqual, makeRegion } from './pattern.ts';
+
+const native =
+  nativeFunctions('copyHashRuns') !== null && process.env['KVCONNECT_DISABLE_NATIVE_HASH'] !== '1';
+const skip = native ? false : 'no native addon: copies run on one thread';
+
+/** Runs of `counts` blocks of `blockBytes[i]` over fresh random source and zeroed destination memory. */
+function makeRuns(counts: readonly number[], blockBytes: readonly number[]): CopyRun[] {
+  return counts.map((count, i) => {
+    const bb = blockBytes[i % blockBytes.length]!;
+    const src = randomFillSync(new Uint8Array(bb * count));
+    return { dst: new Uint8Array(bb * count), src, blockBytes: bb, count };
+  });
+}
+
+describe('copyAndChecksumRuns', () => {
+  it('copies and hashes every block of every run on 1 to 5 threads', { skip }, () => {
+    const counts = [1, 7, 3, 64, 2, 1, 19];
+    for (const threads of [1, 2, 3, 4, 5]) {
+      const runs = makeRuns(counts, [4096, 16384, 512]);
+      const total = counts.reduce((a, b) => a + b, 0);
+      const out = new Float64Array(total + 3).fill(-1);
+      copyAndChecksumRuns(runs, out, threads);
+      let at = 0;
+      for (const r of runs) {
+        assert.deepEqual(r.dst, r.src, `bytes of a ${r.count}-block run, ${threads} threads`);
+        assert.deepEqual([...out.subarray(at, at + r.count)], blockChecksums(r.src, r.blockBytes, r.count));
+        at += r.count;
+      }
+      assert.deepEqual([...out.subarray(total)], [-1, -1, -1], 'nothing written past the runs');
+    }
+  });
+
+  it('takes more threads than blocks, and no runs at all', { skip }, () => {
+    const runs = makeRuns([1, 1], [4096]);
+    const out = new Float64Array(2);
+    copyAndChecksumRuns(runs, out, 8);
+    for (const r of runs) assert.deepEqual(r.dst, r.src);
+    assert.deepEqual(
+      [...out],
+      [...blockChecksums(runs[0]!.src, 4096, 1), ...blockChecksums(runs[1]!.src, 4096, 1)],
+    );
+    copyAndChecksumRuns([], new Float64Array(0), 2);
+  });
+
+  it('refuses runs that do not fit', { skip }, () => {
+    const [run] = makeRuns([2], [4096]);
+    assert.throws(() => copyAndChecksumRuns([run!], new Float64Array(1), 2), /out is shorter/);
+    const short = { ...run!, src: run!.src.subarray(0, 4096) };
+    assert.throws(() => copyAndChecksumRuns([short], new Float64Array(2), 2), RangeError);
+  });
+
+  it('uses more than one thread only for large copies', { skip }, () => {
+    assert.equal(copyThreadsFor(MIN_BYTES_PER_COPY_THREAD * 2 - 1, 4), 1);
+    assert.equal(copyThreadsFor(MIN_BYTES_PER_COPY_THREAD * 2, 4), 2);
+    assert.equal(copyThreadsFor(MIN_BYTES_PER_COPY_THREAD * 64, 4), 4);
+    assert.equal(copyThreadsFor(MIN_BYTES_PER_COPY_THREAD * 64, 1), 1);
+  });
+
+  it('a large direct READ with copy threads copies and verifies as with one', {
+    skip: skip || !mappableSharedMemory,
+  }, () => {
+    const BB = 64 << 10;
+    const N = 160;
+    const owners = [makeRegion(0, BB, N, 3), makeRegion(1, BB, N, 4)];
+    const mine = new Map([
+      [0, makeRegion(0, BB, N, 5)],
+      [1, makeRegion(1, BB, N, 6)],
+    ]);
+    const table = new LeaseTable(owners);
+    const kv = PeerKvMap.map(exposedRegions(owners))!;
+    const source = { kv, leases: LeaseViews.open(table.bytes)! };
+    const reader = { agentName: 'D-rank0', engineId: 'D', copyThreads: 2 };
+    const ids = Array.from({ length: 128 }, (_, i) => i + 10);
+    table.publish('k', ids, 'D', Date.now() + 60_000);
+    const descs = [0, 1].flatMap((region) => [
+      { localRegion: region, localFirst: 0, remoteRegion: region, remoteFirst: 10, count: 50 },
+      { localRegion: region, localFirst: 60, remoteRegion: region, remoteFirst: 60, count: 78 },
+    ]);
+    assert.ok(copyThreadsFor(256 * BB, 2) === 2, 'this READ is large enough for two threads');
+    assert.equal(directRead(source, reader, mine, descs, 'k'), null);
+    for (const region of [0, 1]) {
+      assert.ok(blocksEqual(mine.get(region)!.bytes, 0, owners[region]!.bytes, 10, 50, BB));
+      assert.ok(blocksEqual(mine.get(region)!.bytes, 60, owners[region]!.bytes, 60, 78, BB));
+    }
+    owners[1]!.bytes[(60 + 77) * BB + 5]! ^= 1; // the last block of the last run changed after its grant
+    assert.match(directRead(source, reader, mine, descs, 'k') ?? '', /checksum differs/);
+    kv.close();
+  });
+});

@@ -8,6 +8,7 @@
 import assert from 'node:assert/strict';
 import { randomFillSync } from 'node:crypto';
 import { describe, it } from 'node:test';
+import { COPY_THREADS_ENV } from '../../src/transfer/agent-checks.ts';
 import {
   blockChecksums,
   type CopyRun,
@@ -16,6 +17,7 @@ import {
   MIN_BYTES_PER_COPY_THREAD,
 } from '../../src/transfer/checksum.ts';
 import { directRead } from '../../src/transfer/direct-read.ts';
+import { InThreadTransferAgent } from '../../src/transfer/index.ts';
 import { exposedRegions, PeerKvMap } from '../../src/transfer/kv-map.ts';
 import { LeaseTable, LeaseViews } from '../../src/transfer/lease-table.ts';
 import { nativeFunctions } from '../../src/util/native-addon.ts';
@@ -108,5 +110,23 @@ describe('copyAndChecksumRuns', () => {
     owners[1]!.bytes[(60 + 77) * BB + 5]! ^= 1; // the last block of the last run changed after its grant
     assert.match(directRead(source, reader, mine, descs, 'k') ?? '', /checksum differs/);
     kv.close();
+  });
+
+  it('refuses copy threads that are not a whole number from 1 to 16, naming the option or the variable', async () => {
+    await assert.rejects(
+      InThreadTransferAgent.create({ engineId: 'X', copyThreads: 0 }),
+      /copyThreads must be a whole number from 1 to 16, got 0; set it to 1/,
+    );
+    const saved = process.env[COPY_THREADS_ENV];
+    process.env[COPY_THREADS_ENV] = 'two';
+    try {
+      await assert.rejects(
+        InThreadTransferAgent.create({ engineId: 'X' }),
+        /KVCONNECT_COPY_THREADS \(environment\) must be a whole number from 1 to 16, got "two"/,
+      );
+    } finally {
+      if (saved === undefined) delete process.env[COPY_THREADS_ENV];
+      else process.env[COPY_THREADS_ENV] = saved;
+    }
   });
 });

@@ -72,7 +72,13 @@ function nameHash(name: string): number {
 let sumsOut = new Float64Array(64);
 
 /** Why a run's copied blocks fail (their checksums `got` from `at`, the owner's from block `first`), or null. */
-function mismatch(got: Float64Array, at: number, want: Float64Array, first: number, count: number): string | null {
+function mismatch(
+  got: Float64Array,
+  at: number,
+  want: Float64Array,
+  first: number,
+  count: number,
+): string | null {
   for (let i = 0; i < count; i++) {
     const w = want[first + i]!;
     if (got[at + i] !== w) return Number.isNaN(w) ? 'no checksum recorded' : 'a checksum differs';

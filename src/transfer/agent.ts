@@ -206,6 +206,10 @@ export class InThreadTransferAgent implements TransferAgent {
     this.#remotes.delete(name);
   }
 
+  get copyThreads(): number {
+    return this.#core.copyThreads;
+  }
+
   transportFor(name: string): TransportName {
     const meta = this.#remotes.get(name);
     if (!meta) throw unreachable(name);

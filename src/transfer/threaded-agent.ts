@@ -17,6 +17,7 @@ import {
   errStatus,
   localBlocks,
   PROC_STATUS,
+  resolveCopyThreads,
   unknownHandle,
   unreachable,
 } from './agent-checks.ts';
@@ -59,6 +60,7 @@ export class ThreadedTransferAgent implements TransferAgent {
   readonly name: string;
   readonly engineId: string;
   readonly tpRank: number;
+  readonly copyThreads: number;
   readonly #worker: Worker;
   readonly #backends: BackendChoice;
   readonly #base: AgentMetadata;
@@ -83,6 +85,8 @@ export class ThreadedTransferAgent implements TransferAgent {
     this.name = base.agentName;
     this.engineId = base.engineId;
     this.tpRank = base.tpRank;
+    // Resolved as the agent thread resolves it (same option, same environment).
+    this.copyThreads = resolveCopyThreads(opts.copyThreads);
     this.#backends = resolveBackends(opts.backends);
     worker.on('message', (msg: FromAgentThread) => this.#onMessage(msg));
     worker.on('error', (e) => this.#fail(e.message));
@@ -96,6 +100,7 @@ export class ThreadedTransferAgent implements TransferAgent {
   static async create(opts: ThreadedAgentOptions): Promise<ThreadedTransferAgent> {
     resolveBackends(opts.backends);
     checkAgentOptions(opts);
+    resolveCopyThreads(opts.copyThreads);
     const worker = startAgentThread({ options: opts });
     try {
       const base = await waitReady(worker);

@@ -31,6 +31,8 @@ export interface TransferAgent {
   readonly name: string;
   readonly engineId: string;
   readonly tpRank: number;
+  /** Threads a large same-host copy may use (TransferAgentOptions.copyThreads, resolved). */
+  readonly copyThreads: number;
   /** Registers KV tensors; descriptors name them by id. Throws TRANSFER_BAD_REGION on inconsistent sizes. */
   registerMemory(regions: readonly MemoryRegion[]): void;
   /** Serialisable metadata a peer passes to addRemoteAgent (served by the side channel). */

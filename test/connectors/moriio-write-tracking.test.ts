@@ -6,7 +6,9 @@
  * same contract is in nixl-write-tracking.test.ts.
  */
 import assert from 'node:assert/strict';
+import { availableParallelism } from 'node:os';
 import { it } from 'node:test';
+import type { MoRIIOConnector } from '../../src/connectors/moriio/index.ts';
 import { LLM as Engine } from '../../src/engine/llm.ts';
 import {
   moriioOptions,
@@ -26,10 +28,16 @@ it('MoRIIO READ mode: KV changed after the forward pass filled it fails D’s ch
   const pPorts = await moriioPorts();
   const dPorts = await moriioPorts();
   // In-thread agents: the record is taken inside kvBlocksFilled, before the change below.
-  const p = await Engine.create(moriioOptions(spec, 'kv_producer', pPorts, { transfer_thread: false }));
+  const p = await Engine.create(
+    moriioOptions(spec, 'kv_producer', pPorts, { transfer_thread: false, num_workers: 2 }),
+  );
   const d = await Engine.create(moriioOptions(spec, 'kv_consumer', dPorts, { transfer_thread: false }));
   try {
     const { kv, connector } = await runner(p);
+    // num_workers (default 1) is the agent's copy threads, capped at the cores.
+    const agentOf = (c: unknown) => (c as MoRIIOConnector).worker?.agent;
+    assert.equal(agentOf(connector)?.copyThreads, Math.min(2, availableParallelism()));
+    assert.equal(agentOf((await runner(d)).connector)?.copyThreads, 1);
     const changed = changeAfterFill(connector, kv, 9);
     const loadErrors = countLoadErrors((await runner(d)).connector);
     const { tokens } = await runPair(p, d, pPorts, dPorts, spec, [PROMPT]);

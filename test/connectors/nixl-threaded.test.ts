@@ -3,6 +3,7 @@
  * (kv_connector_extra_config.transfer_thread), on the engine's event loop with `false`.
  */
 import assert from 'node:assert/strict';
+import { availableParallelism } from 'node:os';
 import { describe, it } from 'node:test';
 import type { NixlConnector } from '../../src/connectors/nixl/index.ts';
 import { parseNixlOptions } from '../../src/connectors/nixl/options.ts';
@@ -34,6 +35,10 @@ async function disaggregate(o: PairOptions): Promise<void> {
     const agentClass = threaded ? ThreadedTransferAgent : InThreadTransferAgent;
     assert.ok((await agentOf(p)) instanceof agentClass, `P's agent is ${agentClass.name}`);
     assert.ok((await agentOf(d)) instanceof agentClass, `D's agent is ${agentClass.name}`);
+    // vLLM's num_threads (default 4) is the agents' copy threads, capped at the cores.
+    const copyThreads = Math.min(Number(o.extra?.['num_threads'] ?? 4), availableParallelism());
+    assert.equal((await agentOf(p))?.copyThreads, copyThreads);
+    assert.equal((await agentOf(d))?.copyThreads, copyThreads);
     const pOut = await p.generate(PROMPTS, { ...GREEDY, maxTokens: 1 }, { kvTransferParams: P_PARAMS });
     const dOut = await d.generate(PROMPTS, GREEDY, { kvTransferParams: pOut.map((x) => x.kvTransferParams) });
     assert.deepEqual(
@@ -72,8 +77,13 @@ describe('NIXL transfer agent in a thread (default) or on the engine loop', () =
       }));
   }
 
-  it('push over TCP, agent in a thread: D receives the KV written by P', () =>
-    disaggregate({ model: 'tiny', connector: 'NixlPushConnector', backend: 'TCP', extra: {} }));
+  it('push over TCP, agent in a thread, num_threads 1: D receives the KV written by P', () =>
+    disaggregate({
+      model: 'tiny',
+      connector: 'NixlPushConnector',
+      backend: 'TCP',
+      extra: { num_threads: 1 },
+    }));
 
   it('the option defaults to true and must be a boolean', () => {
     assert.equal(parseNixlOptions({}, null, {}).transferThread, true);

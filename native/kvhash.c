@@ -313,7 +313,10 @@ static void *copy_work_run(void *arg) {
   }
 }
 
-/* copyHashRuns(dsts: Uint8Array[], srcs: Uint8Array[], blockBytes: number[], out: Float64Array, threads) */
+/*
+ * copyHashRuns(dsts: Uint8Array[] | null, srcs: Uint8Array[], blockBytes: number[], out: Float64Array, threads)
+ * With dsts null, hashes the runs in place (the same sharing out, nothing copied).
+ */
 napi_value kv_copy_hash_runs(napi_env env, napi_callback_info info) {
   size_t argc = 5;
   napi_value argv[5];
@@ -322,66 +325,68 @@ napi_value kv_copy_hash_runs(napi_env env, napi_callback_info info) {
   napi_typedarray_type out_type;
   size_t out_length = 0;
   void *out_ptr = NULL;
+  napi_valuetype first_type = napi_undefined;
   if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc != 5 ||
-      napi_get_array_length(env, argv[0], &n) != napi_ok || napi_get_array_length(env, argv[1], &nsrc) != napi_ok ||
+      napi_typeof(env, argv[0], &first_type) != napi_ok) {
+    napi_throw_type_error(env, NULL, "copyHashRuns(dsts, srcs, blockBytes, out, threads) takes five arguments");
+    return NULL;
+  }
+  bool hash_only = first_type == napi_null;
+  /* Hashing in place: the sources stand in for the destinations while checking. */
+  napi_value dsts = hash_only ? argv[1] : argv[0];
+  if (napi_get_array_length(env, dsts, &n) != napi_ok || napi_get_array_length(env, argv[1], &nsrc) != napi_ok ||
       napi_get_array_length(env, argv[2], &nbb) != napi_ok || n != nsrc || n != nbb ||
       napi_get_typedarray_info(env, argv[3], &out_type, &out_length, &out_ptr, NULL, NULL) != napi_ok ||
       out_type != napi_float64_array || napi_get_value_int32(env, argv[4], &threads) != napi_ok) {
     napi_throw_type_error(env, NULL,
                           "copyHashRuns(dsts, srcs, blockBytes, out, threads) takes three arrays of the same "
-                          "length, a Float64Array and an integer");
+                          "length (dsts may be null), a Float64Array and an integer");
     return NULL;
   }
-  /* First pass: check every run and count its pieces. */
-  size_t npieces = 0, blocks = 0;
-  for (uint32_t i = 0; i < n; i++) {
-    napi_value d, s, b;
-    const uint8_t *dst = NULL, *src = NULL;
-    size_t dlen = 0, slen = 0;
-    int64_t bb = 0;
-    if (napi_get_element(env, argv[0], i, &d) != napi_ok || napi_get_element(env, argv[1], i, &s) != napi_ok ||
-        napi_get_element(env, argv[2], i, &b) != napi_ok || !uint8_arg(env, d, &dst, &dlen) ||
-        !uint8_arg(env, s, &src, &slen) || napi_get_value_int64(env, b, &bb) != napi_ok || bb <= 0 ||
-        dlen != slen || dlen % (uint64_t)bb != 0) {
-      napi_throw_range_error(env, NULL,
-                             "copyHashRuns: each dst and src must be Uint8Arrays of the same length, a whole "
-                             "number of blockBytes (> 0) blocks");
-      return NULL;
-    }
-    size_t count = dlen / (size_t)bb;
-    size_t per = COPY_PIECE_BYTES / (size_t)bb > 0 ? COPY_PIECE_BYTES / (size_t)bb : 1;
-    npieces += (count + per - 1) / per;
-    blocks += count;
-  }
-  if (blocks > out_length) {
-    napi_throw_range_error(env, NULL, "copyHashRuns: out is shorter than the runs' blocks");
-    return NULL;
-  }
-  struct copy_piece *pieces = calloc(npieces > 0 ? npieces : 1, sizeof *pieces);
-  if (pieces == NULL) {
-    napi_throw_error(env, NULL, "copyHashRuns: out of memory");
-    return NULL;
-  }
-  /* Second pass: the pieces, in order (their checksums land one after the other in out). */
-  size_t k = 0;
+  /* First pass: check every run and count its pieces. Second pass: the pieces, in order. */
+  size_t npieces = 0, blocks = 0, k = 0;
+  struct copy_piece *pieces = NULL;
   double *out = (double *)out_ptr;
-  for (uint32_t i = 0; i < n; i++) {
-    napi_value d, s, b;
-    const uint8_t *dst = NULL, *src = NULL;
-    size_t dlen = 0, slen = 0;
-    int64_t bb = 0;
-    napi_get_element(env, argv[0], i, &d);
-    napi_get_element(env, argv[1], i, &s);
-    napi_get_element(env, argv[2], i, &b);
-    uint8_arg(env, d, &dst, &dlen);
-    uint8_arg(env, s, &src, &slen);
-    napi_get_value_int64(env, b, &bb);
-    size_t count = dlen / (size_t)bb;
-    size_t per = COPY_PIECE_BYTES / (size_t)bb > 0 ? COPY_PIECE_BYTES / (size_t)bb : 1;
-    for (size_t from = 0; from < count; from += per) {
-      size_t m = count - from < per ? count - from : per;
-      pieces[k++] = (struct copy_piece){(uint8_t *)dst + from * (size_t)bb, src + from * (size_t)bb, (size_t)bb, m, out};
-      out += m;
+  for (int pass = 0; pass < 2; pass++) {
+    for (uint32_t i = 0; i < n; i++) {
+      napi_value d, s, b;
+      const uint8_t *dst = NULL, *src = NULL;
+      size_t dlen = 0, slen = 0;
+      int64_t bb = 0;
+      if (napi_get_element(env, dsts, i, &d) != napi_ok || napi_get_element(env, argv[1], i, &s) != napi_ok ||
+          napi_get_element(env, argv[2], i, &b) != napi_ok || !uint8_arg(env, d, &dst, &dlen) ||
+          !uint8_arg(env, s, &src, &slen) || napi_get_value_int64(env, b, &bb) != napi_ok || bb <= 0 ||
+          dlen != slen || dlen % (uint64_t)bb != 0) {
+        free(pieces);
+        napi_throw_range_error(env, NULL,
+                               "copyHashRuns: each dst and src must be Uint8Arrays of the same length, a whole "
+                               "number of blockBytes (> 0) blocks");
+        return NULL;
+      }
+      size_t count = dlen / (size_t)bb;
+      size_t per = COPY_PIECE_BYTES / (size_t)bb > 0 ? COPY_PIECE_BYTES / (size_t)bb : 1;
+      if (pass == 0) {
+        npieces += (count + per - 1) / per;
+        blocks += count;
+        continue;
+      }
+      for (size_t from = 0; from < count; from += per) {
+        size_t m = count - from < per ? count - from : per;
+        uint8_t *to = hash_only ? NULL : (uint8_t *)dst + from * (size_t)bb;
+        pieces[k++] = (struct copy_piece){to, src + from * (size_t)bb, (size_t)bb, m, out};
+        out += m;
+      }
+    }
+    if (pass == 0) {
+      if (blocks > out_length) {
+        napi_throw_range_error(env, NULL, "copyHashRuns: out is shorter than the runs' blocks");
+        return NULL;
+      }
+      pieces = calloc(npieces > 0 ? npieces : 1, sizeof *pieces);
+      if (pieces == NULL) {
+        napi_throw_error(env, NULL, "copyHashRuns: out of memory");
+        return NULL;
+      }
     }
   }
   if (threads < 1) threads = 1;

@@ -18,7 +18,7 @@ napi_value kv_hash(napi_env env, napi_callback_info info);
 napi_value kv_hash_blocks(napi_env env, napi_callback_info info);
 /* copyHash(dst, src, blockBytes, count, out: Float64Array): copies the blocks, out = checksums of the copies */
 napi_value kv_copy_hash(napi_env env, napi_callback_info info);
-/* copyHashRuns(dsts, srcs, blockBytes, out, threads): copyHash of several runs, split across threads */
+/* copyHashRuns(dsts | null, srcs, blockBytes, out, threads): copyHash (or, dsts null, hashBlocks) of several runs, on threads */
 napi_value kv_copy_hash_runs(napi_env env, napi_callback_info info);
 
 #endif

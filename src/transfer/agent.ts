@@ -61,7 +61,7 @@ export class InThreadTransferAgent implements TransferAgent {
   readonly #regions = new Map<number, MemoryRegion>();
   readonly #grants: GrantTable;
   #leases: LeaseTable | null = null;
-  readonly #records = new BlockRecords(this.#regions);
+  readonly #records: BlockRecords;
   readonly #remotes = new Map<string, AgentMetadata>();
   readonly #peers = new Map<string, OutboundPeer>();
   readonly #transfers = new Map<number, Tracked>();
@@ -83,6 +83,8 @@ export class InThreadTransferAgent implements TransferAgent {
     const shmDir = opts.shmDir ?? defaultShmDir();
     this.#hostId = localHostId(shmDir);
     checkAgentOptions(opts);
+    const copyThreads = resolveCopyThreads(opts.copyThreads);
+    this.#records = new BlockRecords(this.#regions, copyThreads);
     const chunkBytes = opts.chunkBytes ?? 4 << 20;
     this.#grants = new GrantTable(
       {
@@ -109,7 +111,7 @@ export class InThreadTransferAgent implements TransferAgent {
       records: this.#records,
       offerLeases: (opts.offerKvMapping ?? true) && process.env[DISABLE_DIRECT_READ_ENV] !== '1',
       outgoingHook: opts.testHooks?.outgoing,
-      copyThreads: resolveCopyThreads(opts.copyThreads),
+      copyThreads,
       deliver: (n) => {
         this.#notifications.push(n);
         this.#observer.notification?.();

@@ -15,7 +15,7 @@
  * record fails its check (the transfer fails and names the blocks), it is never accepted.
  * The agent forgets a block's record itself when a transfer lands data in it.
  */
-import { blockChecksumsInto } from './checksum.ts';
+import { blockChecksumsInto, checksumRuns, copyThreadsFor, type HashRun } from './checksum.ts';
 import type { MemoryRegion } from './types.ts';
 
 /** [first, count] runs of consecutive ids, ascending, duplicates and invalid ids dropped. */
@@ -41,9 +41,13 @@ export class BlockRecords {
   /** Per region id: each block's recorded checksum, NaN = none. */
   readonly #sums = new Map<number, Float64Array>();
 
+  /** Threads a large record may hash on (the agent's copyThreads). */
+  readonly #threads: number;
+
   /** `regions` is the agent's live map of registered regions. */
-  constructor(regions: ReadonlyMap<number, MemoryRegion>) {
+  constructor(regions: ReadonlyMap<number, MemoryRegion>, threads = 1) {
     this.#regions = regions;
+    this.#threads = threads;
   }
 
   /**
@@ -57,6 +61,9 @@ export class BlockRecords {
         : [...regionIds].map((id) => this.#regions.get(id));
     // One sort of the ids for all regions, each run clipped to the region's blocks.
     const runs = consecutiveRuns(blockIds, Math.max(0, ...chosen.map((r) => r?.numBlocks ?? 0)));
+    const pieces: HashRun[] = [];
+    const targets: [sums: Float64Array, first: number, count: number][] = [];
+    let bytes = 0;
     for (const region of chosen) {
       if (region === undefined) continue;
       const sums = this.#table(region);
@@ -64,9 +71,30 @@ export class BlockRecords {
         const count = Math.min(all, region.numBlocks - first);
         if (count <= 0) continue;
         const at = first * region.blockBytes;
-        const bytes = region.bytes.subarray(at, at + count * region.blockBytes);
-        blockChecksumsInto(bytes, region.blockBytes, count, sums.subarray(first, first + count));
+        pieces.push({
+          bytes: region.bytes.subarray(at, at + count * region.blockBytes),
+          blockBytes: region.blockBytes,
+          count,
+        });
+        targets.push([sums, first, count]);
+        bytes += count * region.blockBytes;
       }
+    }
+    const threads = copyThreadsFor(bytes, this.#threads);
+    if (threads <= 1) {
+      for (const [i, p] of pieces.entries()) {
+        const [sums, first, count] = targets[i]!;
+        blockChecksumsInto(p.bytes, p.blockBytes, count, sums.subarray(first, first + count));
+      }
+      return;
+    }
+    // A large record (a long prefill's blocks) is hashed on the agent's copy threads.
+    const out = new Float64Array(targets.reduce((n, t) => n + t[2], 0));
+    checksumRuns(pieces, out, threads);
+    let at = 0;
+    for (const [sums, first, count] of targets) {
+      sums.set(out.subarray(at, at + count), first);
+      at += count;
     }
   }
 

@@ -73,7 +73,7 @@ const wasm = instantiate();
 /** The several-runs, several-threads copy of native/kvhash.c (absent from an addon built before it). */
 interface NativeCopyRuns {
   copyHashRuns(
-    dsts: readonly Uint8Array[],
+    dsts: readonly Uint8Array[] | null,
     srcs: readonly Uint8Array[],
     blockBytes: readonly number[],
     out: Float64Array,
@@ -214,6 +214,37 @@ export function copyAndChecksumRuns(runs: readonly CopyRun[], out: Float64Array,
   let at = 0;
   for (const r of runs) {
     copyAndChecksumInto(r.dst, r.src, r.blockBytes, r.count, out.subarray(at, at + r.count));
+    at += r.count;
+  }
+}
+
+/** One run of a multi-run hash: `count` blocks of `blockBytes` from the start of `bytes`. */
+export interface HashRun {
+  readonly bytes: Uint8Array;
+  readonly blockBytes: number;
+  readonly count: number;
+}
+
+/**
+ * blockChecksumsInto() for several runs, the checksums in `out` one after the other. With the
+ * addon and `threads` > 1, the blocks are shared out between that many threads, as
+ * copyAndChecksumRuns() does, nothing copied.
+ */
+export function checksumRuns(runs: readonly HashRun[], out: Float64Array, threads = 1): void {
+  if (nativeRuns !== null && threads > 1) {
+    const srcs = runs.map((r) => r.bytes.subarray(0, r.blockBytes * r.count));
+    nativeRuns.copyHashRuns(
+      null,
+      srcs,
+      runs.map((r) => r.blockBytes),
+      out,
+      threads,
+    );
+    return;
+  }
+  let at = 0;
+  for (const r of runs) {
+    blockChecksumsInto(r.bytes, r.blockBytes, r.count, out.subarray(at, at + r.count));
     at += r.count;
   }
 }

@@ -9,9 +9,11 @@ import assert from 'node:assert/strict';
 import { randomFillSync } from 'node:crypto';
 import { describe, it } from 'node:test';
 import { COPY_THREADS_ENV } from '../../src/transfer/agent-checks.ts';
+import { BlockRecords } from '../../src/transfer/block-records.ts';
 import {
   blockChecksums,
   type CopyRun,
+  checksumRuns,
   copyAndChecksumRuns,
   copyThreadsFor,
   MIN_BYTES_PER_COPY_THREAD,
@@ -127,6 +129,33 @@ describe('copyAndChecksumRuns', () => {
     } finally {
       if (saved === undefined) delete process.env[COPY_THREADS_ENV];
       else process.env[COPY_THREADS_ENV] = saved;
+    }
+  });
+
+  it('hashes runs in place on threads (checksumRuns), and a large record uses them', { skip }, () => {
+    const runs = makeRuns([5, 64, 1, 30], [16384, 65536]).map((r) => ({
+      bytes: r.src,
+      blockBytes: r.blockBytes,
+      count: r.count,
+    }));
+    const out = new Float64Array(100);
+    checksumRuns(runs, out, 3);
+    let at = 0;
+    for (const r of runs) {
+      assert.deepEqual([...out.subarray(at, at + r.count)], blockChecksums(r.bytes, r.blockBytes, r.count));
+      at += r.count;
+    }
+    const BB = 64 << 10;
+    const regions = [makeRegion(0, BB, 80, 11), makeRegion(1, BB, 80, 12)];
+    const records = new BlockRecords(new Map(regions.map((r) => [r.id, r])), 2);
+    const ids = [...Array.from({ length: 40 }, (_, i) => i + 2), 60, 61, 79];
+    assert.ok(copyThreadsFor(2 * ids.length * BB, 2) === 2, 'this record is large enough for two threads');
+    records.record(ids);
+    for (const region of regions) {
+      assert.deepEqual(records.sums(region.id, 2, 40), blockChecksums(region.bytes.subarray(2 * BB), BB, 40));
+      assert.deepEqual(records.sums(region.id, 60, 2), blockChecksums(region.bytes.subarray(60 * BB), BB, 2));
+      assert.deepEqual(records.sums(region.id, 79, 1), blockChecksums(region.bytes.subarray(79 * BB), BB, 1));
+      assert.equal(records.sums(region.id, 42, 1), null, 'block 42 was not recorded');
     }
   });
 });

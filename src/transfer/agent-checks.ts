@@ -4,6 +4,7 @@
  * ranges, the closed / unknown-handle / unknown-agent errors, and the status of a transfer
  * all of whose blocks failed.
  */
+import { availableParallelism } from 'node:os';
 import { KVError } from '../errors/index.ts';
 import { TRANSFER_PROTOCOL_VERSION } from './frames.ts';
 import { MAX_PAYLOAD_BYTES } from './framing.ts';
@@ -43,24 +44,35 @@ export function checkProtocol(meta: AgentMetadata): void {
   );
 }
 
-/** Checks the numeric options both agents accept (they reach the in-thread agent either way). */
 /** Set to a whole number ≥ 1 to let agents created without `copyThreads` use that many copy threads. */
 export const COPY_THREADS_ENV = 'KVCONNECT_COPY_THREADS';
+
+/** The most copy threads an agent takes (native/kvhash.c MAX_COPY_THREADS). */
+export const MAX_COPY_THREADS = 16;
 
 /** The copy threads an agent uses: the option, else KVCONNECT_COPY_THREADS, else 1 (checked, with the fix). */
 export function resolveCopyThreads(option: number | undefined): number {
   const fromEnv = process.env[COPY_THREADS_ENV];
   const value = option ?? (fromEnv === undefined || fromEnv === '' ? 1 : Number(fromEnv));
-  if (!(Number.isSafeInteger(value) && value >= 1 && value <= 16)) {
+  if (!(Number.isSafeInteger(value) && value >= 1 && value <= MAX_COPY_THREADS)) {
     const field = option === undefined ? `${COPY_THREADS_ENV} (environment)` : 'copyThreads';
     throw new RangeError(
-      `${field} must be a whole number from 1 to 16, got ${option ?? JSON.stringify(fromEnv)}; ` +
+      `${field} must be a whole number from 1 to ${MAX_COPY_THREADS}, got ${option ?? JSON.stringify(fromEnv)}; ` +
         `set it to 1 to copy on one thread, or to the number of cores a same-host transfer may use`,
     );
   }
   return value;
 }
 
+/**
+ * A connector's thread setting (NIXL's num_threads, MoRIIO's num_workers) as copy threads:
+ * at most the machine's cores and MAX_COPY_THREADS, at least 1.
+ */
+export function copyThreadsUpTo(configured: number): number {
+  return Math.max(1, Math.min(configured, availableParallelism(), MAX_COPY_THREADS));
+}
+
+/** Checks the numeric options both agents accept (they reach the in-thread agent either way). */
 export function checkAgentOptions(opts: {
   readonly grantWaitMs?: number;
   readonly chunkBytes?: number;

@@ -61,9 +61,10 @@ export class BlockRecords {
         : [...regionIds].map((id) => this.#regions.get(id));
     // One sort of the ids for all regions, each run clipped to the region's blocks.
     const runs = consecutiveRuns(blockIds, Math.max(0, ...chosen.map((r) => r?.numBlocks ?? 0)));
-    const pieces: HashRun[] = [];
-    const targets: [sums: Float64Array, first: number, count: number][] = [];
+    // Each run of each region, with where its checksums go.
+    const pieces: (HashRun & { readonly to: Float64Array })[] = [];
     let bytes = 0;
+    let blocks = 0;
     for (const region of chosen) {
       if (region === undefined) continue;
       const sums = this.#table(region);
@@ -71,30 +72,29 @@ export class BlockRecords {
         const count = Math.min(all, region.numBlocks - first);
         if (count <= 0) continue;
         const at = first * region.blockBytes;
+        const bb = region.blockBytes;
         pieces.push({
-          bytes: region.bytes.subarray(at, at + count * region.blockBytes),
-          blockBytes: region.blockBytes,
+          src: region.bytes.subarray(at, at + count * bb),
+          blockBytes: bb,
           count,
+          to: sums.subarray(first, first + count),
         });
-        targets.push([sums, first, count]);
-        bytes += count * region.blockBytes;
+        bytes += count * bb;
+        blocks += count;
       }
     }
     const threads = copyThreadsFor(bytes, this.#threads);
     if (threads <= 1) {
-      for (const [i, p] of pieces.entries()) {
-        const [sums, first, count] = targets[i]!;
-        blockChecksumsInto(p.bytes, p.blockBytes, count, sums.subarray(first, first + count));
-      }
+      for (const p of pieces) blockChecksumsInto(p.src, p.blockBytes, p.count, p.to);
       return;
     }
     // A large record (a long prefill's blocks) is hashed on the agent's copy threads.
-    const out = new Float64Array(targets.reduce((n, t) => n + t[2], 0));
+    const out = new Float64Array(blocks);
     checksumRuns(pieces, out, threads);
     let at = 0;
-    for (const [sums, first, count] of targets) {
-      sums.set(out.subarray(at, at + count), first);
-      at += count;
+    for (const p of pieces) {
+      p.to.set(out.subarray(at, at + p.count));
+      at += p.count;
     }
   }
 

@@ -175,12 +175,16 @@ export function copyAndChecksumInto(
   blockChecksumsInto(dst, blockBytes, count, out);
 }
 
-/** One run of a multi-run copy: `count` blocks of `blockBytes` from the start of `src` to the start of `dst`. */
-export interface CopyRun {
-  readonly dst: Uint8Array;
+/** One run of a multi-run hash: `count` blocks of `blockBytes` from the start of `src`. */
+export interface HashRun {
   readonly src: Uint8Array;
   readonly blockBytes: number;
   readonly count: number;
+}
+
+/** One run of a multi-run copy: the same blocks, copied to the start of `dst`. */
+export interface CopyRun extends HashRun {
+  readonly dst: Uint8Array;
 }
 
 /** Below this many bytes per thread, a helper thread costs more than it saves. */
@@ -192,49 +196,26 @@ export function copyThreadsFor(bytes: number, allowed: number): number {
   return Math.max(1, Math.min(allowed, Math.floor(bytes / MIN_BYTES_PER_COPY_THREAD)));
 }
 
-/**
- * copyAndChecksumInto() for several runs, the checksums in `out` one after the other (run by
- * run). With the addon and `threads` > 1, the blocks are shared out between that many threads
- * by bytes (each block copied and hashed by one of them, native/kvhash.c `copyHashRuns`).
- */
-export function copyAndChecksumRuns(runs: readonly CopyRun[], out: Float64Array, threads = 1): void {
-  if (nativeRuns !== null && threads > 1) {
-    const dsts: Uint8Array[] = [];
-    const srcs: Uint8Array[] = [];
-    const sizes: number[] = [];
-    for (const r of runs) {
-      const bytes = r.blockBytes * r.count;
-      dsts.push(r.dst.subarray(0, bytes));
-      srcs.push(r.src.subarray(0, bytes));
-      sizes.push(r.blockBytes);
-    }
-    nativeRuns.copyHashRuns(dsts, srcs, sizes, out, threads);
-    return;
-  }
-  let at = 0;
-  for (const r of runs) {
-    copyAndChecksumInto(r.dst, r.src, r.blockBytes, r.count, out.subarray(at, at + r.count));
-    at += r.count;
-  }
-}
-
-/** One run of a multi-run hash: `count` blocks of `blockBytes` from the start of `bytes`. */
-export interface HashRun {
-  readonly bytes: Uint8Array;
-  readonly blockBytes: number;
-  readonly count: number;
-}
+/** The run's whole blocks of `view`. */
+const whole = (view: Uint8Array, r: HashRun): Uint8Array => view.subarray(0, r.blockBytes * r.count);
 
 /**
- * blockChecksumsInto() for several runs, the checksums in `out` one after the other. With the
- * addon and `threads` > 1, the blocks are shared out between that many threads, as
- * copyAndChecksumRuns() does, nothing copied.
+ * The runs, their checksums in `out` one after the other: with the addon and `threads` > 1 in
+ * one native call whose blocks are shared out between that many threads (native/kvhash.c
+ * `copyHashRuns`, copying to `dstOf(run)` unless it is null), else run by run through `one`.
  */
-export function checksumRuns(runs: readonly HashRun[], out: Float64Array, threads = 1): void {
+function eachRun<R extends HashRun>(
+  runs: readonly R[],
+  out: Float64Array,
+  threads: number,
+  dstOf: ((r: R) => Uint8Array) | null,
+  one: (r: R, out: Float64Array) => void,
+): void {
   if (nativeRuns !== null && threads > 1) {
-    const srcs = runs.map((r) => r.bytes.subarray(0, r.blockBytes * r.count));
+    const dsts = dstOf === null ? null : runs.map((r) => whole(dstOf(r), r));
+    const srcs = runs.map((r) => whole(r.src, r));
     nativeRuns.copyHashRuns(
-      null,
+      dsts,
       srcs,
       runs.map((r) => r.blockBytes),
       out,
@@ -244,7 +225,23 @@ export function checksumRuns(runs: readonly HashRun[], out: Float64Array, thread
   }
   let at = 0;
   for (const r of runs) {
-    blockChecksumsInto(r.bytes, r.blockBytes, r.count, out.subarray(at, at + r.count));
+    one(r, out.subarray(at, at + r.count));
     at += r.count;
   }
+}
+
+/** copyAndChecksumInto() for several runs, the checksums in `out` one after the other, on `threads` threads. */
+export function copyAndChecksumRuns(runs: readonly CopyRun[], out: Float64Array, threads = 1): void {
+  eachRun(
+    runs,
+    out,
+    threads,
+    (r) => r.dst,
+    (r, o) => copyAndChecksumInto(r.dst, r.src, r.blockBytes, r.count, o),
+  );
+}
+
+/** blockChecksumsInto() for several runs, the checksums in `out` one after the other, on `threads` threads (nothing copied). */
+export function checksumRuns(runs: readonly HashRun[], out: Float64Array, threads = 1): void {
+  eachRun(runs, out, threads, null, (r, o) => blockChecksumsInto(r.src, r.blockBytes, r.count, o));
 }

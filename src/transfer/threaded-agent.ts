@@ -79,14 +79,13 @@ export class ThreadedTransferAgent implements TransferAgent {
   #closed = false;
   #onClosed: (() => void) | null = null;
 
-  private constructor(worker: Worker, opts: ThreadedAgentOptions, base: AgentMetadata) {
+  private constructor(worker: Worker, opts: ThreadedAgentOptions, base: AgentMetadata, copyThreads: number) {
     this.#worker = worker;
     this.#base = base;
     this.name = base.agentName;
     this.engineId = base.engineId;
     this.tpRank = base.tpRank;
-    // Resolved as the agent thread resolves it (same option, same environment).
-    this.copyThreads = resolveCopyThreads(opts.copyThreads);
+    this.copyThreads = copyThreads;
     this.#backends = resolveBackends(opts.backends);
     worker.on('message', (msg: FromAgentThread) => this.#onMessage(msg));
     worker.on('error', (e) => this.#fail(e.message));
@@ -100,11 +99,12 @@ export class ThreadedTransferAgent implements TransferAgent {
   static async create(opts: ThreadedAgentOptions): Promise<ThreadedTransferAgent> {
     resolveBackends(opts.backends);
     checkAgentOptions(opts);
-    resolveCopyThreads(opts.copyThreads);
-    const worker = startAgentThread({ options: opts });
+    // Resolved here (the error before any thread starts) and handed to the thread as the option.
+    const copyThreads = resolveCopyThreads(opts.copyThreads);
+    const worker = startAgentThread({ options: { ...opts, copyThreads } });
     try {
       const base = await waitReady(worker);
-      return new ThreadedTransferAgent(worker, opts, base);
+      return new ThreadedTransferAgent(worker, opts, base, copyThreads);
     } catch (e) {
       await worker.terminate();
       throw e;

@@ -60,9 +60,10 @@ export interface TransferAgent {
   readonly waitingReads: number;
   /**
    * The engine finished writing these blocks (in `regions`, default every registered region
-   * that has them): their checksums are computed now and used by later WRITEs and READ grants of them instead of hashing
-   * them then (block-records.ts). The content must stay as it is until forgetBlocks; a block
-   * changed after its record fails the receiver's check, it is never accepted.
+   * that has them): their checksums are computed now and used by later WRITEs and READ grants
+   * of them instead of hashing them then (block-records.ts). The content must stay as it is
+   * until forgetBlocks; a block changed after its record fails the receiver's check, it is
+   * never accepted.
    */
   recordBlocks(blockIds: Iterable<number>, regions?: Iterable<number>): void;
   /** These blocks are given to other content: drops their records. */

@@ -126,16 +126,40 @@ const kinds: [string, Make][] = [
   ['in-thread over shm', (engineId) => InThreadTransferAgent.create({ engineId, backends: ['SHM'] })],
 ];
 
+interface Pair {
+  readonly a: TransferAgent;
+  readonly b: TransferAgent;
+  readonly src: MemoryRegion[];
+  readonly dst: MemoryRegion[];
+}
+
+/**
+ * Agents `names[0]` (on regions of seed `seeds[0]`) and `names[1]` (seed `seeds[1]`), the first
+ * knowing the second; `body` runs, then both close.
+ */
+async function withPair(
+  make: Make,
+  names: readonly [string, string],
+  seeds: readonly [number, number],
+  body: (p: Pair) => Promise<void>,
+): Promise<void> {
+  const [src, dst] = [regions(seeds[0]), regions(seeds[1])];
+  const a = await make(names[0]);
+  const b = await make(names[1]);
+  try {
+    a.registerMemory(src);
+    b.registerMemory(dst);
+    a.addRemoteAgent(b.metadata());
+    await body({ a, b, src, dst });
+  } finally {
+    await Promise.all([a.close(), b.close()]);
+  }
+}
+
 for (const [kind, make] of kinds) {
   describe(`recorded checksums, ${kind} agents`, () => {
-    it('a WRITE sends recorded checksums: a block changed after its record fails, forgetting it restores hashing', async () => {
-      const [src, dst] = [regions(5), regions(7)];
-      const a = await make('A');
-      const b = await make('B');
-      try {
-        a.registerMemory(src);
-        b.registerMemory(dst);
-        a.addRemoteAgent(b.metadata());
+    it('a WRITE sends recorded checksums: a block changed after its record fails, forgetting it restores hashing', () =>
+      withPair(make, ['A', 'B'], [5, 7], async ({ a, b, src, dst }) => {
         b.grantWrite('w', { blockIds: Array.from({ length: N }, (_, i) => i), peer: 'A-rank0' });
         await b.settled();
         const descs = [
@@ -167,19 +191,10 @@ for (const [kind, make] of kinds) {
         );
         assert.equal(back.state, 'DONE', back.reason);
         assert.ok(blocksEqual(src[1]!.bytes, 2, src[1]!.bytes, 10, 3, BB));
-      } finally {
-        await Promise.all([a.close(), b.close()]);
-      }
-    });
+      }));
 
-    it('a READ grant sends recorded checksums; data landed by a transfer drops the record', async () => {
-      const [own, mine] = [regions(9), regions(11)];
-      const owner = await make('O');
-      const reader = await make('R');
-      try {
-        owner.registerMemory(own);
-        reader.registerMemory(mine);
-        reader.addRemoteAgent(owner.metadata());
+    it('a READ grant sends recorded checksums; data landed by a transfer drops the record', () =>
+      withPair(make, ['R', 'O'], [11, 9], async ({ a: reader, b: owner, src: mine, dst: own }) => {
         const descs = [{ localRegion: 0, localFirst: 0, remoteRegion: 0, remoteFirst: 5, count: 2 }];
         owner.recordBlocks([5, 6]);
         // What the reader recorded of its blocks 0–1 stops holding when the READ lands there.
@@ -209,19 +224,10 @@ for (const [kind, make] of kinds) {
         );
         assert.equal(w.state, 'DONE', w.reason);
         assert.ok(blocksEqual(own[0]!.bytes, 5, own[0]!.bytes, 10, 2, BB));
-      } finally {
-        await Promise.all([owner.close(), reader.close()]);
-      }
-    });
+      }));
 
-    it('a READ served the request way (a grant of some regions, not in the lease table) sends the records', async () => {
-      const [own, mine] = [regions(15), regions(17)];
-      const owner = await make('O');
-      const reader = await make('R');
-      try {
-        owner.registerMemory(own);
-        reader.registerMemory(mine);
-        reader.addRemoteAgent(owner.metadata());
+    it('a READ served the request way (a grant of some regions, not in the lease table) sends the records', () =>
+      withPair(make, ['R', 'O'], [17, 15], async ({ a: reader, b: owner, src: mine, dst: own }) => {
         owner.recordBlocks([7]);
         await owner.settled();
         scribble(own[1]!, 7);
@@ -236,9 +242,6 @@ for (const [kind, make] of kinds) {
         const good = await finished(reader, reader.read('O-rank0', descs, { grantKey: 'g' }));
         assert.equal(good.state, 'DONE', good.reason);
         assert.ok(blocksEqual(own[1]!.bytes, 7, mine[1]!.bytes, 3, 1, BB));
-      } finally {
-        await Promise.all([owner.close(), reader.close()]);
-      }
-    });
+      }));
   });
 }

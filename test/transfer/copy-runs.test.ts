@@ -19,7 +19,7 @@ import {
   MIN_BYTES_PER_COPY_THREAD,
 } from '../../src/transfer/checksum.ts';
 import { directRead } from '../../src/transfer/direct-read.ts';
-import { InThreadTransferAgent } from '../../src/transfer/index.ts';
+import { InThreadTransferAgent, ThreadedTransferAgent } from '../../src/transfer/index.ts';
 import { exposedRegions, PeerKvMap } from '../../src/transfer/kv-map.ts';
 import { LeaseTable, LeaseViews } from '../../src/transfer/lease-table.ts';
 import { nativeFunctions } from '../../src/util/native-addon.ts';
@@ -133,16 +133,12 @@ describe('copyAndChecksumRuns', () => {
   });
 
   it('hashes runs in place on threads (checksumRuns), and a large record uses them', { skip }, () => {
-    const runs = makeRuns([5, 64, 1, 30], [16384, 65536]).map((r) => ({
-      bytes: r.src,
-      blockBytes: r.blockBytes,
-      count: r.count,
-    }));
+    const runs = makeRuns([5, 64, 1, 30], [16384, 65536]);
     const out = new Float64Array(100);
     checksumRuns(runs, out, 3);
     let at = 0;
     for (const r of runs) {
-      assert.deepEqual([...out.subarray(at, at + r.count)], blockChecksums(r.bytes, r.blockBytes, r.count));
+      assert.deepEqual([...out.subarray(at, at + r.count)], blockChecksums(r.src, r.blockBytes, r.count));
       at += r.count;
     }
     const BB = 64 << 10;
@@ -158,4 +154,55 @@ describe('copyAndChecksumRuns', () => {
       assert.equal(records.sums(region.id, 42, 1), null, 'block 42 was not recorded');
     }
   });
+
+  for (const [kind, create] of [
+    ['in-thread', InThreadTransferAgent.create],
+    ['threaded', ThreadedTransferAgent.create],
+  ] as const) {
+    it(`${kind} agents with two copy threads: a large direct READ and a large pulled WRITE land verified`, {
+      skip: skip || !mappableSharedMemory,
+    }, async () => {
+      const BB = 64 << 10;
+      const N = 60;
+      const a = await create({ engineId: 'A', backends: ['SHM'], copyThreads: 2 });
+      const b = await create({ engineId: 'B', backends: ['SHM'], copyThreads: 2 });
+      try {
+        assert.equal(a.copyThreads, 2);
+        const ra = [makeRegion(0, BB, N, 21), makeRegion(1, BB, N, 22)];
+        const rb = [makeRegion(0, BB, N, 23), makeRegion(1, BB, N, 24)];
+        a.registerMemory(ra);
+        b.registerMemory(rb);
+        const remote = a.addRemoteAgent(b.metadata());
+        // 2 regions × 48 blocks × 64 KiB = 6 MiB each way: enough for two threads.
+        const descs = [0, 1].map((region) => ({
+          localRegion: region,
+          localFirst: 4,
+          remoteRegion: region,
+          remoteFirst: 10,
+          count: 48,
+        }));
+        const ids = Array.from({ length: 48 }, (_, i) => i + 10);
+        b.recordBlocks(ids);
+        b.grantRead('r', { blockIds: ids, peer: 'A' });
+        await b.settled();
+        const read = await a.waitFor(a.read(remote, descs, { grantKey: 'r' }));
+        assert.equal(read.state, 'DONE', read.reason);
+        for (const r of [0, 1])
+          assert.ok(blocksEqual(ra[r]!.bytes, 4, rb[r]!.bytes, 10, 48, BB), `READ, region ${r}`);
+        // Back the other way: A's own blocks 4.. (recorded) into B's 10.., which B copies itself.
+        for (const r of ra) r.bytes.fill(r.id + 90, 4 * BB, 52 * BB);
+        a.recordBlocks(Array.from({ length: 48 }, (_, i) => i + 4));
+        b.grantWrite('w', { blockIds: ids, peer: 'A' });
+        await b.settled();
+        const write = await a.waitFor(a.write(remote, descs));
+        assert.equal(write.state, 'DONE', write.reason);
+        for (const r of [0, 1])
+          assert.ok(blocksEqual(ra[r]!.bytes, 4, rb[r]!.bytes, 10, 48, BB), `WRITE, region ${r}`);
+        assert.equal(a.resetStats().numPulledWrites, 1, 'B pulled the WRITE');
+      } finally {
+        await a.close();
+        await b.close();
+      }
+    });
+  }
 });

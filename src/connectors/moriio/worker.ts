@@ -4,7 +4,6 @@
  * listener, both at base + dp_local * tp_size + tp_rank, and routes each step's jobs to
  * the producer and consumer halves.
  */
-import { availableParallelism } from 'node:os';
 import { isMainThread, workerData } from 'node:worker_threads';
 import { totalKvHeads as modelTotalKvHeads } from '../../config/model-info.ts';
 import type { EngineConfig } from '../../config/types.ts';
@@ -13,6 +12,7 @@ import type { KVCacheConfig, PagedKVMemory } from '../../kv/interfaces.ts';
 import { getLogger } from '../../logging/logger.ts';
 import {
   type AgentMetadata,
+  copyThreadsUpTo,
   createTransferAgent,
   fetchRemoteMetadata,
   SideChannelServer,
@@ -98,7 +98,7 @@ export class MoRIIOWorker {
       // Layer WRITEs posted from saveKvLayer then move while this engine computes the next layers.
       thread: cfg.transferThread,
       // num_workers (MoRI's transfer worker threads): the threads a large same-host copy may use.
-      copyThreads: Math.max(1, Math.min(cfg.numWorkers, availableParallelism(), 16)),
+      copyThreads: copyThreadsUpTo(cfg.numWorkers),
     });
     this.#agent = agent;
     agent.registerMemory(

@@ -4,7 +4,6 @@
  * (pull consumer), hands finished requests to the lease table (producer), drains the
  * agent's notifications and reports finished sends/receives and invalid blocks.
  */
-import { availableParallelism } from 'node:os';
 import { isMainThread, workerData } from 'node:worker_threads';
 import { totalKvHeads } from '../../config/model-info.ts';
 import type { EngineConfig } from '../../config/types.ts';
@@ -14,6 +13,7 @@ import type { KVCacheConfig, PagedKVMemory } from '../../kv/interfaces.ts';
 import { getLogger } from '../../logging/logger.ts';
 import {
   type BlockListPair,
+  copyThreadsUpTo,
   createTransferAgent,
   isRetryableRefusal,
   type TransferAgent,
@@ -146,7 +146,7 @@ export class NixlWorker {
       grantWaitMs: effectiveGrantWaitMs(opts),
       connectTimeoutMs: opts.handshakeTimeout * 1000,
       // vLLM's num_threads (UCX progress threads): here the threads a large same-host copy may use.
-      copyThreads: Math.max(1, Math.min(opts.numThreads, availableParallelism(), 16)),
+      copyThreads: copyThreadsUpTo(opts.numThreads),
     };
     // Test hooks are functions and cannot cross into the agent thread: with them, the agent stays here.
     const agent = await createTransferAgent({

@@ -125,7 +125,10 @@ const BAD = 2;
 export class IncomingRuns {
   readonly #runs: readonly BlockRun[];
   readonly #regions: ReadonlyMap<number, MemoryRegion>;
-  readonly #state: Uint8Array[];
+  /** Every block's state, run after run (one array: a transfer names up to hundreds of runs). */
+  readonly #state: Uint8Array;
+  /** Where each run's blocks start in #state. */
+  readonly #at: Uint32Array;
   #remaining: number;
   /** Blocks whose state is BAD (so a transfer that went well is answered without a scan). */
   #bad = 0;
@@ -134,8 +137,14 @@ export class IncomingRuns {
   constructor(runs: readonly BlockRun[], regions: ReadonlyMap<number, MemoryRegion>) {
     this.#runs = runs;
     this.#regions = regions;
-    this.#state = runs.map((r) => new Uint8Array(r.count));
-    this.#remaining = runs.reduce((s, r) => s + r.count, 0);
+    this.#at = new Uint32Array(runs.length);
+    let total = 0;
+    for (let i = 0; i < runs.length; i++) {
+      this.#at[i] = total;
+      total += runs[i]!.count;
+    }
+    this.#state = new Uint8Array(total);
+    this.#remaining = total;
   }
 
   /** The local view a data frame fills, after checking it names blocks of this transfer. */
@@ -171,19 +180,20 @@ export class IncomingRuns {
     this.#partial = null;
     const early = p !== null && p.run === f.run && p.block === f.block && p.view === view ? p.sums : [];
     const sums = !complete ? null : (landedSums ?? checksumsFrom(view, bb, f.count, early));
-    const state = this.#state[f.run]!;
+    const state = this.#state;
+    const at = this.#at[f.run]! + f.block;
     for (let i = 0; i < f.count; i++) {
-      const was = state[f.block + i];
+      const was = state[at + i];
       const now = sums !== null && sums[i] === f.sums[i] ? OK : BAD;
       if (was === PENDING) this.#remaining--;
       this.#bad += (now === BAD ? 1 : 0) - (was === BAD ? 1 : 0);
-      state[f.block + i] = now;
+      state[at + i] = now;
     }
   }
 
   /** Every block landed and was verified by the caller (a direct read, direct-read.ts). */
   allVerified(): void {
-    for (const state of this.#state) state.fill(OK);
+    this.#state.fill(OK);
     this.#remaining = 0;
     this.#bad = 0;
   }
@@ -199,9 +209,9 @@ export class IncomingRuns {
     const per = new Map<number, number[]>();
     const positions: [number, number][] = [];
     this.#runs.forEach((run, d) => {
-      const state = this.#state[d]!;
+      const at = this.#at[d]!;
       for (let i = 0; i < run.count; i++) {
-        if (state[i] === OK) continue;
+        if (this.#state[at + i] === OK) continue;
         positions.push([d, i]);
         let list = per.get(run.region);
         if (!list) {

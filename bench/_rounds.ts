@@ -66,12 +66,6 @@ export function pairwiseRatio(a: readonly number[], b: readonly number[]): Summa
   return summarize(a.map((x, i) => (b[i] ?? Number.NaN) / x));
 }
 
-export function numberFlag(args: readonly string[], name: string, fallback: number): number {
-  const i = args.indexOf(`--${name}`);
-  const v = i >= 0 ? Number(args[i + 1]) : Number.NaN;
-  return Number.isFinite(v) && v > 0 ? v : fallback;
-}
-
 /** The 1-minute load average, for the record (figures on a shared machine depend on it). */
 export function loadAverage(): number {
   return Number(loadavg()[0]!.toFixed(2));

@@ -11,7 +11,8 @@ import { DECODE_ATTENTION_MAX_TOKENS } from '../src/engine/model/llama.ts';
 import { loadModel } from '../src/engine/model/load.ts';
 import { buildKVCacheConfig } from '../src/kv/kv-cache-config.ts';
 import { SharedPagedKVMemory } from '../src/kv/paged-memory.ts';
-import { fmt, json, loadAverage, numberFlag, type Summary, summarize } from './_rounds.ts';
+import { benchArgs, positiveInteger } from './_args.ts';
+import { fmt, json, loadAverage, type Summary, summarize } from './_rounds.ts';
 
 /** GFLOPS of repeated m×k · k×n products for `ms` milliseconds. */
 function kernelGflops(m: number, n: number, k: number, ms = 750): number {
@@ -31,9 +32,19 @@ function kernelGflops(m: number, n: number, k: number, ms = 750): number {
 }
 
 export async function main(args: string[]): Promise<void> {
-  const promptLen = numberFlag(args, 'prompt', 512);
-  const decodeSteps = numberFlag(args, 'decode-steps', 32);
-  const rounds = numberFlag(args, 'rounds', 5);
+  const {
+    prompt: promptLen,
+    'decode-steps': decodeSteps,
+    rounds,
+  } = benchArgs(
+    'engine',
+    {
+      prompt: positiveInteger(512, 'prompt tokens of the prefill'),
+      'decode-steps': positiveInteger(32, 'decode steps per measurement, after the prompt'),
+      rounds: positiveInteger(5, 'rounds; each figure is their median with min-max'),
+    },
+    args,
+  );
 
   const config = getModelPreset('tiny')!.config;
   const model = loadModel('tiny');

@@ -16,14 +16,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { loadTrace, type TraceEntry } from '../src/bench-serve/index.ts';
 import { setLogLevel } from '../src/logging/logger.ts';
+import { benchArgs, decimal, exitWithUsageError, positiveInteger, text } from './_args.ts';
 import { parsePolicySpec, type RunResult, runOnce } from './_kv-routing-run.ts';
 import { fmt, json, loadAverage, summarize } from './_rounds.ts';
 import { busiestShare } from './_server-load.ts';
-
-function arg(args: string[], name: string, fallback: string): string {
-  const i = args.indexOf(name);
-  return i >= 0 && args[i + 1] !== undefined ? args[i + 1]! : fallback;
-}
 
 /**
  * Whole multi-turn conversations of the trace: requests grouped by their first three hash
@@ -73,17 +69,46 @@ function describe(r: RunResult): string {
 }
 
 export async function main(args: string[]): Promise<void> {
+  const flags = benchArgs(
+    'kv-routing',
+    {
+      trace: text('the Mooncake-format JSONL trace to replay', { value: 'path' }),
+      rounds: positiveInteger(5, 'rounds, each running every policy'),
+      'max-requests': positiveInteger(60, 'requests replayed, whole conversations'),
+      'block-words': positiveInteger(4, 'words per trace hash block'),
+      'time-scale': decimal(0.02, 'multiply trace timestamps: 0.1 = 10x faster', { positive: false }),
+      'max-output-len': positiveInteger(4, 'cap the output lengths of the trace'),
+      policies: text('comma-separated policies; kv_aware@credit=X@running=Y sets its weights', {
+        default: 'kv_aware,round_robin,prefix_aware',
+        value: 'list',
+      }),
+    },
+    args,
+  );
   setLogLevel('warn');
-  const trace = arg(args, '--trace', '');
-  if (!trace) throw new Error('pass --trace FILE (a Mooncake-format JSONL trace)');
-  const rounds = Number(arg(args, '--rounds', '5'));
+  const trace = flags.trace;
+  const rounds = flags.rounds;
   const o = {
-    maxRequests: Number(arg(args, '--max-requests', '60')),
-    blockWords: Number(arg(args, '--block-words', '4')),
-    timeScale: Number(arg(args, '--time-scale', '0.02')),
-    maxOutputLen: Number(arg(args, '--max-output-len', '4')),
+    maxRequests: flags['max-requests'],
+    blockWords: flags['block-words'],
+    timeScale: flags['time-scale'],
+    maxOutputLen: flags['max-output-len'],
   };
-  const specs = arg(args, '--policies', 'kv_aware,round_robin,prefix_aware').split(',').map(parsePolicySpec);
+  const specs = flags.policies.split(',').map((label) => {
+    let spec: ReturnType<typeof parsePolicySpec>;
+    try {
+      spec = parsePolicySpec(label);
+    } catch (err) {
+      return exitWithUsageError('kv-routing', (err as Error).message);
+    }
+    if (Object.values(spec.weights).some((w) => !Number.isFinite(w))) {
+      exitWithUsageError(
+        'kv-routing',
+        `--policies expects numbers in credit=X and running=Y, got '${label}'`,
+      );
+    }
+    return spec;
+  });
   const dir = mkdtempSync(join(tmpdir(), 'kvc-kv-routing-'));
   const subset = join(dir, 'trace.jsonl');
   const entries = conversations(loadTrace(trace).entries, o.maxRequests);

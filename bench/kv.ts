@@ -7,7 +7,8 @@
 import { hash } from 'node:crypto';
 import { getModelPreset } from '../src/config/model-presets.ts';
 import { buildKVCacheConfig, createBlockHasher, createKVCacheManager } from '../src/kv/index.ts';
-import { alternate, fmt, json, loadAverage, numberFlag, pairwiseRatio, summarize } from './_rounds.ts';
+import { benchArgs, positiveInteger } from './_args.ts';
+import { alternate, fmt, json, loadAverage, pairwiseRatio, summarize } from './_rounds.ts';
 
 const PROMPT_TOKENS = 128 * 1024;
 const BLOCK = 16;
@@ -21,7 +22,7 @@ async function timed(fn: () => void): Promise<number> {
 }
 
 export async function main(args: string[]): Promise<void> {
-  const rounds = numberFlag(args, 'rounds', 7);
+  const { rounds } = benchArgs('kv', { rounds: positiveInteger(7, 'rounds of each measurement') }, args);
   const tokens = Array.from({ length: PROMPT_TOKENS }, (_, i) => (i * 7919) % 32000);
   const numBlocks = PROMPT_TOKENS / BLOCK;
   const hasher = createBlockHasher(BLOCK, 'sha256_cbor', {});

@@ -1,8 +1,10 @@
 /**
- * `npm run bench -- <name> [args...]` runs bench/<name>.ts. Each benchmark measures a
- * baseline in the same run, prints a table, and prints one JSON object as its last line.
+ * `npm run bench -- <name> [flags]` runs bench/<name>.ts; `npm run bench -- <name> --help`
+ * lists its flags (bench/_args.ts). Each benchmark measures a baseline in the same run,
+ * prints a table, and prints one JSON object as its last line.
  */
 import { readdirSync } from 'node:fs';
+import { BENCH_SUMMARIES, closest } from './_args.ts';
 
 const [name, ...args] = process.argv.slice(2);
 const available = readdirSync(new URL('.', import.meta.url))
@@ -10,12 +12,31 @@ const available = readdirSync(new URL('.', import.meta.url))
   .map((f) => f.slice(0, -3))
   .sort();
 
-if (!name || name === '--help' || name === '-h' || !available.includes(name)) {
-  if (name && !available.includes(name) && name !== '--help' && name !== '-h') {
-    console.error(`unknown benchmark '${name}'`);
-  }
-  console.error(`usage: npm run bench -- <name> [args]\navailable: ${available.join(', ')}`);
-  process.exit(name && name !== '--help' && name !== '-h' ? 2 : 0);
+function listing(): string {
+  const width = Math.max(...available.map((b) => b.length));
+  const summaries: Record<string, string> = BENCH_SUMMARIES;
+  return [
+    'usage: npm run bench -- <name> [flags]      (npm run bench -- <name> --help lists its flags)',
+    '',
+    'benchmarks:',
+    ...available.map((b) => `  ${b.padEnd(width)}  ${summaries[b] ?? ''}`.trimEnd()),
+  ].join('\n');
+}
+
+if (name === '--help' || name === '-h') {
+  console.log(listing());
+  process.exit(0);
+}
+if (name === undefined || !available.includes(name)) {
+  const guess = name === undefined ? undefined : closest(name, available);
+  const problem =
+    name === undefined
+      ? 'name a benchmark'
+      : name.startsWith('-')
+        ? `expected a benchmark's name first, got '${name}' (its flags go after the name)`
+        : `unknown benchmark '${name}'${guess ? ` (did you mean '${guess}'?)` : ''}`;
+  console.error(`bench: ${problem}\n\n${listing()}`);
+  process.exit(2);
 }
 
 const mod = (await import(`./${name}.ts`)) as { main: (args: string[]) => Promise<void> };

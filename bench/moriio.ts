@@ -22,14 +22,10 @@ import { fileURLToPath } from 'node:url';
 import { onMoRIIOEvent } from '../src/connectors/moriio/index.ts';
 import { LLM, type LLMOptions } from '../src/engine/llm.ts';
 import { setLogLevel } from '../src/logging/logger.ts';
+import { benchArgs, positiveInteger, text, toggle } from './_args.ts';
 import { fmt, json, loadAverage, pairwiseRatio, type Summary, summarize } from './_rounds.ts';
 
 const MODEL = 'small';
-
-function arg(args: string[], name: string, fallback: string): string {
-  const i = args.indexOf(name);
-  return i >= 0 && args[i + 1] !== undefined ? args[i + 1]! : fallback;
-}
 
 async function freePort(): Promise<number> {
   return new Promise((resolve) => {
@@ -215,12 +211,29 @@ class Pair {
 }
 
 export async function main(args: string[]): Promise<void> {
+  // Internal: this bench's own child process (Child below), not a flag for users.
   if (args[0] === '--consumer') return consumer(args[1] ?? '{}');
+  const {
+    tokens,
+    backend,
+    reps,
+    'compare-transfer-thread': compareThread,
+  } = benchArgs(
+    'moriio',
+    {
+      tokens: positiveInteger(2048, 'tokens of the prompt'),
+      backend: text('MoRIIO backend: xgmi over shm, rdma over tcp', {
+        default: 'xgmi',
+        choices: ['xgmi', 'rdma'],
+      }),
+      reps: positiveInteger(5, 'reps counted after one warm-up rep'),
+      'compare-transfer-thread': toggle(
+        'also WRITE with the transfer agents on the event loop, transfer_thread: false',
+      ),
+    },
+    args,
+  );
   setLogLevel('error');
-  const tokens = Number(arg(args, '--tokens', '2048'));
-  const backend = arg(args, '--backend', 'xgmi');
-  const reps = Number(arg(args, '--reps', '5'));
-  const compareThread = args.includes('--compare-transfer-thread');
   const plain = await LLM.create(options('', tokens, { h: 0, n: 0 }, backend, false));
   const write = await Pair.start(false, tokens, backend);
   const read = await Pair.start(true, tokens, backend);

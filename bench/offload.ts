@@ -20,17 +20,9 @@ import { AsyncEngine } from '../src/engine/async-engine.ts';
 import { samplingParams } from '../src/engine/llm.ts';
 import { setLogLevel } from '../src/logging/logger.ts';
 import { redisCommand, startRedis } from '../test/connectors/redis-helpers.ts';
+import { benchArgs, positiveInteger } from './_args.ts';
 import { redisBenchmark, tierThroughput } from './_redis-baseline.ts';
-import {
-  alternate,
-  fmt,
-  json,
-  loadAverage,
-  numberFlag,
-  pairwiseRatio,
-  type Summary,
-  summarize,
-} from './_rounds.ts';
+import { alternate, fmt, json, loadAverage, pairwiseRatio, type Summary, summarize } from './_rounds.ts';
 
 const MiB = 1 << 20;
 
@@ -109,9 +101,19 @@ const CASES: readonly Case[] = ['recompute', 'cpu', 'fs', 'redis'];
 
 export async function main(args: string[]): Promise<void> {
   setLogLevel('warn');
-  const promptLen = numberFlag(args, 'prompt', 2048);
-  const rounds = numberFlag(args, 'rounds', 5);
-  const n = numberFlag(args, 'redis-values', 400);
+  const {
+    prompt: promptLen,
+    rounds,
+    'redis-values': n,
+  } = benchArgs(
+    'offload',
+    {
+      prompt: positiveInteger(2048, 'tokens of the repeated prompt'),
+      rounds: positiveInteger(5, 'rounds, the cases rotating'),
+      'redis-values': positiveInteger(400, 'values of one chunk each per Redis put/get measurement'),
+    },
+    args,
+  );
   const prompt = Array.from({ length: promptLen }, (_, i) => (i * 37 + 11) % 256);
   const chunks = Math.floor(promptLen / 16);
   const dir = mkdtempSync(path.join(os.tmpdir(), 'kvconnect-bench-offload-'));

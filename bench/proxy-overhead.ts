@@ -12,7 +12,8 @@ import type { AddressInfo } from 'node:net';
 import { Agent, request } from 'undici';
 import { setLogLevel } from '../src/logging/logger.ts';
 import { resolveProxyOptions, startProxy } from '../src/proxy/index.ts';
-import { alternate, fmt, json, loadAverage, numberFlag, percentile, summarize } from './_rounds.ts';
+import { benchArgs, positiveInteger } from './_args.ts';
+import { alternate, fmt, json, loadAverage, percentile, summarize } from './_rounds.ts';
 
 const P_BODY = JSON.stringify({
   choices: [{ index: 0, text: 'x' }],
@@ -48,8 +49,14 @@ interface Side {
 
 export async function main(args: string[]): Promise<void> {
   setLogLevel('warn');
-  const rounds = numberFlag(args, 'rounds', 6);
-  const perRound = numberFlag(args, 'requests-per-round', 500);
+  const { rounds, 'requests-per-round': perRound } = benchArgs(
+    'proxy-overhead',
+    {
+      rounds: positiveInteger(6, 'rounds, the two sides alternating'),
+      'requests-per-round': positiveInteger(500, 'requests per side and round'),
+    },
+    args,
+  );
   const p = await upstream(P_BODY);
   const d = await upstream(D_BODY);
   const proxy = await startProxy(

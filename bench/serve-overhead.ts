@@ -17,7 +17,8 @@ import { AsyncEngine } from '../src/engine/async-engine.ts';
 import { samplingParams } from '../src/engine/sampling-params.ts';
 import { setLogLevel } from '../src/logging/logger.ts';
 import { createServer } from '../src/server/server.ts';
-import { alternate, fmt, json, loadAverage, numberFlag, pairwiseRatio, summarize } from './_rounds.ts';
+import { benchArgs, decimal, positiveInteger } from './_args.ts';
+import { alternate, fmt, json, loadAverage, pairwiseRatio, summarize } from './_rounds.ts';
 
 interface LoadResult {
   /** Successful requests (HTTP 200 with a completion) in the measured window. */
@@ -162,9 +163,22 @@ const rps = (r: LoadResult): number => r.requests / r.seconds;
 
 export async function main(args: string[]): Promise<void> {
   setLogLevel('warn');
-  const rounds = numberFlag(args, 'rounds', 5);
-  const seconds = numberFlag(args, 'duration', 3);
-  const concurrency = numberFlag(args, 'concurrency', 32);
+  const {
+    rounds,
+    duration: seconds,
+    concurrency,
+  } = benchArgs(
+    'serve-overhead',
+    {
+      rounds: positiveInteger(5, 'rounds, the two sides alternating'),
+      duration: decimal(3, 'seconds of load per side and round, after 1 s of warm-up', {
+        positive: true,
+        value: 'seconds',
+      }),
+      concurrency: positiveInteger(32, 'requests in flight'),
+    },
+    args,
+  );
 
   const engine = await AsyncEngine.create(
     buildEngineConfig({ model: 'tiny', max_num_seqs: 256, max_num_batched_tokens: 8192 }),

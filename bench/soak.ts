@@ -17,16 +17,8 @@ import {
   startPlainServer,
   startSoakCluster,
 } from '../test/faults/soak-harness.ts';
-import {
-  alternate,
-  fmt,
-  json,
-  loadAverage,
-  numberFlag,
-  pairwiseRatio,
-  percentile,
-  summarize,
-} from './_rounds.ts';
+import { benchArgs, positiveInteger } from './_args.ts';
+import { alternate, fmt, json, loadAverage, pairwiseRatio, percentile, summarize } from './_rounds.ts';
 
 const latency = (xs: readonly number[], p: number): number =>
   percentile(
@@ -54,12 +46,23 @@ function round(r: BatchResult): Round {
 
 export async function main(args: string[]): Promise<void> {
   setLogLevel('warn');
-  const rounds = numberFlag(args, 'rounds', 5);
-  const perRound = numberFlag(args, 'requests', 1000);
+  const {
+    rounds,
+    requests: perRound,
+    concurrency,
+  } = benchArgs(
+    'soak',
+    {
+      rounds: positiveInteger(5, 'rounds, the two sides alternating'),
+      requests: positiveInteger(1000, 'requests per side and round'),
+      concurrency: positiveInteger(256, 'requests in flight'),
+    },
+    args,
+  );
   const cfg: SoakConfig = {
     requests: rounds * perRound,
     batches: rounds,
-    concurrency: numberFlag(args, 'concurrency', 256),
+    concurrency,
     maxModelLen: 128,
     prefillBlocks: 512,
     decodeBlocks: 48,

@@ -24,7 +24,8 @@ import { setLogLevel } from '../src/logging/logger.ts';
 import { COPY_THREADS_ENV } from '../src/transfer/agent-checks.ts';
 import { InThreadTransferAgent } from '../src/transfer/index.ts';
 import { mappableSharedMemory } from '../src/util/shared-memory.ts';
-import { fmt, json, loadAverage, numberFlag, pairwiseRatio, summarize } from './_rounds.ts';
+import { benchArgs, decimal, exitWithUsageError, positiveInteger, toggle } from './_args.ts';
+import { fmt, json, loadAverage, pairwiseRatio, summarize } from './_rounds.ts';
 import { MEMCPY_MISSING, memcpyAvailable, memcpyRunner } from './_transfer-baselines.ts';
 import { blockIdsOf, kvRegions, requestLayout, startPeer } from './_transfer-peer.ts';
 
@@ -36,23 +37,39 @@ function minorFaults(): number {
 }
 
 export async function main(args: string[]): Promise<void> {
+  const flags = benchArgs(
+    'transfer-direct',
+    {
+      write: toggle('same-host WRITEs (of recorded blocks) instead of direct READs'),
+      hashed: toggle('with --write: WRITEs of blocks without records, hashed as they are announced'),
+      reads: positiveInteger(12, 'transfer + memcpy pairs counted after 2 warm-up pairs, at least 5'),
+      'gap-ms': decimal(0, 'idle milliseconds before each pair', { positive: false, value: 'ms' }),
+      layers: positiveInteger(8, 'layers of the KV layout, a region per layer and per K/V'),
+      blocks: positiveInteger(128, 'blocks of the request, in every region'),
+      'block-kib': positiveInteger(64, 'KiB per block'),
+      'copy-threads': positiveInteger(1, 'threads the copying agent shares a large copy between, 1-16'),
+    },
+    args,
+  );
+  if (flags.hashed && !flags.write) {
+    exitWithUsageError(
+      'transfer-direct',
+      '--hashed applies to WRITEs only, got it without --write (add --write)',
+    );
+  }
   setLogLevel('error');
   if (!mappableSharedMemory || !memcpyAvailable()) {
     console.log(`transfer-direct needs the native addon: ${MEMCPY_MISSING}`);
     process.exitCode = 2;
     return;
   }
-  const write = args.includes('--write');
-  const hashed = write && args.includes('--hashed');
+  const write = flags.write;
+  const hashed = flags.hashed;
   const what = write ? (hashed ? 'shm WRITE, hashed' : 'shm WRITE') : 'direct READ';
-  const reads = Math.max(5, numberFlag(args, 'reads', 12));
-  const gapMs = numberFlag(args, 'gap-ms', 0);
-  const { layout, descs, bytes } = requestLayout(
-    numberFlag(args, 'layers', 8),
-    numberFlag(args, 'blocks', 128),
-    numberFlag(args, 'block-kib', 64) * 1024,
-  );
-  const copyThreads = numberFlag(args, 'copy-threads', 1);
+  const reads = Math.max(5, flags.reads);
+  const gapMs = flags['gap-ms'];
+  const { layout, descs, bytes } = requestLayout(flags.layers, flags.blocks, flags['block-kib'] * 1024);
+  const copyThreads = flags['copy-threads'];
   const peer = await startPeer('SHM', layout, 4 << 20, { [COPY_THREADS_ENV]: String(copyThreads) });
   const agent = await InThreadTransferAgent.create({
     engineId: 'bench',

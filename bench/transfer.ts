@@ -28,7 +28,8 @@ import { checksumImplementation } from '../src/transfer/checksum.ts';
 import { DISABLE_DIRECT_READ_ENV } from '../src/transfer/direct-read.ts';
 import { type DescPair, InThreadTransferAgent, type TransferAgent } from '../src/transfer/index.ts';
 import { mappableSharedMemory } from '../src/util/shared-memory.ts';
-import { loadAverage, numberFlag, percentile, summarize } from './_rounds.ts';
+import { benchArgs, positiveInteger } from './_args.ts';
+import { loadAverage, percentile, summarize } from './_rounds.ts';
 import {
   copyHashRunner,
   IPERF3_MISSING,
@@ -146,14 +147,28 @@ function latencyStats(out: LatencySamples) {
 
 export async function main(args: string[]): Promise<void> {
   setLogLevel('error');
-  const layers = numberFlag(args, 'layers', 8);
-  const blockBytes = numberFlag(args, 'block-kib', 64) * 1024;
-  const blocks = numberFlag(args, 'blocks', 128);
-  const rounds = Math.max(5, numberFlag(args, 'rounds', 5));
-  const latencySamples = numberFlag(args, 'latency-samples', 2000);
-  const chunkBytes = numberFlag(args, 'chunk-kib', 4096) * 1024;
-  const ucxTcpBytes = numberFlag(args, 'ucx-tcp-mib', 16) << 20;
-  const copyThreads = numberFlag(args, 'copy-threads', 1);
+  const flags = benchArgs(
+    'transfer',
+    {
+      layers: positiveInteger(8, 'layers of the KV layout, a region per layer and per K/V'),
+      'block-kib': positiveInteger(64, 'KiB per block'),
+      blocks: positiveInteger(128, 'blocks of the request, in every region'),
+      rounds: positiveInteger(5, 'rounds, at least 5: fewer are raised to 5'),
+      'latency-samples': positiveInteger(2000, 'one-block READs + WRITEs timed for p50/p99, over all rounds'),
+      'chunk-kib': positiveInteger(4096, "the agents' chunk size in KiB"),
+      'ucx-tcp-mib': positiveInteger(16, 'MiB UCX ucp_put_bw moves over tcp per sample'),
+      'copy-threads': positiveInteger(1, 'threads an agent shares a large same-host copy between, 1-16'),
+    },
+    args,
+  );
+  const layers = flags.layers;
+  const blockBytes = flags['block-kib'] * 1024;
+  const blocks = flags.blocks;
+  const rounds = Math.max(5, flags.rounds);
+  const latencySamples = flags['latency-samples'];
+  const chunkBytes = flags['chunk-kib'] * 1024;
+  const ucxTcpBytes = flags['ucx-tcp-mib'] << 20;
+  const copyThreads = flags['copy-threads'];
   const { layout, descs, bytes } = requestLayout(layers, blocks, blockBytes);
 
   const local = kvRegions(layout);

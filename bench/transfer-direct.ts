@@ -25,6 +25,7 @@ import { COPY_THREADS_ENV } from '../src/transfer/agent-checks.ts';
 import { InThreadTransferAgent } from '../src/transfer/index.ts';
 import { mappableSharedMemory } from '../src/util/shared-memory.ts';
 import { benchArgs, decimal, exitWithUsageError, positiveInteger, toggle } from './_args.ts';
+import { damonPageoutNote } from './_damon.ts';
 import { fmt, json, loadAverage, pairwiseRatio, summarize } from './_rounds.ts';
 import { MEMCPY_MISSING, memcpyAvailable, memcpyRunner } from './_transfer-baselines.ts';
 import { blockIdsOf, kvRegions, requestLayout, startPeer } from './_transfer-peer.ts';
@@ -122,12 +123,15 @@ export async function main(args: string[]): Promise<void> {
   const unit = write ? 'WRITE' : 'READ';
   console.log(`| ${unit} ÷ memcpy, per pair | ${fmt(ratio, 2)} |`);
   console.log(`| minor faults per ${unit} | ${fmt(f)} |`);
+  const damon = damonPageoutNote();
+  if (damon !== null) console.log(`note: ${damon}`);
   console.log(
     JSON.stringify({
       load_avg_start: loadStart,
       transfer_mib: bytes >> 20,
       reads,
       gap_ms: gapMs,
+      damon_pageout: damon !== null,
       copy_threads: copyThreads,
       ...(write
         ? {

@@ -13,7 +13,11 @@
  * the owner records the request's blocks' checksums (recordBlocks, what its model runner
  * does when a forward pass fills blocks) and grants them afresh; before each WRITE the
  * sender records them. Record and grant are timed apart, and a rate counted from the
- * record's start is reported too. Reports
+ * record's start is reported too. Every contestant is measured as ucx_perftest measures itself
+ * (`-w 1`, one warm-up iteration of the same size before the timed one; iperf3 runs for 2 s):
+ * kvconnect's transfers, memcpy and copy_hash run twice in a row in each round and the second
+ * run is the sample; the first, cold one (with the contestant's memory, processes and caches
+ * idle since the previous round) is reported in a table of its own. Reports
  * medians with min–max over the rounds and the ratios kvconnect/baseline (of medians), then
  * the p50/p99 of a one-block READ and WRITE (the agents take turns, round by round). Prints a
  * table, then one JSON object. `--copy-threads N` lets both agents share a large same-host
@@ -29,6 +33,7 @@ import { DISABLE_DIRECT_READ_ENV } from '../src/transfer/direct-read.ts';
 import { type DescPair, InThreadTransferAgent, type TransferAgent } from '../src/transfer/index.ts';
 import { mappableSharedMemory } from '../src/util/shared-memory.ts';
 import { benchArgs, positiveInteger } from './_args.ts';
+import { damonPageoutNote } from './_damon.ts';
 import { loadAverage, percentile, summarize } from './_rounds.ts';
 import {
   copyHashRunner,
@@ -57,6 +62,24 @@ const cpuSamples: Record<string, { receiver: number[]; sender: number[] }> = {};
  * counted from the record's start.
  */
 const prepSamples: Record<string, { record: number[]; grant: number[]; fromRecord: number[] }> = {};
+/** Per series, GB/s of the round's first (cold) run, before the timed one (see warmedUp). */
+const coldSamples: Record<string, number[]> = {};
+
+/**
+ * A contestant measured as ucx_perftest measures itself (`-w 1`: one warm-up iteration of the
+ * same size before the timed ones): it runs twice in a row and the second run is its sample.
+ * The first, cold one (after the round's other contestants, with this contestant's memory,
+ * processes and caches idle) is kept apart in coldSamples and reported in its own table.
+ * `once(timed)` runs it once; only the timed run records CPU and preparation figures.
+ */
+function warmedUp(name: string, once: (timed: boolean) => Promise<number>): () => Promise<number> {
+  return async () => {
+    const cold = await once(false);
+    coldSamples[name] ??= [];
+    coldSamples[name].push(cold);
+    return once(true);
+  };
+}
 
 async function transferGbps(
   agent: TransferAgent,
@@ -212,16 +235,22 @@ export async function main(args: string[]): Promise<void> {
 
   const loadStart = loadAverage();
   const notes: string[] = [];
+  const damon = damonPageoutNote();
+  if (damon !== null) notes.push(damon);
   const series: Record<string, Series> = {};
   const contestants: [string, (() => Promise<number>) | null, string?][] = [];
   const memcpy = memcpyAvailable() ? memcpyRunner(bytes) : null;
-  contestants.push(['memcpy', memcpy && (async () => memcpy()), MEMCPY_MISSING]);
+  contestants.push(['memcpy', memcpy && warmedUp('memcpy', async () => memcpy()), MEMCPY_MISSING]);
   // The receiver's pass of a same-host transfer alone: copy while hashing, as a direct READ does.
   const copyHash = memcpy ? copyHashRunner(bytes, blockBytes) : null;
-  contestants.push(['copy_hash', copyHash && (async () => copyHash()), MEMCPY_MISSING]);
+  contestants.push(['copy_hash', copyHash && warmedUp('copy_hash', async () => copyHash()), MEMCPY_MISSING]);
   if (copyThreads > 1) {
     const threaded = memcpy ? copyHashRunner(bytes, blockBytes, copyThreads) : null;
-    contestants.push(['copy_hash_threads', threaded && (async () => threaded()), MEMCPY_MISSING]);
+    contestants.push([
+      'copy_hash_threads',
+      threaded && warmedUp('copy_hash_threads', async () => threaded()),
+      MEMCPY_MISSING,
+    ]);
   }
   const ucx = ucxAvailable();
   const posixSize = Math.min(bytes, 64 << 20);
@@ -230,43 +259,26 @@ export async function main(args: string[]): Promise<void> {
     ucx ? () => ucxPutGbps('posix', posixSize, Math.max(1, Math.round(bytes / posixSize))) : null,
     UCX_MISSING,
   ]);
-  for (const kind of ['READ', 'WRITE'] as const) {
-    const { agent, remote, peer } = agents.shm;
-    const name = `shm_${kind.toLowerCase()}`;
-    contestants.push([name, () => transferGbps(agent, remote, peer, kind, descs, bytes, name)]);
-  }
-  {
-    const { agent, remote, peer } = agents.shm;
-    contestants.push([
-      'shm_write_hashed',
-      () => transferGbps(agent, remote, peer, 'WRITE', descs, bytes, 'shm_write_hashed', false),
-    ]);
-  }
-  {
-    const { agent, remote, peer } = agents.shm_request;
-    contestants.push([
-      'shm_read_request',
-      () => transferGbps(agent, remote, peer, 'READ', descs, bytes, 'shm_read_request'),
-    ]);
-  }
+  /** kvconnect's agents, measured as ucx_perftest is (warmedUp). */
+  const agentRun = (pair: keyof typeof agents, kind: 'READ' | 'WRITE', name: string, recorded = true) => {
+    const { agent, remote, peer } = agents[pair];
+    return warmedUp(name, (timed) =>
+      transferGbps(agent, remote, peer, kind, descs, bytes, timed ? name : undefined, recorded),
+    );
+  };
+  contestants.push(['shm_read', agentRun('shm', 'READ', 'shm_read')]);
+  contestants.push(['shm_write', agentRun('shm', 'WRITE', 'shm_write')]);
+  contestants.push(['shm_write_hashed', agentRun('shm', 'WRITE', 'shm_write_hashed', false)]);
+  contestants.push(['shm_read_request', agentRun('shm_request', 'READ', 'shm_read_request')]);
   contestants.push(['iperf3', iperf3Available() ? () => iperf3Gbps(2) : null, IPERF3_MISSING]);
   contestants.push([
     'ucx_tcp',
     ucx ? () => ucxPutGbps('tcp', Math.min(4 << 20, ucxTcpBytes), Math.max(1, ucxTcpBytes >> 22)) : null,
     UCX_MISSING,
   ]);
-  for (const kind of ['READ', 'WRITE'] as const) {
-    const { agent, remote, peer } = agents.tcp;
-    const name = `tcp_${kind.toLowerCase()}`;
-    contestants.push([name, () => transferGbps(agent, remote, peer, kind, descs, bytes, name)]);
-  }
-  {
-    const { agent, remote, peer } = agents.tcp;
-    contestants.push([
-      'tcp_write_hashed',
-      () => transferGbps(agent, remote, peer, 'WRITE', descs, bytes, 'tcp_write_hashed', false),
-    ]);
-  }
+  contestants.push(['tcp_read', agentRun('tcp', 'READ', 'tcp_read')]);
+  contestants.push(['tcp_write', agentRun('tcp', 'WRITE', 'tcp_write')]);
+  contestants.push(['tcp_write_hashed', agentRun('tcp', 'WRITE', 'tcp_write_hashed', false)]);
   for (const [name, run, missing] of contestants) {
     series[name] = { samples: [], ...(run === null ? { note: missing } : {}) };
     if (run === null && missing && !notes.includes(missing)) notes.push(missing);
@@ -318,7 +330,7 @@ export async function main(args: string[]): Promise<void> {
     `transfer: ${layout.regions} regions (${layers} layers × K/V) × ${blocks} blocks × ${blockBytes >> 10} KiB = ${bytes >> 20} MiB per transfer in ${descs.length} descriptors (runs of 1–64 blocks); ` +
       `${rounds} alternating rounds; checksum ${checksumImplementation}; shm from mapped KV memory: ${mappableSharedMemory ? 'yes' : 'no (ring)'}; ` +
       `copy threads ${copyThreads}${copyThreads > 1 ? ' (memcpy and copy_hash: one thread)' : ''}; ` +
-      `load average ${loadStart} at the start, ${loadAverage()} at the end`,
+      `load average ${loadStart} at the start, ${loadAverage()} at the end; DAMON pageout ${damon === null ? 'off' : 'on (see the note)'}`,
   );
   console.log(
     '| path | GB/s median (min–max) | baseline | baseline GB/s median (min–max) | ratio of medians |\n|---|---|---|---|---|',
@@ -359,6 +371,27 @@ export async function main(args: string[]): Promise<void> {
       `| ${path} | ${roundedMedian(p.record) ?? 'n/a'} | ${roundedMedian(p.grant) ?? '–'} | ${roundedMedian(p.fromRecord) ?? 'n/a'} |`,
     );
   }
+  // The warm-up runs: each contestant's first run of a round, with its memory, processes and
+  // caches idle since the previous round. Shown against memcpy's warm-up run (same treatment).
+  const cold = Object.fromEntries(
+    Object.entries(coldSamples).map(([k, v]) => [k, v.length > 0 ? summarize(v) : null]),
+  );
+  /** A path measured against memcpy (the same-host copies; not tcp, not memcpy itself). */
+  const sameHost = (path: string) => path !== 'memcpy' && !path.startsWith('tcp_');
+  const coldRatio = (a: string, b: string, of: typeof cold = cold) => {
+    const x = cold[a]?.median;
+    const y = of[b]?.median;
+    return x === undefined || y === undefined || y <= 0 ? null : Math.round((x / y) * 100) / 100;
+  };
+  console.log(
+    "| path, first run of a round (cold) | GB/s median (min–max) | ÷ memcpy's first run (same host) | ÷ its own timed run (the table above) |\n|---|---|---|---|",
+  );
+  for (const [path, v] of Object.entries(cold)) {
+    if (!v) continue;
+    console.log(
+      `| ${path} | ${r2(v.median)} (${r2(v.min)}–${r2(v.max)}) | ${sameHost(path) ? (coldRatio(path, 'memcpy') ?? 'n/a') : '–'} | ${coldRatio(path, path, s) ?? 'n/a'} |`,
+    );
+  }
   for (const n of notes) console.log(`note: ${n}`);
   const out: Record<string, unknown> = {
     load_avg_start: loadStart,
@@ -372,11 +405,18 @@ export async function main(args: string[]): Promise<void> {
     copy_threads: copyThreads,
     shm_mapped_kv: mappableSharedMemory,
     checksum: checksumImplementation,
+    damon_pageout: damon !== null,
   };
   for (const [name, v] of Object.entries(s)) {
     out[`${name}_gbps_median`] = r2(v?.median);
     out[`${name}_gbps_min`] = r2(v?.min);
     out[`${name}_gbps_max`] = r2(v?.max);
+  }
+  for (const [name, v] of Object.entries(cold)) {
+    out[`${name}_cold_gbps_median`] = r2(v?.median);
+    out[`${name}_cold_gbps_min`] = r2(v?.min);
+    out[`${name}_cold_gbps_max`] = r2(v?.max);
+    if (sameHost(name)) out[`${name}_cold_vs_memcpy_cold`] = coldRatio(name, 'memcpy');
   }
   for (const [name, c] of Object.entries(cpuSamples)) {
     out[`${name}_receiver_gb_per_cpu_s`] = roundedMedian(c.receiver);

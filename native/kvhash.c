@@ -22,7 +22,11 @@
  * its multiply chains, so the hardware prefetcher alone let memory reads lag: 6.4–7.0 GB/s on
  * 256 MiB that is not in L2. Prefetching 2 KiB ahead: 9.9–10.7 GB/s (1–4 KiB all within
  * 9.8–10.7; a read-only pass is 11.7). Prefetches never fault, so reading past the end is safe,
- * and they cannot change the result.
+ * and they cannot change the result. They are non-temporal (locality 0, prefetchnta): each
+ * source line is read once, and a copy of 128 MiB that pulled it into every cache level
+ * flushed the code and data of the JavaScript that runs right after (a pulled WRITE's
+ * answer, the sender's end); 15 alternated pairs of `transfer-direct --write` on an AMD EPYC
+ * VM: 16.8 against 15.6 GB/s median, faster in 11 (docs/BENCHMARKS.md, "Transfer").
  */
 #define PREFETCH_BYTES 2048
 
@@ -50,8 +54,8 @@
     for (size_t s = 0; s < stripes; s++, p += STRIPE, dst += STRIPE) {                            \
       _Pragma("GCC unroll 2") for (int j = 0; j < B; j++) {                                        \
         const uint8_t *pj = p + j * stride;                                                        \
-        __builtin_prefetch(pj + PREFETCH_BYTES);                                                   \
-        __builtin_prefetch(pj + PREFETCH_BYTES + 64);                                              \
+        __builtin_prefetch(pj + PREFETCH_BYTES, 0, 0);                                             \
+        __builtin_prefetch(pj + PREFETCH_BYTES + 64, 0, 0);                                        \
         _Pragma("GCC unroll 4") for (int k = 0; k < N; k++) {                                      \
           memcpy(&w, pj + k * W, W);                                                               \
           STORE(dst + j * stride + k * W, w);                                                      \

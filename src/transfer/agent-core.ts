@@ -1,4 +1,5 @@
 /** What the agent's connection handlers share with the agent (kept plain to avoid cycles). */
+import type { PlainTestHooks } from './agent-options.ts';
 import type { OutgoingHook } from './block-io.ts';
 import type { BlockRecords } from './block-records.ts';
 import type { GrantTable } from './grants.ts';
@@ -24,7 +25,11 @@ export interface AgentCore {
   /** Whether same-host peers are offered the lease table, so they serve their own READs (direct-read.ts). */
   readonly offerLeases: boolean;
   readonly outgoingHook: OutgoingHook | undefined;
+  /** Test-only (TransferAgentOptions.testHooks.stallOnNotification). */
+  readonly stallOnNotification: PlainTestHooks['stallOnNotification'];
   /** Threads a large same-host copy may use (TransferAgentOptions.copyThreads, resolved). */
   readonly copyThreads: number;
   deliver(n: Notification): void;
+  /** A peer's request found no covering grant: true when grants issued meanwhile were applied (AgentObserver.grantMissed). */
+  grantMissed(): boolean;
 }

@@ -44,11 +44,28 @@ export interface TransferAgentOptions {
    */
   readonly copyThreads?: number;
   /** Test-only hooks. */
-  readonly testHooks?: { readonly outgoing?: OutgoingHook };
+  readonly testHooks?: PlainTestHooks & { readonly outgoing?: OutgoingHook };
+}
+
+/** Test-only hooks that are plain data, so a ThreadedTransferAgent hands them to its thread. */
+export interface PlainTestHooks {
+  /**
+   * A notification with exactly this text blocks the agent's thread for `ms` while it is
+   * being received (so that a peer's request is read before commands queued meanwhile).
+   */
+  readonly stallOnNotification?: { readonly message: string; readonly ms: number };
 }
 
 /** Called when a notification arrives or the number of waiting READs changes (the agent thread forwards them). */
 export interface AgentObserver {
   notification?(): void;
   waitingReads?(count: number): void;
+  /**
+   * A peer's READ or WRITE found no grant that covers it. A host that feeds the agent grants
+   * from elsewhere applies those already issued (the agent thread: the grant commands queued on
+   * its port) and returns true when it applied any, and the request is checked again: a grant
+   * made before the peer was told about the blocks holds when its request arrives, even if the
+   * request is read first.
+   */
+  grantMissed?(): boolean;
 }

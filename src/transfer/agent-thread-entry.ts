@@ -5,7 +5,7 @@
  * and waiting-READ counts go back as messages (sent as they happen) that update the main
  * thread's mirror.
  */
-import { parentPort, workerData } from 'node:worker_threads';
+import { parentPort, receiveMessageOnPort, workerData } from 'node:worker_threads';
 import { InThreadTransferAgent } from './agent.ts';
 import {
   type AgentThreadData,
@@ -31,6 +31,25 @@ function flushStats(agent: InThreadTransferAgent): void {
     delta.numFailedNotifications === 0;
   if (!empty) send({ type: 'stats', delta });
 }
+
+/**
+ * Commands that only change grants or checksum records. When a peer's request finds no grant,
+ * those already queued on the port are applied at once, in order (see grantMissed below).
+ */
+const TABLE_COMMANDS: ReadonlySet<ToAgentThread['type']> = new Set([
+  'grant',
+  'revoke',
+  'renew',
+  'record',
+  'forget',
+]);
+
+/**
+ * Commands that grants and records do not depend on (this side's own transfers and
+ * notifications): a table command queued after one may be applied before it; the command
+ * itself waits for its turn. Any other command (memory, remotes, close) stops the look-ahead.
+ */
+const INDEPENDENT_COMMANDS: ReadonlySet<ToAgentThread['type']> = new Set(['post', 'notify', 'sync']);
 
 function failedPost(reason: string): TransferStatus {
   return { state: 'ERR', failed: [], failedBlockIds: [], reason };
@@ -130,6 +149,21 @@ async function main(): Promise<void> {
     send({ type: 'init-error', error: toPlainError(e) });
     return;
   }
+  const run = (msg: ToAgentThread): void => {
+    try {
+      handle(agent, msg);
+    } catch (e) {
+      send({ type: 'command-error', what: msg.type, error: toPlainError(e) });
+    }
+  };
+  // Commands taken off the port by grantMissed, in order; they run before any later one.
+  const held: ToAgentThread[] = [];
+  // A held command that grants depend on: nothing may pass it.
+  let blocked = false;
+  const runHeld = (): void => {
+    while (held.length > 0) run(held.shift()!);
+    blocked = false;
+  };
   // Several notifications arriving in one socket read go back as one message.
   let flushing = false;
   agent.observe({
@@ -143,13 +177,33 @@ async function main(): Promise<void> {
       });
     },
     waitingReads: (count) => send({ type: 'waiting', count }),
+    // The main thread grants, then tells the peer, which then asks: the grant is on the port
+    // before the request is on the socket, but this thread may read the socket first (busy
+    // while both arrived, the socket is polled first when it was readable earlier). Apply the
+    // grant and record commands queued ahead of the request, in order, holding the others.
+    grantMissed: () => {
+      if (blocked || !port) return false;
+      let applied = false;
+      for (let got = receiveMessageOnPort(port); got !== undefined; got = receiveMessageOnPort(port)) {
+        const msg = got.message as ToAgentThread;
+        if (TABLE_COMMANDS.has(msg.type)) {
+          run(msg);
+          applied = true;
+          continue;
+        }
+        if (held.length === 0) setImmediate(runHeld);
+        held.push(msg);
+        if (!INDEPENDENT_COMMANDS.has(msg.type)) {
+          blocked = true;
+          break;
+        }
+      }
+      return applied;
+    },
   });
   port?.on('message', (msg: ToAgentThread) => {
-    try {
-      handle(agent, msg);
-    } catch (e) {
-      send({ type: 'command-error', what: msg.type, error: toPlainError(e) });
-    }
+    runHeld();
+    run(msg);
   });
   send({ type: 'ready', metadata: agent.metadata() });
 }

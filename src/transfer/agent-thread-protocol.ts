@@ -1,10 +1,12 @@
 /** Messages between ThreadedTransferAgent (main thread) and its worker (agent-thread-entry.ts). */
-import type { TransferAgentOptions } from './agent-options.ts';
+import type { PlainTestHooks, TransferAgentOptions } from './agent-options.ts';
 import type { TransferStatsSnapshot } from './stats.ts';
 import type { AgentMetadata, DescPair, Notification, TransferStatus } from './types.ts';
 
-/** Agent options that survive structured clone (test hooks are functions and stay behind). */
-export type ThreadedAgentOptions = Omit<TransferAgentOptions, 'testHooks'>;
+/** Agent options that survive structured clone (test hooks that are functions stay behind). */
+export type ThreadedAgentOptions = Omit<TransferAgentOptions, 'testHooks'> & {
+  readonly testHooks?: PlainTestHooks;
+};
 
 export interface AgentThreadData {
   readonly options: ThreadedAgentOptions;

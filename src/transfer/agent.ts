@@ -111,11 +111,13 @@ export class InThreadTransferAgent implements TransferAgent {
       records: this.#records,
       offerLeases: (opts.offerKvMapping ?? true) && process.env[DISABLE_DIRECT_READ_ENV] !== '1',
       outgoingHook: opts.testHooks?.outgoing,
+      stallOnNotification: opts.testHooks?.stallOnNotification,
       copyThreads,
       deliver: (n) => {
         this.#notifications.push(n);
         this.#observer.notification?.();
       },
+      grantMissed: () => this.#observer.grantMissed?.() ?? false,
     };
     // Paused on accept so the socket can be re-wrapped to read payloads in place (WRITE data).
     this.#server = createServer({ pauseOnConnect: true }, (accepted) => {

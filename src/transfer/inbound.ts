@@ -139,6 +139,8 @@ export class InboundSession {
         return;
       case 'notif':
         this.#core.deliver({ agent: this.#peer.agentName, message: f.message });
+        if (f.message === this.#core.stallOnNotification?.message)
+          Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, this.#core.stallOnNotification.ms);
         return;
       case 'ack':
         link.onAck(f.count);
@@ -194,7 +196,12 @@ export class InboundSession {
 
   #refusal(kind: GrantKind, wire: readonly WireRun[], grant: string | undefined) {
     const { runs, outside } = this.#runs(wire);
-    const reason = outside ?? this.#core.grants.check(kind, this.#peer!, runs, grant);
+    if (outside !== null) return { runs, reason: outside };
+    const check = () => this.#core.grants.check(kind, this.#peer!, runs, grant);
+    let reason = check();
+    // Grants issued before the peer could know of the blocks, not applied yet (the agent thread
+    // reads its socket before its command port): apply them, then decide.
+    if (reason !== null && this.#core.grantMissed()) reason = check();
     return { runs, reason };
   }
 

@@ -5,9 +5,11 @@
  * value is an error that names the flag, what it expects, what it got and how to fix it
  * (exit 2): a typo never silently runs the bench with its defaults.
  *
- * This module is kept light (node:util only): bench/main.ts imports it to list the benches.
+ * This module is kept light (node:util and the config errors' name matching): bench/main.ts
+ * imports it to list the benches.
  */
 import { parseArgs } from 'node:util';
+import { closestNames } from '../src/config/config-error.ts';
 
 /** One line per bench, for `npm run bench -- --help` and the bench's own `--help`. */
 export const BENCH_SUMMARIES = {
@@ -137,33 +139,9 @@ function parseNumber(flag: NumberFlag, raw: string): number | null {
   return n;
 }
 
-/** Levenshtein distance, for "did you mean". */
-function distance(a: string, b: string): number {
-  let prev = Array.from({ length: b.length + 1 }, (_, j) => j);
-  for (let i = 1; i <= a.length; i++) {
-    const cur = [i];
-    for (let j = 1; j <= b.length; j++) {
-      cur[j] = Math.min(prev[j]! + 1, cur[j - 1]! + 1, prev[j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1));
-    }
-    prev = cur;
-  }
-  return prev[b.length]!;
-}
-
-/** The candidate `given` was probably meant as (a typo or a prefix of it), if any: for "did you mean". */
-export function closest(given: string, candidates: readonly string[]): string | undefined {
-  return candidates
-    .map((name) => ({ name, d: distance(given, name) }))
-    .filter(
-      ({ name, d }) =>
-        d <= Math.max(1, Math.floor(name.length / 4)) || (given.length >= 3 && name.startsWith(given)),
-    )
-    .sort((a, b) => a.d - b.d)[0]?.name;
-}
-
 function unknownFlag(bench: string, specs: FlagSpecs, raw: string): string {
   const names = Object.keys(specs);
-  const close = closest(raw.replace(/^-+/, '').split('=')[0]!, names);
+  const close = closestNames(raw.replace(/^-+/, '').split('=')[0]!, names, 1)[0];
   const takes =
     names.length === 0
       ? `${bench} takes no flags`

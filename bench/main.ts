@@ -4,7 +4,8 @@
  * prints a table, and prints one JSON object as its last line.
  */
 import { readdirSync } from 'node:fs';
-import { BENCH_SUMMARIES, closest } from './_args.ts';
+import { closestNames } from '../src/config/config-error.ts';
+import { BENCH_SUMMARIES } from './_args.ts';
 
 const [name, ...args] = process.argv.slice(2);
 const available = readdirSync(new URL('.', import.meta.url))
@@ -28,7 +29,7 @@ if (name === '--help' || name === '-h') {
   process.exit(0);
 }
 if (name === undefined || !available.includes(name)) {
-  const guess = name === undefined ? undefined : closest(name, available);
+  const guess = name === undefined ? undefined : closestNames(name, available, 1)[0];
   const problem =
     name === undefined
       ? 'name a benchmark'

@@ -34,7 +34,7 @@ import { type DescPair, InThreadTransferAgent, type TransferAgent } from '../src
 import { mappableSharedMemory } from '../src/util/shared-memory.ts';
 import { benchArgs, positiveInteger } from './_args.ts';
 import { damonPageoutNote } from './_damon.ts';
-import { loadAverage, percentile, summarize } from './_rounds.ts';
+import { loadAverage, percentile, type Summary, summarize } from './_rounds.ts';
 import {
   copyHashRunner,
   IPERF3_MISSING,
@@ -312,16 +312,16 @@ export async function main(args: string[]): Promise<void> {
   };
   for (const a of Object.values(agents)) await a.stop();
 
-  const s = Object.fromEntries(
-    Object.entries(series).map(([k, v]) => [k, v.samples.length > 0 ? summarize(v.samples) : null]),
-  );
+  /** Each series' summary (null when it has no sample). */
+  const summaries = (samples: Record<string, number[]>) =>
+    Object.fromEntries(Object.entries(samples).map(([k, v]) => [k, v.length > 0 ? summarize(v) : null]));
+  const s = summaries(Object.fromEntries(Object.entries(series).map(([k, v]) => [k, v.samples])));
   const r2 = (x: number | undefined | null) =>
     x === undefined || x === null ? null : Math.round(x * 100) / 100;
-  const ratio = (a: string, b: string) => {
-    const x = s[a]?.median;
-    const y = s[b]?.median;
-    return x === undefined || y === undefined || y <= 0 ? null : Math.round((x / y) * 100) / 100;
-  };
+  /** The ratio of two medians, rounded (null when either is missing). */
+  const medianRatio = (x: Summary | null | undefined, y: Summary | null | undefined) =>
+    !x || !y || y.median <= 0 ? null : r2(x.median / y.median);
+  const ratio = (a: string, b: string) => medianRatio(s[a], s[b]);
   const fmt = (name: string) => {
     const v = s[name];
     return v ? `${r2(v.median)} (${r2(v.min)}–${r2(v.max)})` : `n/a (${series[name]?.note ?? 'failed'})`;
@@ -373,16 +373,10 @@ export async function main(args: string[]): Promise<void> {
   }
   // The warm-up runs: each contestant's first run of a round, with its memory, processes and
   // caches idle since the previous round. Shown against memcpy's warm-up run (same treatment).
-  const cold = Object.fromEntries(
-    Object.entries(coldSamples).map(([k, v]) => [k, v.length > 0 ? summarize(v) : null]),
-  );
+  const cold = summaries(coldSamples);
   /** A path measured against memcpy (the same-host copies; not tcp, not memcpy itself). */
   const sameHost = (path: string) => path !== 'memcpy' && !path.startsWith('tcp_');
-  const coldRatio = (a: string, b: string, of: typeof cold = cold) => {
-    const x = cold[a]?.median;
-    const y = of[b]?.median;
-    return x === undefined || y === undefined || y <= 0 ? null : Math.round((x / y) * 100) / 100;
-  };
+  const coldRatio = (a: string, b: string, of: typeof cold = cold) => medianRatio(cold[a], of[b]);
   console.log(
     "| path, first run of a round (cold) | GB/s median (min–max) | ÷ memcpy's first run (same host) | ÷ its own timed run (the table above) |\n|---|---|---|---|",
   );
@@ -407,15 +401,14 @@ export async function main(args: string[]): Promise<void> {
     checksum: checksumImplementation,
     damon_pageout: damon !== null,
   };
-  for (const [name, v] of Object.entries(s)) {
-    out[`${name}_gbps_median`] = r2(v?.median);
-    out[`${name}_gbps_min`] = r2(v?.min);
-    out[`${name}_gbps_max`] = r2(v?.max);
-  }
+  const putGbps = (key: string, v: Summary | null | undefined) => {
+    out[`${key}_gbps_median`] = r2(v?.median);
+    out[`${key}_gbps_min`] = r2(v?.min);
+    out[`${key}_gbps_max`] = r2(v?.max);
+  };
+  for (const [name, v] of Object.entries(s)) putGbps(name, v);
   for (const [name, v] of Object.entries(cold)) {
-    out[`${name}_cold_gbps_median`] = r2(v?.median);
-    out[`${name}_cold_gbps_min`] = r2(v?.min);
-    out[`${name}_cold_gbps_max`] = r2(v?.max);
+    putGbps(`${name}_cold`, v);
     if (sameHost(name)) out[`${name}_cold_vs_memcpy_cold`] = coldRatio(name, 'memcpy');
   }
   for (const [name, c] of Object.entries(cpuSamples)) {

@@ -18,6 +18,8 @@ export const BENCH_SUMMARIES = {
   kv: 'block hashing of a 128k-token prompt (sha256_cbor vs plain SHA-256) and the cache manager allocate + free',
   'kv-routing':
     "a Mooncake trace's conversations through `kvconnect proxy` to two servers, once per routing policy",
+  'memory-idle':
+    'a native memcpy of long-kept buffers right after N ms idle vs right after another (DAMON pageout)',
   moriio:
     'MoRIIO WRITE (layer-pipelined push) vs READ (pull after prefill) on `small`, consumers in child processes',
   offload:

@@ -4,8 +4,8 @@
  * On the VM these benchmarks were measured on, a kdamond with a pageout scheme over physical
  * memory made memory that sat idle for a few seconds slow to touch again: a native memcpy of
  * 128 MiB ran at ≈ 20–25 GB/s back to back, ≈ 12 after 2 s idle, ≈ 7 after 5 s and ≈ 3.8 after
- * 10–20 s, and at ≈ 20 after any idle time with the kdamond off (docs/BENCHMARKS.md,
- * "Transfer"). A benchmark whose contestants keep long-lived buffers (kvconnect's agents, the
+ * 10–20 s, and at ≈ 20 after any idle time with the kdamond off (`npm run bench -- memory-idle`;
+ * docs/BENCHMARKS.md, "Transfer"). A benchmark whose contestants keep long-lived buffers (kvconnect's agents, the
  * memcpy baseline) against ones that allocate fresh memory for every sample (ucx_perftest,
  * iperf3) is then skewed, so the transfer benchmarks say so in their header and notes.
  */

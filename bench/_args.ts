@@ -33,6 +33,8 @@ export const BENCH_SUMMARIES = {
     'the transfer agent READ/WRITE over tcp and shm between two processes vs UCX, iperf3, memcpy and hashing',
   'transfer-direct':
     'same-host direct READs (or WRITEs) back to back, each paired with a native memcpy of the size',
+  'transfer-warmup':
+    "a fresh agent pair's one-block READ/WRITE latency, window by window, as V8 optimizes it (vs its steady state)",
 } as const;
 
 export type BenchName = keyof typeof BENCH_SUMMARIES;
@@ -73,6 +75,11 @@ export type FlagSpec = NumberFlag | StringFlag | BooleanFlag;
 /** The common number flag: a count (whole, > 0). */
 export function positiveInteger(dflt: number, description: string): NumberFlag {
   return { type: 'number', default: dflt, integer: true, positive: true, description };
+}
+
+/** A whole number that may be 0 (a count of optional work). */
+export function nonNegativeInteger(dflt: number, description: string): NumberFlag {
+  return { type: 'number', default: dflt, integer: true, positive: false, description };
 }
 
 /** A number that need not be whole; `positive`: > 0, otherwise ≥ 0. */
@@ -125,8 +132,8 @@ function expected(flag: NumberFlag | StringFlag): string {
     if (flag.choices) return `one of ${flag.choices.map((c) => `'${c}'`).join(', ')}`;
     return flag.value ? `a ${flag.value}` : 'a value';
   }
-  const kind = flag.integer ? 'integer' : 'number';
-  return flag.positive ? `a positive ${kind}` : `a ${kind} ≥ 0`;
+  if (flag.positive) return `a positive ${flag.integer ? 'integer' : 'number'}`;
+  return flag.integer ? 'an integer ≥ 0' : 'a number ≥ 0';
 }
 
 const INTEGER = /^\d+$/;

@@ -18,6 +18,7 @@ import {
   InThreadTransferAgent,
   type MemoryRegion,
 } from '../src/transfer/index.ts';
+import { tuneJit } from '../src/util/jit-tuning.ts';
 import { allocateShared } from '../src/util/shared-memory.ts';
 
 const SELF = fileURLToPath(import.meta.url);
@@ -188,6 +189,7 @@ async function servePeer(backend: string, layout: KvLayout, chunkBytes: number):
 }
 
 if (process.argv[1] === SELF) {
+  tuneJit();
   await servePeer(
     process.argv[2] ?? 'TCP',
     JSON.parse(process.argv[3] ?? '{}') as KvLayout,

@@ -1,6 +1,6 @@
 /**
  * `npm run bench -- transfer-direct [--write [--hashed]] [--reads 12] [--gap-ms 0] [--layers 8] [--blocks 128] [--block-kib 64]
- *   [--copy-threads 1]`
+ *   [--copy-threads 1] [--warmup-rounds 3000]`
  *
  * Same-host direct READs (docs/transfer.md#direct-read-same-host) of one request (the layout of
  * `npm run bench -- transfer`) from a second process, one after the other, alternating with a
@@ -17,18 +17,30 @@
  * its mapping of this process's KV), each paired with a memcpy. `--hashed`: WRITEs of blocks
  * without records (this process hashes each chunk as it announces it). `--copy-threads N`: the
  * copying agent shares a large copy out between N threads (the memcpy stays one thread).
+ * Before the pairs, the two agents run `--warmup-rounds` rounds of small transfers of every
+ * kind so that their JavaScript is optimized as in a running engine (_transfer-warmup.ts; 0:
+ * cold code).
  */
 
 import { readFileSync } from 'node:fs';
 import { setLogLevel } from '../src/logging/logger.ts';
 import { COPY_THREADS_ENV } from '../src/transfer/agent-checks.ts';
 import { InThreadTransferAgent } from '../src/transfer/index.ts';
+import { interruptBudgetFrom } from '../src/util/jit-tuning.ts';
 import { mappableSharedMemory } from '../src/util/shared-memory.ts';
-import { benchArgs, decimal, exitWithUsageError, positiveInteger, toggle } from './_args.ts';
+import {
+  benchArgs,
+  decimal,
+  exitWithUsageError,
+  nonNegativeInteger,
+  positiveInteger,
+  toggle,
+} from './_args.ts';
 import { damonPageoutNote } from './_damon.ts';
 import { fmt, json, loadAverage, pairwiseRatio, summarize } from './_rounds.ts';
 import { MEMCPY_MISSING, memcpyAvailable, memcpyRunner } from './_transfer-baselines.ts';
 import { blockIdsOf, kvRegions, requestLayout, startPeer } from './_transfer-peer.ts';
+import { DEFAULT_WARMUP_ROUNDS, warmUpPair } from './_transfer-warmup.ts';
 
 const WARM_UP = 2;
 
@@ -49,6 +61,10 @@ export async function main(args: string[]): Promise<void> {
       blocks: positiveInteger(128, 'blocks of the request, in every region'),
       'block-kib': positiveInteger(64, 'KiB per block'),
       'copy-threads': positiveInteger(1, 'threads the copying agent shares a large copy between, 1-16'),
+      'warmup-rounds': nonNegativeInteger(
+        DEFAULT_WARMUP_ROUNDS,
+        'rounds of small transfers (READ, WRITE, WRITE hashed of a few blocks in every region, one-block READ and WRITE) run first, so the JavaScript is optimized as in a running engine; 0: time the cold code',
+      ),
     },
     args,
   );
@@ -82,6 +98,8 @@ export async function main(args: string[]): Promise<void> {
   const remote = agent.addRemoteAgent(peer.meta);
   const ids = blockIdsOf(descs, 'remote');
   const localIds = blockIdsOf(descs, 'local');
+  const warmupRounds = flags['warmup-rounds'];
+  const warmupMs = Math.round(await warmUpPair(agent, remote, peer, descs, warmupRounds));
   const memcpy = memcpyRunner(bytes);
   const loadStart = loadAverage();
   const read: number[] = [];
@@ -115,7 +133,7 @@ export async function main(args: string[]): Promise<void> {
   const f = summarize(faults);
   console.log(
     `transfer-direct: ${bytes >> 20} MiB per ${what} in ${descs.length} descriptors, ${reads} of them (after ${WARM_UP}), ` +
-      `${gapMs} ms idle before each; copy threads ${copyThreads} (memcpy: one); load average ${loadStart} at the start, ${loadAverage()} at the end`,
+      `${gapMs} ms idle before each; V8 interrupt budget ${interruptBudgetFrom() ?? "V8's own"}; JavaScript warm-up ${warmupRounds} rounds of small transfers (${warmupMs} ms); copy threads ${copyThreads} (memcpy: one); load average ${loadStart} at the start, ${loadAverage()} at the end`,
   );
   console.log('| series | median (min–max) |\n|---|---|');
   console.log(`| ${what}, GB/s | ${fmt(r, 2)} |`);
@@ -133,6 +151,9 @@ export async function main(args: string[]): Promise<void> {
       gap_ms: gapMs,
       damon_pageout: damon !== null,
       copy_threads: copyThreads,
+      v8_interrupt_budget_bytes: interruptBudgetFrom(),
+      warmup_rounds: warmupRounds,
+      warmup_ms: warmupMs,
       ...(write
         ? {
             hashed,

@@ -1,6 +1,7 @@
 /**
  * `npm run bench -- transfer [--layers 8] [--block-kib 64] [--blocks 128] [--rounds 5]
- *   [--latency-samples 2000] [--chunk-kib 4096] [--ucx-tcp-mib 16] [--copy-threads 1]`
+ *   [--latency-samples 2000] [--chunk-kib 4096] [--ucx-tcp-mib 16] [--copy-threads 1]
+ *   [--warmup-rounds 3000]`
  *
  * kvconnect's transfer agent between two processes, READ and WRITE with checksums on, over
  * an engine-like layout: one region per layer and per K/V, a request's blocks in runs of
@@ -17,7 +18,10 @@
  * (`-w 1`, one warm-up iteration of the same size before the timed one; iperf3 runs for 2 s):
  * kvconnect's transfers, memcpy and copy_hash run twice in a row in each round and the second
  * run is the sample; the first, cold one (with the contestant's memory, processes and caches
- * idle since the previous round) is reported in a table of its own. Reports
+ * idle since the previous round) is reported in a table of its own. Before the rounds each
+ * agent pair runs `--warmup-rounds` rounds of small transfers of every kind it is timed on, so
+ * that its JavaScript is optimized as in an engine that has been serving (_transfer-warmup.ts).
+ * Reports
  * medians with min–max over the rounds and the ratios kvconnect/baseline (of medians), then
  * the p50/p99 of a one-block READ and WRITE (the agents take turns, round by round). Prints a
  * table, then one JSON object. `--copy-threads N` lets both agents share a large same-host
@@ -31,8 +35,9 @@ import { COPY_THREADS_ENV } from '../src/transfer/agent-checks.ts';
 import { checksumImplementation } from '../src/transfer/checksum.ts';
 import { DISABLE_DIRECT_READ_ENV } from '../src/transfer/direct-read.ts';
 import { type DescPair, InThreadTransferAgent, type TransferAgent } from '../src/transfer/index.ts';
+import { interruptBudgetFrom } from '../src/util/jit-tuning.ts';
 import { mappableSharedMemory } from '../src/util/shared-memory.ts';
-import { benchArgs, positiveInteger } from './_args.ts';
+import { benchArgs, nonNegativeInteger, positiveInteger } from './_args.ts';
 import { damonPageoutNote } from './_damon.ts';
 import { loadAverage, percentile, type Summary, summarize } from './_rounds.ts';
 import {
@@ -47,7 +52,9 @@ import {
   ucxAvailable,
   ucxPutGbps,
 } from './_transfer-baselines.ts';
+import { ONE_BLOCK, timeOneBlock } from './_transfer-one-block.ts';
 import { blockIdsOf, kvRegions, type Peer, requestLayout, startPeer } from './_transfer-peer.ts';
+import { DEFAULT_WARMUP_ROUNDS, warmUpPair } from './_transfer-warmup.ts';
 
 interface Series {
   readonly samples: number[];
@@ -143,18 +150,10 @@ interface LatencySamples {
  * granted) and WRITE (of block 1, recorded), to `out` (after 20 not counted).
  */
 async function latencySlice(agent: TransferAgent, remote: string, samples: number, out: LatencySamples) {
-  const readOne = [{ localRegion: 0, localFirst: 0, remoteRegion: 0, remoteFirst: 0, count: 1 }];
-  const writeOne = [{ localRegion: 0, localFirst: 1, remoteRegion: 0, remoteFirst: 1, count: 1 }];
-  agent.recordBlocks([1]);
+  agent.recordBlocks([ONE_BLOCK.write]);
   for (let i = 0; i < samples + 20; i++) {
     for (const kind of ['READ', 'WRITE'] as const) {
-      const t0 = performance.now();
-      const h =
-        kind === 'READ' ? agent.read(remote, readOne, { grantKey: 'lat' }) : agent.write(remote, writeOne);
-      const s = await agent.waitFor(h);
-      const us = (performance.now() - t0) * 1000;
-      agent.releaseHandle(h);
-      if (s.state !== 'DONE') throw new Error(`${kind} failed: ${s.reason}`);
+      const us = await timeOneBlock(agent, remote, kind, 'lat');
       if (i >= 20) out[kind].push(us);
     }
   }
@@ -181,6 +180,10 @@ export async function main(args: string[]): Promise<void> {
       'chunk-kib': positiveInteger(4096, "the agents' chunk size in KiB"),
       'ucx-tcp-mib': positiveInteger(16, 'MiB UCX ucp_put_bw moves over tcp per sample'),
       'copy-threads': positiveInteger(1, 'threads an agent shares a large same-host copy between, 1-16'),
+      'warmup-rounds': nonNegativeInteger(
+        DEFAULT_WARMUP_ROUNDS,
+        'rounds of small transfers (READ, WRITE, WRITE hashed of a few blocks in every region, one-block READ and WRITE) each agent pair runs before the timed ones, so its JavaScript is optimized as in a running engine; 0: time the cold code',
+      ),
     },
     args,
   );
@@ -192,9 +195,12 @@ export async function main(args: string[]): Promise<void> {
   const chunkBytes = flags['chunk-kib'] * 1024;
   const ucxTcpBytes = flags['ucx-tcp-mib'] << 20;
   const copyThreads = flags['copy-threads'];
+  const warmupRounds = flags['warmup-rounds'];
   const { layout, descs, bytes } = requestLayout(layers, blocks, blockBytes);
 
   const local = kvRegions(layout);
+  /** Per agent pair, the milliseconds its JavaScript warm-up took. */
+  const warmupMs: Record<string, number> = {};
   const agents: Record<
     'tcp' | 'shm' | 'shm_request',
     { agent: TransferAgent; remote: string; peer: Peer; stop: () => Promise<void> }
@@ -219,9 +225,10 @@ export async function main(args: string[]): Promise<void> {
     });
     agent.registerMemory(local);
     const remote = agent.addRemoteAgent(peer.meta);
-    // Warm-up: connection, handshake, mappings.
+    // Warm-up: connection, handshake, mappings; then the JavaScript (see _transfer-warmup.ts).
     await transferGbps(agent, remote, peer, 'READ', descs, bytes);
     await transferGbps(agent, remote, peer, 'WRITE', descs, bytes);
+    warmupMs[name] = Math.round(await warmUpPair(agent, remote, peer, descs, warmupRounds));
     agents[name] = {
       agent,
       remote,
@@ -300,7 +307,7 @@ export async function main(args: string[]): Promise<void> {
     shm: { READ: [], WRITE: [] },
     shm_request: { READ: [], WRITE: [] },
   };
-  for (const a of Object.values(agents)) await a.peer.grant('lat', [0]);
+  for (const a of Object.values(agents)) await a.peer.grant('lat', [ONE_BLOCK.read]);
   for (let r = 0; r < rounds; r++) {
     for (const [name, a] of Object.entries(agents) as [keyof typeof latSamples, (typeof agents)['tcp']][])
       await latencySlice(a.agent, a.remote, Math.ceil(latencySamples / rounds), latSamples[name]);
@@ -326,10 +333,14 @@ export async function main(args: string[]): Promise<void> {
     const v = s[name];
     return v ? `${r2(v.median)} (${r2(v.min)}–${r2(v.max)})` : `n/a (${series[name]?.note ?? 'failed'})`;
   };
+  const warmupTimes = Object.entries(warmupMs)
+    .map(([k, v]) => `${k} ${v} ms`)
+    .join(', ');
   console.log(
     `transfer: ${layout.regions} regions (${layers} layers × K/V) × ${blocks} blocks × ${blockBytes >> 10} KiB = ${bytes >> 20} MiB per transfer in ${descs.length} descriptors (runs of 1–64 blocks); ` +
       `${rounds} alternating rounds; checksum ${checksumImplementation}; shm from mapped KV memory: ${mappableSharedMemory ? 'yes' : 'no (ring)'}; ` +
       `copy threads ${copyThreads}${copyThreads > 1 ? ' (memcpy and copy_hash: one thread)' : ''}; ` +
+      `V8 interrupt budget ${interruptBudgetFrom() ?? "V8's own"}; JavaScript warm-up ${warmupRounds} rounds of small transfers per agent pair (${warmupTimes}); ` +
       `load average ${loadStart} at the start, ${loadAverage()} at the end; DAMON pageout ${damon === null ? 'off' : 'on (see the note)'}`,
   );
   console.log(
@@ -397,6 +408,9 @@ export async function main(args: string[]): Promise<void> {
     rounds,
     chunk_kib: chunkBytes >> 10,
     copy_threads: copyThreads,
+    v8_interrupt_budget_bytes: interruptBudgetFrom(),
+    warmup_rounds: warmupRounds,
+    ...Object.fromEntries(Object.entries(warmupMs).map(([k, v]) => [`${k}_warmup_ms`, v])),
     shm_mapped_kv: mappableSharedMemory,
     checksum: checksumImplementation,
     damon_pageout: damon !== null,

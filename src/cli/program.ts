@@ -6,6 +6,7 @@
 import { Command, CommanderError } from 'commander';
 import { extractDottedArgs } from '../config/dotted-args.ts';
 import { formatErrorText } from '../errors/format.ts';
+import { tuneJit } from '../util/jit-tuning.ts';
 import { registerBenchServeCommand } from './commands/bench-serve.ts';
 import { registerBenchTraceCommand } from './commands/bench-trace.ts';
 import { registerCheckConfig } from './commands/check-config.ts';
@@ -45,6 +46,8 @@ export function buildProgram(ctx: CliContext): Command {
 export async function runCli(argv: readonly string[], io: CliIO = stdio): Promise<number> {
   const ctx: CliContext = { io, dottedKvTransferConfig: [], exitCode: EXIT_OK };
   try {
+    // The agents' JavaScript tiers up sooner (src/util/jit-tuning.ts); a bad override is a usage error.
+    tuneJit();
     const transfer = extractDottedArgs(argv, '--kv-transfer-config');
     const events = extractDottedArgs(transfer.rest, '--kv-events-config');
     ctx.dottedKvTransferConfig = transfer.dotted;

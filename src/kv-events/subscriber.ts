@@ -3,10 +3,10 @@
  * batches handed over in sequence order. A gap in the sequence (a slow joiner, a dropped
  * message) is filled from the replay ROUTER, if there is one; a sequence that goes back
  * below what was seen means the publisher restarted (a new engine with an empty cache), so
- * `onReset` runs before the new publisher's batches. So does any jump in the sequence after
- * the connection to the publisher dropped: a subscriber that reconnects late (a loaded
- * machine) first hears a new publisher when its sequence has already passed the old one's,
- * which the sequence alone cannot tell from a gap.
+ * `onReset` runs before the new publisher's batches. So does the first batch after the
+ * connection to the publisher dropped: a subscriber that reconnects late (a loaded machine)
+ * first hears a new publisher when its sequence has already reached or passed the old one's,
+ * which the sequence alone cannot tell from a gap or from the old publisher going on.
  */
 import * as zmq from 'zeromq';
 import { getLogger } from '../logging/logger.ts';
@@ -23,6 +23,18 @@ export interface KVEventSubscriberOptions {
   onBatch: (batch: KVEventBatch, seq: bigint) => void;
   /** The publisher restarted: everything learnt from it so far is stale. */
   onReset?: () => void;
+}
+
+/**
+ * Whether the batch numbered `seq` comes from a new publisher: its sequence went back below
+ * what may still arrive twice (`dupFloor`), or it is the first batch since the connection to
+ * the publisher dropped. The latter holds even when `seq` happens to continue the old sequence
+ * (the new publisher got exactly that far before the reconnect): the sequence cannot tell, so a
+ * same-publisher reconnect costs one reset and replay rather than a restart's stale entries
+ * being kept.
+ */
+export function publisherRestarted(seq: bigint, dupFloor: bigint, publisherLost: boolean): boolean {
+  return seq <= dupFloor || publisherLost;
 }
 
 export class KVEventSubscriber {
@@ -107,8 +119,7 @@ export class KVEventSubscriber {
       for await (const frames of this.#sub) {
         if (frames.length !== 3) continue;
         const seq = (frames[1] as Buffer).readBigUInt64BE();
-        // Kept set until a reset: a same-publisher reconnect then costs at most one reset and replay.
-        const restarted = seq <= this.#dupFloor || (this.#publisherLost && seq !== this.#last + 1n);
+        const restarted = publisherRestarted(seq, this.#dupFloor, this.#publisherLost);
         if (seq <= this.#last && !restarted) continue;
         if (restarted) {
           this.#publisherLost = false;

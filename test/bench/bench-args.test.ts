@@ -11,6 +11,7 @@ import {
   BENCH_SUMMARIES,
   decimal,
   type FlagSpecs,
+  nonNegativeInteger,
   type ParsedArgs,
   parseBenchArgs,
   positiveInteger,
@@ -25,6 +26,7 @@ const SPEC = {
   rounds: positiveInteger(5, 'rounds'),
   'copy-threads': positiveInteger(1, 'copy threads'),
   'gap-ms': decimal(0, 'idle milliseconds', { positive: false, value: 'ms' }),
+  warmup: nonNegativeInteger(100, 'warm-up rounds'),
   duration: decimal(3, 'seconds of load', { positive: true }),
   backend: text('transport', { default: 'xgmi', choices: ['xgmi', 'rdma'] }),
   policies: text('policies', { default: 'a,b', value: 'list' }),
@@ -50,6 +52,7 @@ describe('parseBenchArgs', () => {
       rounds: 5,
       'copy-threads': 1,
       'gap-ms': 0,
+      warmup: 100,
       duration: 3,
       backend: 'xgmi',
       policies: 'a,b',
@@ -90,7 +93,7 @@ describe('parseBenchArgs', () => {
     assert.equal(
       error(parse(['--bogus'])),
       'bench demo: unknown flag ' +
-        "'--bogus' (demo takes --rounds, --copy-threads, --gap-ms, --duration, --backend, --policies, --write)" +
+        "'--bogus' (demo takes --rounds, --copy-threads, --gap-ms, --warmup, --duration, --backend, --policies, --write)" +
         HINT,
     );
     assert.match(error(parse(['-x'])), /^bench demo: unknown flag '-x' /);
@@ -124,6 +127,14 @@ describe('parseBenchArgs', () => {
       `bench demo: --gap-ms expects a number ≥ 0, got '-5'${HINT}`,
     );
     assert.equal(values(parse(['--gap-ms', '1.5']))['gap-ms'], 1.5);
+    // A count that may be 0: 0 is taken, a fraction or a negative number is not.
+    assert.equal(values(parse(['--warmup', '0'])).warmup, 0);
+    for (const bad of ['-1', '2.5', 'many']) {
+      assert.equal(
+        error(parse([`--warmup=${bad}`])),
+        `bench demo: --warmup expects an integer ≥ 0, got '${bad}'${HINT}`,
+      );
+    }
   });
 
   test('a flag without its value', () => {
@@ -252,6 +263,7 @@ describe('bench/main.ts', { concurrency: 2 }, () => {
       'chunk-kib',
       'ucx-tcp-mib',
       'copy-threads',
+      'warmup-rounds',
     ]) {
       assert.match(r.stdout, new RegExp(`^ {2}--${flag} <n> .*\\(default: \\d+\\)$`, 'm'), flag);
     }

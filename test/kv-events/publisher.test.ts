@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync } from 'node:fs';
+import { type AddressInfo, connect, createServer, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
@@ -11,7 +12,7 @@ import { externalBlockHash } from '../../src/kv/block-hash.ts';
 import { BlockHasher } from '../../src/kv/block-hasher.ts';
 import { END_SEQ, seqBytes } from '../../src/kv-events/endpoint.ts';
 import { ZmqEventPublisher } from '../../src/kv-events/publisher.ts';
-import { KVEventSubscriber } from '../../src/kv-events/subscriber.ts';
+import { KVEventSubscriber, publisherRestarted } from '../../src/kv-events/subscriber.ts';
 import type { BlockStoredEvent, KVEventBatch, WireKVEvent } from '../../src/kv-events/wire.ts';
 
 const LOOPBACK = { endpoint: 'tcp://127.0.0.1:*', replay_endpoint: 'tcp://127.0.0.1:*' };
@@ -154,49 +155,95 @@ test('publish never blocks: past max_queue_size batches are dropped and counted'
 });
 
 /**
- * A subscriber hears 3 batches from one publisher, which stops; a new one starts on the same
- * endpoint (with `ahead`, first publishing past the old sequence before the subscriber can
- * have reconnected) and publishes until the subscriber reports the reset.
+ * A TCP front for a unix-socket (ipc://) publisher that lets a subscriber in only while
+ * `open`: with it shut, the subscriber's reconnects are cut at once, so what a publisher sends
+ * meanwhile reaches no subscriber (a PUB socket drops it).
  */
-async function restartSeenBy(ahead: boolean): Promise<{ resets: number; after: number[] }> {
+async function gatedFront(
+  path: string,
+): Promise<{ endpoint: string; open: boolean; close(): Promise<void> }> {
+  const sockets = new Set<Socket>();
+  const front = {
+    endpoint: '',
+    open: true,
+    close: () => {
+      for (const s of sockets) s.destroy();
+      return new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+  const server = createServer((down) => {
+    if (!front.open) {
+      down.destroy();
+      return;
+    }
+    const up = connect({ path });
+    for (const [a, b] of [
+      [down, up],
+      [up, down],
+    ] as const) {
+      sockets.add(a);
+      a.pipe(b);
+      a.on('error', () => b.destroy());
+      a.on('close', () => {
+        sockets.delete(a);
+        b.destroy();
+      });
+    }
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  front.endpoint = `tcp://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  return front;
+}
+
+/**
+ * A subscriber hears 3 batches from one publisher, which stops; a new one starts on the same
+ * endpoint, first (with `unheard` > 0) publishing that many batches past the old sequence
+ * while the subscriber cannot reconnect, then publishes until the subscriber reports the reset.
+ */
+async function restartSeenBy(unheard: number): Promise<{ resets: number; after: number[] }> {
   const dir = mkdtempSync(join(tmpdir(), 'kvc-events-'));
-  const endpoint = `ipc://${join(dir, 'pub.sock')}`;
-  const config = parseKVEventsConfig({ enable_kv_cache_events: true, endpoint });
+  const path = join(dir, 'pub.sock');
+  const config = parseKVEventsConfig({ enable_kv_cache_events: true, endpoint: `ipc://${path}` });
   const seen: number[] = [];
   let resets = 0;
+  let pub = await ZmqEventPublisher.start(config);
+  const front = await gatedFront(path);
   const sub = KVEventSubscriber.start({
-    endpoint,
+    endpoint: front.endpoint,
     onBatch: (b: KVEventBatch) => seen.push(b.ts),
     onReset: () => resets++,
   });
   try {
-    let pub = await ZmqEventPublisher.start(config);
     for (let round = 0; seen.length < 3; round++) {
       pub.publish({ ts: round, events: [], dataParallelRank: null });
       await new Promise((r) => setTimeout(r, 20));
     }
     const oldLast = Number(sub.lastSeq);
+    if (unheard > 0) front.open = false;
     await pub.shutdown();
     const before = seen.length;
     pub = await ZmqEventPublisher.start(config);
-    // The subscriber retries every 100 ms: these batches reach nobody.
-    if (ahead)
-      for (let i = 0; i <= oldLast + 5; i++) pub.publish({ ts: 50, events: [], dataParallelRank: null });
+    if (unheard > 0) {
+      for (let i = 0; i < oldLast + unheard; i++) pub.publish({ ts: 50, events: [], dataParallelRank: null });
+      await until(() => pub.stats().published === oldLast + unheard, 'the unheard batches sent');
+      front.open = true;
+    }
     for (let round = 0; resets === 0; round++) {
       if (round > 500) assert.fail('the restart was never noticed');
       pub.publish({ ts: 100 + round, events: [], dataParallelRank: null });
       await new Promise((r) => setTimeout(r, 20));
     }
-    await pub.shutdown();
     return { resets, after: seen.slice(before) };
   } finally {
     await sub.close();
+    await pub.shutdown();
+    await front.close();
     rmSync(dir, { recursive: true, force: true });
   }
 }
 
 test('a subscriber survives a publisher restart: sequence reset -> onReset, then the new batches', async () => {
-  const { resets, after } = await restartSeenBy(false);
+  const { resets, after } = await restartSeenBy(0);
   assert.equal(resets, 1);
   assert.ok(
     after.every((ts) => ts >= 100),
@@ -205,9 +252,20 @@ test('a subscriber survives a publisher restart: sequence reset -> onReset, then
 });
 
 test('a restart is noticed when the subscriber reconnects after the new sequence passed the old one', async () => {
-  const { resets, after } = await restartSeenBy(true);
+  const { resets, after } = await restartSeenBy(6);
   assert.equal(resets, 1);
   assert.ok(after.length > 0, "the new publisher's batches are delivered after the reset");
+});
+
+test('a restart: the sequence goes back, or any batch is the first since the connection dropped', () => {
+  // Heard 0..5 live (so dupFloor is 4: only 5 may arrive again), connection up: 6 goes on, 3 is a restart.
+  assert.equal(publisherRestarted(6n, 4n, false), false);
+  assert.equal(publisherRestarted(9n, 4n, false), false, 'a gap: replayed, not a restart');
+  assert.equal(publisherRestarted(3n, 4n, false), true);
+  // After a disconnect, even the batch that continues the old sequence exactly is a new publisher's.
+  assert.equal(publisherRestarted(6n, 4n, true), true);
+  assert.equal(publisherRestarted(12n, 4n, true), true);
+  assert.equal(publisherRestarted(0n, -1n, false), false, 'the first batch ever');
 });
 
 test("the OffloadingConnector's CPU tier events reach the wire with their medium", async () => {

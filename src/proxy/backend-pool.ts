@@ -1,7 +1,9 @@
 /**
  * The set of backends per role: periodic GET /health (dead backends stop receiving
- * traffic and come back when they answer again), the one-time GET /kvconnect/info, and
- * MoRIIO instances that appear and expire through discovery pings.
+ * traffic and come back when they answer again), GET /kvconnect/info (once for a server
+ * without it, a vLLM server; on every healthy round for a kvconnect server, whose restart may
+ * have moved its KV event or MoRIIO ports), and MoRIIO instances that appear and expire
+ * through discovery pings.
  */
 import { getLogger } from '../logging/logger.ts';
 import { Backend } from './backend.ts';
@@ -148,12 +150,18 @@ export class BackendPool {
         why,
         FAILED_CHECKS_TO_MARK_DOWN - failed,
       );
-    if (ok && backend.info === null) await this.#fetchInfo(backend);
+    if (ok && !backend.infoFallback) await this.#fetchInfo(backend);
     backend.healthy = ok || !down;
     this.#options.onBackendChange?.(backend);
   }
 
+  /**
+   * Reads the backend's /kvconnect/info. A backend that answered it before keeps its last info
+   * when it does not answer it now (slow, or restarting); one that never did and answers 404
+   * (or something else) is taken for a vLLM server running NixlConnector, once.
+   */
   async #fetchInfo(backend: Backend): Promise<void> {
+    const known = backend.info !== null;
     try {
       const res = await this.#upstream.getJson(
         `${backend.url}/kvconnect/info`,
@@ -180,6 +188,7 @@ export class BackendPool {
     } catch {
       return; // unreachable or slow: ask again on the next health round
     }
+    if (known) return;
     backend.info = { connector: 'NixlConnector' };
     backend.infoFallback = true;
     log.info(

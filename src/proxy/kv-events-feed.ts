@@ -4,7 +4,8 @@
  * servers) or from `--kv-events URL=ENDPOINT` (vLLM servers, which do not say where they
  * publish). A wildcard bind address (`*`, 0.0.0.0, ::) is replaced by the backend's host.
  * The subscriber catches up from the replay socket when it joins, and after a backend
- * restart (sequence reset) or an unhealthy spell its entries are dropped. BlockStored also
+ * restart (sequence reset, or new endpoints in its /kvconnect/info, read on every health
+ * round) or an unhealthy spell its entries are dropped. BlockStored also
  * settles the prefill ledger's tickets (the routed prompts that were still to compute).
  */
 
@@ -38,6 +39,10 @@ export function reachableEndpoint(endpoint: string, host: string): string {
   return endpoint.replace(/^tcp:\/\/(\*|0\.0\.0\.0|\[::\]|::)(?=:\d+$)/, `tcp://${h}`);
 }
 
+function sameSource(a: KvEventsSource, b: KvEventsSource): boolean {
+  return a.endpoint === b.endpoint && a.replayEndpoint === b.replayEndpoint && a.topic === b.topic;
+}
+
 export class KvEventsFeed {
   readonly index: KvBlockIndex;
   readonly ledger = new PrefillLedger();
@@ -49,10 +54,13 @@ export class KvEventsFeed {
     this.#defaults = defaults;
   }
 
-  /** Where `backend` publishes, if known. */
+  /** Where `backend` publishes, if known: the publisher followed (whose blocks the index holds), else the one reported. */
   sourceOf(backend: Backend): KvEventsSource | null {
-    const attached = this.#subs.get(backend.url);
-    if (attached) return attached.source;
+    return this.#subs.get(backend.url)?.source ?? this.#reported(backend);
+  }
+
+  /** Where `backend`'s /kvconnect/info or --kv-events says it publishes. */
+  #reported(backend: Backend): KvEventsSource | null {
     const info = backend.info?.kv_events;
     const endpoint = info?.endpoint ?? this.#defaults.endpoints.get(backend.url);
     if (!endpoint) return null;
@@ -66,18 +74,35 @@ export class KvEventsFeed {
     };
   }
 
-  /** Starts following `backend` (once); a no-op when its publisher is unknown. */
+  /**
+   * Starts following `backend`; a no-op when its publisher is unknown or already followed. When
+   * it now publishes somewhere else (restarted on other ports), what it held is forgotten and
+   * the new publisher followed.
+   */
   attach(backend: Backend): void {
-    if (this.#subs.has(backend.url)) return;
-    const source = this.sourceOf(backend);
+    const source = this.#reported(backend);
     if (!source) return;
     const url = backend.url;
+    const followed = this.#subs.get(url);
+    if (followed) {
+      if (sameSource(followed.source, source)) return;
+      log.info('%s now publishes KV events on %s (was %s)', url, source.endpoint, followed.source.endpoint);
+      this.#subs.delete(url);
+      void followed.sub.close();
+      this.forget(backend);
+    }
+    // A publisher no longer followed (replaced above) may still hand over a batch: drop it.
+    const current = () => this.#subs.get(url)?.sub === sub;
     const sub = KVEventSubscriber.start({
       endpoint: source.endpoint,
       replayEndpoint: source.replayEndpoint,
       topic: source.topic,
-      onBatch: (batch) => this.apply(url, batch),
-      onReset: () => this.forget(backend),
+      onBatch: (batch) => {
+        if (current()) this.apply(url, batch);
+      },
+      onReset: () => {
+        if (current()) this.forget(backend);
+      },
     });
     this.#subs.set(url, { sub, source });
     log.info('following KV events of %s on %s', url, source.endpoint);

@@ -184,3 +184,41 @@ describe('kv_aware routing over two servers', () => {
     for (const h of onB) assert.equal(index().prefixLength(b.url, h), 0);
   });
 });
+
+test('a server restarted on other KV event ports is followed there (its /kvconnect/info, read each health round)', async () => {
+  // Wildcard ports: the restarted server publishes (and replays) on new ones.
+  let s = await serve();
+  const port = Number(new URL(s.url).port);
+  const proxy = await startProxy(
+    resolveProxyOptions({
+      prefill: [],
+      decode: [s.url],
+      port: 0,
+      policy: 'kv_aware',
+      tokenizer: 'tiny',
+      healthIntervalMs: 100,
+    }),
+  );
+  const index = proxy.kvEvents!.index;
+  const hasher = new PromptBlockHasher(loadTokenizer('tiny'));
+  try {
+    const before = s.engine.kvEventsInfo()!.endpoint;
+    await complete(s.url, { prompt: PREFIXES[0] });
+    const old = hasher.hashes({ prompt: PREFIXES[0] }, 16, 'sha256_cbor');
+    await until(() => index.prefixLength(s.url, old) > 0, "the first server's blocks");
+    await stop(s);
+    s = await serve('tcp://127.0.0.1:*', port);
+    assert.notEqual(s.engine.kvEventsInfo()!.endpoint, before, 'the new server publishes elsewhere');
+    const fresh = hasher.hashes({ prompt: PREFIXES[1] }, 16, 'sha256_cbor');
+    // Until the proxy follows the new publisher, what it publishes reaches nobody: ask again.
+    for (let i = 0; index.prefixLength(s.url, fresh) === 0; i++) {
+      if (i > 200) assert.fail('the new publisher was never followed');
+      await complete(s.url, { prompt: `${PREFIXES[1]}${i}` });
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    assert.equal(index.prefixLength(s.url, old), 0, "the old server's blocks are forgotten");
+  } finally {
+    await proxy.close();
+    await stop(s);
+  }
+});

@@ -34,7 +34,7 @@ export const BENCH_SUMMARIES = {
   'transfer-direct':
     'same-host direct READs (or WRITEs) back to back, each paired with a native memcpy of the size',
   'transfer-warmup':
-    "a fresh agent pair's one-block READ/WRITE latency, window by window, as V8 optimizes it (vs its steady state)",
+    "a fresh agent pair's one-block READ/WRITE latency, window by window, as V8 optimizes it (V8's budget vs a smaller one)",
 } as const;
 
 export type BenchName = keyof typeof BENCH_SUMMARIES;

@@ -41,7 +41,7 @@ if (name === undefined || !available.includes(name)) {
   process.exit(2);
 }
 
-// Benchmarks measure kvconnect as its CLI runs it: with its V8 budget (src/util/jit-tuning.ts).
+// Benchmarks run as the CLI does: KVCONNECT_V8_INTERRUPT_BUDGET applies when set (src/util/jit-tuning.ts).
 try {
   tuneJit();
 } catch (e) {

@@ -1,22 +1,26 @@
 /**
- * `npm run bench -- transfer-warmup [--rounds 5] [--windows 10] [--per-window 500]`
+ * `npm run bench -- transfer-warmup [--rounds 5] [--windows 10] [--per-window 500] [--budget 8192]`
  *
- * How a fresh agent pair's one-block latency falls as V8 optimizes its JavaScript, with
- * kvconnect's V8 budget (src/util/jit-tuning.ts) against V8's own (the baseline,
- * `KVCONNECT_V8_INTERRUPT_BUDGET=0`). Each round starts, for every backend (shm, tcp) and both
+ * How a fresh agent pair's one-block latency falls as V8 optimizes its JavaScript, with V8's
+ * own interrupt budget (kvconnect's default) and with `--budget` (the opt-in
+ * `KVCONNECT_V8_INTERRUPT_BUDGET`, src/util/jit-tuning.ts). Each round starts, for every backend (shm, tcp) and both
  * settings, in an order that alternates round by round, a new process pair (this bench's child
  * runs _transfer-warmup-curve.ts, which starts its own peer) and times `--windows` windows of
  * `--per-window` one-block (64 KiB) READs and WRITEs, alternating. The table gives, per window,
  * the median and min–max over the rounds of each window's p50, the ratio of the first window to
- * the last (the pair's steady state) and, per round, kvconnect's last window over V8's. This is
+ * the last (the pair's steady state) and, per round, the small budget's last window over V8's. This is
  * also why `npm run bench -- transfer` warms its agents before timing them (`--warmup-rounds`,
  * bench/_transfer-warmup.ts) and reports the cold figures too. Prints a table, then one JSON
  * object.
  */
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import { interruptBudgetFrom, V8_INTERRUPT_BUDGET_ENV } from '../src/util/jit-tuning.ts';
-import { benchArgs, positiveInteger } from './_args.ts';
+import {
+  MIN_V8_INTERRUPT_BUDGET,
+  V8_INTERRUPT_BUDGET_ENV,
+  V8_OWN_INTERRUPT_BUDGET,
+} from '../src/util/jit-tuning.ts';
+import { benchArgs, exitWithUsageError, positiveInteger } from './_args.ts';
 import { damonPageoutNote } from './_damon.ts';
 import { fmt, json, loadAverage, pairwiseRatio, type Summary, summarize } from './_rounds.ts';
 import type { WarmupCurve } from './_transfer-warmup-curve.ts';
@@ -59,23 +63,33 @@ export async function main(args: string[]): Promise<void> {
       rounds: positiveInteger(5, 'rounds (fresh process pairs per backend and setting), at least 5'),
       windows: positiveInteger(10, 'windows per pair, at least 2'),
       'per-window': positiveInteger(500, 'one-block READs (and as many WRITEs) per window'),
+      budget: positiveInteger(8192, "the interrupt budget (bytes, ≥ 1024) timed against V8's own"),
     },
     args,
   );
   const rounds = Math.max(5, flags.rounds);
   const windows = Math.max(2, flags.windows);
   const perWindow = flags['per-window'];
-  const budget = interruptBudgetFrom();
+  const budget = flags.budget;
+  if (budget < MIN_V8_INTERRUPT_BUDGET) {
+    exitWithUsageError(
+      'transfer-warmup',
+      `--budget expects a number of bytes ≥ ${MIN_V8_INTERRUPT_BUDGET}, got ${budget} (V8's own is ${V8_OWN_INTERRUPT_BUDGET})`,
+    );
+  }
   const loadStart = loadAverage();
   const paths = ['shm_read', 'shm_write', 'tcp_read', 'tcp_write'] as const;
-  const settings = { kvconnect: {}, v8_default: { [V8_INTERRUPT_BUDGET_ENV]: '0' } } as const;
+  const settings = {
+    small_budget: { [V8_INTERRUPT_BUDGET_ENV]: String(budget) },
+    v8_budget: { [V8_INTERRUPT_BUDGET_ENV]: '0' },
+  } as const;
   type Setting = keyof typeof settings;
   type Name = `${(typeof paths)[number]}_${Setting}`;
-  const series = paths.flatMap((p) => (['kvconnect', 'v8_default'] as const).map((s): Name => `${p}_${s}`));
+  const series = paths.flatMap((p) => (['small_budget', 'v8_budget'] as const).map((s): Name => `${p}_${s}`));
   /** Per series, per round, the p50 of each window. */
   const curves = Object.fromEntries(series.map((n) => [n, [] as number[][]])) as Record<Name, number[][]>;
   const runs = (['SHM', 'TCP'] as const).flatMap((b) =>
-    (['kvconnect', 'v8_default'] as const).map((s) => [b, s] as const),
+    (['small_budget', 'v8_budget'] as const).map((s) => [b, s] as const),
   );
   for (let r = 0; r < rounds; r++) {
     for (const [backend, setting] of r % 2 === 0 ? runs : [...runs].reverse()) {
@@ -93,9 +107,9 @@ export async function main(args: string[]): Promise<void> {
       lastWindows(name),
       curves[name].map((c) => c[0]!),
     );
-  /** Per round, kvconnect's last window over V8's. */
-  const tunedOverDefault = (path: (typeof paths)[number]): Summary =>
-    pairwiseRatio(lastWindows(`${path}_v8_default`), lastWindows(`${path}_kvconnect`));
+  /** Per round, the small budget's last window over V8's. */
+  const smallOverV8 = (path: (typeof paths)[number]): Summary =>
+    pairwiseRatio(lastWindows(`${path}_v8_budget`), lastWindows(`${path}_small_budget`));
   /** Per setting, the windows after which each round's p50 stayed within 10% of its last window. */
   const settledAfter = (name: Name): Summary =>
     summarize(
@@ -107,7 +121,7 @@ export async function main(args: string[]): Promise<void> {
     );
 
   console.log(
-    `transfer-warmup: ${rounds} rounds, each a fresh process pair per backend and V8 setting (kvconnect: interrupt budget ${budget ?? "V8's own"}; V8's own: ${V8_INTERRUPT_BUDGET_ENV}=0); ` +
+    `transfer-warmup: ${rounds} rounds, each a fresh process pair per backend and V8 setting (small budget: ${V8_INTERRUPT_BUDGET_ENV}=${budget}; V8's own, ${V8_OWN_INTERRUPT_BUDGET}: kvconnect's default); ` +
       `${windows} windows of ${perWindow} one-block (64 KiB) READs and WRITEs, alternating; p50 per window in µs, median (min–max) over the rounds; ` +
       `load average ${loadStart} at the start, ${loadAverage()} at the end`,
   );
@@ -120,9 +134,9 @@ export async function main(args: string[]): Promise<void> {
   console.log(
     `| settled after (within 10% of the last window) | ${series.map((n) => fmt(settledAfter(n))).join(' | ')} |`,
   );
-  console.log(`\n| last window, kvconnect ÷ V8's own budget, per round | ${paths.join(' | ')} |`);
+  console.log(`\n| last window, budget ${budget} ÷ V8's own, per round | ${paths.join(' | ')} |`);
   console.log(`|---|${paths.map(() => '---|').join('')}`);
-  console.log(`| | ${paths.map((p) => fmt(tunedOverDefault(p), 2)).join(' | ')} |`);
+  console.log(`| | ${paths.map((p) => fmt(smallOverV8(p), 2)).join(' | ')} |`);
   const damon = damonPageoutNote();
   if (damon !== null) console.log(`note: ${damon}`);
   console.log(
@@ -132,7 +146,7 @@ export async function main(args: string[]): Promise<void> {
       rounds,
       windows,
       transfers_per_window: perWindow * 2,
-      kvconnect_interrupt_budget_bytes: budget,
+      small_interrupt_budget_bytes: budget,
       damon_pageout: damon !== null,
       ...Object.fromEntries(
         series.flatMap((n) => [
@@ -142,7 +156,7 @@ export async function main(args: string[]): Promise<void> {
         ]),
       ),
       ...Object.fromEntries(
-        paths.map((p) => [`${p}_last_window_kvconnect_vs_v8_default`, json(tunedOverDefault(p), 2)]),
+        paths.map((p) => [`${p}_last_window_small_vs_v8_budget`, json(smallOverV8(p), 2)]),
       ),
     }),
   );

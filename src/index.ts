@@ -69,4 +69,4 @@ export {
   type WireKVEvent,
   ZmqEventPublisher,
 } from './kv-events/index.ts';
-export { DEFAULT_V8_INTERRUPT_BUDGET, tuneJit, V8_INTERRUPT_BUDGET_ENV } from './util/jit-tuning.ts';
+export { tuneJit, V8_INTERRUPT_BUDGET_ENV } from './util/jit-tuning.ts';

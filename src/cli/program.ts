@@ -46,7 +46,7 @@ export function buildProgram(ctx: CliContext): Command {
 export async function runCli(argv: readonly string[], io: CliIO = stdio): Promise<number> {
   const ctx: CliContext = { io, dottedKvTransferConfig: [], exitCode: EXIT_OK };
   try {
-    // The agents' JavaScript tiers up sooner (src/util/jit-tuning.ts); a bad override is a usage error.
+    // KVCONNECT_V8_INTERRUPT_BUDGET, when set (src/util/jit-tuning.ts); a bad value is a usage error.
     tuneJit();
     const transfer = extractDottedArgs(argv, '--kv-transfer-config');
     const events = extractDottedArgs(transfer.rest, '--kv-events-config');

@@ -1,6 +1,7 @@
 /**
  * The baselines `npm run bench -- transfer` measures in the same run as kvconnect: UCX
- * (NIXL's own backend) `ucp_put_bw` over posix shared memory and over tcp on loopback,
+ * (NIXL's own backend) `ucp_put_bw` over posix shared memory and over tcp on loopback (and
+ * its `tag_lat` ping-pong for one-block latency),
  * iperf3 single stream, and a native libc memcpy (the addon's copyBytes, not
  * TypedArray.set). Each returns GB/s for one sample, or null with a note when its tool is
  * missing; a missing tool is never a silent 0.
@@ -72,8 +73,17 @@ export function ucxAvailable(): boolean {
   return installed('ucx_perftest', '-h');
 }
 
-/** GB/s of `ucx_perftest -t ucp_put_bw` moving `iterations` messages of `size` bytes. */
-export async function ucxPutGbps(transport: UcxTransport, size: number, iterations: number): Promise<number> {
+/**
+ * One `ucx_perftest` run (server and client on loopback): `test` with `iterations` messages of
+ * `size` bytes, one warm-up iteration of the same size; returns the client's last CSV line:
+ * iterations, 50.0_percentile_lat, avg_lat, overall_lat (µs), avg_bw, overall_bw (MiB/s), avg_mr, overall_mr.
+ */
+async function ucxPerftest(
+  transport: UcxTransport,
+  test: string,
+  size: number,
+  iterations: number,
+): Promise<number[]> {
   const port = await freePort();
   const env = transport === 'posix' ? { UCX_TLS: 'posix,self' } : { UCX_TLS: 'tcp', UCX_NET_DEVICES: 'lo' };
   const { stdout } = await clientServer(
@@ -85,7 +95,7 @@ export async function ucxPutGbps(transport: UcxTransport, size: number, iteratio
         '-p',
         String(port),
         '-t',
-        'ucp_put_bw',
+        test,
         '-s',
         String(size),
         '-n',
@@ -99,12 +109,31 @@ export async function ucxPutGbps(transport: UcxTransport, size: number, iteratio
     },
     /connect\(\) failed|Connection refused/i,
   );
-  // CSV: iterations,50.0_percentile_lat,avg_lat,overall_lat,avg_bw,overall_bw,avg_mr,overall_mr (bw in MiB/s)
-  const last = stdout.trim().split('\n').at(-1)?.split(',') ?? [];
-  const mibs = Number(last[5]);
-  if (!Number.isFinite(mibs) || mibs <= 0)
+  const last = (stdout.trim().split('\n').at(-1)?.split(',') ?? []).map(Number);
+  if (last.length < 8 || last.some((x) => !Number.isFinite(x)))
     throw new Error(`cannot read ucx_perftest's result: ${stdout.trim()}`);
+  return last;
+}
+
+/** GB/s of `ucx_perftest -t ucp_put_bw` moving `iterations` messages of `size` bytes. */
+export async function ucxPutGbps(transport: UcxTransport, size: number, iterations: number): Promise<number> {
+  const mibs = (await ucxPerftest(transport, 'ucp_put_bw', size, iterations))[5]!;
+  if (mibs <= 0) throw new Error(`ucx_perftest reported ${mibs} MiB/s`);
   return (mibs * 1048576) / 1e9;
+}
+
+/**
+ * Round-trip µs (p50 of `iterations`) of `ucx_perftest -t tag_lat`: a ping-pong of `size`-byte
+ * tagged messages, each side busy-polling its UCX worker. ucx_perftest prints half the round
+ * trip; this returns the whole. Both directions carry `size` bytes (a one-block READ carries
+ * them one way), so it is the stricter of the two for the same size.
+ */
+export async function ucxTagLatRttUs(
+  transport: UcxTransport,
+  size: number,
+  iterations: number,
+): Promise<number> {
+  return 2 * (await ucxPerftest(transport, 'tag_lat', size, iterations))[1]!;
 }
 
 export const IPERF3_MISSING = 'iperf3 not found (Debian/Ubuntu: apt-get install iperf3); no iperf3 baseline';

@@ -1,7 +1,7 @@
 /**
  * `npm run bench -- transfer [--layers 8] [--block-kib 64] [--blocks 128] [--rounds 5]
  *   [--latency-samples 2000] [--chunk-kib 4096] [--ucx-tcp-mib 16] [--copy-threads 1]
- *   [--warmup-rounds 3000]`
+ *   [--warmup-rounds 3000] [--busy-poll-us 200]`
  *
  * kvconnect's transfer agent between two processes, READ and WRITE with checksums on, over
  * an engine-like layout: one region per layer and per K/V, a request's blocks in runs of
@@ -23,7 +23,11 @@
  * that its JavaScript is optimized as in an engine that has been serving (_transfer-warmup.ts).
  * Reports
  * medians with min–max over the rounds and the ratios kvconnect/baseline (of medians), then
- * the p50/p99 of a one-block READ and WRITE (the agents take turns, round by round). Prints a
+ * the p50/p99 of a one-block READ and WRITE (the agents take turns, round by round), beside the
+ * same round trip's floors taken in the same rounds: a bare Node.js request/reply with the
+ * block's bytes as its reply (_pingpong.ts; loops sleeping between messages, and polling as the
+ * agents do) and UCX's `tag_lat` ping-pong of the block's size over tcp and posix. The agents
+ * busy-poll for `--busy-poll-us` after transfer activity (0 = sleep; busy-poll.ts). Prints a
  * table, then one JSON object. `--copy-threads N` lets both agents share a large same-host
  * copy out between N threads (TransferAgentOptions.copyThreads; the NIXL connector's
  * num_threads): memcpy and copy_hash stay one-thread baselines, and copy_hash_threads (the
@@ -31,7 +35,7 @@
  */
 
 import { setLogLevel } from '../src/logging/logger.ts';
-import { COPY_THREADS_ENV } from '../src/transfer/agent-checks.ts';
+import { BUSY_POLL_ENV, COPY_THREADS_ENV, DEFAULT_BUSY_POLL_US } from '../src/transfer/agent-checks.ts';
 import { checksumImplementation } from '../src/transfer/checksum.ts';
 import { DISABLE_DIRECT_READ_ENV } from '../src/transfer/direct-read.ts';
 import { type DescPair, InThreadTransferAgent, type TransferAgent } from '../src/transfer/index.ts';
@@ -39,6 +43,7 @@ import { interruptBudgetFrom } from '../src/util/jit-tuning.ts';
 import { mappableSharedMemory } from '../src/util/shared-memory.ts';
 import { benchArgs, nonNegativeInteger, positiveInteger } from './_args.ts';
 import { damonPageoutNote } from './_damon.ts';
+import { type PingPong, startPingPong } from './_pingpong.ts';
 import { loadAverage, percentile, type Summary, summarize } from './_rounds.ts';
 import {
   copyHashRunner,
@@ -51,6 +56,7 @@ import {
   UCX_MISSING,
   ucxAvailable,
   ucxPutGbps,
+  ucxTagLatRttUs,
 } from './_transfer-baselines.ts';
 import { ONE_BLOCK, timeOneBlock } from './_transfer-one-block.ts';
 import { blockIdsOf, kvRegions, type Peer, requestLayout, startPeer } from './_transfer-peer.ts';
@@ -184,6 +190,10 @@ export async function main(args: string[]): Promise<void> {
         DEFAULT_WARMUP_ROUNDS,
         'rounds of small transfers (READ, WRITE, WRITE hashed of a few blocks in every region, one-block READ and WRITE) each agent pair runs before the timed ones, so its JavaScript is optimized as in a running engine; 0: time the cold code',
       ),
+      'busy-poll-us': nonNegativeInteger(
+        DEFAULT_BUSY_POLL_US,
+        "µs both agents keep their event loop polling after transfer activity (the agents' busyPollUs); 0: they sleep between frames",
+      ),
     },
     args,
   );
@@ -196,6 +206,7 @@ export async function main(args: string[]): Promise<void> {
   const ucxTcpBytes = flags['ucx-tcp-mib'] << 20;
   const copyThreads = flags['copy-threads'];
   const warmupRounds = flags['warmup-rounds'];
+  const busyPollUs = flags['busy-poll-us'];
   const { layout, descs, bytes } = requestLayout(layers, blocks, blockBytes);
 
   const local = kvRegions(layout);
@@ -214,6 +225,7 @@ export async function main(args: string[]): Promise<void> {
   ] as const) {
     const peer = await startPeer(backend, layout, chunkBytes, {
       [COPY_THREADS_ENV]: String(copyThreads),
+      [BUSY_POLL_ENV]: String(busyPollUs),
       ...env,
     });
     const agent = await InThreadTransferAgent.create({
@@ -222,6 +234,7 @@ export async function main(args: string[]): Promise<void> {
       backends: [backend],
       chunkBytes,
       copyThreads,
+      busyPollUs,
     });
     agent.registerMemory(local);
     const remote = agent.addRemoteAgent(peer.meta);
@@ -308,10 +321,35 @@ export async function main(args: string[]): Promise<void> {
     shm_request: { READ: [], WRITE: [] },
   };
   for (const a of Object.values(agents)) await a.peer.grant('lat', [ONE_BLOCK.read]);
+  // The floors, in the same rounds: bare Node.js request/reply (sleeping, and polling as the
+  // agents do when they do), UCX's tag_lat ping-pong.
+  const pingPongs: [string, PingPong][] = [['node_pingpong', await startPingPong(blockBytes, 0)]];
+  if (busyPollUs > 0) pingPongs.push(['node_pingpong_polling', await startPingPong(blockBytes, busyPollUs)]);
+  const pingSamples: Record<string, number[]> = Object.fromEntries(pingPongs.map(([k]) => [k, []]));
+  const ucxLat: Record<'tcp' | 'posix', number[]> = { tcp: [], posix: [] };
+  const perSlice = Math.ceil(latencySamples / rounds);
   for (let r = 0; r < rounds; r++) {
     for (const [name, a] of Object.entries(agents) as [keyof typeof latSamples, (typeof agents)['tcp']][])
-      await latencySlice(a.agent, a.remote, Math.ceil(latencySamples / rounds), latSamples[name]);
+      await latencySlice(a.agent, a.remote, perSlice, latSamples[name]);
+    for (const [name, pp] of pingPongs) pingSamples[name]!.push(...(await pp.time(perSlice)));
+    if (!ucx) continue;
+    for (const transport of ['tcp', 'posix'] as const) {
+      try {
+        ucxLat[transport].push(await ucxTagLatRttUs(transport, blockBytes, perSlice));
+      } catch (e) {
+        const note = `ucx tag_lat ${transport}: ${e instanceof Error ? e.message : String(e)}`;
+        if (!notes.includes(note)) notes.push(note);
+      }
+    }
   }
+  for (const [, pp] of pingPongs) await pp.stop();
+  const pingLat = Object.fromEntries(
+    Object.entries(pingSamples).map(([k, v]) => [k, latencyStats({ READ: v, WRITE: [] }).read]),
+  );
+  const ucxLatSummary = {
+    tcp: ucxLat.tcp.length > 0 ? summarize(ucxLat.tcp) : null,
+    posix: ucxLat.posix.length > 0 ? summarize(ucxLat.posix) : null,
+  };
   const lat = {
     tcp: latencyStats(latSamples.tcp),
     shm: latencyStats(latSamples.shm),
@@ -340,6 +378,7 @@ export async function main(args: string[]): Promise<void> {
     `transfer: ${layout.regions} regions (${layers} layers × K/V) × ${blocks} blocks × ${blockBytes >> 10} KiB = ${bytes >> 20} MiB per transfer in ${descs.length} descriptors (runs of 1–64 blocks); ` +
       `${rounds} alternating rounds; checksum ${checksumImplementation}; shm from mapped KV memory: ${mappableSharedMemory ? 'yes' : 'no (ring)'}; ` +
       `copy threads ${copyThreads}${copyThreads > 1 ? ' (memcpy and copy_hash: one thread)' : ''}; ` +
+      `busy polling ${busyPollUs > 0 ? `${busyPollUs} µs after transfer activity` : 'off'}; ` +
       `V8 interrupt budget ${interruptBudgetFrom() ?? "V8's own"}; JavaScript warm-up ${warmupRounds} rounds of small transfers per agent pair (${warmupTimes}); ` +
       `load average ${loadStart} at the start, ${loadAverage()} at the end; DAMON pageout ${damon === null ? 'off' : 'on (see the note)'}`,
   );
@@ -364,6 +403,17 @@ export async function main(args: string[]): Promise<void> {
   const us = (x: number) => Math.round(x * 10) / 10;
   console.log(
     `| one ${blockBytes >> 10} KiB block, round trip | tcp READ p50 ${us(lat.tcp.read.p50)} µs, p99 ${us(lat.tcp.read.p99)} µs; WRITE p50 ${us(lat.tcp.write.p50)} µs, p99 ${us(lat.tcp.write.p99)} µs | | shm READ p50 ${us(lat.shm.read.p50)} µs, p99 ${us(lat.shm.read.p99)} µs; WRITE p50 ${us(lat.shm.write.p50)} µs, p99 ${us(lat.shm.write.p99)} µs; shm READ the request way p50 ${us(lat.shmRequest.read.p50)} µs, p99 ${us(lat.shmRequest.read.p99)} µs | |`,
+  );
+  const pp = (k: string) => {
+    const v = pingLat[k];
+    return v ? `p50 ${us(v.p50)} µs, p99 ${us(v.p99)} µs` : 'n/a';
+  };
+  const ucxRtt = (v: Summary | null) =>
+    v
+      ? `p50 ${us(v.median)} µs (${us(v.min)}–${us(v.max)} over the rounds)`
+      : `n/a (${ucx ? 'failed' : UCX_MISSING})`;
+  console.log(
+    `| one ${blockBytes >> 10} KiB block, floors | bare Node.js request/reply over tcp, ${blockBytes >> 10} KiB reply: loops sleeping ${pp('node_pingpong')}${busyPollUs > 0 ? `; polling ${busyPollUs} µs ${pp('node_pingpong_polling')}` : ''} | UCX tag_lat round trip, ${blockBytes >> 10} KiB each way | tcp ${ucxRtt(ucxLatSummary.tcp)}; posix ${ucxRtt(ucxLatSummary.posix)} | tcp READ ÷ UCX tcp ${ucxLatSummary.tcp ? r2(lat.tcp.read.p50 / ucxLatSummary.tcp.median) : 'n/a'}; ÷ Node.js ${pingLat['node_pingpong'] ? r2(lat.tcp.read.p50 / pingLat['node_pingpong'].p50) : 'n/a'} (sleeping)${pingLat['node_pingpong_polling'] ? `, ${r2(lat.tcp.read.p50 / pingLat['node_pingpong_polling'].p50)} (polling)` : ''} |`,
   );
   const roundedMedian = (v: number[] | undefined) => (v && v.length > 0 ? r2(summarize(v).median) : null);
   console.log('| path | GB per CPU-second, receiver / sender (median) |\n|---|---|');
@@ -410,6 +460,7 @@ export async function main(args: string[]): Promise<void> {
     copy_threads: copyThreads,
     v8_interrupt_budget_bytes: interruptBudgetFrom(),
     warmup_rounds: warmupRounds,
+    busy_poll_us: busyPollUs,
     ...Object.fromEntries(Object.entries(warmupMs).map(([k, v]) => [`${k}_warmup_ms`, v])),
     shm_mapped_kv: mappableSharedMemory,
     checksum: checksumImplementation,
@@ -459,6 +510,31 @@ export async function main(args: string[]): Promise<void> {
     shm_read_vs_request: ratio('shm_read', 'shm_read_request'),
     shm_write_64k_p50_us: us(lat.shm.write.p50),
     shm_write_64k_p99_us: us(lat.shm.write.p99),
+    ...Object.fromEntries(
+      Object.entries(pingLat).flatMap(([k, v]) => [
+        [`${k}_64k_p50_us`, us(v.p50)],
+        [`${k}_64k_p99_us`, us(v.p99)],
+      ]),
+    ),
+    ...Object.fromEntries(
+      (['tcp', 'posix'] as const).flatMap((t) => {
+        const v = ucxLatSummary[t];
+        return [
+          [`ucx_${t}_tag_lat_64k_rtt_us_median`, v ? us(v.median) : null],
+          [`ucx_${t}_tag_lat_64k_rtt_us_min`, v ? us(v.min) : null],
+          [`ucx_${t}_tag_lat_64k_rtt_us_max`, v ? us(v.max) : null],
+        ];
+      }),
+    ),
+    tcp_read_64k_vs_ucx_tcp_tag_lat: ucxLatSummary.tcp
+      ? r2(lat.tcp.read.p50 / ucxLatSummary.tcp.median)
+      : null,
+    tcp_read_64k_vs_node_pingpong: pingLat['node_pingpong']
+      ? r2(lat.tcp.read.p50 / pingLat['node_pingpong'].p50)
+      : null,
+    tcp_read_64k_vs_node_pingpong_polling: pingLat['node_pingpong_polling']
+      ? r2(lat.tcp.read.p50 / pingLat['node_pingpong_polling'].p50)
+      : null,
     notes,
   });
   console.log(JSON.stringify(out));

@@ -64,6 +64,29 @@ export function resolveCopyThreads(option: number | undefined): number {
   return value;
 }
 
+/** Set to whole microseconds (0 = off) for agents created without `busyPollUs`. */
+export const BUSY_POLL_ENV = 'KVCONNECT_BUSY_POLL_US';
+
+/** The default busy-poll window (µs) after transfer activity (busy-poll.ts; docs/transfer.md "Busy polling"). */
+export const DEFAULT_BUSY_POLL_US = 100;
+
+/** The longest busy-poll window an agent takes (µs). */
+export const MAX_BUSY_POLL_US = 100_000;
+
+/** The busy-poll window: the option, else KVCONNECT_BUSY_POLL_US, else the default (checked, with the fix). */
+export function resolveBusyPollUs(option: number | undefined): number {
+  const fromEnv = process.env[BUSY_POLL_ENV];
+  const value = option ?? (fromEnv === undefined || fromEnv === '' ? DEFAULT_BUSY_POLL_US : Number(fromEnv));
+  if (!(Number.isSafeInteger(value) && value >= 0 && value <= MAX_BUSY_POLL_US)) {
+    const field = option === undefined ? `${BUSY_POLL_ENV} (environment)` : 'busyPollUs';
+    throw new RangeError(
+      `${field} must be a whole number of microseconds from 0 to ${MAX_BUSY_POLL_US}, got ${option ?? JSON.stringify(fromEnv)}; ` +
+        `set it to 0 to let the agent's event loop sleep between frames, or unset it for the default (${DEFAULT_BUSY_POLL_US})`,
+    );
+  }
+  return value;
+}
+
 /**
  * A connector's thread setting (NIXL's num_threads, MoRIIO's num_workers) as copy threads:
  * at most the machine's cores and MAX_COPY_THREADS, at least 1.

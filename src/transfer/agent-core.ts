@@ -29,6 +29,8 @@ export interface AgentCore {
   readonly stallOnNotification: PlainTestHooks['stallOnNotification'];
   /** Threads a large same-host copy may use (TransferAgentOptions.copyThreads, resolved). */
   readonly copyThreads: number;
+  /** Transfer activity on a peer connection: keeps the event loop polling a while (busy-poll.ts). */
+  activity(): void;
   deliver(n: Notification): void;
   /** A peer's request found no covering grant: true when grants issued meanwhile were applied (AgentObserver.grantMissed). */
   grantMissed(): boolean;

@@ -43,6 +43,12 @@ export interface TransferAgentOptions {
    * passes its `num_threads`, capped at the machine's cores.
    */
   readonly copyThreads?: number;
+  /**
+   * How long (µs) the agent's event loop keeps polling instead of sleeping after transfer
+   * activity (a transfer posted, a frame received), so a reply is picked up without a wake-up
+   * (busy-poll.ts). 0 = off. Default: KVCONNECT_BUSY_POLL_US, else 100.
+   */
+  readonly busyPollUs?: number;
   /** Test-only hooks. */
   readonly testHooks?: PlainTestHooks & { readonly outgoing?: OutgoingHook };
 }

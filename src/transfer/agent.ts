@@ -14,6 +14,7 @@ import {
   DONE_STATUS,
   errStatus,
   PROC_STATUS,
+  resolveBusyPollUs,
   resolveCopyThreads,
   unknownHandle,
   unreachable,
@@ -24,6 +25,7 @@ import { resolveSecret } from './auth.ts';
 import { type BackendChoice, chooseTransport, resolveBackends } from './backends.ts';
 import { IncomingRuns } from './block-io.ts';
 import { BlockRecords } from './block-records.ts';
+import { BusyPoll } from './busy-poll.ts';
 import { adoptAcceptedSocket, zeroCopyRead } from './connection.ts';
 import { prepareDescriptors } from './descriptors.ts';
 import { DISABLE_DIRECT_READ_ENV } from './direct-read.ts';
@@ -73,6 +75,7 @@ export class InThreadTransferAgent implements TransferAgent {
   #nextId = 1;
   #port = 0;
   #closed = false;
+  readonly #busyPoll: BusyPoll;
 
   private constructor(opts: TransferAgentOptions) {
     this.#opts = opts;
@@ -84,6 +87,7 @@ export class InThreadTransferAgent implements TransferAgent {
     this.#hostId = localHostId(shmDir);
     checkAgentOptions(opts);
     const copyThreads = resolveCopyThreads(opts.copyThreads);
+    this.#busyPoll = new BusyPoll(resolveBusyPollUs(opts.busyPollUs));
     this.#records = new BlockRecords(this.#regions, copyThreads);
     const chunkBytes = opts.chunkBytes ?? 4 << 20;
     this.#grants = new GrantTable(
@@ -113,6 +117,7 @@ export class InThreadTransferAgent implements TransferAgent {
       outgoingHook: opts.testHooks?.outgoing,
       stallOnNotification: opts.testHooks?.stallOnNotification,
       copyThreads,
+      activity: this.#busyPoll.touch,
       deliver: (n) => {
         this.#notifications.push(n);
         this.#observer.notification?.();
@@ -212,6 +217,10 @@ export class InThreadTransferAgent implements TransferAgent {
 
   get copyThreads(): number {
     return this.#core.copyThreads;
+  }
+
+  get busyPollUs(): number {
+    return this.#busyPoll.windowMs * 1000;
   }
 
   transportFor(name: string): TransportName {
@@ -415,6 +424,7 @@ export class InThreadTransferAgent implements TransferAgent {
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
+    this.#busyPoll.stop();
     for (const p of this.#peers.values()) p.close('agent closed');
     this.#peers.clear();
     for (const s of this.#sockets) s.destroy();

@@ -35,9 +35,19 @@ export class FramedConnection<F extends Header> {
   #closeReason = '';
   readonly #closeListeners: ((reason: string) => void)[] = [];
 
-  constructor(socket: Socket, sink: FrameSink<F>, parse: HeaderParser<F>, label: string) {
+  readonly #activity: (() => void) | undefined;
+
+  /** `activity`, when given, is called whenever bytes arrive (before they are decoded) or a frame is sent. */
+  constructor(
+    socket: Socket,
+    sink: FrameSink<F>,
+    parse: HeaderParser<F>,
+    label: string,
+    activity?: () => void,
+  ) {
     this.socket = socket;
     this.label = label;
+    this.#activity = activity;
     socket.setNoDelay(true);
     this.#decoder = new FrameDecoder(sink, parse);
     socket.on('data', (chunk: Buffer) => this.feed(chunk));
@@ -50,6 +60,7 @@ export class FramedConnection<F extends Header> {
   /** Decodes bytes read from the socket; a framing or protocol error closes the connection. */
   feed(chunk: Uint8Array, direct = false): void {
     if (this.#closed) return;
+    this.#activity?.();
     try {
       if (direct) this.#decoder.directFilled(chunk.length);
       else this.#decoder.push(chunk);
@@ -80,6 +91,7 @@ export class FramedConnection<F extends Header> {
   /** Writes one frame; resolves at once unless the socket buffer is over the drain threshold. */
   send(header: F, payload: readonly Uint8Array[] = []): Promise<void> | undefined {
     if (this.#closed) throw new ProtocolError(`connection ${this.label} is closed: ${this.#closeReason}`);
+    this.#activity?.();
     let length = 0;
     for (const p of payload) length += p.length;
     const s = this.socket;

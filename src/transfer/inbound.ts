@@ -46,7 +46,7 @@ export class InboundSession {
   constructor(core: AgentCore, socket: Socket) {
     this.#core = core;
     const label = `${socket.remoteAddress}:${socket.remotePort}→${core.agentName}`;
-    this.#conn = new FramedConnection(socket, this.#sink(), parseAgentFrame, label);
+    this.#conn = new FramedConnection(socket, this.#sink(), parseAgentFrame, label, core.activity);
     const timer = setTimeout(() => {
       if (this.#peer) return;
       log.warn('closing connection %s: no handshake within %d ms', label, core.handshakeTimeoutMs);

@@ -1,6 +1,6 @@
 /** Public API of the transfer layer (used by src/connectors/nixl/ and src/connectors/moriio/). */
 export { InThreadTransferAgent } from './agent.ts';
-export { copyThreadsUpTo } from './agent-checks.ts';
+export { copyThreadsUpTo, MAX_BUSY_POLL_US } from './agent-checks.ts';
 export type { TransferAgentOptions } from './agent-options.ts';
 export { resolveSecret, SECRET_ENV } from './auth.ts';
 export { type BackendChoice, chooseTransport, KNOWN_BACKENDS, resolveBackends } from './backends.ts';

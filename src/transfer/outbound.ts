@@ -97,6 +97,7 @@ export class OutboundPeer {
       },
       parseAgentFrame,
       `${core.agentName}→${meta.agentName}`,
+      core.activity,
     );
     this.#link = new PeerLink(conn, transport);
     this.#handshake = new ClientHandshake(core, this.#link, meta.agentName, connectTimeoutMs);

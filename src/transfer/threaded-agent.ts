@@ -17,6 +17,7 @@ import {
   errStatus,
   localBlocks,
   PROC_STATUS,
+  resolveBusyPollUs,
   resolveCopyThreads,
   unknownHandle,
   unreachable,
@@ -61,6 +62,7 @@ export class ThreadedTransferAgent implements TransferAgent {
   readonly engineId: string;
   readonly tpRank: number;
   readonly copyThreads: number;
+  readonly busyPollUs: number;
   readonly #worker: Worker;
   readonly #backends: BackendChoice;
   readonly #base: AgentMetadata;
@@ -79,13 +81,20 @@ export class ThreadedTransferAgent implements TransferAgent {
   #closed = false;
   #onClosed: (() => void) | null = null;
 
-  private constructor(worker: Worker, opts: ThreadedAgentOptions, base: AgentMetadata, copyThreads: number) {
+  private constructor(
+    worker: Worker,
+    opts: ThreadedAgentOptions,
+    base: AgentMetadata,
+    copyThreads: number,
+    busyPollUs: number,
+  ) {
     this.#worker = worker;
     this.#base = base;
     this.name = base.agentName;
     this.engineId = base.engineId;
     this.tpRank = base.tpRank;
     this.copyThreads = copyThreads;
+    this.busyPollUs = busyPollUs;
     this.#backends = resolveBackends(opts.backends);
     worker.on('message', (msg: FromAgentThread) => this.#onMessage(msg));
     worker.on('error', (e) => this.#fail(e.message));
@@ -101,10 +110,11 @@ export class ThreadedTransferAgent implements TransferAgent {
     checkAgentOptions(opts);
     // Resolved here (the error before any thread starts) and handed to the thread as the option.
     const copyThreads = resolveCopyThreads(opts.copyThreads);
-    const worker = startAgentThread({ options: { ...opts, copyThreads } });
+    const busyPollUs = resolveBusyPollUs(opts.busyPollUs);
+    const worker = startAgentThread({ options: { ...opts, copyThreads, busyPollUs } });
     try {
       const base = await waitReady(worker);
-      return new ThreadedTransferAgent(worker, opts, base, copyThreads);
+      return new ThreadedTransferAgent(worker, opts, base, copyThreads, busyPollUs);
     } catch (e) {
       await worker.terminate();
       throw e;

@@ -33,6 +33,8 @@ export interface TransferAgent {
   readonly tpRank: number;
   /** Threads a large same-host copy may use (TransferAgentOptions.copyThreads, resolved). */
   readonly copyThreads: number;
+  /** µs its event loop keeps polling after transfer activity (TransferAgentOptions.busyPollUs, resolved; 0 = off). */
+  readonly busyPollUs: number;
   /** Registers KV tensors; descriptors name them by id. Throws TRANSFER_BAD_REGION on inconsistent sizes. */
   registerMemory(regions: readonly MemoryRegion[]): void;
   /** Serialisable metadata a peer passes to addRemoteAgent (served by the side channel). */

@@ -29,7 +29,7 @@ it('MoRIIO READ mode: KV changed after the forward pass filled it fails D’s ch
   const dPorts = await moriioPorts();
   // In-thread agents: the record is taken inside kvBlocksFilled, before the change below.
   const p = await Engine.create(
-    moriioOptions(spec, 'kv_producer', pPorts, { transfer_thread: false, num_workers: 2 }),
+    moriioOptions(spec, 'kv_producer', pPorts, { transfer_thread: false, num_workers: 2, busy_poll_us: 0 }),
   );
   const d = await Engine.create(moriioOptions(spec, 'kv_consumer', dPorts, { transfer_thread: false }));
   try {
@@ -38,6 +38,12 @@ it('MoRIIO READ mode: KV changed after the forward pass filled it fails D’s ch
     const agentOf = (c: unknown) => (c as MoRIIOConnector).worker?.agent;
     assert.equal(agentOf(connector)?.copyThreads, Math.min(2, availableParallelism()));
     assert.equal(agentOf((await runner(d)).connector)?.copyThreads, 1);
+    // busy_poll_us reaches the agent; unset, the agent's default (no KVCONNECT_BUSY_POLL_US in tests).
+    assert.equal(agentOf(connector)?.busyPollUs, 0);
+    assert.equal(
+      agentOf((await runner(d)).connector)?.busyPollUs,
+      Number(process.env['KVCONNECT_BUSY_POLL_US'] ?? 100),
+    );
     const changed = changeAfterFill(connector, kv, 9);
     const loadErrors = countLoadErrors((await runner(d)).connector);
     const { tokens } = await runPair(p, d, pPorts, dPorts, spec, [PROMPT]);

@@ -39,6 +39,10 @@ async function disaggregate(o: PairOptions): Promise<void> {
     const copyThreads = Math.min(Number(o.extra?.['num_threads'] ?? 4), availableParallelism());
     assert.equal((await agentOf(p))?.copyThreads, copyThreads);
     assert.equal((await agentOf(d))?.copyThreads, copyThreads);
+    // busy_poll_us reaches the agents (else the agent's default, 100 µs, with no KVCONNECT_BUSY_POLL_US).
+    const busyPollUs = Number(o.extra?.['busy_poll_us'] ?? process.env['KVCONNECT_BUSY_POLL_US'] ?? 100);
+    assert.equal((await agentOf(p))?.busyPollUs, busyPollUs);
+    assert.equal((await agentOf(d))?.busyPollUs, busyPollUs);
     const pOut = await p.generate(PROMPTS, { ...GREEDY, maxTokens: 1 }, { kvTransferParams: P_PARAMS });
     const dOut = await d.generate(PROMPTS, GREEDY, { kvTransferParams: pOut.map((x) => x.kvTransferParams) });
     assert.deepEqual(
@@ -68,21 +72,21 @@ describe('NIXL transfer agent in a thread (default) or on the engine loop', () =
   for (const backend of ['TCP', 'SHM'] as const) {
     it(`pull over ${backend}, agent in a thread: D's tokens equal a single engine's and both pools drain`, () =>
       disaggregate({ model: 'tiny', connector: 'NixlConnector', backend, extra: {} }));
-    it(`pull over ${backend}, transfer_thread false: the same on the engine loop`, () =>
+    it(`pull over ${backend}, transfer_thread false, busy_poll_us 0: the same on the engine loop`, () =>
       disaggregate({
         model: 'tiny',
         connector: 'NixlConnector',
         backend,
-        extra: { transfer_thread: false },
+        extra: { transfer_thread: false, busy_poll_us: 0 },
       }));
   }
 
-  it('push over TCP, agent in a thread, num_threads 1: D receives the KV written by P', () =>
+  it('push over TCP, agent in a thread, num_threads 1, busy_poll_us 250: D receives the KV written by P', () =>
     disaggregate({
       model: 'tiny',
       connector: 'NixlPushConnector',
       backend: 'TCP',
-      extra: { num_threads: 1 },
+      extra: { num_threads: 1, busy_poll_us: 250 },
     }));
 
   it('the option defaults to true and must be a boolean', () => {

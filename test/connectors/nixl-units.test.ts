@@ -140,6 +140,19 @@ describe('options and startup', () => {
     );
   });
 
+  it('busy_poll_us: unset leaves the agent its default; whole µs from 0 to 100000', () => {
+    assert.equal(parseNixlOptions({}, null, {}).busyPollUs, undefined);
+    assert.equal(parseNixlOptions({ busy_poll_us: 0 }, null, {}).busyPollUs, 0);
+    assert.equal(parseNixlOptions({ busy_poll_us: 250 }, null, {}).busyPollUs, 250);
+    for (const bad of [-1, 100_001, 1.5, 'fast']) {
+      assert.throws(
+        () => parseNixlOptions({ busy_poll_us: bad }, null, {}),
+        (e: unknown) => isKVError(e) && e.field === 'kv_connector_extra_config.busy_poll_us',
+        `busy_poll_us ${JSON.stringify(bad)}`,
+      );
+    }
+  });
+
   it('a side-channel port in use fails at startup naming both ways to change it', async () => {
     const blocker = createServer();
     await new Promise<void>((r) => blocker.listen(0, '127.0.0.1', r));

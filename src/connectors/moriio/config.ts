@@ -10,6 +10,7 @@ import { type ExtraConfigSchema, readExtraConfig } from '../../config/extra-conf
 import type { EngineConfig } from '../../config/types.ts';
 import { KVError } from '../../errors/kv-error.ts';
 import { getLogger } from '../../logging/logger.ts';
+import { MAX_BUSY_POLL_US } from '../../transfer/index.ts';
 
 const log = getLogger('kvconnect.connectors.moriio');
 
@@ -59,6 +60,7 @@ export const MORIIO_EXTRA_CONFIG = {
     defer_timeout: { type: 'number', default: MORIIO_DEFAULT_DEFER_TIMEOUT_S, min: 0, aboveMin: true },
     host_ip: { type: 'string' },
     transfer_thread: { type: 'boolean', default: true },
+    busy_poll_us: { type: 'integer', min: 0, max: MAX_BUSY_POLL_US },
   },
 } as const satisfies ExtraConfigSchema;
 
@@ -78,6 +80,8 @@ export interface MoRIIOConfig {
   hostIp: string;
   /** kvconnect: host the transfer agent in a worker thread (as NixlConnector's `transfer_thread`). */
   transferThread: boolean;
+  /** kvconnect: µs the agent's loop polls after transfer activity (undefined = KVCONNECT_BUSY_POLL_US, else 100). */
+  busyPollUs: number | undefined;
   /** `{host_ip}:{handshake_port}`; MoRIIO overrides kv_transfer_config.engine_id with it. */
   engineId: string;
   /** Data-parallel rank folded to this node (`global % dp_local`; the global rank when dp_local is 0). */
@@ -198,6 +202,7 @@ export function parseMoRIIOConfig(extra: Record<string, unknown>, engineConfig: 
     deferTimeoutS: v.defer_timeout,
     hostIp,
     transferThread: v.transfer_thread,
+    busyPollUs: v.busy_poll_us,
     engineId: `${hostIp}:${v.handshake_port}`,
     dpRankLocal,
     tpSize,

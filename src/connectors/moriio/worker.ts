@@ -99,6 +99,7 @@ export class MoRIIOWorker {
       thread: cfg.transferThread,
       // num_workers (MoRI's transfer worker threads): the threads a large same-host copy may use.
       copyThreads: copyThreadsUpTo(cfg.numWorkers),
+      ...(cfg.busyPollUs === undefined ? {} : { busyPollUs: cfg.busyPollUs }),
     });
     this.#agent = agent;
     agent.registerMemory(

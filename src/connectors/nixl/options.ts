@@ -5,7 +5,7 @@
 import { type ExtraConfigSchema, readExtraConfig } from '../../config/extra-config.ts';
 import type { EngineConfig } from '../../config/types.ts';
 import { KVError } from '../../errors/kv-error.ts';
-import { KNOWN_BACKENDS } from '../../transfer/index.ts';
+import { KNOWN_BACKENDS, MAX_BUSY_POLL_US } from '../../transfer/index.ts';
 
 export const DEFAULT_SIDE_CHANNEL_PORT = 5600;
 export const SIDE_CHANNEL_HOST_ENV = 'VLLM_NIXL_SIDE_CHANNEL_HOST';
@@ -40,6 +40,11 @@ export interface NixlOptions {
    * computes a step (kvconnect extension; default false).
    */
   readonly transferThread: boolean;
+  /**
+   * µs the transfer agent's event loop keeps polling after transfer activity (kvconnect
+   * extension; undefined = KVCONNECT_BUSY_POLL_US, else the agent's default).
+   */
+  readonly busyPollUs: number | undefined;
 }
 
 /** The wait the transfer agent uses: never more than half the transfer timeout. */
@@ -65,6 +70,7 @@ export const NIXL_EXTRA_CONFIG = {
     transfer_timeout: { type: 'number', default: 30, min: 0.01 },
     grant_wait_ms: { type: 'number', default: 5000, min: 0 },
     transfer_thread: { type: 'boolean', default: true },
+    busy_poll_us: { type: 'integer', min: 0, max: MAX_BUSY_POLL_US },
     bidirectional_kv_xfer: { type: 'boolean', default: false },
     enable_cross_layers_blocks: {
       type: 'ignored',
@@ -160,6 +166,7 @@ export function parseNixlOptions(
     transferTimeout: v.transfer_timeout,
     grantWaitMs: Math.min(v.grant_wait_ms, 2 ** 31 - 1),
     transferThread: v.transfer_thread,
+    busyPollUs: v.busy_poll_us,
   };
 }
 

@@ -147,6 +147,7 @@ export class NixlWorker {
       connectTimeoutMs: opts.handshakeTimeout * 1000,
       // vLLM's num_threads (UCX progress threads): here the threads a large same-host copy may use.
       copyThreads: copyThreadsUpTo(opts.numThreads),
+      ...(opts.busyPollUs === undefined ? {} : { busyPollUs: opts.busyPollUs }),
     };
     // Test hooks are functions and cannot cross into the agent thread: with them, the agent stays here.
     const agent = await createTransferAgent({

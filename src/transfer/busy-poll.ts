@@ -1,0 +1,57 @@
+/**
+ * Busy polling: keeps an agent's event loop from sleeping for a short window after transfer
+ * activity (a transfer posted, a frame arriving), so the next frame is picked up by a loop
+ * that is already running instead of one the kernel must wake.
+ *
+ * Why: a peer's frame that finds this process asleep costs a wake-up on top of the socket's
+ * own cost, and on a virtual machine each wake-up of an idle vCPU is a VM exit and entry. On
+ * the development VM a bare Node.js request/reply of 64 KiB over loopback TCP took 45 µs p50
+ * sleeping between messages and 29 µs with both loops polling; a one-block kvconnect READ
+ * over tcp went from 67–71 to 51 µs (docs/BENCHMARKS.md "Busy polling"). UCX does the same
+ * (its caller progresses the worker in a loop; NIXL's UCX backend runs a progress thread).
+ *
+ * How: while the window is open, one `setImmediate` callback per loop turn re-arms itself, so
+ * libuv polls its sockets with a zero timeout instead of blocking. Other callbacks (the
+ * engine's timers, HTTP requests) run in between as usual: polling burns this thread's idle
+ * time, it does not hold the thread. The window closes `windowUs` after the last activity;
+ * nothing polls while the agent is idle. 0 turns it off.
+ */
+export class BusyPoll {
+  /** The window in ms (the constructor takes µs). */
+  readonly windowMs: number;
+  #last = 0;
+  #timer: NodeJS.Immediate | null = null;
+  #turns = 0;
+
+  constructor(windowUs: number) {
+    this.windowMs = windowUs / 1000;
+  }
+
+  /** Transfer activity: (re)opens the window. */
+  readonly touch = (): void => {
+    if (this.windowMs === 0) return;
+    this.#last = performance.now();
+    this.#timer ??= setImmediate(this.#turn);
+  };
+
+  readonly #turn = (): void => {
+    this.#turns++;
+    this.#timer = performance.now() - this.#last < this.windowMs ? setImmediate(this.#turn) : null;
+  };
+
+  /** Whether the loop is being kept awake now. */
+  get polling(): boolean {
+    return this.#timer !== null;
+  }
+
+  /** Loop turns spent polling so far (for tests and stats). */
+  get turns(): number {
+    return this.#turns;
+  }
+
+  /** Closes the window now (the agent is closing). */
+  stop(): void {
+    if (this.#timer !== null) clearImmediate(this.#timer);
+    this.#timer = null;
+  }
+}

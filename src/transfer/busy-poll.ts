@@ -19,24 +19,27 @@
 export class BusyPoll {
   /** The window in ms (the constructor takes µs). */
   readonly windowMs: number;
+  readonly #now: () => number;
   #last = 0;
   #timer: NodeJS.Immediate | null = null;
   #turns = 0;
 
-  constructor(windowUs: number) {
+  /** `now` (ms) is the clock the window is measured on; tests pass their own. */
+  constructor(windowUs: number, now: () => number = () => performance.now()) {
     this.windowMs = windowUs / 1000;
+    this.#now = now;
   }
 
   /** Transfer activity: (re)opens the window. */
   readonly touch = (): void => {
     if (this.windowMs === 0) return;
-    this.#last = performance.now();
+    this.#last = this.#now();
     this.#timer ??= setImmediate(this.#turn);
   };
 
   readonly #turn = (): void => {
     this.#turns++;
-    this.#timer = performance.now() - this.#last < this.windowMs ? setImmediate(this.#turn) : null;
+    this.#timer = this.#now() - this.#last < this.windowMs ? setImmediate(this.#turn) : null;
   };
 
   /** Whether the loop is being kept awake now. */

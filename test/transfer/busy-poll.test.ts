@@ -19,6 +19,9 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 /** Immediates queued in this process now (the busy poll is one while its window is open). */
 const immediates = () => process.getActiveResourcesInfo().filter((r) => r === 'Immediate').length;
 
+/** One turn of the event loop. */
+const turn = () => new Promise((r) => setImmediate(r));
+
 /** Loop turns that run while this process waits `ms` on a timer. */
 async function turnsDuring(poll: BusyPoll, ms: number): Promise<number> {
   const before = poll.turns;
@@ -28,24 +31,42 @@ async function turnsDuring(poll: BusyPoll, ms: number): Promise<number> {
 
 describe('BusyPoll', () => {
   it('keeps the loop turning for its window after a touch, then stops', async () => {
-    const poll = new BusyPoll(30_000);
+    // The window is measured on a clock of the test's own, so a loaded machine's late timers
+    // cannot change the outcome; the loop's turns are real.
+    let clock = 0;
+    const poll = new BusyPoll(30_000, () => clock);
     assert.equal(poll.polling, false);
     poll.touch();
     assert.equal(poll.polling, true);
-    // A timer wait: without the poll the loop would sleep in epoll for all of it.
-    assert.ok((await turnsDuring(poll, 10)) > 20, 'the loop turned while this waited on a timer');
-    await sleep(40);
+    // A timer wait: without the poll the loop would sleep in epoll for all of it, and count none.
+    assert.ok((await turnsDuring(poll, 10)) > 0, 'the loop turned while this waited on a timer');
+    clock = 29.9;
+    assert.ok((await turnsDuring(poll, 2)) > 0, 'still turning just inside the window');
+    clock = 30;
+    await turn();
+    await turn();
     assert.equal(poll.polling, false, 'the window closed 30 ms after the touch');
     assert.equal(await turnsDuring(poll, 10), 0, 'no turns once closed');
   });
 
   it('reopens on every touch, and stop() closes it at once', async () => {
-    const poll = new BusyPoll(20_000);
+    // A clock of the test's own, so a loaded machine's late timers cannot change the outcome.
+    let clock = 0;
+    const poll = new BusyPoll(20_000, () => clock);
     poll.touch();
-    await sleep(12);
+    clock = 12;
+    await turn();
     poll.touch(); // 12 ms in: the window now ends 20 ms from here, not 8
-    await sleep(14);
+    clock = 26;
+    await turn();
+    await turn();
     assert.equal(poll.polling, true, 'still open 26 ms after the first touch');
+    clock = 33;
+    await turn();
+    await turn();
+    assert.equal(poll.polling, false, 'closed 21 ms after the second touch');
+    poll.touch();
+    assert.equal(poll.polling, true);
     poll.stop();
     assert.equal(poll.polling, false);
     assert.equal(await turnsDuring(poll, 5), 0);
@@ -88,12 +109,13 @@ describe('an agent busy-polls after transfer activity', () => {
   };
 
   it('polls for its window after a READ, then sleeps; closing stops it at once', async () => {
-    const p = await pair(30_000);
-    await sleep(50); // the handshake's window has closed
+    // A window long enough that a loaded machine still checks inside it.
+    const p = await pair(100_000);
+    await sleep(200); // the handshake's window has closed
     assert.equal(immediates(), 0, 'nothing polls while the agents are idle');
     await readOnce(p);
     assert.ok(immediates() >= 1, 'polling right after the READ');
-    await sleep(60);
+    await sleep(200);
     assert.equal(immediates(), 0, 'asleep once the window closed');
     await readOnce(p);
     assert.ok(immediates() >= 1);

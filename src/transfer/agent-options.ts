@@ -45,7 +45,7 @@ export interface TransferAgentOptions {
   readonly copyThreads?: number;
   /**
    * How long (µs) the agent's event loop keeps polling instead of sleeping after transfer
-   * activity (a transfer posted, a frame received), so a reply is picked up without a wake-up
+   * activity on its connections (a frame sent, bytes received), so a reply is picked up without a wake-up
    * (busy-poll.ts). 0 = off. Default: KVCONNECT_BUSY_POLL_US, else 100.
    */
   readonly busyPollUs?: number;

@@ -220,7 +220,7 @@ export class InThreadTransferAgent implements TransferAgent {
   }
 
   get busyPollUs(): number {
-    return this.#busyPoll.windowMs * 1000;
+    return this.#busyPoll.windowUs;
   }
 
   transportFor(name: string): TransportName {

@@ -4,7 +4,8 @@
  * grants WRITEs of every block to the bench's agent, and READs as the bench asks: like an
  * engine, it records the checksums of a request's blocks (as the engine does when its
  * forward pass fills them) and grants them (`grant()`) before the reader reads them.
- * startPeer() spawns it and returns its metadata; run as a script, this file is the peer.
+ * startPeer() spawns it and returns its metadata; run as a script, this file is the peer. Its
+ * agent runs on the peer's loop, or in a worker thread (`thread`, as the connectors' default).
  */
 import { spawn } from 'node:child_process';
 import { randomFillSync } from 'node:crypto';
@@ -14,8 +15,8 @@ import { fileURLToPath } from 'node:url';
 import { setLogLevel } from '../src/logging/logger.ts';
 import {
   type AgentMetadata,
+  createTransferAgent,
   type DescPair,
-  InThreadTransferAgent,
   type MemoryRegion,
 } from '../src/transfer/index.ts';
 import { tuneJit } from '../src/util/jit-tuning.ts';
@@ -135,10 +136,19 @@ export async function startPeer(
   layout: KvLayout,
   chunkBytes: number,
   env: Record<string, string> = {},
+  thread = false,
 ): Promise<Peer> {
   const proc = spawn(
     process.execPath,
-    ['--import', 'tsx', SELF, backend, JSON.stringify(layout), String(chunkBytes)],
+    [
+      '--import',
+      'tsx',
+      SELF,
+      backend,
+      JSON.stringify(layout),
+      String(chunkBytes),
+      ...(thread ? ['thread'] : []),
+    ],
     { stdio: ['pipe', 'pipe', 'inherit'], env: { ...process.env, ...env } },
   );
   const exited = new Promise<void>((resolve) => proc.once('exit', () => resolve()));
@@ -166,9 +176,14 @@ export async function startPeer(
   };
 }
 
-async function servePeer(backend: string, layout: KvLayout, chunkBytes: number): Promise<void> {
+async function servePeer(
+  backend: string,
+  layout: KvLayout,
+  chunkBytes: number,
+  thread: boolean,
+): Promise<void> {
   setLogLevel('error');
-  const agent = await InThreadTransferAgent.create({ engineId: 'peer', backends: [backend], chunkBytes });
+  const agent = await createTransferAgent({ engineId: 'peer', backends: [backend], chunkBytes, thread });
   agent.registerMemory(kvRegions(layout));
   const all = Array.from({ length: layout.numBlocks }, (_, i) => i);
   agent.grantWrite('all', { blockIds: all, peer: 'bench' });
@@ -181,6 +196,7 @@ async function servePeer(backend: string, layout: KvLayout, chunkBytes: number):
     const t1 = performance.now();
     agent.revokeGrant(key);
     agent.grantRead(key, { blockIds, peer: 'bench' });
+    await agent.settled();
     const times: GrantTimes = { record: (t1 - t0) / 1000, grant: (performance.now() - t1) / 1000 };
     process.stdout.write(`${JSON.stringify(times)}\n`);
   }
@@ -194,5 +210,6 @@ if (process.argv[1] === SELF) {
     process.argv[2] ?? 'TCP',
     JSON.parse(process.argv[3] ?? '{}') as KvLayout,
     Number(process.argv[4]),
+    process.argv[5] === 'thread',
   );
 }

@@ -27,7 +27,9 @@
  * same round trip's floors taken in the same rounds: a bare Node.js request/reply with the
  * block's bytes as its reply (_pingpong.ts; loops sleeping between messages, and polling as the
  * agents do) and UCX's `tag_lat` ping-pong of the block's size over tcp and posix. The agents
- * busy-poll for `--busy-poll-us` after transfer activity (0 = sleep; busy-poll.ts). Prints a
+ * busy-poll for `--busy-poll-us` after transfer activity (0 = sleep; busy-poll.ts). Two more
+ * pairs with both agents in worker threads (how the connectors run them by default, with the
+ * threaded agents' own busy-poll default) are timed for one-block latency only. Prints a
  * table, then one JSON object. `--copy-threads N` lets both agents share a large same-host
  * copy out between N threads (TransferAgentOptions.copyThreads; the NIXL connector's
  * num_threads): memcpy and copy_hash stay one-thread baselines, and copy_hash_threads (the
@@ -35,10 +37,15 @@
  */
 
 import { setLogLevel } from '../src/logging/logger.ts';
-import { BUSY_POLL_ENV, COPY_THREADS_ENV, DEFAULT_BUSY_POLL_US } from '../src/transfer/agent-checks.ts';
+import {
+  BUSY_POLL_ENV,
+  COPY_THREADS_ENV,
+  DEFAULT_BUSY_POLL_US,
+  resolveBusyPollUs,
+} from '../src/transfer/agent-checks.ts';
 import { checksumImplementation } from '../src/transfer/checksum.ts';
 import { DISABLE_DIRECT_READ_ENV } from '../src/transfer/direct-read.ts';
-import { type DescPair, InThreadTransferAgent, type TransferAgent } from '../src/transfer/index.ts';
+import { createTransferAgent, type DescPair, type TransferAgent } from '../src/transfer/index.ts';
 import { interruptBudgetFrom } from '../src/util/jit-tuning.ts';
 import { mappableSharedMemory } from '../src/util/shared-memory.ts';
 import { benchArgs, nonNegativeInteger, positiveInteger } from './_args.ts';
@@ -192,7 +199,7 @@ export async function main(args: string[]): Promise<void> {
       ),
       'busy-poll-us': nonNegativeInteger(
         DEFAULT_BUSY_POLL_US,
-        "µs both agents keep their event loop polling after transfer activity (the agents' busyPollUs); 0: they sleep between frames",
+        "µs both agents of the tcp and shm pairs keep their event loop polling after transfer activity (the agents' busyPollUs); 0: they sleep between frames. The threaded pairs keep the threaded agents' default (0)",
       ),
     },
     args,
@@ -213,28 +220,37 @@ export async function main(args: string[]): Promise<void> {
   /** Per agent pair, the milliseconds its JavaScript warm-up took. */
   const warmupMs: Record<string, number> = {};
   const agents: Record<
-    'tcp' | 'shm' | 'shm_request',
+    'tcp' | 'shm' | 'shm_request' | 'tcp_threaded' | 'shm_threaded',
     { agent: TransferAgent; remote: string; peer: Peer; stop: () => Promise<void> }
   > = {} as never;
+  // Threaded pairs (both agents in worker threads, as the connectors run them by default) are
+  // timed for one-block latency only, with the threaded agents' own busy-poll default.
+  const threadedPollUs = resolveBusyPollUs(undefined, true);
   // shm_request: an owner that does not offer its lease table, so every shm READ asks it (the
   // request path), alternated with the direct READ in the same rounds.
-  for (const [name, backend, env] of [
-    ['tcp', 'TCP', {}],
-    ['shm', 'SHM', {}],
-    ['shm_request', 'SHM', { [DISABLE_DIRECT_READ_ENV]: '1' }],
+  for (const [name, backend, env, thread] of [
+    ['tcp', 'TCP', {}, false],
+    ['shm', 'SHM', {}, false],
+    ['shm_request', 'SHM', { [DISABLE_DIRECT_READ_ENV]: '1' }, false],
+    ['tcp_threaded', 'TCP', {}, true],
+    ['shm_threaded', 'SHM', {}, true],
   ] as const) {
-    const peer = await startPeer(backend, layout, chunkBytes, {
-      [COPY_THREADS_ENV]: String(copyThreads),
-      [BUSY_POLL_ENV]: String(busyPollUs),
-      ...env,
-    });
-    const agent = await InThreadTransferAgent.create({
+    const pollUs = thread ? threadedPollUs : busyPollUs;
+    const peer = await startPeer(
+      backend,
+      layout,
+      chunkBytes,
+      { [COPY_THREADS_ENV]: String(copyThreads), [BUSY_POLL_ENV]: String(pollUs), ...env },
+      thread,
+    );
+    const agent = await createTransferAgent({
       engineId: 'bench',
       agentName: 'bench',
       backends: [backend],
       chunkBytes,
       copyThreads,
-      busyPollUs,
+      busyPollUs: pollUs,
+      thread,
     });
     agent.registerMemory(local);
     const remote = agent.addRemoteAgent(peer.meta);
@@ -315,7 +331,9 @@ export async function main(args: string[]): Promise<void> {
     }
   }
   // One-block latencies: the agents take turns, a slice of the samples each per round.
-  const latSamples: Record<'tcp' | 'shm' | 'shm_request', LatencySamples> = {
+  const latSamples: Record<keyof typeof agents, LatencySamples> = {
+    tcp_threaded: { READ: [], WRITE: [] },
+    shm_threaded: { READ: [], WRITE: [] },
     tcp: { READ: [], WRITE: [] },
     shm: { READ: [], WRITE: [] },
     shm_request: { READ: [], WRITE: [] },
@@ -354,6 +372,8 @@ export async function main(args: string[]): Promise<void> {
     tcp: latencyStats(latSamples.tcp),
     shm: latencyStats(latSamples.shm),
     shmRequest: latencyStats(latSamples.shm_request),
+    tcpThreaded: latencyStats(latSamples.tcp_threaded),
+    shmThreaded: latencyStats(latSamples.shm_threaded),
   };
   for (const a of Object.values(agents)) await a.stop();
 
@@ -403,6 +423,9 @@ export async function main(args: string[]): Promise<void> {
   const us = (x: number) => Math.round(x * 10) / 10;
   console.log(
     `| one ${blockBytes >> 10} KiB block, round trip | tcp READ p50 ${us(lat.tcp.read.p50)} µs, p99 ${us(lat.tcp.read.p99)} µs; WRITE p50 ${us(lat.tcp.write.p50)} µs, p99 ${us(lat.tcp.write.p99)} µs | | shm READ p50 ${us(lat.shm.read.p50)} µs, p99 ${us(lat.shm.read.p99)} µs; WRITE p50 ${us(lat.shm.write.p50)} µs, p99 ${us(lat.shm.write.p99)} µs; shm READ the request way p50 ${us(lat.shmRequest.read.p50)} µs, p99 ${us(lat.shmRequest.read.p99)} µs | |`,
+  );
+  console.log(
+    `| one ${blockBytes >> 10} KiB block, round trip, both agents in worker threads (the connectors' default; busy polling ${threadedPollUs > 0 ? `${threadedPollUs} µs` : 'off'}) | tcp READ p50 ${us(lat.tcpThreaded.read.p50)} µs, p99 ${us(lat.tcpThreaded.read.p99)} µs; WRITE p50 ${us(lat.tcpThreaded.write.p50)} µs, p99 ${us(lat.tcpThreaded.write.p99)} µs | | shm READ p50 ${us(lat.shmThreaded.read.p50)} µs, p99 ${us(lat.shmThreaded.read.p99)} µs; WRITE p50 ${us(lat.shmThreaded.write.p50)} µs, p99 ${us(lat.shmThreaded.write.p99)} µs | |`,
   );
   const pp = (k: string) => {
     const v = pingLat[k];
@@ -510,6 +533,15 @@ export async function main(args: string[]): Promise<void> {
     shm_read_vs_request: ratio('shm_read', 'shm_read_request'),
     shm_write_64k_p50_us: us(lat.shm.write.p50),
     shm_write_64k_p99_us: us(lat.shm.write.p99),
+    threaded_busy_poll_us: threadedPollUs,
+    tcp_threaded_read_64k_p50_us: us(lat.tcpThreaded.read.p50),
+    tcp_threaded_read_64k_p99_us: us(lat.tcpThreaded.read.p99),
+    tcp_threaded_write_64k_p50_us: us(lat.tcpThreaded.write.p50),
+    tcp_threaded_write_64k_p99_us: us(lat.tcpThreaded.write.p99),
+    shm_threaded_read_64k_p50_us: us(lat.shmThreaded.read.p50),
+    shm_threaded_read_64k_p99_us: us(lat.shmThreaded.read.p99),
+    shm_threaded_write_64k_p50_us: us(lat.shmThreaded.write.p50),
+    shm_threaded_write_64k_p99_us: us(lat.shmThreaded.write.p99),
     ...Object.fromEntries(
       Object.entries(pingLat).flatMap(([k, v]) => [
         [`${k}_64k_p50_us`, us(v.p50)],

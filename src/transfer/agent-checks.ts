@@ -67,21 +67,31 @@ export function resolveCopyThreads(option: number | undefined): number {
 /** Set to whole microseconds (0 = off) for agents created without `busyPollUs`. */
 export const BUSY_POLL_ENV = 'KVCONNECT_BUSY_POLL_US';
 
-/** The default busy-poll window (µs) after transfer activity (busy-poll.ts; docs/transfer.md "Busy polling"). */
+/**
+ * The default busy-poll window (µs) after transfer activity of an agent on its caller's loop
+ * (busy-poll.ts; docs/transfer.md "Busy polling"). A threaded agent's default is 0: its
+ * caller's thread must still be woken for each completion, and on the 2-core development VM
+ * the polling agent thread and the polling peer left that thread no core (one-block shm WRITE
+ * p50 119–137 µs without polling, 188–212 with; tcp no better).
+ */
 export const DEFAULT_BUSY_POLL_US = 100;
 
 /** The longest busy-poll window an agent takes (µs). */
 export const MAX_BUSY_POLL_US = 100_000;
 
-/** The busy-poll window: the option, else KVCONNECT_BUSY_POLL_US, else the default (checked, with the fix). */
-export function resolveBusyPollUs(option: number | undefined): number {
+/**
+ * The busy-poll window: the option, else KVCONNECT_BUSY_POLL_US, else the default
+ * (DEFAULT_BUSY_POLL_US; 0 for a `threaded` agent), checked, with the fix.
+ */
+export function resolveBusyPollUs(option: number | undefined, threaded = false): number {
   const fromEnv = process.env[BUSY_POLL_ENV];
-  const value = option ?? (fromEnv === undefined || fromEnv === '' ? DEFAULT_BUSY_POLL_US : Number(fromEnv));
+  const fallback = threaded ? 0 : DEFAULT_BUSY_POLL_US;
+  const value = option ?? (fromEnv === undefined || fromEnv === '' ? fallback : Number(fromEnv));
   if (!(Number.isSafeInteger(value) && value >= 0 && value <= MAX_BUSY_POLL_US)) {
     const field = option === undefined ? `${BUSY_POLL_ENV} (environment)` : 'busyPollUs';
     throw new RangeError(
       `${field} must be a whole number of microseconds from 0 to ${MAX_BUSY_POLL_US}, got ${option ?? JSON.stringify(fromEnv)}; ` +
-        `set it to 0 to let the agent's event loop sleep between frames, or unset it for the default (${DEFAULT_BUSY_POLL_US})`,
+        `set it to 0 to let the agent's event loop sleep between frames, or unset it for the default (${fallback})`,
     );
   }
   return value;

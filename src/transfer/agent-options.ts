@@ -46,7 +46,8 @@ export interface TransferAgentOptions {
   /**
    * How long (µs) the agent's event loop keeps polling instead of sleeping after transfer
    * activity on its connections (a frame sent, bytes received), so a reply is picked up without a wake-up
-   * (busy-poll.ts). 0 = off. Default: KVCONNECT_BUSY_POLL_US, else 100.
+   * (busy-poll.ts). 0 = off. Default: KVCONNECT_BUSY_POLL_US, else 100 (0 for a threaded agent,
+   * where polling was measured slower: docs/transfer.md "Busy polling").
    */
   readonly busyPollUs?: number;
   /** Test-only hooks. */

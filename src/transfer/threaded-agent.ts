@@ -110,7 +110,7 @@ export class ThreadedTransferAgent implements TransferAgent {
     checkAgentOptions(opts);
     // Resolved here (the error before any thread starts) and handed to the thread as the option.
     const copyThreads = resolveCopyThreads(opts.copyThreads);
-    const busyPollUs = resolveBusyPollUs(opts.busyPollUs);
+    const busyPollUs = resolveBusyPollUs(opts.busyPollUs, true);
     const worker = startAgentThread({ options: { ...opts, copyThreads, busyPollUs } });
     try {
       const base = await waitReady(worker);

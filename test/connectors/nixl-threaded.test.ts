@@ -39,8 +39,10 @@ async function disaggregate(o: PairOptions): Promise<void> {
     const copyThreads = Math.min(Number(o.extra?.['num_threads'] ?? 4), availableParallelism());
     assert.equal((await agentOf(p))?.copyThreads, copyThreads);
     assert.equal((await agentOf(d))?.copyThreads, copyThreads);
-    // busy_poll_us reaches the agents (else the agent's default, 100 µs, with no KVCONNECT_BUSY_POLL_US).
-    const busyPollUs = Number(o.extra?.['busy_poll_us'] ?? process.env['KVCONNECT_BUSY_POLL_US'] ?? 100);
+    // busy_poll_us reaches the agents (else the agent's default: 100 µs on the loop, 0 in a thread).
+    const busyPollUs = Number(
+      o.extra?.['busy_poll_us'] ?? process.env['KVCONNECT_BUSY_POLL_US'] ?? (threaded ? 0 : 100),
+    );
     assert.equal((await agentOf(p))?.busyPollUs, busyPollUs);
     assert.equal((await agentOf(d))?.busyPollUs, busyPollUs);
     const pOut = await p.generate(PROMPTS, { ...GREEDY, maxTokens: 1 }, { kvTransferParams: P_PARAMS });

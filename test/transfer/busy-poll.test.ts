@@ -8,7 +8,11 @@ import { after, describe, it } from 'node:test';
 import { setLogLevel } from '../../src/logging/logger.ts';
 import { BUSY_POLL_ENV, DEFAULT_BUSY_POLL_US } from '../../src/transfer/agent-checks.ts';
 import { BusyPoll } from '../../src/transfer/busy-poll.ts';
-import { InThreadTransferAgent } from '../../src/transfer/index.ts';
+import {
+  InThreadTransferAgent,
+  ThreadedTransferAgent,
+  type TransferAgent,
+} from '../../src/transfer/index.ts';
 import { makeRegion } from './pattern.ts';
 import { finished } from './wait.ts';
 
@@ -83,7 +87,7 @@ describe('BusyPoll', () => {
 describe('an agent busy-polls after transfer activity', () => {
   const BB = 4096;
   /** Every agent opened here, closed after the file even when an assertion failed mid-case. */
-  const open: InThreadTransferAgent[] = [];
+  const open: TransferAgent[] = [];
   after(() => Promise.all(open.map((a) => a.close())));
 
   async function pair(busyPollUs: number) {
@@ -128,6 +132,26 @@ describe('an agent busy-polls after transfer activity', () => {
     await readOnce(p);
     assert.equal(immediates(), 0);
     await Promise.all([p.a.close(), p.b.close()]);
+  });
+
+  it('defaults to 0 for a threaded agent, the variable still applies to it', async () => {
+    const saved = process.env[BUSY_POLL_ENV];
+    delete process.env[BUSY_POLL_ENV];
+    const threaded = await ThreadedTransferAgent.create({ engineId: 'T' });
+    open.push(threaded);
+    assert.equal(threaded.busyPollUs, 0);
+    process.env[BUSY_POLL_ENV] = '150';
+    try {
+      const set = await ThreadedTransferAgent.create({ engineId: 'T2' });
+      open.push(set);
+      assert.equal(set.busyPollUs, 150);
+      const inThread = await InThreadTransferAgent.create({ engineId: 'I' });
+      open.push(inThread);
+      assert.equal(inThread.busyPollUs, 150);
+    } finally {
+      if (saved === undefined) delete process.env[BUSY_POLL_ENV];
+      else process.env[BUSY_POLL_ENV] = saved;
+    }
   });
 
   it(`defaults to ${DEFAULT_BUSY_POLL_US} µs, and refuses a window that is not whole microseconds from 0 to 100000`, async () => {

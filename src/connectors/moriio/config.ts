@@ -80,7 +80,7 @@ export interface MoRIIOConfig {
   hostIp: string;
   /** kvconnect: host the transfer agent in a worker thread (as NixlConnector's `transfer_thread`). */
   transferThread: boolean;
-  /** kvconnect: µs the agent's loop polls after transfer activity (undefined = KVCONNECT_BUSY_POLL_US, else 100). */
+  /** kvconnect: µs the agent's loop polls after transfer activity (undefined = KVCONNECT_BUSY_POLL_US, else the agent's default). */
   busyPollUs: number | undefined;
   /** `{host_ip}:{handshake_port}`; MoRIIO overrides kv_transfer_config.engine_id with it. */
   engineId: string;

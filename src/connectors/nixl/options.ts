@@ -42,7 +42,8 @@ export interface NixlOptions {
   readonly transferThread: boolean;
   /**
    * µs the transfer agent's event loop keeps polling after transfer activity (kvconnect
-   * extension; undefined = KVCONNECT_BUSY_POLL_US, else the agent's default).
+   * extension; undefined = KVCONNECT_BUSY_POLL_US, else the agent's default: 100 on the
+   * engine's loop, 0 in a thread).
    */
   readonly busyPollUs: number | undefined;
 }

@@ -1,7 +1,7 @@
 /**
  * `npm run bench -- transfer [--layers 8] [--block-kib 64] [--blocks 128] [--rounds 5]
  *   [--latency-samples 2000] [--chunk-kib 4096] [--ucx-tcp-mib 16] [--copy-threads 1]
- *   [--warmup-rounds 3000] [--busy-poll-us 200]`
+ *   [--warmup-rounds 3000] [--busy-poll-us 100]`
  *
  * kvconnect's transfer agent between two processes, READ and WRITE with checksums on, over
  * an engine-like layout: one region per layer and per K/V, a request's blocks in runs of
@@ -172,12 +172,14 @@ async function latencySlice(agent: TransferAgent, remote: string, samples: numbe
   }
 }
 
+/** p50 and p99 of round-trip samples (sorts them in place). */
+function p50p99(v: number[]) {
+  const sorted = v.sort((a, b) => a - b);
+  return { p50: percentile(sorted, 50), p99: percentile(sorted, 99) };
+}
+
 function latencyStats(out: LatencySamples) {
-  const stat = (v: number[]) => {
-    const sorted = v.sort((a, b) => a - b);
-    return { p50: percentile(sorted, 50), p99: percentile(sorted, 99) };
-  };
-  return { read: stat(out.READ), write: stat(out.WRITE) };
+  return { read: p50p99(out.READ), write: p50p99(out.WRITE) };
 }
 
 export async function main(args: string[]): Promise<void> {
@@ -361,9 +363,7 @@ export async function main(args: string[]): Promise<void> {
     }
   }
   for (const [, pp] of pingPongs) await pp.stop();
-  const pingLat = Object.fromEntries(
-    Object.entries(pingSamples).map(([k, v]) => [k, latencyStats({ READ: v, WRITE: [] }).read]),
-  );
+  const pingLat = Object.fromEntries(Object.entries(pingSamples).map(([k, v]) => [k, p50p99(v)]));
   const ucxLatSummary = {
     tcp: ucxLat.tcp.length > 0 ? summarize(ucxLat.tcp) : null,
     posix: ucxLat.posix.length > 0 ? summarize(ucxLat.posix) : null,

@@ -50,18 +50,45 @@ export const COPY_THREADS_ENV = 'KVCONNECT_COPY_THREADS';
 /** The most copy threads an agent takes (native/kvhash.c MAX_COPY_THREADS). */
 export const MAX_COPY_THREADS = 16;
 
-/** The copy threads an agent uses: the option, else KVCONNECT_COPY_THREADS, else 1 (checked, with the fix). */
-export function resolveCopyThreads(option: number | undefined): number {
-  const fromEnv = process.env[COPY_THREADS_ENV];
-  const value = option ?? (fromEnv === undefined || fromEnv === '' ? 1 : Number(fromEnv));
-  if (!(Number.isSafeInteger(value) && value >= 1 && value <= MAX_COPY_THREADS)) {
-    const field = option === undefined ? `${COPY_THREADS_ENV} (environment)` : 'copyThreads';
+/** A whole-number agent option that an environment variable sets when the option is absent. */
+interface WholeNumberSetting {
+  readonly option: number | undefined;
+  readonly optionName: string;
+  readonly env: string;
+  /** The value when neither the option nor the variable is set. */
+  readonly fallback: number;
+  readonly min: number;
+  readonly max: number;
+  /** What it counts, said after "a whole number" (e.g. " of microseconds"). */
+  readonly unit?: string;
+  /** How to fix a bad value. */
+  readonly fix: string;
+}
+
+/** The option, else the variable (unset or empty: the fallback), checked: a RangeError names the field and the fix. */
+function resolveWholeNumber(s: WholeNumberSetting): number {
+  const fromEnv = process.env[s.env];
+  const value = s.option ?? (fromEnv === undefined || fromEnv === '' ? s.fallback : Number(fromEnv));
+  if (!(Number.isSafeInteger(value) && value >= s.min && value <= s.max)) {
+    const field = s.option === undefined ? `${s.env} (environment)` : s.optionName;
     throw new RangeError(
-      `${field} must be a whole number from 1 to ${MAX_COPY_THREADS}, got ${option ?? JSON.stringify(fromEnv)}; ` +
-        `set it to 1 to copy on one thread, or to the number of cores a same-host transfer may use`,
+      `${field} must be a whole number${s.unit ?? ''} from ${s.min} to ${s.max}, got ${s.option ?? JSON.stringify(fromEnv)}; ${s.fix}`,
     );
   }
   return value;
+}
+
+/** The copy threads an agent uses: the option, else KVCONNECT_COPY_THREADS, else 1 (checked, with the fix). */
+export function resolveCopyThreads(option: number | undefined): number {
+  return resolveWholeNumber({
+    option,
+    optionName: 'copyThreads',
+    env: COPY_THREADS_ENV,
+    fallback: 1,
+    min: 1,
+    max: MAX_COPY_THREADS,
+    fix: 'set it to 1 to copy on one thread, or to the number of cores a same-host transfer may use',
+  });
 }
 
 /** Set to whole microseconds (0 = off) for agents created without `busyPollUs`. */
@@ -84,17 +111,17 @@ export const MAX_BUSY_POLL_US = 100_000;
  * (DEFAULT_BUSY_POLL_US; 0 for a `threaded` agent), checked, with the fix.
  */
 export function resolveBusyPollUs(option: number | undefined, threaded = false): number {
-  const fromEnv = process.env[BUSY_POLL_ENV];
   const fallback = threaded ? 0 : DEFAULT_BUSY_POLL_US;
-  const value = option ?? (fromEnv === undefined || fromEnv === '' ? fallback : Number(fromEnv));
-  if (!(Number.isSafeInteger(value) && value >= 0 && value <= MAX_BUSY_POLL_US)) {
-    const field = option === undefined ? `${BUSY_POLL_ENV} (environment)` : 'busyPollUs';
-    throw new RangeError(
-      `${field} must be a whole number of microseconds from 0 to ${MAX_BUSY_POLL_US}, got ${option ?? JSON.stringify(fromEnv)}; ` +
-        `set it to 0 to let the agent's event loop sleep between frames, or unset it for the default (${fallback})`,
-    );
-  }
-  return value;
+  return resolveWholeNumber({
+    option,
+    optionName: 'busyPollUs',
+    env: BUSY_POLL_ENV,
+    fallback,
+    min: 0,
+    max: MAX_BUSY_POLL_US,
+    unit: ' of microseconds',
+    fix: `set it to 0 to let the agent's event loop sleep between frames, or unset it for the default (${fallback})`,
+  });
 }
 
 /**

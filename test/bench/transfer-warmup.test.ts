@@ -27,31 +27,35 @@ describe('transfer bench warm-up', () => {
   });
 
   for (const backend of ['SHM', 'TCP'] as const) {
-    test(`warmUpPair runs its rounds of transfers over ${backend} and the agent counts them`, async () => {
-      const { layout, descs } = requestLayout(2, 8, 4096);
-      const peer = await startPeer(backend, layout, 64 * 1024);
-      const agent = await InThreadTransferAgent.create({
-        engineId: 'bench',
-        agentName: 'bench',
-        backends: [backend],
+    // The peer's agent on its loop, and in a worker thread (as the bench's threaded pairs run it).
+    for (const peerThread of [false, true]) {
+      const where = peerThread ? ', the peer in a thread' : '';
+      test(`warmUpPair runs its rounds of transfers over ${backend}${where} and the agent counts them`, async () => {
+        const { layout, descs } = requestLayout(2, 8, 4096);
+        const peer = await startPeer(backend, layout, 64 * 1024, {}, peerThread);
+        const agent = await InThreadTransferAgent.create({
+          engineId: 'bench',
+          agentName: 'bench',
+          backends: [backend],
+        });
+        try {
+          agent.registerMemory(kvRegions(layout));
+          const remote = agent.addRemoteAgent(peer.meta);
+          assert.equal(await warmUpPair(agent, remote, peer, descs, 0), 0);
+          const ms = await warmUpPair(agent, remote, peer, descs, 3);
+          assert.ok(ms > 0, `took ${ms} ms`);
+          const stats = agent.getStats();
+          // 3 rounds × (READ, WRITE, WRITE hashed of one block per region, one-block READ and WRITE).
+          assert.equal(stats.transferDuration.length, 15);
+          assert.equal(stats.numFailedTransfers, 0);
+          const blocks = stats.bytesTransferred.reduce((a, b) => a + b, 0) / layout.blockBytes;
+          assert.equal(blocks, 3 * (3 * layout.regions + 2));
+        } finally {
+          await agent.close();
+          await peer.stop();
+        }
       });
-      try {
-        agent.registerMemory(kvRegions(layout));
-        const remote = agent.addRemoteAgent(peer.meta);
-        assert.equal(await warmUpPair(agent, remote, peer, descs, 0), 0);
-        const ms = await warmUpPair(agent, remote, peer, descs, 3);
-        assert.ok(ms > 0, `took ${ms} ms`);
-        const stats = agent.getStats();
-        // 3 rounds × (READ, WRITE, WRITE hashed of one block per region, one-block READ and WRITE).
-        assert.equal(stats.transferDuration.length, 15);
-        assert.equal(stats.numFailedTransfers, 0);
-        const blocks = stats.bytesTransferred.reduce((a, b) => a + b, 0) / layout.blockBytes;
-        assert.equal(blocks, 3 * (3 * layout.regions + 2));
-      } finally {
-        await agent.close();
-        await peer.stop();
-      }
-    });
+    }
 
     test(`runCurve gives a p50 per window over ${backend}`, async () => {
       const curve = await runCurve(backend, 3, 4);

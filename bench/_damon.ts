@@ -1,11 +1,10 @@
 /**
  * Whether the kernel's DAMON runs a `pageout` scheme (sysfs: /sys/kernel/mm/damon/admin).
  *
- * On the VM these benchmarks were measured on, a kdamond with a pageout scheme over physical
- * memory made memory that sat idle for a few seconds slow to touch again: a native memcpy of
- * 128 MiB ran at ≈ 20–25 GB/s back to back, ≈ 12 after 2 s idle, ≈ 7 after 5 s and ≈ 3.8 after
- * 10–20 s, and at ≈ 20 after any idle time with the kdamond off (`npm run bench -- memory-idle`;
- * docs/BENCHMARKS.md, "Transfer"). A benchmark whose contestants keep long-lived buffers (kvconnect's agents, the
+ * A kdamond with a pageout scheme over physical memory makes memory that sat idle for a few
+ * seconds slow to touch again, several times slower after 5–10 s, while with the kdamond off
+ * idle time costs nothing (`npm run bench -- memory-idle`; docs/BENCHMARKS.md, "DAMON").
+ * A benchmark whose contestants keep long-lived buffers (kvconnect's agents, the
  * memcpy baseline) against ones that allocate fresh memory for every sample (ucx_perftest,
  * iperf3) is then skewed, so the transfer benchmarks say so in their header and notes.
  */

@@ -5,8 +5,8 @@
  * (kept for the whole run, as an agent keeps its KV) right after `gap` ms of idleness,
  * paired with a second memcpy right after it (the baseline: the same memory, back to back).
  * Gaps are visited in turn in every round. On a VM whose kernel runs a DAMON `pageout`
- * scheme, the first copy after a few seconds idle was several times slower (docs/BENCHMARKS.md,
- * "Transfer", DAMON); the header says whether such a scheme is on. Prints a table, then one
+ * scheme, the first copy after a few seconds idle is several times slower (docs/BENCHMARKS.md,
+ * "DAMON"); the header says whether such a scheme is on. Prints a table, then one
  * JSON object.
  */
 import { setTimeout as sleep } from 'node:timers/promises';

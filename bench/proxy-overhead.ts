@@ -4,7 +4,7 @@
  * same in-process upstream servers, in the same run. Every response's status is checked
  * (a non-200 or an unparsable body is an error, not a sample). Rounds alternate the two
  * sides; the figures are the per-round p50 and p99 and what the proxy adds to each, as the
- * median of the rounds with min–max. (Issue 8's target: ≤ 1 ms added at p50.)
+ * median of the rounds with min–max. The target: ≤ 1 ms added at p50.
  *   npm run bench -- proxy-overhead [--rounds 6] [--requests-per-round 500]
  */
 import { createServer, type Server } from 'node:http';

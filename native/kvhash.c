@@ -19,14 +19,13 @@
 
 /*
  * How far ahead of the stripe being hashed to prefetch. The loop is bound by the latency of
- * its multiply chains, so the hardware prefetcher alone let memory reads lag: 6.4–7.0 GB/s on
- * 256 MiB that is not in L2. Prefetching 2 KiB ahead: 9.9–10.7 GB/s (1–4 KiB all within
- * 9.8–10.7; a read-only pass is 11.7). Prefetches never fault, so reading past the end is safe,
- * and they cannot change the result. They are non-temporal (locality 0, prefetchnta): each
- * source line is read once, and a copy of 128 MiB that pulled it into every cache level
- * flushed the code and data of the JavaScript that runs right after (a pulled WRITE's
- * answer, the sender's end); 15 alternated pairs of `transfer-direct --write` on an AMD EPYC
- * VM: 16.8 against 15.6 GB/s median, faster in 11 (docs/BENCHMARKS.md, "Transfer").
+ * its multiply chains, so the hardware prefetcher alone let memory reads lag well behind a
+ * read-only pass on memory that is not in L2; prefetching 2 KiB ahead brings it close (1–4 KiB
+ * measured the same). Prefetches never fault, so reading past the end is safe, and they
+ * cannot change the result. They are non-temporal (locality 0, prefetchnta): each source line
+ * is read once, and a copy of 128 MiB that pulled it into every cache level flushed the code
+ * and data of the JavaScript that runs right after (a pulled WRITE's answer, the sender's
+ * end), which measured slower (`npm run bench -- transfer-direct --write`, alternated).
  */
 #define PREFETCH_BYTES 2048
 
@@ -39,10 +38,10 @@
  *
  * A step hashes B blocks in lockstep (block j at p + j * stride, its lanes at lanes + j * LANES):
  * stripe s of every block, then stripe s + 1. Each block's chains are independent, so two
- * blocks give the core twice the work to overlap with the memory reads. On 128 MiB of 64 KiB
- * blocks (AVX-512), copy+hash went from 0.85–0.88 of a libc memcpy (one block at a time) to
- * 1.0–1.04, and hash only from 9.6 to 11.3 GB/s; four blocks were no faster than two, eight
- * slower (docs/BENCHMARKS.md, "Transfer").
+ * blocks give the core twice the work to overlap with the memory reads: copy+hash of 64 KiB
+ * blocks runs at a libc memcpy's speed, which one block at a time does not reach (the
+ * `copy_hash` contestant of docs/BENCHMARKS.md, "Transfer"); four blocks were no faster than
+ * two, eight slower.
  */
 #define DEFINE_STEP(name, attr, B, VT, STORE)                                                     \
   attr static void name(uint32_t *lanes, uint8_t *dst, const uint8_t *p, size_t stride,            \
@@ -283,9 +282,9 @@ napi_value kv_copy_hash(napi_env env, napi_callback_info info) {
 /*
  * copyHashRuns: the copy-and-hash of several runs (a direct READ's descriptors) in one call,
  * shared out between `threads` threads (this one and threads - 1 helpers). One core's copy is
- * far from the memory's bandwidth on this kind of machine (a libc memcpy of 128 MiB: ~10 GB/s
- * on one thread, ~20 on two), so a large same-host transfer on two threads takes about half
- * the time. The runs are cut into pieces of about 1 MiB that the threads take in turn from a
+ * far from the memory's bandwidth on many machines (a libc memcpy on two threads can move
+ * twice what one does), so a large same-host transfer on two threads takes about half the
+ * time. The runs are cut into pieces of about 1 MiB that the threads take in turn from a
  * shared counter: a helper that starts late (its CPU busy or halted) takes fewer pieces, and
  * the call is never much slower than one thread. Every byte is copied once, by one thread,
  * and hashed as it is stored. Helpers get raw pointers only (no N-API); the call returns after

@@ -11,8 +11,8 @@
  * elements are computed together, never the order of one element's operations, so the
  * results are bit-identical and a model gives the same tokens with or without the addon.
  *
- * Why native: the matmul was 77% of the engine's CPU profile on the serving benchmark
- * (docs/BENCHMARKS.md, "Serving"), and WebAssembly in Node 20 has only 128-bit vectors.
+ * Why native: the matmul is most of the engine's CPU profile (docs/BENCHMARKS.md, "Engine"
+ * compares the two kernels), and WebAssembly in Node 20 has only 128-bit vectors.
  *
  *   matmulF32(memory, m, n4, k, a, lda, b, ldb, c, ldc)
  *     memory  the ArrayBuffer of the WebAssembly memory holding A, B and C

@@ -18,7 +18,7 @@ import os
 import sys
 import time
 
-# OpenMP threads that spin while waiting make a shared, oversubscribed machine 2-3x slower.
+# OpenMP threads that spin while waiting make a shared, oversubscribed machine much slower.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch  # noqa: E402

@@ -160,8 +160,8 @@ const PADDING: readonly number[] = new Array<number>(64).fill(0);
 
 /**
  * A copy of `tokens` with capacity for more. A long prompt's array is a large heap object:
- * growing it on the first push reallocates it, which cost ~10x the copy itself (measured:
- * 15k tokens, 200-400 µs vs 20-40 µs) and was a fifth of a trace simulation.
+ * growing it on the first push reallocates it, which costs several times the copy itself and
+ * showed up in trace simulations' profiles.
  */
 function withRoom(tokens: readonly number[]): number[] {
   const copy = tokens.concat(PADDING);

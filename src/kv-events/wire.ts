@@ -1,5 +1,5 @@
 /**
- * KV cache events on vLLM's wire (vllm/distributed/kv_events.py, spec §6.5): a batch is the
+ * KV cache events on vLLM's wire (vllm/distributed/kv_events.py): a batch is the
  * msgpack array `[ts, [events...], data_parallel_rank]`; each event is a msgspec tagged
  * struct. vLLM encodes events as maps `{"type": "BlockStored", field: value, ...}` (fields
  * in declaration order, fields with defaults omitted when they hold the default); before

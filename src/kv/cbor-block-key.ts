@@ -2,11 +2,10 @@
  * Canonical CBOR (RFC 8949 §4.2.1, what Python's cbor2.dumps(canonical=True) emits) of the
  * one value prefix hashing encodes: [parent hash bytes, [token ids], extra keys | null].
  *
- * Hand-written into one reused buffer instead of calling cbor2: measured on this machine
- * (16-token block, 32-byte parent, 200k iterations), cbor2's encode(x, {cde: true}) takes
- * ~22 µs per block, this writer ~0.1–0.15 µs, and SHA-256 of the result ~0.9 µs; cbor2
- * would make hashing ~25× slower (the 128k-token target is 500k blocks/s, i.e. 2 µs per
- * block). test/kv/block-hash.test.ts checks it byte for byte against cbor2 (fast-check).
+ * Hand-written into one reused buffer instead of calling cbor2: cbor2's generic encoder
+ * costs far more per block than the SHA-256 of the result, so it would set the speed of
+ * prefix hashing (docs/BENCHMARKS.md, "KV core"). test/kv/block-hash.test.ts checks this
+ * writer byte for byte against cbor2 (fast-check).
  */
 import { KVError } from '../errors/index.ts';
 
@@ -44,8 +43,8 @@ export class CborBlockKeyWriter {
   /**
    * Token ids, the bulk of every key, written inline when they are small non-negative
    * integers (every real vocabulary) instead of through #int per token: a trace simulation
-   * hashes 145 M tokens and the per-token calls were a sixth of its profile (measured 8 vs
-   * 30 ns per token). Other values take the general path.
+   * hashes every token of every prompt, and a call per token showed up in its profile.
+   * Other values take the general path.
    */
   #tokens(tokens: ArrayLike<number>, start: number, end: number): void {
     const buf = this.#buf;

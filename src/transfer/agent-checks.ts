@@ -97,9 +97,9 @@ export const BUSY_POLL_ENV = 'KVCONNECT_BUSY_POLL_US';
 /**
  * The default busy-poll window (µs) after transfer activity of an agent on its caller's loop
  * (busy-poll.ts; docs/transfer.md "Busy polling"). A threaded agent's default is 0: its
- * caller's thread must still be woken for each completion, and on the 2-core development VM
- * the polling agent thread and the polling peer left that thread no core (one-block shm WRITE
- * p50 119–137 µs without polling, 188–212 with; tcp no better).
+ * caller's thread must still be woken for each completion, and on a 2-core machine the
+ * polling agent thread and the polling peer leave that thread no core (measured slower:
+ * docs/transfer.md "Busy polling").
  */
 export const DEFAULT_BUSY_POLL_US = 100;
 

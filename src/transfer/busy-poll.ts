@@ -4,11 +4,9 @@
  * by a loop that is already running instead of one the kernel must wake.
  *
  * Why: a peer's frame that finds this process asleep costs a wake-up on top of the socket's
- * own cost, and on a virtual machine each wake-up of an idle vCPU is a VM exit and entry. On
- * the development VM a bare Node.js request/reply of 64 KiB over loopback TCP took 45 µs p50
- * sleeping between messages and 30 µs with both loops polling; a one-block kvconnect READ
- * over tcp went from 80 to 55 µs p50 with a 100 µs window (docs/BENCHMARKS.md "Busy
- * polling"), its p99 from 317 to 376 µs. UCX does the same
+ * own cost, and on a virtual machine each wake-up of an idle vCPU is a VM exit and entry.
+ * Polling lowers a one-block round trip's p50 and raises its p99 (docs/transfer.md "Busy
+ * polling" has the figures). UCX does the same
  * (its caller progresses the worker in a loop; NIXL's UCX backend runs a progress thread).
  *
  * How: while the window is open, one `setImmediate` callback per loop turn re-arms itself, so

@@ -6,8 +6,8 @@
  *   KVCONNECT_DISABLE_NATIVE=1 which turns off the whole addon);
  * - WebAssembly SIMD (8 × i32x4) emitted by wasm-hash-module.ts. WASM cannot read the
  *   caller's SharedArrayBuffer in place, so each block is copied in 64 KiB pieces into the
- *   module's scratch memory (which stays in L1/L2) and hashed there: 6.9 GB/s copy+hash on
- *   64 KiB blocks of cold memory (36 GB/s hashing alone), so every byte is read twice;
+ *   module's scratch memory (which stays in L1/L2) and hashed there, so every byte is read
+ *   twice;
  * - plain JS (checksum-reference.ts).
  *
  * Adequacy: it guards against bugs, torn or short reads and memory corruption, not against

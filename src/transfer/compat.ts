@@ -1,4 +1,4 @@
-/** Compatibility-hash comparison used by the handshake (spec §5.1.4). */
+/** Compatibility-hash comparison used by the handshake. */
 import { KVError } from '../errors/index.ts';
 
 export function compatibilityMismatchMessage(local: string, remote: string): string {

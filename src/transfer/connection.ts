@@ -21,8 +21,8 @@ const log = getLogger('transfer');
  * send() asks the caller to wait once this much is queued in Node (not yet in the kernel).
  * 'drain' fires only when that queue is empty, so whatever the caller does before its next
  * send (hashing the next chunk) runs while only the kernel's socket buffer feeds the peer.
- * One 4 MiB chunk keeps that gap shorter than the buffer: 32 MiB (eight chunks hashed in a
- * burst) starved the receiver and cost ~5% of tcp throughput (docs/BENCHMARKS.md, round 6).
+ * One 4 MiB chunk keeps that gap shorter than the buffer; a larger threshold (several
+ * chunks hashed in a burst) starved the receiver and measured lower tcp throughput.
  */
 const DRAIN_THRESHOLD = 4 << 20;
 

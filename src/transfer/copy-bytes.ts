@@ -1,9 +1,9 @@
 /**
  * Copies bytes into (or out of) KV memory. V8 copies to and from a SharedArrayBuffer with
  * relaxed atomic word moves, and byte by byte when source and destination are not equally
- * aligned: measured 15 µs for an aligned 64 KiB block and ~90 µs for an unaligned one (a
- * payload after its frame header), against 3.5 µs for memcpy. The native addon's copyBytes
- * is libc memcpy; without the addon, TypedArray.set.
+ * aligned (a payload after its frame header): several times slower than memcpy even when
+ * aligned, many times when not. The native addon's copyBytes is libc memcpy; without the
+ * addon, TypedArray.set.
  */
 import { nativeFunctions } from '../util/native-addon.ts';
 

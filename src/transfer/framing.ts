@@ -3,11 +3,11 @@
  *
  *   u32 magic 'KVXF' | u16 version | u16 reserved | u32 headerLen | u32 payloadLen
  *
- * Hand-written rather than msgpack/CBOR: measured in ts-ecosystem.md §1.9, msgpackr needs
- * 187 µs to encode a message with a 1 MiB payload and 11.3 ms with 16 MiB (it copies the
- * payload), while this framing stays at 4–6 µs whatever the payload size, because the
- * payload is handed to the socket as a view and never concatenated. JSON decodes a header
- * of this size as fast as msgpackr and stays readable with xxd.
+ * Hand-written rather than msgpack/CBOR: msgpackr copies the payload into the message, so
+ * its encoding time grows with the payload (milliseconds for 16 MiB), while this framing
+ * costs the same few microseconds whatever the payload size, because the payload is handed
+ * to the socket as a view and never concatenated. JSON decodes a header of this size as
+ * fast as msgpackr and stays readable with xxd.
  *
  * Lengths are checked against hard limits before anything is allocated; a violation
  * throws FramingError and the caller closes that connection.

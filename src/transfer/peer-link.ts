@@ -75,8 +75,8 @@ const FILE_PIECE_BYTES = 256 << 10;
  * as the sender hashes the next. Mapped pieces are not acknowledged and have no window: they
  * hold no resource of the sender's (the bytes stay in its KV, under the transfer's grant or
  * until its completion), and the acks that a 16 MiB window needed cost the receiver one
- * socket write per batch and kept the sender waiting for them. Without them a WRITE moved
- * more in 5 of 6 back-to-back A/B pairs (docs/BENCHMARKS.md, "Transfer").
+ * socket write per batch and kept the sender waiting for them; without them a WRITE measured
+ * faster.
  */
 export const MAPPED_BATCH_BYTES = 8 << 20;
 

@@ -1,5 +1,5 @@
 /**
- * The side channel (spec §5.1.3): one small TCP listener per engine that serves the agent
+ * The side channel: one small TCP listener per engine that serves the agent
  * metadata of each local tensor-parallel rank, so a peer can handshake before transferring.
  * Same framing as the data path; optional HMAC challenge–response with the shared secret.
  */

@@ -1,4 +1,4 @@
-/** Per-transfer statistics in the shape vLLM's NIXL stats need (spec §5.1.10). */
+/** Per-transfer statistics in the shape vLLM's NIXL stats need. */
 export interface TransferStatsSnapshot {
   /** Seconds from post to completion, one entry per successful transfer. */
   readonly transferDuration: readonly number[];

@@ -6,11 +6,11 @@
  * 67584 bytes in Node 20) a few times over; until then the function runs in the interpreter
  * or in baseline code. A transfer's per-transfer work (descriptors, grants, leases, frames,
  * checks) is many small functions called a few times per transfer, so with V8's budget a
- * fresh agent needs 4000–9000 transfers before its one-block latency settles
- * (docs/BENCHMARKS.md, "JIT warm-up"; `npm run bench -- transfer-warmup` measures it against
- * a smaller budget). With `KVCONNECT_V8_INTERRUPT_BUDGET=8192` it settles after 2000–5000, but
- * the compiles come sooner and share the cores: the first few hundred transfers are slower,
- * and so are a short-lived server's first requests (`kvconnect demo`: TTFT p50 ≈ 40% higher).
+ * fresh agent needs thousands of transfers before its one-block latency settles
+ * (docs/transfer.md "JIT warm-up"; `npm run bench -- transfer-warmup` measures it against
+ * a smaller budget). With `KVCONNECT_V8_INTERRUPT_BUDGET=8192` it settles sooner, but the
+ * compiles come sooner and share the cores: the first few hundred transfers are slower, and
+ * so are a short-lived server's first requests.
  * So kvconnect keeps V8's budget unless the variable is set; `tuneJit()`, which kvconnect's
  * processes (`kvconnect serve`, `proxy`, `demo`, the benchmarks) call at startup, applies it.
  * A library user who hosts agents in a process of their own may call it first thing.

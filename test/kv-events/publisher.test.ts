@@ -80,7 +80,7 @@ test('the engine publishes BlockStored / BlockRemoved / AllBlocksCleared with th
       groupIdx: 0,
       kvCacheSpecKind: 'full_attention',
     });
-    assert.equal(first.blockHashes[0], 8866452693264111234n, 'spec §6.2 test vector');
+    assert.equal(first.blockHashes[0], 8866452693264111234n, "block 0's test vector (docs/kv-cache.md)");
 
     // Extending the prompt stores the third block with the second as parent.
     const b = range(1, 56);

@@ -84,7 +84,7 @@ function columnTiles(rows: number, vectors: number): number[] {
 /**
  * f32x4 vectors per row of the wide register tile. 4 rows × 3 vectors keeps the 12
  * accumulators, 3 B vectors and the A splat within x86-64's 16 SIMD registers; 4 × 4 (21
- * live vectors) spills and measured 25–40% slower on the model's shapes.
+ * live vectors) spills and measured slower on the model's shapes (docs/model.md, "Kernels").
  */
 export const WIDE_TILE_VECTORS = 3;
 

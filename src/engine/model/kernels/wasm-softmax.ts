@@ -3,7 +3,7 @@
  * run time like the matmul module: the row's maximum, e^(x − max) four lanes at a time (the
  * polynomial exp of wasm-simd-ops.ts, the last 1–3 elements through lane 0 of the same
  * code), their sum, then a multiply by 1/sum. Prefill attention called Math.exp once per
- * visible score, which was ~40% of a 512-token prefill once the matmul ran natively.
+ * visible score, which was a large share of a prefill once the matmul ran natively.
  *
  * Export: softmax(ptr, count): byte offset of the row, count ≥ 1 elements.
  */

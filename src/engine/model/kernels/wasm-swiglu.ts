@@ -4,7 +4,7 @@
  * four lanes at a time: e^x = 2^k · p(r) with k = round(x · log₂e), r = x − k · ln 2
  * (ln 2 split in two for float32 accuracy) and p a degree-7 Taylor polynomial (relative
  * error < 1e-7 on |r| ≤ ln2 / 2); 2^k is built from its exponent bits. Plain Math.exp was
- * ~10% of a prefill step's CPU time.
+ * a visible share of a prefill step's CPU time.
  *
  * Export: swiglu(gate, up, out, bytes): byte offsets, `bytes` a multiple of 16.
  */

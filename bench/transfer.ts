@@ -44,8 +44,8 @@ import {
   resolveBusyPollUs,
 } from '../src/transfer/agent-checks.ts';
 import { checksumImplementation } from '../src/transfer/checksum.ts';
-import { DISABLE_DIRECT_READ_ENV } from '../src/transfer/direct-read.ts';
 import { createTransferAgent, type DescPair, type TransferAgent } from '../src/transfer/index.ts';
+import { readEnv } from '../src/util/envs.ts';
 import { interruptBudgetFrom } from '../src/util/jit-tuning.ts';
 import { mappableSharedMemory } from '../src/util/shared-memory.ts';
 import { benchArgs, nonNegativeInteger, positiveInteger } from './_args.ts';
@@ -233,7 +233,7 @@ export async function main(args: string[]): Promise<void> {
   for (const [name, backend, env, thread] of [
     ['tcp', 'TCP', {}, false],
     ['shm', 'SHM', {}, false],
-    ['shm_request', 'SHM', { [DISABLE_DIRECT_READ_ENV]: '1' }, false],
+    ['shm_request', 'SHM', { KVCONNECT_DISABLE_DIRECT_READ: '1' }, false],
     ['tcp_threaded', 'TCP', {}, true],
     ['shm_threaded', 'SHM', {}, true],
   ] as const) {
@@ -509,7 +509,7 @@ export async function main(args: string[]): Promise<void> {
     out[`${name}_from_record_gbps`] = roundedMedian(p.fromRecord);
   }
   Object.assign(out, {
-    direct_read: process.env[DISABLE_DIRECT_READ_ENV] !== '1',
+    direct_read: !readEnv('KVCONNECT_DISABLE_DIRECT_READ'),
     shm_read_vs_ucx_posix: ratio('shm_read', 'ucx_posix'),
     shm_write_vs_ucx_posix: ratio('shm_write', 'ucx_posix'),
     shm_read_vs_memcpy: ratio('shm_read', 'memcpy'),

@@ -2,7 +2,8 @@
  * The layering of docs/architecture.md, enforced: every import between folders of src/ must
  * be allowed by LAYERS, and no module may take part in a runtime import cycle. Value and
  * dynamic imports come from esbuild's module graph (what Node actually loads); type-only
- * imports, which esbuild drops, from the `import type` / `export type` statements.
+ * imports, which esbuild drops, from the `import type` / `export type` statements. And the
+ * environment is read only through its registry, src/util/envs.ts.
  */
 import assert from 'node:assert/strict';
 import { readdirSync, readFileSync } from 'node:fs';
@@ -17,7 +18,7 @@ const SRC = join(ROOT, 'src');
 /** Which layers each layer may import (its own files always). `connectors/*` is any one connector. */
 const LAYERS: Record<string, readonly string[]> = {
   errors: [],
-  logging: [],
+  logging: ['util'],
   util: [],
   http: ['errors', 'util'],
   config: ['errors', 'logging', 'util'],
@@ -123,6 +124,26 @@ function sourceFiles(dir: string): string[] {
   );
 }
 
+/** The one module of src/ that touches `process.env` (docs/environment.md). */
+const ENV_REGISTRY = 'util/envs.ts';
+
+/** Files of src/ (paths relative to src/) that touch `process.env` outside the registry. */
+function envReadsOutsideRegistry(sources: ReadonlyMap<string, string>): string[] {
+  const out: string[] = [];
+  for (const [file, text] of sources) {
+    if (file === ENV_REGISTRY) continue;
+    const line = text
+      .split('\n')
+      .findIndex((l) =>
+        /\bprocess\s*\.\s*env\b|\bprocess\s*\[\s*['"]env['"]\s*\]|\{[^}]*\benv\b[^}]*\}\s*=\s*process\b/.test(
+          l,
+        ),
+      );
+    if (line >= 0) out.push(`${file}:${line + 1} reads process.env; use readEnv() of ${ENV_REGISTRY}`);
+  }
+  return out;
+}
+
 const TYPE_ONLY = /^(?:import|export) type\b[^;]*?\bfrom\s+'(\.[^']+)'/gm;
 
 /** Every import between files of src/, paths relative to src/. */
@@ -178,6 +199,29 @@ describe('architecture', () => {
 
   test('src/ has no runtime import cycle', async () => {
     assert.deepEqual(importCycles(await sourceGraph()), []);
+  });
+
+  test(`src/ reads the environment only through ${ENV_REGISTRY}`, () => {
+    const sources = new Map(
+      sourceFiles(SRC).map((f) => [relative(SRC, f).split('\\').join('/'), readFileSync(f, 'utf8')]),
+    );
+    assert.ok(sources.get(ENV_REGISTRY)?.includes('process.env'), 'the registry reads process.env');
+    assert.deepEqual(envReadsOutsideRegistry(sources), []);
+    assert.deepEqual(
+      envReadsOutsideRegistry(
+        new Map([
+          ['util/envs.ts', 'process.env'],
+          ['server/x.ts', "const a = 1;\nconst k = process.env['OPENAI_API_KEY'];"],
+          ['demo/y.ts', 'spawn(c, { env: { ...process .env } });'],
+          ['kv/z.ts', "const { env } = process;\nprocess['env'];"],
+        ]),
+      ),
+      [
+        'server/x.ts:2 reads process.env; use readEnv() of util/envs.ts',
+        'demo/y.ts:1 reads process.env; use readEnv() of util/envs.ts',
+        'kv/z.ts:1 reads process.env; use readEnv() of util/envs.ts',
+      ],
+    );
   });
 
   test('the checks find a forbidden edge, a non-lazy connector import and a cycle', () => {

@@ -8,6 +8,7 @@
  */
 import { KVError } from '../errors/kv-error.ts';
 import { getLogger } from '../logging/logger.ts';
+import { type Environment, readEnv } from '../util/envs.ts';
 import { CONFIG_INVALID } from './config-error.ts';
 import { KV_TRANSFER_CONFIG_FIELDS, KVTransferConfig } from './kv-transfer-config.ts';
 import type { KVTransferConfigLike } from './types.ts';
@@ -21,7 +22,7 @@ export function applyKvOffloading(
   kv: KVTransferConfigLike | null,
   sizeGiB: number | null,
   backend: KVOffloadingBackend,
-  env: NodeJS.ProcessEnv = process.env,
+  env?: Environment,
 ): KVTransferConfigLike | null {
   if (sizeGiB === null) return kv;
   if (backend === 'lmcache') {
@@ -35,7 +36,8 @@ export function applyKvOffloading(
       },
     );
   }
-  if (Number.parseInt(env['VLLM_USE_SIMPLE_KV_OFFLOAD'] ?? '0', 10) > 0) {
+  const simpleOffload = readEnv('VLLM_USE_SIMPLE_KV_OFFLOAD', env);
+  if (Number.parseInt(simpleOffload ?? '0', 10) > 0) {
     throw new KVError(
       CONFIG_INVALID,
       "VLLM_USE_SIMPLE_KV_OFFLOAD selects vLLM's SimpleCPUOffloadConnector, which kvconnect does not implement",
@@ -44,7 +46,7 @@ export function applyKvOffloading(
         hint: 'Unset VLLM_USE_SIMPLE_KV_OFFLOAD to use the OffloadingConnector.',
         details: {
           expected: 'VLLM_USE_SIMPLE_KV_OFFLOAD unset or 0',
-          received: env['VLLM_USE_SIMPLE_KV_OFFLOAD'],
+          received: simpleOffload,
         },
       },
     );

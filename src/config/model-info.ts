@@ -6,6 +6,7 @@
 import { readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { KVError } from '../errors/kv-error.ts';
+import { readEnv } from '../util/envs.ts';
 import { didYouMean } from './config-error.ts';
 import { normalizeHFConfig, parseRopeScaling } from './hf-model-config.ts';
 import {
@@ -172,7 +173,7 @@ export function resolveMaxModelLen(model: string, requested: number | null, cwd 
   const scaling = parseRopeScaling(hf);
   const derived = maxPositionEmbeddings(hf) * (scaling.ropeType === 'linear' ? scaling.factor : 1);
   if (requested === null) return derived;
-  if (requested > derived && process.env.VLLM_ALLOW_LONG_MAX_MODEL_LEN !== '1') {
+  if (requested > derived && !readEnv('VLLM_ALLOW_LONG_MAX_MODEL_LEN')) {
     throw new KVError(
       'KV_CONFIG_INVALID',
       `User-specified max_model_len (${requested}) is greater than the derived max_model_len (max_position_embeddings=${derived} or model_max_length=None in model's config.json). To allow overriding this maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1. VLLM_ALLOW_LONG_MAX_MODEL_LEN must be used with extreme caution. If the model uses relative position encoding (RoPE), positions exceeding derived_max_model_len lead to nan. If the model uses absolute position encoding, positions exceeding derived_max_model_len will cause a CUDA array out-of-bounds error.`,

@@ -6,6 +6,7 @@ import { type ChildProcessByStdio, spawn } from 'node:child_process';
 import type { Readable, Writable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import { KVError } from '../errors/kv-error.ts';
+import { processEnvironment } from '../util/envs.ts';
 
 const TAIL_BYTES = 4096;
 const STOP_GRACE_MS = 5000;
@@ -69,7 +70,7 @@ export async function startServe(
   args: readonly string[],
   { timeoutMs, env = {}, group }: StartServeOptions,
 ): Promise<ServeProcess> {
-  const childEnv: NodeJS.ProcessEnv = { KVCONNECT_LOG_LEVEL: 'warn', ...process.env, ...env };
+  const childEnv: NodeJS.ProcessEnv = { KVCONNECT_LOG_LEVEL: 'warn', ...processEnvironment(), ...env };
   delete childEnv['NODE_TEST_CONTEXT'];
   const child: Child = spawn(process.execPath, [...childExecArgv(), serveChildEntry(), ...args], {
     detached: true,

@@ -5,6 +5,7 @@
  */
 import { formatErrorText } from '../errors/format.ts';
 import { setLogLevel } from '../logging/logger.ts';
+import { readEnv } from '../util/envs.ts';
 import { type CompletionResult, streamCompletion } from './client.ts';
 import { keepRunningHelp } from './keep-running.ts';
 import { demoMetricNames, type MetricReading, metricDelta, readMetrics } from './metrics.ts';
@@ -149,7 +150,7 @@ async function measure(options: DemoOptions, s: Servers, progress: Progress): Pr
 
 export async function runDemo(options: DemoOptions, io: DemoIO): Promise<DemoRun> {
   // The proxy's per-request info logs would drown the progress line; KVCONNECT_LOG_LEVEL wins.
-  if (process.env['KVCONNECT_LOG_LEVEL'] === undefined) setLogLevel('warn');
+  if (readEnv('KVCONNECT_LOG_LEVEL') === undefined) setLogLevel('warn');
   try {
     resolveDemoConnector(options.connector);
   } catch (e) {

@@ -12,6 +12,7 @@ import * as zmq from 'zeromq';
 import { type KVEventsConfigFields, kvEventsPublishing } from '../config/kv-events-config.ts';
 import { KVError } from '../errors/kv-error.ts';
 import { getLogger } from '../logging/logger.ts';
+import { type Environment, readEnv } from '../util/envs.ts';
 import { END_SEQ, offsetEndpointPort, seqBytes, shouldBind } from './endpoint.ts';
 import { encodeBatch, type KVEventBatch, type KVEventsLayout } from './wire.ts';
 
@@ -213,6 +214,6 @@ export async function createEventPublisher(
 }
 
 /** KVCONNECT_KV_EVENTS_ARRAY_LIKE=1 selects the tagged-array layout of vLLM before PR #42892. */
-export function kvEventsLayoutFromEnv(env: NodeJS.ProcessEnv = process.env): KVEventsLayout {
-  return env['KVCONNECT_KV_EVENTS_ARRAY_LIKE'] === '1' ? 'array' : 'map';
+export function kvEventsLayoutFromEnv(env?: Environment): KVEventsLayout {
+  return readEnv('KVCONNECT_KV_EVENTS_ARRAY_LIKE', env) ? 'array' : 'map';
 }

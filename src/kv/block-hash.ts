@@ -13,6 +13,7 @@ import { hash, randomBytes } from 'node:crypto';
 import type { HashAlgo } from '../config/types.ts';
 import { KVError } from '../errors/index.ts';
 import { getLogger } from '../logging/logger.ts';
+import { type Environment, readEnv } from '../util/envs.ts';
 import { CborBlockKeyWriter, type ExtraKey } from './cbor-block-key.ts';
 import type { BlockHash } from './interfaces.ts';
 import { murmur3x86_128 } from './murmur3.ts';
@@ -50,8 +51,8 @@ const noneHashCache = new Map<string, BlockHash>();
  * NONE_HASH: H(seed) with seed = env PYTHONHASHSEED if set, else "vllm-none-hash" for the
  * SHA-256 algorithms, else a random per-process seed (with vLLM's warning).
  */
-export function noneHash(algo: HashAlgo, env: NodeJS.ProcessEnv = process.env): BlockHash {
-  const fromEnv = env['PYTHONHASHSEED'];
+export function noneHash(algo: HashAlgo, env?: Environment): BlockHash {
+  const fromEnv = readEnv('PYTHONHASHSEED', env);
   let seed: string;
   if (fromEnv !== undefined) seed = fromEnv;
   else if (isCollisionResistant(algo)) seed = DEFAULT_NONE_HASH_SEED;
@@ -100,7 +101,7 @@ export class BlockHashFunction {
   readonly #digest: Digest;
   readonly #writer = new CborBlockKeyWriter();
 
-  constructor(algo: HashAlgo = DEFAULT_HASH_ALGO, env: NodeJS.ProcessEnv = process.env) {
+  constructor(algo: HashAlgo = DEFAULT_HASH_ALGO, env?: Environment) {
     this.#digest = digestFor(algo);
     this.algo = algo;
     this.noneHash = noneHash(algo, env);

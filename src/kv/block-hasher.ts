@@ -5,6 +5,7 @@
  */
 
 import type { HashAlgo } from '../config/types.ts';
+import type { Environment } from '../util/envs.ts';
 import { BlockHashFunction, DEFAULT_HASH_ALGO } from './block-hash.ts';
 import type { ExtraKey } from './cbor-block-key.ts';
 import type { BlockHash } from './interfaces.ts';
@@ -39,7 +40,7 @@ export class BlockHasher {
   readonly blockSize: number;
   readonly fn: BlockHashFunction;
 
-  constructor(blockSize: number, algo: HashAlgo = DEFAULT_HASH_ALGO, env: NodeJS.ProcessEnv = process.env) {
+  constructor(blockSize: number, algo: HashAlgo = DEFAULT_HASH_ALGO, env?: Environment) {
     this.blockSize = blockSize;
     this.fn = new BlockHashFunction(algo, env);
   }
@@ -79,7 +80,7 @@ export class BlockHasher {
 export function createBlockHasher(
   blockSize: number,
   algo: HashAlgo = DEFAULT_HASH_ALGO,
-  env: NodeJS.ProcessEnv = process.env,
+  env?: Environment,
 ): BlockHasher {
   return new BlockHasher(blockSize, algo, env);
 }

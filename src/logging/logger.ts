@@ -4,6 +4,7 @@
  * hook so tests can assert that a warning was (or was not) emitted.
  */
 import { format } from 'node:util';
+import { readEnv } from '../util/envs.ts';
 
 export type LogLevel = 'debug' | 'info' | 'warn' | 'error' | 'silent';
 const ORDER: Record<LogLevel, number> = { debug: 10, info: 20, warn: 30, error: 40, silent: 100 };
@@ -20,7 +21,7 @@ const listeners = new Set<Listener>();
 const onceKeys = new Set<string>();
 
 function envLevel(): LogLevel {
-  const v = process.env['KVCONNECT_LOG_LEVEL']?.toLowerCase();
+  const v = readEnv('KVCONNECT_LOG_LEVEL')?.toLowerCase();
   return v && v in ORDER ? (v as LogLevel) : 'info';
 }
 let threshold: LogLevel = envLevel();

@@ -8,6 +8,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { KVError } from '../errors/index.ts';
 import { headerValue, readJson } from '../http/index.ts';
 import { getLogger } from '../logging/logger.ts';
+import { readEnv } from '../util/envs.ts';
 import type { Backend } from './backend.ts';
 import type { BackendPool } from './backend-pool.ts';
 import { planFlow } from './flow-plan.ts';
@@ -199,6 +200,6 @@ export async function handleCompletion(
 }
 
 function bearerFromEnv(): string | undefined {
-  const key = process.env['OPENAI_API_KEY'];
+  const key = readEnv('OPENAI_API_KEY');
   return key ? `Bearer ${key}` : undefined;
 }

@@ -9,14 +9,14 @@ import type { AsyncEngineLike } from '../engine/api.ts';
 import { KVError } from '../errors/index.ts';
 import { type BodyRules, readBody } from '../http/index.ts';
 import { getLogger } from '../logging/logger.ts';
+import { type Environment, readEnv } from '../util/envs.ts';
 import { badRequest } from './fields.ts';
 
 const log = getLogger('kvconnect.server');
 
 /** vLLM reads VLLM_SERVER_DEV_MODE as an integer: any non-zero value enables it. */
-export function devModeFromEnv(env: NodeJS.ProcessEnv = process.env): boolean {
-  const n = Number.parseInt(env['VLLM_SERVER_DEV_MODE'] ?? '0', 10);
-  return Number.isFinite(n) && n !== 0;
+export function devModeFromEnv(env?: Environment): boolean {
+  return readEnv('VLLM_SERVER_DEV_MODE', env);
 }
 
 const TRUE = new Set(['1', 'true', 'yes', 'on', 't', 'y']);

@@ -6,6 +6,7 @@
  */
 import { randomFillSync, randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
+import { type Environment, readEnv } from '../util/envs.ts';
 
 const MAX_EXTERNAL_ID_LENGTH = 256;
 
@@ -16,8 +17,8 @@ export function externalRequestId(req: IncomingMessage): string {
   return randomUUID().replaceAll('-', '');
 }
 
-export function randomizationDisabled(env: NodeJS.ProcessEnv = process.env): boolean {
-  return env['VLLM_DISABLE_REQUEST_ID_RANDOMIZATION'] === '1';
+export function randomizationDisabled(env?: Environment): boolean {
+  return readEnv('VLLM_DISABLE_REQUEST_ID_RANDOMIZATION', env);
 }
 
 /** `{base}-{8 hex}`, or `base` itself when randomization is disabled. */

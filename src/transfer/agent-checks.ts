@@ -6,6 +6,7 @@
  */
 import { availableParallelism } from 'node:os';
 import { KVError } from '../errors/index.ts';
+import { type EnvName, readEnv } from '../util/envs.ts';
 import { TRANSFER_PROTOCOL_VERSION } from './frames.ts';
 import { MAX_PAYLOAD_BYTES } from './framing.ts';
 import type { AgentMetadata, DescPair, FailedBlocks, MemoryRegion, TransferStatus } from './types.ts';
@@ -45,7 +46,7 @@ export function checkProtocol(meta: AgentMetadata): void {
 }
 
 /** Set to a whole number ≥ 1 to let agents created without `copyThreads` use that many copy threads. */
-export const COPY_THREADS_ENV = 'KVCONNECT_COPY_THREADS';
+export const COPY_THREADS_ENV = 'KVCONNECT_COPY_THREADS' satisfies EnvName;
 
 /** The most copy threads an agent takes (native/kvhash.c MAX_COPY_THREADS). */
 export const MAX_COPY_THREADS = 16;
@@ -54,7 +55,7 @@ export const MAX_COPY_THREADS = 16;
 interface WholeNumberSetting {
   readonly option: number | undefined;
   readonly optionName: string;
-  readonly env: string;
+  readonly env: typeof COPY_THREADS_ENV | typeof BUSY_POLL_ENV;
   /** The value when neither the option nor the variable is set. */
   readonly fallback: number;
   readonly min: number;
@@ -67,7 +68,7 @@ interface WholeNumberSetting {
 
 /** The option, else the variable (unset or empty: the fallback), checked: a RangeError names the field and the fix. */
 function resolveWholeNumber(s: WholeNumberSetting): number {
-  const fromEnv = process.env[s.env];
+  const fromEnv = readEnv(s.env);
   const value = s.option ?? (fromEnv === undefined || fromEnv === '' ? s.fallback : Number(fromEnv));
   if (!(Number.isSafeInteger(value) && value >= s.min && value <= s.max)) {
     const field = s.option === undefined ? `${s.env} (environment)` : s.optionName;
@@ -92,7 +93,7 @@ export function resolveCopyThreads(option: number | undefined): number {
 }
 
 /** Set to whole microseconds (0 = off) for agents created without `busyPollUs`. */
-export const BUSY_POLL_ENV = 'KVCONNECT_BUSY_POLL_US';
+export const BUSY_POLL_ENV = 'KVCONNECT_BUSY_POLL_US' satisfies EnvName;
 
 /**
  * The default busy-poll window (µs) after transfer activity of an agent on its caller's loop

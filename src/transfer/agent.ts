@@ -6,6 +6,7 @@
  */
 import { createServer, type Server, type Socket } from 'node:net';
 import { KVError } from '../errors/index.ts';
+import { readEnv } from '../util/envs.ts';
 import {
   checkAgentOptions,
   checkProtocol,
@@ -28,7 +29,6 @@ import { BlockRecords } from './block-records.ts';
 import { BusyPoll } from './busy-poll.ts';
 import { adoptAcceptedSocket, zeroCopyRead } from './connection.ts';
 import { prepareDescriptors } from './descriptors.ts';
-import { DISABLE_DIRECT_READ_ENV } from './direct-read.ts';
 import { TRANSFER_PROTOCOL_VERSION } from './frames.ts';
 import { type GrantKind, type GrantSpec, GrantTable } from './grants.ts';
 import { defaultShmDir, localHostId } from './host-id.ts';
@@ -113,7 +113,7 @@ export class InThreadTransferAgent implements TransferAgent {
       grants: this.#grants,
       leases: () => this.#leases,
       records: this.#records,
-      offerLeases: (opts.offerKvMapping ?? true) && process.env[DISABLE_DIRECT_READ_ENV] !== '1',
+      offerLeases: (opts.offerKvMapping ?? true) && !readEnv('KVCONNECT_DISABLE_DIRECT_READ'),
       outgoingHook: opts.testHooks?.outgoing,
       stallOnNotification: opts.testHooks?.stallOnNotification,
       copyThreads,

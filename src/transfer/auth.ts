@@ -3,12 +3,13 @@
  * so the secret never crosses the wire and a replayed answer is useless (fresh nonces).
  */
 import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
+import { type EnvName, readEnv } from '../util/envs.ts';
 
-export const SECRET_ENV = 'KVCONNECT_TRANSFER_SECRET';
+export const SECRET_ENV = 'KVCONNECT_TRANSFER_SECRET' satisfies EnvName;
 
 export function resolveSecret(explicit: string | undefined): string | undefined {
   if (explicit !== undefined && explicit !== '') return explicit;
-  const env = process.env[SECRET_ENV];
+  const env = readEnv(SECRET_ENV);
   return env === undefined || env === '' ? undefined : env;
 }
 

@@ -18,6 +18,7 @@
  * 2^-32 for the same kind of multi-burst damage.
  */
 
+import { readEnv } from '../util/envs.ts';
 import { nativeFunctions } from '../util/native-addon.ts';
 import { foldLanes, initLanes, referenceHash } from './checksum-reference.ts';
 import { copyBytes } from './copy-bytes.ts';
@@ -42,7 +43,7 @@ interface WasmHasher {
 }
 
 function instantiate(): WasmHasher | null {
-  if (process.env['KVCONNECT_DISABLE_WASM_HASH'] === '1') return null;
+  if (readEnv('KVCONNECT_DISABLE_WASM_HASH')) return null;
   try {
     const api = (globalThis as unknown as { WebAssembly: WasmApi }).WebAssembly;
     const instance = new api.Instance(new api.Module(hashModuleBytes()), {});
@@ -64,10 +65,9 @@ interface NativeHash {
   copyHash(dst: Uint8Array, src: Uint8Array, blockBytes: number, count: number, out: Float64Array): void;
 }
 
-const native =
-  process.env['KVCONNECT_DISABLE_NATIVE_HASH'] === '1'
-    ? null
-    : nativeFunctions<NativeHash>('hash', 'hashBlocks', 'copyHash');
+const native = readEnv('KVCONNECT_DISABLE_NATIVE_HASH')
+  ? null
+  : nativeFunctions<NativeHash>('hash', 'hashBlocks', 'copyHash');
 const wasm = instantiate();
 
 /** The several-runs, several-threads copy of native/kvhash.c (absent from an addon built before it). */

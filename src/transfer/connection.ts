@@ -6,6 +6,7 @@
 import { Socket } from 'node:net';
 import { getLogger } from '../logging/logger.ts';
 import { drained } from '../util/drained.ts';
+import { readEnv } from '../util/envs.ts';
 import {
   encodePrefixAndHeader,
   FrameDecoder,
@@ -154,7 +155,7 @@ type ZeroCopyRead = ReturnType<typeof zeroCopyRead>;
 export function adoptAcceptedSocket(accepted: Socket, onread: ZeroCopyRead): Socket {
   const holder = accepted as unknown as { _handle?: { readStart?: unknown } | null };
   const handle = holder._handle;
-  if (process.env[DISABLE_ADOPT_ENV] !== '1' && handle && typeof handle.readStart === 'function') {
+  if (!readEnv('KVCONNECT_DISABLE_SOCKET_ADOPT') && handle && typeof handle.readStart === 'function') {
     try {
       const socket = new Socket({ handle, onread, readable: true, writable: true } as ConstructorParameters<
         typeof Socket
@@ -169,6 +170,3 @@ export function adoptAcceptedSocket(accepted: Socket, onread: ZeroCopyRead): Soc
   accepted.resume();
   return accepted;
 }
-
-/** Set to 1 to read accepted sockets the plain way (one copy per payload chunk). */
-export const DISABLE_ADOPT_ENV = 'KVCONNECT_DISABLE_SOCKET_ADOPT';

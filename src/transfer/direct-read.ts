@@ -14,9 +14,6 @@ import type { PeerKvMap } from './kv-map.ts';
 import { type LeaseViews, leaseHash, SLOTS } from './lease-table.ts';
 import type { DescPair, MemoryRegion } from './types.ts';
 
-/** Set to 1 to make agents not offer their lease table: every READ then asks the owner. */
-export const DISABLE_DIRECT_READ_ENV = 'KVCONNECT_DISABLE_DIRECT_READ';
-
 export interface DirectReadSource {
   readonly kv: PeerKvMap;
   readonly leases: LeaseViews;

@@ -6,6 +6,7 @@
  */
 import { connect } from 'node:net';
 import { getLogger } from '../logging/logger.ts';
+import { readEnv } from '../util/envs.ts';
 import { localBlocks } from './agent-checks.ts';
 import type { AgentCore } from './agent-core.ts';
 import { type BlockRun, type IncomingRuns, sendRuns } from './block-io.ts';
@@ -45,9 +46,6 @@ export interface OutboundTransfer {
 }
 
 export type FinishListener = (t: OutboundTransfer) => void;
-
-/** Set to 1 to send every WRITE (no pulled WRITEs from this agent). */
-export const DISABLE_WRITE_PULL_ENV = 'KVCONNECT_DISABLE_WRITE_PULL';
 
 /** Lease keys of pulled WRITEs (one per transfer id; user grant keys are other strings). */
 const PULL_KEY_PREFIX = 'kvconnect-write-pull:';
@@ -214,7 +212,7 @@ export class OutboundPeer {
     const table = c.leases();
     const link = this.#link;
     if (table === null || !link.peerPulls || link.transport !== 'shm' || c.outgoingHook) return null;
-    if (process.env[DISABLE_WRITE_PULL_ENV] === '1') return null;
+    if (readEnv('KVCONNECT_DISABLE_WRITE_PULL')) return null;
     for (const d of t.descs) if (!c.records.hasAll(d.localRegion, d.localFirst, d.count)) return null;
     const key = `${PULL_KEY_PREFIX}${t.id}`;
     // Every region names the same blocks: each id once.

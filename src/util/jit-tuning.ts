@@ -19,8 +19,9 @@
  * agent's, use it too) and changes only when code is optimized, never what it computes.
  */
 import { setFlagsFromString } from 'node:v8';
+import { type Environment, type EnvName, readEnv } from './envs.ts';
 
-export const V8_INTERRUPT_BUDGET_ENV = 'KVCONNECT_V8_INTERRUPT_BUDGET';
+export const V8_INTERRUPT_BUDGET_ENV = 'KVCONNECT_V8_INTERRUPT_BUDGET' satisfies EnvName;
 
 /** V8's own budget in Node 20, in bytes of bytecode (for messages; kvconnect does not set it). */
 export const V8_OWN_INTERRUPT_BUDGET = 67584;
@@ -32,8 +33,8 @@ export const MIN_V8_INTERRUPT_BUDGET = 1024;
  * The budget `env` asks for: null (keep V8's own) when the variable is unset, empty or `0`, else
  * the number; throws a RangeError that says how to fix a bad value.
  */
-export function interruptBudgetFrom(env: NodeJS.ProcessEnv = process.env): number | null {
-  const raw = env[V8_INTERRUPT_BUDGET_ENV];
+export function interruptBudgetFrom(env?: Environment): number | null {
+  const raw = readEnv(V8_INTERRUPT_BUDGET_ENV, env);
   if (raw === undefined || raw.trim() === '') return null;
   const value = Number(raw);
   if (value === 0) return null;

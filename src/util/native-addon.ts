@@ -6,14 +6,15 @@
  * addon is missing (not built, not Linux, or KVCONNECT_DISABLE_NATIVE=1).
  */
 import { createRequire } from 'node:module';
+import { type EnvName, readEnv } from './envs.ts';
 
-export const DISABLE_NATIVE_ENV = 'KVCONNECT_DISABLE_NATIVE';
+export const DISABLE_NATIVE_ENV = 'KVCONNECT_DISABLE_NATIVE' satisfies EnvName;
 
 /** Relative to this file in src/util/ and in dist/util/ alike. */
 const ADDON_PATH = '../../native/build/Release/kvshm.node';
 
 function load(): { addon: Record<string, unknown> | null; reason: string } {
-  if (process.env[DISABLE_NATIVE_ENV] === '1') return { addon: null, reason: `${DISABLE_NATIVE_ENV}=1` };
+  if (readEnv(DISABLE_NATIVE_ENV)) return { addon: null, reason: `${DISABLE_NATIVE_ENV}=1` };
   if (process.platform !== 'linux') return { addon: null, reason: `not Linux (${process.platform})` };
   try {
     return { addon: createRequire(import.meta.url)(ADDON_PATH) as Record<string, unknown>, reason: 'loaded' };

@@ -4,14 +4,13 @@
  * map read-only and copy KV blocks from in one pass (src/transfer/kv-map.ts); without it,
  * or with KVCONNECT_DISABLE_KV_MAP=1, it is a plain SharedArrayBuffer.
  */
+
+import { readEnv } from './envs.ts';
 import { nativeFunctions } from './native-addon.ts';
 
-export const DISABLE_KV_MAP_ENV = 'KVCONNECT_DISABLE_KV_MAP';
-
-const allocShared =
-  process.env[DISABLE_KV_MAP_ENV] === '1'
-    ? null
-    : (nativeFunctions<{ allocShared(size: number): SharedArrayBuffer }>('allocShared')?.allocShared ?? null);
+const allocShared = readEnv('KVCONNECT_DISABLE_KV_MAP')
+  ? null
+  : (nativeFunctions<{ allocShared(size: number): SharedArrayBuffer }>('allocShared')?.allocShared ?? null);
 
 /** True when allocateShared() returns memory a same-host peer can map. */
 export const mappableSharedMemory: boolean = allocShared !== null;

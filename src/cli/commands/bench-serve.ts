@@ -6,6 +6,7 @@ import { writeFileSync } from 'node:fs';
 import { type Command, InvalidArgumentError } from 'commander';
 import { BENCH_SERVE_DEFAULTS, type BenchServeOptions } from '../../bench-serve/options.ts';
 import { formatErrorText } from '../../errors/index.ts';
+import { readEnv } from '../../util/envs.ts';
 
 function num(name: string, min: number, integer: boolean) {
   return (value: string): number => {
@@ -207,7 +208,7 @@ function optionsFromFlags(o: Record<string, unknown>): BenchServeOptions {
   const options: Record<string, unknown> = { ...BENCH_SERVE_DEFAULTS, model: o['model'] };
   for (const def of FLAGS) options[def.field] = o[attributeName(def.flag)];
   options['ignoreEos'] = o['ignoreEos'] === true;
-  options['apiKey'] = (o['apiKey'] as string | undefined) ?? process.env['OPENAI_API_KEY'];
+  options['apiKey'] = (o['apiKey'] as string | undefined) ?? readEnv('OPENAI_API_KEY');
   return options as unknown as BenchServeOptions;
 }
 

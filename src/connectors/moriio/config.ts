@@ -11,6 +11,7 @@ import type { EngineConfig } from '../../config/types.ts';
 import { KVError } from '../../errors/kv-error.ts';
 import { getLogger } from '../../logging/logger.ts';
 import { MAX_BUSY_POLL_US } from '../../transfer/index.ts';
+import { type Environment, type EnvName, readEnv } from '../../util/envs.ts';
 
 const log = getLogger('kvconnect.connectors.moriio');
 
@@ -22,12 +23,12 @@ export const MORIIO_BACKENDS = ['rdma', 'xgmi'] as const;
 export type MoRIIOBackend = (typeof MORIIO_BACKENDS)[number];
 
 /** Deprecated environment variables and the extra-config key that replaced each. */
-export const MORIIO_DEPRECATED_ENV: Readonly<Record<string, string>> = {
+export const MORIIO_DEPRECATED_ENV = {
   VLLM_MORIIO_CONNECTOR_READ_MODE: 'read_mode',
   VLLM_MORIIO_QP_PER_TRANSFER: 'qp_per_transfer',
   VLLM_MORIIO_POST_BATCH_SIZE: 'post_batch_size',
   VLLM_MORIIO_NUM_WORKERS: 'num_workers',
-};
+} as const satisfies Partial<Record<EnvName, string>>;
 
 /** MoRIIO's keys (docs/configuration.md), read by the one extra-config reader. */
 export const MORIIO_EXTRA_CONFIG = {
@@ -124,13 +125,14 @@ export function parseMoRIIOBackend(value: unknown): MoRIIOBackend {
 }
 
 /** Warns once per variable that is set; their values are ignored. */
-export function warnDeprecatedMoRIIOEnv(env: NodeJS.ProcessEnv = process.env): string[] {
-  const found = Object.keys(MORIIO_DEPRECATED_ENV).filter((name) => env[name] !== undefined);
+export function warnDeprecatedMoRIIOEnv(env?: Environment): string[] {
+  const names = Object.keys(MORIIO_DEPRECATED_ENV) as (keyof typeof MORIIO_DEPRECATED_ENV)[];
+  const found = names.filter((name) => readEnv(name, env) !== undefined);
   for (const name of found) {
     log.warnOnce(
       'The environment variable %s is deprecated and ignored. Set %s inside kv_transfer_config.kv_connector_extra_config instead.',
       name,
-      pythonRepr(MORIIO_DEPRECATED_ENV[name]!),
+      pythonRepr(MORIIO_DEPRECATED_ENV[name]),
     );
   }
   return found;

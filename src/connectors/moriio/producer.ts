@@ -7,6 +7,7 @@
  */
 import { getLogger } from '../../logging/logger.ts';
 import type { TransferHandle } from '../../transfer/index.ts';
+import { readEnv } from '../../util/envs.ts';
 import { emitMoRIIOEvent } from './events.ts';
 import type { RemoteBlocksMessage } from './notify-channel.ts';
 import { sendNotify } from './notify-channel.ts';
@@ -18,9 +19,9 @@ import type { MoRIIOWorkerContext } from './worker-context.ts';
 const log = getLogger('kvconnect.connectors.moriio');
 
 /** Test hook: the process dies right after posting this many writes (a producer killed mid-write). */
-let exitAfterWrites = Number(process.env['KVCONNECT_MORIIO_TEST_EXIT_AFTER_WRITES'] ?? 0);
+let exitAfterWrites = readEnv('KVCONNECT_MORIIO_TEST_EXIT_AFTER_WRITES');
 /** Test hook: the process stops itself (SIGSTOP) right after posting this many writes (a producer gone silent). */
-let stopAfterWrites = Number(process.env['KVCONNECT_MORIIO_TEST_STOP_AFTER_WRITES'] ?? 0);
+let stopAfterWrites = readEnv('KVCONNECT_MORIIO_TEST_STOP_AFTER_WRITES');
 
 interface Registration {
   readonly msg: RemoteBlocksMessage;

@@ -6,10 +6,11 @@ import { type ExtraConfigSchema, readExtraConfig } from '../../config/extra-conf
 import type { EngineConfig } from '../../config/types.ts';
 import { KVError } from '../../errors/kv-error.ts';
 import { KNOWN_BACKENDS, MAX_BUSY_POLL_US } from '../../transfer/index.ts';
+import { type Environment, type EnvName, readEnv } from '../../util/envs.ts';
 
 export const DEFAULT_SIDE_CHANNEL_PORT = 5600;
-export const SIDE_CHANNEL_HOST_ENV = 'VLLM_NIXL_SIDE_CHANNEL_HOST';
-export const SIDE_CHANNEL_PORT_ENV = 'VLLM_NIXL_SIDE_CHANNEL_PORT';
+export const SIDE_CHANNEL_HOST_ENV = 'VLLM_NIXL_SIDE_CHANNEL_HOST' satisfies EnvName;
+export const SIDE_CHANNEL_PORT_ENV = 'VLLM_NIXL_SIDE_CHANNEL_PORT' satisfies EnvName;
 
 export interface NixlOptions {
   /** Transfer backends as vLLM names them: UCX (= choose automatically), TCP, SHM. */
@@ -120,7 +121,7 @@ function backendList(extra: Record<string, unknown>): string[] {
 export function parseNixlOptions(
   extra: Record<string, unknown>,
   engineConfig: EngineConfig | null,
-  env: NodeJS.ProcessEnv = process.env,
+  env?: Environment,
 ): NixlOptions {
   const v = readExtraConfig(NIXL_EXTRA_CONFIG, extra);
   if (v.bidirectional_kv_xfer) {
@@ -130,7 +131,7 @@ export function parseNixlOptions(
       'Remove bidirectional_kv_xfer (or set it to false); decode instances do not pin their blocks for a next prefill.',
     );
   }
-  const envPort = env[SIDE_CHANNEL_PORT_ENV];
+  const envPort = readEnv(SIDE_CHANNEL_PORT_ENV, env);
   const portFromConfig = v.side_channel_port !== undefined;
   let port: number;
   if (v.side_channel_port !== undefined) {
@@ -151,7 +152,7 @@ export function parseNixlOptions(
   }
   if (port > 65535)
     throw bad('side_channel_port', `side channel port ${port} is above 65535`, 'Pick a lower port.');
-  const host = v.side_channel_host ?? env[SIDE_CHANNEL_HOST_ENV] ?? 'localhost';
+  const host = v.side_channel_host ?? readEnv(SIDE_CHANNEL_HOST_ENV, env) ?? 'localhost';
   return {
     backends: backendList(extra),
     numThreads: v.num_threads,

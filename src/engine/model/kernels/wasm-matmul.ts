@@ -6,6 +6,7 @@
  * of that memory; `mark`/`release` recycle scratch space per forward.
  */
 import { KVError } from '../../../errors/index.ts';
+import { readEnv } from '../../../util/envs.ts';
 import { nativeAddon } from '../../../util/native-addon.ts';
 import { type WasmMemory, type WasmModule, wasmApi } from './wasm-api.ts';
 import { assembleMatmulModule } from './wasm-assembler.ts';
@@ -37,7 +38,7 @@ type NativeMatmul = (
 ) => void;
 
 function nativeMatmul(): NativeMatmul | null {
-  if (process.env['KVCONNECT_DISABLE_NATIVE_MATMUL'] === '1') return null;
+  if (readEnv('KVCONNECT_DISABLE_NATIVE_MATMUL')) return null;
   const fn = nativeAddon?.['matmulF32'];
   return typeof fn === 'function' ? (fn as NativeMatmul) : null;
 }

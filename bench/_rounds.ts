@@ -25,12 +25,6 @@ export function summarize(values: readonly number[]): Summary {
   return { median: med, min: sorted[0]!, max: sorted[n - 1]!, n };
 }
 
-/** Nearest-rank percentile of sorted values (p in 0..100). */
-export function percentile(sorted: readonly number[], p: number): number {
-  if (sorted.length === 0) return Number.NaN;
-  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))]!;
-}
-
 /** "median (min–max)". */
 export function fmt(s: Summary, digits = 0): string {
   return `${s.median.toFixed(digits)} (${s.min.toFixed(digits)}–${s.max.toFixed(digits)})`;

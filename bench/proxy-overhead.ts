@@ -12,8 +12,9 @@ import type { AddressInfo } from 'node:net';
 import { Agent, request } from 'undici';
 import { setLogLevel } from '../src/logging/logger.ts';
 import { resolveProxyOptions, startProxy } from '../src/proxy/index.ts';
+import { nearestRankPercentile } from '../src/util/percentile.ts';
 import { benchArgs, positiveInteger } from './_args.ts';
-import { alternate, fmt, json, loadAverage, percentile, summarize } from './_rounds.ts';
+import { alternate, fmt, json, loadAverage, summarize } from './_rounds.ts';
 
 const P_BODY = JSON.stringify({
   choices: [{ index: 0, text: 'x' }],
@@ -103,7 +104,7 @@ export async function main(args: string[]): Promise<void> {
       }
     }
     ms.sort((a, b) => a - b);
-    return { p50: percentile(ms, 50), p99: percentile(ms, 99), errors };
+    return { p50: nearestRankPercentile(ms, 50), p99: nearestRankPercentile(ms, 99), errors };
   };
   await time(direct, 300);
   await time(viaProxy, 300);

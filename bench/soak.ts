@@ -8,6 +8,7 @@
  *   npm run bench -- soak [--rounds 5] [--requests 1000] [--concurrency 256]
  */
 import { setLogLevel } from '../src/logging/logger.ts';
+import { nearestRankPercentile } from '../src/util/percentile.ts';
 import {
   type BatchResult,
   MiB,
@@ -18,10 +19,10 @@ import {
   startSoakCluster,
 } from '../test/faults/soak-harness.ts';
 import { benchArgs, positiveInteger } from './_args.ts';
-import { alternate, fmt, json, loadAverage, pairwiseRatio, percentile, summarize } from './_rounds.ts';
+import { alternate, fmt, json, loadAverage, pairwiseRatio, summarize } from './_rounds.ts';
 
 const latency = (xs: readonly number[], p: number): number =>
-  percentile(
+  nearestRankPercentile(
     [...xs].sort((a, b) => a - b),
     p,
   );

@@ -47,11 +47,12 @@ import { checksumImplementation } from '../src/transfer/checksum.ts';
 import { createTransferAgent, type DescPair, type TransferAgent } from '../src/transfer/index.ts';
 import { readEnv } from '../src/util/envs.ts';
 import { interruptBudgetFrom } from '../src/util/jit-tuning.ts';
+import { nearestRankPercentile } from '../src/util/percentile.ts';
 import { mappableSharedMemory } from '../src/util/shared-memory.ts';
 import { benchArgs, nonNegativeInteger, positiveInteger } from './_args.ts';
 import { damonPageoutNote } from './_damon.ts';
 import { type PingPong, startPingPong } from './_pingpong.ts';
-import { loadAverage, percentile, type Summary, summarize } from './_rounds.ts';
+import { loadAverage, type Summary, summarize } from './_rounds.ts';
 import {
   copyHashRunner,
   IPERF3_MISSING,
@@ -175,7 +176,7 @@ async function latencySlice(agent: TransferAgent, remote: string, samples: numbe
 /** p50 and p99 of round-trip samples (sorts them in place). */
 function p50p99(v: number[]) {
   const sorted = v.sort((a, b) => a - b);
-  return { p50: percentile(sorted, 50), p99: percentile(sorted, 99) };
+  return { p50: nearestRankPercentile(sorted, 50), p99: nearestRankPercentile(sorted, 99) };
 }
 
 function latencyStats(out: LatencySamples) {

@@ -9,7 +9,7 @@ export interface Distribution {
 }
 
 /** Linear interpolation between closest ranks (numpy's default percentile). */
-export function percentile(sorted: readonly number[], p: number): number {
+export function interpolatedPercentile(sorted: readonly number[], p: number): number {
   if (sorted.length === 0) return 0;
   const rank = (p / 100) * (sorted.length - 1);
   const lo = Math.floor(rank);
@@ -20,7 +20,12 @@ export function percentile(sorted: readonly number[], p: number): number {
 export function distribution(values: readonly number[]): Distribution {
   const sorted = [...values].sort((a, b) => a - b);
   const mean = sorted.length === 0 ? 0 : sorted.reduce((s, v) => s + v, 0) / sorted.length;
-  return { mean, p50: percentile(sorted, 50), p90: percentile(sorted, 90), p99: percentile(sorted, 99) };
+  return {
+    mean,
+    p50: interpolatedPercentile(sorted, 50),
+    p90: interpolatedPercentile(sorted, 90),
+    p99: interpolatedPercentile(sorted, 99),
+  };
 }
 
 export interface BenchSummary {

@@ -4,10 +4,8 @@
  * model's tokenizer and are read back from the server's `usage` when it sends it.
  */
 
-import { seededRandom } from '../util/seeded-random.ts';
-import type { TraceEntry } from './trace.ts';
-
-export { seededRandom };
+import { mulberry32 } from '../util/mulberry32.ts';
+import { TRACE_BLOCK_TOKENS, type TraceEntry } from './trace.ts';
 
 const VOCAB =
   'the of and to in is was for on as with by at from his her an that which or are this be had not but were have they one all their been has more when who will no if out so said what up its about into than them can only other new some could time these two may then do first any my now such like our over man me even most made after also did many before must through back years where much your way well down should because each just those people how too little state good very make world still own see men work long get here between both life being under never day same another know while last might us great old year off come since against go came right used take three'.split(
@@ -43,7 +41,7 @@ export function randomRequests(
   rangeRatio: number,
   seed: number,
 ): PlannedRequest[] {
-  const rand = seededRandom(seed);
+  const rand = mulberry32(seed);
   return Array.from({ length: count }, () => {
     const promptLen = drawLength(inputLen, rangeRatio, rand);
     return {
@@ -64,8 +62,6 @@ export interface TraceReplayOptions {
   maxOutputLen?: number;
 }
 
-export const TRACE_BLOCK_TOKENS = 512;
-
 /**
  * Replays trace entries: each hash id becomes `blockTokens` words generated from the id
  * alone, so equal ids give equal text and shared prefixes survive; the prompt is cut to
@@ -76,7 +72,7 @@ export function traceRequests(entries: readonly TraceEntry[], opts: TraceReplayO
   const blockWords = (id: number): string[] => {
     let b = blocks.get(id);
     if (!b) {
-      b = words(opts.blockTokens, seededRandom(id * 2654435761 + 1))
+      b = words(opts.blockTokens, mulberry32(id * 2654435761 + 1))
         .trimEnd()
         .split(' ');
       blocks.set(id, b);
@@ -91,7 +87,7 @@ export function traceRequests(entries: readonly TraceEntry[], opts: TraceReplayO
       if (all.length >= promptLen) break;
       all.push(...blockWords(id));
     }
-    const filler = seededRandom(e.line);
+    const filler = mulberry32(e.line);
     while (all.length < promptLen) all.push(words(1, filler).trim());
     const out = Math.max(1, e.outputLength);
     return {

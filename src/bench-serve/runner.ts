@@ -4,9 +4,10 @@
  */
 import { Agent } from 'undici';
 import { getLogger } from '../logging/logger.ts';
+import { mulberry32 } from '../util/mulberry32.ts';
 import { type BenchSummary, summarize } from './metrics.ts';
 import type { BenchServeOptions } from './options.ts';
-import { type PlannedRequest, randomRequests, seededRandom, traceRequests } from './prompts.ts';
+import { type PlannedRequest, randomRequests, traceRequests } from './prompts.ts';
 import { type RequestResult, sendStreaming } from './sse-client.ts';
 import { loadTrace, type TraceProblem } from './trace.ts';
 
@@ -36,7 +37,7 @@ export function planRequests(o: BenchServeOptions): {
   const count = Math.min(o.numPrompts, o.maxRequests ?? o.numPrompts);
   const planned = randomRequests(count, o.randomInputLen, o.randomOutputLen, o.randomRangeRatio, o.seed);
   if (Number.isFinite(o.requestRate) && o.requestRate > 0) {
-    const rand = seededRandom(o.seed + 1);
+    const rand = mulberry32(o.seed + 1);
     let t = 0;
     for (const r of planned) {
       r.arrivalMs = t;

@@ -19,7 +19,7 @@ export interface RequestResult {
   text: string;
 }
 
-export interface SendOptions {
+export interface StreamingRequest {
   url: string;
   body: Record<string, unknown>;
   chat: boolean;
@@ -44,7 +44,7 @@ function eventText(data: unknown, chat: boolean): string | null {
   return typeof choice['text'] === 'string' ? choice['text'] : null;
 }
 
-export async function sendStreaming(o: SendOptions): Promise<RequestResult> {
+export async function sendStreaming(o: StreamingRequest): Promise<RequestResult> {
   const start = performance.now();
   const result: RequestResult = {
     ok: false,

@@ -7,6 +7,9 @@
 import { readFileSync } from 'node:fs';
 import { KVError } from '../errors/index.ts';
 
+/** Tokens per hash id in Mooncake's traces. */
+export const TRACE_BLOCK_TOKENS = 512;
+
 export interface TraceEntry {
   timestampMs: number;
   inputLength: number;

@@ -3,10 +3,7 @@
  * ids a replay synthesises: every hash id stands for one 512-token block, the same id for
  * the same tokens, so equal id prefixes become equal token prefixes.
  */
-import type { TraceEntry } from '../bench-serve/trace.ts';
-
-/** Tokens per hash id in Mooncake's traces. */
-export const TRACE_BLOCK_TOKENS = 512;
+import { TRACE_BLOCK_TOKENS, type TraceEntry } from '../bench-serve/trace.ts';
 
 /** Token ids of one trace request (its hash ids expanded; ids past the list are unique to it). */
 export function traceTokens(

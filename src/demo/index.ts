@@ -25,7 +25,7 @@ export {
 export { ProcessGroup, type ServeProcess, startServe, waitHealthy } from './processes.ts';
 export { type DemoIO, type DemoRun, runDemo } from './run-demo.ts';
 export { type Servers, startServers } from './start-servers.ts';
-export { type DemoSummary, percentile, renderTable, sameOutput, summarize } from './summary.ts';
+export { type DemoSummary, nearestRankOf, renderTable, sameOutput, summarize } from './summary.ts';
 export { type DemoTopology, kvBytesPerBlock, planTopology } from './topology.ts';
 export { freeMoriioPorts, freePorts, type MoriioPorts } from './transfer-configs.ts';
 export { buildWorkload, type DemoRequest, familyPrefix, workloadWaves } from './workload.ts';

@@ -21,7 +21,7 @@ import { ProcessGroup } from './processes.ts';
 import { Progress, type ProgressSink } from './progress.ts';
 import { renderSamples } from './samples.ts';
 import { type Running, type Servers, startServers } from './start-servers.ts';
-import { type DemoSummary, type PhaseResult, percentile, renderTable, summarize } from './summary.ts';
+import { type DemoSummary, nearestRankOf, type PhaseResult, renderTable, summarize } from './summary.ts';
 import { kvBytesPerBlock } from './topology.ts';
 import { buildWorkload, type DemoRequest, workloadWaves } from './workload.ts';
 
@@ -74,7 +74,7 @@ async function runPhase(
       wave.map(async (request) => {
         const result = await streamCompletion(baseUrl, model, request, `demo-${tag}-${request.index}`);
         results.push(result);
-        const p50 = percentile(
+        const p50 = nearestRankOf(
           results.map((r) => r.ttftMs),
           50,
         );

@@ -2,6 +2,7 @@
  * The demo's result: disaggregated vs plain latencies, KV moved, prefix-cache reuse and the
  * output comparison, as a table for people and one JSON object for scripts.
  */
+import { nearestRankPercentile } from '../util/percentile.ts';
 import type { CompletionResult } from './client.ts';
 import type { MetricReading } from './metrics.ts';
 import { type DemoSample, pickSamples } from './samples.ts';
@@ -50,11 +51,12 @@ export interface DemoSummary {
   samples: DemoSample[];
 }
 
-export function percentile(values: readonly number[], p: number): number {
-  const sorted = values.filter((v) => Number.isFinite(v)).sort((a, b) => a - b);
-  if (sorted.length === 0) return Number.NaN;
-  const rank = Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1));
-  return sorted[rank] ?? Number.NaN;
+/** The nearest-rank percentile (p in 0..100) of the finite values; NaN when there are none. */
+export function nearestRankOf(values: readonly number[], p: number): number {
+  return nearestRankPercentile(
+    values.filter((v) => Number.isFinite(v)).sort((a, b) => a - b),
+    p,
+  );
 }
 
 /** Identical = same text, same token ids and the same per-token log-probabilities. */
@@ -105,7 +107,7 @@ export function summarize(input: SummaryInput): DemoSummary {
   const seconds = prefill.transferSeconds + decode.transferSeconds;
   const ttft = (phase: PhaseResult, p: number): number =>
     round(
-      percentile(
+      nearestRankOf(
         phase.results.map((r) => r.ttftMs),
         p,
       ),

@@ -4,9 +4,11 @@
  * notify ports (one worker each here: tp 1, dp 1, so each listens exactly on its base).
  */
 import { createServer, type Server } from 'node:net';
+import type { KVRole } from '../config/types.ts';
 import type { DemoConnector, DemoOptions } from './options.ts';
 
-export type KvRole = 'kv_producer' | 'kv_consumer';
+/** The demo runs one producer and one consumer. */
+type KvRole = Exclude<KVRole, 'kv_both'>;
 
 /** Where one MoRIIO engine listens (all on 127.0.0.1). */
 export interface MoriioPorts {

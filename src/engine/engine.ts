@@ -27,7 +27,7 @@ import type {
 } from './api.ts';
 import { type IterationStats, IterationStatsBuilder } from './iteration-stats.ts';
 import { KVEventSink } from './kv-event-sink.ts';
-import { type BlockHasher, Request } from './request.ts';
+import { type BlockHashSource, Request } from './request.ts';
 import type { ModelExecutor } from './runner/executor.ts';
 import { LocalExecutor } from './runner/local-executor.ts';
 import { OutputProcessor } from './runner/output-processor.ts';
@@ -52,7 +52,7 @@ export class Engine {
   readonly scheduler: Scheduler;
   readonly executor: ModelExecutor;
   private readonly outputs: OutputProcessor;
-  private readonly blockHasher: BlockHasher;
+  private readonly blockHasher: BlockHashSource;
   private readonly blockHashSize: number;
   /** Where each step's KV cache events go (published or dropped; never kept). */
   readonly kvEvents: KVEventSink;

@@ -9,7 +9,7 @@ import type { FinishReason, RequestMetrics, SamplingParams } from './api.ts';
 import type { LifecycleState } from './request-lifecycle.ts';
 
 /** Hashes of the request's new full blocks: a function, or src/kv's createBlockHasher() object. */
-export type BlockHasher =
+export type BlockHashSource =
   | ((request: CacheRequest) => BlockHash[])
   | { newHashes(request: CacheRequest): BlockHash[] };
 
@@ -23,7 +23,7 @@ export interface RequestInit {
   cacheSalt?: string | undefined;
   /** Wall-clock ms; defaults to Date.now(). */
   arrivalTime?: number;
-  blockHasher?: BlockHasher | null;
+  blockHasher?: BlockHashSource | null;
 }
 
 /** Why a request is waiting on its peer after it finished (see HANDOFF_PENDING). */
@@ -63,7 +63,7 @@ export class Request implements ConnectorRequest, CacheRequest {
   /** Block ids handed to the connector in requestFinished (checked by the invariants). */
   handoffBlockIds: number[][] | null = null;
   private readonly tokens: number[];
-  private readonly blockHasher: BlockHasher | null;
+  private readonly blockHasher: BlockHashSource | null;
 
   constructor(init: RequestInit) {
     this.requestId = init.requestId;

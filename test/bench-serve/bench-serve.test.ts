@@ -8,8 +8,8 @@ import { after, before, describe, test } from 'node:test';
 import { Command } from 'commander';
 import {
   distribution,
+  interpolatedPercentile,
   parseTrace,
-  percentile,
   planRequests,
   resolveBenchOptions,
   runBenchServe,
@@ -70,7 +70,7 @@ async function startSseServer(): Promise<{
   return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, server, bodies, timelines };
 }
 
-const median = (xs: number[]): number => percentile(xs, 50);
+const median = (xs: number[]): number => interpolatedPercentile(xs, 50);
 /** How much later than the server wrote a token the client may see it on a loaded CPU. */
 const SLACK_MS = 1000;
 
@@ -196,8 +196,8 @@ describe('bench serve against a real SSE server', () => {
 
 describe('workload planning', () => {
   test('percentiles interpolate like numpy', () => {
-    assert.equal(percentile([1, 2, 3, 4], 50), 2.5);
-    assert.equal(percentile([10], 99), 10);
+    assert.equal(interpolatedPercentile([1, 2, 3, 4], 50), 2.5);
+    assert.equal(interpolatedPercentile([10], 99), 10);
     assert.deepEqual(distribution([1, 3]), { mean: 2, p50: 2, p90: 2.8, p99: 2.98 });
   });
 

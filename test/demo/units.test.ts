@@ -6,7 +6,7 @@ import { demoMetricNames, metricDelta, parseReading, sumMetric } from '../../src
 import { exportsTransferMetrics } from '../../src/demo/options.ts';
 import { Progress } from '../../src/demo/progress.ts';
 import { pickSamples, renderSamples } from '../../src/demo/samples.ts';
-import { percentile, renderTable, sameOutput, summarize } from '../../src/demo/summary.ts';
+import { nearestRankOf, renderTable, sameOutput, summarize } from '../../src/demo/summary.ts';
 import { buildWorkload, familyPrefix, workloadWaves } from '../../src/demo/workload.ts';
 import type { KVError } from '../../src/errors/kv-error.ts';
 
@@ -25,10 +25,10 @@ test('the workload interleaves families that share an exact prefix, and waves se
   );
 });
 
-test('percentile picks the nearest rank and ignores NaN', () => {
-  assert.equal(percentile([5, 1, 3, Number.NaN, 2, 4], 50), 3);
-  assert.equal(percentile([1, 2, 3, 4, 100], 99), 100);
-  assert.ok(Number.isNaN(percentile([], 50)));
+test('nearestRankOf picks the nearest rank and ignores NaN', () => {
+  assert.equal(nearestRankOf([5, 1, 3, Number.NaN, 2, 4], 50), 3);
+  assert.equal(nearestRankOf([1, 2, 3, 4, 100], 99), 100);
+  assert.ok(Number.isNaN(nearestRankOf([], 50)));
 });
 
 test('sameOutput compares text, token ids and log-probabilities', () => {

@@ -7,7 +7,7 @@
  * servers' RSS (after a GC), KV usage and preemptions whenever the servers are idle.
  */
 import { LLM } from '../../src/engine/llm.ts';
-import { seededRandom } from '../../src/util/seeded-random.ts';
+import { mulberry32 } from '../../src/util/mulberry32.ts';
 import { waitUntil } from '../helpers/wait-until.ts';
 import type { ServerChild, ServerStats, SoakConfig, SoakTarget } from './soak-servers.ts';
 
@@ -32,7 +32,7 @@ export interface SoakRequest {
  * 5% as long as max_model_len allows; 30% share one of 8 prefixes; 1–8 new tokens each.
  */
 export function soakWorkload(cfg: SoakConfig): SoakRequest[] {
-  const rnd = seededRandom(cfg.seed);
+  const rnd = mulberry32(cfg.seed);
   const prefixes = Array.from({ length: 8 }, (_, k) =>
     Array.from({ length: 32 }, (_, i) => (i * (7 + 2 * k) + 11 * k + 1) % 256),
   );

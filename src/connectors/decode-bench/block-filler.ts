@@ -6,7 +6,7 @@
 import type { KVCacheDtype } from '../../config/types.ts';
 import { f32ToBf16Bits, f32ToF16Bits } from '../../kv/dtype.ts';
 import type { PagedKVMemory } from '../../kv/interfaces.ts';
-import { seededRandom } from '../../util/seeded-random.ts';
+import { mulberry32 } from '../../util/mulberry32.ts';
 
 function writeValue(view: DataView, index: number, value: number, dtype: KVCacheDtype): void {
   if (dtype === 'float32') view.setFloat32(index * 4, value, true);
@@ -25,7 +25,7 @@ export class BlockFiller {
     this.memory = memory;
     this.mean = mean;
     this.std = std;
-    this.uniform = seededRandom(seed);
+    this.uniform = mulberry32(seed);
   }
 
   private normal(): number {

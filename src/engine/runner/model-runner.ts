@@ -13,14 +13,9 @@ import type { SamplingParams } from '../api.ts';
 import type { ForwardBatch, ForwardHooks, ForwardModel, SequenceInBatch } from '../model/forward-batch.ts';
 import { SeededRandom } from '../model/prng.ts';
 import type { ModelRunnerOutput, RunnerInput } from '../runner-io.ts';
+import type { SampledToken } from '../sampler/sampler.ts';
 import { WorkerConnectorSteps } from './connector-steps.ts';
 import { type RunnerRequestState, RunnerRequestStates, runnerError } from './request-states.ts';
-
-export interface SampledToken {
-  tokenId: number;
-  logprob: number;
-  topLogprobs: Array<{ tokenId: number; logprob: number }> | null;
-}
 
 /** Samples one token from one row of logits (adapter over src/engine/sampler). */
 export interface TokenSampler {

@@ -1,8 +1,8 @@
 /** The runner's TokenSampler: src/engine/sampler with the request's SamplingParams. */
 import type { SamplingParams } from '../api.ts';
 import type { SeededRandom } from '../model/prng.ts';
-import { Sampler } from '../sampler/sampler.ts';
-import type { SampledToken, TokenSampler } from './model-runner.ts';
+import { type SampledToken, Sampler } from '../sampler/sampler.ts';
+import type { TokenSampler } from './model-runner.ts';
 
 export function createTokenSampler(): TokenSampler {
   const sampler = new Sampler();

@@ -41,6 +41,9 @@ const LAYERS: Record<string, readonly string[]> = {
 /** Edges allowed only as a dynamic import: the registry's lazy connector loaders. */
 const LAZY: Record<string, readonly string[]> = { connector: ['connectors/*'] };
 
+/** Folders other layers enter only through their index.ts: the transfer agent's API, http, each connector. */
+const INDEX_ONLY: readonly string[] = ['transfer', 'http', 'connectors/*'];
+
 type EdgeKind = 'static' | 'dynamic' | 'type';
 interface Edge {
   from: string;
@@ -74,6 +77,18 @@ function layerViolations(edges: readonly Edge[]): string[] {
     if (allowed.includes('*') || allowed.includes(tableKey(to))) continue;
     if (e.kind === 'dynamic' && LAZY[tableKey(from)]?.includes(tableKey(to))) continue;
     out.push(`${e.from} -> ${e.to} (${e.kind}): ${from} may not import ${to}`);
+  }
+  return out;
+}
+
+/** Edges into an INDEX_ONLY folder from another layer that do not go through its index.ts. */
+function indexViolations(edges: readonly Edge[]): string[] {
+  const out: string[] = [];
+  for (const e of edges) {
+    const to = layerOf(e.to);
+    if (layerOf(e.from) === to || !INDEX_ONLY.includes(tableKey(to))) continue;
+    if (e.to !== `${to}/index.ts`)
+      out.push(`${e.from} -> ${e.to} (${e.kind}): import ${to}/index.ts instead`);
   }
   return out;
 }
@@ -195,6 +210,27 @@ describe('architecture', () => {
     );
     assert.ok(edges.some((e) => e.kind === 'type'));
     assert.deepEqual(layerViolations(edges), []);
+  });
+
+  test(`other layers enter ${INDEX_ONLY.join(', ')} only through their index.ts`, async () => {
+    const edges = await sourceGraph();
+    assert.ok(edges.some((e) => e.from.startsWith('connectors/nixl/') && e.to === 'transfer/index.ts'));
+    assert.deepEqual(indexViolations(edges), []);
+    assert.deepEqual(
+      indexViolations([
+        { from: 'connectors/nixl/worker.ts', to: 'transfer/index.ts', kind: 'static' },
+        { from: 'connectors/nixl/worker.ts', to: 'transfer/types.ts', kind: 'type' },
+        { from: 'transfer/agent.ts', to: 'transfer/types.ts', kind: 'static' },
+        { from: 'proxy/server.ts', to: 'http/router.ts', kind: 'static' },
+        { from: 'connector/registry.ts', to: 'connectors/nixl/connector.ts', kind: 'dynamic' },
+        { from: 'connectors/nixl/worker.ts', to: 'connectors/nixl/metadata.ts', kind: 'static' },
+      ]),
+      [
+        'connectors/nixl/worker.ts -> transfer/types.ts (type): import transfer/index.ts instead',
+        'proxy/server.ts -> http/router.ts (static): import http/index.ts instead',
+        'connector/registry.ts -> connectors/nixl/connector.ts (dynamic): import connectors/nixl/index.ts instead',
+      ],
+    );
   });
 
   test('src/ has no runtime import cycle', async () => {

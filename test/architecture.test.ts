@@ -159,6 +159,31 @@ function envReadsOutsideRegistry(sources: ReadonlyMap<string, string>): string[]
   return out;
 }
 
+/** The logger name of a module: `kvconnect.` + its path under src/, `/` → `.`, no extension. */
+function loggerName(file: string): string {
+  return `kvconnect.${file.replace(/\.ts$/, '').split('/').join('.')}`;
+}
+
+/** getLogger() calls of src/ whose name is not the module's loggerName(). */
+function loggerNameViolations(sources: ReadonlyMap<string, string>): string[] {
+  const out: string[] = [];
+  for (const [file, text] of sources) {
+    if (file === 'logging/logger.ts') continue;
+    for (const m of text.matchAll(/\bgetLogger\(\s*([^)]*?)\s*\)/g)) {
+      const expected = `'${loggerName(file)}'`;
+      if (m[1] !== expected) out.push(`${file}: getLogger(${m[1]}) should be getLogger(${expected})`);
+    }
+  }
+  return out;
+}
+
+/** Every file of src/ by its path relative to src/, with its text. */
+function sourceTexts(): Map<string, string> {
+  return new Map(
+    sourceFiles(SRC).map((f) => [relative(SRC, f).split('\\').join('/'), readFileSync(f, 'utf8')]),
+  );
+}
+
 const TYPE_ONLY = /^(?:import|export) type\b[^;]*?\bfrom\s+'(\.[^']+)'/gm;
 
 /** Every import between files of src/, paths relative to src/. */
@@ -233,14 +258,31 @@ describe('architecture', () => {
     );
   });
 
+  test("every module's logger is named kvconnect.<its path>", () => {
+    const sources = sourceTexts();
+    assert.ok([...sources.values()].filter((t) => t.includes('getLogger(')).length > 40, 'loggers found');
+    assert.deepEqual(loggerNameViolations(sources), []);
+    assert.deepEqual(
+      loggerNameViolations(
+        new Map([
+          ['transfer/side-channel.ts', "const log = getLogger('kvconnect.transfer.side-channel');"],
+          ['proxy/backend-pool.ts', "const log = getLogger('proxy');"],
+          ['kv-events/publisher.ts', 'const log = getLogger(name);'],
+        ]),
+      ),
+      [
+        "proxy/backend-pool.ts: getLogger('proxy') should be getLogger('kvconnect.proxy.backend-pool')",
+        "kv-events/publisher.ts: getLogger(name) should be getLogger('kvconnect.kv-events.publisher')",
+      ],
+    );
+  });
+
   test('src/ has no runtime import cycle', async () => {
     assert.deepEqual(importCycles(await sourceGraph()), []);
   });
 
   test(`src/ reads the environment only through ${ENV_REGISTRY}`, () => {
-    const sources = new Map(
-      sourceFiles(SRC).map((f) => [relative(SRC, f).split('\\').join('/'), readFileSync(f, 'utf8')]),
-    );
+    const sources = sourceTexts();
     assert.ok(sources.get(ENV_REGISTRY)?.includes('process.env'), 'the registry reads process.env');
     assert.deepEqual(envReadsOutsideRegistry(sources), []);
     assert.deepEqual(

@@ -11,7 +11,7 @@ import { type PlannedRequest, randomRequests, traceRequests } from './prompts.ts
 import { type RequestResult, sendStreaming } from './sse-client.ts';
 import { loadTrace, type TraceProblem } from './trace.ts';
 
-const log = getLogger('bench-serve');
+const log = getLogger('kvconnect.bench-serve.runner');
 
 export interface BenchRun {
   summary: BenchSummary;

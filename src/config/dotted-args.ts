@@ -8,7 +8,7 @@ import { getLogger } from '../logging/logger.ts';
 import { configError } from './config-error.ts';
 import { parseHumanReadableInt } from './human-readable.ts';
 
-const log = getLogger('kvconnect.config');
+const log = getLogger('kvconnect.config.dotted-args');
 
 export interface DottedArg {
   /** Path below the flag, e.g. `kv_connector_extra_config.backend` or `backends+`. */

@@ -8,7 +8,7 @@ import type { ErrorCode } from '../errors/codes.ts';
 import { getLogger } from '../logging/logger.ts';
 import { CONFIG_INVALID, configError, didYouMean, pythonRepr } from './config-error.ts';
 
-const log = getLogger('kvconnect.config');
+const log = getLogger('kvconnect.config.extra-config');
 
 export const EXTRA_CONFIG_FIELD = 'kv_connector_extra_config';
 

@@ -9,7 +9,7 @@ import { configError, describeValue, didYouMean } from './config-error.ts';
 import { type DottedArg, deepMerge, dottedArgsToObject } from './dotted-args.ts';
 import { parseConfigJson } from './kv-transfer-config.ts';
 
-const log = getLogger('kvconnect.config');
+const log = getLogger('kvconnect.config.kv-events-config');
 
 export type KVEventsPublisherKind = 'null' | 'zmq';
 export const KV_EVENTS_PUBLISHERS: readonly KVEventsPublisherKind[] = ['null', 'zmq'];

@@ -13,7 +13,7 @@ import { CONFIG_INVALID } from './config-error.ts';
 import { KV_TRANSFER_CONFIG_FIELDS, KVTransferConfig } from './kv-transfer-config.ts';
 import type { KVTransferConfigLike } from './types.ts';
 
-const log = getLogger('kvconnect.config');
+const log = getLogger('kvconnect.config.kv-offloading');
 
 export const KV_OFFLOADING_BACKENDS = ['native', 'lmcache'] as const;
 export type KVOffloadingBackend = (typeof KV_OFFLOADING_BACKENDS)[number];

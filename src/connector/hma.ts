@@ -14,7 +14,7 @@ import type { EngineConfig } from '../config/types.ts';
 import { getLogger } from '../logging/logger.ts';
 import { KVConnectorFactory } from './factory.ts';
 
-const log = getLogger('kvconnect.config');
+const log = getLogger('kvconnect.connector.hma');
 
 export const HMA_AUTO_DISABLE_WARNING =
   'Turning off hybrid kv cache manager because `--kv-transfer-config` selects a KV connector that does not support it. Impact: hybrid SSM models (e.g. Jamba, Bamba) require HMA and will fail at startup without it; models with sliding window attention will run with reduced performance. To add HMA support to a KV connector, subclass `SupportsHMA` defined in kv_connector/v1/base.py (for MultiConnector, all child connectors must support HMA).';

@@ -16,7 +16,7 @@ import { type Environment, readEnv } from '../util/envs.ts';
 import { END_SEQ, offsetEndpointPort, seqBytes, shouldBind } from './endpoint.ts';
 import { encodeBatch, type KVEventBatch, type KVEventsLayout } from './wire.ts';
 
-const log = getLogger('kvconnect.kv_events');
+const log = getLogger('kvconnect.kv-events.publisher');
 
 export interface EventPublisher {
   /** Queues one batch (the data-parallel rank is filled in when null). */

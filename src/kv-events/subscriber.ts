@@ -13,7 +13,7 @@ import { getLogger } from '../logging/logger.ts';
 import { END_SEQ, seqBytes } from './endpoint.ts';
 import { decodeBatch, type KVEventBatch } from './wire.ts';
 
-const log = getLogger('kvconnect.kv_events');
+const log = getLogger('kvconnect.kv-events.subscriber');
 const REPLAY_TIMEOUT_MS = 1000;
 
 export interface KVEventSubscriberOptions {

@@ -21,7 +21,7 @@ import { murmur3x86_128 } from './murmur3.ts';
 export const DEFAULT_HASH_ALGO: HashAlgo = 'sha256_cbor';
 export const DEFAULT_NONE_HASH_SEED = 'vllm-none-hash';
 const HASH_ALGOS: readonly HashAlgo[] = ['sha256', 'sha256_cbor', 'xxhash', 'xxhash_cbor'];
-const log = getLogger('kv.hash');
+const log = getLogger('kvconnect.kv.block-hash');
 
 export function isHashAlgo(name: string): name is HashAlgo {
   return (HASH_ALGOS as readonly string[]).includes(name);

@@ -18,7 +18,7 @@ import {
   specKey,
 } from './specs.ts';
 
-const log = getLogger('kv.config');
+const log = getLogger('kvconnect.kv.kv-cache-config');
 
 export const HMA_DISABLED_WARNING =
   'Hybrid KV cache manager is disabled for this hybrid model, This means we do not enable any optimizations ' +

@@ -2,6 +2,10 @@
  * One small logger for every layer: leveled, named, human-readable lines on stderr (stdout
  * stays free for data), `%s`/`%d` placeholders as in vLLM's log strings, and a listener
  * hook so tests can assert that a warning was (or was not) emitted.
+ *
+ * A module's logger is named after its path, as vLLM's `init_logger(__name__)`: `kvconnect.`
+ * plus the path under src/ with `/` → `.` and no extension (src/transfer/side-channel.ts logs
+ * as `kvconnect.transfer.side-channel`); test/architecture.test.ts enforces it.
  */
 import { format } from 'node:util';
 import { readEnv } from '../util/envs.ts';

@@ -10,7 +10,7 @@ import { Backend } from './backend.ts';
 import { type BackendInfo, type BackendRole, CONNECTOR_KINDS, type DiscoveryPing } from './types.ts';
 import type { Upstream } from './upstream.ts';
 
-const log = getLogger('proxy');
+const log = getLogger('kvconnect.proxy.backend-pool');
 
 /**
  * Failed health checks in a row before a backend stops getting traffic: an overloaded

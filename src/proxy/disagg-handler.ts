@@ -21,7 +21,7 @@ import { CONNECTOR_KINDS, type ConnectorKind, type ProxyOptions } from './types.
 import type { Upstream, UpstreamResponse } from './upstream.ts';
 import { relay, relayError, sendLeg, serveOnDecode } from './upstream-legs.ts';
 
-const log = getLogger('proxy');
+const log = getLogger('kvconnect.proxy.disagg-handler');
 
 export interface HandlerDeps {
   pool: BackendPool;

@@ -20,7 +20,7 @@ import {
 } from './request-shaping.ts';
 import type { ConnectorKind, MoriioMode, PushCoordinates } from './types.ts';
 
-const log = getLogger('proxy');
+const log = getLogger('kvconnect.proxy.flow-plan');
 
 const MORIIO_DEFAULT_HANDSHAKE_PORT = 6301;
 const MORIIO_DEFAULT_NOTIFY_PORT = 61005;

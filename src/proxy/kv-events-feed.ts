@@ -16,7 +16,7 @@ import type { Backend } from './backend.ts';
 import type { KvBlockIndex } from './kv-index.ts';
 import { PrefillLedger } from './prefill-ledger.ts';
 
-const log = getLogger('proxy');
+const log = getLogger('kvconnect.proxy.kv-events-feed');
 
 export interface KvEventsSource {
   endpoint: string;

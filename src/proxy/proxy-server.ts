@@ -22,7 +22,7 @@ import { ProxyMetrics } from './proxy-metrics.ts';
 import { PROXY_DEFAULTS, type ProxyOptions } from './types.ts';
 import { Upstream } from './upstream.ts';
 
-const log = getLogger('proxy');
+const log = getLogger('kvconnect.proxy.proxy-server');
 
 export interface RunningProxy {
   url: string;

@@ -15,7 +15,7 @@ import type { FallbackReason, ProxyMetrics } from './proxy-metrics.ts';
 import type { Json } from './request-shaping.ts';
 import type { Upstream, UpstreamResponse } from './upstream.ts';
 
-const log = getLogger('proxy');
+const log = getLogger('kvconnect.proxy.upstream-legs');
 
 export interface LegDeps {
   pool: BackendPool;

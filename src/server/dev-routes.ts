@@ -12,7 +12,7 @@ import { getLogger } from '../logging/logger.ts';
 import { type Environment, readEnv } from '../util/envs.ts';
 import { badRequest } from './fields.ts';
 
-const log = getLogger('kvconnect.server');
+const log = getLogger('kvconnect.server.dev-routes');
 
 /** vLLM reads VLLM_SERVER_DEV_MODE as an integer: any non-zero value enables it. */
 export function devModeFromEnv(env?: Environment): boolean {

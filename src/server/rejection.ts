@@ -9,7 +9,7 @@ import type { AsyncEngineLike } from '../engine/api.ts';
 import { rejectedKvTransferRequest } from '../engine/sampling-params.ts';
 import { getLogger } from '../logging/logger.ts';
 
-const log = getLogger('kvconnect.server');
+const log = getLogger('kvconnect.server.rejection');
 
 export async function notifyKvTransferRequestRejected(
   engine: AsyncEngineLike,

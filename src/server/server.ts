@@ -24,7 +24,7 @@ import { modelList } from './model-card.ts';
 import { randomizationDisabled } from './request-id.ts';
 import { detokenize, tokenize } from './tokenize.ts';
 
-const log = getLogger('kvconnect.server');
+const log = getLogger('kvconnect.server.server');
 
 export const DEFAULT_MAX_QUEUE = 1024;
 export const DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024;

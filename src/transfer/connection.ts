@@ -16,7 +16,7 @@ import {
 } from './framing.ts';
 import { ProtocolError } from './protocol-error.ts';
 
-const log = getLogger('transfer');
+const log = getLogger('kvconnect.transfer.connection');
 
 /**
  * send() asks the caller to wait once this much is queued in Node (not yet in the kernel).

@@ -19,7 +19,7 @@ import { ProtocolError } from './protocol-error.ts';
 import { checkRingPath, ShmRingReader, ShmRingWriter } from './shm-ring.ts';
 import type { RegionGeometry } from './types.ts';
 
-const log = getLogger('transfer');
+const log = getLogger('kvconnect.transfer.inbound');
 
 type Hello = Extract<AgentFrame, { type: 'hello' }>;
 

@@ -18,7 +18,7 @@ import { PeerLink } from './peer-link.ts';
 import { ProtocolError } from './protocol-error.ts';
 import type { AgentMetadata, DescPair, FailedBlocks, TransportName } from './types.ts';
 
-const log = getLogger('transfer');
+const log = getLogger('kvconnect.transfer.outbound');
 
 export interface OutboundTransfer {
   readonly id: number;

@@ -11,7 +11,7 @@ import { FramedConnection } from './connection.ts';
 import { parseSideChannelFrame, type SideChannelFrame } from './frames.ts';
 import { ProtocolError } from './protocol-error.ts';
 
-const log = getLogger('transfer.side-channel');
+const log = getLogger('kvconnect.transfer.side-channel');
 
 export interface SideChannelOptions {
   readonly host: string;

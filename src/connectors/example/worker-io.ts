@@ -11,7 +11,7 @@ import { encodeKVFile, type KVFileShape, readBlock, readKVFileHeader, shapeMisma
 import type { ExampleLoadJob, ExampleSaveJob } from './metadata.ts';
 import { layerFileName, type StorageLayout } from './storage-layout.ts';
 
-const log = getLogger('kvconnect.connector.example');
+const log = getLogger('kvconnect.connectors.example.worker-io');
 
 interface StagedSave {
   key: string;

@@ -6,7 +6,7 @@
  */
 import { getLogger } from '../../logging/logger.ts';
 
-const log = getLogger('kvconnect.connectors.moriio');
+const log = getLogger('kvconnect.connectors.moriio.ack-reconciler');
 
 export class AckReconciler {
   readonly #deferTimeoutMs: number;

@@ -13,7 +13,7 @@ import { getLogger } from '../../logging/logger.ts';
 import { MAX_BUSY_POLL_US } from '../../transfer/index.ts';
 import { type Environment, type EnvName, readEnv } from '../../util/envs.ts';
 
-const log = getLogger('kvconnect.connectors.moriio');
+const log = getLogger('kvconnect.connectors.moriio.config');
 
 export const MORIIO_DEFAULT_HANDSHAKE_PORT = 6301;
 export const MORIIO_DEFAULT_NOTIFY_PORT = 61005;

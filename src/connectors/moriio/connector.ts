@@ -26,7 +26,7 @@ import { MoRIIOScheduler } from './scheduler.ts';
 import type { MoRIIOStepMetadata } from './step-metadata.ts';
 import { MoRIIOWorker } from './worker.ts';
 
-const log = getLogger('kvconnect.connectors.moriio');
+const log = getLogger('kvconnect.connectors.moriio.connector');
 
 export const RDMA_AS_TCP_NOTICE =
   "MoRIIO backend 'rdma' runs over kvconnect's tcp transport: Node.js has no RDMA verbs, so KV blocks travel over TCP sockets between hosts.";

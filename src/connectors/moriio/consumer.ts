@@ -15,7 +15,7 @@ import type { FailedLoad, ReadJob, WriteRecvJob } from './step-metadata.ts';
 import { moriioExpectedWriteDoneCount, moriioPeerRanks, validateMoRIIOHeterogeneousTp } from './tp.ts';
 import { type MoRIIOWorkerContext, transferTimeoutMessage } from './worker-context.ts';
 
-const log = getLogger('kvconnect.connectors.moriio');
+const log = getLogger('kvconnect.connectors.moriio.consumer');
 
 interface Incoming {
   readonly job: WriteRecvJob;

@@ -8,7 +8,7 @@ import { getLogger } from '../../logging/logger.ts';
 import { formatMoRIIOZmqAddress } from './addressing.ts';
 import type { MoRIIOConfig } from './config.ts';
 
-const log = getLogger('kvconnect.connectors.moriio');
+const log = getLogger('kvconnect.connectors.moriio.discovery');
 
 export const MORIIO_PING_INTERVAL_MS = 3000;
 export const MORIIO_MAX_PING_RETRIES = 100;

@@ -7,7 +7,7 @@ import { connect, createServer, type Server, type Socket } from 'node:net';
 import { KVError } from '../../errors/kv-error.ts';
 import { getLogger } from '../../logging/logger.ts';
 
-const log = getLogger('kvconnect.connectors.moriio');
+const log = getLogger('kvconnect.connectors.moriio.notify-channel');
 const MAX_LINE = 1 << 20;
 
 export type NotifyMessage =

@@ -16,7 +16,7 @@ import type { SaveJob, SendJob } from './step-metadata.ts';
 import { moriioExpectedAckCount, validateMoRIIOHeterogeneousTp } from './tp.ts';
 import type { MoRIIOWorkerContext } from './worker-context.ts';
 
-const log = getLogger('kvconnect.connectors.moriio');
+const log = getLogger('kvconnect.connectors.moriio.producer');
 
 /** Test hook: the process dies right after posting this many writes (a producer killed mid-write). */
 let exitAfterWrites = readEnv('KVCONNECT_MORIIO_TEST_EXIT_AFTER_WRITES');

@@ -24,7 +24,7 @@ import { sendNotify } from './notify-channel.ts';
 import type { MoRIIOSchedulerStatsData } from './stats.ts';
 import { emptyStepMetadata, type MoRIIOStepMetadata } from './step-metadata.ts';
 
-const log = getLogger('kvconnect.connectors.moriio');
+const log = getLogger('kvconnect.connectors.moriio.scheduler');
 
 interface Produced {
   readonly transferId: string;

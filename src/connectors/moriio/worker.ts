@@ -26,7 +26,7 @@ import { isEmptyMoRIIOStats, type MoRIIOStatsData, MoRIIOStatsRecorder } from '.
 import type { MoRIIOStepMetadata } from './step-metadata.ts';
 import type { MoRIIOWorkerContext } from './worker-context.ts';
 
-const log = getLogger('kvconnect.connectors.moriio');
+const log = getLogger('kvconnect.connectors.moriio.worker');
 const WARMUP = 'moriio-link-up';
 
 /** What a worker's handshake listener serves. */

@@ -35,7 +35,7 @@ import {
 } from './children.ts';
 import { mergeTransferParams, statsPerChildClass } from './merge.ts';
 
-const log = getLogger('kvconnect.connector.multi');
+const log = getLogger('kvconnect.connectors.multi.connector');
 
 /** One step's payload: each child's metadata in child order, and the extra-save countdowns. */
 export interface MultiConnectorMetadata {

@@ -26,7 +26,7 @@ import { NixlScheduler } from './scheduler.ts';
 import type { NixlStepMetadata } from './step-metadata.ts';
 import { NixlWorker } from './worker.ts';
 
-const log = getLogger('nixl');
+const log = getLogger('kvconnect.connectors.nixl.connector');
 
 export const KV_BOTH_DEPRECATION =
   "Using kv_role='kv_both' with NixlConnector is deprecated and will be removed in a future release. " +

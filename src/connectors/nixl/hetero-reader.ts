@@ -18,7 +18,7 @@ import { type BlockShape, type HeadCopy, scatterHeads } from './head-scatter.ts'
 import { StagingPool } from './staging-pool.ts';
 import type { RecvJob } from './step-metadata.ts';
 
-const log = getLogger('nixl.worker');
+const log = getLogger('kvconnect.connectors.nixl.hetero-reader');
 
 /** Staging region ids start here, far above the KV tensor indices. */
 const STAGING_REGION_BASE = 1 << 20;

@@ -11,7 +11,7 @@ import { LeaseHeap } from './lease-heap.ts';
 import type { SendJob } from './step-metadata.ts';
 import { consumersPerProducer } from './tp-mapping.ts';
 
-const log = getLogger('nixl.worker');
+const log = getLogger('kvconnect.connectors.nixl.producer-leases');
 
 export class ProducerLeases {
   readonly #agent: TransferAgent;

@@ -20,7 +20,7 @@ import {
 } from './step-metadata.ts';
 import type { WorkerContext } from './worker.ts';
 
-const log = getLogger('nixl.push');
+const log = getLogger('kvconnect.connectors.nixl.push-worker');
 
 interface Write {
   readonly producerReqId: string;

@@ -31,7 +31,7 @@ import type {
   SendJob,
 } from './step-metadata.ts';
 
-const log = getLogger('nixl.scheduler');
+const log = getLogger('kvconnect.connectors.nixl.scheduler');
 
 interface Tracked {
   readonly remote: RemoteEndpoint;

@@ -46,7 +46,7 @@ import {
 import { nixlTestHooks } from './test-hooks.ts';
 import { handshakeTargetRanks } from './tp-mapping.ts';
 
-const log = getLogger('nixl.worker');
+const log = getLogger('kvconnect.connectors.nixl.worker');
 
 interface Load {
   readonly job: RecvJob;

@@ -27,7 +27,7 @@ import { OffloadScheduler } from './scheduler-side.ts';
 import { createSecondaryTiers } from './tier-factory.ts';
 import { OffloadWorker } from './worker-side.ts';
 
-const log = getLogger('kvconnect.connectors.offloading');
+const log = getLogger('kvconnect.connectors.offloading.connector');
 
 export class OffloadingConnector extends KVConnectorBase {
   static override supportsHMA = true;

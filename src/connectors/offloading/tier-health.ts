@@ -5,7 +5,7 @@
  */
 import { getLogger } from '../../logging/logger.ts';
 
-const log = getLogger('kvconnect.connectors.offloading');
+const log = getLogger('kvconnect.connectors.offloading.tier-health');
 
 export class TierTimeoutError extends Error {
   constructor(what: string, ms: number) {

@@ -12,7 +12,7 @@ import type { Request } from '../request.ts';
 import { transition } from '../request-lifecycle.ts';
 import type { EngineCoreOutput, ResolvedSchedulerOptions, SchedulerStats } from './types.ts';
 
-const log = getLogger('scheduler');
+const log = getLogger('kvconnect.engine.scheduler.core');
 const RECENTLY_FREED_LIMIT = 256;
 
 type Counters = Pick<

@@ -14,7 +14,7 @@ import type { Request } from '../request.ts';
 import { transition } from '../request-lifecycle.ts';
 import type { SchedulerCore } from './core.ts';
 
-const log = getLogger('scheduler');
+const log = getLogger('kvconnect.engine.scheduler.invalid-blocks');
 
 interface Truncation {
   affected: Request[];

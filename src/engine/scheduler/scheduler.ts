@@ -26,7 +26,7 @@ import type {
   SchedulerUpdate,
 } from './types.ts';
 
-const log = getLogger('scheduler');
+const log = getLogger('kvconnect.engine.scheduler.scheduler');
 
 export const KV_LOAD_FAILED = 'KV_LOAD_FAILED';
 

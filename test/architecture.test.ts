@@ -184,6 +184,23 @@ function sourceTexts(): Map<string, string> {
   );
 }
 
+/** TypeScript `private` members of src/ (`#` names are the house style; a constructor cannot be one). */
+function tsPrivateMembers(sources: ReadonlyMap<string, string>): string[] {
+  const out: string[] = [];
+  for (const [file, text] of sources) {
+    text.split('\n').forEach((line, i) => {
+      if (
+        /^\s*(?:(?:static|protected|public|override|readonly|abstract)\s+)*private\s+(?!constructor\b)/.test(
+          line,
+        )
+      ) {
+        out.push(`${file}:${i + 1}: ${line.trim()}`);
+      }
+    });
+  }
+  return out;
+}
+
 const TYPE_ONLY = /^(?:import|export) type\b[^;]*?\bfrom\s+'(\.[^']+)'/gm;
 
 /** Every import between files of src/, paths relative to src/. */
@@ -274,6 +291,21 @@ describe('architecture', () => {
         "proxy/backend-pool.ts: getLogger('proxy') should be getLogger('kvconnect.proxy.backend-pool')",
         "kv-events/publisher.ts: getLogger(name) should be getLogger('kvconnect.kv-events.publisher')",
       ],
+    );
+  });
+
+  test('src/ keeps members private with # names, not the private keyword (constructors excepted)', () => {
+    assert.deepEqual(tsPrivateMembers(sourceTexts()), []);
+    assert.deepEqual(
+      tsPrivateMembers(
+        new Map([
+          [
+            'a.ts',
+            'class A {\n  private readonly x = 1;\n  private static y = 2;\n  #z = 3;\n  private constructor() {}\n  // private notes\n}',
+          ],
+        ]),
+      ),
+      ['a.ts:2: private readonly x = 1;', 'a.ts:3: private static y = 2;'],
     );
   });
 

@@ -126,30 +126,30 @@ function checkConstructorSignature(cls: KVConnectorClass): void {
 
 // biome-ignore lint/complexity/noStaticOnlyClass: mirrors vLLM's KVConnectorFactory classmethods, the public API.
 export class KVConnectorFactory {
-  private static readonly registry = new Map<string, ClassLoader>();
+  static readonly #registry = new Map<string, ClassLoader>();
 
   /** Registers a lazy loader; `module` is a loader thunk or a specifier resolved from the cwd. */
   static registerConnector(name: string, module: string | ConnectorModuleLoader, className: string): void {
-    if (KVConnectorFactory.registry.has(name)) {
+    if (KVConnectorFactory.#registry.has(name)) {
       throw new KVError('KV_CONNECTOR_ALREADY_REGISTERED', `Connector '${name}' is already registered.`, {
         hint: 'Register each connector name once; pick another name for your connector.',
       });
     }
     const load = typeof module === 'string' ? () => importConnectorModule(module) : module;
     const where = typeof module === 'string' ? module : `the module registered for '${name}'`;
-    KVConnectorFactory.registry.set(name, async () => classFromModule(await load(), className, where));
+    KVConnectorFactory.#registry.set(name, async () => classFromModule(await load(), className, where));
   }
 
   static registeredNames(): string[] {
-    return [...KVConnectorFactory.registry.keys()];
+    return [...KVConnectorFactory.#registry.keys()];
   }
 
   static isRegistered(name: string): boolean {
-    return KVConnectorFactory.registry.has(name);
+    return KVConnectorFactory.#registry.has(name);
   }
 
   static async getConnectorClassByName(name: string): Promise<KVConnectorClass> {
-    const loader = KVConnectorFactory.registry.get(name);
+    const loader = KVConnectorFactory.#registry.get(name);
     if (!loader) {
       throw new KVError('KV_CONNECTOR_NOT_REGISTERED', `Connector '${name}' is not registered.`, {
         field: 'kv_connector',
@@ -183,7 +183,7 @@ export class KVConnectorFactory {
       checkConstructorSignature(cls);
       return cls;
     }
-    const loader = KVConnectorFactory.registry.get(name);
+    const loader = KVConnectorFactory.#registry.get(name);
     if (!loader) {
       throw new KVError('KV_CONNECTOR_UNSUPPORTED', `Unsupported connector type: ${name}`, {
         field: 'kv_connector',

@@ -159,25 +159,25 @@ export interface GroupMember {
 }
 
 export class ProcessGroup {
-  private readonly members: GroupMember[] = [];
-  private readonly onExit = (): void => {
-    for (const p of this.members) killGroup(p.pid, 'SIGKILL');
+  readonly #members: GroupMember[] = [];
+  readonly #onExit = (): void => {
+    for (const p of this.#members) killGroup(p.pid, 'SIGKILL');
   };
 
   constructor() {
-    process.on('exit', this.onExit);
+    process.on('exit', this.#onExit);
   }
 
   track(member: GroupMember): void {
-    this.members.push(member);
+    this.#members.push(member);
   }
 
   get processes(): readonly GroupMember[] {
-    return this.members;
+    return this.#members;
   }
 
   async stopAll(): Promise<void> {
-    await Promise.all(this.members.map((m) => m.stop()));
-    process.off('exit', this.onExit);
+    await Promise.all(this.#members.map((m) => m.stop()));
+    process.off('exit', this.#onExit);
   }
 }

@@ -9,44 +9,44 @@ export interface ProgressSink {
 }
 
 export class Progress {
-  private readonly sink: ProgressSink;
-  private readonly tty: boolean;
-  private lastQuarter = -1;
-  private open = false;
+  readonly #sink: ProgressSink;
+  readonly #tty: boolean;
+  #lastQuarter = -1;
+  #open = false;
 
   constructor(sink: ProgressSink) {
-    this.sink = sink;
-    this.tty = sink.isTTY === true;
+    this.#sink = sink;
+    this.#tty = sink.isTTY === true;
   }
 
   /** A one-off message (a step finished, a server is up). */
   note(text: string): void {
     this.clear();
-    this.sink.write(`${text}\n`);
+    this.#sink.write(`${text}\n`);
   }
 
   /** `label done/total`, with an optional detail such as the running TTFT median. */
   update(label: string, done: number, total: number, detail = ''): void {
     const line = `${label} ${bar(done, total)} ${done}/${total}${detail ? `  ${detail}` : ''}`;
-    if (this.tty) {
-      this.sink.write(`\r\x1b[2K${line}`);
-      this.open = true;
+    if (this.#tty) {
+      this.#sink.write(`\r\x1b[2K${line}`);
+      this.#open = true;
       if (done === total) this.clear();
       return;
     }
     const quarter = total > 0 ? Math.floor((4 * done) / total) : 4;
-    if (done === 0) this.lastQuarter = -1;
-    if (quarter !== this.lastQuarter) {
-      this.lastQuarter = quarter;
-      this.sink.write(`${line}\n`);
+    if (done === 0) this.#lastQuarter = -1;
+    if (quarter !== this.#lastQuarter) {
+      this.#lastQuarter = quarter;
+      this.#sink.write(`${line}\n`);
     }
   }
 
   /** Ends an in-place line so the next output starts on its own line. */
   clear(): void {
-    if (this.open) {
-      this.sink.write('\n');
-      this.open = false;
+    if (this.#open) {
+      this.#sink.write('\n');
+      this.#open = false;
     }
   }
 }

@@ -41,19 +41,19 @@ interface Stream {
 
 export class AsyncEngine implements AsyncEngineLike {
   readonly engine: Engine;
-  private readonly streams = new Map<string, Stream>();
-  private readonly pendingAborts = new Set<string>();
-  private pendingResets: Array<{ options: PrefixCacheReset; done: (ok: boolean) => void }> = [];
-  private loop: Promise<void> | null = null;
-  private closed = false;
+  readonly #streams = new Map<string, Stream>();
+  readonly #pendingAborts = new Set<string>();
+  #pendingResets: Array<{ options: PrefixCacheReset; done: (ok: boolean) => void }> = [];
+  #loop: Promise<void> | null = null;
+  #closed = false;
   /** Requests added so far; a step that computed nothing skips its idle wait if this moved. */
-  private arrivals = 0;
+  #arrivals = 0;
   /** Ends the current idle wait early (a request or an abort arrived). */
-  private wakeLoop: (() => void) | null = null;
+  #wakeLoop: (() => void) | null = null;
   /** Requests finished by the last computing step, `arrivals` at its end, its duration (ms). */
-  private lastFinished = 0;
-  private arrivalsAtFinish = 0;
-  private lastStepMs = 0;
+  #lastFinished = 0;
+  #arrivalsAtFinish = 0;
+  #lastStepMs = 0;
 
   constructor(engine: Engine) {
     this.engine = engine;
@@ -77,22 +77,22 @@ export class AsyncEngine implements AsyncEngineLike {
 
   /** Adds the request now (throws on invalid input) and returns its stream of deltas. */
   generate(request: GenerateRequest, signal?: AbortSignal): AsyncIterable<RequestOutputDelta> {
-    if (this.closed) throw closedError();
-    if (this.streams.has(request.requestId)) {
+    if (this.#closed) throw closedError();
+    if (this.#streams.has(request.requestId)) {
       throw new KVError('KV_REQUEST_DUPLICATE', `Request id ${request.requestId} is already running`, {
         hint: 'Use a unique request id per request.',
       });
     }
     this.engine.addRequest(request);
     const stream: Stream = { deltas: [], wake: null, finished: false, error: null };
-    this.streams.set(request.requestId, stream);
-    this.arrivals++;
-    this.wakeLoop?.();
-    this.ensureLoop();
-    return this.iterate(request.requestId, stream, signal);
+    this.#streams.set(request.requestId, stream);
+    this.#arrivals++;
+    this.#wakeLoop?.();
+    this.#ensureLoop();
+    return this.#iterate(request.requestId, stream, signal);
   }
 
-  private async *iterate(
+  async *#iterate(
     requestId: string,
     stream: Stream,
     signal: AbortSignal | undefined,
@@ -123,20 +123,20 @@ export class AsyncEngine implements AsyncEngineLike {
 
   /** Applied between steps (at once when the engine is idle). */
   resetPrefixCache(options: PrefixCacheReset = {}): Promise<boolean> {
-    if (this.closed) return Promise.reject(closedError());
+    if (this.#closed) return Promise.reject(closedError());
     return new Promise((resolve) => {
-      this.pendingResets.push({ options, done: resolve });
-      if (this.loop) this.wakeLoop?.();
-      else this.applyResets();
+      this.#pendingResets.push({ options, done: resolve });
+      if (this.#loop) this.#wakeLoop?.();
+      else this.#applyResets();
     });
   }
 
   abort(requestId: string): void {
-    if (!this.streams.has(requestId)) return;
-    this.pendingAborts.add(requestId);
-    if (!this.loop) this.applyAborts();
-    this.wakeLoop?.();
-    this.ensureLoop();
+    if (!this.#streams.has(requestId)) return;
+    this.#pendingAborts.add(requestId);
+    if (!this.#loop) this.#applyAborts();
+    this.#wakeLoop?.();
+    this.#ensureLoop();
   }
 
   kvEventsInfo(): KVEventsInfo | null {
@@ -167,69 +167,69 @@ export class AsyncEngine implements AsyncEngineLike {
 
   /** Resolves once no request is live and no hand-off holds blocks. */
   async waitIdle(): Promise<void> {
-    while (this.loop) await this.loop;
+    while (this.#loop) await this.#loop;
   }
 
   async shutdown(): Promise<void> {
-    if (this.closed) return;
-    for (const id of this.streams.keys()) this.pendingAborts.add(id);
-    this.applyAborts();
-    this.closed = true;
-    for (const { done } of this.pendingResets.splice(0)) done(false);
-    await this.loop;
+    if (this.#closed) return;
+    for (const id of this.#streams.keys()) this.#pendingAborts.add(id);
+    this.#applyAborts();
+    this.#closed = true;
+    for (const { done } of this.#pendingResets.splice(0)) done(false);
+    await this.#loop;
     await this.engine.shutdown();
   }
 
-  private ensureLoop(): void {
-    if (this.loop || this.closed) return;
-    this.loop = this.run().finally(() => {
-      this.loop = null;
+  #ensureLoop(): void {
+    if (this.#loop || this.#closed) return;
+    this.#loop = this.#run().finally(() => {
+      this.#loop = null;
       // A request added after run() made its last check but before this callback would
       // otherwise wait for a loop that has already ended.
-      this.applyAborts();
-      if (!this.closed) this.applyResets();
-      if (this.streams.size > 0 && this.engine.hasWork()) this.ensureLoop();
+      this.#applyAborts();
+      if (!this.#closed) this.#applyResets();
+      if (this.#streams.size > 0 && this.engine.hasWork()) this.#ensureLoop();
     });
   }
 
-  private async run(): Promise<void> {
+  async #run(): Promise<void> {
     try {
       // Started by the first request after an idle spell: let the requests that arrived in
       // the same event-loop turn (one socket read each) join the first step.
       await yieldToEventLoop();
-      while (!this.closed && this.engine.hasWork()) {
-        await this.refillWait();
-        this.applyAborts();
-        this.applyResets();
-        const arrivalsBefore = this.arrivals;
+      while (!this.#closed && this.engine.hasWork()) {
+        await this.#refillWait();
+        this.#applyAborts();
+        this.#applyResets();
+        const arrivalsBefore = this.#arrivals;
         const startedAt = performance.now();
         const { deltas, numScheduledTokens } = await this.engine.step();
-        if (numScheduledTokens > 0) this.noteFinished(deltas, performance.now() - startedAt);
-        this.dispatch(deltas);
+        if (numScheduledTokens > 0) this.#noteFinished(deltas, performance.now() - startedAt);
+        this.#dispatch(deltas);
         // A step that computed nothing (requests waiting for remote KV, or only reporting
         // finished ids to the runner) waits, unless new requests already arrived or the
         // engine ran out of work; a request or abort arriving ends the wait early.
-        if (numScheduledTokens > 0 || this.arrivals !== arrivalsBefore) await yieldToEventLoop();
-        else if (this.engine.hasWork()) await this.idleWait();
+        if (numScheduledTokens > 0 || this.#arrivals !== arrivalsBefore) await yieldToEventLoop();
+        else if (this.engine.hasWork()) await this.#idleWait();
       }
-      this.applyAborts();
+      this.#applyAborts();
     } catch (e) {
       const error = e instanceof Error ? e : new Error(String(e));
-      for (const stream of this.streams.values()) {
+      for (const stream of this.#streams.values()) {
         stream.error = error;
         stream.wake?.();
       }
-      this.streams.clear();
+      this.#streams.clear();
     }
   }
 
-  private noteFinished(deltas: readonly RequestOutputDelta[], stepMs: number): void {
+  #noteFinished(deltas: readonly RequestOutputDelta[], stepMs: number): void {
     let finished = 0;
     for (const d of deltas) if (d.finished) finished++;
     // Requests the step left queued (over its budget): the engine is saturated, never wait.
-    this.lastFinished = this.engine.schedulerStats().numWaitingReqs > 0 ? 0 : finished;
-    this.arrivalsAtFinish = this.arrivals;
-    this.lastStepMs = stepMs;
+    this.#lastFinished = this.engine.schedulerStats().numWaitingReqs > 0 ? 0 : finished;
+    this.#arrivalsAtFinish = this.#arrivals;
+    this.#lastStepMs = stepMs;
   }
 
   /**
@@ -239,65 +239,65 @@ export class AsyncEngine implements AsyncEngineLike {
    * and small batches cost more per token. So wait until as many requests arrived as
    * finished, bounded by a small share of the last step so open-loop traffic loses little.
    */
-  private async refillWait(): Promise<void> {
-    const expected = this.lastFinished;
-    this.lastFinished = 0;
+  async #refillWait(): Promise<void> {
+    const expected = this.#lastFinished;
+    this.#lastFinished = 0;
     // Requests already here (arrived while the step ran, or answered in-process at once)
     // are enough: no client is left to wait for.
-    if (expected === 0 || this.arrivals - this.arrivalsAtFinish >= expected) return;
+    if (expected === 0 || this.#arrivals - this.#arrivalsAtFinish >= expected) return;
     if (this.engine.schedulerStats().numRunningReqs > 0) return;
-    const arrivalsAtWait = this.arrivals;
-    const limitMs = Math.min(REFILL_WAIT_MAX_MS, this.lastStepMs * REFILL_WAIT_STEP_SHARE);
+    const arrivalsAtWait = this.#arrivals;
+    const limitMs = Math.min(REFILL_WAIT_MAX_MS, this.#lastStepMs * REFILL_WAIT_STEP_SHARE);
     if (limitMs < 0.05) return;
     await new Promise<void>((resolve) => {
       const done = (): void => {
         clearTimeout(timer);
-        this.wakeLoop = null;
+        this.#wakeLoop = null;
         resolve();
       };
       const timer = setTimeout(done, limitMs);
-      this.wakeLoop = (): void => {
-        if (this.closed || this.pendingAborts.size > 0) done();
-        else if (this.arrivals - arrivalsAtWait >= expected) done();
+      this.#wakeLoop = (): void => {
+        if (this.#closed || this.#pendingAborts.size > 0) done();
+        else if (this.#arrivals - arrivalsAtWait >= expected) done();
       };
     });
   }
 
-  private idleWait(): Promise<void> {
+  #idleWait(): Promise<void> {
     return new Promise((resolve) => {
       const done = (): void => {
         clearTimeout(timer);
-        this.wakeLoop = null;
+        this.#wakeLoop = null;
         resolve();
       };
       const timer = setTimeout(done, IDLE_STEP_INTERVAL_MS);
-      this.wakeLoop = done;
+      this.#wakeLoop = done;
     });
   }
 
-  private applyResets(): void {
-    const resets = this.pendingResets;
-    this.pendingResets = [];
+  #applyResets(): void {
+    const resets = this.#pendingResets;
+    this.#pendingResets = [];
     for (const { options, done } of resets) done(this.engine.resetPrefixCache(options));
     // Preempted requests wait to be scheduled again.
-    if (resets.length > 0 && this.engine.hasWork()) this.ensureLoop();
+    if (resets.length > 0 && this.engine.hasWork()) this.#ensureLoop();
   }
 
-  private applyAborts(): void {
-    if (this.pendingAborts.size === 0) return;
-    const ids = [...this.pendingAborts];
-    this.pendingAborts.clear();
-    this.dispatch(this.engine.abortRequests(ids));
+  #applyAborts(): void {
+    if (this.#pendingAborts.size === 0) return;
+    const ids = [...this.#pendingAborts];
+    this.#pendingAborts.clear();
+    this.#dispatch(this.engine.abortRequests(ids));
   }
 
-  private dispatch(deltas: readonly RequestOutputDelta[]): void {
+  #dispatch(deltas: readonly RequestOutputDelta[]): void {
     for (const delta of deltas) {
-      const stream = this.streams.get(delta.requestId);
+      const stream = this.#streams.get(delta.requestId);
       if (!stream) continue;
       stream.deltas.push(delta);
       if (delta.finished) {
         stream.finished = true;
-        this.streams.delete(delta.requestId);
+        this.#streams.delete(delta.requestId);
       }
       stream.wake?.();
     }
@@ -313,7 +313,7 @@ export class AsyncEngine implements AsyncEngineLike {
    * Its final delta is dropped.
    */
   notifyKvTransferRequestRejected(requestId: string, params: KVTransferParams): void {
-    if (this.closed) return;
+    if (this.#closed) return;
     this.generate(rejectedKvTransferRequest(requestId, params));
     this.abort(requestId);
   }

@@ -51,15 +51,15 @@ export class Engine {
   readonly tokenizer: TokenizerLike;
   readonly scheduler: Scheduler;
   readonly executor: ModelExecutor;
-  private readonly outputs: OutputProcessor;
-  private readonly blockHasher: BlockHashSource;
-  private readonly blockHashSize: number;
+  readonly #outputs: OutputProcessor;
+  readonly #blockHasher: BlockHashSource;
+  readonly #blockHashSize: number;
   /** Where each step's KV cache events go (published or dropped; never kept). */
   readonly kvEvents: KVEventSink;
-  private readonly iterationStats = new IterationStatsBuilder();
-  private readonly iterationListeners = new Set<(stats: IterationStats) => void>();
-  private connectorStats: Record<string, unknown> | null = null;
-  private closed = false;
+  readonly #iterationStats = new IterationStatsBuilder();
+  readonly #iterationListeners = new Set<(stats: IterationStats) => void>();
+  #connectorStats: Record<string, unknown> | null = null;
+  #closed = false;
 
   private constructor(parts: {
     config: EngineConfig;
@@ -78,10 +78,10 @@ export class Engine {
     this.scheduler = parts.scheduler;
     this.executor = parts.executor;
     this.kvEvents = parts.kvEvents;
-    this.outputs = new OutputProcessor(parts.tokenizer);
-    this.blockHashSize = parts.blockHashSize;
+    this.#outputs = new OutputProcessor(parts.tokenizer);
+    this.#blockHashSize = parts.blockHashSize;
     const hasher = createBlockHasher(parts.blockHashSize, parts.config.cache.prefixCachingHashAlgo);
-    this.blockHasher = (req) => hasher.newHashes(req);
+    this.#blockHasher = (req) => hasher.newHashes(req);
   }
 
   /**
@@ -173,7 +173,7 @@ export class Engine {
 
   /** Tokenizes the prompt when needed and queues the request. */
   addRequest(req: GenerateRequest, arrivalTime = Date.now()): Request {
-    this.assertOpen();
+    this.#assertOpen();
     const promptTokenIds =
       req.promptTokenIds ?? (req.prompt !== undefined ? this.tokenizer.encode(req.prompt) : null);
     if (!promptTokenIds) {
@@ -193,40 +193,40 @@ export class Engine {
       kvTransferParams: req.kvTransferParams ?? null,
       cacheSalt: req.cacheSalt,
       arrivalTime,
-      blockHasher: this.blockHasher,
+      blockHasher: this.#blockHasher,
     });
     this.scheduler.addRequest(request);
-    this.outputs.addRequest(req.requestId, req.sampling);
-    this.iterationStats.addRequest(req.requestId, req.sampling.maxTokens);
+    this.#outputs.addRequest(req.requestId, req.sampling);
+    this.#iterationStats.addRequest(req.requestId, req.sampling.maxTokens);
     return request;
   }
 
   /** One engine step. */
   async step(): Promise<StepResult> {
-    this.assertOpen();
+    this.#assertOpen();
     const schedulerOutput = this.scheduler.schedule();
     const runnerOutput = await this.executor.execute({
       schedulerOutput,
-      newRequestSampling: this.samplingOfNewRequests(schedulerOutput),
+      newRequestSampling: this.#samplingOfNewRequests(schedulerOutput),
     });
     const update = this.scheduler.updateFromOutput(schedulerOutput, runnerOutput);
     this.kvEvents.drain(update.kvCacheEvents);
-    const deltas = this.toDeltas(update.outputs);
-    this.publishIteration('step', deltas, update.kvConnectorStats);
+    const deltas = this.#toDeltas(update.outputs);
+    this.#publishIteration('step', deltas, update.kvConnectorStats);
     return { deltas, numScheduledTokens: schedulerOutput.totalNumScheduledTokens };
   }
 
   /** Aborts requests (queued, running or loading); returns their final deltas. */
   abortRequests(requestIds: readonly string[]): RequestOutputDelta[] {
-    const deltas = this.toDeltas(this.scheduler.finishRequests(requestIds, 'FINISHED_ABORTED'));
-    this.publishIteration('abort', deltas, null);
+    const deltas = this.#toDeltas(this.scheduler.finishRequests(requestIds, 'FINISHED_ABORTED'));
+    this.#publishIteration('abort', deltas, null);
     return deltas;
   }
 
   /** Calls `listener` with every iteration's stats; returns the unsubscribe function. */
   onIterationStats(listener: (stats: IterationStats) => void): () => void {
-    this.iterationListeners.add(listener);
-    return () => this.iterationListeners.delete(listener);
+    this.#iterationListeners.add(listener);
+    return () => this.#iterationListeners.delete(listener);
   }
 
   /**
@@ -234,18 +234,18 @@ export class Engine {
    * the step travel with them; only while nobody listens do they pile up for
    * takeKvConnectorStats() (a listener that ignores them keeps memory flat).
    */
-  private publishIteration(
+  #publishIteration(
     kind: IterationStats['kind'],
     deltas: readonly RequestOutputDelta[],
     connectorStats: Record<string, unknown> | null,
   ): void {
-    const stats = this.iterationStats.build(kind, deltas, connectorStats);
-    if (this.iterationListeners.size === 0) {
-      if (connectorStats) this.connectorStats = mergeStats(this.connectorStats ?? {}, connectorStats);
+    const stats = this.#iterationStats.build(kind, deltas, connectorStats);
+    if (this.#iterationListeners.size === 0) {
+      if (connectorStats) this.#connectorStats = mergeStats(this.#connectorStats ?? {}, connectorStats);
       return;
     }
     if (deltas.length === 0 && !connectorStats) return;
-    for (const listener of this.iterationListeners) listener(stats);
+    for (const listener of this.#iterationListeners) listener(stats);
   }
 
   /** Live requests, or finished ones whose KV hand-off still holds blocks. */
@@ -255,7 +255,7 @@ export class Engine {
 
   /** See Scheduler.resetPrefixCache; call between steps. */
   resetPrefixCache(options: PrefixCacheReset = {}): boolean {
-    this.assertOpen();
+    this.#assertOpen();
     return this.scheduler.resetPrefixCache(options);
   }
 
@@ -271,7 +271,7 @@ export class Engine {
       endpoint: pub.endpoint,
       replay_endpoint: pub.replayEndpoint,
       topic: this.config.kvEventsConfig?.topic ?? '',
-      block_size: this.blockHashSize,
+      block_size: this.#blockHashSize,
       prefix_caching_hash_algo: this.config.cache.prefixCachingHashAlgo,
     };
   }
@@ -281,24 +281,24 @@ export class Engine {
    * iteration listener is registered the stats go to it instead, step by step.
    */
   takeKvConnectorStats(): Record<string, unknown> | null {
-    const stats = this.connectorStats;
-    this.connectorStats = null;
+    const stats = this.#connectorStats;
+    this.#connectorStats = null;
     return stats;
   }
 
   async shutdown(): Promise<void> {
-    if (this.closed) return;
-    this.closed = true;
+    if (this.#closed) return;
+    this.#closed = true;
     await this.executor.shutdown();
     await this.scheduler.connector?.shutdown();
     await this.kvEvents.shutdown();
   }
 
-  private toDeltas(outputs: readonly EngineCoreOutput[]): RequestOutputDelta[] {
+  #toDeltas(outputs: readonly EngineCoreOutput[]): RequestOutputDelta[] {
     const deltas: RequestOutputDelta[] = [];
     for (const out of outputs) {
-      if (!this.outputs.has(out.requestId)) continue;
-      const { delta, stopStringMatched } = this.outputs.process(out);
+      if (!this.#outputs.has(out.requestId)) continue;
+      const { delta, stopStringMatched } = this.#outputs.process(out);
       if (stopStringMatched) {
         // The stop string ends the request; its blocks go back now (vLLM aborts it in the core).
         const [final] = this.scheduler.finishRequests([out.requestId], 'FINISHED_STOPPED');
@@ -310,7 +310,7 @@ export class Engine {
     return deltas;
   }
 
-  private samplingOfNewRequests(out: SchedulerOutput): Record<string, SamplingParams> {
+  #samplingOfNewRequests(out: SchedulerOutput): Record<string, SamplingParams> {
     const sampling: Record<string, SamplingParams> = {};
     for (const req of out.scheduledNewReqs) {
       const request = this.scheduler.getRequest(req.reqId);
@@ -319,8 +319,8 @@ export class Engine {
     return sampling;
   }
 
-  private assertOpen(): void {
-    if (this.closed) {
+  #assertOpen(): void {
+    if (this.#closed) {
       throw new KVError('KV_ENGINE_CLOSED', 'The engine has been shut down', {
         hint: 'Create a new engine; shutdown() releases the model, the KV memory and the connector.',
       });

@@ -39,26 +39,26 @@ export interface RequestOutput {
 }
 
 export class LLM {
-  private readonly ready: Promise<AsyncEngine>;
+  readonly #ready: Promise<AsyncEngine>;
 
   /** Starts loading at once; generate() waits for it. Use LLM.create() to surface start-up errors early. */
   constructor(options: LLMOptions = {}) {
     const { kvTransferConfig, ...rest } = options;
     const engineOptions: EngineOptionsInput =
       kvTransferConfig === undefined ? rest : { ...rest, kv_transfer_config: kvTransferConfig };
-    this.ready = AsyncEngine.create(engineOptions);
-    this.ready.catch(() => {}); // reported by the first call that awaits it
+    this.#ready = AsyncEngine.create(engineOptions);
+    this.#ready.catch(() => {}); // reported by the first call that awaits it
   }
 
   static async create(options: LLMOptions = {}): Promise<LLM> {
     const llm = new LLM(options);
-    await llm.ready;
+    await llm.#ready;
     return llm;
   }
 
   /** The underlying engine (stats, the scheduler, the connector). */
   engine(): Promise<AsyncEngine> {
-    return this.ready;
+    return this.#ready;
   }
 
   async generate(
@@ -66,7 +66,7 @@ export class LLM {
     params: Partial<SamplingParams> | Partial<SamplingParams>[] = {},
     options: GenerateOptions = {},
   ): Promise<RequestOutput[]> {
-    const engine = await this.ready;
+    const engine = await this.#ready;
     const list = Array.isArray(prompts) ? prompts : [prompts];
     const prefix = options.requestIdPrefix ?? randomUUID().slice(0, 8);
     const runs = list.map((p, i) => {
@@ -90,11 +90,11 @@ export class LLM {
 
   /** Resolves once no request is live and no KV hand-off holds blocks. */
   async waitIdle(): Promise<void> {
-    await (await this.ready).waitIdle();
+    await (await this.#ready).waitIdle();
   }
 
   async shutdown(): Promise<void> {
-    const engine = await this.ready.catch(() => null);
+    const engine = await this.#ready.catch(() => null);
     await engine?.shutdown();
   }
 }

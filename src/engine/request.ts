@@ -62,19 +62,19 @@ export class Request implements ConnectorRequest, CacheRequest {
   pendingHandoff: PendingHandoff | null = null;
   /** Block ids handed to the connector in requestFinished (checked by the invariants). */
   handoffBlockIds: number[][] | null = null;
-  private readonly tokens: number[];
-  private readonly blockHasher: BlockHashSource | null;
+  readonly #tokens: number[];
+  readonly #blockHasher: BlockHashSource | null;
 
   constructor(init: RequestInit) {
     this.requestId = init.requestId;
     this.promptTokenIds = init.promptTokenIds.slice();
-    this.tokens = withRoom(init.promptTokenIds);
+    this.#tokens = withRoom(init.promptTokenIds);
     this.sampling = init.sampling;
     this.eosTokenId = init.eosTokenId ?? null;
     this.kvTransferParams = init.kvTransferParams ?? null;
     this.cacheSalt = init.cacheSalt;
     this.arrivalTime = init.arrivalTime ?? Date.now();
-    this.blockHasher = init.blockHasher ?? null;
+    this.#blockHasher = init.blockHasher ?? null;
     this.metrics = {
       arrivalTime: this.arrivalTime,
       queuedMs: 0,
@@ -88,15 +88,15 @@ export class Request implements ConnectorRequest, CacheRequest {
       numExternalTokens: 0,
       numGeneratedTokens: 0,
     };
-    this.updateBlockHashes();
+    this.#updateBlockHashes();
   }
 
   get allTokenIds(): readonly number[] {
-    return this.tokens;
+    return this.#tokens;
   }
 
   get numTokens(): number {
-    return this.tokens.length;
+    return this.#tokens.length;
   }
 
   get numPromptTokens(): number {
@@ -117,9 +117,9 @@ export class Request implements ConnectorRequest, CacheRequest {
 
   appendOutputToken(tokenId: number): void {
     this.outputTokenIds.push(tokenId);
-    this.tokens.push(tokenId);
+    this.#tokens.push(tokenId);
     this.metrics.numGeneratedTokens = this.outputTokenIds.length;
-    this.updateBlockHashes();
+    this.#updateBlockHashes();
   }
 
   /**
@@ -147,8 +147,8 @@ export class Request implements ConnectorRequest, CacheRequest {
     return finishReasonOf(this.status);
   }
 
-  private updateBlockHashes(): void {
-    const hasher = this.blockHasher;
+  #updateBlockHashes(): void {
+    const hasher = this.#blockHasher;
     if (!hasher) return;
     const added = typeof hasher === 'function' ? hasher(this) : hasher.newHashes(this);
     this.blockHashes.push(...added);

@@ -30,13 +30,13 @@ export function pickChatTemplate(value: unknown): string | null {
 }
 
 export class JinjaChatTemplate {
-  private readonly template: Template;
-  private readonly specialTokens: Record<string, string>;
+  readonly #template: Template;
+  readonly #specialTokens: Record<string, string>;
 
   /** `specialTokens`: bos_token, eos_token, ... as the template sees them. */
   constructor(source: string, specialTokens: Record<string, string>, origin: string) {
     try {
-      this.template = new Template(source);
+      this.#template = new Template(source);
     } catch (cause) {
       throw new KVError(
         'TOKENIZER_INVALID',
@@ -47,13 +47,13 @@ export class JinjaChatTemplate {
         },
       );
     }
-    this.specialTokens = specialTokens;
+    this.#specialTokens = specialTokens;
   }
 
   render(messages: ReadonlyArray<ChatMessage>): string {
     try {
-      return this.template.render({
-        ...this.specialTokens,
+      return this.#template.render({
+        ...this.#specialTokens,
         messages: messages.map((m) => ({ ...m })),
         add_generation_prompt: true,
       });

@@ -8,32 +8,32 @@ import type { TokenizerLike } from './types.ts';
 const REPLACEMENT = '\uFFFD';
 
 export class IncrementalDetokenizer {
-  private readonly tokenizer: TokenizerLike;
-  private readonly ids: number[] = [];
+  readonly #tokenizer: TokenizerLike;
+  readonly #ids: number[] = [];
   /** Start of the window whose text has been emitted up to readOffset. */
-  private prefixOffset = 0;
-  private readOffset = 0;
+  #prefixOffset = 0;
+  #readOffset = 0;
 
   constructor(tokenizer: TokenizerLike) {
-    this.tokenizer = tokenizer;
+    this.#tokenizer = tokenizer;
   }
 
   /** Appends tokens; returns the newly completed text (possibly ''). */
   push(newIds: readonly number[]): string {
-    for (const id of newIds) this.ids.push(id);
-    const prefix = this.tokenizer.decode(this.ids.slice(this.prefixOffset, this.readOffset));
-    const full = this.tokenizer.decode(this.ids.slice(this.prefixOffset));
+    for (const id of newIds) this.#ids.push(id);
+    const prefix = this.#tokenizer.decode(this.#ids.slice(this.#prefixOffset, this.#readOffset));
+    const full = this.#tokenizer.decode(this.#ids.slice(this.#prefixOffset));
     if (full.length <= prefix.length || full.endsWith(REPLACEMENT)) return '';
-    this.prefixOffset = this.readOffset;
-    this.readOffset = this.ids.length;
+    this.#prefixOffset = this.#readOffset;
+    this.#readOffset = this.#ids.length;
     return full.slice(prefix.length);
   }
 
   /** Text still held back (an incomplete character at the end), decoded as is. */
   flush(): string {
-    const prefix = this.tokenizer.decode(this.ids.slice(this.prefixOffset, this.readOffset));
-    const full = this.tokenizer.decode(this.ids.slice(this.prefixOffset));
-    this.prefixOffset = this.readOffset = this.ids.length;
+    const prefix = this.#tokenizer.decode(this.#ids.slice(this.#prefixOffset, this.#readOffset));
+    const full = this.#tokenizer.decode(this.#ids.slice(this.#prefixOffset));
+    this.#prefixOffset = this.#readOffset = this.#ids.length;
     return full.slice(prefix.length);
   }
 }

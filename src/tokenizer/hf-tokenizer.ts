@@ -48,34 +48,34 @@ export class HFTokenizer implements TokenizerLike {
   readonly eosTokenId: number;
   readonly bosTokenId: number | null;
   readonly vocabSize: number;
-  private readonly tokenizer: Tokenizer;
-  private readonly unkTokenId: number | null;
+  readonly #tokenizer: Tokenizer;
+  readonly #unkTokenId: number | null;
   /** BOS/EOS decided by tokenizer_config.json, or null to follow the post-processor. */
-  private readonly addSpecial: { bos: boolean; eos: boolean } | null;
-  private readonly chat: JinjaChatTemplate | null;
+  readonly #addSpecial: { bos: boolean; eos: boolean } | null;
+  readonly #chat: JinjaChatTemplate | null;
 
   constructor(tokenizerJson: object, options: HFTokenizerOptions = {}) {
     const config = options.tokenizerConfig ?? {};
-    this.tokenizer = new Tokenizer(tokenizerJson, config);
+    this.#tokenizer = new Tokenizer(tokenizerJson, config);
     const idOf = (key: string): number | null => {
       const content = tokenContent(config[key]);
-      return content === null ? null : (this.tokenizer.token_to_id(content) ?? null);
+      return content === null ? null : (this.#tokenizer.token_to_id(content) ?? null);
     };
     this.bosTokenId = idOf('bos_token') ?? options.bosTokenId ?? null;
     this.eosTokenId = idOf('eos_token') ?? options.eosTokenId ?? -1;
     let max = -1;
-    for (const id of this.tokenizer.get_vocab(true).values()) if (id > max) max = id;
+    for (const id of this.#tokenizer.get_vocab(true).values()) if (id > max) max = id;
     this.vocabSize = max + 1;
     const unk = (tokenizerJson as { model?: { unk_token?: unknown } }).model?.unk_token;
-    this.unkTokenId = typeof unk === 'string' ? (this.tokenizer.token_to_id(unk) ?? null) : null;
+    this.#unkTokenId = typeof unk === 'string' ? (this.#tokenizer.token_to_id(unk) ?? null) : null;
     const flag = (key: string) => (typeof config[key] === 'boolean' ? (config[key] as boolean) : null);
     const addBos = flag('add_bos_token');
     const addEos = flag('add_eos_token');
     if (addBos === null && addEos === null) {
-      this.addSpecial = null;
+      this.#addSpecial = null;
     } else {
-      const template = this.rawEncode('', true);
-      this.addSpecial = {
+      const template = this.#rawEncode('', true);
+      this.#addSpecial = {
         bos: addBos ?? (template.length > 0 && template[0] === this.bosTokenId),
         eos: addEos ?? (template.length > 0 && template[template.length - 1] === this.eosTokenId),
       };
@@ -86,24 +86,24 @@ export class HFTokenizer implements TokenizerLike {
       const content = tokenContent(config[key]);
       if (content !== null) specials[key] = content;
     }
-    this.chat =
+    this.#chat =
       source === null ? null : new JinjaChatTemplate(source, specials, options.origin ?? 'the tokenizer');
   }
 
   /** True when the model ships its own chat template. */
   get hasChatTemplate(): boolean {
-    return this.chat !== null;
+    return this.#chat !== null;
   }
 
-  private rawEncode(text: string, addSpecialTokens: boolean): number[] {
+  #rawEncode(text: string, addSpecialTokens: boolean): number[] {
     // Some models of the library leave out-of-vocabulary pieces undefined; map them to <unk>.
-    const ids = this.tokenizer.encode(text, { add_special_tokens: addSpecialTokens }).ids as (
+    const ids = this.#tokenizer.encode(text, { add_special_tokens: addSpecialTokens }).ids as (
       | number
       | undefined
     )[];
     return ids.map((id) => {
       if (id !== undefined) return id;
-      if (this.unkTokenId !== null) return this.unkTokenId;
+      if (this.#unkTokenId !== null) return this.#unkTokenId;
       throw new KVError(
         'TOKENIZER_INVALID',
         `The tokenizer has no id for a piece of ${JSON.stringify(text)} and no unk_token`,
@@ -116,24 +116,24 @@ export class HFTokenizer implements TokenizerLike {
 
   encode(text: string, options: EncodeOptions = {}): number[] {
     const withSpecial = options.addSpecialTokens ?? true;
-    if (!withSpecial || this.addSpecial === null) return this.rawEncode(text, withSpecial);
-    const ids = this.rawEncode(text, false);
-    if (this.addSpecial.bos && this.bosTokenId !== null) ids.unshift(this.bosTokenId);
-    if (this.addSpecial.eos && this.eosTokenId >= 0) ids.push(this.eosTokenId);
+    if (!withSpecial || this.#addSpecial === null) return this.#rawEncode(text, withSpecial);
+    const ids = this.#rawEncode(text, false);
+    if (this.#addSpecial.bos && this.bosTokenId !== null) ids.unshift(this.bosTokenId);
+    if (this.#addSpecial.eos && this.eosTokenId >= 0) ids.push(this.eosTokenId);
     return ids;
   }
 
   decode(ids: readonly number[]): string {
     if (ids.length === 0) return '';
-    return this.tokenizer.decode([...ids], { skip_special_tokens: true });
+    return this.#tokenizer.decode([...ids], { skip_special_tokens: true });
   }
 
   applyChatTemplate(messages: ReadonlyArray<ChatMessage>): string {
-    return this.chat === null ? simpleChatTemplate(messages) : this.chat.render(messages);
+    return this.#chat === null ? simpleChatTemplate(messages) : this.#chat.render(messages);
   }
 
   encodeChat(messages: ReadonlyArray<ChatMessage>): number[] {
-    if (this.chat === null) return this.encode(simpleChatTemplate(messages));
-    return this.encode(this.chat.render(messages), { addSpecialTokens: false });
+    if (this.#chat === null) return this.encode(simpleChatTemplate(messages));
+    return this.encode(this.#chat.render(messages), { addSpecialTokens: false });
   }
 }

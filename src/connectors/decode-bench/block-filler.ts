@@ -15,47 +15,47 @@ function writeValue(view: DataView, index: number, value: number, dtype: KVCache
 }
 
 export class BlockFiller {
-  private readonly memory: PagedKVMemory;
-  private readonly mean: number;
-  private readonly std: number;
-  private readonly uniform: () => number;
-  private readonly constantBlocks = new Map<number, Uint8Array>();
+  readonly #memory: PagedKVMemory;
+  readonly #mean: number;
+  readonly #std: number;
+  readonly #uniform: () => number;
+  readonly #constantBlocks = new Map<number, Uint8Array>();
 
   constructor(memory: PagedKVMemory, mean: number, std: number, seed: number) {
-    this.memory = memory;
-    this.mean = mean;
-    this.std = std;
-    this.uniform = mulberry32(seed);
+    this.#memory = memory;
+    this.#mean = mean;
+    this.#std = std;
+    this.#uniform = mulberry32(seed);
   }
 
-  private normal(): number {
-    const u = 1 - this.uniform();
-    const v = this.uniform();
-    return this.mean + this.std * Math.sqrt(-2 * Math.log(u)) * Math.cos(2 * Math.PI * v);
+  #normal(): number {
+    const u = 1 - this.#uniform();
+    const v = this.#uniform();
+    return this.#mean + this.#std * Math.sqrt(-2 * Math.log(u)) * Math.cos(2 * Math.PI * v);
   }
 
-  private fillBytes(bytes: Uint8Array, value: () => number): void {
-    const dtype = this.memory.dtype;
+  #fillBytes(bytes: Uint8Array, value: () => number): void {
+    const dtype = this.#memory.dtype;
     const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
     const count = bytes.byteLength / (dtype === 'float32' ? 4 : 2);
     for (let i = 0; i < count; i++) writeValue(view, i, value(), dtype);
   }
 
-  private constantBlock(blockBytes: number): Uint8Array {
-    let block = this.constantBlocks.get(blockBytes);
+  #constantBlock(blockBytes: number): Uint8Array {
+    let block = this.#constantBlocks.get(blockBytes);
     if (!block) {
       block = new Uint8Array(blockBytes);
-      this.fillBytes(block, () => this.mean);
-      this.constantBlocks.set(blockBytes, block);
+      this.#fillBytes(block, () => this.#mean);
+      this.#constantBlocks.set(blockBytes, block);
     }
     return block;
   }
 
   /** Fills `blockId` of the tensor holding `layerName`. */
   fill(layerName: string, blockId: number): void {
-    const tensor = this.memory.tensorIndexOfLayer(layerName);
-    const target = this.memory.blockRange(tensor, blockId, 1);
-    if (this.std === 0) target.set(this.constantBlock(target.byteLength));
-    else this.fillBytes(target, () => this.normal());
+    const tensor = this.#memory.tensorIndexOfLayer(layerName);
+    const target = this.#memory.blockRange(tensor, blockId, 1);
+    if (this.#std === 0) target.set(this.#constantBlock(target.byteLength));
+    else this.#fillBytes(target, () => this.#normal());
   }
 }

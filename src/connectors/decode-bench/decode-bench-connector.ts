@@ -42,10 +42,10 @@ export class DecodeBenchConnector extends KVConnectorBase {
 
   readonly config: DecodeBenchConfig;
   /** Requests already given their synthetic KV (scheduler side); cleared when they finish. */
-  private readonly filled = new Set<string>();
-  private pending: DecodeBenchFill[] = [];
-  private filler: BlockFiller | null = null;
-  private filledBlocks = 0;
+  readonly #filled = new Set<string>();
+  #pending: DecodeBenchFill[] = [];
+  #filler: BlockFiller | null = null;
+  #filledBlocks = 0;
 
   constructor(engineConfig: EngineConfig, role: KVConnectorRole, kvCacheConfig: KVCacheConfig) {
     super(engineConfig, role, kvCacheConfig);
@@ -55,7 +55,7 @@ export class DecodeBenchConnector extends KVConnectorBase {
   // ---- scheduler side ----
 
   getNumNewMatchedTokens(request: ConnectorRequest, numComputedTokens: number): MatchedTokens {
-    if (this.filled.has(request.requestId)) return { count: 0, loadAsync: false };
+    if (this.#filled.has(request.requestId)) return { count: 0, loadAsync: false };
     return { count: Math.max(0, request.numTokens - numComputedTokens - 1), loadAsync: false };
   }
 
@@ -69,30 +69,30 @@ export class DecodeBenchConnector extends KVConnectorBase {
       const groupIds = ids[g] ?? [];
       return groupIds.slice(Math.floor(numLocal / bs), Math.ceil(end / bs)).filter((id) => id !== 0);
     });
-    this.pending.push({ reqId: request.requestId, blockIds: perGroup });
-    this.filled.add(request.requestId);
+    this.#pending.push({ reqId: request.requestId, blockIds: perGroup });
+    this.#filled.add(request.requestId);
   }
 
   buildConnectorMeta(_schedulerOutput: SchedulerOutput): DecodeBenchMetadata {
-    const fills = this.pending;
-    this.pending = [];
+    const fills = this.#pending;
+    this.#pending = [];
     return { fills };
   }
 
   override requestFinished(request: ConnectorRequest, blockIds: number[][]): RequestFinishedResult {
-    this.filled.delete(request.requestId);
+    this.#filled.delete(request.requestId);
     return super.requestFinished(request, blockIds);
   }
 
   /** Requests currently marked as filled (for tests: 0 once every request finished). */
   get numFilledRequests(): number {
-    return this.filled.size;
+    return this.#filled.size;
   }
 
   // ---- worker side ----
 
   override registerKvCaches(memory: PagedKVMemory): void {
-    this.filler = new BlockFiller(
+    this.#filler = new BlockFiller(
       memory,
       this.config.fillMean,
       this.config.fillStd,
@@ -102,13 +102,13 @@ export class DecodeBenchConnector extends KVConnectorBase {
 
   startLoadKv(_ctx: ForwardContext): void {
     const fills = this.getConnectorMetadata<Partial<DecodeBenchMetadata>>().fills ?? [];
-    if (fills.length === 0 || !this.filler) return;
+    if (fills.length === 0 || !this.#filler) return;
     for (const fill of fills) {
       fill.blockIds.forEach((ids, g) => {
         for (const layer of this.kvCacheConfig.groups[g]?.layerNames ?? []) {
-          for (const id of ids) this.filler?.fill(layer, id);
+          for (const id of ids) this.#filler?.fill(layer, id);
         }
-        this.filledBlocks += ids.length;
+        this.#filledBlocks += ids.length;
       });
     }
   }
@@ -120,9 +120,9 @@ export class DecodeBenchConnector extends KVConnectorBase {
   waitForSave(): void {}
 
   override getKvConnectorStats(): KVConnectorStatsData | null {
-    if (this.filledBlocks === 0) return null;
-    const stats = { num_filled_blocks: this.filledBlocks };
-    this.filledBlocks = 0;
+    if (this.#filledBlocks === 0) return null;
+    const stats = { num_filled_blocks: this.#filledBlocks };
+    this.#filledBlocks = 0;
     return stats;
   }
 }

@@ -37,8 +37,8 @@ export class ExampleConnector extends KVConnectorBase {
   readonly layout: StorageLayout;
   readonly blockSize: number;
   readonly layoutTag: string;
-  private readonly state: ExampleSchedulerState;
-  private io: ExampleWorkerIO | null = null;
+  readonly #state: ExampleSchedulerState;
+  #io: ExampleWorkerIO | null = null;
 
   constructor(engineConfig: EngineConfig, role: KVConnectorRole, kvCacheConfig: KVCacheConfig) {
     super(engineConfig, role, kvCacheConfig);
@@ -66,7 +66,7 @@ export class ExampleConnector extends KVConnectorBase {
     this.layout = new StorageLayout(this.config.sharedStoragePath);
     this.blockSize = kvCacheConfig.groups[0]?.spec.blockSize ?? engineConfig.cache.blockSize;
     this.layoutTag = layoutTag(engineConfig.model.model, engineConfig.cache.cacheDtype, this.blockSize);
-    this.state = new ExampleSchedulerState(this.blockSize);
+    this.#state = new ExampleSchedulerState(this.blockSize);
   }
 
   /** The stored prefix of a prompt: its token count and its folder key. */
@@ -94,36 +94,36 @@ export class ExampleConnector extends KVConnectorBase {
     const { numTokens, key } = this.storedPrefix(request);
     if (numExternalTokens > 0) {
       const firstBlock = (numTokens - numExternalTokens) / this.blockSize;
-      this.state.planLoad(request.requestId, key, firstBlock, numTokens / this.blockSize);
+      this.#state.planLoad(request.requestId, key, firstBlock, numTokens / this.blockSize);
       return;
     }
     if (this.kvTransferConfig.isKvProducer && numTokens > 0 && !this.layout.has(key)) {
-      this.state.planSave(request.requestId, key, numTokens / this.blockSize);
+      this.#state.planSave(request.requestId, key, numTokens / this.blockSize);
     }
   }
 
   buildConnectorMeta(schedulerOutput: SchedulerOutput): ExampleConnectorMetadata {
-    return this.state.build(schedulerOutput);
+    return this.#state.build(schedulerOutput);
   }
 
   override requestFinished(request: ConnectorRequest, blockIds: number[][]): RequestFinishedResult {
-    this.state.forget(request.requestId);
+    this.#state.forget(request.requestId);
     return super.requestFinished(request, blockIds);
   }
 
   /** Requests with a pending load or save (for tests: 0 once every request finished). */
   get numTrackedRequests(): number {
-    return this.state.numTracked;
+    return this.#state.numTracked;
   }
 
   // ---- worker side ----
 
   override registerKvCaches(memory: PagedKVMemory): void {
-    this.io = new ExampleWorkerIO(this.layout, memory, this.engineConfig.model.model);
+    this.#io = new ExampleWorkerIO(this.layout, memory, this.engineConfig.model.model);
   }
 
-  private requireIO(): ExampleWorkerIO {
-    if (!this.io) {
+  #requireIO(): ExampleWorkerIO {
+    if (!this.#io) {
       throw new KVError(
         'KV_CONNECTOR_NOT_REGISTERED_MEMORY',
         'ExampleConnector has no KV memory registered',
@@ -132,41 +132,41 @@ export class ExampleConnector extends KVConnectorBase {
         },
       );
     }
-    return this.io;
+    return this.#io;
   }
 
-  private metadata(): ExampleConnectorMetadata {
+  #metadata(): ExampleConnectorMetadata {
     const meta = this.getConnectorMetadata<Partial<ExampleConnectorMetadata>>();
     return { ...emptyExampleMetadata(), ...meta };
   }
 
   startLoadKv(_ctx: ForwardContext): void {
-    const loads = this.metadata().loads;
+    const loads = this.#metadata().loads;
     if (loads.length === 0) return;
-    const io = this.requireIO();
+    const io = this.#requireIO();
     for (const job of loads) io.load(job);
   }
 
   waitForLayerLoad(_layerName: string): void {}
 
   saveKvLayer(layerName: string, _ctx: ForwardContext): void {
-    const saves = this.metadata().saves;
+    const saves = this.#metadata().saves;
     if (saves.length === 0) return;
-    const io = this.requireIO();
+    const io = this.#requireIO();
     for (const job of saves) io.saveLayer(job, layerName);
   }
 
   waitForSave(): void {
-    this.io?.finishSaves();
+    this.#io?.finishSaves();
   }
 
   override getBlockIdsWithLoadErrors(): number[] {
-    return this.io?.takeLoadErrors() ?? [];
+    return this.#io?.takeLoadErrors() ?? [];
   }
 
   override getKvConnectorStats(): KVConnectorStatsData | null {
-    if (!this.io) return null;
-    const c = this.io.takeCounters();
+    if (!this.#io) return null;
+    const c = this.#io.takeCounters();
     if (c.loadedBlocks + c.savedBlocks + c.loadErrors + c.saveErrors === 0) return null;
     return {
       num_loaded_blocks: c.loadedBlocks,
@@ -177,6 +177,6 @@ export class ExampleConnector extends KVConnectorBase {
   }
 
   override shutdown(): void {
-    this.io?.discardStaged();
+    this.#io?.discardStaged();
   }
 }

@@ -29,44 +29,44 @@ export interface ExampleWorkerCounters {
 }
 
 export class ExampleWorkerIO {
-  private readonly layout: StorageLayout;
-  private readonly memory: PagedKVMemory;
-  private readonly kvCacheConfig: KVCacheConfig;
-  private readonly model: string;
+  readonly #layout: StorageLayout;
+  readonly #memory: PagedKVMemory;
+  readonly #kvCacheConfig: KVCacheConfig;
+  readonly #model: string;
   readonly layerNames: readonly string[];
-  private readonly staged = new Map<string, StagedSave>();
-  private readonly loadErrors = new Set<number>();
+  readonly #staged = new Map<string, StagedSave>();
+  readonly #loadErrors = new Set<number>();
   counters: ExampleWorkerCounters = { loadedBlocks: 0, savedBlocks: 0, loadErrors: 0, saveErrors: 0 };
 
   constructor(layout: StorageLayout, memory: PagedKVMemory, model: string) {
-    this.layout = layout;
-    this.memory = memory;
-    this.kvCacheConfig = memory.kvCacheConfig;
-    this.model = model;
-    this.layerNames = this.kvCacheConfig.groups[0]?.layerNames ?? [];
+    this.#layout = layout;
+    this.#memory = memory;
+    this.#kvCacheConfig = memory.kvCacheConfig;
+    this.#model = model;
+    this.layerNames = this.#kvCacheConfig.groups[0]?.layerNames ?? [];
   }
 
-  private shapeOf(layerName: string): KVFileShape {
-    const spec = this.kvCacheConfig.groups[this.memory.groupOfLayer(layerName)]?.spec;
+  #shapeOf(layerName: string): KVFileShape {
+    const spec = this.#kvCacheConfig.groups[this.#memory.groupOfLayer(layerName)]?.spec;
     if (!spec) throw new Error(`no KV cache group holds layer ${layerName}`);
     return {
-      dtype: this.memory.dtype,
+      dtype: this.#memory.dtype,
       blockSize: spec.blockSize,
       numKvHeads: spec.numKvHeads,
       headSize: spec.headSize,
-      model: this.model,
+      model: this.#model,
     };
   }
 
   load(job: ExampleLoadJob): void {
     const failed = new Set<number>();
-    for (const layer of this.layerNames) this.loadLayer(job, layer, failed);
-    for (const id of failed) this.loadErrors.add(id);
+    for (const layer of this.layerNames) this.#loadLayer(job, layer, failed);
+    for (const id of failed) this.#loadErrors.add(id);
     this.counters.loadErrors += failed.size;
     this.counters.loadedBlocks += job.blockIds.length - failed.size;
   }
 
-  private loadLayer(job: ExampleLoadJob, layer: string, failed: Set<number>): void {
+  #loadLayer(job: ExampleLoadJob, layer: string, failed: Set<number>): void {
     const failAll = (why: string): void => {
       log.warn(
         'ExampleConnector: cannot load %s of prompt %s (%s); its blocks will be recomputed or failed per kv_load_failure_policy',
@@ -78,7 +78,7 @@ export class ExampleWorkerIO {
     };
     let file: Buffer;
     try {
-      file = fs.readFileSync(this.layout.layerFile(job.key, layer));
+      file = fs.readFileSync(this.#layout.layerFile(job.key, layer));
     } catch (e) {
       failAll((e as NodeJS.ErrnoException).code ?? String(e));
       return;
@@ -88,12 +88,12 @@ export class ExampleWorkerIO {
       failAll(header);
       return;
     }
-    const mismatch = shapeMismatch(header, this.shapeOf(layer));
+    const mismatch = shapeMismatch(header, this.#shapeOf(layer));
     if (mismatch) {
       failAll(mismatch);
       return;
     }
-    const tensor = this.memory.tensorIndexOfLayer(layer);
+    const tensor = this.#memory.tensorIndexOfLayer(layer);
     job.blockIds.forEach((blockId, i) => {
       const block = readBlock(file, header, job.firstBlock + i);
       if (block === null) {
@@ -108,28 +108,28 @@ export class ExampleWorkerIO {
         failed.add(blockId);
         return;
       }
-      this.memory.blockRange(tensor, blockId, 1).set(block);
+      this.#memory.blockRange(tensor, blockId, 1).set(block);
     });
   }
 
   /** Writes one layer of a save job into the job's staging folder. */
   saveLayer(job: ExampleSaveJob, layer: string): void {
-    let staged = this.staged.get(job.reqId);
+    let staged = this.#staged.get(job.reqId);
     try {
       if (!staged) {
         staged = {
           key: job.key,
-          dir: this.layout.createStaging(job.key),
+          dir: this.#layout.createStaging(job.key),
           layersWritten: new Set(),
           numBlocks: job.blockIds.length,
           failed: false,
         };
-        this.staged.set(job.reqId, staged);
+        this.#staged.set(job.reqId, staged);
       }
       if (staged.failed) return;
-      const tensor = this.memory.tensorIndexOfLayer(layer);
-      const blocks = job.blockIds.map((id) => this.memory.blockRange(tensor, id, 1));
-      fs.writeFileSync(`${staged.dir}/${layerFileName(layer)}`, encodeKVFile(this.shapeOf(layer), blocks));
+      const tensor = this.#memory.tensorIndexOfLayer(layer);
+      const blocks = job.blockIds.map((id) => this.#memory.blockRange(tensor, id, 1));
+      fs.writeFileSync(`${staged.dir}/${layerFileName(layer)}`, encodeKVFile(this.#shapeOf(layer), blocks));
       staged.layersWritten.add(layer);
     } catch (e) {
       log.warn(
@@ -144,24 +144,24 @@ export class ExampleWorkerIO {
 
   /** Publishes every staged entry whose layers are all written; discards the others. */
   finishSaves(): void {
-    for (const staged of this.staged.values()) {
+    for (const staged of this.#staged.values()) {
       const complete = !staged.failed && this.layerNames.every((l) => staged.layersWritten.has(l));
       try {
-        if (complete && this.layout.publish(staged.dir, staged.key))
+        if (complete && this.#layout.publish(staged.dir, staged.key))
           this.counters.savedBlocks += staged.numBlocks;
-        else if (!complete) this.layout.discard(staged.dir);
+        else if (!complete) this.#layout.discard(staged.dir);
       } catch (e) {
         log.warn('ExampleConnector: publishing prompt %s failed (%s)', staged.key, (e as Error).message);
-        this.layout.discard(staged.dir);
+        this.#layout.discard(staged.dir);
         this.counters.saveErrors++;
       }
     }
-    this.staged.clear();
+    this.#staged.clear();
   }
 
   takeLoadErrors(): number[] {
-    const ids = [...this.loadErrors];
-    this.loadErrors.clear();
+    const ids = [...this.#loadErrors];
+    this.#loadErrors.clear();
     return ids;
   }
 
@@ -172,7 +172,7 @@ export class ExampleWorkerIO {
   }
 
   discardStaged(): void {
-    for (const staged of this.staged.values()) this.layout.discard(staged.dir);
-    this.staged.clear();
+    for (const staged of this.#staged.values()) this.#layout.discard(staged.dir);
+    this.#staged.clear();
   }
 }

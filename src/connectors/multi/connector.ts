@@ -72,83 +72,83 @@ export class MultiConnector extends KVConnectorBase {
     await resolveChildClasses(childSpecs(engineConfig));
   }
 
-  private children: KVConnectorBase[] = [];
-  private childClasses: KVConnectorClass[] = [];
-  private ready = false;
-  private initError: unknown = null;
-  private readonly readyPromise: Promise<void>;
+  #children: KVConnectorBase[] = [];
+  #childClasses: KVConnectorClass[] = [];
+  #ready = false;
+  #initError: unknown = null;
+  readonly #readyPromise: Promise<void>;
   /** Scheduler side: request → index of the child that loads it. */
-  private readonly requestToConnector = new Map<string, number>();
+  readonly #requestToConnector = new Map<string, number>();
   /** Scheduler side: countdowns to ship with the next metadata. */
-  private extraAsyncSavesToSend: Record<string, number> = {};
+  #extraAsyncSavesToSend: Record<string, number> = {};
   /** Worker side: finished_sending reports still to swallow per request. */
-  private readonly extraAsyncSaves = new Map<string, number>();
+  readonly #extraAsyncSaves = new Map<string, number>();
 
   constructor(engineConfig: EngineConfig, role: KVConnectorRole, kvCacheConfig: KVCacheConfig) {
     super(engineConfig, role, kvCacheConfig);
     const specs = childSpecs(engineConfig);
     const cached = cachedChildClasses(specs);
     if (cached) {
-      this.install(specs, cached);
-      this.readyPromise = Promise.resolve();
+      this.#install(specs, cached);
+      this.#readyPromise = Promise.resolve();
     } else {
-      this.readyPromise = resolveChildClasses(specs).then((classes) => this.install(specs, classes));
-      this.readyPromise.catch((e: unknown) => {
-        this.initError = e;
+      this.#readyPromise = resolveChildClasses(specs).then((classes) => this.#install(specs, classes));
+      this.#readyPromise.catch((e: unknown) => {
+        this.#initError = e;
       });
     }
   }
 
-  private install(specs: readonly ChildSpec[], classes: KVConnectorClass[]): void {
+  #install(specs: readonly ChildSpec[], classes: KVConnectorClass[]): void {
     checkChildrenHMA(this.engineConfig, classes);
-    this.children = buildChildren(specs, classes, this.role, this.kvCacheConfig);
-    this.childClasses = classes;
-    this.ready = true;
+    this.#children = buildChildren(specs, classes, this.role, this.kvCacheConfig);
+    this.#childClasses = classes;
+    this.#ready = true;
   }
 
   /** Resolves once every child is built (rejects with the error that prevented it). */
   whenReady(): Promise<void> {
-    return this.readyPromise;
+    return this.#readyPromise;
   }
 
   /** The children, in order (empty until ready). */
   get connectors(): readonly KVConnectorBase[] {
-    return this.children;
+    return this.#children;
   }
 
   /** True when the list is non-empty and every child class supports HMA. */
   get allChildrenSupportHMA(): boolean {
-    return this.childClasses.length > 0 && this.childClasses.every((c) => c.supportsHMA === true);
+    return this.#childClasses.length > 0 && this.#childClasses.every((c) => c.supportsHMA === true);
   }
 
   /** Children for a synchronous call: null while still loading; throws if loading failed. */
-  private live(): KVConnectorBase[] | null {
-    if (this.initError !== null) throw this.initError;
-    return this.ready ? this.children : null;
+  #live(): KVConnectorBase[] | null {
+    if (this.#initError !== null) throw this.#initError;
+    return this.#ready ? this.#children : null;
   }
 
-  private async settled(): Promise<KVConnectorBase[]> {
-    await this.readyPromise;
-    return this.children;
+  async #settled(): Promise<KVConnectorBase[]> {
+    await this.#readyPromise;
+    return this.#children;
   }
 
   override get requiresKvDelivery(): boolean {
-    return this.children.some((c) => c.requiresKvDelivery);
+    return this.#children.some((c) => c.requiresKvDelivery);
   }
 
   override get preferCrossLayerBlocks(): boolean {
-    return this.children.length > 0 && this.children.every((c) => c.preferCrossLayerBlocks);
+    return this.#children.length > 0 && this.#children.every((c) => c.preferCrossLayerBlocks);
   }
 
   // ---- scheduler side ----
 
   override onNewRequest(request: ConnectorRequest): void {
-    for (const c of this.live() ?? []) c.onNewRequest(request);
+    for (const c of this.#live() ?? []) c.onNewRequest(request);
   }
 
   /** First child with a hit wins; any child still looking up (null) makes the answer null. */
   getNumNewMatchedTokens(request: ConnectorRequest, numComputedTokens: number): MatchedTokens {
-    const children = this.live();
+    const children = this.#live();
     if (!children) return { count: null, loadAsync: false };
     let result: MatchedTokens = { count: 0, loadAsync: false };
     let chosen = -1;
@@ -160,23 +160,23 @@ export class MultiConnector extends KVConnectorBase {
         result = match;
       }
     }
-    if (chosen >= 0) this.requestToConnector.set(request.requestId, chosen);
-    else this.requestToConnector.delete(request.requestId);
+    if (chosen >= 0) this.#requestToConnector.set(request.requestId, chosen);
+    else this.#requestToConnector.delete(request.requestId);
     return result;
   }
 
   /** The loading child gets the external count; every other child the real blocks with 0. */
   updateStateAfterAlloc(request: ConnectorRequest, blocks: KVCacheBlocks, numExternalTokens: number): void {
-    const chosen = this.requestToConnector.get(request.requestId) ?? -1;
-    for (const [i, child] of (this.live() ?? []).entries()) {
+    const chosen = this.#requestToConnector.get(request.requestId) ?? -1;
+    for (const [i, child] of (this.#live() ?? []).entries()) {
       child.updateStateAfterAlloc(request, blocks, i === chosen ? numExternalTokens : 0);
     }
   }
 
   buildConnectorMeta(schedulerOutput: SchedulerOutput): MultiConnectorMetadata {
-    const children = this.live();
-    const extra = this.extraAsyncSavesToSend;
-    this.extraAsyncSavesToSend = {};
+    const children = this.#live();
+    const extra = this.#extraAsyncSavesToSend;
+    this.#extraAsyncSavesToSend = {};
     return {
       metadata: children ? children.map((c) => c.buildConnectorMeta(schedulerOutput)) : null,
       extraAsyncSaves: Object.keys(extra).length > 0 ? extra : null,
@@ -185,13 +185,13 @@ export class MultiConnector extends KVConnectorBase {
 
   override updateConnectorOutput(output: KVConnectorOutput): void {
     const workerMeta = output.kvConnectorWorkerMeta as Partial<MultiConnectorWorkerMetadata> | null;
-    for (const [i, child] of (this.live() ?? []).entries()) {
+    for (const [i, child] of (this.#live() ?? []).entries()) {
       child.updateConnectorOutput({ ...output, kvConnectorWorkerMeta: workerMeta?.metadata?.[i] ?? null });
     }
   }
 
   override requestFinished(request: ConnectorRequest, blockIds: number[][]): RequestFinishedResult {
-    const children = this.live() ?? [];
+    const children = this.#live() ?? [];
     if (blockIds.length > 1 && !this.allChildrenSupportHMA) {
       throw new KVError(
         'KV_MULTI_CONNECTOR_HMA',
@@ -201,22 +201,22 @@ export class MultiConnector extends KVConnectorBase {
     }
     let asyncSaves = 0;
     const params = children.map((child, i) => {
-      const ids = this.childClasses[i]?.supportsHMA ? blockIds : blockIds.slice(0, 1);
+      const ids = this.#childClasses[i]?.supportsHMA ? blockIds : blockIds.slice(0, 1);
       const result = child.requestFinished(request, ids);
       if (result.delayFree) asyncSaves++;
       return result.kvTransferParams;
     });
-    this.requestToConnector.delete(request.requestId);
-    if (asyncSaves > 1) this.extraAsyncSavesToSend[request.requestId] = asyncSaves - 1;
+    this.#requestToConnector.delete(request.requestId);
+    if (asyncSaves > 1) this.#extraAsyncSavesToSend[request.requestId] = asyncSaves - 1;
     return { delayFree: asyncSaves > 0, kvTransferParams: mergeTransferParams(params) };
   }
 
   override takeEvents(): KVCacheEvent[] {
-    return (this.live() ?? []).flatMap((c) => c.takeEvents());
+    return (this.#live() ?? []).flatMap((c) => c.takeEvents());
   }
 
   override hasPendingPushWork(): boolean {
-    return (this.live() ?? []).some((c) => c.hasPendingPushWork());
+    return (this.#live() ?? []).some((c) => c.hasPendingPushWork());
   }
 
   override getFinishedCount(): number | null {
@@ -226,63 +226,63 @@ export class MultiConnector extends KVConnectorBase {
   override async setXferHandshakeMetadata(
     metadata: Record<number, KVConnectorHandshakeMetadata>,
   ): Promise<void> {
-    for (const child of await this.settled()) await child.setXferHandshakeMetadata(metadata);
+    for (const child of await this.#settled()) await child.setXferHandshakeMetadata(metadata);
   }
 
   /** Success unless a child reports failure (null, "not implemented", counts as success). */
   override resetCache(): boolean {
-    const results = (this.live() ?? []).map((c) => c.resetCache() !== false);
+    const results = (this.#live() ?? []).map((c) => c.resetCache() !== false);
     return results.every(Boolean);
   }
 
   // ---- worker side ----
 
   override async registerKvCaches(memory: PagedKVMemory): Promise<void> {
-    for (const child of await this.settled()) await child.registerKvCaches(memory);
+    for (const child of await this.#settled()) await child.registerKvCaches(memory);
   }
 
   override async handlePreemptions(metadata: KVConnectorMetadata): Promise<void> {
     const meta = metadata as Partial<MultiConnectorMetadata>;
-    for (const [i, child] of (await this.settled()).entries()) {
+    for (const [i, child] of (await this.#settled()).entries()) {
       await child.handlePreemptions(meta.metadata?.[i] ?? {});
     }
   }
 
   override kvBlocksAllocated(blockIds: readonly number[]): void {
-    for (const child of this.live() ?? []) child.kvBlocksAllocated(blockIds);
+    for (const child of this.#live() ?? []) child.kvBlocksAllocated(blockIds);
   }
 
   override kvBlocksFilled(blockIds: readonly number[]): void {
-    for (const child of this.live() ?? []) child.kvBlocksFilled(blockIds);
+    for (const child of this.#live() ?? []) child.kvBlocksFilled(blockIds);
   }
 
   override bindConnectorMetadata(metadata: KVConnectorMetadata): void {
     super.bindConnectorMetadata(metadata);
     const meta = metadata as Partial<MultiConnectorMetadata>;
-    for (const [id, n] of Object.entries(meta.extraAsyncSaves ?? {})) this.extraAsyncSaves.set(id, n);
-    for (const [i, child] of (this.live() ?? []).entries())
+    for (const [id, n] of Object.entries(meta.extraAsyncSaves ?? {})) this.#extraAsyncSaves.set(id, n);
+    for (const [i, child] of (this.#live() ?? []).entries())
       child.bindConnectorMetadata(meta.metadata?.[i] ?? {});
   }
 
   override clearConnectorMetadata(): void {
     super.clearConnectorMetadata();
-    for (const child of this.children) child.clearConnectorMetadata();
+    for (const child of this.#children) child.clearConnectorMetadata();
   }
 
   async startLoadKv(ctx: ForwardContext): Promise<void> {
-    for (const child of await this.settled()) await child.startLoadKv(ctx);
+    for (const child of await this.#settled()) await child.startLoadKv(ctx);
   }
 
   async waitForLayerLoad(layerName: string): Promise<void> {
-    for (const child of this.children) await child.waitForLayerLoad(layerName);
+    for (const child of this.#children) await child.waitForLayerLoad(layerName);
   }
 
   async saveKvLayer(layerName: string, ctx: ForwardContext): Promise<void> {
-    for (const child of this.children) await child.saveKvLayer(layerName, ctx);
+    for (const child of this.#children) await child.saveKvLayer(layerName, ctx);
   }
 
   async waitForSave(): Promise<void> {
-    for (const child of this.children) await child.waitForSave();
+    for (const child of this.#children) await child.waitForSave();
   }
 
   /** Union of receives; a send is reported once every child that saves it has finished. */
@@ -291,14 +291,14 @@ export class MultiConnector extends KVConnectorBase {
   ): Promise<{ sending: string[] | null; recving: string[] | null }> {
     const sending = new Set<string>();
     const recving = new Set<string>();
-    for (const child of await this.settled()) {
+    for (const child of await this.#settled()) {
       const done = await child.getFinished(finishedReqIds);
       for (const id of done.recving ?? []) recving.add(id);
       for (const id of done.sending ?? []) {
-        const extra = this.extraAsyncSaves.get(id);
+        const extra = this.#extraAsyncSaves.get(id);
         if (extra === undefined) sending.add(id);
-        else if (extra <= 1) this.extraAsyncSaves.delete(id);
-        else this.extraAsyncSaves.set(id, extra - 1);
+        else if (extra <= 1) this.#extraAsyncSaves.delete(id);
+        else this.#extraAsyncSaves.set(id, extra - 1);
       }
     }
     return {
@@ -309,30 +309,30 @@ export class MultiConnector extends KVConnectorBase {
 
   override getBlockIdsWithLoadErrors(): number[] {
     const ids = new Set<number>();
-    for (const child of this.children) for (const id of child.getBlockIdsWithLoadErrors()) ids.add(id);
+    for (const child of this.#children) for (const id of child.getBlockIdsWithLoadErrors()) ids.add(id);
     return [...ids];
   }
 
   /** `{childClassName: stats}` (children of one class aggregated), or null. */
   override getKvConnectorStats(): KVConnectorStatsData | null {
     return statsPerChildClass(
-      this.children.map((c) => ({ className: c.constructor.name, stats: c.getKvConnectorStats() })),
+      this.#children.map((c) => ({ className: c.constructor.name, stats: c.getKvConnectorStats() })),
     );
   }
 
   override getKvConnectorKvCacheEvents(): KVCacheEvent[] | null {
-    const lists = this.children.map((c) => c.getKvConnectorKvCacheEvents()).filter((l) => l !== null);
+    const lists = this.#children.map((c) => c.getKvConnectorKvCacheEvents()).filter((l) => l !== null);
     return lists.length > 0 ? lists.flat() : null;
   }
 
   override buildConnectorWorkerMeta(): MultiConnectorWorkerMetadata | null {
-    const metadata = this.children.map((c) => c.buildConnectorWorkerMeta());
+    const metadata = this.#children.map((c) => c.buildConnectorWorkerMeta());
     return metadata.some((m) => m !== null) ? { metadata } : null;
   }
 
   /** The first child's non-null handshake metadata. */
   override getHandshakeMetadata(): KVConnectorHandshakeMetadata | null {
-    for (const child of this.children) {
+    for (const child of this.#children) {
       const meta = child.getHandshakeMetadata();
       if (meta !== null) return meta;
     }
@@ -341,9 +341,9 @@ export class MultiConnector extends KVConnectorBase {
 
   /** Shuts every child down; rethrows the last failure after all were tried. */
   override async shutdown(): Promise<void> {
-    await this.readyPromise.catch(() => {});
+    await this.#readyPromise.catch(() => {});
     let failure: unknown = null;
-    for (const child of this.children) {
+    for (const child of this.#children) {
       try {
         await child.shutdown();
       } catch (e) {

@@ -28,9 +28,9 @@ export class LlamaModel implements ForwardModel {
   readonly dims: ModelDims;
   readonly shard: RankShard;
   readonly layerNames: readonly string[];
-  private readonly rt: WasmRuntime;
-  private readonly w: PackedWeights;
-  private readonly rope: RopeTable;
+  readonly #rt: WasmRuntime;
+  readonly #w: PackedWeights;
+  readonly #rope: RopeTable;
   /** 0 sends every sequence through the prefill attention (the benchmark's baseline). */
   decodeAttentionMaxTokens = DECODE_ATTENTION_MAX_TOKENS;
 
@@ -38,9 +38,9 @@ export class LlamaModel implements ForwardModel {
     this.dims = dims;
     this.shard = shard;
     this.layerNames = Array.from({ length: dims.numLayers }, (_, l) => attentionLayerName(l));
-    this.rt = new WasmRuntime(16 << 20);
-    this.w = packWeights(this.rt, tensors, dims, shard);
-    this.rope = new RopeTable(ropeInvFreq(dims.headDim, dims.ropeTheta, dims.ropeScaling));
+    this.#rt = new WasmRuntime(16 << 20);
+    this.#w = packWeights(this.#rt, tensors, dims, shard);
+    this.#rope = new RopeTable(ropeInvFreq(dims.headDim, dims.ropeTheta, dims.ropeScaling));
   }
 
   get vocabSize(): number {
@@ -48,7 +48,9 @@ export class LlamaModel implements ForwardModel {
   }
 
   async forward(batch: ForwardBatch, kv: PagedKVMemory, hooks: ForwardHooks = {}): Promise<Float32Array> {
-    const { dims, shard, rt, w } = this;
+    const { dims, shard } = this;
+    const rt = this.#rt;
+    const w = this.#w;
     const h = dims.hiddenSize;
     const hd = dims.headDim;
     const qDim = shard.numHeads * hd;
@@ -88,7 +90,7 @@ export class LlamaModel implements ForwardModel {
         },
       );
     }
-    this.rope.ensure(maxContext);
+    this.#rope.ensure(maxContext);
     const mark = rt.mark();
     try {
       const x = rt.alloc(rows * h);
@@ -134,9 +136,9 @@ export class LlamaModel implements ForwardModel {
         for (let r = 0; r < rows; r++) {
           const pos = positions[r] as number;
           for (let head = 0; head < shard.numHeads; head++)
-            this.rope.apply(mem, qkv + r * qkvDim + head * hd, pos);
+            this.#rope.apply(mem, qkv + r * qkvDim + head * hd, pos);
           for (let head = 0; head < shard.numKvHeads; head++)
-            this.rope.apply(mem, qkv + r * qkvDim + qDim + head * hd, pos);
+            this.#rope.apply(mem, qkv + r * qkvDim + qDim + head * hd, pos);
         }
         const layer = layerKV(kv, name, kvDim);
         const vShift = layer.blockSize * kvDim;
@@ -173,14 +175,14 @@ export class LlamaModel implements ForwardModel {
         }
         await hooks.afterLayer?.(l, name);
         rt.matmul(rows, h, qDim, attn, qDim, lw.o, h, proj, h);
-        await this.reduce(hooks, proj, rows * h);
+        await this.#reduce(hooks, proj, rows * h);
         mem = rt.f32;
         addInPlace(mem, x, proj, rows * h);
         rmsnorm(mem, x, hn, lw.postNorm, rows, h, dims.rmsNormEps);
         rt.matmul(rows, 2 * inter, h, hn, h, lw.gateUp, 2 * inter, gateUp, 2 * inter);
         swiglu(rt, gateUp, act, rows, inter);
         rt.matmul(rows, h, inter, act, inter, lw.down, h, proj, h);
-        await this.reduce(hooks, proj, rows * h);
+        await this.#reduce(hooks, proj, rows * h);
         mem = rt.f32;
         addInPlace(mem, x, proj, rows * h);
       }
@@ -198,7 +200,7 @@ export class LlamaModel implements ForwardModel {
     }
   }
 
-  private async reduce(hooks: ForwardHooks, offset: number, count: number): Promise<void> {
+  async #reduce(hooks: ForwardHooks, offset: number, count: number): Promise<void> {
     if (this.shard.tpSize === 1) return;
     if (hooks.allReduce === undefined) {
       throw new KVError(
@@ -209,7 +211,7 @@ export class LlamaModel implements ForwardModel {
         },
       );
     }
-    await hooks.allReduce(this.rt.f32.subarray(offset, offset + count));
+    await hooks.allReduce(this.#rt.f32.subarray(offset, offset + count));
   }
 }
 

@@ -3,10 +3,10 @@
  * float arithmetic, so every machine produces the same stream for the same seed.
  */
 export class SeededRandom {
-  private s0: number;
-  private s1: number;
-  private s2: number;
-  private s3: number;
+  #s0: number;
+  #s1: number;
+  #s2: number;
+  #s3: number;
 
   constructor(seed: number) {
     let x = seed >>> 0;
@@ -17,22 +17,22 @@ export class SeededRandom {
       z = Math.imul(z ^ (z >>> 13), 0xc2b2ae35) >>> 0;
       return (z ^ (z >>> 16)) >>> 0;
     };
-    this.s0 = next();
-    this.s1 = next();
-    this.s2 = next();
-    this.s3 = next() | 1;
+    this.#s0 = next();
+    this.#s1 = next();
+    this.#s2 = next();
+    this.#s3 = next() | 1;
   }
 
   /** Uniform 32-bit unsigned integer. */
   nextUint32(): number {
-    const result = Math.imul(rotl(Math.imul(this.s1, 5), 7), 9) >>> 0;
-    const t = this.s1 << 9;
-    this.s2 ^= this.s0;
-    this.s3 ^= this.s1;
-    this.s1 ^= this.s2;
-    this.s0 ^= this.s3;
-    this.s2 ^= t;
-    this.s3 = rotl(this.s3, 11);
+    const result = Math.imul(rotl(Math.imul(this.#s1, 5), 7), 9) >>> 0;
+    const t = this.#s1 << 9;
+    this.#s2 ^= this.#s0;
+    this.#s3 ^= this.#s1;
+    this.#s1 ^= this.#s2;
+    this.#s0 ^= this.#s3;
+    this.#s2 ^= t;
+    this.#s3 = rotl(this.#s3, 11);
     return result;
   }
 

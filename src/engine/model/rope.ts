@@ -41,42 +41,42 @@ export function ropeInvFreq(headDim: number, theta: number, scaling: RopeScaling
 }
 
 export class RopeTable {
-  private readonly half: number;
-  private readonly invFreq: Float32Array;
-  private cos = new Float32Array(0);
-  private sin = new Float32Array(0);
-  private positions = 0;
+  readonly #half: number;
+  readonly #invFreq: Float32Array;
+  #cos = new Float32Array(0);
+  #sin = new Float32Array(0);
+  #positions = 0;
 
   constructor(invFreq: Float32Array) {
-    this.half = invFreq.length;
-    this.invFreq = invFreq;
+    this.#half = invFreq.length;
+    this.#invFreq = invFreq;
   }
 
   /** Makes positions [0, n) available. */
   ensure(n: number): void {
-    if (n <= this.positions) return;
-    const size = Math.max(n, this.positions * 2, 256);
-    const cos = new Float32Array(size * this.half);
-    const sin = new Float32Array(size * this.half);
+    if (n <= this.#positions) return;
+    const size = Math.max(n, this.#positions * 2, 256);
+    const cos = new Float32Array(size * this.#half);
+    const sin = new Float32Array(size * this.#half);
     for (let p = 0; p < size; p++) {
-      for (let i = 0; i < this.half; i++) {
-        const angle = f32(p * (this.invFreq[i] as number));
-        cos[p * this.half + i] = Math.cos(angle);
-        sin[p * this.half + i] = Math.sin(angle);
+      for (let i = 0; i < this.#half; i++) {
+        const angle = f32(p * (this.#invFreq[i] as number));
+        cos[p * this.#half + i] = Math.cos(angle);
+        sin[p * this.#half + i] = Math.sin(angle);
       }
     }
-    this.cos = cos;
-    this.sin = sin;
-    this.positions = size;
+    this.#cos = cos;
+    this.#sin = sin;
+    this.#positions = size;
   }
 
   /** Rotates one head vector at `offset` of `mem` in place. */
   apply(mem: Float32Array, offset: number, position: number): void {
-    const half = this.half;
+    const half = this.#half;
     const base = position * half;
     for (let i = 0; i < half; i++) {
-      const c = this.cos[base + i] as number;
-      const s = this.sin[base + i] as number;
+      const c = this.#cos[base + i] as number;
+      const s = this.#sin[base + i] as number;
       const x1 = mem[offset + i] as number;
       const x2 = mem[offset + i + half] as number;
       mem[offset + i] = x1 * c - x2 * s;

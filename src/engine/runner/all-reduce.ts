@@ -34,19 +34,19 @@ export function createAllReduceBuffers(
 }
 
 export class SharedMemoryAllReduce {
-  private readonly control: Int32Array;
-  private readonly regions: Float32Array[][];
-  private readonly rank: number;
-  private readonly tpSize: number;
-  private readonly capacity: number;
-  private call = 0;
+  readonly #control: Int32Array;
+  readonly #regions: Float32Array[][];
+  readonly #rank: number;
+  readonly #tpSize: number;
+  readonly #capacity: number;
+  #call = 0;
 
   constructor(buffers: AllReduceBuffers, rank: number) {
-    this.control = new Int32Array(buffers.control);
-    this.rank = rank;
-    this.tpSize = buffers.tpSize;
-    this.capacity = buffers.capacity;
-    this.regions = [0, 1].map((region) =>
+    this.#control = new Int32Array(buffers.control);
+    this.#rank = rank;
+    this.#tpSize = buffers.tpSize;
+    this.#capacity = buffers.capacity;
+    this.#regions = [0, 1].map((region) =>
       Array.from(
         { length: buffers.tpSize },
         (_, r) =>
@@ -61,35 +61,35 @@ export class SharedMemoryAllReduce {
 
   /** Sums `x` in place over all ranks. Every rank must call with the same length. */
   allReduce(x: Float32Array): void {
-    if (this.tpSize === 1) return;
-    for (let offset = 0; offset < x.length; offset += this.capacity) {
-      const chunk = x.subarray(offset, Math.min(x.length, offset + this.capacity));
-      this.reduceChunk(chunk);
+    if (this.#tpSize === 1) return;
+    for (let offset = 0; offset < x.length; offset += this.#capacity) {
+      const chunk = x.subarray(offset, Math.min(x.length, offset + this.#capacity));
+      this.#reduceChunk(chunk);
     }
   }
 
-  private reduceChunk(chunk: Float32Array): void {
-    const slots = this.regions[this.call & 1] as Float32Array[];
-    this.call++;
-    (slots[this.rank] as Float32Array).set(chunk);
-    this.barrier();
+  #reduceChunk(chunk: Float32Array): void {
+    const slots = this.#regions[this.#call & 1] as Float32Array[];
+    this.#call++;
+    (slots[this.#rank] as Float32Array).set(chunk);
+    this.#barrier();
     const n = chunk.length;
     chunk.set((slots[0] as Float32Array).subarray(0, n));
-    for (let r = 1; r < this.tpSize; r++) {
+    for (let r = 1; r < this.#tpSize; r++) {
       const slot = slots[r] as Float32Array;
       for (let i = 0; i < n; i++) chunk[i] = (chunk[i] as number) + (slot[i] as number);
     }
   }
 
   /** Generation barrier: the last rank to arrive resets the count and wakes the others. */
-  private barrier(): void {
-    const generation = Atomics.load(this.control, 1);
-    if (Atomics.add(this.control, 0, 1) === this.tpSize - 1) {
-      Atomics.store(this.control, 0, 0);
-      Atomics.add(this.control, 1, 1);
-      Atomics.notify(this.control, 1);
+  #barrier(): void {
+    const generation = Atomics.load(this.#control, 1);
+    if (Atomics.add(this.#control, 0, 1) === this.#tpSize - 1) {
+      Atomics.store(this.#control, 0, 0);
+      Atomics.add(this.#control, 1, 1);
+      Atomics.notify(this.#control, 1);
       return;
     }
-    while (Atomics.load(this.control, 1) === generation) Atomics.wait(this.control, 1, generation);
+    while (Atomics.load(this.#control, 1) === generation) Atomics.wait(this.#control, 1, generation);
   }
 }

@@ -15,7 +15,7 @@ import { allocatedBlockIds, filledBlockIds } from './written-blocks.ts';
 
 export class WorkerConnectorSteps {
   readonly connector: KVConnectorBase;
-  private context: ForwardContext | null = null;
+  #context: ForwardContext | null = null;
 
   constructor(connector: KVConnectorBase) {
     this.connector = connector;
@@ -39,9 +39,9 @@ export class WorkerConnectorSteps {
   }
 
   async beginStep(schedulerOutput: SchedulerOutput, hasForward: boolean): Promise<void> {
-    this.context = { schedulerOutput, hasForward };
+    this.#context = { schedulerOutput, hasForward };
     this.connector.bindConnectorMetadata(schedulerOutput.kvConnectorMetadata ?? {});
-    await this.connector.startLoadKv(this.context);
+    await this.connector.startLoadKv(this.#context);
   }
 
   /** Layer hooks for model.forward: wait for the layer's load before, save after attention. */
@@ -49,7 +49,7 @@ export class WorkerConnectorSteps {
     const connector = this.connector;
     return {
       beforeLayer: (_index, layerName) => connector.waitForLayerLoad(layerName),
-      afterLayer: (_index, layerName) => connector.saveKvLayer(layerName, this.requireContext()),
+      afterLayer: (_index, layerName) => connector.saveKvLayer(layerName, this.#requireContext()),
     };
   }
 
@@ -73,13 +73,13 @@ export class WorkerConnectorSteps {
       };
     } finally {
       connector.clearConnectorMetadata();
-      this.context = null;
+      this.#context = null;
     }
   }
 
-  private requireContext(): ForwardContext {
-    if (this.context === null) throw new Error('saveKvLayer called outside a step');
-    return this.context;
+  #requireContext(): ForwardContext {
+    if (this.#context === null) throw new Error('saveKvLayer called outside a step');
+    return this.#context;
   }
 }
 

@@ -8,7 +8,7 @@ export class LocalExecutor implements ModelExecutor {
   readonly tpSize = 1;
   readonly handshakeMetadata: Record<number, KVConnectorHandshakeMetadata>;
   readonly runner: ModelRunner;
-  private readonly aggregator: ConnectorOutputAggregator | null;
+  readonly #aggregator: ConnectorOutputAggregator | null;
 
   constructor(
     runner: ModelRunner,
@@ -17,12 +17,12 @@ export class LocalExecutor implements ModelExecutor {
   ) {
     this.runner = runner;
     this.handshakeMetadata = handshake ? { 0: handshake } : {};
-    this.aggregator = aggregator;
+    this.#aggregator = aggregator;
   }
 
   async execute(input: RunnerInput): Promise<ModelRunnerOutput> {
     const output = await this.runner.execute(input);
-    return mergeRankOutputs([output], this.aggregator);
+    return mergeRankOutputs([output], this.#aggregator);
   }
 
   async shutdown(): Promise<void> {

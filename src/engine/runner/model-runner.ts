@@ -36,40 +36,40 @@ export interface ModelRunnerParts {
 export class ModelRunner {
   readonly kv: PagedKVMemory;
   readonly connector: KVConnectorBase | null;
-  private readonly model: ForwardModel;
-  private readonly sampler: TokenSampler;
-  private readonly vocabSize: number;
-  private readonly connectorSteps: WorkerConnectorSteps | null;
-  private readonly allReduce: ((x: Float32Array) => void | Promise<void>) | undefined;
-  private readonly states = new RunnerRequestStates();
-  private readonly generators = new Map<string, SeededRandom>();
-  private readonly sharedGenerator: SeededRandom;
+  readonly #model: ForwardModel;
+  readonly #sampler: TokenSampler;
+  readonly #vocabSize: number;
+  readonly #connectorSteps: WorkerConnectorSteps | null;
+  readonly #allReduce: ((x: Float32Array) => void | Promise<void>) | undefined;
+  readonly #states = new RunnerRequestStates();
+  readonly #generators = new Map<string, SeededRandom>();
+  readonly #sharedGenerator: SeededRandom;
   /** Block size of each KV cache group (which blocks a step fills). */
-  private readonly blockSizes: number[];
+  readonly #blockSizes: number[];
 
   constructor(parts: ModelRunnerParts) {
-    this.model = parts.model;
+    this.#model = parts.model;
     this.kv = parts.kv;
-    this.blockSizes = parts.kv.kvCacheConfig.groups.map((g) => g.spec.blockSize);
+    this.#blockSizes = parts.kv.kvCacheConfig.groups.map((g) => g.spec.blockSize);
     this.connector = parts.connector;
-    this.sampler = parts.sampler;
-    this.vocabSize = parts.vocabSize;
-    this.allReduce = parts.allReduce;
-    this.connectorSteps = parts.connector ? new WorkerConnectorSteps(parts.connector) : null;
-    this.sharedGenerator = new SeededRandom(parts.seed);
+    this.#sampler = parts.sampler;
+    this.#vocabSize = parts.vocabSize;
+    this.#allReduce = parts.allReduce;
+    this.#connectorSteps = parts.connector ? new WorkerConnectorSteps(parts.connector) : null;
+    this.#sharedGenerator = new SeededRandom(parts.seed);
   }
 
   /** Number of requests whose state the runner holds (running or preempted). */
   get numRequests(): number {
-    return this.states.size;
+    return this.#states.size;
   }
 
   async execute(input: RunnerInput): Promise<ModelRunnerOutput> {
     const out = input.schedulerOutput;
-    const steps = this.connectorSteps;
+    const steps = this.#connectorSteps;
     if (steps) await steps.handlePreemptions(out);
-    for (const id of out.finishedReqIds) this.generators.delete(id);
-    const scheduled = this.states.update(out, input.newRequestSampling);
+    for (const id of out.finishedReqIds) this.#generators.delete(id);
+    const scheduled = this.#states.update(out, input.newRequestSampling);
     const hasForward = out.totalNumScheduledTokens > 0;
     const result: ModelRunnerOutput = {
       reqIds: [],
@@ -83,7 +83,7 @@ export class ModelRunner {
       await steps.beginStep(out, hasForward);
     }
     try {
-      if (hasForward) await this.forwardAndSample(scheduled, steps, result);
+      if (hasForward) await this.#forwardAndSample(scheduled, steps, result);
     } catch (e) {
       this.connector?.clearConnectorMetadata();
       throw e;
@@ -92,7 +92,7 @@ export class ModelRunner {
     return result;
   }
 
-  private async forwardAndSample(
+  async #forwardAndSample(
     scheduled: RunnerRequestState[],
     steps: WorkerConnectorSteps | null,
     result: ModelRunnerOutput,
@@ -100,9 +100,9 @@ export class ModelRunner {
     const running = scheduled.filter((s) => s.numScheduledTokens > 0);
     const batch = buildForwardBatch(running);
     const hooks: ForwardHooks = steps ? steps.forwardHooks() : {};
-    if (this.allReduce) hooks.allReduce = this.allReduce;
-    const logits = await this.model.forward(batch, this.kv, hooks);
-    steps?.blocksFilled(running, this.blockSizes);
+    if (this.#allReduce) hooks.allReduce = this.#allReduce;
+    const logits = await this.#model.forward(batch, this.kv, hooks);
+    steps?.blocksFilled(running, this.#blockSizes);
     let row = 0;
     for (const state of running) {
       result.reqIds.push(state.reqId);
@@ -112,9 +112,9 @@ export class ModelRunner {
         result.topLogprobs.push(null);
         continue;
       }
-      const rowLogits = logits.subarray(row * this.vocabSize, (row + 1) * this.vocabSize);
+      const rowLogits = logits.subarray(row * this.#vocabSize, (row + 1) * this.#vocabSize);
       row++;
-      const token = this.sampler.sample(rowLogits, state.sampling, this.generatorFor(state));
+      const token = this.#sampler.sample(rowLogits, state.sampling, this.#generatorFor(state));
       RunnerRequestStates.appendSampled(state, token.tokenId);
       const wantsLogprobs = state.sampling.logprobs !== null;
       result.sampledTokenIds.push([token.tokenId]);
@@ -123,13 +123,13 @@ export class ModelRunner {
     }
   }
 
-  private generatorFor(state: RunnerRequestState): SeededRandom {
+  #generatorFor(state: RunnerRequestState): SeededRandom {
     const seed = state.sampling.seed;
-    if (seed === null) return this.sharedGenerator;
-    let rng = this.generators.get(state.reqId);
+    if (seed === null) return this.#sharedGenerator;
+    let rng = this.#generators.get(state.reqId);
     if (!rng) {
       rng = new SeededRandom(seed);
-      this.generators.set(state.reqId, rng);
+      this.#generators.set(state.reqId, rng);
     }
     return rng;
   }

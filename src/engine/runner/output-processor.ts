@@ -26,15 +26,15 @@ export interface ProcessedOutput {
 }
 
 export class OutputProcessor {
-  private readonly tokenizer: TokenizerLike;
-  private readonly states = new Map<string, TextState>();
+  readonly #tokenizer: TokenizerLike;
+  readonly #states = new Map<string, TextState>();
 
   constructor(tokenizer: TokenizerLike) {
-    this.tokenizer = tokenizer;
+    this.#tokenizer = tokenizer;
   }
 
   addRequest(requestId: string, sampling: SamplingParams): void {
-    this.states.set(requestId, {
+    this.#states.set(requestId, {
       sampling,
       tokenIds: [],
       emitted: 0,
@@ -44,15 +44,15 @@ export class OutputProcessor {
   }
 
   has(requestId: string): boolean {
-    return this.states.has(requestId);
+    return this.#states.has(requestId);
   }
 
   removeRequest(requestId: string): void {
-    this.states.delete(requestId);
+    this.#states.delete(requestId);
   }
 
   process(out: EngineCoreOutput): ProcessedOutput {
-    const state = this.states.get(out.requestId);
+    const state = this.#states.get(out.requestId);
     if (!state) throw new Error(`OutputProcessor: unknown request ${out.requestId}`);
     let newTokenIds = out.newTokenIds;
     let logprobs = out.logprobs;
@@ -63,7 +63,7 @@ export class OutputProcessor {
     let text = '';
     for (let i = 0; i < out.newTokenIds.length; i++) {
       state.tokenIds.push(out.newTokenIds[i] as number);
-      text = this.tokenizer.decode(this.visibleTokens(state, out, finished));
+      text = this.#tokenizer.decode(this.#visibleTokens(state, out, finished));
       const stop = findStop(text, state.sampling.stop, Math.max(0, state.emitted - state.maxStopLength));
       if (stop !== null) {
         state.stoppedAt = stop;
@@ -76,11 +76,12 @@ export class OutputProcessor {
         break;
       }
     }
-    if (out.newTokenIds.length === 0) text = this.tokenizer.decode(this.visibleTokens(state, out, finished));
+    if (out.newTokenIds.length === 0)
+      text = this.#tokenizer.decode(this.#visibleTokens(state, out, finished));
     const end = finished ? (state.stoppedAt ?? text.length) : safeEnd(text, state.maxStopLength);
     const newText = end > state.emitted ? text.slice(state.emitted, end) : '';
     state.emitted = Math.max(state.emitted, end);
-    if (finished) this.states.delete(out.requestId);
+    if (finished) this.#states.delete(out.requestId);
     const delta: RequestOutputDelta = {
       requestId: out.requestId,
       newTokenIds,
@@ -97,14 +98,14 @@ export class OutputProcessor {
   }
 
   /** A stop token (not EOS) stays out of the text, as vLLM does by default. */
-  private visibleTokens(state: TextState, out: EngineCoreOutput, finished: boolean): number[] {
+  #visibleTokens(state: TextState, out: EngineCoreOutput, finished: boolean): number[] {
     const ids = state.tokenIds;
     const last = ids[ids.length - 1];
     const isStopToken =
       finished &&
       last !== undefined &&
       ((out.stopTokenId !== null && last === out.stopTokenId) ||
-        (!state.sampling.ignoreEos && last === this.tokenizer.eosTokenId));
+        (!state.sampling.ignoreEos && last === this.#tokenizer.eosTokenId));
     return isStopToken ? ids.slice(0, -1) : ids;
   }
 }

@@ -23,14 +23,14 @@ export interface RunnerRequestState {
 }
 
 export class RunnerRequestStates {
-  private readonly states = new Map<string, RunnerRequestState>();
+  readonly #states = new Map<string, RunnerRequestState>();
 
   get size(): number {
-    return this.states.size;
+    return this.#states.size;
   }
 
   get(reqId: string): RunnerRequestState | undefined {
-    return this.states.get(reqId);
+    return this.#states.get(reqId);
   }
 
   /**
@@ -38,10 +38,10 @@ export class RunnerRequestStates {
    * (new requests first, then running ones, as the scheduler lists them).
    */
   update(out: SchedulerOutput, newRequestSampling: Record<string, SamplingParams>): RunnerRequestState[] {
-    for (const id of out.finishedReqIds) this.states.delete(id);
+    for (const id of out.finishedReqIds) this.#states.delete(id);
     const scheduled: RunnerRequestState[] = [];
     for (const req of out.scheduledNewReqs) {
-      const previous = this.states.get(req.reqId);
+      const previous = this.#states.get(req.reqId);
       const sampling = newRequestSampling[req.reqId] ?? previous?.sampling;
       if (!sampling) throw runnerError(`No sampling parameters for new request ${req.reqId}`);
       const state: RunnerRequestState = {
@@ -53,12 +53,12 @@ export class RunnerRequestStates {
         sampling,
         sampledInLastStep: false,
       };
-      this.states.set(req.reqId, state);
+      this.#states.set(req.reqId, state);
       scheduled.push(state);
     }
     const cached = out.scheduledCachedReqs;
     cached.reqIds.forEach((reqId, i) => {
-      const state = this.states.get(reqId);
+      const state = this.#states.get(reqId);
       if (!state) throw runnerError(`Scheduled request ${reqId} is unknown to the model runner`);
       const numComputed = cached.numComputedTokens[i] ?? state.numComputedTokens;
       const newBlocks = cached.newBlockIds[i] ?? null;

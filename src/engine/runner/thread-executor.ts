@@ -24,56 +24,56 @@ interface Pending {
 
 class RankThread {
   readonly worker: Worker;
-  private readonly pending = new Map<number, Pending>();
-  private nextId = 1;
-  private failure: Error | null = null;
+  readonly #pending = new Map<number, Pending>();
+  #nextId = 1;
+  #failure: Error | null = null;
 
   constructor(worker: Worker) {
     this.worker = worker;
     worker.on('message', (msg: FromWorker) => {
       if (msg.type === 'ready' || msg.type === 'init-error') return;
-      const p = this.pending.get(msg.id);
+      const p = this.#pending.get(msg.id);
       if (!p) return;
-      this.pending.delete(msg.id);
+      this.#pending.delete(msg.id);
       if (msg.type === 'error') p.reject(deserializeError(msg.error));
       else p.resolve(msg.type === 'result' ? msg.output : undefined);
     });
-    worker.on('error', (e) => this.failAll(e));
-    worker.on('exit', (code) => this.failAll(new Error(`tensor-parallel worker exited with code ${code}`)));
+    worker.on('error', (e) => this.#failAll(e));
+    worker.on('exit', (code) => this.#failAll(new Error(`tensor-parallel worker exited with code ${code}`)));
   }
 
   request(message: WithoutId<ToWorker>): Promise<unknown> {
-    if (this.failure) return Promise.reject(this.failure);
-    const id = this.nextId++;
+    if (this.#failure) return Promise.reject(this.#failure);
+    const id = this.#nextId++;
     return new Promise((resolve, reject) => {
-      this.pending.set(id, { resolve, reject });
+      this.#pending.set(id, { resolve, reject });
       this.worker.postMessage({ ...message, id });
     });
   }
 
-  private failAll(e: Error): void {
-    this.failure ??= e;
-    for (const p of this.pending.values()) p.reject(e);
-    this.pending.clear();
+  #failAll(e: Error): void {
+    this.#failure ??= e;
+    for (const p of this.#pending.values()) p.reject(e);
+    this.#pending.clear();
   }
 }
 
 export class ThreadExecutor implements ModelExecutor {
   readonly tpSize: number;
   readonly handshakeMetadata: Record<number, KVConnectorHandshakeMetadata>;
-  private readonly ranks: RankThread[];
-  private readonly aggregator: ConnectorOutputAggregator | null;
-  private closed = false;
+  readonly #ranks: RankThread[];
+  readonly #aggregator: ConnectorOutputAggregator | null;
+  #closed = false;
 
   private constructor(
     ranks: RankThread[],
     handshakes: Record<number, KVConnectorHandshakeMetadata>,
     aggregator: ConnectorOutputAggregator | null,
   ) {
-    this.ranks = ranks;
+    this.#ranks = ranks;
     this.tpSize = ranks.length;
     this.handshakeMetadata = handshakes;
-    this.aggregator = aggregator;
+    this.#aggregator = aggregator;
   }
 
   static async start(
@@ -108,17 +108,17 @@ export class ThreadExecutor implements ModelExecutor {
 
   async execute(input: RunnerInput): Promise<ModelRunnerOutput> {
     const outputs = (await Promise.all(
-      this.ranks.map((r) => r.request({ type: 'execute', input })),
+      this.#ranks.map((r) => r.request({ type: 'execute', input })),
     )) as ModelRunnerOutput[];
-    return mergeRankOutputs(outputs, this.aggregator);
+    return mergeRankOutputs(outputs, this.#aggregator);
   }
 
   async shutdown(): Promise<void> {
-    if (this.closed) return;
-    this.closed = true;
-    await Promise.allSettled(this.ranks.map((r) => r.request({ type: 'shutdown' })));
+    if (this.#closed) return;
+    this.#closed = true;
+    await Promise.allSettled(this.#ranks.map((r) => r.request({ type: 'shutdown' })));
     // Each rank closes its port after 'shutdown-done' and exits on its own.
-    await Promise.all(this.ranks.map((r) => stopWorker(r.worker)));
+    await Promise.all(this.#ranks.map((r) => stopWorker(r.worker)));
   }
 }
 

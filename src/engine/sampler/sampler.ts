@@ -36,8 +36,8 @@ export function requestRandom(seed: number | null): SeededRandom {
 }
 
 export class Sampler {
-  private order = new Int32Array(0);
-  private probs = new Float64Array(0);
+  #order = new Int32Array(0);
+  #probs = new Float64Array(0);
 
   sample(logits: Float32Array, params: SamplerParams, rng: SeededRandom): SampledToken {
     const n = logits.length;
@@ -53,7 +53,7 @@ export class Sampler {
     let sumRaw = 0;
     for (let i = 0; i < n; i++) sumRaw += Math.exp((logits[i] as number) - max);
     const logZ = max + Math.log(sumRaw);
-    const tokenId = params.temperature <= 1e-5 ? argmax : this.sampleRandom(logits, max, params, rng);
+    const tokenId = params.temperature <= 1e-5 ? argmax : this.#sampleRandom(logits, max, params, rng);
     return {
       tokenId,
       logprob: (logits[tokenId] as number) - logZ,
@@ -62,19 +62,19 @@ export class Sampler {
     };
   }
 
-  private sampleRandom(logits: Float32Array, max: number, params: SamplerParams, rng: SeededRandom): number {
+  #sampleRandom(logits: Float32Array, max: number, params: SamplerParams, rng: SeededRandom): number {
     const n = logits.length;
-    if (this.order.length < n) {
-      this.order = new Int32Array(n);
-      this.probs = new Float64Array(n);
+    if (this.#order.length < n) {
+      this.#order = new Int32Array(n);
+      this.#probs = new Float64Array(n);
     }
-    const probs = this.probs;
+    const probs = this.#probs;
     const invT = 1 / params.temperature;
     for (let i = 0; i < n; i++) probs[i] = Math.exp(((logits[i] as number) - max) * invT);
     const topK = params.topK > 0 ? Math.min(params.topK, n) : n;
     const truncating = topK < n || params.topP < 1;
     if (!truncating) return drawFrom(probs, n, rng);
-    const order = this.order.subarray(0, n);
+    const order = this.#order.subarray(0, n);
     for (let i = 0; i < n; i++) order[i] = i;
     order.sort((a, b) => (probs[b] as number) - (probs[a] as number) || a - b);
     let total = 0;

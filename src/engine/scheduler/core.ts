@@ -82,7 +82,7 @@ export class SchedulerCore {
     this.finishedRecving.delete(req.requestId);
     this.failedRecving.delete(req.requestId);
     transition(req, 'FINISHED');
-    const result = this.connectorFinished(req);
+    const result = this.#connectorFinished(req);
     this.finishedReqIds.add(req.requestId);
     req.metrics.e2eMs = this.now() - req.arrivalTime;
     if (!holdForRecv && !result.delayFree) {
@@ -94,10 +94,10 @@ export class SchedulerCore {
     return result.kvTransferParams;
   }
 
-  private connectorFinished(req: Request): { delayFree: boolean; kvTransferParams: KVTransferParams | null } {
+  #connectorFinished(req: Request): { delayFree: boolean; kvTransferParams: KVTransferParams | null } {
     if (!this.connector) return { delayFree: false, kvTransferParams: null };
     this.kv.removeSkippedBlocks(req.requestId, req.numComputedTokens);
-    const blockIds = this.blockIdsForComputedTokens(req);
+    const blockIds = this.#blockIdsForComputedTokens(req);
     const connectorClass = this.connector.constructor as KVConnectorClass;
     if (!connectorClass.supportsHMA && blockIds.length !== 1) {
       throw new KVError(
@@ -118,7 +118,7 @@ export class SchedulerCore {
    * Per group, clipped to the blocks that hold computed tokens
    * (docs/scheduler.md#connector-calls-per-step).
    */
-  private blockIdsForComputedTokens(req: Request): number[][] {
+  #blockIdsForComputedTokens(req: Request): number[][] {
     const groups = this.kv.kvCacheConfig.groups;
     return this.kv.getBlockIds(req.requestId).map((ids, g) => {
       const groupBlockSize = groups[g]?.spec.blockSize ?? this.options.blockSize;

@@ -10,16 +10,16 @@ import type { KVConnectorOutput, KVConnectorStatsData } from '../../connector/ty
 import type { KVCacheEvent } from '../../kv/interfaces.ts';
 
 export class KVOutputAggregator {
-  private expectedFinishedCount: number;
-  private readonly sendRemaining = new Map<string, number>();
-  private readonly recvRemaining = new Map<string, number>();
+  #expectedFinishedCount: number;
+  readonly #sendRemaining = new Map<string, number>();
+  readonly #recvRemaining = new Map<string, number>();
 
   constructor(expectedFinishedCount: number) {
-    this.expectedFinishedCount = expectedFinishedCount;
+    this.#expectedFinishedCount = expectedFinishedCount;
   }
 
   get expectedCount(): number {
-    return this.expectedFinishedCount;
+    return this.#expectedFinishedCount;
   }
 
   /** `outputs` has one entry per rank (null = that rank reported no connector output). */
@@ -32,11 +32,11 @@ export class KVOutputAggregator {
     const eventLists: KVCacheEvent[][] = [];
     for (const out of outputs) {
       if (!out) continue;
-      if (out.expectedFinishedCount > 0 && out.expectedFinishedCount !== this.expectedFinishedCount) {
-        this.expectedFinishedCount = out.expectedFinishedCount;
+      if (out.expectedFinishedCount > 0 && out.expectedFinishedCount !== this.#expectedFinishedCount) {
+        this.#expectedFinishedCount = out.expectedFinishedCount;
       }
-      this.count(out.finishedSending, this.sendRemaining, finishedSending);
-      this.count(out.finishedRecving, this.recvRemaining, finishedRecving);
+      this.#count(out.finishedSending, this.#sendRemaining, finishedSending);
+      this.#count(out.finishedRecving, this.#recvRemaining, finishedRecving);
       for (const id of out.invalidBlockIds) invalid.add(id);
       if (out.kvConnectorStats) stats = mergeStats(stats ?? {}, out.kvConnectorStats);
       if (out.kvConnectorWorkerMeta) workerMeta = { ...(workerMeta ?? {}), ...out.kvConnectorWorkerMeta };
@@ -53,9 +53,9 @@ export class KVOutputAggregator {
     };
   }
 
-  private count(ids: readonly string[] | null, remaining: Map<string, number>, done: string[]): void {
+  #count(ids: readonly string[] | null, remaining: Map<string, number>, done: string[]): void {
     for (const id of ids ?? []) {
-      const left = (remaining.get(id) ?? this.expectedFinishedCount) - 1;
+      const left = (remaining.get(id) ?? this.#expectedFinishedCount) - 1;
       if (left <= 0) {
         remaining.delete(id);
         done.push(id);

@@ -98,7 +98,7 @@ export class Scheduler {
 
   schedule(): SchedulerOutput {
     const core = this.core;
-    this.reclaimExpiredLoads();
+    this.#reclaimExpiredLoads();
     const plan = newStepPlan(core.options.maxNumBatchedTokens);
     scheduleRunning(core, plan);
     // vLLM admits nothing in a step that had to preempt.
@@ -108,11 +108,11 @@ export class Scheduler {
     core.finishedReqIds = new Set();
     core.preemptedReqIds = new Set();
     if (core.connector) output.kvConnectorMetadata = core.connector.buildConnectorMeta(output);
-    this.advanceComputedTokens(plan.numScheduledTokens);
+    this.#advanceComputedTokens(plan.numScheduledTokens);
     return output;
   }
 
-  private advanceComputedTokens(numScheduledTokens: Readonly<Record<string, number>>): void {
+  #advanceComputedTokens(numScheduledTokens: Readonly<Record<string, number>>): void {
     const now = this.core.now();
     for (const [id, n] of Object.entries(numScheduledTokens)) {
       const req = this.core.requests.get(id);
@@ -143,11 +143,11 @@ export class Scheduler {
         schedulerOutput.numScheduledTokens,
       );
       if (core.options.kvLoadFailurePolicy === 'fail') {
-        for (const id of failed) outputs.push(...this.failRequest(id));
+        for (const id of failed) outputs.push(...this.#failRequest(id));
       }
     }
     outputs.push(...processSampledTokens(core, schedulerOutput, runnerOutput, failed));
-    if (kvOutput) this.updateFromKvXferFinished(kvOutput);
+    if (kvOutput) this.#updateFromKvXferFinished(kvOutput);
 
     const kvCacheEvents: KVCacheEvent[] = [
       ...core.kv.takeEvents(),
@@ -161,7 +161,7 @@ export class Scheduler {
     return { outputs, kvCacheEvents, kvConnectorStats };
   }
 
-  private failRequest(requestId: string): EngineCoreOutput[] {
+  #failRequest(requestId: string): EngineCoreOutput[] {
     const req = this.core.requests.get(requestId);
     if (!req || req.isFinished) return [];
     req.error = {
@@ -173,7 +173,7 @@ export class Scheduler {
   }
 
   /** vLLM's _update_from_kv_xfer_finished. */
-  private updateFromKvXferFinished(output: KVConnectorOutput): void {
+  #updateFromKvXferFinished(output: KVConnectorOutput): void {
     const core = this.core;
     core.connector?.updateConnectorOutput(output);
     for (const id of output.finishedRecving ?? []) {
@@ -227,7 +227,7 @@ export class Scheduler {
   }
 
   /** Beyond vLLM (#46283): reclaim blocks of aborted loads whose finished_recving never came. */
-  private reclaimExpiredLoads(): void {
+  #reclaimExpiredLoads(): void {
     const deadline = this.core.options.abortedLoadReclaimMs;
     if (deadline === null) return;
     const now = this.core.now();

@@ -90,39 +90,39 @@ const MAX_PAGES = 65536;
 
 export class WasmRuntime {
   readonly memory: WasmMemory;
-  private readonly kernels: [Kernel, Kernel, Kernel, Kernel];
-  private readonly swigluKernel: Activation;
-  private readonly softmaxKernel: (ptr: number, count: number) => void;
-  private top = 16;
-  private view: Float32Array;
-  private readonly native: NativeMatmul | null;
+  readonly #kernels: [Kernel, Kernel, Kernel, Kernel];
+  readonly #swigluKernel: Activation;
+  readonly #softmaxKernel: (ptr: number, count: number) => void;
+  #top = 16;
+  #view: Float32Array;
+  readonly #native: NativeMatmul | null;
 
   /** `useNative: false` keeps this runtime on the WebAssembly kernel (tests compare the two). */
   constructor(initialBytes = 1 << 20, useNative = true) {
-    this.native = useNative ? native : null;
+    this.#native = useNative ? native : null;
     this.memory = new wasmApi.Memory({
       initial: Math.max(1, Math.ceil(initialBytes / PAGE)),
       maximum: MAX_PAGES,
     });
     const instance = new wasmApi.Instance(matmulModule(), { env: { memory: this.memory } });
     const e = instance.exports as Record<string, Kernel>;
-    this.kernels = [e.mm1 as Kernel, e.mm2 as Kernel, e.mm3 as Kernel, e.mm4 as Kernel];
-    this.view = new Float32Array(this.memory.buffer);
+    this.#kernels = [e.mm1 as Kernel, e.mm2 as Kernel, e.mm3 as Kernel, e.mm4 as Kernel];
+    this.#view = new Float32Array(this.memory.buffer);
     const helper = (assemble: () => Uint8Array, fn: string): unknown =>
       new wasmApi.Instance(helperModule(assemble), { env: { memory: this.memory } }).exports[fn];
-    this.swigluKernel = helper(assembleSwigluModule, 'swiglu') as Activation;
-    this.softmaxKernel = helper(assembleSoftmaxModule, 'softmax') as (ptr: number, count: number) => void;
+    this.#swigluKernel = helper(assembleSwigluModule, 'swiglu') as Activation;
+    this.#softmaxKernel = helper(assembleSoftmaxModule, 'softmax') as (ptr: number, count: number) => void;
   }
 
   /** In-place softmax of the `count` ≥ 1 floats at float offset `row` (wasm-softmax.ts). */
   softmax(row: number, count: number): void {
-    this.softmaxKernel(row * 4, count);
+    this.#softmaxKernel(row * 4, count);
   }
 
   /** out[i] = silu(gate[i]) · up[i] for i < n (float offsets). */
   swiglu(gate: number, up: number, out: number, n: number): void {
     const vec = n & ~3;
-    if (vec > 0) this.swigluKernel(gate * 4, up * 4, out * 4, vec * 4);
+    if (vec > 0) this.#swigluKernel(gate * 4, up * 4, out * 4, vec * 4);
     const mem = this.f32;
     for (let i = vec; i < n; i++) {
       const g = mem[gate + i] as number;
@@ -132,13 +132,13 @@ export class WasmRuntime {
 
   /** Float32 view of the whole memory (re-created after the memory grows). */
   get f32(): Float32Array {
-    if (this.view.buffer !== this.memory.buffer) this.view = new Float32Array(this.memory.buffer);
-    return this.view;
+    if (this.#view.buffer !== this.memory.buffer) this.#view = new Float32Array(this.memory.buffer);
+    return this.#view;
   }
 
   /** Allocates `count` floats; returns their offset in floats (16-byte aligned). */
   alloc(count: number): number {
-    const start = this.top;
+    const start = this.#top;
     const end = start + Math.ceil((count * 4) / 16) * 16;
     if (end > this.memory.buffer.byteLength) {
       const pages = Math.ceil((end - this.memory.buffer.byteLength) / PAGE);
@@ -153,7 +153,7 @@ export class WasmRuntime {
       }
       this.memory.grow(pages);
     }
-    this.top = end;
+    this.#top = end;
     return start / 4;
   }
 
@@ -165,11 +165,11 @@ export class WasmRuntime {
   }
 
   mark(): number {
-    return this.top;
+    return this.#top;
   }
 
   release(mark: number): void {
-    this.top = mark;
+    this.#top = mark;
   }
 
   /** C = A · B with offsets and leading dimensions in floats. */
@@ -184,19 +184,19 @@ export class WasmRuntime {
     c: number,
     ldc: number,
   ): void {
-    if (this.native !== null && m > 0 && k > 0) {
+    if (this.#native !== null && m > 0 && k > 0) {
       const n4 = n & ~3;
-      if (n4 > 0) this.native(this.memory.buffer, m, n4, k, a, lda, b, ldb, c, ldc);
-      if (n4 < n) this.matmulPanel(m, n - n4, k, a, lda, b + n4, ldb, c + n4, ldc);
+      if (n4 > 0) this.#native(this.memory.buffer, m, n4, k, a, lda, b, ldb, c, ldc);
+      if (n4 < n) this.#matmulPanel(m, n - n4, k, a, lda, b + n4, ldb, c + n4, ldc);
       return;
     }
     // Column panels keep the slice of B being streamed small enough to stay in cache.
     for (let j = 0; j < n; j += PANEL_COLUMNS) {
-      this.matmulPanel(m, Math.min(PANEL_COLUMNS, n - j), k, a, lda, b + j, ldb, c + j, ldc);
+      this.#matmulPanel(m, Math.min(PANEL_COLUMNS, n - j), k, a, lda, b + j, ldb, c + j, ldc);
     }
   }
 
-  private matmulPanel(
+  #matmulPanel(
     m: number,
     n: number,
     k: number,
@@ -217,7 +217,7 @@ export class WasmRuntime {
     if (vecCols > 0) {
       let i = 0;
       for (; i + 4 <= m; i += 4) {
-        this.kernels[3](
+        this.#kernels[3](
           (a + i * lda) * 4,
           b * 4,
           (c + i * ldc) * 4,
@@ -230,7 +230,7 @@ export class WasmRuntime {
       }
       const rest = m - i;
       if (rest > 0) {
-        (this.kernels[rest - 1] as Kernel)(
+        (this.#kernels[rest - 1] as Kernel)(
           (a + i * lda) * 4,
           b * 4,
           (c + i * ldc) * 4,

@@ -1,5 +1,4 @@
 export { AdmissionGate } from './admission.ts';
-export { ConnectorMetrics } from './connector-metrics.ts';
 export { backendInfo } from './info.ts';
 export { ServerMetrics } from './metrics.ts';
 export { notifyKvTransferRequestRejected } from './rejection.ts';

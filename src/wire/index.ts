@@ -30,8 +30,6 @@ export {
   MORIIO_DEFAULT_HANDSHAKE_PORT,
   MORIIO_DEFAULT_NOTIFY_PORT,
   type MoRIIOZmqAddress,
-  malformedMoRIIOAddress,
-  newUuidHex,
   parseMoRIIORequestId,
   parseMoRIIOZmqAddress,
 } from './moriio-address.ts';
@@ -40,7 +38,6 @@ export {
   formatMoRIIOHttpAddress,
   MORIIO_DISCOVERY_PATH,
   MORIIO_PING_INTERVAL_MS,
-  MORIIO_TRANSFER_MODES,
   type MoRIIODiscoveryAnswer,
   type MoRIIODiscoveryPing,
   type MoRIIOInstance,

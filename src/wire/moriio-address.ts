@@ -23,7 +23,7 @@ const PREFILL_RE = /___prefill_addr_(.+?)___decode_addr_/;
 /** The API server may append `-{suffix}` to the id it was given (request-id randomisation, choices). */
 const DECODE_RE = /___decode_addr_(.+)_[0-9a-f]{32}(?:-.*)?$/;
 
-export function malformedMoRIIOAddress(addr: string): KVError {
+function malformedMoRIIOAddress(addr: string): KVError {
   return new KVError(
     'MORIIO_MALFORMED_ADDRESS',
     `Malformed zmq_address ${pythonRepr(addr)}: expected 'host:IP,handshake:PORT,notify:PORT' format`,
@@ -76,7 +76,7 @@ export function formatMoRIIOZmqAddress(a: MoRIIOZmqAddress): string {
 }
 
 /** 32 random hex digits: the uuid4 hex vLLM's proxy appends to the request id. */
-export function newUuidHex(): string {
+function newUuidHex(): string {
   return randomUUID().replaceAll('-', '');
 }
 

@@ -12,8 +12,7 @@ export const MORIIO_DISCOVERY_PATH = '/register';
 /** vLLM's PING_INTERVAL. */
 export const MORIIO_PING_INTERVAL_MS = 3000;
 
-export const MORIIO_TRANSFER_MODES = ['READ', 'WRITE'] as const;
-export type MoRIIOTransferMode = (typeof MORIIO_TRANSFER_MODES)[number];
+export type MoRIIOTransferMode = 'READ' | 'WRITE';
 
 export interface MoRIIODiscoveryPing {
   type: 'P' | 'D';

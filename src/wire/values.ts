@@ -18,11 +18,3 @@ export function nonNegativeIntOr(v: unknown, fallback: number): number {
   const n = typeof v === 'string' && /^\d+$/.test(v) ? Number(v) : v;
   return typeof n === 'number' && Number.isInteger(n) && n >= 0 ? n : fallback;
 }
-
-export function stringOrNull(v: unknown): string | null {
-  return typeof v === 'string' ? v : null;
-}
-
-export function nonEmptyStringOrNull(v: unknown): string | null {
-  return typeof v === 'string' && v !== '' ? v : null;
-}

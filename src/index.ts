@@ -37,6 +37,7 @@ export {
   KVConnectorRole,
   resolveHybridKvCacheManager,
 } from './connector/index.ts';
+export type { ConnectorMetricSpec, ConnectorMetricType } from './connector/metric-specs.ts';
 export type {
   ConnectorRequest,
   ForwardContext,
@@ -70,3 +71,9 @@ export {
   ZmqEventPublisher,
 } from './kv-events/index.ts';
 export { tuneJit, V8_INTERRUPT_BUDGET_ENV } from './util/jit-tuning.ts';
+export {
+  type ConnectorAdvertisement,
+  type KVConnectorInfo,
+  PD_CONNECTORS,
+  type PdConnector,
+} from './wire/index.ts';

@@ -36,22 +36,7 @@ export function configError(
   );
 }
 
-/** Python's `repr()` of a str, so messages read exactly as vLLM prints them. */
-export function pythonRepr(s: string): string {
-  const quote = s.includes("'") && !s.includes('"') ? '"' : "'";
-  let out = '';
-  for (const ch of s) {
-    const code = ch.codePointAt(0) ?? 0;
-    if (ch === '\\') out += '\\\\';
-    else if (ch === quote) out += `\\${quote}`;
-    else if (ch === '\n') out += '\\n';
-    else if (ch === '\r') out += '\\r';
-    else if (ch === '\t') out += '\\t';
-    else if (code < 0x20 || code === 0x7f) out += `\\x${code.toString(16).padStart(2, '0')}`;
-    else out += ch;
-  }
-  return `${quote}${out}${quote}`;
-}
+export { pythonRepr } from '../errors/python-repr.ts';
 
 /** Python's `str()` of a JSON-ish value (None/True/False spelled as Python does). */
 export function pythonStr(value: unknown): string {

@@ -12,6 +12,8 @@ import type { ExtraConfigSchema } from '../config/extra-config.ts';
 import type { EngineConfig, KVTransferConfigLike } from '../config/types.ts';
 import { KVError } from '../errors/kv-error.ts';
 import type { KVCacheBlocks, KVCacheConfig, KVCacheEvent, PagedKVMemory } from '../kv/interfaces.ts';
+import type { ConnectorAdvertisement } from '../wire/index.ts';
+import type { ConnectorMetricSpec } from './metric-specs.ts';
 import type {
   ConnectorRequest,
   ForwardContext,
@@ -45,6 +47,16 @@ export abstract class KVConnectorBase {
    */
   static validateExtraConfig(extra: Record<string, unknown>, _engineConfig: EngineConfig): unknown {
     return extra;
+  }
+
+  /**
+   * vLLM's build_prom_metrics: the Prometheus metrics this connector's stats feed
+   * (docs/connector-api.md#metrics). Override with specs typed against the stats
+   * getKvConnectorStats() returns (`ConnectorMetricSpec<MyStats>`); `config` is this
+   * connector's transfer config. The default declares none.
+   */
+  static metricSpecs(_config: KVTransferConfigLike): MaybePromise<readonly ConnectorMetricSpec[]> {
+    return [];
   }
 
   readonly engineConfig: EngineConfig;
@@ -222,6 +234,15 @@ export abstract class KVConnectorBase {
   resetCache(): boolean | null {
     return null;
   }
+
+  /**
+   * What GET /kvconnect/info tells peers and proxies about this connector, asked of the
+   * scheduler-side instance (docs/connector-api.md#what-a-connector-advertises): the P/D
+   * protocol a proxy drives, side-channel coordinates, transfer mode. The default: nothing.
+   */
+  advertise(): ConnectorAdvertisement {
+    return {};
+  }
 }
 
 export type KVConnectorClass = (abstract new (
@@ -232,4 +253,5 @@ export type KVConnectorClass = (abstract new (
   supportsHMA: boolean;
   extraConfigSchema?: ExtraConfigSchema | undefined;
   validateExtraConfig?(extra: Record<string, unknown>, engineConfig: EngineConfig): unknown;
+  metricSpecs?(config: KVTransferConfigLike): MaybePromise<readonly ConnectorMetricSpec[]>;
 };

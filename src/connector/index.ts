@@ -7,5 +7,6 @@ export {
   type HMAReason,
   resolveHybridKvCacheManager,
 } from './hma.ts';
+export type { ConnectorMetricSpec, ConnectorMetricType } from './metric-specs.ts';
 export { BUILTIN_CONNECTORS, type BuiltinConnector, getBuiltinConnector } from './registry.ts';
 export * from './types.ts';

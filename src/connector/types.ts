@@ -3,6 +3,9 @@
  * value here must survive structuredClone: workers are threads, and nothing is shared.
  */
 import type { BlockHash, KVCacheEvent } from '../kv/interfaces.ts';
+import type { KVTransferParams } from '../wire/index.ts';
+
+export type { KVTransferParams };
 
 export type KVConnectorRole = 'scheduler' | 'worker';
 export const KVConnectorRole = { SCHEDULER: 'scheduler', WORKER: 'worker' } as const;
@@ -17,8 +20,6 @@ export type RequestStatus =
   | 'FINISHED_ABORTED'
   | 'FINISHED_IGNORED'
   | 'FINISHED_ERROR';
-
-export type KVTransferParams = Record<string, unknown>;
 
 /** What a scheduler-side connector may read (and, for kvTransferParams, rewrite) of a request. */
 export interface ConnectorRequest {

@@ -5,7 +5,8 @@
 
 import { randomUUID } from 'node:crypto';
 import { resolveModelInfo } from '../config/model-info.ts';
-import type { ConnectorKind, MoriioMode, PushCoordinates } from '../proxy/types.ts';
+import type { PushCoordinates } from '../proxy/types.ts';
+import type { MoRIIOTransferMode, PdConnector } from '../wire/index.ts';
 import { type DemoConnector, type DemoOptions, demoFlow } from './options.ts';
 import {
   freeMoriioPorts,
@@ -29,9 +30,9 @@ export interface DemoTopology {
   prefillEngineId: string;
   decodeEngineId: string;
   /** The P/D flow the proxy runs. */
-  proxyFlow: ConnectorKind;
+  proxyFlow: PdConnector;
   /** MoRIIO only: the mode the proxy is told to run (the servers run the same). */
-  moriioMode?: MoriioMode;
+  moriioMode?: MoRIIOTransferMode;
 }
 
 /** A port that was free a moment ago (the push proxy must know P's side channel up front). */

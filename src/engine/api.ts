@@ -3,12 +3,13 @@
  * Implemented by src/engine/async-engine.ts; consumed by src/server/.
  */
 import type { EngineConfig } from '../config/types.ts';
+import type { ConnectorMetricSpec } from '../connector/metric-specs.ts';
 import type { KVTransferParams } from '../connector/types.ts';
 import type { TokenizerLike } from '../tokenizer/types.ts';
-import type { KVConnectorInfo } from './connector-info.ts';
+import type { ConnectorAdvertisement, KVEventsInfo } from '../wire/index.ts';
 import type { IterationStats } from './iteration-stats.ts';
 
-export type { KVConnectorInfo } from './connector-info.ts';
+export type { KVEventsInfo } from '../wire/index.ts';
 export type {
   CompletedTiming,
   FinishedRequestStats,
@@ -109,12 +110,12 @@ export interface EngineStats {
   kvConnectorStats: Record<string, unknown> | null;
 }
 
-export interface KVEventsInfo {
-  endpoint: string;
-  replay_endpoint: string | null;
-  topic: string;
-  block_size: number;
-  prefix_caching_hash_algo: string;
+/** The engine's connector as GET /kvconnect/info describes it. */
+export interface KVConnectorDescription {
+  /** The class that implements it (differs from kv_connector for kv_connector_module_path connectors). */
+  connectorClass: string;
+  /** What the scheduler-side instance advertises (KVConnectorBase.advertise()). */
+  advertised: ConnectorAdvertisement;
 }
 
 export interface AsyncEngineLike {
@@ -140,8 +141,10 @@ export interface AsyncEngineLike {
   shutdown(): Promise<void>;
   /** Where this engine publishes KV cache events (snake_case, as /kvconnect/info serves it); null when it does not. */
   kvEventsInfo?(): KVEventsInfo | null;
-  /** The connector's coordinates for peers and proxies (GET /kvconnect/info); null without one. */
-  kvConnectorInfo?(): KVConnectorInfo | null;
+  /** The connector's class and advertisement for peers and proxies (GET /kvconnect/info); null without one. */
+  kvConnectorDescription?(): KVConnectorDescription | null;
+  /** The Prometheus metrics the connector's class declares (KVConnectorBase.metricSpecs); [] without one. */
+  kvConnectorMetricSpecs?(): readonly ConnectorMetricSpec[];
   /**
    * docs/scheduler.md#delayed-free-and-aborts: a request rejected before admission still
    * reaches the connector, so a prefill peer frees the blocks it holds for it (vLLM's

@@ -10,6 +10,7 @@
 import { setImmediate as yieldToEventLoop } from 'node:timers/promises';
 import type { EngineOptionsInput } from '../config/engine-config.ts';
 import type { EngineConfig } from '../config/types.ts';
+import type { ConnectorMetricSpec } from '../connector/metric-specs.ts';
 import type { KVTransferParams } from '../connector/types.ts';
 import { KVError } from '../errors/kv-error.ts';
 import type {
@@ -17,11 +18,11 @@ import type {
   EngineStats,
   GenerateRequest,
   IterationStats,
+  KVConnectorDescription,
   KVEventsInfo,
   RequestOutputDelta,
   TokenizerLike,
 } from './api.ts';
-import { describeConnector, type KVConnectorInfo } from './connector-info.ts';
 import { Engine } from './engine.ts';
 import { rejectedKvTransferRequest } from './sampling-params.ts';
 import type { PrefixCacheReset } from './scheduler/scheduler.ts';
@@ -303,8 +304,15 @@ export class AsyncEngine implements AsyncEngineLike {
     }
   }
 
-  kvConnectorInfo(): KVConnectorInfo | null {
-    return describeConnector(this.engine.config, this.engine.connector);
+  kvConnectorDescription(): KVConnectorDescription | null {
+    const connector = this.engine.connector;
+    return connector
+      ? { connectorClass: connector.constructor.name, advertised: connector.advertise() }
+      : null;
+  }
+
+  kvConnectorMetricSpecs(): readonly ConnectorMetricSpec[] {
+    return this.engine.connectorMetricSpecs;
   }
 
   /**

@@ -6,9 +6,10 @@ import { buildEngineConfig, type EngineOptionsInput } from '../config/engine-con
 import { warnKVEventsConfig } from '../config/kv-events-config.ts';
 import { resolveModelInfo } from '../config/model-info.ts';
 import type { EngineConfig } from '../config/types.ts';
-import type { KVConnectorBase } from '../connector/base.ts';
+import type { KVConnectorBase, KVConnectorClass } from '../connector/base.ts';
 import { KVConnectorFactory } from '../connector/factory.ts';
 import { applyHMADecision, type HMADecision, resolveHybridKvCacheManager } from '../connector/hma.ts';
+import type { ConnectorMetricSpec } from '../connector/metric-specs.ts';
 import { mergeStats } from '../connector/stats.ts';
 import type { SchedulerOutput } from '../connector/types.ts';
 import { KVError } from '../errors/kv-error.ts';
@@ -51,6 +52,8 @@ export class Engine {
   readonly tokenizer: TokenizerLike;
   readonly scheduler: Scheduler;
   readonly executor: ModelExecutor;
+  /** The Prometheus metrics the connector's class declares for its stats ([] without a connector). */
+  readonly connectorMetricSpecs: readonly ConnectorMetricSpec[];
   readonly #outputs: OutputProcessor;
   readonly #blockHasher: BlockHashSource;
   readonly #blockHashSize: number;
@@ -70,6 +73,7 @@ export class Engine {
     executor: ModelExecutor;
     blockHashSize: number;
     kvEvents: KVEventSink;
+    connectorMetricSpecs: readonly ConnectorMetricSpec[];
   }) {
     this.config = parts.config;
     this.kvCacheConfig = parts.kvCacheConfig;
@@ -78,6 +82,7 @@ export class Engine {
     this.scheduler = parts.scheduler;
     this.executor = parts.executor;
     this.kvEvents = parts.kvEvents;
+    this.connectorMetricSpecs = parts.connectorMetricSpecs;
     this.#outputs = new OutputProcessor(parts.tokenizer);
     this.#blockHashSize = parts.blockHashSize;
     const hasher = createBlockHasher(parts.blockHashSize, parts.config.cache.prefixCachingHashAlgo);
@@ -148,7 +153,13 @@ export class Engine {
       }
     }
     let kvEvents: KVEventSink;
+    let connectorMetricSpecs: readonly ConnectorMetricSpec[] = [];
     try {
+      // vLLM's build_prom_metrics: the resolved class declares what its stats feed.
+      if (connector && config.kvTransferConfig) {
+        const cls = connector.constructor as KVConnectorClass;
+        connectorMetricSpecs = (await cls.metricSpecs?.(config.kvTransferConfig)) ?? [];
+      }
       kvEvents = await KVEventSink.create(config, kvCacheConfig);
     } catch (e) {
       await executor.shutdown();
@@ -164,6 +175,7 @@ export class Engine {
       scheduler,
       executor,
       blockHashSize: kvCacheManager.hashBlockSize,
+      connectorMetricSpecs,
     });
   }
 

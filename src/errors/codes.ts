@@ -174,6 +174,7 @@ const CATALOG = {
     PROXY_UPSTREAM_BAD_RESPONSE: [502, 'A backend answered with an unusable body'],
     PROXY_UPSTREAM_ERROR: [502, "A backend's error body was not JSON; sent with the backend's status"],
     PROXY_PUSH_COORDINATES_MISSING: [500, "NixlPushConnector needs the prefill instance's side channel"],
+    PROXY_CONNECTOR_UNSUPPORTED: [502, 'The prefill backend runs a connector the proxy has no P/D flow for'],
     PROXY_OPTIONS_INVALID: [400, 'Invalid proxy options'],
     PROXY_DISCOVERY_BAD_PING: [400, 'A MoRIIO discovery ping is malformed'],
   },

@@ -6,8 +6,15 @@
  * through discovery pings.
  */
 import { getLogger } from '../logging/logger.ts';
+import {
+  isPdConnector,
+  KVCONNECT_INFO_PATH,
+  type MoRIIODiscoveryPing,
+  PD_CONNECTORS,
+  parseKVConnectorInfo,
+} from '../wire/index.ts';
 import { Backend } from './backend.ts';
-import { type BackendInfo, type BackendRole, CONNECTOR_KINDS, type DiscoveryPing } from './types.ts';
+import type { BackendRole } from './types.ts';
 import type { Upstream } from './upstream.ts';
 
 const log = getLogger('kvconnect.proxy.backend-pool');
@@ -61,7 +68,7 @@ export class BackendPool {
   }
 
   /** Registers or refreshes a MoRIIO instance from a discovery ping. */
-  register(ping: DiscoveryPing): Backend {
+  register(ping: MoRIIODiscoveryPing): Backend {
     const role: BackendRole = ping.type === 'P' ? 'prefill' : 'decode';
     const probe = new Backend(ping.http_address, role, 'discovery', true);
     let backend = this.#backends.find((b) => b.url === probe.url && b.role === role);
@@ -158,29 +165,32 @@ export class BackendPool {
   /**
    * Reads the backend's /kvconnect/info. A backend that answered it before keeps its last info
    * when it does not answer it now (slow, or restarting); one that never did and answers 404
-   * (or something else) is taken for a vLLM server running NixlConnector, once.
+   * (or something else) is taken for a vLLM server running NixlConnector, once. A connector
+   * without a P/D flow is kept as reported (its requests are refused) and logged as an error.
    */
   async #fetchInfo(backend: Backend): Promise<void> {
     const known = backend.info !== null;
     try {
       const res = await this.#upstream.getJson(
-        `${backend.url}/kvconnect/info`,
+        `${backend.url}${KVCONNECT_INFO_PATH}`,
         this.#options.healthTimeoutMs,
       );
-      const info = res.json as Partial<BackendInfo> | null;
-      if (res.status === 200 && info && typeof info === 'object' && info.connector === null) {
+      const info = res.status === 200 ? parseKVConnectorInfo(res.json) : null;
+      if (info?.connector === null) {
         // A kvconnect server without a KV connector (a plain instance): keep what it reports.
         backend.info = { ...info, connector: 'NixlConnector' };
         return;
       }
-      if (res.status === 200 && info && typeof info === 'object' && typeof info.connector === 'string') {
-        backend.info = info as BackendInfo;
-        if (!(CONNECTOR_KINDS as readonly string[]).includes(info.connector)) {
-          log.warn(
-            '%s instance %s runs %s, which has no P/D flow in the proxy; using NixlConnector',
+      if (info) {
+        const before = backend.info?.connector;
+        backend.info = info;
+        if (!isPdConnector(info.connector) && before !== info.connector) {
+          log.error(
+            '%s instance %s runs %s, for which the proxy has no P/D flow (supported: %s); requests routed to it are refused (502 PROXY_CONNECTOR_UNSUPPORTED)',
             backend.role,
             backend.url,
             info.connector,
+            PD_CONNECTORS.join(', '),
           );
         }
         return;

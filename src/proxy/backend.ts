@@ -2,13 +2,20 @@
  * One prefill or decode instance as the proxy sees it: its URL, health, in-flight count,
  * what it reported about its connector, and (for MoRIIO) its discovery registration.
  */
-import type { BackendInfo, BackendRole, DiscoveryPing, MoriioMode } from './types.ts';
+import {
+  type BackendInfo,
+  type MoRIIODiscoveryPing,
+  type MoRIIOTransferMode,
+  type MoRIIOZmqAddress,
+  parseMoRIIOZmqAddress,
+} from '../wire/index.ts';
+import type { BackendRole } from './types.ts';
 
 export interface Registration {
-  zmqAddress: string;
+  zmqAddress: MoRIIOZmqAddress;
   dpSize: number;
   tpSize: number;
-  transferMode: MoriioMode;
+  transferMode: MoRIIOTransferMode;
   expiresAt: number;
 }
 
@@ -52,9 +59,10 @@ export class Backend {
     return rank;
   }
 
-  register(ping: DiscoveryPing, ttlMs: number, now: number): void {
+  /** A ping parsed by src/wire/moriio-discovery.ts (its zmq_address is known to parse). */
+  register(ping: MoRIIODiscoveryPing, ttlMs: number, now: number): void {
     this.registration = {
-      zmqAddress: ping.zmq_address,
+      zmqAddress: parseMoRIIOZmqAddress(ping.zmq_address),
       dpSize: ping.dp_size,
       tpSize: ping.tp_size,
       transferMode: ping.transfer_mode,

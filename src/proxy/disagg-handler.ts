@@ -17,7 +17,7 @@ import { chainedPrefixHashes, promptText } from './prefix-hash.ts';
 import { badRequest, noBackend, proxyBodyRules, upstreamBadResponse } from './proxy-errors.ts';
 import type { FallbackReason, ProxyMetrics } from './proxy-metrics.ts';
 import type { Json } from './request-shaping.ts';
-import { CONNECTOR_KINDS, type ConnectorKind, type ProxyOptions } from './types.ts';
+import type { ProxyOptions } from './types.ts';
 import type { Upstream, UpstreamResponse } from './upstream.ts';
 import { relay, relayError, sendLeg, serveOnDecode } from './upstream-legs.ts';
 
@@ -31,9 +31,12 @@ export interface HandlerDeps {
   metrics: ProxyMetrics;
 }
 
-function connectorOf(backend: Backend): ConnectorKind {
-  const c = backend.info?.connector;
-  return (CONNECTOR_KINDS as readonly string[]).includes(c ?? '') ? (c as ConnectorKind) : 'NixlConnector';
+/**
+ * The connector a backend reported. Until its /kvconnect/info has been read it is taken to run
+ * vLLM's default, NixlConnector; a connector without a P/D flow is refused by planFlow.
+ */
+function connectorOf(backend: Backend): string {
+  return backend.info?.connector ?? 'NixlConnector';
 }
 
 const MAX_BODY_BYTES = 64 * 1024 * 1024;

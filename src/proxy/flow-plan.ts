@@ -1,32 +1,33 @@
 /**
- * Plans one disaggregated request: which params each leg sends, which request id goes in
- * X-Request-Id, and whether the legs run one after the other or concurrently.
+ * Plans one disaggregated request: which params each leg sends (src/wire/'s shapes), which
+ * request id goes in X-Request-Id, and whether the legs run one after the other or
+ * concurrently. A connector without a P/D flow here is refused, never given another's flow.
  */
 import { getLogger } from '../logging/logger.ts';
-import type { Backend } from './backend.ts';
-import { pushCoordinatesMissing } from './proxy-errors.ts';
 import {
-  decrementMaxTokens,
-  type Json,
+  formatMoRIIORequestId,
+  isPdConnector,
+  MORIIO_DEFAULT_HANDSHAKE_PORT,
+  MORIIO_DEFAULT_NOTIFY_PORT,
+  type MoRIIOTransferMode,
+  type MoRIIOZmqAddress,
   moriioDecodeParams,
   moriioPrefillParams,
-  moriioRequestId,
-  moriioZmqAddress,
-  NIXL_PREFILL_PARAMS,
-  newTransferId,
-  nixlPullDecodeBody,
+  NIXL_PREFILL_REQUEST,
+  newMoRIIOTransferId,
   nixlPushDecodeParams,
-  prefillBody,
-} from './request-shaping.ts';
-import type { ConnectorKind, MoriioMode, PushCoordinates } from './types.ts';
+  type PdConnector,
+  parseMoRIIOZmqAddress,
+} from '../wire/index.ts';
+import type { Backend } from './backend.ts';
+import { connectorUnsupported, pushCoordinatesMissing } from './proxy-errors.ts';
+import { decrementMaxTokens, type Json, nixlPullDecodeBody, prefillBody } from './request-shaping.ts';
+import type { PushCoordinates } from './types.ts';
 
 const log = getLogger('kvconnect.proxy.flow-plan');
 
-const MORIIO_DEFAULT_HANDSHAKE_PORT = 6301;
-const MORIIO_DEFAULT_NOTIFY_PORT = 61005;
-
 export interface FlowPlan {
-  connector: ConnectorKind;
+  connector: PdConnector;
   requestId: string;
   prefillBody: Json;
   prefillHeaders: Record<string, string>;
@@ -38,19 +39,23 @@ export interface FlowPlan {
 }
 
 export interface PlanInput {
-  connector: ConnectorKind;
+  /** The P/D protocol: --kv-connector, or what the prefill backend reports. */
+  connector: string;
   body: Json;
   prefill: Backend;
   decode: Backend;
   /** The client's X-Request-Id, or a fresh uuid. */
   requestId: string;
   push: PushCoordinates;
-  moriioMode: MoriioMode | undefined;
+  moriioMode: MoRIIOTransferMode | undefined;
   moriioDecrementMaxTokens: boolean;
 }
 
+/** Throws PROXY_CONNECTOR_UNSUPPORTED for a connector without a P/D flow. */
 export function planFlow(input: PlanInput): FlowPlan {
-  switch (input.connector) {
+  const { connector } = input;
+  if (!isPdConnector(connector)) throw connectorUnsupported(input.prefill.url, connector);
+  switch (connector) {
     case 'NixlConnector':
       return planNixlPull(input);
     case 'NixlPushConnector':
@@ -65,7 +70,7 @@ function planNixlPull({ body, requestId }: PlanInput): FlowPlan {
   return {
     connector: 'NixlConnector',
     requestId,
-    prefillBody: prefillBody(body, { ...NIXL_PREFILL_PARAMS }),
+    prefillBody: prefillBody(body, { ...NIXL_PREFILL_REQUEST }),
     prefillHeaders: headers,
     decodeHeaders: headers,
     concurrent: false,
@@ -96,7 +101,7 @@ function planNixlPush({ body, requestId, prefill, push }: PlanInput): FlowPlan {
   return {
     connector: 'NixlPushConnector',
     requestId,
-    prefillBody: prefillBody(body, { ...NIXL_PREFILL_PARAMS }),
+    prefillBody: prefillBody(body, { ...NIXL_PREFILL_REQUEST }),
     prefillHeaders: headers,
     decodeHeaders: headers,
     concurrent: true,
@@ -105,8 +110,11 @@ function planNixlPush({ body, requestId, prefill, push }: PlanInput): FlowPlan {
 }
 
 /** A backend's MoRIIO address: its discovery ping, its /kvconnect/info, or vLLM's default ports. */
-export function zmqAddressOf(backend: Backend): string {
-  const known = backend.registration?.zmqAddress ?? backend.info?.zmq_address;
+export function zmqAddressOf(backend: Backend): MoRIIOZmqAddress {
+  const reported = backend.info?.zmq_address;
+  const known =
+    backend.registration?.zmqAddress ??
+    (reported === undefined ? undefined : parseMoRIIOZmqAddress(reported));
   if (known !== undefined) return known;
   log.warnOnce(
     'no MoRIIO zmq address known for %s; assuming handshake port %d and notify port %d',
@@ -114,10 +122,14 @@ export function zmqAddressOf(backend: Backend): string {
     MORIIO_DEFAULT_HANDSHAKE_PORT,
     MORIIO_DEFAULT_NOTIFY_PORT,
   );
-  return moriioZmqAddress(backend.host, MORIIO_DEFAULT_HANDSHAKE_PORT, MORIIO_DEFAULT_NOTIFY_PORT);
+  return {
+    host: backend.host,
+    handshakePort: MORIIO_DEFAULT_HANDSHAKE_PORT,
+    notifyPort: MORIIO_DEFAULT_NOTIFY_PORT,
+  };
 }
 
-export function moriioModeOf(backend: Backend, forced: MoriioMode | undefined): MoriioMode {
+export function moriioModeOf(backend: Backend, forced: MoRIIOTransferMode | undefined): MoRIIOTransferMode {
   if (forced !== undefined) return forced;
   const reported = backend.registration?.transferMode ?? backend.info?.transfer_mode;
   return typeof reported === 'string' && reported.toUpperCase() === 'READ' ? 'READ' : 'WRITE';
@@ -126,8 +138,8 @@ export function moriioModeOf(backend: Backend, forced: MoriioMode | undefined): 
 function planMoriio(input: PlanInput): FlowPlan {
   const { body, prefill, decode } = input;
   const mode = moriioModeOf(prefill, input.moriioMode);
-  const requestId = moriioRequestId(zmqAddressOf(prefill), zmqAddressOf(decode));
-  const transferId = newTransferId();
+  const requestId = formatMoRIIORequestId(zmqAddressOf(prefill), zmqAddressOf(decode));
+  const transferId = newMoRIIOTransferId();
   const pPeer = { dpSize: prefill.dpSize, tpSize: prefill.tpSize, dpRank: prefill.nextDpRank() };
   const dPeer = { dpSize: decode.dpSize, tpSize: decode.tpSize, dpRank: decode.nextDpRank() };
   const decodeBase = input.moriioDecrementMaxTokens ? decrementMaxTokens(body) : body;

@@ -1,6 +1,5 @@
 export { Backend } from './backend.ts';
 export { BackendPool } from './backend-pool.ts';
-export { parsePing } from './discovery.ts';
 export { type FlowPlan, planFlow } from './flow-plan.ts';
 export { createPolicy, type RoutingPolicy } from './policies.ts';
 export { chainedPrefixHashes, LruMap, promptText } from './prefix-hash.ts';

@@ -5,6 +5,7 @@
 
 import { type ErrorCode, KVError } from '../errors/index.ts';
 import type { BodyRules, RouterCodes } from '../http/index.ts';
+import { PD_CONNECTORS } from '../wire/index.ts';
 
 function proxyError(code: ErrorCode, message: string, hint: string, cause?: unknown): KVError {
   return new KVError(code, message, { hint, ...(cause === undefined ? {} : { cause }) });
@@ -66,14 +67,17 @@ export function pushCoordinatesMissing(url: string, missing: string[]): KVError 
   );
 }
 
-export function optionsInvalid(message: string, hint: string): KVError {
-  return new KVError('PROXY_OPTIONS_INVALID', message, { hint });
+/** The P/D connectors the proxy has a flow for, as messages list them. */
+const SUPPORTED = PD_CONNECTORS.join(', ');
+
+export function connectorUnsupported(url: string, connector: string): KVError {
+  return proxyError(
+    'PROXY_CONNECTOR_UNSUPPORTED',
+    `The prefill instance ${url} runs ${connector}, for which the proxy has no P/D flow (supported: ${SUPPORTED})`,
+    `Run the prefill and decode servers with one of ${SUPPORTED} (a MultiConnector advertises the one among its children), or pass --kv-connector to name the flow the servers speak.`,
+  );
 }
 
-export function badPing(message: string): KVError {
-  return proxyError(
-    'PROXY_DISCOVERY_BAD_PING',
-    `Invalid discovery ping: ${message}`,
-    'POST /register a JSON object {type: "P"|"D", http_address: "ip:port", zmq_address: "host:IP,handshake:PORT,notify:PORT", dp_size, tp_size, transfer_mode: "READ"|"WRITE"}.',
-  );
+export function optionsInvalid(message: string, hint: string): KVError {
+  return new KVError('PROXY_OPTIONS_INVALID', message, { hint });
 }

@@ -8,6 +8,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { createHttpServer, type HttpListener, listen, Router, sendJson, writeChunk } from '../http/index.ts';
 import { getLogger } from '../logging/logger.ts';
 import { loadTokenizer } from '../tokenizer/load.ts';
+import { isPdConnector, PD_CONNECTORS } from '../wire/index.ts';
 import type { Backend } from './backend.ts';
 import { BackendPool } from './backend-pool.ts';
 import { type HandlerDeps, handleCompletion } from './disagg-handler.ts';
@@ -55,6 +56,12 @@ export async function startProxy(options: ProxyOptions): Promise<RunningProxy> {
     throw optionsInvalid(
       'The proxy needs at least one --prefill and one --decode URL',
       'Pass --prefill http://HOST:PORT and --decode http://HOST:PORT (repeatable), or --discovery-port N for MoRIIO instances that register themselves. Without --prefill every request goes to a decode instance alone, which --no-prefill-fallback forbids.',
+    );
+  }
+  if (options.kvConnector !== undefined && !isPdConnector(options.kvConnector)) {
+    throw optionsInvalid(
+      `kvConnector (--kv-connector) names ${JSON.stringify(options.kvConnector)}, for which the proxy has no P/D flow`,
+      `Pass one of ${PD_CONNECTORS.join(', ')}, or leave it out to ask each backend GET /kvconnect/info.`,
     );
   }
   const metrics = new ProxyMetrics();

@@ -1,16 +1,13 @@
 /**
- * Shapes shared by the proxy's files. Wire objects (kv_transfer_params, discovery pings,
- * /kvconnect/info) keep vLLM's snake_case names.
+ * Shapes shared by the proxy's files. What crosses to the backends (kv_transfer_params,
+ * discovery pings, /kvconnect/info) is defined in src/wire/.
  */
-
-export const CONNECTOR_KINDS = ['NixlConnector', 'NixlPushConnector', 'MoRIIOConnector'] as const;
-export type ConnectorKind = (typeof CONNECTOR_KINDS)[number];
+import type { MoRIIOTransferMode, PdConnector } from '../wire/index.ts';
 
 export const POLICY_NAMES = ['round_robin', 'least_loaded', 'prefix_aware', 'kv_aware'] as const;
 export type PolicyName = (typeof POLICY_NAMES)[number];
 
 export type BackendRole = 'prefill' | 'decode';
-export type MoriioMode = 'READ' | 'WRITE';
 
 /**
  * NIXL side-channel coordinates of a prefill instance (push flow,
@@ -31,7 +28,7 @@ export interface ProxyOptions {
   host: string;
   policy: PolicyName;
   /** Forces the flow; when absent each backend is asked via GET /kvconnect/info. */
-  kvConnector?: ConnectorKind;
+  kvConnector?: PdConnector;
   /** Port of the MoRIIO discovery listener (HTTP POST /register); absent = no discovery. */
   discoveryPort?: number;
   discoveryHost: string;
@@ -45,7 +42,7 @@ export interface ProxyOptions {
   /** Applied to every prefill instance for NIXL push when given (overrides /kvconnect/info). */
   push: PushCoordinates;
   /** Forces MoRIIO READ or WRITE; otherwise from discovery pings or backend info (default WRITE). */
-  moriioMode?: MoriioMode;
+  moriioMode?: MoRIIOTransferMode;
   /** vLLM's MoRIIO toy proxy sends D `max_tokens - 1`; off by default (token-identical outputs). */
   moriioDecrementMaxTokens: boolean;
   /** No healthy prefill instance, or the prefill leg failed: serve the request on a decode instance alone. */
@@ -82,38 +79,3 @@ export const PROXY_DEFAULTS = {
   kvAwareOverlapCredit: 1,
   kvAwareRunningCost: 4,
 } as const;
-
-/** What the proxy reads from a backend's GET /kvconnect/info (all optional but `connector`). */
-export interface BackendInfo {
-  connector: ConnectorKind | string;
-  kv_role?: string;
-  engine_id?: string;
-  tp_size?: number;
-  pp_size?: number;
-  dp_size?: number;
-  side_channel_host?: string;
-  side_channel_port?: number;
-  zmq_address?: string;
-  transfer_mode?: string;
-  /** Where the backend publishes KV cache events (kvconnect servers). */
-  kv_events?: {
-    endpoint: string;
-    replay_endpoint?: string | null;
-    topic?: string;
-    block_size?: number;
-    prefix_caching_hash_algo?: string;
-  } | null;
-}
-
-/**
- * The MoRIIO discovery ping (docs/proxy.md#moriio-discovery-wire-format), sent as JSON
- * instead of msgpack-over-ZMQ.
- */
-export interface DiscoveryPing {
-  type: 'P' | 'D';
-  http_address: string;
-  zmq_address: string;
-  dp_size: number;
-  tp_size: number;
-  transfer_mode: MoriioMode;
-}

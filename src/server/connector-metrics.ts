@@ -1,28 +1,13 @@
 /**
- * The hook through which connectors declare their Prometheus metrics (vLLM's
- * build_prom_metrics): a connector name maps to specs that say which key of its stats
- * data feeds which metric. Arrays are per-event samples (a histogram observes each, a
- * counter adds each, as vLLM's observe() does); a number is one sample. With `by`, the key
- * holds {label value: samples} and each entry is its own series. MultiConnector stats
- * ({childName: data}) are dispatched to each child's specs.
+ * The connector's Prometheus metrics, built from the specs its class declares
+ * (KVConnectorBase.metricSpecs, vLLM's build_prom_metrics) and fed by its stats data step by
+ * step. Arrays are per-event samples (a histogram observes each, a counter adds each, as
+ * vLLM's observe() does); a number is one sample. With `by`, the key holds {label value:
+ * samples} and each entry is its own series; `within` names the nested stats a spec reads
+ * (a MultiConnector child's). Specs that name the same metric feed one metric.
  */
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
-import { BUILTIN_CONNECTOR_METRICS, type ConnectorMetricSpec } from './connector-metric-specs.ts';
-
-export type { ConnectorMetricSpec } from './connector-metric-specs.ts';
-
-const declarations = new Map<string, readonly ConnectorMetricSpec[]>(
-  Object.entries(BUILTIN_CONNECTOR_METRICS),
-);
-
-/** Declares (or replaces) the metrics of `connectorName`. Call before the server starts. */
-export function registerConnectorMetrics(connectorName: string, specs: readonly ConnectorMetricSpec[]): void {
-  declarations.set(connectorName, specs);
-}
-
-export function connectorMetricSpecs(connectorName: string): readonly ConnectorMetricSpec[] {
-  return declarations.get(connectorName) ?? [];
-}
+import type { ConnectorMetricSpec } from '../connector/metric-specs.ts';
 
 type LabelValues = Record<string, string>;
 type Sink = (values: readonly number[], labels: LabelValues) => void;
@@ -47,47 +32,38 @@ function samples(value: unknown, spec: ConnectorMetricSpec): number[] {
   return out;
 }
 
-/** The live metrics of one connector (or of each MultiConnector child). */
+/** The live metrics of one connector. */
 export class ConnectorMetrics {
-  readonly #bound = new Map<string, BoundSpec[]>();
+  readonly #bound: BoundSpec[] = [];
   readonly #labels: LabelValues;
 
-  constructor(registry: Registry, connectorNames: readonly string[], labels: LabelValues) {
+  constructor(registry: Registry, specs: readonly ConnectorMetricSpec[], labels: LabelValues) {
     this.#labels = labels;
     const created = new Map<string, Sink>();
-    for (const connector of connectorNames) {
-      const bound: BoundSpec[] = [];
-      for (const spec of connectorMetricSpecs(connector)) {
-        let sink = created.get(spec.name);
-        if (!sink) {
-          sink = makeSink(registry, spec, labels);
-          created.set(spec.name, sink);
-        }
-        bound.push({ spec, sink });
+    for (const spec of specs) {
+      let sink = created.get(spec.name);
+      if (!sink) {
+        sink = makeSink(registry, spec, labels);
+        created.set(spec.name, sink);
       }
-      this.#bound.set(connector, bound);
+      this.#bound.push({ spec, sink });
     }
   }
 
-  /** Records one stats payload of `connectorName` (MultiConnector payloads are split by child). */
-  observe(connectorName: string, data: Record<string, unknown> | null): void {
+  /** Records one stats payload of the connector. */
+  observe(data: Record<string, unknown> | null): void {
     if (!data) return;
-    const own = this.#bound.get(connectorName);
-    if (own && own.length > 0) {
-      for (const { spec, sink } of own) {
-        const value = data[spec.key];
-        if (value === undefined) continue;
-        if (spec.by === undefined) {
-          sink(samples(value, spec), this.#labels);
-        } else if (isRecord(value)) {
-          for (const [labelValue, entries] of Object.entries(value))
-            sink(samples(entries, spec), { ...this.#labels, [spec.by]: labelValue });
-        }
+    for (const { spec, sink } of this.#bound) {
+      let scope: unknown = data;
+      for (const key of spec.within ?? []) scope = isRecord(scope) ? scope[key] : undefined;
+      const value = isRecord(scope) ? scope[spec.key] : undefined;
+      if (value === undefined) continue;
+      if (spec.by === undefined) {
+        sink(samples(value, spec), this.#labels);
+      } else if (isRecord(value)) {
+        for (const [labelValue, entries] of Object.entries(value))
+          sink(samples(entries, spec), { ...this.#labels, [spec.by]: labelValue });
       }
-      return;
-    }
-    for (const [child, childData] of Object.entries(data)) {
-      if (this.#bound.has(child) && isRecord(childData)) this.observe(child, childData);
     }
   }
 }
@@ -99,7 +75,7 @@ function makeSink(registry: Registry, spec: ConnectorMetricSpec, labels: LabelVa
   const materialize = spec.by === undefined;
   switch (spec.type) {
     case 'histogram': {
-      const h = new Histogram({ ...common, ...(spec.buckets ? { buckets: spec.buckets } : {}) });
+      const h = new Histogram({ ...common, ...(spec.buckets ? { buckets: [...spec.buckets] } : {}) });
       if (materialize) h.zero(labels);
       return (values, at) => {
         for (const v of values) h.observe(at, v);

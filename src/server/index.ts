@@ -1,6 +1,5 @@
 export { AdmissionGate } from './admission.ts';
-export { type ConnectorMetricSpec, registerConnectorMetrics } from './connector-metrics.ts';
-export { type BackendInfo, backendInfo, type ConnectorInfoSource } from './info.ts';
+export { backendInfo } from './info.ts';
 export { ServerMetrics } from './metrics.ts';
 export { notifyKvTransferRequestRejected } from './rejection.ts';
 export {

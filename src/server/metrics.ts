@@ -8,6 +8,7 @@
 import { Counter, Gauge, Registry } from 'prom-client';
 import { pythonStr } from '../config/config-error.ts';
 import type { CacheConfig } from '../config/types.ts';
+import type { ConnectorMetricSpec } from '../connector/metric-specs.ts';
 import type { EngineStats, IterationStats } from '../engine/api.ts';
 import { ConnectorMetrics } from './connector-metrics.ts';
 import { IterationMetrics } from './iteration-metrics.ts';
@@ -48,9 +49,8 @@ export interface ServerMetricsOptions {
   maxModelLen: number;
   /** Feeds vllm:cache_config_info (vLLM's CacheConfig.metrics_info()). */
   cacheInfo: Record<string, string>;
-  /** Connector name from the engine's kv_transfer_config (its children for MultiConnector). */
-  connectorName: string | null;
-  connectorChildren?: readonly string[];
+  /** The metrics the engine's connector class declares (none without a connector). */
+  connectorMetrics: readonly ConnectorMetricSpec[];
   /** Reads the engine's stats; called once per scrape. */
   readStats: () => EngineStats;
 }
@@ -76,7 +76,6 @@ export class ServerMetrics {
   readonly #labels: Record<string, string>;
   readonly #iterations: IterationMetrics;
   readonly #connector: ConnectorMetrics | null;
-  readonly #connectorName: string | null;
   readonly #readStats: () => EngineStats;
   readonly #counters: Array<{ counter: Counter; key: CounterKey; last: number }> = [];
   readonly #gauges: Record<'running' | 'waiting' | 'usage', Gauge>;
@@ -85,7 +84,6 @@ export class ServerMetrics {
   constructor(options: ServerMetricsOptions) {
     this.#labels = { model_name: options.modelName, engine: '0' };
     this.#readStats = options.readStats;
-    this.#connectorName = options.connectorName;
     const labels = this.#labels;
     const labelNames = Object.keys(labels);
     const registers = [this.registry];
@@ -129,8 +127,10 @@ export class ServerMetrics {
       labelNames: Object.keys(info),
       registers,
     }).set(info, 1);
-    const names = options.connectorName ? [options.connectorName, ...(options.connectorChildren ?? [])] : [];
-    this.#connector = names.length ? new ConnectorMetrics(this.registry, names, labels) : null;
+    this.#connector =
+      options.connectorMetrics.length > 0
+        ? new ConnectorMetrics(this.registry, options.connectorMetrics, labels)
+        : null;
   }
 
   /** Records one engine iteration (request latencies, token counts, connector stats). */
@@ -165,6 +165,6 @@ export class ServerMetrics {
   }
 
   #observeConnector(data: Record<string, unknown> | null): void {
-    if (this.#connector && this.#connectorName) this.#connector.observe(this.#connectorName, data);
+    this.#connector?.observe(data);
   }
 }

@@ -15,6 +15,7 @@ import {
   sendText,
 } from '../http/index.ts';
 import { getLogger } from '../logging/logger.ts';
+import { KVCONNECT_INFO_PATH } from '../wire/index.ts';
 import { AdmissionGate } from './admission.ts';
 import { devModeFromEnv, handleResetPrefixCache } from './dev-routes.ts';
 import { type GenerateHandlerContext, handleGenerate } from './generate-handler.ts';
@@ -71,18 +72,11 @@ export function packageVersion(): string {
 export function createServer(options: ServerOptions): KVServer {
   const { engine } = options;
   const servedModelName = options.servedModelName ?? engine.config.model.servedModelName;
-  const kv = engine.config.kvTransferConfig;
-  const children = Array.isArray(kv?.kv_connector_extra_config['connectors'])
-    ? (kv.kv_connector_extra_config['connectors'] as Array<{ kv_connector?: unknown }>)
-        .map((c) => c.kv_connector)
-        .filter((n): n is string => typeof n === 'string')
-    : [];
   const metrics = new ServerMetrics({
     modelName: servedModelName,
     maxModelLen: engine.config.model.maxModelLen,
     cacheInfo: cacheConfigInfo(engine.config.cache, engine.numGpuBlocks ?? null),
-    connectorName: kv?.kv_connector ?? null,
-    connectorChildren: children,
+    connectorMetrics: engine.kvConnectorMetricSpecs?.() ?? [],
     readStats: () => engine.stats(),
   });
   const unsubscribe = engine.onIterationStats?.((stats) => metrics.recordIteration(stats)) ?? null;
@@ -133,7 +127,7 @@ export function createServer(options: ServerOptions): KVServer {
       const { contentType, body } = await metrics.render();
       sendText(res, 200, body, contentType);
     })
-    .on('GET', '/kvconnect/info', (_req, res) => sendJson(res, 200, backendInfo(engine, servedModelName)));
+    .on('GET', KVCONNECT_INFO_PATH, (_req, res) => sendJson(res, 200, backendInfo(engine, servedModelName)));
   if (options.devMode ?? devModeFromEnv()) {
     log.warn('SECURITY WARNING: Development endpoints are enabled! This should NOT be used in production!');
     router.on('POST', '/reset_prefix_cache', (req, res) =>

@@ -5,8 +5,6 @@ import { KVTransferConfig } from '../../src/config/kv-transfer-config.ts';
 import { KVConnectorFactory } from '../../src/connector/factory.ts';
 import {
   foldLocalRank,
-  MORIIO_DEFAULT_HANDSHAKE_PORT,
-  MORIIO_DEFAULT_NOTIFY_PORT,
   moriioPort,
   parseMoRIIOConfig,
   warnDeprecatedMoRIIOEnv,
@@ -14,6 +12,7 @@ import {
 import { KVError } from '../../src/errors/kv-error.ts';
 import type { KVCacheConfig } from '../../src/kv/interfaces.ts';
 import { captureLogs } from '../../src/logging/logger.ts';
+import { MORIIO_DEFAULT_HANDSHAKE_PORT, MORIIO_DEFAULT_NOTIFY_PORT } from '../../src/wire/index.ts';
 
 const engine = buildEngineConfig();
 const parse = (extra: Record<string, unknown>) => parseMoRIIOConfig({ http_port: 8000, ...extra }, engine);

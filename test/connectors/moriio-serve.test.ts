@@ -84,10 +84,11 @@ describe('MoRIIO service discovery', () => {
       assert.equal(instances[0]?.['url'], 'http://127.0.0.1:8123');
       assert.equal(instances[0]?.['role'], 'prefill');
       const backend = proxy.pool.all().find((b) => b.url === 'http://127.0.0.1:8123');
-      assert.equal(
-        backend?.registration?.zmqAddress,
-        `host:127.0.0.1,handshake:${ports.handshakePort},notify:${ports.notifyPort}`,
-      );
+      assert.deepEqual(backend?.registration?.zmqAddress, {
+        host: '127.0.0.1',
+        handshakePort: ports.handshakePort,
+        notifyPort: ports.notifyPort,
+      });
       assert.equal(backend?.registration?.transferMode, 'READ');
     } finally {
       await llm.shutdown();

@@ -7,10 +7,11 @@ import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { describe, it } from 'node:test';
 import { Registry } from 'prom-client';
+import { MoRIIOConnector } from '../../src/connectors/moriio/connector.ts';
 import type { MoRIIOSchedulerStatsData, MoRIIOStatsData } from '../../src/connectors/moriio/stats.ts';
 import { MoRIIOStatsRecorder, reduceMoRIIOStats } from '../../src/connectors/moriio/stats.ts';
 import { LLM } from '../../src/engine/llm.ts';
-import { ConnectorMetrics, connectorMetricSpecs } from '../../src/server/connector-metrics.ts';
+import { ConnectorMetrics } from '../../src/server/connector-metrics.ts';
 import {
   consumerParams,
   GREEDY,
@@ -214,8 +215,9 @@ describe('MoRIIO stats, recorder and metrics', () => {
     assert.equal(r.take(null).num_failed_transfers, 0);
   });
 
-  it('vllm:moriio_* metrics are registered and fed from the stats keys', async () => {
-    const names = connectorMetricSpecs('MoRIIOConnector').map((s) => s.name);
+  it('vllm:moriio_* metrics are declared by the class and fed from the stats keys', async () => {
+    const specs = MoRIIOConnector.metricSpecs();
+    const names = specs.map((s) => s.name);
     for (const n of [
       'vllm:moriio_xfer_time_seconds',
       'vllm:moriio_bytes_transferred',
@@ -226,8 +228,8 @@ describe('MoRIIO stats, recorder and metrics', () => {
       assert.ok(names.includes(n), n);
     }
     const registry = new Registry();
-    const metrics = new ConnectorMetrics(registry, ['MoRIIOConnector'], { model_name: 'tiny' });
-    metrics.observe('MoRIIOConnector', {
+    const metrics = new ConnectorMetrics(registry, specs, { model_name: 'tiny' });
+    metrics.observe({
       transfer_duration: [0.02, 0.03],
       post_duration: [0.001, 0.001],
       bytes_transferred: [8192, 16384],
@@ -236,7 +238,7 @@ describe('MoRIIO stats, recorder and metrics', () => {
       num_failed_notifications: 0,
       num_transfer_timeouts: 1,
     });
-    metrics.observe('MoRIIOConnector', { num_reaped_sends: 2 });
+    metrics.observe({ num_reaped_sends: 2 });
     const text = await registry.metrics();
     assert.match(text, /^vllm:moriio_bytes_transferred_sum\{model_name="tiny"\} 24576$/m);
     assert.match(text, /^vllm:moriio_bytes_transferred_count\{model_name="tiny"\} 2$/m);

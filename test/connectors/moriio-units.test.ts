@@ -2,17 +2,16 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import {
   AckReconciler,
-  addressesFromRequestId,
   buildPing,
   moriioExpectedAckCount,
   moriioExpectedWriteDoneCount,
   moriioPeerRanks,
   moriioRemoteTpRank,
-  parseMoRIIOZmqAddress,
   prefillPeerOf,
   validateMoRIIOHeterogeneousTp,
 } from '../../src/connectors/moriio/index.ts';
 import { captureLogs } from '../../src/logging/logger.ts';
+import { parseMoRIIORequestId, parseMoRIIOZmqAddress } from '../../src/wire/index.ts';
 
 const P = 'host:10.0.0.1,handshake:6301,notify:61005';
 const D = 'host:10.0.0.2,handshake:6401,notify:62005';
@@ -25,11 +24,11 @@ describe('MoRIIO addressing (docs/connectors/moriio.md#addressing-the-peer)', ()
       `___prefill_addr_${P}___decode_addr_${D}_${HEX}-0`,
       `___prefill_addr_${P}___decode_addr_${D}_${HEX}-1a2b3c4d`,
     ]) {
-      const a = addressesFromRequestId(id);
+      const a = parseMoRIIORequestId(id);
       assert.deepEqual(a?.prefill, { host: '10.0.0.1', handshakePort: 6301, notifyPort: 61005 });
       assert.deepEqual(a?.decode, { host: '10.0.0.2', handshakePort: 6401, notifyPort: 62005 });
     }
-    assert.equal(addressesFromRequestId('cmpl-plain-id'), null);
+    assert.equal(parseMoRIIORequestId('cmpl-plain-id'), null);
   });
 
   it('splits each segment on its first colon, so IPv6 hosts survive', () => {
@@ -50,7 +49,7 @@ describe('MoRIIO addressing (docs/connectors/moriio.md#addressing-the-peer)', ()
       );
     }
     assert.throws(
-      () => addressesFromRequestId(`___prefill_addr_host:1.2.3.4___decode_addr_${D}_${HEX}`),
+      () => parseMoRIIORequestId(`___prefill_addr_host:1.2.3.4___decode_addr_${D}_${HEX}`),
       (e: Error) => e.message.startsWith("Malformed zmq_address 'host:1.2.3.4': expected"),
     );
   });

@@ -1,6 +1,7 @@
 /** Shared helpers of the NIXL tests: engine pairs in one process, prompts, idle checks. */
 import assert from 'node:assert/strict';
 import { LLM, type LLMOptions } from '../../src/engine/llm.ts';
+import { NIXL_PREFILL_REQUEST } from '../../src/wire/index.ts';
 
 export const PROMPTS = [
   'The quick brown fox jumps over the lazy dog and keeps running far away from the hunters.',
@@ -52,14 +53,8 @@ export async function plainOutputs(model: string, prompts = PROMPTS): Promise<nu
   }
 }
 
-export const P_PARAMS = {
-  do_remote_decode: true,
-  do_remote_prefill: false,
-  remote_engine_id: null,
-  remote_block_ids: null,
-  remote_host: null,
-  remote_port: null,
-};
+/** What the proxy sends P in the NIXL flows. */
+export const P_PARAMS = { ...NIXL_PREFILL_REQUEST };
 
 /** Waits until the engine holds no blocks and no hand-off (bounded). */
 export async function waitForEmptyPool(llm: LLM, timeoutMs = 5000): Promise<void> {

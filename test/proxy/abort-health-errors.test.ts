@@ -1,8 +1,9 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { setLogLevel } from '../../src/logging/logger.ts';
+import { captureLogs, setLogLevel } from '../../src/logging/logger.ts';
 import { type RunningProxy, resolveProxyOptions, startProxy } from '../../src/proxy/index.ts';
 import type { ProxyOptions } from '../../src/proxy/types.ts';
+import type { PdConnector } from '../../src/wire/index.ts';
 import {
   decodeResponder,
   json,
@@ -183,6 +184,54 @@ describe('errors', () => {
       const h = (await (await fetch(`${url}/health`)).json()) as { prefill_instances: number };
       assert.equal(h.prefill_instances, 0, 'a refused connection marks the backend down at once');
     });
+  });
+
+  test('a backend running a connector without a P/D flow is logged at start and its requests refused (502)', async () => {
+    const info = { connector: 'OffloadingConnector', kv_connector: 'OffloadingConnector' };
+    const p = await UpstreamDouble.start(prefillResponder(), info);
+    const d = await UpstreamDouble.start(decodeResponder(), info);
+    const { result: proxy, records } = await captureLogs(() =>
+      startProxy(
+        resolveProxyOptions({ prefill: [p.url], decode: [d.url], port: 0, healthIntervalMs: 60_000 }),
+      ),
+    );
+    try {
+      const logged = records.find((r) => r.level === 'error' && r.message.includes(p.url));
+      assert.ok(logged, records.map((r) => r.message).join('\n'));
+      assert.match(logged.message, /runs OffloadingConnector, for which the proxy has no P\/D flow/);
+      assert.match(logged.message, /supported: NixlConnector, NixlPushConnector, MoRIIOConnector/);
+      const res = await send(proxy.url, body);
+      assert.equal(res.status, 502);
+      const err = (await res.json()) as { error: { code: string; message: string; hint: string } };
+      assert.equal(err.error.code, 'PROXY_CONNECTOR_UNSUPPORTED');
+      assert.equal(
+        err.error.message,
+        `The prefill instance ${p.url} runs OffloadingConnector, for which the proxy has no P/D flow (supported: NixlConnector, NixlPushConnector, MoRIIOConnector)`,
+      );
+      assert.match(err.error.hint, /--kv-connector/);
+      assert.equal(p.completions().length + d.completions().length, 0, 'neither leg was sent');
+    } finally {
+      await proxy.close();
+      await p.close();
+      await d.close();
+    }
+  });
+
+  test('--kv-connector naming a connector without a P/D flow is refused at start', async () => {
+    await assert.rejects(
+      startProxy(
+        resolveProxyOptions({
+          prefill: ['http://127.0.0.1:1'],
+          decode: ['http://127.0.0.1:1'],
+          port: 0,
+          kvConnector: 'P2pNcclConnector' as PdConnector,
+        }),
+      ),
+      (e: Error & { code?: string; hint?: string }) =>
+        e.code === 'PROXY_OPTIONS_INVALID' &&
+        e.message.includes('"P2pNcclConnector"') &&
+        (e.hint ?? '').includes('NixlConnector, NixlPushConnector, MoRIIOConnector'),
+    );
   });
 
   test('startProxy without backends or discovery is rejected with a hint', async () => {

@@ -6,10 +6,10 @@ import {
   chainedPrefixHashes,
   createPolicy,
   LruMap,
-  parsePing,
   resolveProxyOptions,
   startProxy,
 } from '../../src/proxy/index.ts';
+import { parseDiscoveryPing } from '../../src/wire/index.ts';
 import { decodeResponder, prefillResponder, sleep, UpstreamDouble, waitFor } from './upstream-double.ts';
 
 setLogLevel('silent');
@@ -117,20 +117,23 @@ describe('MoRIIO discovery', () => {
     transfer_mode: 'READ',
   });
 
-  test('parsePing validates every field', () => {
-    assert.throws(() => parsePing({ type: 'X' }), /type must be "P" or "D"/);
-    assert.throws(() => parsePing({ type: 'P', http_address: 'nope' }), /http_address/);
+  test('parseDiscoveryPing validates every field', () => {
+    assert.throws(() => parseDiscoveryPing({ type: 'X' }), /type must be "P" or "D"/);
+    assert.throws(() => parseDiscoveryPing({ type: 'P', http_address: 'nope' }), /http_address/);
     assert.throws(
-      () => parsePing({ type: 'P', http_address: '1.2.3.4:80', zmq_address: 'host:1.2.3.4' }),
+      () => parseDiscoveryPing({ type: 'P', http_address: '1.2.3.4:80', zmq_address: 'host:1.2.3.4' }),
       /zmq_address must be/,
     );
     assert.throws(
-      () => parsePing({ ...ping('P', '1.2.3.4:80', 'host:1.2.3.4,handshake:1,notify:2'), tp_size: 0 }),
+      () =>
+        parseDiscoveryPing({ ...ping('P', '1.2.3.4:80', 'host:1.2.3.4,handshake:1,notify:2'), tp_size: 0 }),
       /tp_size must be a positive integer/,
     );
     assert.equal(
-      parsePing({ ...ping('D', '1.2.3.4:80', 'host:1.2.3.4,handshake:1,notify:2'), transfer_mode: 'write' })
-        .transfer_mode,
+      parseDiscoveryPing({
+        ...ping('D', '1.2.3.4:80', 'host:1.2.3.4,handshake:1,notify:2'),
+        transfer_mode: 'write',
+      }).transfer_mode,
       'WRITE',
     );
   });

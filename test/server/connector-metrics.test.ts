@@ -1,16 +1,27 @@
+/**
+ * Connector metrics as the connector classes declare them (KVConnectorBase.metricSpecs,
+ * vLLM's build_prom_metrics): the built-ins' specs fed by their stats, MultiConnector's union
+ * of its children's, an external connector's through the public API up to /metrics, and
+ * stats keys checked by the compiler. Also the server's small request helpers.
+ */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { fileURLToPath } from 'node:url';
 import { Registry } from 'prom-client';
+import { KVTransferConfig } from '../../src/config/kv-transfer-config.ts';
+import { KVConnectorFactory } from '../../src/connector/factory.ts';
+import type { ConnectorMetricSpec } from '../../src/connector/metric-specs.ts';
+import { MultiConnector } from '../../src/connectors/multi/index.ts';
+import { NixlConnector } from '../../src/connectors/nixl/index.ts';
+import type { NixlStatsData } from '../../src/connectors/nixl/stats.ts';
 import { AdmissionGate } from '../../src/server/admission.ts';
-import {
-  ConnectorMetrics,
-  connectorMetricSpecs,
-  registerConnectorMetrics,
-} from '../../src/server/connector-metrics.ts';
+import { ConnectorMetrics } from '../../src/server/connector-metrics.ts';
 import { needsRejectionNotice, parseKvTransferParams } from '../../src/server/kv-transfer-params.ts';
 import { internalRequestId } from '../../src/server/request-id.ts';
+import { metricValue, postJson, startEngine, startServer } from './harness.ts';
 
 const labels = { model_name: 'tiny', engine: '0' };
+const FIXTURE = fileURLToPath(new URL('../fixtures/external-connector.mjs', import.meta.url));
 
 function sampleLine(text: string, prefix: string): number {
   const line = text.split('\n').find((l) => l.startsWith(prefix));
@@ -18,16 +29,16 @@ function sampleLine(text: string, prefix: string): number {
   return Number(line.slice(line.lastIndexOf(' ') + 1));
 }
 
-test('NIXL stats feed vLLM-named histograms and counters', async () => {
+test("NIXL stats feed the vLLM-named histograms and counters NixlConnector's class declares", async () => {
   const registry = new Registry();
-  const metrics = new ConnectorMetrics(registry, ['NixlConnector'], labels);
-  metrics.observe('NixlConnector', {
+  const metrics = new ConnectorMetrics(registry, await NixlConnector.metricSpecs(), labels);
+  metrics.observe({
     transfer_duration: [0.002, 0.004],
     bytes_transferred: [4096, 8192],
     num_descriptors: [3, 5],
     num_failed_transfers: [1],
   });
-  metrics.observe('NixlConnector', { num_failed_transfers: 2, transfer_duration: [0.5] });
+  metrics.observe({ num_failed_transfers: 2, transfer_duration: [0.5] });
   const text = await registry.metrics();
   assert.equal(sampleLine(text, 'vllm:nixl_xfer_time_seconds_count{model_name="tiny",engine="0"}'), 3);
   assert.equal(sampleLine(text, 'vllm:nixl_bytes_transferred_sum{model_name="tiny",engine="0"}'), 12288);
@@ -35,35 +46,85 @@ test('NIXL stats feed vLLM-named histograms and counters', async () => {
   assert.equal(sampleLine(text, 'vllm:nixl_num_failed_notifications_total{model_name="tiny",engine="0"}'), 0);
 });
 
-test('a connector declares its own metrics; MultiConnector stats reach each child', async () => {
-  registerConnectorMetrics('TestFileConnector', [
-    { name: 'kvconnect:test_file_bytes_written', help: 'bytes', type: 'counter', key: 'bytes_written' },
-    {
-      name: 'kvconnect:test_file_load_seconds',
-      help: 'load time',
-      type: 'histogram',
-      key: 'load_ms',
-      scale: 1e-3,
-      buckets: [0.01, 0.1, 1],
-    },
-  ]);
-  assert.equal(connectorMetricSpecs('TestFileConnector').length, 2);
-  const registry = new Registry();
-  const metrics = new ConnectorMetrics(
-    registry,
-    ['MultiConnector', 'TestFileConnector', 'NixlConnector'],
-    labels,
+test("MultiConnector declares the union of its children's metrics, each fed from its child's stats", async () => {
+  const child = { kv_connector: 'MyMetricsConnector', kv_role: 'kv_both', kv_connector_module_path: FIXTURE };
+  const nixl = { kv_connector: 'NixlConnector', kv_role: 'kv_both' };
+  const config = KVTransferConfig.fromObject({
+    kv_connector: 'MultiConnector',
+    kv_role: 'kv_both',
+    // Two children of one class share one stats entry: their metrics are bound once.
+    kv_connector_extra_config: { connectors: [child, nixl, child] },
+  });
+  assert.ok(KVConnectorFactory.isRegistered('MultiConnector'), 'the factory resolves the children');
+  const specs = await MultiConnector.metricSpecs(config);
+  assert.deepEqual(
+    specs.filter((s) => s.name.startsWith('kvconnect:example')).map((s) => [s.name, s.within]),
+    [
+      ['kvconnect:example_saves_total', ['MyMetricsConnector']],
+      ['kvconnect:example_save_seconds', ['MyMetricsConnector']],
+    ],
   );
-  metrics.observe('MultiConnector', {
-    TestFileConnector: { bytes_written: 1000, load_ms: [50, 500] },
+  const registry = new Registry();
+  const metrics = new ConnectorMetrics(registry, specs, labels);
+  metrics.observe({
+    MyMetricsConnector: { saves: 2, save_ms: [50, 500] },
     NixlConnector: { transfer_duration: [0.01] },
     UnknownConnector: { whatever: [1] },
   });
   const text = await registry.metrics();
-  assert.equal(sampleLine(text, 'kvconnect:test_file_bytes_written{'), 1000);
-  assert.equal(sampleLine(text, 'kvconnect:test_file_load_seconds_bucket{le="0.1"'), 1);
-  assert.ok(Math.abs(sampleLine(text, 'kvconnect:test_file_load_seconds_sum{') - 0.55) < 1e-9);
+  assert.equal(sampleLine(text, 'kvconnect:example_saves_total{'), 2);
+  assert.equal(sampleLine(text, 'kvconnect:example_save_seconds_bucket{le="0.1"'), 1);
+  assert.ok(Math.abs(sampleLine(text, 'kvconnect:example_save_seconds_sum{') - 0.55) < 1e-9);
   assert.equal(sampleLine(text, 'vllm:nixl_xfer_time_seconds_count{'), 1);
+});
+
+test('an external connector declares a metric and an advertisement through the public API; both are served', async () => {
+  const engine = await startEngine({
+    kv_transfer_config: {
+      kv_connector: 'MyMetricsConnector',
+      kv_role: 'kv_both',
+      kv_connector_module_path: FIXTURE,
+    },
+  });
+  const running = await startServer({ engine });
+  try {
+    const res = await postJson(`${running.url}/v1/completions`, { prompt: 'count my saves', max_tokens: 3 });
+    assert.equal(res.status, 200);
+    await res.json();
+    const text = await (await fetch(`${running.url}/metrics`)).text();
+    assert.ok(metricValue(text, 'kvconnect:example_saves_total', 'model_name="tiny"') >= 3, text);
+    assert.ok(metricValue(text, 'kvconnect:example_save_seconds_count', 'model_name="tiny"') >= 3);
+    const info = (await (await fetch(`${running.url}/kvconnect/info`)).json()) as Record<string, unknown>;
+    assert.equal(info['example_store'], 'memory://example');
+    assert.equal(info['connector'], 'MyMetricsConnector', 'no P/D protocol advertised: the configured name');
+    assert.equal(info['connector_class'], 'MyMetricsConnector');
+  } finally {
+    await running.close();
+    await engine.shutdown();
+  }
+});
+
+test('a stats key the stats type does not have does not compile', () => {
+  const ok: ConnectorMetricSpec<NixlStatsData> = {
+    name: 'x_seconds',
+    help: 'x',
+    type: 'histogram',
+    key: 'transfer_duration',
+  };
+  const typo: ConnectorMetricSpec<NixlStatsData> = {
+    ...ok,
+    // @ts-expect-error 'transfer_duraton' is not a key of NixlStatsData
+    key: 'transfer_duraton',
+  };
+  const field: ConnectorMetricSpec<NixlStatsData> = {
+    ...ok,
+    // @ts-expect-error a list of numbers has no `field`
+    field: 'op_size',
+  };
+  assert.deepEqual(
+    [ok.key, typo.key, field.key],
+    ['transfer_duration', 'transfer_duraton', 'transfer_duration'],
+  );
 });
 
 test('kv_transfer_params: objects pass through, garbage is a 400 naming the key', () => {

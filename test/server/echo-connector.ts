@@ -1,9 +1,11 @@
 /**
  * A real external connector (loaded through kv_connector_module_path) for the server tests:
  * it moves no KV, but returns kv_transfer_params from requestFinished like a prefill-side
- * connector does, reports worker stats, and records what it saw.
+ * connector does, reports worker stats (feeding the metric its class declares), and records
+ * what it saw.
  */
 import { KVConnectorBase } from '../../src/connector/base.ts';
+import type { ConnectorMetricSpec } from '../../src/connector/metric-specs.ts';
 import type {
   ConnectorRequest,
   KVConnectorMetadata,
@@ -21,7 +23,23 @@ export interface FinishedRecord {
 /** Every requestFinished call in this process (scheduler side). */
 export const finishedRecords: FinishedRecord[] = [];
 
+type EchoStats = {
+  steps_saved: number[];
+};
+
 export class EchoParamsConnector extends KVConnectorBase {
+  static override metricSpecs(): readonly ConnectorMetricSpec<EchoStats>[] {
+    return [
+      {
+        name: 'kvconnect:echo_steps_saved',
+        help: 'Steps the echo connector saw.',
+        type: 'histogram',
+        key: 'steps_saved',
+        buckets: [1, 2, 4, 8],
+      },
+    ];
+  }
+
   #steps = 0;
 
   override startLoadKv(): void {}
@@ -33,7 +51,7 @@ export class EchoParamsConnector extends KVConnectorBase {
 
   override getKvConnectorStats(): KVConnectorStatsData | null {
     if (this.#steps === 0) return null;
-    const stats = { steps_saved: [this.#steps] };
+    const stats: EchoStats = { steps_saved: [this.#steps] };
     this.#steps = 0;
     return stats;
   }

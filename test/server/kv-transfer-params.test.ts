@@ -3,13 +3,12 @@
  * body, returned in non-streaming responses and in the final streaming chunk; a rejected
  * do_remote_prefill request still reaches the connector
  * (docs/scheduler.md#delayed-free-and-aborts); connector stats reach /metrics through the
- * declared mapping; /kvconnect/info names the connector.
+ * metrics its class declares; /kvconnect/info names the connector.
  */
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import type { AsyncEngineLike } from '../../src/engine/api.ts';
-import { registerConnectorMetrics } from '../../src/server/connector-metrics.ts';
 import { finishedRecords } from './echo-connector.ts';
 import { metricValue, postJson, type Running, startEngine, startServer, waitFor } from './harness.ts';
 
@@ -17,15 +16,6 @@ let engine: AsyncEngineLike;
 let running: Running;
 
 before(async () => {
-  registerConnectorMetrics('EchoParamsConnector', [
-    {
-      name: 'kvconnect:echo_steps_saved',
-      help: 'Steps the echo connector saw.',
-      type: 'histogram',
-      key: 'steps_saved',
-      buckets: [1, 2, 4, 8],
-    },
-  ]);
   engine = await startEngine({
     kv_transfer_config: {
       kv_connector: 'EchoParamsConnector',

@@ -183,7 +183,7 @@ describe('/metrics with each connector, checked by promtool', () => {
     }
   });
 
-  it("MultiConnector (NIXL + offloading): both children's families", async (t) => {
+  it("MultiConnector (NIXL + offloading): both children's families; it advertises its NIXL child", async (t) => {
     const s = await serveWith({
       kv_connector: 'MultiConnector',
       kv_role: 'kv_producer',
@@ -194,6 +194,12 @@ describe('/metrics with each connector, checked by promtool', () => {
     try {
       await complete(s.url, { max_tokens: 1, kv_transfer_params: { do_remote_decode: true } });
       await scrape(t, s, [...NIXL_FAMILIES, ...OFFLOAD_FAMILIES]);
+      const info = (await (await fetch(`${s.url}/kvconnect/info`)).json()) as Record<string, unknown>;
+      assert.deepEqual(
+        [info['kv_connector'], info['connector'], info['transfer_mode'], typeof info['side_channel_port']],
+        ['MultiConnector', 'NixlConnector', 'pull', 'number'],
+        'a proxy drives the NIXL flow for it',
+      );
     } finally {
       await stop(s);
     }

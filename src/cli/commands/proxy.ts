@@ -6,7 +6,8 @@ import { type Command, InvalidArgumentError, Option } from 'commander';
 import { formatErrorText } from '../../errors/index.ts';
 import { normaliseUrl } from '../../proxy/backend.ts';
 import type { RunningProxy } from '../../proxy/proxy-server.ts';
-import { CONNECTOR_KINDS, POLICY_NAMES, PROXY_DEFAULTS, type ProxyOptions } from '../../proxy/types.ts';
+import { POLICY_NAMES, PROXY_DEFAULTS, type ProxyOptions } from '../../proxy/types.ts';
+import { PD_CONNECTORS } from '../../wire/index.ts';
 
 const collect = (value: string, previous: string[]): string[] => [...previous, value];
 
@@ -59,7 +60,7 @@ export function registerProxyCommand(program: Command, hooks: ProxyCommandHooks 
     )
     .addOption(
       new Option('--kv-connector <name>', 'P/D flow; default: ask each backend GET /kvconnect/info').choices(
-        CONNECTOR_KINDS,
+        PD_CONNECTORS,
       ),
     )
     .option(

@@ -12,11 +12,10 @@ import { KVError } from '../../errors/kv-error.ts';
 import { getLogger } from '../../logging/logger.ts';
 import { MAX_BUSY_POLL_US } from '../../transfer/index.ts';
 import { type Environment, type EnvName, readEnv } from '../../util/envs.ts';
+import { MORIIO_DEFAULT_HANDSHAKE_PORT, MORIIO_DEFAULT_NOTIFY_PORT } from '../../wire/index.ts';
 
 const log = getLogger('kvconnect.connectors.moriio.config');
 
-export const MORIIO_DEFAULT_HANDSHAKE_PORT = 6301;
-export const MORIIO_DEFAULT_NOTIFY_PORT = 61005;
 export const MORIIO_DEFAULT_TRANSFER_TIMEOUT_S = 30;
 export const MORIIO_DEFAULT_DEFER_TIMEOUT_S = 60;
 export const MORIIO_BACKENDS = ['rdma', 'xgmi'] as const;

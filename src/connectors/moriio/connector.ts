@@ -5,6 +5,7 @@
 import type { ExtraConfigSchema } from '../../config/extra-config.ts';
 import type { EngineConfig } from '../../config/types.ts';
 import { KVConnectorBase } from '../../connector/base.ts';
+import type { ConnectorMetricSpec } from '../../connector/metric-specs.ts';
 import type {
   ConnectorRequest,
   ForwardContext,
@@ -19,9 +20,10 @@ import type {
 } from '../../connector/types.ts';
 import type { KVCacheBlocks, KVCacheConfig, PagedKVMemory } from '../../kv/interfaces.ts';
 import { getLogger } from '../../logging/logger.ts';
-import { formatMoRIIOZmqAddress } from './addressing.ts';
+import type { ConnectorAdvertisement } from '../../wire/index.ts';
 import { MORIIO_EXTRA_CONFIG, type MoRIIOConfig, parseMoRIIOConfig } from './config.ts';
 import { buildPing, DiscoveryPinger } from './discovery.ts';
+import { MORIIO_METRICS } from './metrics.ts';
 import { MoRIIOScheduler } from './scheduler.ts';
 import type { MoRIIOStepMetadata } from './step-metadata.ts';
 import { MoRIIOWorker } from './worker.ts';
@@ -41,6 +43,10 @@ export class MoRIIOConnector extends KVConnectorBase {
     engineConfig: EngineConfig,
   ): MoRIIOConfig {
     return parseMoRIIOConfig(extra, engineConfig);
+  }
+
+  static override metricSpecs(): readonly ConnectorMetricSpec[] {
+    return MORIIO_METRICS;
   }
 
   readonly moriioConfig: MoRIIOConfig;
@@ -80,18 +86,20 @@ export class MoRIIOConnector extends KVConnectorBase {
     return this.#pinger;
   }
 
-  /** Extra fields of GET /kvconnect/info: what a proxy needs to address this engine. */
-  kvConnectorInfo(): Record<string, unknown> {
+  /** What a proxy needs to address this engine: the addresses and mode of its discovery ping. */
+  override advertise(): ConnectorAdvertisement {
     const cfg = this.moriioConfig;
+    const ping = buildPing(
+      cfg,
+      this.#scheduler?.isProducer ?? false,
+      this.engineConfig.parallel.dataParallelSize,
+    );
     return {
+      connector: 'MoRIIOConnector',
       engine_id: cfg.engineId,
-      zmq_address: formatMoRIIOZmqAddress({
-        host: cfg.hostIp,
-        handshakePort: cfg.handshakePort,
-        notifyPort: cfg.notifyPort,
-      }),
-      http_address: `${cfg.hostIp}:${cfg.httpPort}`,
-      transfer_mode: cfg.readMode ? 'READ' : 'WRITE',
+      zmq_address: ping.zmq_address,
+      http_address: ping.http_address,
+      transfer_mode: ping.transfer_mode,
       backend: cfg.backend,
     };
   }

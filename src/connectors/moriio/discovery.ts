@@ -2,52 +2,49 @@
  * Service discovery (docs/connectors/moriio.md#service-discovery): TP rank 0 of a MoRIIO
  * engine (here: its scheduler side) tells the proxy every 3 s that it exists. vLLM sends
  * msgpack over ZMQ; the kvconnect proxy takes the same fields as JSON on POST /register at
- * proxy_ip:proxy_ping_port.
+ * proxy_ip:proxy_ping_port (the ping's shape: src/wire/moriio-discovery.ts).
  */
 import { getLogger } from '../../logging/logger.ts';
-import { formatMoRIIOZmqAddress } from './addressing.ts';
+import {
+  formatDiscoveryPing,
+  MORIIO_DISCOVERY_PATH,
+  MORIIO_PING_INTERVAL_MS,
+  type MoRIIODiscoveryPing,
+} from '../../wire/index.ts';
 import type { MoRIIOConfig } from './config.ts';
 
 const log = getLogger('kvconnect.connectors.moriio.discovery');
 
-export const MORIIO_PING_INTERVAL_MS = 3000;
 export const MORIIO_MAX_PING_RETRIES = 100;
 
-export interface MoRIIOPing {
-  type: 'P' | 'D';
-  http_address: string;
-  zmq_address: string;
-  dp_size: number;
-  tp_size: number;
-  transfer_mode: 'READ' | 'WRITE';
-}
-
-export function buildPing(cfg: MoRIIOConfig, isProducer: boolean, dpSize: number): MoRIIOPing {
-  return {
-    type: isProducer ? 'P' : 'D',
-    http_address: `${cfg.hostIp}:${cfg.httpPort}`,
-    zmq_address: formatMoRIIOZmqAddress({
-      host: cfg.hostIp,
-      handshakePort: cfg.handshakePort,
-      notifyPort: cfg.notifyPort,
-    }),
-    dp_size: dpSize,
-    tp_size: cfg.tpSize,
-    transfer_mode: cfg.readMode ? 'READ' : 'WRITE',
-  };
+export function buildPing(cfg: MoRIIOConfig, isProducer: boolean, dpSize: number): MoRIIODiscoveryPing {
+  return formatDiscoveryPing({
+    producer: isProducer,
+    host: cfg.hostIp,
+    httpPort: cfg.httpPort,
+    zmq: { host: cfg.hostIp, handshakePort: cfg.handshakePort, notifyPort: cfg.notifyPort },
+    dpSize,
+    tpSize: cfg.tpSize,
+    readMode: cfg.readMode,
+  });
 }
 
 export class DiscoveryPinger {
   readonly #url: string;
-  readonly #ping: MoRIIOPing;
+  readonly #ping: MoRIIODiscoveryPing;
   readonly #intervalMs: number;
   #timer: NodeJS.Timeout | null = null;
   #failures = 0;
   #sent = 0;
 
-  constructor(proxyIp: string, proxyPort: number, ping: MoRIIOPing, intervalMs = MORIIO_PING_INTERVAL_MS) {
+  constructor(
+    proxyIp: string,
+    proxyPort: number,
+    ping: MoRIIODiscoveryPing,
+    intervalMs = MORIIO_PING_INTERVAL_MS,
+  ) {
     const host = proxyIp.includes(':') ? `[${proxyIp}]` : proxyIp;
-    this.#url = `http://${host}:${proxyPort}/register`;
+    this.#url = `http://${host}:${proxyPort}${MORIIO_DISCOVERY_PATH}`;
     this.#ping = ping;
     this.#intervalMs = intervalMs;
   }

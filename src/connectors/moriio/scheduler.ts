@@ -17,6 +17,7 @@ import type {
 } from '../../connector/types.ts';
 import type { KVCacheBlocks, KVCacheConfig } from '../../kv/interfaces.ts';
 import { getLogger } from '../../logging/logger.ts';
+import { moriioPrefillResult } from '../../wire/index.ts';
 import { AckReconciler } from './ack-reconciler.ts';
 import { type MoRIIOPeer, prefillPeerOf } from './addressing.ts';
 import { type MoRIIOConfig, moriioPort } from './config.ts';
@@ -214,21 +215,20 @@ export class MoRIIOScheduler {
     const { parallel } = this.#engineConfig;
     return {
       delayFree: delay,
-      kvTransferParams: {
-        do_remote_prefill: true,
-        do_remote_decode: false,
-        remote_block_ids: ids,
-        remote_engine_id: this.#cfg.engineId,
-        remote_host: this.#cfg.hostIp,
-        remote_handshake_port: this.#cfg.handshakePort,
-        remote_notify_port: this.#cfg.notifyPort,
-        remote_dp_rank: parallel.dataParallelRank,
-        remote_dp_rank_override: true,
-        remote_dp_size: parallel.dataParallelSize,
-        remote_dp_size_local: parallel.dataParallelSizeLocal,
-        tp_size: this.tpSize,
-        transfer_id: transferId,
-      },
+      kvTransferParams: moriioPrefillResult({
+        engineId: this.#cfg.engineId,
+        address: {
+          host: this.#cfg.hostIp,
+          handshakePort: this.#cfg.handshakePort,
+          notifyPort: this.#cfg.notifyPort,
+        },
+        blockIds: ids,
+        dpRank: parallel.dataParallelRank,
+        dpSize: parallel.dataParallelSize,
+        dpSizeLocal: parallel.dataParallelSizeLocal,
+        tpSize: this.tpSize,
+        transferId,
+      }),
     };
   }
 

@@ -38,7 +38,9 @@ export function childSpecs(parent: EngineConfig): ChildSpec[] {
 }
 
 /** Loads (and caches) the class of every child, recursively for nested MultiConnectors. */
-export async function resolveChildClasses(specs: readonly ChildSpec[]): Promise<KVConnectorClass[]> {
+export async function resolveChildClasses(
+  specs: readonly Pick<ChildSpec, 'config'>[],
+): Promise<KVConnectorClass[]> {
   const classes: KVConnectorClass[] = [];
   for (const spec of specs) {
     const key = cacheKey(spec.config);

@@ -9,6 +9,7 @@ import type { ExtraConfigSchema } from '../../config/extra-config.ts';
 import { multiConnectorChildren } from '../../config/multi-connector-config.ts';
 import type { EngineConfig, KVTransferConfigLike } from '../../config/types.ts';
 import { KVConnectorBase, type KVConnectorClass } from '../../connector/base.ts';
+import type { ConnectorMetricSpec } from '../../connector/metric-specs.ts';
 import type {
   ConnectorRequest,
   ForwardContext,
@@ -25,6 +26,7 @@ import type {
 import { KVError } from '../../errors/kv-error.ts';
 import type { KVCacheBlocks, KVCacheConfig, KVCacheEvent, PagedKVMemory } from '../../kv/interfaces.ts';
 import { getLogger } from '../../logging/logger.ts';
+import type { ConnectorAdvertisement } from '../../wire/index.ts';
 import {
   buildChildren,
   type ChildSpec,
@@ -34,6 +36,7 @@ import {
   resolveChildClasses,
 } from './children.ts';
 import { mergeTransferParams, statsPerChildClass } from './merge.ts';
+import { multiConnectorMetricSpecs } from './metrics.ts';
 
 const log = getLogger('kvconnect.connectors.multi.connector');
 
@@ -65,6 +68,11 @@ export class MultiConnector extends KVConnectorBase {
       kv_connector_extra_config: extra,
     };
     return { connectors: multiConnectorChildren(parent as unknown as KVTransferConfigLike) };
+  }
+
+  /** The union of the children's metrics, each read from its child's stats. */
+  static override metricSpecs(config: KVTransferConfigLike): Promise<readonly ConnectorMetricSpec[]> {
+    return multiConnectorMetricSpecs(config);
   }
 
   /** Loads the classes of every child of this config, so later constructions are synchronous. */
@@ -227,6 +235,16 @@ export class MultiConnector extends KVConnectorBase {
     metadata: Record<number, KVConnectorHandshakeMetadata>,
   ): Promise<void> {
     for (const child of await this.#settled()) await child.setXferHandshakeMetadata(metadata);
+  }
+
+  /** The union of the children's advertisements; the first child to name a key wins. */
+  override advertise(): ConnectorAdvertisement {
+    const union: ConnectorAdvertisement = {};
+    for (const child of this.children) {
+      for (const [key, value] of Object.entries(child.advertise()))
+        if (!Object.hasOwn(union, key)) union[key] = value;
+    }
+    return union;
   }
 
   /** Success unless a child reports failure (null, "not implemented", counts as success). */

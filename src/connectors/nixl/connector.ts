@@ -6,6 +6,7 @@
 import type { ExtraConfigSchema } from '../../config/extra-config.ts';
 import type { EngineConfig } from '../../config/types.ts';
 import { KVConnectorBase } from '../../connector/base.ts';
+import type { ConnectorMetricSpec } from '../../connector/metric-specs.ts';
 import type {
   ConnectorRequest,
   ForwardContext,
@@ -20,7 +21,9 @@ import type {
 import { KVError } from '../../errors/kv-error.ts';
 import type { KVCacheBlocks, KVCacheConfig, PagedKVMemory } from '../../kv/interfaces.ts';
 import { getLogger } from '../../logging/logger.ts';
+import type { ConnectorAdvertisement, PdConnector } from '../../wire/index.ts';
 import type { TransferMode } from './metadata.ts';
+import { NIXL_METRICS } from './metrics.ts';
 import { NIXL_EXTRA_CONFIG, type NixlOptions, parseNixlOptions } from './options.ts';
 import { NixlScheduler } from './scheduler.ts';
 import type { NixlStepMetadata } from './step-metadata.ts';
@@ -44,7 +47,12 @@ abstract class NixlBaseConnector extends KVConnectorBase {
     return parseNixlOptions(extra, engineConfig);
   }
 
+  static override metricSpecs(): readonly ConnectorMetricSpec[] {
+    return NIXL_METRICS;
+  }
+
   readonly options: NixlOptions;
+  readonly #mode: TransferMode;
   readonly #scheduler: NixlScheduler | null = null;
   readonly #worker: NixlWorker | null = null;
 
@@ -55,6 +63,7 @@ abstract class NixlBaseConnector extends KVConnectorBase {
     mode: TransferMode,
   ) {
     super(engineConfig, role, kvCacheConfig);
+    this.#mode = mode;
     this.options = parseNixlOptions(this.kvTransferConfig.kv_connector_extra_config, engineConfig);
     if (this.kvTransferConfig.kv_role === 'kv_both') log.warnOnce(KV_BOTH_DEPRECATION);
     if (role === 'scheduler')
@@ -71,6 +80,17 @@ abstract class NixlBaseConnector extends KVConnectorBase {
   /** Scheduler role: where peers reach this engine's side channel (null before startup). */
   get sideChannelAddress(): { host: string; port: number } | null {
     return this.#scheduler?.sideChannelAddress ?? null;
+  }
+
+  /** The flow a proxy drives (NixlPullConnector is NixlConnector's), and where D handshakes with P. */
+  override advertise(): ConnectorAdvertisement {
+    const connector: PdConnector = this.#mode === 'push' ? 'NixlPushConnector' : 'NixlConnector';
+    const address = this.sideChannelAddress;
+    return {
+      connector,
+      transfer_mode: this.#mode,
+      ...(address ? { side_channel_host: address.host, side_channel_port: address.port } : {}),
+    };
   }
 
   /** Worker role: this rank's transfer agent (tests, tools). */

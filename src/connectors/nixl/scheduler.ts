@@ -19,9 +19,9 @@ import type {
 import type { KVCacheBlocks, KVCacheConfig } from '../../kv/interfaces.ts';
 import { getLogger } from '../../logging/logger.ts';
 import { SideChannelServer } from '../../transfer/index.ts';
+import { nixlPrefillResult, readNixlRemote, readRemoteNumTokens } from '../../wire/index.ts';
 import type { TransferMode } from './metadata.ts';
 import { type NixlOptions, sideChannelPortHint } from './options.ts';
-import { parseRemote, remoteNumTokens } from './params.ts';
 import type {
   HeartbeatJob,
   NixlStepMetadata,
@@ -94,7 +94,7 @@ export class NixlScheduler {
   onNewRequest(req: ConnectorRequest): void {
     const p = req.kvTransferParams;
     if (this.mode !== 'pull' || p?.['do_remote_prefill'] !== true) return;
-    const remote = parseRemote(p);
+    const remote = readNixlRemote(p);
     const rid = p['remote_request_id'];
     if (remote && typeof rid === 'string')
       this.#heartbeatFor.set(req.requestId, { remote, remoteRequestId: rid });
@@ -103,7 +103,7 @@ export class NixlScheduler {
   getNumNewMatchedTokens(req: ConnectorRequest, numComputedTokens: number): MatchedTokens {
     const p = req.kvTransferParams;
     if (p?.['do_remote_prefill'] !== true) return { count: 0, loadAsync: false };
-    const available = Math.min(req.numPromptTokens, remoteNumTokens(p) ?? req.numPromptTokens);
+    const available = Math.min(req.numPromptTokens, readRemoteNumTokens(p) ?? req.numPromptTokens);
     const count = available - numComputedTokens;
     return count > 0 ? { count, loadAsync: true } : { count: 0, loadAsync: false };
   }
@@ -112,7 +112,7 @@ export class NixlScheduler {
     const p = req.kvTransferParams;
     if (p?.['do_remote_prefill'] !== true) return;
     req.kvTransferParams = { ...p, do_remote_prefill: false };
-    const remote = parseRemote(p);
+    const remote = readNixlRemote(p);
     if (!remote) {
       log.warn(
         'Got invalid KVTransferParams: %s. This request will not utilize KVTransfer',
@@ -137,7 +137,7 @@ export class NixlScheduler {
     const remoteLists = normaliseGroups(remoteIds);
     const pairs = pairByPosition(
       local,
-      remotePositions(this.#kvCacheConfig, remoteLists, remoteNumTokens(p)),
+      remotePositions(this.#kvCacheConfig, remoteLists, readRemoteNumTokens(p)),
     );
     this.#recv.push({
       reqId: req.requestId,
@@ -197,25 +197,23 @@ export class NixlScheduler {
     const where = this.#advertised ?? { host: this.#opts.sideChannelHost, port: this.#opts.sideChannelPort };
     return {
       delayFree: delay,
-      kvTransferParams: {
-        do_remote_prefill: true,
-        do_remote_decode: false,
-        remote_block_ids: clipped,
-        remote_engine_id: this.#engineConfig.kvTransferConfig?.engine_id ?? '',
-        remote_request_id: req.requestId,
-        remote_host: where.host,
-        remote_port: where.port,
-        tp_size: this.tpSize,
-        ...(this.mode === 'push' ? { pp_size: 1 } : {}),
-        remote_num_tokens: delay ? req.numComputedTokens : 0,
-        remote_blocks_expiry_time: null,
-        transfer_mode: this.mode,
-      },
+      kvTransferParams: nixlPrefillResult({
+        remote: {
+          engineId: this.#engineConfig.kvTransferConfig?.engine_id ?? '',
+          host: where.host,
+          port: where.port,
+          tpSize: this.tpSize,
+        },
+        requestId: req.requestId,
+        blockIds: clipped,
+        numTokens: delay ? req.numComputedTokens : 0,
+        mode: this.mode,
+      }),
     };
   }
 
   #releaseUnloaded(req: ConnectorRequest, p: KVTransferParams): void {
-    const remote = parseRemote(p);
+    const remote = readNixlRemote(p);
     if (!remote) return;
     if (this.mode === 'push') {
       this.#register.push(this.#registration(req, p, remote, [], false));

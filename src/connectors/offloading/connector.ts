@@ -7,6 +7,7 @@
 import type { ExtraConfigSchema } from '../../config/extra-config.ts';
 import type { EngineConfig } from '../../config/types.ts';
 import { KVConnectorBase } from '../../connector/base.ts';
+import type { ConnectorMetricSpec } from '../../connector/metric-specs.ts';
 import type {
   ConnectorRequest,
   ForwardContext,
@@ -23,6 +24,7 @@ import { getLogger } from '../../logging/logger.ts';
 import { OFFLOADING_EXTRA_CONFIG, type OffloadingConfig, parseOffloadingConfig } from './config.ts';
 import { OffloadLayout } from './layout.ts';
 import { type OffloadMetadata, WORKER_META_KEY } from './metadata.ts';
+import { OFFLOAD_METRICS } from './metrics.ts';
 import { OffloadScheduler } from './scheduler-side.ts';
 import { createSecondaryTiers } from './tier-factory.ts';
 import { OffloadWorker } from './worker-side.ts';
@@ -39,6 +41,10 @@ export class OffloadingConnector extends KVConnectorBase {
     engineConfig: EngineConfig,
   ): OffloadingConfig {
     return parseOffloadingConfig(extra, engineConfig);
+  }
+
+  static override metricSpecs(): readonly ConnectorMetricSpec[] {
+    return OFFLOAD_METRICS;
   }
 
   readonly offloadConfig: OffloadingConfig;

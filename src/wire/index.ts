@@ -1,0 +1,65 @@
+/**
+ * The shapes two kvconnect processes must agree on, each defined once and imported by both
+ * sides (connectors, server, engine, proxy): kv_transfer_params of the P/D protocols,
+ * GET /kvconnect/info, MoRIIO's discovery ping, addresses and request ids. A leaf layer:
+ * it imports only errors/.
+ */
+
+export {
+  invalidKvTransferParam,
+  KV_TRANSFER_PARAM_TYPES,
+  type KVTransferParams,
+} from './kv-transfer-params.ts';
+export {
+  type BackendInfo,
+  type ConnectorAdvertisement,
+  type EngineIdentity,
+  formatKVConnectorInfo,
+  isPdConnector,
+  KVCONNECT_INFO_PATH,
+  type KVConnectorInfo,
+  type KVEventsInfo,
+  PD_CONNECTORS,
+  type PdConnector,
+  parseKVConnectorInfo,
+} from './kvconnect-info.ts';
+export {
+  formatMoRIIORequestId,
+  formatMoRIIOZmqAddress,
+  isMoRIIOZmqAddress,
+  MORIIO_DEFAULT_HANDSHAKE_PORT,
+  MORIIO_DEFAULT_NOTIFY_PORT,
+  type MoRIIOZmqAddress,
+  parseMoRIIORequestId,
+  parseMoRIIOZmqAddress,
+} from './moriio-address.ts';
+export {
+  formatDiscoveryPing,
+  formatMoRIIOHttpAddress,
+  MORIIO_DISCOVERY_PATH,
+  MORIIO_PING_INTERVAL_MS,
+  type MoRIIODiscoveryAnswer,
+  type MoRIIODiscoveryPing,
+  type MoRIIOInstance,
+  type MoRIIOTransferMode,
+  parseDiscoveryPing,
+} from './moriio-discovery.ts';
+export {
+  MORIIO_RELAYED_KEYS,
+  type MoRIIOPeerLayout,
+  type MoRIIOPrefillPeer,
+  moriioDecodeParams,
+  moriioPrefillParams,
+  moriioPrefillResult,
+  newMoRIIOTransferId,
+  readMoRIIOPrefillPeer,
+} from './moriio-params.ts';
+export {
+  NIXL_PREFILL_REQUEST,
+  type NixlRemoteEngine,
+  type NixlRemotePrefillParams,
+  nixlPrefillResult,
+  nixlPushDecodeParams,
+  readNixlRemote,
+  readRemoteNumTokens,
+} from './nixl-params.ts';

@@ -6,7 +6,7 @@
 import { formatErrorText } from '../errors/format.ts';
 import { setLogLevel } from '../logging/logger.ts';
 import { readEnv } from '../util/envs.ts';
-import { KVCONNECT_INFO_PATH } from '../wire/index.ts';
+import { CONNECTOR_INFO_PATH } from '../wire/index.ts';
 import { type CompletionResult, streamCompletion } from './client.ts';
 import { keepRunningHelp } from './keep-running.ts';
 import { demoMetricNames, type MetricReading, metricDelta, readMetrics } from './metrics.ts';
@@ -102,7 +102,7 @@ async function reportedMode(
     moriioBackend: moriio ? options.moriioBackend : null,
   };
   try {
-    const res = await fetch(`${prefillUrl}${KVCONNECT_INFO_PATH}`);
+    const res = await fetch(`${prefillUrl}${CONNECTOR_INFO_PATH}`);
     const info = (await res.json()) as { transfer_mode?: unknown; backend?: unknown };
     return {
       transferMode: typeof info.transfer_mode === 'string' ? info.transfer_mode : asked.transferMode,

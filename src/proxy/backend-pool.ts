@@ -8,7 +8,7 @@
 import { getLogger } from '../logging/logger.ts';
 import {
   isPdConnector,
-  KVCONNECT_INFO_PATH,
+  CONNECTOR_INFO_PATH,
   type MoRIIODiscoveryPing,
   PD_CONNECTORS,
   parseKVConnectorInfo,
@@ -172,7 +172,7 @@ export class BackendPool {
     const known = backend.info !== null;
     try {
       const res = await this.#upstream.getJson(
-        `${backend.url}${KVCONNECT_INFO_PATH}`,
+        `${backend.url}${CONNECTOR_INFO_PATH}`,
         this.#options.healthTimeoutMs,
       );
       const info = res.status === 200 ? parseKVConnectorInfo(res.json) : null;

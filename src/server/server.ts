@@ -15,7 +15,7 @@ import {
   sendText,
 } from '../http/index.ts';
 import { getLogger } from '../logging/logger.ts';
-import { KVCONNECT_INFO_PATH } from '../wire/index.ts';
+import { CONNECTOR_INFO_PATH } from '../wire/index.ts';
 import { AdmissionGate } from './admission.ts';
 import { devModeFromEnv, handleResetPrefixCache } from './dev-routes.ts';
 import { type GenerateHandlerContext, handleGenerate } from './generate-handler.ts';
@@ -127,7 +127,7 @@ export function createServer(options: ServerOptions): KVServer {
       const { contentType, body } = await metrics.render();
       sendText(res, 200, body, contentType);
     })
-    .on('GET', KVCONNECT_INFO_PATH, (_req, res) => sendJson(res, 200, backendInfo(engine, servedModelName)));
+    .on('GET', CONNECTOR_INFO_PATH, (_req, res) => sendJson(res, 200, backendInfo(engine, servedModelName)));
   if (options.devMode ?? devModeFromEnv()) {
     log.warn('SECURITY WARNING: Development endpoints are enabled! This should NOT be used in production!');
     router.on('POST', '/reset_prefix_cache', (req, res) =>

@@ -16,7 +16,7 @@ export {
   type EngineIdentity,
   formatKVConnectorInfo,
   isPdConnector,
-  KVCONNECT_INFO_PATH,
+  CONNECTOR_INFO_PATH,
   type KVConnectorInfo,
   type KVEventsInfo,
   PD_CONNECTORS,

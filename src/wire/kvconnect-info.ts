@@ -7,7 +7,7 @@
 import { isMoRIIOZmqAddress } from './moriio-address.ts';
 import { isRecord } from './values.ts';
 
-export const KVCONNECT_INFO_PATH = '/kvconnect/info';
+export const CONNECTOR_INFO_PATH = '/kvconnect/info';
 
 /** The P/D protocols a proxy drives (docs/proxy.md#flows-and-their-exact-parameters). */
 export const PD_CONNECTORS = ['NixlConnector', 'NixlPushConnector', 'MoRIIOConnector'] as const;

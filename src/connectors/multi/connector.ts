@@ -240,7 +240,7 @@ export class MultiConnector extends KVConnectorBase {
   /** The union of the children's advertisements; the first child to name a key wins. */
   override advertise(): ConnectorAdvertisement {
     const union: ConnectorAdvertisement = {};
-    for (const child of this.children) {
+    for (const child of this.#children) {
       for (const [key, value] of Object.entries(child.advertise()))
         if (!Object.hasOwn(union, key)) union[key] = value;
     }

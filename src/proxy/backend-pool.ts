@@ -7,8 +7,8 @@
  */
 import { getLogger } from '../logging/logger.ts';
 import {
-  isPdConnector,
   CONNECTOR_INFO_PATH,
+  isPdConnector,
   type MoRIIODiscoveryPing,
   PD_CONNECTORS,
   parseKVConnectorInfo,

@@ -12,11 +12,11 @@ export {
 } from './kv-transfer-params.ts';
 export {
   type BackendInfo,
+  CONNECTOR_INFO_PATH,
   type ConnectorAdvertisement,
   type EngineIdentity,
   formatKVConnectorInfo,
   isPdConnector,
-  CONNECTOR_INFO_PATH,
   type KVConnectorInfo,
   type KVEventsInfo,
   PD_CONNECTORS,

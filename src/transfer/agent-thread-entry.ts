@@ -6,6 +6,7 @@
  * thread's mirror.
  */
 import { parentPort, receiveMessageOnPort, workerData } from 'node:worker_threads';
+import { isKVError } from '../errors/index.ts';
 import { InThreadTransferAgent } from './agent.ts';
 import {
   type AgentThreadData,
@@ -51,8 +52,10 @@ const TABLE_COMMANDS: ReadonlySet<ToAgentThread['type']> = new Set([
  */
 const INDEPENDENT_COMMANDS: ReadonlySet<ToAgentThread['type']> = new Set(['post', 'notify', 'sync']);
 
-function failedPost(reason: string): TransferStatus {
-  return { state: 'ERR', failed: [], failedBlockIds: [], reason };
+/** A post the thread's agent threw on (closed there, or its own checks failed): the transfer's status. */
+function failedPost(e: unknown): TransferStatus {
+  const cause = isKVError(e) && e.code === 'TRANSFER_CLOSED' ? 'closed' : 'rejected';
+  return { state: 'ERR', failed: [], failedBlockIds: [], cause, reason: toPlainError(e).message };
 }
 
 function handle(agent: InThreadTransferAgent, msg: ToAgentThread): void {
@@ -85,7 +88,7 @@ function handle(agent: InThreadTransferAgent, msg: ToAgentThread): void {
               })
             : agent.write(msg.remoteAgent, msg.descs, notification);
       } catch (e) {
-        send({ type: 'done', id: msg.id, status: failedPost(toPlainError(e).message) });
+        send({ type: 'done', id: msg.id, status: failedPost(e) });
         return;
       }
       agent.waitFor(h).then(
@@ -94,7 +97,7 @@ function handle(agent: InThreadTransferAgent, msg: ToAgentThread): void {
           flushStats(agent);
           send({ type: 'done', id: msg.id, status });
         },
-        (e: unknown) => send({ type: 'done', id: msg.id, status: failedPost(toPlainError(e).message) }),
+        (e: unknown) => send({ type: 'done', id: msg.id, status: failedPost(e) }),
       );
       return;
     }

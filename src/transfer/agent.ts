@@ -316,7 +316,7 @@ export class InThreadTransferAgent implements TransferAgent {
     if (t.state === 'PROC' && performance.now() > t.deadline) tracked.peer.expire(t);
     if (t.state === 'DONE') return DONE_STATUS;
     if (t.state === 'PROC') return PROC_STATUS;
-    return errStatus(t.failed, t.reason ?? 'transfer failed');
+    return errStatus(t.failed, t.failure!);
   }
 
   releaseHandle(handle: TransferHandle): void {
@@ -425,7 +425,7 @@ export class InThreadTransferAgent implements TransferAgent {
     if (this.#closed) return;
     this.#closed = true;
     this.#busyPoll.stop();
-    for (const p of this.#peers.values()) p.close('agent closed');
+    for (const p of this.#peers.values()) p.close('agent closed', 'closed');
     this.#peers.clear();
     for (const s of this.#sockets) s.destroy();
     await new Promise<void>((resolve) => this.#server.close(() => resolve()));

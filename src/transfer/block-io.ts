@@ -5,6 +5,7 @@
  * per-block verdict, so a bad checksum or a missing chunk fails exactly those blocks.
  */
 import { blockChecksums } from './checksum.ts';
+import type { TransferFailure } from './failure.ts';
 import type { DataFrame, Mutable } from './frames.ts';
 import type { DataChunk, PeerLink } from './peer-link.ts';
 import { ProtocolError } from './protocol-error.ts';
@@ -20,11 +21,17 @@ export interface BlockRun {
 export type OutgoingHook = (view: Uint8Array, run: BlockRun) => Uint8Array;
 
 /** Null while the blocks may still be sent; else why not (the grant ended). */
-export type SendPermission = (run: BlockRun) => string | null;
+export type SendPermission = (run: BlockRun) => TransferFailure | null;
 
 /** A READ's grant ended while its chunks were queued: the rest is not sent. */
 export class PermissionEndedError extends Error {
   override readonly name = 'PermissionEndedError';
+  readonly refusal: TransferFailure;
+
+  constructor(refusal: TransferFailure) {
+    super(refusal.reason);
+    this.refusal = refusal;
+  }
 }
 
 export interface SendOptions {

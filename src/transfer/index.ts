@@ -8,6 +8,12 @@ export { blockChecksum, blockChecksums } from './checksum.ts';
 export { checkCompatibility, compatibilityMismatchMessage } from './compat.ts';
 export { type CreateAgentOptions, createTransferAgent } from './create-agent.ts';
 export { coalesceBlockLists, validateDescPairs } from './descriptors.ts';
+export {
+  isRetryableCause,
+  TRANSFER_FAILURE_CAUSES,
+  type TransferFailure,
+  type TransferFailureCause,
+} from './failure.ts';
 export { TRANSFER_PROTOCOL_VERSION } from './frames.ts';
 export type { GrantSpec } from './grants.ts';
 export { isMappableRegion } from './kv-map.ts';
@@ -20,10 +26,5 @@ export {
 } from './side-channel.ts';
 export type { TransferStatsSnapshot } from './stats.ts';
 export { type ThreadedAgentOptions, ThreadedTransferAgent } from './threaded-agent.ts';
-export {
-  type Descriptors,
-  isRetryableRefusal,
-  type PostOptions,
-  type TransferAgent,
-} from './transfer-agent.ts';
+export type { Descriptors, PostOptions, TransferAgent } from './transfer-agent.ts';
 export type * from './types.ts';

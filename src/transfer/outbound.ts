@@ -12,6 +12,7 @@ import { type BlockRun, type IncomingRuns, sendRuns } from './block-io.ts';
 import { ClientHandshake } from './client-handshake.ts';
 import { FramedConnection, zeroCopyRead } from './connection.ts';
 import { directRead } from './direct-read.ts';
+import type { TransferFailure, TransferFailureCause } from './failure.ts';
 import { type AgentFrame, type DataFrame, type Mutable, mappedPieces, parseAgentFrame } from './frames.ts';
 import { PeerLink } from './peer-link.ts';
 import { ProtocolError } from './protocol-error.ts';
@@ -36,7 +37,7 @@ export interface OutboundTransfer {
   readonly incoming: IncomingRuns;
   state: 'PROC' | 'DONE' | 'ERR';
   failed: FailedBlocks[];
-  reason?: string;
+  failure?: TransferFailure;
   finishedAt?: number;
   /** A pulled WRITE: the key of the lease published for the receiver, until the WRITE ends. */
   pullKey?: string | undefined;
@@ -52,6 +53,8 @@ export const DISABLE_WRITE_PULL_ENV = 'KVCONNECT_DISABLE_WRITE_PULL';
 /** Lease keys of pulled WRITEs (one per transfer id; user grant keys are other strings). */
 const PULL_KEY_PREFIX = 'kvconnect-write-pull:';
 
+const CHECKSUM_MISMATCH: TransferFailure = { cause: 'checksum', reason: 'block checksum mismatch' };
+
 export class OutboundPeer {
   readonly meta: AgentMetadata;
   readonly #core: AgentCore;
@@ -63,6 +66,8 @@ export class OutboundPeer {
   #landing: number | null = null;
   /** performance.now() of the last frame or payload bytes from the peer. */
   #lastHeard = performance.now();
+  /** What in-flight transfers fail with when the connection ends: set when this side closes it. */
+  #closeCause: TransferFailureCause = 'connection_lost';
 
   constructor(
     core: AgentCore,
@@ -102,8 +107,8 @@ export class OutboundPeer {
     this.#link = new PeerLink(conn, transport);
     this.#handshake = new ClientHandshake(core, this.#link, meta.agentName, connectTimeoutMs);
     conn.onClose((reason) => {
-      for (const t of [...this.#inflight.values()])
-        this.#finish(t, `connection to ${meta.agentName} lost: ${reason}`);
+      const failure = { cause: this.#closeCause, reason: `connection to ${meta.agentName} lost: ${reason}` };
+      for (const t of [...this.#inflight.values()]) this.#finish(t, failure);
     });
   }
 
@@ -182,7 +187,11 @@ export class OutboundPeer {
 
   /** What ends transfer `t` when one of its sends fails. */
   #failer(t: OutboundTransfer): (e: unknown) => void {
-    return (e) => this.#finish(t, `sending failed: ${e instanceof Error ? e.message : String(e)}`);
+    return (e) =>
+      this.#finish(t, {
+        cause: 'send_failed',
+        reason: `sending failed: ${e instanceof Error ? e.message : String(e)}`,
+      });
   }
 
   /** A WRITE's blocks and its end marker, after the `write` frame. */
@@ -248,7 +257,7 @@ export class OutboundPeer {
     const ms = Math.round(t.deadline - t.postedAt);
     const midFrame = this.#landing === t.id;
     const silent = this.#lastHeard < t.postedAt;
-    this.#finish(t, `transfer timed out after ${ms} ms`);
+    this.#finish(t, { cause: 'timeout', reason: `transfer timed out after ${ms} ms` });
     if (midFrame || silent) {
       const why = midFrame ? 'in the middle of one of its data frames' : `with nothing received for ${ms} ms`;
       log.warn('closing connection to %s: %s %d timed out %s', this.meta.agentName, t.kind, t.id, why);
@@ -256,7 +265,9 @@ export class OutboundPeer {
     }
   }
 
-  close(reason: string): void {
+  /** Closes the connection; its in-flight transfers fail with `cause` (the agent was closed, or the connection dropped). */
+  close(reason: string, cause: TransferFailureCause = 'connection_lost'): void {
+    if (!this.#link.conn.closed) this.#closeCause = cause;
     this.#link.conn.close(reason);
   }
 
@@ -297,7 +308,7 @@ export class OutboundPeer {
       }
       case 'xfer_err': {
         const t = this.#inflight.get(f.xfer);
-        if (t) this.#finish(t, f.reason, true);
+        if (t) this.#finish(t, { cause: f.cause, reason: f.reason }, true);
         return;
       }
       case 'pull_declined': {
@@ -343,7 +354,10 @@ export class OutboundPeer {
     const positions = bad.filter(([d, o]) => sent.has(`${d}:${o}`));
     this.#finish(
       t,
-      `${positions.length} block(s) failed checksum verification at the receiver`,
+      {
+        cause: 'checksum',
+        reason: `${positions.length} block(s) failed checksum verification at the receiver`,
+      },
       false,
       positions,
     );
@@ -355,7 +369,7 @@ export class OutboundPeer {
    */
   #finish(
     t: OutboundTransfer,
-    reason: string | undefined,
+    failure: TransferFailure | undefined,
     allFailed = false,
     writeBad?: readonly (readonly [number, number])[],
   ): void {
@@ -366,13 +380,13 @@ export class OutboundPeer {
     let failed: FailedBlocks[];
     if (t.kind === 'READ') {
       failed = allFailed ? localBlocks(t.descs) : t.incoming.failed().byRegion;
-      if (reason === undefined && failed.length > 0) reason = 'block checksum mismatch';
       // Every block landed and verified: the data is valid whatever happened afterwards.
-      if (failed.length === 0) reason = undefined;
+      if (failed.length === 0) failure = undefined;
+      else failure ??= CHECKSUM_MISMATCH;
     } else {
       failed = localBlocks(t.descs, writeBad);
     }
-    if (reason === undefined && failed.length === 0) {
+    if (failure === undefined) {
       t.state = 'DONE';
       if (t.kind === 'READ' && t.notification !== undefined) {
         this.notify(t.notification).catch(() => {});
@@ -380,8 +394,8 @@ export class OutboundPeer {
     } else {
       t.state = 'ERR';
       t.failed = failed;
-      t.reason = reason ?? 'transfer failed';
-      log.warn('%s %d to %s failed: %s', t.kind, t.id, this.meta.agentName, t.reason);
+      t.failure = failure;
+      log.warn('%s %d to %s failed: %s', t.kind, t.id, this.meta.agentName, failure.reason);
     }
     this.#onFinish(t);
   }

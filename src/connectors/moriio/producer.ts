@@ -10,7 +10,6 @@ import type { TransferHandle } from '../../transfer/index.ts';
 import { emitMoRIIOEvent } from './events.ts';
 import type { RemoteBlocksMessage } from './notify-channel.ts';
 import { sendNotify } from './notify-channel.ts';
-import { isTimeoutReason } from './stats.ts';
 import type { SaveJob, SendJob } from './step-metadata.ts';
 import { moriioExpectedAckCount, validateMoRIIOHeterogeneousTp } from './tp.ts';
 import type { MoRIIOWorkerContext } from './worker-context.ts';
@@ -222,7 +221,7 @@ export class MoRIIOProducer {
         agent.releaseHandle(handle);
         if (status.state !== 'DONE') {
           reg.failed = true;
-          if (isTimeoutReason(status.reason)) stats.timedOut();
+          if (status.cause === 'timeout') stats.timedOut();
           log.error('MoRIIO write of transfer %s failed: %s', t.transferId, status.reason ?? '');
         }
       })

@@ -11,7 +11,12 @@ import { KVError } from '../../errors/kv-error.ts';
 import { dtypeBytes } from '../../kv/dtype.ts';
 import type { KVCacheConfig, PagedKVMemory } from '../../kv/interfaces.ts';
 import { getLogger } from '../../logging/logger.ts';
-import { isRetryableRefusal, type TransferAgent, type TransferHandle } from '../../transfer/index.ts';
+import {
+  isRetryableCause,
+  type TransferAgent,
+  type TransferHandle,
+  type TransferStatus,
+} from '../../transfer/index.ts';
 import type { RemoteEngines } from './handshake.ts';
 import { type HeadPlan, planHeads } from './head-plan.ts';
 import { type BlockShape, type HeadCopy, scatterHeads } from './head-scatter.ts';
@@ -199,7 +204,7 @@ export class HeteroTpReader {
         s.handle = null;
         if (status.state === 'DONE') {
           s.state = 'DONE';
-        } else if (!load.failed && this.#retry(load, s, status.reason, notification(load.job))) {
+        } else if (!load.failed && this.#retry(load, s, status, notification(load.job))) {
           // reposted after a backoff
         } else {
           s.state = 'ERR';
@@ -216,8 +221,9 @@ export class HeteroTpReader {
     }
   }
 
-  #retry(load: HeteroLoad, s: SourceRead, reason: string | undefined, notification: string): boolean {
-    if (!isRetryableRefusal(reason)) return false;
+  #retry(load: HeteroLoad, s: SourceRead, status: TransferStatus, notification: string): boolean {
+    if (!isRetryableCause(status.cause)) return false;
+    const reason = status.reason;
     const delay = Math.min(RETRY_BASE_MS * 2 ** s.retries, RETRY_MAX_MS);
     if (performance.now() + delay - load.firstPostAt > this.#d.leaseSeconds * 1000) return false;
     s.retries++;

@@ -15,9 +15,10 @@ import {
   type BlockListPair,
   copyThreadsUpTo,
   createTransferAgent,
-  isRetryableRefusal,
+  isRetryableCause,
   type TransferAgent,
   type TransferHandle,
+  type TransferStatus,
 } from '../../transfer/index.ts';
 import { RemoteEngines } from './handshake.ts';
 import { HeteroTpReader } from './hetero-reader.ts';
@@ -307,8 +308,9 @@ export class NixlWorker {
    * engine step after P answered): post it again after a backoff, while P's lease could
    * still be running. A grant that was revoked or expired is never retried.
    */
-  #retryLater(ctx: WorkerContext, load: Load, agentName: string, reason: string | undefined): boolean {
-    if (!isRetryableRefusal(reason)) return false;
+  #retryLater(ctx: WorkerContext, load: Load, agentName: string, status: TransferStatus): boolean {
+    if (!isRetryableCause(status.cause)) return false;
+    const reason = status.reason;
     const delay = Math.min(RETRY_BASE_MS * 2 ** load.retries, RETRY_MAX_MS);
     const budgetMs = this.#opts.kvLeaseDuration * 1000;
     if (performance.now() + delay - load.firstPostAt > budgetMs) return false;
@@ -343,8 +345,9 @@ export class NixlWorker {
    * engine id with its agent elsewhere, so the cached handshake is dropped and the READ is
    * posted once more after a fresh handshake. A second failure is a load error.
    */
-  #reconnect(ctx: WorkerContext, load: Load, reason: string | undefined): boolean {
-    if (load.reconnected || !reason?.startsWith('connection to ')) return false;
+  #reconnect(ctx: WorkerContext, load: Load, status: TransferStatus): boolean {
+    if (load.reconnected || status.cause !== 'connection_lost') return false;
+    const reason = status.reason;
     load.reconnected = true;
     load.handle = null;
     ctx.forget(load.job.remote);
@@ -424,8 +427,8 @@ export class NixlWorker {
         this.#loads.delete(load.job.reqId);
         this.#recving.push(load.job.reqId);
       } else if (
-        !this.#retryLater(ctx, load, handle.remoteAgent, status.reason) &&
-        !this.#reconnect(ctx, load, status.reason)
+        !this.#retryLater(ctx, load, handle.remoteAgent, status) &&
+        !this.#reconnect(ctx, load, status)
       ) {
         log.error(
           'NIXL transfer failure: transfer_failed | Context: request %s: %s',

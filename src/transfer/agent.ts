@@ -20,7 +20,7 @@ import {
   unreachable,
 } from './agent-checks.ts';
 import type { AgentCore } from './agent-core.ts';
-import type { AgentObserver, TransferAgentOptions } from './agent-options.ts';
+import type { AgentObserver, AgentSeams, TransferAgentOptions } from './agent-options.ts';
 import { resolveSecret } from './auth.ts';
 import { type BackendChoice, chooseTransport, resolveBackends } from './backends.ts';
 import { IncomingRuns } from './block-io.ts';
@@ -77,7 +77,7 @@ export class InThreadTransferAgent implements TransferAgent {
   #closed = false;
   readonly #busyPoll: BusyPoll;
 
-  private constructor(opts: TransferAgentOptions) {
+  private constructor(opts: TransferAgentOptions, seams: AgentSeams) {
     this.#opts = opts;
     this.engineId = opts.engineId;
     this.tpRank = opts.tpRank ?? 0;
@@ -114,13 +114,12 @@ export class InThreadTransferAgent implements TransferAgent {
       leases: () => this.#leases,
       records: this.#records,
       offerLeases: (opts.offerKvMapping ?? true) && process.env[DISABLE_DIRECT_READ_ENV] !== '1',
-      outgoingHook: opts.testHooks?.outgoing,
-      stallOnNotification: opts.testHooks?.stallOnNotification,
+      outgoing: seams.outgoing,
       copyThreads,
       activity: this.#busyPoll.touch,
       deliver: (n) => {
         this.#notifications.push(n);
-        this.#observer.notification?.();
+        this.#observer.notification?.(n);
       },
       grantMissed: () => this.#observer.grantMissed?.() ?? false,
     };
@@ -137,9 +136,12 @@ export class InThreadTransferAgent implements TransferAgent {
     });
   }
 
-  /** Creates the agent and binds its listener (the bound port is what metadata advertises). */
-  static async create(opts: TransferAgentOptions): Promise<InThreadTransferAgent> {
-    const agent = new InThreadTransferAgent(opts);
+  /**
+   * Creates the agent and binds its listener (the bound port is what metadata advertises).
+   * `seams.outgoing` is for fault injection only (AgentSeams).
+   */
+  static async create(opts: TransferAgentOptions, seams: AgentSeams = {}): Promise<InThreadTransferAgent> {
+    const agent = new InThreadTransferAgent(opts, seams);
     const host = opts.host ?? '127.0.0.1';
     const port = opts.port ?? 0;
     await new Promise<void>((resolve, reject) => {

@@ -140,8 +140,6 @@ export class InboundSession {
         return;
       case 'notif':
         this.#core.deliver({ agent: this.#peer.agentName, message: f.message });
-        if (f.message === this.#core.stallOnNotification?.message)
-          Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, this.#core.stallOnNotification.ms);
         return;
       case 'ack':
         link.onAck(f.count);
@@ -267,7 +265,7 @@ export class InboundSession {
     const recorded = (run: BlockRun): number[] | null =>
       c.leases()?.sums(run.region, run.first, run.count) ?? c.records.sums(run.region, run.first, run.count);
     sendRuns(link, c.regions, c.chunkBytes, xfer, runs, {
-      hook: c.outgoingHook,
+      transform: c.outgoing,
       heldSince: arrived,
       allowed,
       recorded,

@@ -1,12 +1,12 @@
 /** Public API of the transfer layer (used by src/connectors/nixl/ and src/connectors/moriio/). */
 export { InThreadTransferAgent } from './agent.ts';
 export { copyThreadsUpTo, MAX_BUSY_POLL_US } from './agent-checks.ts';
-export type { TransferAgentOptions } from './agent-options.ts';
+export type { AgentSeams, TransferAgentOptions } from './agent-options.ts';
 export { resolveSecret, SECRET_ENV } from './auth.ts';
 export { type BackendChoice, chooseTransport, KNOWN_BACKENDS, resolveBackends } from './backends.ts';
 export { blockChecksum, blockChecksums } from './checksum.ts';
 export { checkCompatibility, compatibilityMismatchMessage } from './compat.ts';
-export { type CreateAgentOptions, createTransferAgent } from './create-agent.ts';
+export { type AgentFactory, type CreateAgentOptions, createTransferAgent } from './create-agent.ts';
 export { coalesceBlockLists, validateDescPairs } from './descriptors.ts';
 export {
   isRetryableCause,

@@ -205,7 +205,7 @@ export class OutboundPeer {
       count: d.count,
     }));
     sendRuns(link, c.regions, c.chunkBytes, t.id, local, {
-      hook: c.outgoingHook,
+      transform: c.outgoing,
       // Checksums recorded when the engine wrote the blocks: nothing to hash on the way.
       recorded: (run) => c.records.sums(run.region, run.first, run.count),
     }).catch(fail);
@@ -222,7 +222,7 @@ export class OutboundPeer {
     const c = this.#core;
     const table = c.leases();
     const link = this.#link;
-    if (table === null || !link.peerPulls || link.transport !== 'shm' || c.outgoingHook) return null;
+    if (table === null || !link.peerPulls || link.transport !== 'shm' || c.outgoing) return null;
     if (process.env[DISABLE_WRITE_PULL_ENV] === '1') return null;
     for (const d of t.descs) if (!c.records.hasAll(d.localRegion, d.localFirst, d.count)) return null;
     const key = `${PULL_KEY_PREFIX}${t.id}`;

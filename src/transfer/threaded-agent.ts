@@ -22,6 +22,7 @@ import {
   unknownHandle,
   unreachable,
 } from './agent-checks.ts';
+import type { AgentSeams } from './agent-options.ts';
 import type {
   FromAgentThread,
   SharedRegion,
@@ -105,14 +106,20 @@ export class ThreadedTransferAgent implements TransferAgent {
     });
   }
 
-  /** Starts the worker, which creates the agent and binds its listener. */
-  static async create(opts: ThreadedAgentOptions): Promise<ThreadedTransferAgent> {
+  /**
+   * Starts the worker, which creates the agent and binds its listener. `seams.threadEntry`
+   * is for fault injection only (AgentSeams).
+   */
+  static async create(
+    opts: ThreadedAgentOptions,
+    seams: Pick<AgentSeams, 'threadEntry'> = {},
+  ): Promise<ThreadedTransferAgent> {
     resolveBackends(opts.backends);
     checkAgentOptions(opts);
     // Resolved here (the error before any thread starts) and handed to the thread as the option.
     const copyThreads = resolveCopyThreads(opts.copyThreads);
     const busyPollUs = resolveBusyPollUs(opts.busyPollUs, true);
-    const worker = startAgentThread({ options: { ...opts, copyThreads, busyPollUs } });
+    const worker = startAgentThread({ options: { ...opts, copyThreads, busyPollUs } }, seams.threadEntry);
     try {
       const base = await waitReady(worker);
       return new ThreadedTransferAgent(worker, opts, base, copyThreads, busyPollUs);
@@ -353,11 +360,6 @@ export class ThreadedTransferAgent implements TransferAgent {
     // After 'closed' the thread closes its port and exits on its own.
     await stopWorker(this.#worker);
     this.#stop(closedError(), 'closed');
-  }
-
-  /** Test-only: makes the worker throw an uncaught error, as a bug in it would. */
-  crashForTest(): void {
-    this.#send({ type: 'crash-for-test' });
   }
 
   #send(msg: ToAgentThread): void {

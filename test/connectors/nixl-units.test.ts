@@ -11,7 +11,7 @@ import {
   reduceNixlStats,
   tpRatio,
 } from '../../src/connectors/nixl/index.ts';
-import { HEARTBEAT_PREFIX, heartbeatMessages } from '../../src/connectors/nixl/step-metadata.ts';
+import { HEARTBEAT_PREFIX, heartbeatMessages } from '../../src/connectors/nixl/notifications.ts';
 import { LLM } from '../../src/engine/llm.ts';
 import { isKVError } from '../../src/errors/index.ts';
 import type { KVCacheConfig } from '../../src/kv/interfaces.ts';

@@ -16,11 +16,6 @@ import type { MoRIIOWorkerContext } from './worker-context.ts';
 
 const log = getLogger('kvconnect.connectors.moriio');
 
-/** Test hook: the process dies right after posting this many writes (a producer killed mid-write). */
-let exitAfterWrites = Number(process.env['KVCONNECT_MORIIO_TEST_EXIT_AFTER_WRITES'] ?? 0);
-/** Test hook: the process stops itself (SIGSTOP) right after posting this many writes (a producer gone silent). */
-let stopAfterWrites = Number(process.env['KVCONNECT_MORIIO_TEST_STOP_AFTER_WRITES'] ?? 0);
-
 interface Registration {
   readonly msg: RemoteBlocksMessage;
   agent: Promise<string> | null;
@@ -215,8 +210,6 @@ export class MoRIIOProducer {
           stats.failedTransfer();
           throw e;
         }
-        if (exitAfterWrites > 0 && --exitAfterWrites === 0) process.exit(137);
-        if (stopAfterWrites > 0 && --stopAfterWrites === 0) process.kill(process.pid, 'SIGSTOP');
         const status = await agent.waitFor(handle);
         agent.releaseHandle(handle);
         if (status.state !== 'DONE') {

@@ -8,13 +8,13 @@
 import { KVError } from '../../errors/kv-error.ts';
 import type { TransferAgent } from '../../transfer/index.ts';
 import { checkCompatibility, fetchRemoteMetadata } from '../../transfer/index.ts';
-import { validateRemoteGeometry } from './head-plan.ts';
 import {
   decodeAgentMetadata,
   decodeHandshakePayload,
   engineIdMismatch,
   type NixlHandshakePayload,
-} from './metadata.ts';
+} from './handshake.ts';
+import { validateRemoteGeometry } from './head-plan.ts';
 import type { RemoteEndpoint } from './step-metadata.ts';
 
 export interface HandshakeSettings {

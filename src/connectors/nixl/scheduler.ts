@@ -19,8 +19,8 @@ import type {
 import type { KVCacheBlocks, KVCacheConfig } from '../../kv/interfaces.ts';
 import { getLogger } from '../../logging/logger.ts';
 import { SideChannelServer } from '../../transfer/index.ts';
-import type { TransferMode } from './metadata.ts';
-import { type NixlOptions, sideChannelPortHint } from './options.ts';
+import { type NixlOptions, sideChannelPortHint } from './config.ts';
+import type { TransferMode } from './handshake.ts';
 import { parseRemote, remoteNumTokens } from './params.ts';
 import type {
   HeartbeatJob,

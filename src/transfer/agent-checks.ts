@@ -7,8 +7,8 @@
 import { availableParallelism } from 'node:os';
 import { KVError } from '../errors/index.ts';
 import type { TransferFailure } from './failure.ts';
-import { TRANSFER_PROTOCOL_VERSION } from './frames.ts';
-import { MAX_PAYLOAD_BYTES } from './framing.ts';
+import { MAX_PAYLOAD_BYTES } from './frame-codec.ts';
+import { TRANSFER_PROTOCOL_VERSION } from './messages.ts';
 import type { AgentMetadata, DescPair, FailedBlocks, MemoryRegion, TransferStatus } from './types.ts';
 
 /** Throws TRANSFER_BAD_REGION unless every region holds numBlocks × blockBytes bytes with sane sizes. */

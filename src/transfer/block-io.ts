@@ -6,7 +6,7 @@
  */
 import { blockChecksums } from './checksum.ts';
 import type { TransferFailure } from './failure.ts';
-import type { DataFrame, Mutable } from './frames.ts';
+import type { DataFrame, Mutable } from './messages.ts';
 import type { DataChunk, PeerLink } from './peer-link.ts';
 import { ProtocolError } from './protocol-error.ts';
 import type { FailedBlocks, MemoryRegion } from './types.ts';

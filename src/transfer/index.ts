@@ -14,9 +14,9 @@ export {
   type TransferFailure,
   type TransferFailureCause,
 } from './failure.ts';
-export { TRANSFER_PROTOCOL_VERSION } from './frames.ts';
 export type { GrantSpec } from './grants.ts';
 export { isMappableRegion } from './kv-map.ts';
+export { TRANSFER_PROTOCOL_VERSION } from './messages.ts';
 export { DISABLE_NATIVE_ENV, shmRingImplementation } from './native-shm.ts';
 export {
   type FetchOptions,

@@ -6,9 +6,9 @@
  * a connection offer; each maps what the other offered.
  */
 import type { AgentCore } from './agent-core.ts';
-import type { ExposedRegion } from './frames.ts';
 import { exposedBytes, exposedRegions, PeerKvMap } from './kv-map.ts';
 import { LeaseViews } from './lease-table.ts';
+import type { ExposedRegion } from './messages.ts';
 import type { PeerLink } from './peer-link.ts';
 
 export interface KvOffer {

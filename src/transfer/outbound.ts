@@ -13,7 +13,7 @@ import { ClientHandshake } from './client-handshake.ts';
 import { FramedConnection, zeroCopyRead } from './connection.ts';
 import { directRead } from './direct-read.ts';
 import type { TransferFailure, TransferFailureCause } from './failure.ts';
-import { type AgentFrame, type DataFrame, type Mutable, mappedPieces, parseAgentFrame } from './frames.ts';
+import { type AgentFrame, type DataFrame, type Mutable, mappedPieces, parseAgentFrame } from './messages.ts';
 import { PeerLink } from './peer-link.ts';
 import { ProtocolError } from './protocol-error.ts';
 import type { AgentMetadata, DescPair, FailedBlocks, TransportName } from './types.ts';

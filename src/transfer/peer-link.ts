@@ -9,6 +9,7 @@ import type { IncomingRuns } from './block-io.ts';
 import { blockChecksums, copyAndChecksum } from './checksum.ts';
 import type { FramedConnection } from './connection.ts';
 import type { DirectReadSource } from './direct-read.ts';
+import type { PeerKvMap } from './kv-map.ts';
 import {
   type AgentFrame,
   type DataFrame,
@@ -16,8 +17,7 @@ import {
   type MappedFrame,
   type MappedPart,
   type Mutable,
-} from './frames.ts';
-import type { PeerKvMap } from './kv-map.ts';
+} from './messages.ts';
 import { ProtocolError } from './protocol-error.ts';
 import type { ShmRingReader, ShmRingWriter } from './shm-ring.ts';
 import type { TransportName } from './types.ts';

@@ -10,8 +10,8 @@
  * mid-frame), or cut the connection after part of it.
  */
 import { connect, createServer, type Socket } from 'node:net';
-import { type AgentFrame, parseAgentFrame } from '../../src/transfer/frames.ts';
-import { encodePrefixAndHeader, FrameDecoder } from '../../src/transfer/framing.ts';
+import { encodePrefixAndHeader, FrameDecoder } from '../../src/transfer/frame-codec.ts';
+import { type AgentFrame, parseAgentFrame } from '../../src/transfer/messages.ts';
 
 /** up = client → target, down = target → client. */
 export type Direction = 'up' | 'down';

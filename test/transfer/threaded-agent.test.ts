@@ -55,6 +55,7 @@ describe('threaded transfer agent, beyond the conformance suite', () => {
     const s = await t.waitFor(h);
     assert.equal(s.state, 'ERR');
     assert.match(s.reason ?? '', /transfer thread failed/);
+    assert.equal(s.cause, 'thread_failed');
     assert.deepEqual(s.failedBlockIds, [4, 5, 6]);
     await note.catch(() => {});
     assert.throws(

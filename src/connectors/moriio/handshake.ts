@@ -1,5 +1,5 @@
 /**
- * The MoRIIO handshake (docs/connectors/moriio.md#handshake): what each worker's handshake
+ * The MoRIIO handshake (docs/connectors/moriio.md#ports): what each worker's handshake
  * listener serves, and the checks a worker makes on a peer's payload before it adds the
  * peer's transfer agent.
  */

@@ -6,6 +6,7 @@
  */
 import { totalKvHeads as modelTotalKvHeads } from '../../config/model-info.ts';
 import type { EngineConfig } from '../../config/types.ts';
+import { kvRegions } from '../../connector/kv-regions.ts';
 import { workerTpRank } from '../../connector/tp-rank.ts';
 import type { KVCacheConfig, PagedKVMemory } from '../../kv/interfaces.ts';
 import { getLogger } from '../../logging/logger.ts';
@@ -91,14 +92,7 @@ export class MoRIIOWorker {
       ...(cfg.busyPollUs === undefined ? {} : { busyPollUs: cfg.busyPollUs }),
     });
     this.#agent = agent;
-    agent.registerMemory(
-      memory.tensors.map((t) => ({
-        id: t.index,
-        bytes: t.bytes,
-        blockBytes: t.blockBytes,
-        numBlocks: t.numBlocks,
-      })),
-    );
+    agent.registerMemory(kvRegions(memory));
     const blockSize = this.#kvCacheConfig.groups[0]?.spec.blockSize ?? 16;
     const totalKvHeads = modelTotalKvHeads(this.#engineConfig.model.model);
     this.#payload = {

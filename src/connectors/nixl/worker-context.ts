@@ -6,6 +6,7 @@
  */
 import { totalKvHeads } from '../../config/model-info.ts';
 import type { EngineConfig } from '../../config/types.ts';
+import { kvRegions } from '../../connector/kv-regions.ts';
 import type { KVCacheConfig, PagedKVMemory } from '../../kv/interfaces.ts';
 import {
   type AgentFactory,
@@ -79,14 +80,7 @@ export async function openWorkerContext(input: WorkerContextInput): Promise<Work
     ...(opts.busyPollUs === undefined ? {} : { busyPollUs: opts.busyPollUs }),
     thread: opts.transferThread,
   });
-  agent.registerMemory(
-    memory.tensors.map((t) => ({
-      id: t.index,
-      bytes: t.bytes,
-      blockBytes: t.blockBytes,
-      numBlocks: t.numBlocks,
-    })),
-  );
+  agent.registerMemory(kvRegions(memory));
   const payload: NixlHandshakePayload = {
     compatibility_hash: hash,
     connector_version: NIXL_CONNECTOR_VERSION,

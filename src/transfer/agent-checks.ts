@@ -7,8 +7,9 @@
 import { availableParallelism } from 'node:os';
 import { KVError } from '../errors/index.ts';
 import { type EnvName, readEnv } from '../util/envs.ts';
-import { TRANSFER_PROTOCOL_VERSION } from './frames.ts';
-import { MAX_PAYLOAD_BYTES } from './framing.ts';
+import type { TransferFailure } from './failure.ts';
+import { MAX_PAYLOAD_BYTES } from './frame-codec.ts';
+import { TRANSFER_PROTOCOL_VERSION } from './messages.ts';
 import type { AgentMetadata, DescPair, FailedBlocks, MemoryRegion, TransferStatus } from './types.ts';
 
 /** Throws TRANSFER_BAD_REGION unless every region holds numBlocks × blockBytes bytes with sane sizes. */
@@ -190,10 +191,13 @@ export function localBlocks(
   return [...per].map(([region, blockIds]) => ({ region, blockIds }));
 }
 
-/** An ERR status: `failed` per region, and their union sorted. */
-export function errStatus(failed: readonly FailedBlocks[], reason: string): TransferStatus {
+/** An ERR status: `failed` per region, their union sorted, and why. */
+export function errStatus(
+  failed: readonly FailedBlocks[],
+  { cause, reason }: TransferFailure,
+): TransferStatus {
   const ids = [...new Set(failed.flatMap((f) => f.blockIds))].sort((a, b) => a - b);
-  return { state: 'ERR', failed, failedBlockIds: ids, reason };
+  return { state: 'ERR', failed, failedBlockIds: ids, cause, reason };
 }
 
 export const PROC_STATUS: TransferStatus = { state: 'PROC', failed: [], failedBlockIds: [] };

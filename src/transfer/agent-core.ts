@@ -1,6 +1,5 @@
 /** What the agent's connection handlers share with the agent (kept plain to avoid cycles). */
-import type { PlainTestHooks } from './agent-options.ts';
-import type { OutgoingHook } from './block-io.ts';
+import type { OutgoingTransform } from './block-io.ts';
 import type { BlockRecords } from './block-records.ts';
 import type { GrantTable } from './grants.ts';
 import type { LeaseTable } from './lease-table.ts';
@@ -24,9 +23,8 @@ export interface AgentCore {
   readonly records: BlockRecords;
   /** Whether same-host peers are offered the lease table, so they serve their own READs (direct-read.ts). */
   readonly offerLeases: boolean;
-  readonly outgoingHook: OutgoingHook | undefined;
-  /** Test-only (TransferAgentOptions.testHooks.stallOnNotification). */
-  readonly stallOnNotification: PlainTestHooks['stallOnNotification'];
+  /** AgentSeams.outgoing: replaces outgoing block bytes after they were hashed (fault injection). */
+  readonly outgoing: OutgoingTransform | undefined;
   /** Threads a large same-host copy may use (TransferAgentOptions.copyThreads, resolved). */
   readonly copyThreads: number;
   /** Transfer activity on a peer connection: keeps the event loop polling a while (busy-poll.ts). */

@@ -1,5 +1,6 @@
-/** The options of an in-thread transfer agent (a threaded one takes the same, minus test hooks). */
-import type { OutgoingHook } from './block-io.ts';
+/** The settings of a transfer agent (in-thread or threaded), and what its host may plug into it. */
+import type { OutgoingTransform } from './block-io.ts';
+import type { Notification } from './types.ts';
 
 export interface TransferAgentOptions {
   readonly engineId: string;
@@ -50,22 +51,31 @@ export interface TransferAgentOptions {
    * where polling was measured slower: docs/transfer.md "Busy polling").
    */
   readonly busyPollUs?: number;
-  /** Test-only hooks. */
-  readonly testHooks?: PlainTestHooks & { readonly outgoing?: OutgoingHook };
 }
 
-/** Test-only hooks that are plain data, so a ThreadedTransferAgent hands them to its thread. */
-export interface PlainTestHooks {
+/**
+ * Code plugged into an agent, given apart from its settings (functions and modules, not
+ * configuration). kvconnect itself never passes any: they are the seams through which tests
+ * inject faults (test/transfer/agent-faults.ts).
+ */
+export interface AgentSeams {
   /**
-   * A notification with exactly this text blocks the agent's thread for `ms` while it is
-   * being received (so that a peer's request is read before commands queued meanwhile).
+   * Agent on the caller's loop: what leaves instead of each outgoing chunk's bytes, after their
+   * checksums were computed. While set, the agent offers no lease table and pulls no WRITE, so
+   * every chunk passes through it.
    */
-  readonly stallOnNotification?: { readonly message: string; readonly ms: number };
+  readonly outgoing?: OutgoingTransform;
+  /**
+   * Threaded agent: the module its thread runs instead of agent-thread-entry; it calls
+   * hostAgentThread (agent-thread-host.ts), which can plug seams into the agent it hosts.
+   */
+  readonly threadEntry?: URL;
 }
 
 /** Called when a notification arrives or the number of waiting READs changes (the agent thread forwards them). */
 export interface AgentObserver {
-  notification?(): void;
+  /** Called synchronously as the notification is received, after it was queued for drainNotifications. */
+  notification?(n: Notification): void;
   waitingReads?(count: number): void;
   /**
    * A peer's READ or WRITE found no grant that covers it. A host that feeds the agent grants

@@ -1,12 +1,10 @@
-/** Messages between ThreadedTransferAgent (main thread) and its worker (agent-thread-entry.ts). */
-import type { PlainTestHooks, TransferAgentOptions } from './agent-options.ts';
+/** Messages between ThreadedTransferAgent (main thread) and its worker (agent-thread-host.ts). */
+import type { TransferAgentOptions } from './agent-options.ts';
 import type { TransferStatsSnapshot } from './stats.ts';
 import type { AgentMetadata, DescPair, Notification, TransferStatus } from './types.ts';
 
-/** Agent options that survive structured clone (test hooks that are functions stay behind). */
-export type ThreadedAgentOptions = Omit<TransferAgentOptions, 'testHooks'> & {
-  readonly testHooks?: PlainTestHooks;
-};
+/** A threaded agent's settings: those of the agent it hosts, which reach its thread by structured clone. */
+export type ThreadedAgentOptions = TransferAgentOptions;
 
 export interface AgentThreadData {
   readonly options: ThreadedAgentOptions;
@@ -60,8 +58,7 @@ export type ToAgentThread =
   | { readonly type: 'forget'; readonly blockIds: readonly number[] }
   | { readonly type: 'renew'; readonly key: string; readonly expiresAt: number }
   | { readonly type: 'sync'; readonly id: number }
-  | { readonly type: 'close' }
-  | { readonly type: 'crash-for-test' };
+  | { readonly type: 'close' };
 
 export type FromAgentThread =
   | { readonly type: 'ready'; readonly metadata: AgentMetadata }

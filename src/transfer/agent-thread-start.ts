@@ -13,9 +13,14 @@ export function fromPlainError(e: PlainError): KVError {
   );
 }
 
-/** The entry next to this file: agent-thread-entry.js in dist/, .ts under tsx. */
-export function startAgentThread(data: AgentThreadData): Worker {
-  return startModuleWorker(import.meta.url, 'agent-thread-entry', data);
+/**
+ * The entry next to this file (agent-thread-entry.js in dist/, .ts under tsx), or `entry`
+ * (AgentSeams.threadEntry), a module next to nothing in particular.
+ */
+export function startAgentThread(data: AgentThreadData, entry?: URL): Worker {
+  if (entry === undefined) return startModuleWorker(import.meta.url, 'agent-thread-entry', data);
+  const base = entry.pathname.slice(entry.pathname.lastIndexOf('/') + 1).replace(/\.[cm]?[jt]s$/, '');
+  return startModuleWorker(entry.href, base, data);
 }
 
 export function waitReady(worker: Worker): Promise<AgentMetadata> {

@@ -21,7 +21,7 @@ import {
   unreachable,
 } from './agent-checks.ts';
 import type { AgentCore } from './agent-core.ts';
-import type { AgentObserver, TransferAgentOptions } from './agent-options.ts';
+import type { AgentObserver, AgentSeams, TransferAgentOptions } from './agent-options.ts';
 import { resolveSecret } from './auth.ts';
 import { type BackendChoice, chooseTransport, resolveBackends } from './backends.ts';
 import { IncomingRuns } from './block-io.ts';
@@ -29,11 +29,11 @@ import { BlockRecords } from './block-records.ts';
 import { BusyPoll } from './busy-poll.ts';
 import { adoptAcceptedSocket, zeroCopyRead } from './connection.ts';
 import { prepareDescriptors } from './descriptors.ts';
-import { TRANSFER_PROTOCOL_VERSION } from './frames.ts';
 import { type GrantKind, type GrantSpec, GrantTable } from './grants.ts';
 import { defaultShmDir, localHostId } from './host-id.ts';
 import { InboundSession } from './inbound.ts';
 import { LeaseTable } from './lease-table.ts';
+import { TRANSFER_PROTOCOL_VERSION } from './messages.ts';
 import { OutboundPeer, type OutboundTransfer } from './outbound.ts';
 import { TransferStats, type TransferStatsSnapshot } from './stats.ts';
 import type { Descriptors, PostOptions, TransferAgent } from './transfer-agent.ts';
@@ -77,7 +77,7 @@ export class InThreadTransferAgent implements TransferAgent {
   #closed = false;
   readonly #busyPoll: BusyPoll;
 
-  private constructor(opts: TransferAgentOptions) {
+  private constructor(opts: TransferAgentOptions, seams: AgentSeams) {
     this.#opts = opts;
     this.engineId = opts.engineId;
     this.tpRank = opts.tpRank ?? 0;
@@ -114,13 +114,12 @@ export class InThreadTransferAgent implements TransferAgent {
       leases: () => this.#leases,
       records: this.#records,
       offerLeases: (opts.offerKvMapping ?? true) && !readEnv('KVCONNECT_DISABLE_DIRECT_READ'),
-      outgoingHook: opts.testHooks?.outgoing,
-      stallOnNotification: opts.testHooks?.stallOnNotification,
+      outgoing: seams.outgoing,
       copyThreads,
       activity: this.#busyPoll.touch,
       deliver: (n) => {
         this.#notifications.push(n);
-        this.#observer.notification?.();
+        this.#observer.notification?.(n);
       },
       grantMissed: () => this.#observer.grantMissed?.() ?? false,
     };
@@ -137,9 +136,12 @@ export class InThreadTransferAgent implements TransferAgent {
     });
   }
 
-  /** Creates the agent and binds its listener (the bound port is what metadata advertises). */
-  static async create(opts: TransferAgentOptions): Promise<InThreadTransferAgent> {
-    const agent = new InThreadTransferAgent(opts);
+  /**
+   * Creates the agent and binds its listener (the bound port is what metadata advertises).
+   * `seams.outgoing` is for fault injection only (AgentSeams).
+   */
+  static async create(opts: TransferAgentOptions, seams: AgentSeams = {}): Promise<InThreadTransferAgent> {
+    const agent = new InThreadTransferAgent(opts, seams);
     const host = opts.host ?? '127.0.0.1';
     const port = opts.port ?? 0;
     await new Promise<void>((resolve, reject) => {
@@ -316,7 +318,7 @@ export class InThreadTransferAgent implements TransferAgent {
     if (t.state === 'PROC' && performance.now() > t.deadline) tracked.peer.expire(t);
     if (t.state === 'DONE') return DONE_STATUS;
     if (t.state === 'PROC') return PROC_STATUS;
-    return errStatus(t.failed, t.reason ?? 'transfer failed');
+    return errStatus(t.failed, t.failure!);
   }
 
   releaseHandle(handle: TransferHandle): void {
@@ -425,7 +427,7 @@ export class InThreadTransferAgent implements TransferAgent {
     if (this.#closed) return;
     this.#closed = true;
     this.#busyPoll.stop();
-    for (const p of this.#peers.values()) p.close('agent closed');
+    for (const p of this.#peers.values()) p.close('agent closed', 'closed');
     this.#peers.clear();
     for (const s of this.#sockets) s.destroy();
     await new Promise<void>((resolve) => this.#server.close(() => resolve()));

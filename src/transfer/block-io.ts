@@ -5,7 +5,8 @@
  * per-block verdict, so a bad checksum or a missing chunk fails exactly those blocks.
  */
 import { blockChecksums } from './checksum.ts';
-import type { DataFrame, Mutable } from './frames.ts';
+import type { TransferFailure } from './failure.ts';
+import type { DataFrame, Mutable } from './messages.ts';
 import type { DataChunk, PeerLink } from './peer-link.ts';
 import { ProtocolError } from './protocol-error.ts';
 import type { FailedBlocks, MemoryRegion } from './types.ts';
@@ -16,24 +17,30 @@ export interface BlockRun {
   readonly count: number;
 }
 
-/** Test-only: lets a test alter outgoing bytes after their checksums were computed. */
-export type OutgoingHook = (view: Uint8Array, run: BlockRun) => Uint8Array;
+/** What leaves for the blocks of `run` instead of `view` (their checksums are already computed): AgentSeams.outgoing. */
+export type OutgoingTransform = (view: Uint8Array, run: BlockRun) => Uint8Array;
 
 /** Null while the blocks may still be sent; else why not (the grant ended). */
-export type SendPermission = (run: BlockRun) => string | null;
+export type SendPermission = (run: BlockRun) => TransferFailure | null;
 
 /** A READ's grant ended while its chunks were queued: the rest is not sent. */
 export class PermissionEndedError extends Error {
   override readonly name = 'PermissionEndedError';
+  readonly refusal: TransferFailure;
+
+  constructor(refusal: TransferFailure) {
+    super(refusal.reason);
+    this.refusal = refusal;
+  }
 }
 
 export interface SendOptions {
-  readonly hook?: OutgoingHook | undefined;
+  readonly transform?: OutgoingTransform | undefined;
   /** A READ's arrival: the time it waited goes in the first frame. */
   readonly heldSince?: number | undefined;
   /** Asked for each chunk just before its blocks are read (see sendRuns). */
   readonly allowed?: SendPermission | undefined;
-  /** The checksums recorded for a chunk's blocks when they were granted, if any (never used with a hook). */
+  /** The checksums recorded for a chunk's blocks when they were granted, if any (never used with a transform). */
   readonly recorded?: ((run: BlockRun) => number[] | null) | undefined;
 }
 
@@ -49,7 +56,7 @@ export function sendRuns(
   chunkBytes: number,
   xferId: number,
   runs: readonly BlockRun[],
-  { hook, heldSince, allowed, recorded }: SendOptions = {},
+  { transform, heldSince, allowed, recorded }: SendOptions = {},
 ): Promise<void> {
   let first = true;
   const sends: Promise<void>[] = [];
@@ -71,7 +78,7 @@ export function sendRuns(
       };
       const sent = link.sendData(() => {
         check();
-        const sums = hook ? undefined : (recorded?.(chunk) ?? undefined);
+        const sums = transform ? undefined : (recorded?.(chunk) ?? undefined);
         // Field by field: object spreads cost microseconds per chunk here.
         const header: Mutable<DataChunk['header']> = {
           type: 'data',
@@ -86,7 +93,7 @@ export function sendRuns(
           region: run.region,
           offset: start,
           view,
-          wire: hook ? hook(view, chunk) : view,
+          wire: transform ? transform(view, chunk) : view,
           blockBytes: bb,
           count: n,
           sums,

@@ -14,8 +14,8 @@
 
 import type { AgentCore } from './agent-core.ts';
 import { authProof, newNonce, verifyProof } from './auth.ts';
-import type { AgentFrame } from './frames.ts';
 import { kvOffer, mapPeerOffer } from './kv-offer.ts';
+import type { AgentFrame } from './messages.ts';
 import type { PeerLink } from './peer-link.ts';
 import { ProtocolError } from './protocol-error.ts';
 import { checkRingPath, ShmRingReader, ShmRingWriter } from './shm-ring.ts';

@@ -13,7 +13,7 @@ import {
   type FrameSink,
   type Header,
   type HeaderParser,
-} from './framing.ts';
+} from './frame-codec.ts';
 import { ProtocolError } from './protocol-error.ts';
 
 const log = getLogger('kvconnect.transfer.connection');

@@ -1,20 +1,32 @@
 /** One way for connectors to get a transfer agent: on the caller's event loop, or in a worker thread. */
 import { InThreadTransferAgent } from './agent.ts';
-import type { TransferAgentOptions } from './agent-options.ts';
+import type { AgentSeams, TransferAgentOptions } from './agent-options.ts';
 import { ThreadedTransferAgent } from './threaded-agent.ts';
 import type { TransferAgent } from './transfer-agent.ts';
 
 export interface CreateAgentOptions extends TransferAgentOptions {
   /**
    * Host the agent in a worker thread, so peers are served and transfers progress while the
-   * caller's event loop is busy (an engine step). Test hooks are functions and cannot cross
-   * into the thread: with `thread`, they are ignored.
+   * caller's event loop is busy (an engine step).
    */
   readonly thread?: boolean;
 }
 
-export async function createTransferAgent(options: CreateAgentOptions): Promise<TransferAgent> {
-  const { thread, testHooks, ...rest } = options;
-  if (thread) return ThreadedTransferAgent.create(rest);
-  return InThreadTransferAgent.create(testHooks === undefined ? rest : { ...rest, testHooks });
+/** How a connector's worker gets its agent: createTransferAgent, or what its connector class plugs in instead. */
+export type AgentFactory = (options: CreateAgentOptions) => Promise<TransferAgent>;
+
+/**
+ * An agent on the caller's loop, or in a worker thread. `seams` are for fault injection only
+ * (AgentSeams): `outgoing` applies on the caller's loop, `threadEntry` to a threaded agent.
+ */
+export async function createTransferAgent(
+  options: CreateAgentOptions,
+  seams: AgentSeams = {},
+): Promise<TransferAgent> {
+  const { thread, ...rest } = options;
+  if (thread && seams.outgoing) {
+    throw new Error('AgentSeams.outgoing cannot cross into an agent thread: plug it in through threadEntry');
+  }
+  if (thread) return ThreadedTransferAgent.create(rest, seams);
+  return InThreadTransferAgent.create(rest, seams);
 }

@@ -1,6 +1,6 @@
 /** Descriptor validation and coalescing of block lists into contiguous runs. */
 import { KVError } from '../errors/index.ts';
-import { MAX_DESCRIPTORS } from './frames.ts';
+import { MAX_DESCRIPTORS } from './messages.ts';
 import type { AgentMetadata, BlockListPair, DescPair, RegionGeometry } from './types.ts';
 
 /** Pairs local and remote block ids element by element and merges runs contiguous on both sides. */

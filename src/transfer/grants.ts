@@ -5,6 +5,8 @@
  * A READ naming a grant that does not exist yet (the owner creates it a moment after telling
  * the peer to read) waits a bounded time for it; one naming a grant that ended is refused.
  */
+import type { TransferFailure } from './failure.ts';
+
 export type GrantKind = 'read' | 'write';
 
 export interface GrantSpec {
@@ -53,18 +55,13 @@ export const DEFAULT_GRANT_WAIT: GrantWaitLimits = { waitMs: 5000, maxPerPeer: 2
 const ENDED_KEYS_KEPT = 1 << 16;
 
 /** A waiting READ's outcome: null = its grant appeared and covers it; else the refusal. */
-export type WaitDone = (refusal: string | null) => void;
+export type WaitDone = (refusal: TransferFailure | null) => void;
 
 interface Waiter {
   readonly requester: GrantRequester;
   readonly runs: readonly GrantRun[];
   readonly done: WaitDone;
   readonly timer: NodeJS.Timeout;
-}
-
-/** A reason refusing a READ whose grant did not exist yet: the reader may try again. */
-export function isNotYetGrantedRefusal(reason: string): boolean {
-  return /\bno (read|write) grant '.*' yet\b/.test(reason);
 }
 
 export class GrantTable {
@@ -106,7 +103,10 @@ export class GrantTable {
     const existed = this.#grants.delete(k);
     if (existed) this.#notifyEnd(kind, key);
     this.#markEnded(k);
-    this.#wake(k, () => `no live ${kind} grant '${key}' (revoked before it was granted)`);
+    this.#wake(k, () => ({
+      cause: 'grant_ended',
+      reason: `no live ${kind} grant '${key}' (revoked before it was granted)`,
+    }));
     if (existed) for (const l of this.#revokeListeners) l(kind);
     return existed;
   }
@@ -149,7 +149,7 @@ export class GrantTable {
 
   /**
    * Null when a grant (the named one, or any when key is undefined) covers every run for
-   * this requester now; otherwise the reason for refusing.
+   * this requester now; otherwise the refusal.
    */
   check(
     kind: GrantKind,
@@ -157,21 +157,23 @@ export class GrantTable {
     runs: readonly GrantRun[],
     key: string | undefined,
     now = Date.now(),
-  ): string | null {
+  ): TransferFailure | null {
     this.#dropExpired(now);
     if (key !== undefined) {
       const g = this.#grants.get(`${kind}:${key}`);
       if (!g) {
         return this.#ended.has(`${kind}:${key}`)
-          ? `no live ${kind} grant '${key}' (it was revoked or has expired)`
-          : `no ${kind} grant '${key}' yet`;
+          ? { cause: 'grant_ended', reason: `no live ${kind} grant '${key}' (it was revoked or has expired)` }
+          : { cause: 'not_granted_yet', reason: `no ${kind} grant '${key}' yet` };
       }
-      return covers(g, requester, runs) ? null : `${kind} grant '${key}' does not cover the requested blocks`;
+      return covers(g, requester, runs)
+        ? null
+        : { cause: 'not_granted', reason: `${kind} grant '${key}' does not cover the requested blocks` };
     }
     for (const g of this.#grants.values()) {
       if (g.kind === kind && covers(g, requester, runs)) return null;
     }
-    return `no live ${kind} grant covers the requested blocks`;
+    return { cause: 'not_granted', reason: `no live ${kind} grant covers the requested blocks` };
   }
 
   /**
@@ -195,11 +197,14 @@ export class GrantTable {
     requester: GrantRequester,
     runs: readonly GrantRun[],
     done: WaitDone,
-  ): (() => void) | string {
+  ): (() => void) | TransferFailure {
     const { waitMs, maxPerPeer, maxRunsPerPeer } = this.limits;
     const quota = this.#parked.get(requester.agentName) ?? { reads: 0, runs: 0 };
     if (quota.reads + 1 > maxPerPeer || quota.runs + runs.length > maxRunsPerPeer) {
-      return `no ${kind} grant '${key}' yet, and ${requester.agentName} already has ${quota.reads} transfers waiting for grants`;
+      return {
+        cause: 'grant_quota',
+        reason: `no ${kind} grant '${key}' yet, and ${requester.agentName} already has ${quota.reads} transfers waiting for grants`,
+      };
     }
     quota.reads++;
     quota.runs += runs.length;
@@ -211,7 +216,8 @@ export class GrantTable {
       this.#waiters.set(k, set);
     }
     const timer = setTimeout(() => {
-      if (this.#unpark(k, waiter)) done(`no ${kind} grant '${key}' yet (waited ${waitMs} ms)`);
+      if (this.#unpark(k, waiter))
+        done({ cause: 'not_granted_yet', reason: `no ${kind} grant '${key}' yet (waited ${waitMs} ms)` });
     }, waitMs);
     timer.unref();
     const waiter: Waiter = { requester, runs, done, timer };
@@ -239,7 +245,7 @@ export class GrantTable {
   }
 
   /** Settles every waiter of `k` with `outcome(w)`, after the caller's own work is done. */
-  #wake(k: string, outcome: (w: Waiter) => string | null): void {
+  #wake(k: string, outcome: (w: Waiter) => TransferFailure | null): void {
     const set = this.#waiters.get(k);
     if (!set) return;
     for (const w of [...set]) {

@@ -11,9 +11,10 @@ import { type BlockRun, IncomingRuns, PermissionEndedError, sendRuns } from './b
 import { FramedConnection } from './connection.ts';
 import { checkRun } from './descriptors.ts';
 import { directRead } from './direct-read.ts';
-import { type AgentFrame, type DataFrame, mappedPieces, parseAgentFrame, type WireRun } from './frames.ts';
+import type { TransferFailure } from './failure.ts';
 import type { GrantKind } from './grants.ts';
 import { kvOffer, mapPeerOffer } from './kv-offer.ts';
+import { type AgentFrame, type DataFrame, mappedPieces, parseAgentFrame, type WireRun } from './messages.ts';
 import { PeerLink } from './peer-link.ts';
 import { ProtocolError } from './protocol-error.ts';
 import { checkRingPath, ShmRingReader, ShmRingWriter } from './shm-ring.ts';
@@ -103,10 +104,10 @@ export class InboundSession {
   #liveWrite(f: DataFrame): IncomingWrite | null {
     const w = this.#writes.get(f.xfer);
     if (!w || w.ended !== null) return null;
-    const reason = this.#core.grants.check('write', this.#peer!, [frameRun(w, f)], undefined);
-    if (reason === null) return w;
-    w.ended = reason;
-    log.warn('WRITE %d from %s: dropping the rest, %s', f.xfer, this.#peer!.agentName, reason);
+    const refusal = this.#core.grants.check('write', this.#peer!, [frameRun(w, f)], undefined);
+    if (refusal === null) return w;
+    w.ended = refusal.reason;
+    log.warn('WRITE %d from %s: dropping the rest, %s', f.xfer, this.#peer!.agentName, refusal.reason);
     return null;
   }
 
@@ -139,8 +140,6 @@ export class InboundSession {
         return;
       case 'notif':
         this.#core.deliver({ agent: this.#peer.agentName, message: f.message });
-        if (f.message === this.#core.stallOnNotification?.message)
-          Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, this.#core.stallOnNotification.ms);
         return;
       case 'ack':
         link.onAck(f.count);
@@ -194,32 +193,36 @@ export class InboundSession {
     }
   }
 
-  #refusal(kind: GrantKind, wire: readonly WireRun[], grant: string | undefined) {
+  #refusal(
+    kind: GrantKind,
+    wire: readonly WireRun[],
+    grant: string | undefined,
+  ): { runs: BlockRun[]; refusal: TransferFailure | null } {
     const { runs, outside } = this.#runs(wire);
-    if (outside !== null) return { runs, reason: outside };
+    if (outside !== null) return { runs, refusal: { cause: 'out_of_bounds', reason: outside } };
     const check = () => this.#core.grants.check(kind, this.#peer!, runs, grant);
-    let reason = check();
+    let refusal = check();
     // Grants issued before the peer could know of the blocks, not applied yet (the agent thread
     // reads its socket before its command port): apply them, then decide.
-    if (reason !== null && this.#core.grantMissed()) reason = check();
-    return { runs, reason };
+    if (refusal !== null && this.#core.grantMissed()) refusal = check();
+    return { runs, refusal };
   }
 
   #onRead(link: PeerLink, xfer: number, wire: readonly WireRun[], key: string | undefined): void {
     if (this.#parked.has(xfer)) throw new ProtocolError(`duplicate transfer id ${xfer}`);
     const arrived = performance.now();
-    const { runs, reason } = this.#refusal('read', wire, key);
-    if (reason === null) {
+    const { runs, refusal } = this.#refusal('read', wire, key);
+    if (refusal === null) {
       this.#serveRead(link, xfer, runs, key, arrived);
       return;
     }
     const grants = this.#core.grants;
     if (key !== undefined && runs.length > 0 && grants.awaitable('read', key)) {
-      const parked = grants.park('read', key, this.#peer!, runs, (refusal) => {
+      const parked = grants.park('read', key, this.#peer!, runs, (outcome) => {
         this.#parked.delete(xfer);
         if (this.#conn.closed) return;
-        if (refusal === null) this.#serveRead(link, xfer, runs, key, arrived);
-        else this.#refuseRead(link, xfer, refusal);
+        if (outcome === null) this.#serveRead(link, xfer, runs, key, arrived);
+        else this.#refuseRead(link, xfer, outcome);
       });
       if (typeof parked === 'function') {
         log.debug('READ %d from %s waits for read grant %s', xfer, this.#peer!.agentName, key);
@@ -229,12 +232,19 @@ export class InboundSession {
       this.#refuseRead(link, xfer, parked);
       return;
     }
-    this.#refuseRead(link, xfer, reason);
+    this.#refuseRead(link, xfer, refusal);
   }
 
-  #refuseRead(link: PeerLink, xfer: number, reason: string): void {
-    log.warn('refusing READ %d from %s: %s', xfer, this.#peer!.agentName, reason);
-    void link.sendControl({ type: 'xfer_err', xfer, reason: `READ refused: ${reason}` }).catch(() => {});
+  #refuseRead(link: PeerLink, xfer: number, refusal: TransferFailure): void {
+    log.warn('refusing READ %d from %s: %s', xfer, this.#peer!.agentName, refusal.reason);
+    void link
+      .sendControl({
+        type: 'xfer_err',
+        xfer,
+        cause: refusal.cause,
+        reason: `READ refused: ${refusal.reason}`,
+      })
+      .catch(() => {});
   }
 
   /**
@@ -250,12 +260,12 @@ export class InboundSession {
   ): void {
     const c = this.#core;
     const peer = this.#peer!;
-    const allowed = (run: BlockRun): string | null => c.grants.check('read', peer, [run], key);
+    const allowed = (run: BlockRun): TransferFailure | null => c.grants.check('read', peer, [run], key);
     // Checksums from the grant (lease table) or recorded when the engine filled the blocks.
     const recorded = (run: BlockRun): number[] | null =>
       c.leases()?.sums(run.region, run.first, run.count) ?? c.records.sums(run.region, run.first, run.count);
     sendRuns(link, c.regions, c.chunkBytes, xfer, runs, {
-      hook: c.outgoingHook,
+      transform: c.outgoing,
       heldSince: arrived,
       allowed,
       recorded,
@@ -265,18 +275,22 @@ export class InboundSession {
         return;
       }
       log.warn('stopped serving READ %d to %s: %s', xfer, peer.agentName, e.message);
-      void link.sendControl({ type: 'xfer_err', xfer, reason: `READ aborted: ${e.message}` }).catch(() => {});
+      const { cause } = e.refusal;
+      void link
+        .sendControl({ type: 'xfer_err', xfer, cause, reason: `READ aborted: ${e.message}` })
+        .catch(() => {});
     });
   }
 
   #onWrite(link: PeerLink, f: Extract<AgentFrame, { type: 'write' }>): void {
     const { xfer, notif: notification } = f;
     if (this.#writes.has(xfer)) throw new ProtocolError(`duplicate transfer id ${xfer}`);
-    const { runs, reason } = this.#refusal('write', f.runs, undefined);
-    if (reason !== null) {
-      log.warn('refusing WRITE %d from %s: %s', xfer, this.#peer!.agentName, reason);
+    const { runs, refusal } = this.#refusal('write', f.runs, undefined);
+    if (refusal !== null) {
+      log.warn('refusing WRITE %d from %s: %s', xfer, this.#peer!.agentName, refusal.reason);
       this.#writes.set(xfer, null);
-      void link.sendControl({ type: 'xfer_err', xfer, reason: `WRITE refused: ${reason}` }).catch(() => {});
+      const reason = `WRITE refused: ${refusal.reason}`;
+      void link.sendControl({ type: 'xfer_err', xfer, cause: refusal.cause, reason }).catch(() => {});
       return;
     }
     // The WRITE lands data in these blocks: whatever was recorded of them no longer holds.

@@ -7,7 +7,7 @@
  * says what the mapping exposes and why that is acceptable).
  */
 import { nativeFunctions } from '../util/native-addon.ts';
-import type { ExposedRegion } from './frames.ts';
+import type { ExposedRegion } from './messages.ts';
 import type { MemoryRegion } from './types.ts';
 
 interface KvMapBinding {

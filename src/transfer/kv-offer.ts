@@ -6,9 +6,9 @@
  * a connection offer; each maps what the other offered.
  */
 import type { AgentCore } from './agent-core.ts';
-import type { ExposedRegion } from './frames.ts';
 import { exposedBytes, exposedRegions, PeerKvMap } from './kv-map.ts';
 import { LeaseViews } from './lease-table.ts';
+import type { ExposedRegion } from './messages.ts';
 import type { PeerLink } from './peer-link.ts';
 
 export interface KvOffer {
@@ -18,13 +18,13 @@ export interface KvOffer {
 
 /**
  * This agent's offer over `link`: its KV regions over shm (unless not offered), and its lease
- * table with them (not while a test hook alters what this side sends: the peer would not see it).
+ * table with them (not while an outgoing transform alters what this side sends: the peer would not see it).
  */
 export function kvOffer(core: AgentCore, link: PeerLink): KvOffer {
   const kv = link.transport === 'shm' && core.offerKv ? exposedRegions(core.regions.values()) : [];
   if (kv.length === 0) return {};
   const table = core.leases();
-  const leases = core.offerLeases && !core.outgoingHook && table ? exposedBytes(table.bytes, 0) : null;
+  const leases = core.offerLeases && !core.outgoing && table ? exposedBytes(table.bytes, 0) : null;
   return leases ? { kv, leases } : { kv };
 }
 

@@ -13,7 +13,8 @@ import { type BlockRun, type IncomingRuns, sendRuns } from './block-io.ts';
 import { ClientHandshake } from './client-handshake.ts';
 import { FramedConnection, zeroCopyRead } from './connection.ts';
 import { directRead } from './direct-read.ts';
-import { type AgentFrame, type DataFrame, type Mutable, mappedPieces, parseAgentFrame } from './frames.ts';
+import type { TransferFailure, TransferFailureCause } from './failure.ts';
+import { type AgentFrame, type DataFrame, type Mutable, mappedPieces, parseAgentFrame } from './messages.ts';
 import { PeerLink } from './peer-link.ts';
 import { ProtocolError } from './protocol-error.ts';
 import type { AgentMetadata, DescPair, FailedBlocks, TransportName } from './types.ts';
@@ -37,7 +38,7 @@ export interface OutboundTransfer {
   readonly incoming: IncomingRuns;
   state: 'PROC' | 'DONE' | 'ERR';
   failed: FailedBlocks[];
-  reason?: string;
+  failure?: TransferFailure;
   finishedAt?: number;
   /** A pulled WRITE: the key of the lease published for the receiver, until the WRITE ends. */
   pullKey?: string | undefined;
@@ -50,6 +51,8 @@ export type FinishListener = (t: OutboundTransfer) => void;
 /** Lease keys of pulled WRITEs (one per transfer id; user grant keys are other strings). */
 const PULL_KEY_PREFIX = 'kvconnect-write-pull:';
 
+const CHECKSUM_MISMATCH: TransferFailure = { cause: 'checksum', reason: 'block checksum mismatch' };
+
 export class OutboundPeer {
   readonly meta: AgentMetadata;
   readonly #core: AgentCore;
@@ -61,6 +64,8 @@ export class OutboundPeer {
   #landing: number | null = null;
   /** performance.now() of the last frame or payload bytes from the peer. */
   #lastHeard = performance.now();
+  /** What in-flight transfers fail with when the connection ends: set when this side closes it. */
+  #closeCause: TransferFailureCause = 'connection_lost';
 
   constructor(
     core: AgentCore,
@@ -100,8 +105,8 @@ export class OutboundPeer {
     this.#link = new PeerLink(conn, transport);
     this.#handshake = new ClientHandshake(core, this.#link, meta.agentName, connectTimeoutMs);
     conn.onClose((reason) => {
-      for (const t of [...this.#inflight.values()])
-        this.#finish(t, `connection to ${meta.agentName} lost: ${reason}`);
+      const failure = { cause: this.#closeCause, reason: `connection to ${meta.agentName} lost: ${reason}` };
+      for (const t of [...this.#inflight.values()]) this.#finish(t, failure);
     });
   }
 
@@ -180,7 +185,11 @@ export class OutboundPeer {
 
   /** What ends transfer `t` when one of its sends fails. */
   #failer(t: OutboundTransfer): (e: unknown) => void {
-    return (e) => this.#finish(t, `sending failed: ${e instanceof Error ? e.message : String(e)}`);
+    return (e) =>
+      this.#finish(t, {
+        cause: 'send_failed',
+        reason: `sending failed: ${e instanceof Error ? e.message : String(e)}`,
+      });
   }
 
   /** A WRITE's blocks and its end marker, after the `write` frame. */
@@ -194,7 +203,7 @@ export class OutboundPeer {
       count: d.count,
     }));
     sendRuns(link, c.regions, c.chunkBytes, t.id, local, {
-      hook: c.outgoingHook,
+      transform: c.outgoing,
       // Checksums recorded when the engine wrote the blocks: nothing to hash on the way.
       recorded: (run) => c.records.sums(run.region, run.first, run.count),
     }).catch(fail);
@@ -211,7 +220,7 @@ export class OutboundPeer {
     const c = this.#core;
     const table = c.leases();
     const link = this.#link;
-    if (table === null || !link.peerPulls || link.transport !== 'shm' || c.outgoingHook) return null;
+    if (table === null || !link.peerPulls || link.transport !== 'shm' || c.outgoing) return null;
     if (readEnv('KVCONNECT_DISABLE_WRITE_PULL')) return null;
     for (const d of t.descs) if (!c.records.hasAll(d.localRegion, d.localFirst, d.count)) return null;
     const key = `${PULL_KEY_PREFIX}${t.id}`;
@@ -246,7 +255,7 @@ export class OutboundPeer {
     const ms = Math.round(t.deadline - t.postedAt);
     const midFrame = this.#landing === t.id;
     const silent = this.#lastHeard < t.postedAt;
-    this.#finish(t, `transfer timed out after ${ms} ms`);
+    this.#finish(t, { cause: 'timeout', reason: `transfer timed out after ${ms} ms` });
     if (midFrame || silent) {
       const why = midFrame ? 'in the middle of one of its data frames' : `with nothing received for ${ms} ms`;
       log.warn('closing connection to %s: %s %d timed out %s', this.meta.agentName, t.kind, t.id, why);
@@ -254,7 +263,9 @@ export class OutboundPeer {
     }
   }
 
-  close(reason: string): void {
+  /** Closes the connection; its in-flight transfers fail with `cause` (the agent was closed, or the connection dropped). */
+  close(reason: string, cause: TransferFailureCause = 'connection_lost'): void {
+    if (!this.#link.conn.closed) this.#closeCause = cause;
     this.#link.conn.close(reason);
   }
 
@@ -295,7 +306,7 @@ export class OutboundPeer {
       }
       case 'xfer_err': {
         const t = this.#inflight.get(f.xfer);
-        if (t) this.#finish(t, f.reason, true);
+        if (t) this.#finish(t, { cause: f.cause, reason: f.reason }, true);
         return;
       }
       case 'pull_declined': {
@@ -341,7 +352,10 @@ export class OutboundPeer {
     const positions = bad.filter(([d, o]) => sent.has(`${d}:${o}`));
     this.#finish(
       t,
-      `${positions.length} block(s) failed checksum verification at the receiver`,
+      {
+        cause: 'checksum',
+        reason: `${positions.length} block(s) failed checksum verification at the receiver`,
+      },
       false,
       positions,
     );
@@ -353,7 +367,7 @@ export class OutboundPeer {
    */
   #finish(
     t: OutboundTransfer,
-    reason: string | undefined,
+    failure: TransferFailure | undefined,
     allFailed = false,
     writeBad?: readonly (readonly [number, number])[],
   ): void {
@@ -364,13 +378,13 @@ export class OutboundPeer {
     let failed: FailedBlocks[];
     if (t.kind === 'READ') {
       failed = allFailed ? localBlocks(t.descs) : t.incoming.failed().byRegion;
-      if (reason === undefined && failed.length > 0) reason = 'block checksum mismatch';
       // Every block landed and verified: the data is valid whatever happened afterwards.
-      if (failed.length === 0) reason = undefined;
+      if (failed.length === 0) failure = undefined;
+      else failure ??= CHECKSUM_MISMATCH;
     } else {
       failed = localBlocks(t.descs, writeBad);
     }
-    if (reason === undefined && failed.length === 0) {
+    if (failure === undefined) {
       t.state = 'DONE';
       if (t.kind === 'READ' && t.notification !== undefined) {
         this.notify(t.notification).catch(() => {});
@@ -378,8 +392,8 @@ export class OutboundPeer {
     } else {
       t.state = 'ERR';
       t.failed = failed;
-      t.reason = reason ?? 'transfer failed';
-      log.warn('%s %d to %s failed: %s', t.kind, t.id, this.meta.agentName, t.reason);
+      t.failure = failure;
+      log.warn('%s %d to %s failed: %s', t.kind, t.id, this.meta.agentName, failure.reason);
     }
     this.#onFinish(t);
   }

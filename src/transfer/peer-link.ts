@@ -9,6 +9,7 @@ import type { IncomingRuns } from './block-io.ts';
 import { blockChecksums, copyAndChecksum } from './checksum.ts';
 import type { FramedConnection } from './connection.ts';
 import type { DirectReadSource } from './direct-read.ts';
+import type { PeerKvMap } from './kv-map.ts';
 import {
   type AgentFrame,
   type DataFrame,
@@ -16,13 +17,12 @@ import {
   type MappedFrame,
   type MappedPart,
   type Mutable,
-} from './frames.ts';
-import type { PeerKvMap } from './kv-map.ts';
+} from './messages.ts';
 import { ProtocolError } from './protocol-error.ts';
 import type { ShmRingReader, ShmRingWriter } from './shm-ring.ts';
 import type { TransportName } from './types.ts';
 
-/** One data frame to send: `view` is the local memory, `wire` what is sent (the same view unless a test hook altered it). */
+/** One data frame to send: `view` is the local memory, `wire` what is sent (the same view unless an outgoing transform altered it). */
 export interface DataChunk {
   readonly header: Pick<DataFrame, 'type' | 'xfer' | 'run' | 'block' | 'count' | 'held'>;
   readonly region: number;
@@ -229,7 +229,7 @@ export class PeerLink {
   }
 
   /**
-   * The receiver copies these bytes from our memory itself. A test hook's altered bytes
+   * The receiver copies these bytes from our memory itself. An outgoing transform's altered bytes
    * stand for what the source held when it was hashed: the receiver then copies bytes that
    * changed after hashing (a torn read), which its check must catch. Synchronous (unless the
    * socket must drain), so the frames of a small WRITE (write, mapped, write_end) leave in one

@@ -8,7 +8,7 @@ import { type ErrorCode, KVError } from '../errors/index.ts';
 import { getLogger } from '../logging/logger.ts';
 import { authProof, newNonce, resolveSecret, verifyProof } from './auth.ts';
 import { FramedConnection } from './connection.ts';
-import { parseSideChannelFrame, type SideChannelFrame } from './frames.ts';
+import { parseSideChannelFrame, type SideChannelFrame } from './messages.ts';
 import { ProtocolError } from './protocol-error.ts';
 
 const log = getLogger('kvconnect.transfer.side-channel');

@@ -22,6 +22,7 @@ import {
   unknownHandle,
   unreachable,
 } from './agent-checks.ts';
+import type { AgentSeams } from './agent-options.ts';
 import type {
   FromAgentThread,
   SharedRegion,
@@ -31,6 +32,7 @@ import type {
 import { fromPlainError, startAgentThread, waitReady } from './agent-thread-start.ts';
 import { type BackendChoice, chooseTransport, resolveBackends } from './backends.ts';
 import { prepareDescriptors } from './descriptors.ts';
+import type { TransferFailureCause } from './failure.ts';
 import type { GrantSpec } from './grants.ts';
 import { TransferStats, type TransferStatsSnapshot } from './stats.ts';
 import type { Descriptors, PostOptions, TransferAgent } from './transfer-agent.ts';
@@ -104,14 +106,20 @@ export class ThreadedTransferAgent implements TransferAgent {
     });
   }
 
-  /** Starts the worker, which creates the agent and binds its listener. */
-  static async create(opts: ThreadedAgentOptions): Promise<ThreadedTransferAgent> {
+  /**
+   * Starts the worker, which creates the agent and binds its listener. `seams.threadEntry`
+   * is for fault injection only (AgentSeams).
+   */
+  static async create(
+    opts: ThreadedAgentOptions,
+    seams: Pick<AgentSeams, 'threadEntry'> = {},
+  ): Promise<ThreadedTransferAgent> {
     resolveBackends(opts.backends);
     checkAgentOptions(opts);
     // Resolved here (the error before any thread starts) and handed to the thread as the option.
     const copyThreads = resolveCopyThreads(opts.copyThreads);
     const busyPollUs = resolveBusyPollUs(opts.busyPollUs, true);
-    const worker = startAgentThread({ options: { ...opts, copyThreads, busyPollUs } });
+    const worker = startAgentThread({ options: { ...opts, copyThreads, busyPollUs } }, seams.threadEntry);
     try {
       const base = await waitReady(worker);
       return new ThreadedTransferAgent(worker, opts, base, copyThreads, busyPollUs);
@@ -351,12 +359,7 @@ export class ThreadedTransferAgent implements TransferAgent {
     await Promise.race([closed, exited]);
     // After 'closed' the thread closes its port and exits on its own.
     await stopWorker(this.#worker);
-    this.#fail('transfer agent closed');
-  }
-
-  /** Test-only: makes the worker throw an uncaught error, as a bug in it would. */
-  crashForTest(): void {
-    this.#send({ type: 'crash-for-test' });
+    this.#stop(closedError(), 'closed');
   }
 
   #send(msg: ToAgentThread): void {
@@ -410,19 +413,22 @@ export class ThreadedTransferAgent implements TransferAgent {
     for (const w of waiters) w(status);
   }
 
-  /** The thread is gone: every pending transfer and notification fails with the reason. */
+  /** The thread failed: every pending transfer and notification fails with the reason. */
   #fail(reason: string): void {
+    const error = new KVError('TRANSFER_THREAD_FAILED', `transfer thread failed: ${reason}`, {
+      hint: 'The transfer agent thread stopped; restart the engine (or disable transfer_thread) and report the cause.',
+    });
+    this.#stop(error, 'thread_failed');
+  }
+
+  /** The thread is gone (failed, or closed): every pending transfer and notification fails with `error`. */
+  #stop(error: KVError, cause: TransferFailureCause): void {
     if (this.#failure) return;
-    const closing = reason === 'transfer agent closed';
-    this.#failure = closing
-      ? closedError()
-      : new KVError('TRANSFER_THREAD_FAILED', `transfer thread failed: ${reason}`, {
-          hint: 'The transfer agent thread stopped; restart the engine (or disable transfer_thread) and report the cause.',
-        });
+    this.#failure = error;
     for (const t of this.#transfers.values()) {
       if (t.status.state !== 'PROC') continue;
       this.#stats.recordFailedTransfer();
-      this.#settle(t, errStatus(localBlocks(t.descs), this.#failure.message));
+      this.#settle(t, errStatus(localBlocks(t.descs), { cause, reason: error.message }));
     }
     for (const p of this.#notifies.values()) p.reject(this.#failure);
     this.#notifies.clear();

@@ -5,7 +5,6 @@
  */
 
 import type { GrantSpec } from './grants.ts';
-import { isNotYetGrantedRefusal } from './grants.ts';
 import type { TransferStatsSnapshot } from './stats.ts';
 import type {
   AgentMetadata,
@@ -84,13 +83,4 @@ export interface TransferAgent {
   /** Returns the snapshot and starts a new interval. */
   resetStats(): TransferStatsSnapshot;
   close(): Promise<void>;
-}
-
-/**
- * True when a transfer failed only because the remote owner had not created the named
- * grant yet (it waited and gave up): posting it again may succeed. A grant that was
- * revoked or expired is never retryable.
- */
-export function isRetryableRefusal(reason: string | undefined): boolean {
-  return reason !== undefined && isNotYetGrantedRefusal(reason);
 }

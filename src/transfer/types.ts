@@ -2,6 +2,7 @@
  * Plain-data types of the transfer agent. src/transfer/ does not import src/kv: a region is
  * just "numBlocks blocks of blockBytes each, contiguous", which is what a KV tensor is.
  */
+import type { TransferFailureCause } from './failure.ts';
 
 /** One registered memory region (a KV tensor): block i is bytes [i*blockBytes, (i+1)*blockBytes). */
 export interface MemoryRegion {
@@ -68,6 +69,9 @@ export interface TransferStatus {
   readonly failed: readonly FailedBlocks[];
   /** Union of the failed local block ids over all regions, sorted. */
   readonly failedBlockIds: readonly number[];
+  /** ERR only: why, from a closed set (failure.ts); decisions switch on this. */
+  readonly cause?: TransferFailureCause;
+  /** ERR only: the same, in words for people (logs, errors); never parsed. */
   readonly reason?: string;
 }
 

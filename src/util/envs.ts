@@ -32,11 +32,6 @@ function text(type: string, defaultValue: string, doc: string): EnvVar<string | 
   return { type, default: defaultValue, doc, parse: (raw) => raw };
 }
 
-/** A number as `Number(raw ?? 0)` reads it. */
-function count(doc: string): EnvVar<number> {
-  return { type: 'whole number', default: '`0` (never)', doc, parse: (raw) => Number(raw ?? 0) };
-}
-
 /** A variable vLLM once read and kvconnect ignores (with a warning naming the extra-config key). */
 function deprecated(key: string): EnvVar<string | undefined> {
   return text(
@@ -104,12 +99,6 @@ export const ENV_VARS = {
   ),
   KVCONNECT_KV_EVENTS_ARRAY_LIKE: flag(
     'KV cache events are published as tagged arrays (vLLM before PR #42892) instead of maps.',
-  ),
-  KVCONNECT_MORIIO_TEST_EXIT_AFTER_WRITES: count(
-    'Tests only: a MoRIIO producer process exits right after posting this many writes.',
-  ),
-  KVCONNECT_MORIIO_TEST_STOP_AFTER_WRITES: count(
-    'Tests only: a MoRIIO producer process stops itself (SIGSTOP) right after posting this many writes.',
   ),
   VLLM_ALLOW_LONG_MAX_MODEL_LEN: flag(
     "Accept a `--max-model-len` above the model's derived maximum (as vLLM; positions past it are unreliable).",

@@ -8,6 +8,7 @@ import { fileURLToPath } from 'node:url';
 import { LLM, samplingParams } from '../../src/engine/llm.ts';
 import { captureLogs } from '../../src/logging/logger.ts';
 import { waitUntil } from '../helpers/wait-until.ts';
+import { EXIT_AFTER_WRITES_ENV, STOP_AFTER_WRITES_ENV, withFaultConnectors } from './fault-connectors.ts';
 import {
   consumerParams,
   GREEDY,
@@ -93,8 +94,8 @@ describe('MoRIIO producer in another process', () => {
     const spec: PairSpec = { readMode: false, backend: 'rdma', transferTimeout: 1.5 };
     const pPorts = await moriioPorts();
     const dPorts = await moriioPorts();
-    const child = startProducer(moriioOptions(spec, 'kv_producer', pPorts), {
-      KVCONNECT_MORIIO_TEST_EXIT_AFTER_WRITES: '1',
+    const child = startProducer(withFaultConnectors(moriioOptions(spec, 'kv_producer', pPorts)), {
+      [EXIT_AFTER_WRITES_ENV]: '1',
     });
     const readLine = lineReader(child);
     const d = await LLM.create(moriioOptions(spec, 'kv_consumer', dPorts));
@@ -141,8 +142,8 @@ describe('MoRIIO producer that goes silent', () => {
     const spec: PairSpec = { readMode: false, backend: 'rdma', transferTimeout: 2 };
     const pPorts = await moriioPorts();
     const dPorts = await moriioPorts();
-    const child = startProducer(moriioOptions(spec, 'kv_producer', pPorts), {
-      KVCONNECT_MORIIO_TEST_STOP_AFTER_WRITES: '1',
+    const child = startProducer(withFaultConnectors(moriioOptions(spec, 'kv_producer', pPorts)), {
+      [STOP_AFTER_WRITES_ENV]: '1',
     });
     const readLine = lineReader(child);
     // A small pool: the long request afterwards reuses the blocks the failed load had.

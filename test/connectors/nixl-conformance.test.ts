@@ -1,11 +1,11 @@
 /**
  * The shared connector conformance suite (p2p mode) for NixlConnector (pull) and
- * NixlPushConnector over tcp, and push over shm. Corruption is real: a test hook on P's
- * transfer agent flips one outgoing byte of the damaged request's blocks after the per-block
- * checksum was computed, so D must detect it.
+ * NixlPushConnector over tcp, and push over shm. Corruption is real: an outgoing transform on
+ * P's transfer agent (fault-connectors.ts) flips one outgoing byte of the damaged request's
+ * blocks after the per-block checksum was computed, so D must detect it.
  */
-import { setNixlTestHooks } from '../../src/connectors/nixl/index.ts';
 import { type ConformanceContext, type CorruptionTarget, runConnectorConformance } from './conformance.ts';
+import { agentFaults, faultConnectorsConfig } from './fault-connectors.ts';
 
 type Connector = 'NixlConnector' | 'NixlPushConnector';
 
@@ -23,32 +23,36 @@ function stateOf(ctx: ConformanceContext): CorruptionState {
   return fresh;
 }
 
-function config(connector: Connector, backend: 'TCP' | 'SHM', role: 'kv_producer' | 'kv_consumer') {
-  return {
+function config(
+  connector: Connector,
+  backend: 'TCP' | 'SHM',
+  role: 'kv_producer' | 'kv_consumer',
+  faults: boolean,
+) {
+  const c = {
     kv_connector: connector,
     kv_role: role,
     kv_connector_extra_config: { backends: [backend], side_channel_port: 0 },
   };
+  return faults ? faultConnectorsConfig(c) : c;
 }
 
-/** The agents read the hook when they are created: install it before the engines exist. */
+/** The agents take the transform when they are created: install it before the engines exist. */
 function installCorruptionHook(ctx: ConformanceContext): void {
   const state = stateOf(ctx);
-  setNixlTestHooks({
-    outgoing: (view, run) => {
-      const targets = state.targets;
-      if (!targets || state.done) return view;
-      for (let i = 0; i < run.count; i++) {
-        if (!targets.has(run.first + i)) continue;
-        state.done = true;
-        const copy = new Uint8Array(view);
-        const at = i * (view.length / run.count);
-        copy[at] = (copy[at] ?? 0) ^ 0xff;
-        return copy;
-      }
-      return view;
-    },
-  });
+  agentFaults.outgoing = (view, run) => {
+    const targets = state.targets;
+    if (!targets || state.done) return view;
+    for (let i = 0; i < run.count; i++) {
+      if (!targets.has(run.first + i)) continue;
+      state.done = true;
+      const copy = new Uint8Array(view);
+      const at = i * (view.length / run.count);
+      copy[at] = (copy[at] ?? 0) ^ 0xff;
+      return copy;
+    }
+    return view;
+  };
 }
 
 function armCorruption(ctx: ConformanceContext, target: CorruptionTarget): void {
@@ -70,12 +74,14 @@ function suite(
     mode: 'p2p',
     models,
     supportsHybrid: true,
-    makeProducerConfig: () => config(connector, backend, 'kv_producer'),
-    makeConsumerConfig: () => config(connector, backend, 'kv_consumer'),
+    makeProducerConfig: () => config(connector, backend, 'kv_producer', corrupt),
+    makeConsumerConfig: () => config(connector, backend, 'kv_consumer', corrupt),
     ...(corrupt
       ? {
           setup: installCorruptionHook,
-          teardown: () => setNixlTestHooks(undefined),
+          teardown: () => {
+            agentFaults.outgoing = undefined;
+          },
           corrupt: armCorruption,
           corruptionKinds: ['corrupt'] as const satisfies CorruptionTarget['kind'][],
         }

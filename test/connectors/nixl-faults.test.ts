@@ -1,10 +1,10 @@
 import assert from 'node:assert/strict';
 import { createServer, type Socket } from 'node:net';
 import { after, describe, it } from 'node:test';
-import { setNixlTestHooks } from '../../src/connectors/nixl/index.ts';
 import { LLM } from '../../src/engine/llm.ts';
 import { captureLogs } from '../../src/logging/logger.ts';
 import { SideChannelServer } from '../../src/transfer/index.ts';
+import { agentFaults, withFaultConnectors } from './fault-connectors.ts';
 import {
   engineOptions,
   GREEDY,
@@ -17,13 +17,20 @@ import {
 
 const base: PairOptions = { model: 'tiny', connector: 'NixlConnector', backend: 'TCP' };
 
-async function pair(o: PairOptions) {
-  const p = await LLM.create(engineOptions(o, 'kv_producer', 'prefill-engine'));
-  const d = await LLM.create(engineOptions(o, 'kv_consumer', 'decode-engine'));
+/** `faults`: both engines load fault-connectors.ts's classes (their agents take agentFaults). */
+async function pair(o: PairOptions, faults = false) {
+  const options = (role: 'kv_producer' | 'kv_consumer', engineId: string) => {
+    const opts = engineOptions(o, role, engineId);
+    return faults ? withFaultConnectors(opts) : opts;
+  };
+  const p = await LLM.create(options('kv_producer', 'prefill-engine'));
+  const d = await LLM.create(options('kv_consumer', 'decode-engine'));
   return { p, d, close: () => Promise.all([p.shutdown(), d.shutdown()]) };
 }
 
-after(() => setNixlTestHooks(undefined));
+after(() => {
+  agentFaults.outgoing = undefined;
+});
 
 describe('NIXL failure handling', () => {
   it('a lease that expires frees P at once, counts it, and a late READ becomes a load error on D', async () => {
@@ -86,18 +93,16 @@ describe('NIXL failure handling', () => {
     for (const policy of ['fail', 'recompute'] as const) {
       let armed = false;
       const corruptedBlocks: number[] = [];
-      // P's agent serves the READ: the hook must exist when P's agent is created.
-      setNixlTestHooks({
-        outgoing: (view, run) => {
-          if (!armed || run.region !== 1 || corruptedBlocks.length > 0) return view;
-          corruptedBlocks.push(run.first);
-          const copy = new Uint8Array(view);
-          copy[copy.length - 1] = (copy[copy.length - 1] ?? 0) ^ 0xff;
-          return copy;
-        },
-      });
-      const { p, d, close } = await pair({ ...base, policy });
-      setNixlTestHooks(undefined);
+      // P's agent serves the READ: the transform must exist when P's agent is created.
+      agentFaults.outgoing = (view, run) => {
+        if (!armed || run.region !== 1 || corruptedBlocks.length > 0) return view;
+        corruptedBlocks.push(run.first);
+        const copy = new Uint8Array(view);
+        copy[copy.length - 1] = (copy[copy.length - 1] ?? 0) ^ 0xff;
+        return copy;
+      };
+      const { p, d, close } = await pair({ ...base, policy }, true);
+      agentFaults.outgoing = undefined;
       try {
         const [out] = await p.generate(
           PROMPTS[2]!,

@@ -6,8 +6,8 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type { KVTransferParams } from '../../src/connector/types.ts';
+import { effectiveGrantWaitMs, parseNixlOptions } from '../../src/connectors/nixl/config.ts';
 import type { NixlConnector } from '../../src/connectors/nixl/index.ts';
-import { effectiveGrantWaitMs, parseNixlOptions } from '../../src/connectors/nixl/options.ts';
 import { Engine } from '../../src/engine/engine.ts';
 import { LLM, samplingParams } from '../../src/engine/llm.ts';
 import type { LocalExecutor } from '../../src/engine/runner/local-executor.ts';

@@ -5,8 +5,8 @@
 import assert from 'node:assert/strict';
 import { availableParallelism } from 'node:os';
 import { describe, it } from 'node:test';
+import { parseNixlOptions } from '../../src/connectors/nixl/config.ts';
 import type { NixlConnector } from '../../src/connectors/nixl/index.ts';
-import { parseNixlOptions } from '../../src/connectors/nixl/options.ts';
 import { LLM } from '../../src/engine/llm.ts';
 import type { LocalExecutor } from '../../src/engine/runner/local-executor.ts';
 import { isKVError } from '../../src/errors/index.ts';

@@ -11,11 +11,21 @@ import {
   reduceNixlStats,
   tpRatio,
 } from '../../src/connectors/nixl/index.ts';
-import { HEARTBEAT_PREFIX, heartbeatMessages } from '../../src/connectors/nixl/step-metadata.ts';
+import {
+  completionNotification,
+  HEARTBEAT_PREFIX,
+  heartbeatMessages,
+  type NotificationHandlers,
+  pushNackNotification,
+  pushRegistrationNotification,
+  routeNotification,
+} from '../../src/connectors/nixl/notifications.ts';
+import { readRetryDelayMs, shouldReconnect } from '../../src/connectors/nixl/retry-policy.ts';
 import { LLM } from '../../src/engine/llm.ts';
 import { isKVError } from '../../src/errors/index.ts';
 import type { KVCacheConfig } from '../../src/kv/interfaces.ts';
 import { captureLogs } from '../../src/logging/logger.ts';
+import type { TransferFailureCause, TransferStatus } from '../../src/transfer/index.ts';
 
 describe('tp mapping (heterogeneous TP, pure)', () => {
   it('ratios, target ranks and notification counts', () => {
@@ -232,5 +242,69 @@ describe('heartbeat notifications', () => {
     );
     assert.deepEqual(heartbeatMessages([]), []);
     assert.deepEqual(heartbeatMessages(['a']), [`${HEARTBEAT_PREFIX}a`]);
+  });
+});
+
+describe('notifications: every format written by one builder is read back by the router', () => {
+  function routed(message: string): string[] {
+    const seen: string[] = [];
+    const to: NotificationHandlers = {
+      heartbeat: (ids) => seen.push(`heartbeat ${ids.join('|')}`),
+      registration: (json) => seen.push(`registration ${JSON.parse(json).request_id}`),
+      nack: (reqId, ids) => seen.push(`nack ${reqId} [${ids.join(',')}]`),
+      completion: (reqId, worldSize) => seen.push(`completion ${reqId} ${worldSize}`),
+      unknown: (n) => seen.push(`unknown ${n.message}`),
+    };
+    routeNotification({ agent: 'P-rank0', message }, to);
+    return seen;
+  }
+
+  it('completion, heartbeat, push registration and nack, and anything else', () => {
+    assert.deepEqual(routed(completionNotification('cmpl-a:b', 2)), ['completion cmpl-a:b 2']);
+    assert.deepEqual(routed(heartbeatMessages(['r1', 'r2'])[0]!), ['heartbeat r1|r2']);
+    const registration = {
+      request_id: 'cmpl-9',
+      remote_request_id: null,
+      decode_engine_id: 'D',
+      decode_host: '127.0.0.1',
+      decode_port: 5600,
+      decode_tp_size: 1,
+      blocks: [],
+    };
+    assert.deepEqual(routed(pushRegistrationNotification(registration)), ['registration cmpl-9']);
+    assert.deepEqual(routed(pushNackNotification('cmpl-9', [3, 4])), ['nack cmpl-9 [3,4]']);
+    assert.deepEqual(routed(pushNackNotification('cmpl-9', [])), ['nack cmpl-9 []']);
+    assert.deepEqual(routed('hello'), ['unknown hello']);
+    assert.deepEqual(routed('r:0'), ['unknown r:0'], 'a completion counts at least one rank');
+  });
+});
+
+describe('retry policy: decided on the failure cause, whatever its wording', () => {
+  const failed = (cause: TransferFailureCause, reason: string): TransferStatus => ({
+    state: 'ERR',
+    failed: [],
+    failedBlockIds: [],
+    cause,
+    reason,
+  });
+
+  it('retries a grant not there yet with a growing backoff inside the lease, and nothing else', () => {
+    const notYet = failed('not_granted_yet', 'the owner says: come back later');
+    assert.equal(readRetryDelayMs(notYet, 0, 0, 30_000, 0), 50);
+    assert.equal(readRetryDelayMs(notYet, 3, 0, 30_000, 0), 400);
+    assert.equal(readRetryDelayMs(notYet, 10, 0, 30_000, 0), 1000, 'capped');
+    assert.equal(readRetryDelayMs(notYet, 0, 0, 30_000, 29_990), null, 'past the lease');
+    assert.equal(readRetryDelayMs(failed('grant_quota', 'busy'), 0, 0, 30_000, 0), 50);
+    const endedInRetryableWords = failed('grant_ended', "READ refused: no read grant 'k' yet (waited 5 ms)");
+    assert.equal(readRetryDelayMs(endedInRetryableWords, 0, 0, 30_000, 0), null);
+  });
+
+  it('reconnects once after a lost connection, and not for a failure worded like one', () => {
+    assert.equal(shouldReconnect(failed('connection_lost', 'gone'), false), true);
+    assert.equal(shouldReconnect(failed('connection_lost', 'gone'), true), false, 'once');
+    assert.equal(
+      shouldReconnect(failed('send_failed', 'connection to P-rank0 lost: socket hang up'), false),
+      false,
+    );
   });
 });

@@ -58,11 +58,6 @@ test('flags are on only at exactly 1; other variables parse as their readers nee
   assert.equal(readEnv('VLLM_SERVER_DEV_MODE', { VLLM_SERVER_DEV_MODE: '2' }), true);
   assert.equal(readEnv('VLLM_SERVER_DEV_MODE', { VLLM_SERVER_DEV_MODE: '0' }), false);
   assert.equal(readEnv('VLLM_SERVER_DEV_MODE', { VLLM_SERVER_DEV_MODE: 'on' }), false);
-  assert.equal(readEnv('KVCONNECT_MORIIO_TEST_EXIT_AFTER_WRITES', {}), 0);
-  assert.equal(
-    readEnv('KVCONNECT_MORIIO_TEST_EXIT_AFTER_WRITES', { KVCONNECT_MORIIO_TEST_EXIT_AFTER_WRITES: '3' }),
-    3,
-  );
   assert.equal(readEnv('PYTHONHASHSEED', { PYTHONHASHSEED: '' }), '', 'an empty seed is a seed');
   assert.equal(readEnv('OPENAI_API_KEY', {}), undefined);
 });

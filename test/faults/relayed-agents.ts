@@ -4,6 +4,7 @@
  */
 import {
   type AgentMetadata,
+  type AgentSeams,
   InThreadTransferAgent,
   type TransferAgentOptions,
 } from '../../src/transfer/index.ts';
@@ -25,6 +26,7 @@ export async function throughRelay(
   frames: FrameHook,
   aOptions: Partial<TransferAgentOptions> = {},
   bOptions: Partial<TransferAgentOptions> = {},
+  bSeams: AgentSeams = {},
 ) {
   const a = await InThreadTransferAgent.create({
     engineId: 'A',
@@ -32,12 +34,15 @@ export async function throughRelay(
     chunkBytes: blockBytes,
     ...aOptions,
   });
-  const b = await InThreadTransferAgent.create({
-    engineId: 'B',
-    backends: ['TCP'],
-    chunkBytes: blockBytes,
-    ...bOptions,
-  });
+  const b = await InThreadTransferAgent.create(
+    {
+      engineId: 'B',
+      backends: ['TCP'],
+      chunkBytes: blockBytes,
+      ...bOptions,
+    },
+    bSeams,
+  );
   open.push(a, b);
   const ra = makeRegion(0, blockBytes, numBlocks, 0x1111);
   const rb = makeRegion(0, blockBytes, numBlocks, 0x2222);

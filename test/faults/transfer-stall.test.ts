@@ -90,12 +90,11 @@ describe('a transfer whose peer stalls', () => {
           ? { action: 'hold' }
           : { action: 'forward' },
       { transferTimeoutMs: 60_000 },
+      {},
       {
-        testHooks: {
-          outgoing: (view) => {
-            produced++;
-            return view;
-          },
+        outgoing: (view) => {
+          produced++;
+          return view;
         },
       },
     );

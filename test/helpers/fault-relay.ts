@@ -5,20 +5,20 @@
  * be cut with a RST, or left half-open (the target side closed, the client side silent).
  *
  * With `frames`, both directions are decoded as the transfer agent's frames and each frame
- * goes through the hook, which may rewrite its payload (corruption), hold it and
+ * goes through the hook, which may rewrite its header or payload (corruption), hold it and
  * everything after it, optionally after forwarding part of its payload (a peer that stops
  * mid-frame), or cut the connection after part of it.
  */
 import { connect, createServer, type Socket } from 'node:net';
-import { type AgentFrame, parseAgentFrame } from '../../src/transfer/frames.ts';
-import { encodePrefixAndHeader, FrameDecoder } from '../../src/transfer/framing.ts';
+import { encodePrefixAndHeader, FrameDecoder } from '../../src/transfer/frame-codec.ts';
+import { type AgentFrame, parseAgentFrame } from '../../src/transfer/messages.ts';
 
 /** up = client → target, down = target → client. */
 export type Direction = 'up' | 'down';
 export type FlowState = 'flow' | 'hold' | 'drop';
 
 export type FrameAction =
-  | { readonly action: 'forward'; readonly payload?: Uint8Array }
+  | { readonly action: 'forward'; readonly header?: AgentFrame; readonly payload?: Uint8Array }
   | { readonly action: 'hold'; readonly forwardBytes?: number }
   | { readonly action: 'cut'; readonly forwardBytes?: number };
 
@@ -238,7 +238,7 @@ function decode(link: Link, dir: Direction, hook: FrameHook): void {
         const act = hook(dir, h, payload, ++index);
         const body = act.action === 'forward' && act.payload ? act.payload : payload;
         const length = payload?.length ?? 0;
-        pipe.push(encodePrefixAndHeader(h, length));
+        pipe.push(encodePrefixAndHeader(act.action === 'forward' && act.header ? act.header : h, length));
         if (act.action === 'forward') {
           if (body) pipe.push(body);
           return;

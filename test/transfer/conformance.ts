@@ -8,12 +8,12 @@ import { createServer, type Socket } from 'node:net';
 import { after, describe, it } from 'node:test';
 import { isKVError } from '../../src/errors/index.ts';
 import {
+  type AgentSeams,
   type CreateAgentOptions,
   createTransferAgent,
   type DescPair,
   InThreadTransferAgent,
   type TransferAgent,
-  type TransferAgentOptions,
 } from '../../src/transfer/index.ts';
 import { blocksEqual, makeRegion } from './pattern.ts';
 import { notificationsOf } from './wait.ts';
@@ -51,10 +51,10 @@ async function agent(v: AgentVariant, engineId: string, extra: Partial<CreateAge
   return a;
 }
 
-/** An in-thread agent with a test hook (functions cannot cross into a thread). */
-async function hooked(v: AgentVariant, engineId: string, extra: Partial<TransferAgentOptions>) {
-  const { thread: _, ...rest } = options(v, engineId, extra);
-  const a = await InThreadTransferAgent.create(rest);
+/** An in-thread agent with seams (an outgoing transform cannot cross into a thread). */
+async function hooked(v: AgentVariant, engineId: string, seams: AgentSeams) {
+  const { thread: _, ...rest } = options(v, engineId, {});
+  const a = await InThreadTransferAgent.create(rest, seams);
   open.push(a);
   return a;
 }
@@ -229,9 +229,7 @@ export function transferAgentConformance(v: AgentVariant): void {
     it('fails exactly the block whose bytes differ from their checksum, as READ target and as WRITE target', async () => {
       // The peers that send carry the test hook, so they run on this thread; the agent under test receives.
       const reader = await agent(v, 'A');
-      const server = await hooked(v, 'B', {
-        testHooks: { outgoing: (view, run) => flipByte(view, run, 33) },
-      });
+      const server = await hooked(v, 'B', { outgoing: (view, run) => flipByte(view, run, 33) });
       const p = await pair(reader, server);
       p.b.grantRead('g', { blockIds: ALL });
       const r = await p.a.waitFor(
@@ -241,9 +239,7 @@ export function transferAgentConformance(v: AgentVariant): void {
       assert.deepEqual(r.failedBlockIds, [63]);
       assert.ok(blocksEqual(p.ra[0]!.bytes, 60, p.rb[0]!.bytes, 30, 3, BB), 'blocks before it are valid');
 
-      const sender = await hooked(v, 'S', {
-        testHooks: { outgoing: (view, run) => flipByte(view, run, 21) },
-      });
+      const sender = await hooked(v, 'S', { outgoing: (view, run) => flipByte(view, run, 21) });
       sender.registerMemory(regions(9));
       sender.addRemoteAgent(reader.metadata());
       reader.grantWrite('w', { blockIds: ALL });

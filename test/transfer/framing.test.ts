@@ -5,14 +5,13 @@ import { describe, it } from 'node:test';
 import fc from 'fast-check';
 import { isKVError } from '../../src/errors/index.ts';
 import { captureLogs, setLogLevel } from '../../src/logging/logger.ts';
-import { mappedPieces, parseAgentFrame } from '../../src/transfer/frames.ts';
 import {
   encodePrefixAndHeader,
   FRAME_MAGIC,
   FrameDecoder,
   FramingError,
   MAX_PAYLOAD_BYTES,
-} from '../../src/transfer/framing.ts';
+} from '../../src/transfer/frame-codec.ts';
 import {
   checkCompatibility,
   coalesceBlockLists,
@@ -20,6 +19,7 @@ import {
   InThreadTransferAgent,
   resolveBackends,
 } from '../../src/transfer/index.ts';
+import { mappedPieces, parseAgentFrame } from '../../src/transfer/messages.ts';
 import { ProtocolError } from '../../src/transfer/protocol-error.ts';
 import { makeRegion } from './pattern.ts';
 

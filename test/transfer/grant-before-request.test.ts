@@ -16,6 +16,7 @@ import {
   ThreadedTransferAgent,
   type TransferHandle,
 } from '../../src/transfer/index.ts';
+import { FAULTY_THREAD_ENTRY, STALL_PREFIX } from './agent-faults.ts';
 import { blocksEqual, makeRegion } from './pattern.ts';
 import { assertNoRingsLeftBehind } from './shm-files.ts';
 import { notificationsOf } from './wait.ts';
@@ -24,7 +25,7 @@ const BB = 4096;
 const N = 32;
 /** Blocks 4–6 of the writer into blocks 10–12 of the receiver. */
 const WRITE: DescPair[] = [{ localRegion: 0, localFirst: 4, remoteRegion: 0, remoteFirst: 10, count: 3 }];
-const STALL = 'stall-the-receiver';
+const STALL = `${STALL_PREFIX}400`;
 
 assertNoRingsLeftBehind();
 
@@ -160,11 +161,10 @@ async function stalledWrite(
   receiverKnowsWriter = false,
 ): Promise<Stalled> {
   const writer = await InThreadTransferAgent.create({ engineId: 'W', backends: [backend] });
-  const receiver = await ThreadedTransferAgent.create({
-    engineId: 'R',
-    backends: [backend],
-    testHooks: { stallOnNotification: { message: STALL, ms: 400 } },
-  });
+  const receiver = await ThreadedTransferAgent.create(
+    { engineId: 'R', backends: [backend] },
+    { threadEntry: FAULTY_THREAD_ENTRY },
+  );
   const wr = [makeRegion(0, BB, N, 7)];
   const rr = [makeRegion(0, BB, N, 9)];
   writer.registerMemory(wr);

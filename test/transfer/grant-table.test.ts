@@ -21,17 +21,17 @@ describe('GrantTable.check', () => {
       null,
     );
     assert.match(
-      t.check('write', me, runs([0, 4, 3], [1, 4, 4]), 'w') ?? '',
+      t.check('write', me, runs([0, 4, 3], [1, 4, 4]), 'w')?.reason ?? '',
       /does not cover/,
       'block 7 in region 1',
     );
     assert.match(
-      t.check('write', me, runs([0, 4, 3], [1, 3, 3]), 'w') ?? '',
+      t.check('write', me, runs([0, 4, 3], [1, 3, 3]), 'w')?.reason ?? '',
       /does not cover/,
       'block 3 in region 1',
     );
     assert.match(
-      t.check('write', me, runs([0, 4, 3], [1, 4, 3], [1, 8, 2]), undefined) ?? '',
+      t.check('write', me, runs([0, 4, 3], [1, 4, 3], [1, 8, 2]), undefined)?.reason ?? '',
       /no live write grant covers/,
     );
     assert.equal(t.check('write', me, runs([0, 4, 3], [1, 4, 3], [1, 9, 1]), undefined), null);
@@ -41,12 +41,12 @@ describe('GrantTable.check', () => {
     const t = new GrantTable();
     t.add('read', 'r', { blockIds: [1, 2], regions: [0, 1] });
     assert.equal(t.check('read', me, runs([0, 1, 2], [1, 1, 2]), 'r'), null);
-    assert.match(t.check('read', me, runs([0, 1, 2], [2, 1, 2]), 'r') ?? '', /does not cover/);
+    assert.match(t.check('read', me, runs([0, 1, 2], [2, 1, 2]), 'r')?.reason ?? '', /does not cover/);
   });
 
   it('refuses another peer', () => {
     const t = new GrantTable();
     t.add('read', 'r', { blockIds: [1, 2], peer: 'E' });
-    assert.match(t.check('read', me, runs([0, 1, 2]), 'r') ?? '', /does not cover/);
+    assert.match(t.check('read', me, runs([0, 1, 2]), 'r')?.reason ?? '', /does not cover/);
   });
 });

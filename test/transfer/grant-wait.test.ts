@@ -7,7 +7,7 @@ import { describe, it } from 'node:test';
 import {
   type DescPair,
   InThreadTransferAgent,
-  isRetryableRefusal,
+  isRetryableCause,
   type TransferAgentOptions,
 } from '../../src/transfer/index.ts';
 import { blocksEqual, makeRegion } from './pattern.ts';
@@ -71,7 +71,7 @@ for (const backend of ['TCP', 'SHM']) {
         const waited = performance.now() - started;
         assert.equal(st.state, 'ERR');
         assert.match(st.reason ?? '', /READ refused: no read grant 'never' yet \(waited 150 ms\)/);
-        assert.ok(isRetryableRefusal(st.reason));
+        assert.ok(isRetryableCause(st.cause));
         assert.ok(waited >= 140, `refused after ${waited.toFixed(0)} ms, before the wait ended`);
         assert.deepEqual(st.failedBlockIds, [10, 11, 12]);
         assert.equal(p.b.waitingReads, 0);
@@ -97,7 +97,7 @@ for (const backend of ['TCP', 'SHM']) {
             st.reason ?? '',
             new RegExp(`no live read grant '${key}' \\(it was revoked or has expired\\)`),
           );
-          assert.equal(isRetryableRefusal(st.reason), false);
+          assert.equal(isRetryableCause(st.cause), false);
           assert.ok(performance.now() - started < 2000, `${key}: refusal waited for the grant`);
         }
         assert.equal(p.b.waitingReads, 0);
@@ -118,7 +118,7 @@ for (const backend of ['TCP', 'SHM']) {
         p.b.grantRead('stranger', { peer: 'Z', blockIds: GRANTED });
         const [d, n, s] = await Promise.all([dropped, narrow, stranger].map((h) => p.a.waitFor(h)));
         assert.match(d!.reason ?? '', /no live read grant 'dropped'/);
-        assert.equal(isRetryableRefusal(d!.reason), false);
+        assert.equal(isRetryableCause(d!.cause), false);
         assert.match(n!.reason ?? '', /read grant 'narrow' does not cover the requested blocks/);
         assert.match(s!.reason ?? '', /read grant 'stranger' does not cover the requested blocks/);
         assert.equal(p.b.waitingReads, 0);
@@ -139,7 +139,7 @@ for (const backend of ['TCP', 'SHM']) {
           third.reason ?? '',
           /no read grant 'k3' yet, and A-rank0 already has 2 transfers waiting/,
         );
-        assert.ok(isRetryableRefusal(third.reason));
+        assert.ok(isRetryableCause(third.cause));
         p.b.grantRead('k1', { blockIds: GRANTED });
         assert.equal((await p.a.waitFor(first)).state, 'DONE');
         assert.equal(p.b.waitingReads, 1);
@@ -155,7 +155,7 @@ for (const backend of ['TCP', 'SHM']) {
       try {
         const st = await p.a.waitFor(p.a.read(p.remote, D, { grantKey: 'later' }));
         assert.equal(st.state, 'ERR');
-        assert.ok(isRetryableRefusal(st.reason), st.reason);
+        assert.ok(isRetryableCause(st.cause), st.reason);
         assert.equal(p.b.waitingReads, 0);
       } finally {
         await p.close();

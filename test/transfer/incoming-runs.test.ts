@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { IncomingRuns } from '../../src/transfer/block-io.ts';
 import { blockChecksums } from '../../src/transfer/checksum.ts';
-import type { DataFrame } from '../../src/transfer/frames.ts';
+import type { DataFrame } from '../../src/transfer/messages.ts';
 import { makeRegion } from './pattern.ts';
 
 const BB = 4 << 10;

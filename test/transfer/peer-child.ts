@@ -18,18 +18,20 @@ const bytes = new Uint8Array(allocateShared(numBlocks * blockBytes));
 fillPattern(bytes, blockBytes, Number(seedArg));
 
 let dieAfter = Number.POSITIVE_INFINITY;
-const agent = await InThreadTransferAgent.create({
-  engineId: 'child',
-  backends: [backend],
-  chunkBytes: 256 << 10,
-  ...(process.env['PEER_RING_BYTES'] ? { ringBytes: Number(process.env['PEER_RING_BYTES']) } : {}),
-  testHooks: {
+const agent = await InThreadTransferAgent.create(
+  {
+    engineId: 'child',
+    backends: [backend],
+    chunkBytes: 256 << 10,
+    ...(process.env['PEER_RING_BYTES'] ? { ringBytes: Number(process.env['PEER_RING_BYTES']) } : {}),
+  },
+  {
     outgoing: (view) => {
       if (--dieAfter <= 0) process.kill(process.pid, 'SIGKILL');
       return view;
     },
   },
-});
+);
 agent.registerMemory([{ id: 0, bytes, blockBytes, numBlocks }]);
 const all = Array.from({ length: numBlocks }, (_, i) => i);
 agent.grantRead('all', { blockIds: all, peer: 'parent' });

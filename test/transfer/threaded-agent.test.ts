@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { isKVError } from '../../src/errors/index.ts';
 import { InThreadTransferAgent, ThreadedTransferAgent } from '../../src/transfer/index.ts';
+import { CRASH_NOTIFICATION, FAULTY_THREAD_ENTRY } from './agent-faults.ts';
 import { makeRegion } from './pattern.ts';
 import { assertNoRingsLeftBehind } from './shm-files.ts';
 import { until } from './wait.ts';
@@ -27,7 +28,10 @@ describe('threaded transfer agent, beyond the conformance suite', () => {
   });
 
   it('fails every pending transfer and the next call when the thread crashes', async () => {
-    const t = await ThreadedTransferAgent.create({ engineId: 'T', backends: ['TCP'] });
+    const t = await ThreadedTransferAgent.create(
+      { engineId: 'T', backends: ['TCP'] },
+      { threadEntry: FAULTY_THREAD_ENTRY },
+    );
     const owner = await InThreadTransferAgent.create({
       engineId: 'O',
       backends: ['TCP'],
@@ -45,10 +49,13 @@ describe('threaded transfer agent, beyond the conformance suite', () => {
     const note = t.sendNotification('O-rank0', 'hello');
     await until(() => owner.waitingReads === 1, 'the READ to wait at the owner');
     assert.equal(t.status(h).state, 'PROC', `pending before the crash: ${t.status(h).reason}`);
-    t.crashForTest();
+    // A peer's notification makes the thread throw an uncaught error (agent-faults.ts).
+    owner.addRemoteAgent(t.metadata());
+    await owner.sendNotification(t.name, CRASH_NOTIFICATION);
     const s = await t.waitFor(h);
     assert.equal(s.state, 'ERR');
     assert.match(s.reason ?? '', /transfer thread failed/);
+    assert.equal(s.cause, 'thread_failed');
     assert.deepEqual(s.failedBlockIds, [4, 5, 6]);
     await note.catch(() => {});
     assert.throws(

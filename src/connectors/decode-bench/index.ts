@@ -6,8 +6,6 @@ export {
   type DecodeBenchConfig,
   parseDecodeBenchConfig,
 } from './config.ts';
-export {
-  DecodeBenchConnector,
-  type DecodeBenchFill,
-  type DecodeBenchMetadata,
-} from './decode-bench-connector.ts';
+export { DecodeBenchConnector } from './connector.ts';
+export type { DecodeBenchStatsData } from './stats.ts';
+export type { DecodeBenchFill, DecodeBenchMetadata } from './step-metadata.ts';

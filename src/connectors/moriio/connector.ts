@@ -20,6 +20,7 @@ import type {
 } from '../../connector/types.ts';
 import type { KVCacheBlocks, KVCacheConfig, PagedKVMemory } from '../../kv/interfaces.ts';
 import { getLogger } from '../../logging/logger.ts';
+import { type CreateAgentOptions, createTransferAgent, type TransferAgent } from '../../transfer/index.ts';
 import type { ConnectorAdvertisement } from '../../wire/index.ts';
 import { MORIIO_EXTRA_CONFIG, type MoRIIOConfig, parseMoRIIOConfig } from './config.ts';
 import { buildPing, DiscoveryPinger } from './discovery.ts';
@@ -67,8 +68,16 @@ export class MoRIIOConnector extends KVConnectorBase {
         this.#pinger.start();
       }
     } else {
-      this.#worker = new MoRIIOWorker(cfg, engineConfig, kvCacheConfig);
+      this.#worker = new MoRIIOWorker(cfg, engineConfig, kvCacheConfig, (o) => this.createTransferAgent(o));
     }
+  }
+
+  /**
+   * Creates the worker's transfer agent (once, when the KV caches are registered). A subclass
+   * may plug seams into it (AgentSeams, for fault injection: test/connectors/fault-connectors.ts).
+   */
+  protected createTransferAgent(options: CreateAgentOptions): Promise<TransferAgent> {
+    return createTransferAgent(options);
   }
 
   /** MoRIIO's identity is host_ip:handshake_port; it replaces kv_transfer_config.engine_id. */

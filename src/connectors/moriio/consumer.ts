@@ -10,7 +10,6 @@ import type { TransferHandle } from '../../transfer/index.ts';
 import { moriioPort } from './config.ts';
 import { emitMoRIIOEvent } from './events.ts';
 import { sendNotify } from './notify-channel.ts';
-import { isTimeoutReason } from './stats.ts';
 import type { FailedLoad, ReadJob, WriteRecvJob } from './step-metadata.ts';
 import { moriioExpectedWriteDoneCount, moriioPeerRanks, validateMoRIIOHeterogeneousTp } from './tp.ts';
 import { type MoRIIOWorkerContext, transferTimeoutMessage } from './worker-context.ts';
@@ -162,7 +161,7 @@ export class MoRIIOConsumer {
       const status = await this.#ctx.agent.waitFor(handle);
       this.#ctx.agent.releaseHandle(handle);
       if (status.state !== 'DONE') {
-        const timedOut = isTimeoutReason(status.reason);
+        const timedOut = status.cause === 'timeout';
         if (timedOut) this.#ctx.stats.timedOut();
         const why = timedOut
           ? transferTimeoutMessage(this.#ctx.cfg.transferTimeoutS)

@@ -7,21 +7,14 @@
  */
 import { getLogger } from '../../logging/logger.ts';
 import type { TransferHandle } from '../../transfer/index.ts';
-import { readEnv } from '../../util/envs.ts';
 import { emitMoRIIOEvent } from './events.ts';
 import type { RemoteBlocksMessage } from './notify-channel.ts';
 import { sendNotify } from './notify-channel.ts';
-import { isTimeoutReason } from './stats.ts';
 import type { SaveJob, SendJob } from './step-metadata.ts';
 import { moriioExpectedAckCount, validateMoRIIOHeterogeneousTp } from './tp.ts';
 import type { MoRIIOWorkerContext } from './worker-context.ts';
 
 const log = getLogger('kvconnect.connectors.moriio.producer');
-
-/** Test hook: the process dies right after posting this many writes (a producer killed mid-write). */
-let exitAfterWrites = readEnv('KVCONNECT_MORIIO_TEST_EXIT_AFTER_WRITES');
-/** Test hook: the process stops itself (SIGSTOP) right after posting this many writes (a producer gone silent). */
-let stopAfterWrites = readEnv('KVCONNECT_MORIIO_TEST_STOP_AFTER_WRITES');
 
 interface Registration {
   readonly msg: RemoteBlocksMessage;
@@ -217,13 +210,11 @@ export class MoRIIOProducer {
           stats.failedTransfer();
           throw e;
         }
-        if (exitAfterWrites > 0 && --exitAfterWrites === 0) process.exit(137);
-        if (stopAfterWrites > 0 && --stopAfterWrites === 0) process.kill(process.pid, 'SIGSTOP');
         const status = await agent.waitFor(handle);
         agent.releaseHandle(handle);
         if (status.state !== 'DONE') {
           reg.failed = true;
-          if (isTimeoutReason(status.reason)) stats.timedOut();
+          if (status.cause === 'timeout') stats.timedOut();
           log.error('MoRIIO write of transfer %s failed: %s', t.transferId, status.reason ?? '');
         }
       })

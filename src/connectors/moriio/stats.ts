@@ -91,11 +91,6 @@ export class MoRIIOStatsRecorder {
   }
 }
 
-/** Whether an agent failure reason (or a MoRIIO error text) says the transfer timed out. */
-export function isTimeoutReason(reason: string | undefined): boolean {
-  return reason !== undefined && /timed out/i.test(reason);
-}
-
 const sum = (v: readonly number[]): number => v.reduce((a, b) => a + b, 0);
 
 /** A one-line summary for logs and tools: transfers, bytes, time, throughput, failures. */

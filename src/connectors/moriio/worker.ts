@@ -4,22 +4,22 @@
  * listener, both at base + dp_local * tp_size + tp_rank, and routes each step's jobs to
  * the producer and consumer halves.
  */
-import { isMainThread, workerData } from 'node:worker_threads';
 import { totalKvHeads as modelTotalKvHeads } from '../../config/model-info.ts';
 import type { EngineConfig } from '../../config/types.ts';
-import { KVError } from '../../errors/kv-error.ts';
+import { kvRegions } from '../../connector/kv-regions.ts';
+import { workerTpRank } from '../../connector/tp-rank.ts';
 import type { KVCacheConfig, PagedKVMemory } from '../../kv/interfaces.ts';
 import { getLogger } from '../../logging/logger.ts';
 import {
-  type AgentMetadata,
+  type AgentFactory,
   copyThreadsUpTo,
-  createTransferAgent,
   fetchRemoteMetadata,
   SideChannelServer,
   type TransferAgent,
 } from '../../transfer/index.ts';
 import { type MoRIIOConfig, moriioPort } from './config.ts';
 import { MoRIIOConsumer } from './consumer.ts';
+import { checkPeerPayload, type MoRIIOAgentPayload } from './handshake.ts';
 import { type NotifyMessage, NotifyServer } from './notify-channel.ts';
 import { MoRIIOProducer } from './producer.ts';
 import { isEmptyMoRIIOStats, type MoRIIOStatsData, MoRIIOStatsRecorder } from './stats.ts';
@@ -29,28 +29,12 @@ import type { MoRIIOWorkerContext } from './worker-context.ts';
 const log = getLogger('kvconnect.connectors.moriio.worker');
 const WARMUP = 'moriio-link-up';
 
-/** What a worker's handshake listener serves. */
-export interface MoRIIOAgentPayload {
-  readonly engine_id: string;
-  readonly tp_rank: number;
-  readonly tp_size: number;
-  readonly total_kv_heads: number;
-  readonly block_size: number;
-  readonly block_lens: readonly number[];
-  readonly agent: AgentMetadata;
-}
-
-function currentTpRank(): number {
-  if (isMainThread) return 0;
-  const rank = (workerData as { tpRank?: unknown } | null)?.tpRank;
-  return typeof rank === 'number' ? rank : 0;
-}
-
 export class MoRIIOWorker {
   readonly #cfg: MoRIIOConfig;
   readonly #engineConfig: EngineConfig;
   readonly #kvCacheConfig: KVCacheConfig;
-  readonly tpRank = currentTpRank();
+  readonly #createAgent: AgentFactory;
+  readonly tpRank = workerTpRank();
   #agent: TransferAgent | null = null;
   #handshake: SideChannelServer | null = null;
   #notify: NotifyServer | null = null;
@@ -61,10 +45,16 @@ export class MoRIIOWorker {
   readonly #peers = new Map<string, Promise<string>>();
   readonly #stats = new MoRIIOStatsRecorder();
 
-  constructor(cfg: MoRIIOConfig, engineConfig: EngineConfig, kvCacheConfig: KVCacheConfig) {
+  constructor(
+    cfg: MoRIIOConfig,
+    engineConfig: EngineConfig,
+    kvCacheConfig: KVCacheConfig,
+    createAgent: AgentFactory,
+  ) {
     this.#cfg = cfg;
     this.#engineConfig = engineConfig;
     this.#kvCacheConfig = kvCacheConfig;
+    this.#createAgent = createAgent;
   }
 
   get tpSize(): number {
@@ -87,7 +77,7 @@ export class MoRIIOWorker {
     this.kvRegionIds = memory.tensors.map((t) => t.index);
     const cfg = this.#cfg;
     this.#memory = memory;
-    const agent = await createTransferAgent({
+    const agent = await this.#createAgent({
       engineId: cfg.engineId,
       tpRank: this.tpRank,
       host: cfg.hostIp,
@@ -102,14 +92,7 @@ export class MoRIIOWorker {
       ...(cfg.busyPollUs === undefined ? {} : { busyPollUs: cfg.busyPollUs }),
     });
     this.#agent = agent;
-    agent.registerMemory(
-      memory.tensors.map((t) => ({
-        id: t.index,
-        bytes: t.bytes,
-        blockBytes: t.blockBytes,
-        numBlocks: t.numBlocks,
-      })),
-    );
+    agent.registerMemory(kvRegions(memory));
     const blockSize = this.#kvCacheConfig.groups[0]?.spec.blockSize ?? 16;
     const totalKvHeads = modelTotalKvHeads(this.#engineConfig.model.model);
     this.#payload = {
@@ -182,42 +165,9 @@ export class MoRIIOWorker {
     const agent = this.#agent!;
     const local = this.#payload!;
     const { metadata } = await fetchRemoteMetadata(host, port, rank, { timeoutMs: 5000 });
-    const remote = metadata as MoRIIOAgentPayload | undefined;
-    if (!remote || typeof remote !== 'object' || typeof remote.agent !== 'object') {
-      throw new KVError(
-        'MORIIO_HANDSHAKE_FAILED',
-        `handshake failed, unexpected msg type from ${host}:${port}`,
-        {
-          hint: 'The port answered but is not a MoRIIO handshake listener; check handshake_port and the per-worker offset.',
-        },
-      );
-    }
+    const remote = checkPeerPayload(metadata, local, this.#cfg.backend, { host, port });
     if (remote.tp_size !== remoteTp) {
       log.warn('MoRIIO peer %s:%d reports tp_size %d, expected %d', host, port, remote.tp_size, remoteTp);
-    }
-    const same =
-      remote.block_size === local.block_size &&
-      remote.block_lens.length === local.block_lens.length &&
-      remote.block_lens.every((n, i) => n === local.block_lens[i]);
-    if (!same) {
-      throw new KVError(
-        'MORIIO_GEOMETRY_MISMATCH',
-        `MoRIIO peer ${remote.engine_id} has KV blocks of [${remote.block_lens.join(', ')}] bytes (block size ${remote.block_size}), this engine [${local.block_lens.join(', ')}] (block size ${local.block_size})`,
-        { hint: 'Use the same model, block size and cache dtype on prefill and decode.' },
-      );
-    }
-    if (this.#cfg.backend === 'xgmi') {
-      const mine = local.agent.endpoints.shm?.hostId;
-      if (remote.agent.endpoints.shm?.hostId !== mine) {
-        throw new KVError(
-          'MORIIO_XGMI_REMOTE_HOST',
-          `MoRIIO backend 'xgmi' reaches only peers on the same host, but ${remote.engine_id} (${host}) is on another host (or uses backend 'rdma')`,
-          {
-            field: 'kv_connector_extra_config.backend',
-            hint: 'Set "backend": "rdma" on both engines for prefill and decode on different hosts (kvconnect maps it to the tcp transport).',
-          },
-        );
-      }
     }
     const name = agent.addRemoteAgent(remote.agent);
     // Bring the data link up now, not at the first write in the middle of a prefill.

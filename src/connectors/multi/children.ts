@@ -64,10 +64,14 @@ export function cachedChildClasses(specs: readonly ChildSpec[]): KVConnectorClas
   return classes;
 }
 
+/** True when the list is non-empty and every child class supports HMA. */
+export function allSupportHMA(classes: readonly KVConnectorClass[]): boolean {
+  return classes.length > 0 && classes.every((c) => c.supportsHMA === true);
+}
+
 /** vLLM's assertion: with HMA on, every child must support it. */
 export function checkChildrenHMA(parent: EngineConfig, classes: readonly KVConnectorClass[]): void {
-  const allSupport = classes.length > 0 && classes.every((c) => c.supportsHMA === true);
-  if (parent.scheduler.disableHybridKvCacheManager === false && !allSupport) {
+  if (parent.scheduler.disableHybridKvCacheManager === false && !allSupportHMA(classes)) {
     const without = classes.filter((c) => c.supportsHMA !== true).map((c) => c.name);
     throw new KVError(
       'KV_MULTI_CONNECTOR_HMA',

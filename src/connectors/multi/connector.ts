@@ -1,12 +1,11 @@
 /**
  * MultiConnector (docs/connectors/multi.md): an ordered list of child connectors used as one.
  * The first child with a hit loads a request; every child sees every request and saves;
- * answers are combined as vLLM combines them (see each method). HMA works only if every child
- * has it (KVConnectorFactory.supportsHMAConfig decides that for the engine).
+ * answers are combined as vLLM combines them (./scheduler.ts, ./worker.ts, and each method
+ * here). HMA works only if every child has it (KVConnectorFactory.supportsHMAConfig decides
+ * that for the engine).
  */
-import { randomUUID } from 'node:crypto';
 import type { ExtraConfigSchema } from '../../config/extra-config.ts';
-import { multiConnectorChildren } from '../../config/multi-connector-config.ts';
 import type { EngineConfig, KVTransferConfigLike } from '../../config/types.ts';
 import { KVConnectorBase, type KVConnectorClass } from '../../connector/base.ts';
 import type { ConnectorMetricSpec } from '../../connector/metric-specs.ts';
@@ -18,16 +17,15 @@ import type {
   KVConnectorOutput,
   KVConnectorRole,
   KVConnectorStatsData,
-  KVConnectorWorkerMetadata,
   MatchedTokens,
   RequestFinishedResult,
   SchedulerOutput,
 } from '../../connector/types.ts';
-import { KVError } from '../../errors/kv-error.ts';
 import type { KVCacheBlocks, KVCacheConfig, KVCacheEvent, PagedKVMemory } from '../../kv/interfaces.ts';
 import { getLogger } from '../../logging/logger.ts';
 import type { ConnectorAdvertisement } from '../../wire/index.ts';
 import {
+  allSupportHMA,
   buildChildren,
   type ChildSpec,
   cachedChildClasses,
@@ -35,39 +33,23 @@ import {
   childSpecs,
   resolveChildClasses,
 } from './children.ts';
-import { mergeTransferParams, statsPerChildClass } from './merge.ts';
+import { MULTI_EXTRA_CONFIG, parseMultiConfig } from './config.ts';
 import { multiConnectorMetricSpecs } from './metrics.ts';
+import { MultiScheduler } from './scheduler.ts';
+import { statsPerChildClass } from './stats.ts';
+import type { MultiConnectorMetadata, MultiConnectorWorkerMetadata } from './step-metadata.ts';
+import { MultiWorker } from './worker.ts';
 
 const log = getLogger('kvconnect.connectors.multi.connector');
-
-/** One step's payload: each child's metadata in child order, and the extra-save countdowns. */
-export interface MultiConnectorMetadata {
-  [key: string]: unknown;
-  /** null only if the children were still loading when the step was planned. */
-  metadata: KVConnectorMetadata[] | null;
-  extraAsyncSaves: Record<string, number> | null;
-}
-
-export interface MultiConnectorWorkerMetadata {
-  [key: string]: unknown;
-  metadata: (KVConnectorWorkerMetadata | null)[];
-}
 
 export class MultiConnector extends KVConnectorBase {
   /** The class can hold HMA children; the effective answer is supportsHMAConfig's. */
   static override supportsHMA = true;
 
-  static override extraConfigSchema: ExtraConfigSchema = {
-    connector: 'MultiConnector',
-    fields: { connectors: { type: 'custom' } },
-  };
+  static override extraConfigSchema: ExtraConfigSchema = MULTI_EXTRA_CONFIG;
 
   static override validateExtraConfig(extra: Record<string, unknown>, engineConfig: EngineConfig): unknown {
-    const parent = {
-      engine_id: engineConfig.kvTransferConfig?.engine_id ?? randomUUID(),
-      kv_connector_extra_config: extra,
-    };
-    return { connectors: multiConnectorChildren(parent as unknown as KVTransferConfigLike) };
+    return parseMultiConfig(extra, engineConfig);
   }
 
   /** The union of the children's metrics, each read from its child's stats. */
@@ -85,12 +67,8 @@ export class MultiConnector extends KVConnectorBase {
   #ready = false;
   #initError: unknown = null;
   readonly #readyPromise: Promise<void>;
-  /** Scheduler side: request → index of the child that loads it. */
-  readonly #requestToConnector = new Map<string, number>();
-  /** Scheduler side: countdowns to ship with the next metadata. */
-  #extraAsyncSavesToSend: Record<string, number> = {};
-  /** Worker side: finished_sending reports still to swallow per request. */
-  readonly #extraAsyncSaves = new Map<string, number>();
+  readonly #scheduler = new MultiScheduler();
+  readonly #worker = new MultiWorker();
 
   constructor(engineConfig: EngineConfig, role: KVConnectorRole, kvCacheConfig: KVCacheConfig) {
     super(engineConfig, role, kvCacheConfig);
@@ -126,7 +104,7 @@ export class MultiConnector extends KVConnectorBase {
 
   /** True when the list is non-empty and every child class supports HMA. */
   get allChildrenSupportHMA(): boolean {
-    return this.#childClasses.length > 0 && this.#childClasses.every((c) => c.supportsHMA === true);
+    return allSupportHMA(this.#childClasses);
   }
 
   /** Children for a synchronous call: null while still loading; throws if loading failed. */
@@ -154,41 +132,16 @@ export class MultiConnector extends KVConnectorBase {
     for (const c of this.#live() ?? []) c.onNewRequest(request);
   }
 
-  /** First child with a hit wins; any child still looking up (null) makes the answer null. */
   getNumNewMatchedTokens(request: ConnectorRequest, numComputedTokens: number): MatchedTokens {
-    const children = this.#live();
-    if (!children) return { count: null, loadAsync: false };
-    let result: MatchedTokens = { count: 0, loadAsync: false };
-    let chosen = -1;
-    for (const [i, child] of children.entries()) {
-      const match = child.getNumNewMatchedTokens(request, numComputedTokens);
-      if (match.count === null) return { count: null, loadAsync: false };
-      if (chosen < 0 && match.count > 0) {
-        chosen = i;
-        result = match;
-      }
-    }
-    if (chosen >= 0) this.#requestToConnector.set(request.requestId, chosen);
-    else this.#requestToConnector.delete(request.requestId);
-    return result;
+    return this.#scheduler.getNumNewMatchedTokens(this.#live(), request, numComputedTokens);
   }
 
-  /** The loading child gets the external count; every other child the real blocks with 0. */
   updateStateAfterAlloc(request: ConnectorRequest, blocks: KVCacheBlocks, numExternalTokens: number): void {
-    const chosen = this.#requestToConnector.get(request.requestId) ?? -1;
-    for (const [i, child] of (this.#live() ?? []).entries()) {
-      child.updateStateAfterAlloc(request, blocks, i === chosen ? numExternalTokens : 0);
-    }
+    this.#scheduler.updateStateAfterAlloc(this.#live() ?? [], request, blocks, numExternalTokens);
   }
 
   buildConnectorMeta(schedulerOutput: SchedulerOutput): MultiConnectorMetadata {
-    const children = this.#live();
-    const extra = this.#extraAsyncSavesToSend;
-    this.#extraAsyncSavesToSend = {};
-    return {
-      metadata: children ? children.map((c) => c.buildConnectorMeta(schedulerOutput)) : null,
-      extraAsyncSaves: Object.keys(extra).length > 0 ? extra : null,
-    };
+    return this.#scheduler.buildConnectorMeta(this.#live(), schedulerOutput);
   }
 
   override updateConnectorOutput(output: KVConnectorOutput): void {
@@ -199,24 +152,7 @@ export class MultiConnector extends KVConnectorBase {
   }
 
   override requestFinished(request: ConnectorRequest, blockIds: number[][]): RequestFinishedResult {
-    const children = this.#live() ?? [];
-    if (blockIds.length > 1 && !this.allChildrenSupportHMA) {
-      throw new KVError(
-        'KV_MULTI_CONNECTOR_HMA',
-        'HMA with multiple kv_cache_groups requires all sub-connectors to support HMA',
-        { hint: 'Start with --disable-hybrid-kv-cache-manager, or use only children that support HMA.' },
-      );
-    }
-    let asyncSaves = 0;
-    const params = children.map((child, i) => {
-      const ids = this.#childClasses[i]?.supportsHMA ? blockIds : blockIds.slice(0, 1);
-      const result = child.requestFinished(request, ids);
-      if (result.delayFree) asyncSaves++;
-      return result.kvTransferParams;
-    });
-    this.#requestToConnector.delete(request.requestId);
-    if (asyncSaves > 1) this.#extraAsyncSavesToSend[request.requestId] = asyncSaves - 1;
-    return { delayFree: asyncSaves > 0, kvTransferParams: mergeTransferParams(params) };
+    return this.#scheduler.requestFinished(this.#live() ?? [], this.#childClasses, request, blockIds);
   }
 
   override takeEvents(): KVCacheEvent[] {
@@ -277,7 +213,7 @@ export class MultiConnector extends KVConnectorBase {
   override bindConnectorMetadata(metadata: KVConnectorMetadata): void {
     super.bindConnectorMetadata(metadata);
     const meta = metadata as Partial<MultiConnectorMetadata>;
-    for (const [id, n] of Object.entries(meta.extraAsyncSaves ?? {})) this.#extraAsyncSaves.set(id, n);
+    this.#worker.bind(meta);
     for (const [i, child] of (this.#live() ?? []).entries())
       child.bindConnectorMetadata(meta.metadata?.[i] ?? {});
   }
@@ -307,22 +243,7 @@ export class MultiConnector extends KVConnectorBase {
   override async getFinished(
     finishedReqIds: readonly string[],
   ): Promise<{ sending: string[] | null; recving: string[] | null }> {
-    const sending = new Set<string>();
-    const recving = new Set<string>();
-    for (const child of await this.#settled()) {
-      const done = await child.getFinished(finishedReqIds);
-      for (const id of done.recving ?? []) recving.add(id);
-      for (const id of done.sending ?? []) {
-        const extra = this.#extraAsyncSaves.get(id);
-        if (extra === undefined) sending.add(id);
-        else if (extra <= 1) this.#extraAsyncSaves.delete(id);
-        else this.#extraAsyncSaves.set(id, extra - 1);
-      }
-    }
-    return {
-      sending: sending.size > 0 ? [...sending] : null,
-      recving: recving.size > 0 ? [...recving] : null,
-    };
+    return this.#worker.getFinished(await this.#settled(), finishedReqIds);
   }
 
   override getBlockIdsWithLoadErrors(): number[] {

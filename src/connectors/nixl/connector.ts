@@ -21,10 +21,11 @@ import type {
 import { KVError } from '../../errors/kv-error.ts';
 import type { KVCacheBlocks, KVCacheConfig, PagedKVMemory } from '../../kv/interfaces.ts';
 import { getLogger } from '../../logging/logger.ts';
+import { type CreateAgentOptions, createTransferAgent, type TransferAgent } from '../../transfer/index.ts';
 import type { ConnectorAdvertisement, PdConnector } from '../../wire/index.ts';
-import type { TransferMode } from './metadata.ts';
+import { NIXL_EXTRA_CONFIG, type NixlOptions, parseNixlOptions } from './config.ts';
+import type { TransferMode } from './handshake.ts';
 import { NIXL_METRICS } from './metrics.ts';
-import { NIXL_EXTRA_CONFIG, type NixlOptions, parseNixlOptions } from './options.ts';
 import { NixlScheduler } from './scheduler.ts';
 import type { NixlStepMetadata } from './step-metadata.ts';
 import { NixlWorker } from './worker.ts';
@@ -69,12 +70,22 @@ abstract class NixlBaseConnector extends KVConnectorBase {
     if (role === 'scheduler')
       this.#scheduler = new NixlScheduler(engineConfig, kvCacheConfig, mode, this.options);
     else if (role === 'worker')
-      this.#worker = new NixlWorker(engineConfig, kvCacheConfig, mode, this.options);
+      this.#worker = new NixlWorker(engineConfig, kvCacheConfig, mode, this.options, (o) =>
+        this.createTransferAgent(o),
+      );
     else {
       throw new KVError('NIXL_BAD_ROLE', `Unsupported KVConnectorRole: ${String(role)}`, {
         hint: "Construct the connector with role 'scheduler' or 'worker'.",
       });
     }
+  }
+
+  /**
+   * Creates the worker's transfer agent (once, when the KV caches are registered). A subclass
+   * may plug seams into it (AgentSeams, for fault injection: test/connectors/fault-connectors.ts).
+   */
+  protected createTransferAgent(options: CreateAgentOptions): Promise<TransferAgent> {
+    return createTransferAgent(options);
   }
 
   /** Scheduler role: where peers reach this engine's side channel (null before startup). */

@@ -1,117 +1,128 @@
 /**
- * The consumer-side (or push producer-side) handshake with a remote engine
- * (docs/connectors/nixl.md#handshake-and-compatibility-hash): fetch the remote rank's payload
- * from its side channel, check the connector version, the compatibility hash and the engine
- * id, check the block geometry, and add the remote agent. One handshake per remote engine is
- * shared by every request waiting on it.
+ * Wire types of the NIXL connectors: the handshake payload the side channel serves, the
+ * compatibility hash over the factors that exist in kvconnect
+ * (docs/connectors/nixl.md#handshake-and-compatibility-hash), and the connector version (7:
+ * transfer mode is part of the hash).
  */
+import { createHash } from 'node:crypto';
+import { resolveModelInfo } from '../../config/model-info.ts';
+import type { EngineConfig } from '../../config/types.ts';
 import { KVError } from '../../errors/kv-error.ts';
-import type { TransferAgent } from '../../transfer/index.ts';
-import { checkCompatibility, fetchRemoteMetadata } from '../../transfer/index.ts';
-import { validateRemoteGeometry } from './head-plan.ts';
-import {
-  decodeAgentMetadata,
-  decodeHandshakePayload,
-  engineIdMismatch,
-  type NixlHandshakePayload,
-} from './metadata.ts';
-import type { RemoteEndpoint } from './step-metadata.ts';
+import type { KVCacheConfig } from '../../kv/interfaces.ts';
+import type { AgentMetadata } from '../../transfer/index.ts';
 
-export interface HandshakeSettings {
-  readonly localPayload: NixlHandshakePayload;
-  readonly enforceCompat: boolean;
-  readonly timeoutMs: number;
-  readonly secret: string | undefined;
-  readonly mode: 'pull' | 'push';
-  /** The model's KV heads (all ranks together), to scale block sizes across TP sizes. */
-  readonly totalKvHeads: number;
+export const NIXL_CONNECTOR_VERSION = 7;
+export const KVCONNECT_VERSION = '0.1.0';
+
+export type TransferMode = 'pull' | 'push';
+
+/** What one worker (tp rank) publishes and the side channel serves. */
+export interface NixlAgentMetadata {
+  readonly engine_id: string;
+  readonly tp_rank: number;
+  readonly tp_size: number;
+  readonly block_size: number;
+  readonly num_blocks: number;
+  readonly block_lens: readonly number[];
+  readonly kv_cache_layout: 'NHD';
+  readonly agent: AgentMetadata;
 }
 
-export class RemoteEngines {
-  readonly #agent: TransferAgent;
-  readonly #settings: HandshakeSettings;
-  readonly #engines = new Map<string, Promise<string>>();
-  /** The handshakes in #engines that have finished. */
-  readonly #settled = new WeakSet<Promise<string>>();
-  readonly #lastUsed = new Map<string, number>();
+export interface NixlHandshakePayload {
+  readonly compatibility_hash: string;
+  readonly connector_version: number;
+  readonly agent_metadata: NixlAgentMetadata;
+}
 
-  constructor(agent: TransferAgent, settings: HandshakeSettings) {
-    this.#agent = agent;
-    this.#settings = settings;
-  }
+export function compatibilityFactors(
+  engineConfig: EngineConfig,
+  kvCacheConfig: KVCacheConfig,
+  mode: TransferMode,
+): Record<string, unknown> {
+  const hf = safeHfConfig(engineConfig.model.model);
+  const spec = kvCacheConfig.groups[0]?.spec;
+  return {
+    kvconnect_version: KVCONNECT_VERSION,
+    nixl_connector_version: NIXL_CONNECTOR_VERSION,
+    model: engineConfig.model.model,
+    dtype: spec?.dtype ?? engineConfig.cache.cacheDtype,
+    num_kv_heads: hf?.num_key_value_heads ?? spec?.numKvHeads ?? null,
+    head_size: hf?.head_dim ?? spec?.headSize ?? null,
+    num_hidden_layers: hf?.num_hidden_layers ?? null,
+    cache_dtype: engineConfig.cache.cacheDtype,
+    is_hma_enabled: kvCacheConfig.groups.length > 1,
+    transfer_mode: mode,
+  };
+}
 
-  /** Resolves with the remote agent name; a failed handshake is retried by the next caller. */
-  connect(remote: RemoteEndpoint, tpRank: number): Promise<string> {
-    const key = engineKey(remote, tpRank);
-    this.#lastUsed.set(key, Date.now());
-    let p = this.#engines.get(key);
-    if (!p) {
-      const started = this.#handshake(remote, tpRank);
-      this.#engines.set(key, started);
-      started.then(
-        () => this.#settled.add(started),
-        () => this.#engines.delete(key),
-      );
-      p = started;
-    }
-    return p;
-  }
-
-  async #handshake(remote: RemoteEndpoint, tpRank: number): Promise<string> {
-    const s = this.#settings;
-    const { metadata } = await fetchRemoteMetadata(remote.host, remote.port, tpRank, {
-      timeoutMs: s.timeoutMs,
-      ...(s.secret ? { secret: s.secret } : {}),
-    });
-    const payload = decodeHandshakePayload(metadata);
-    checkCompatibility(s.localPayload.compatibility_hash, payload.compatibility_hash, s.enforceCompat);
-    const meta = decodeAgentMetadata(payload);
-    if (meta.engine_id !== remote.engineId) throw engineIdMismatch(remote.engineId, meta.engine_id);
-    const local = s.localPayload.agent_metadata;
-    if (meta.tp_size !== remote.tpSize) throw tpSizeMismatch(meta.engine_id, remote.tpSize, meta.tp_size);
-    validateRemoteGeometry({
-      engineId: meta.engine_id,
-      mode: s.mode,
-      totalKvHeads: s.totalKvHeads,
-      local: { tpSize: local.tp_size, blockSize: local.block_size, blockLens: local.block_lens },
-      remote: { tpSize: meta.tp_size, blockSize: meta.block_size, blockLens: meta.block_lens },
-    });
-    return this.#agent.addRemoteAgent(meta.agent);
-  }
-
-  /**
-   * Drops a finished cached handshake, so the next connect() asks the side channel again:
-   * the engine may have restarted under the same id with its agent on another port. One in
-   * progress is kept (many failed loads of one engine share a single new handshake).
-   */
-  forget(remote: RemoteEndpoint, tpRank: number): void {
-    const key = engineKey(remote, tpRank);
-    const p = this.#engines.get(key);
-    if (p && this.#settled.has(p)) this.#engines.delete(key);
-  }
-
-  /** Forgets engines idle for longer than `ttlSeconds` (engine_ttl; ≤ 0 disables). */
-  evictIdle(ttlSeconds: number): void {
-    if (ttlSeconds <= 0) return;
-    const now = Date.now();
-    for (const [key, used] of this.#lastUsed) {
-      if (now - used < ttlSeconds * 1000) continue;
-      const p = this.#engines.get(key);
-      this.#engines.delete(key);
-      this.#lastUsed.delete(key);
-      p?.then((name) => this.#agent.removeRemoteAgent(name)).catch(() => {});
-    }
+function safeHfConfig(model: string) {
+  try {
+    return resolveModelInfo(model).hfConfig;
+  } catch {
+    return null;
   }
 }
 
-function engineKey(remote: RemoteEndpoint, tpRank: number): string {
-  return `${remote.engineId}@${remote.host}:${remote.port}#${tpRank}`;
-}
-
-function tpSizeMismatch(engineId: string, expected: number, actual: number): KVError {
-  return new KVError(
-    'NIXL_TP_SIZE_MISMATCH',
-    `Remote engine ${engineId} reports tensor_parallel_size ${actual}, but its kv_transfer_params said tp_size ${expected}`,
-    { hint: 'Pass the prefill engine’s kv_transfer_params to the decode engine unchanged.' },
+/** SHA-256 over the sorted factors (the same inputs give the same hash on every host). */
+export function computeCompatibilityHash(factors: Record<string, unknown>): string {
+  const sorted = Object.fromEntries(
+    Object.keys(factors)
+      .sort()
+      .map((k) => [k, factors[k]]),
   );
+  return createHash('sha256').update(JSON.stringify(sorted)).digest('hex');
+}
+
+/** Two-phase decode: the envelope first, so a schema change fails with a clear message. */
+export function decodeHandshakePayload(raw: unknown): NixlHandshakePayload {
+  const p = raw as Partial<NixlHandshakePayload> | null;
+  if (typeof p !== 'object' || p === null || typeof p.compatibility_hash !== 'string') {
+    throw new KVError(
+      'NIXL_HANDSHAKE_DECODE_FAILED',
+      `Failed to decode NixlHandshakePayload. This likely indicates an incompatibility between connector version. Error: ${describe(raw)}`,
+      {
+        hint: 'Run the same kvconnect version on prefill and decode engines, and check remote_host/remote_port.',
+      },
+    );
+  }
+  return p as NixlHandshakePayload;
+}
+
+export function decodeAgentMetadata(payload: NixlHandshakePayload): NixlAgentMetadata {
+  const m = payload.agent_metadata as Partial<NixlAgentMetadata> | undefined;
+  if (
+    typeof m !== 'object' ||
+    m === null ||
+    typeof m.engine_id !== 'string' ||
+    typeof m.agent !== 'object' ||
+    !Array.isArray(m.block_lens)
+  ) {
+    throw new KVError(
+      'NIXL_AGENT_METADATA_DECODE_FAILED',
+      `Failed to decode NixlAgentMetadata. Error: ${describe(m)}`,
+      {
+        hint: 'Run the same kvconnect version on prefill and decode engines.',
+      },
+    );
+  }
+  return m as NixlAgentMetadata;
+}
+
+export function engineIdMismatch(expected: string, actual: string): KVError {
+  return new KVError(
+    'NIXL_ENGINE_ID_MISMATCH',
+    `Remote NIXL agent engine ID mismatch. Expected ${expected},received ${actual}.`,
+    {
+      hint: 'remote_host/remote_port reached another engine: set VLLM_NIXL_SIDE_CHANNEL_HOST (or side_channel_host) to the routable address of the prefill host and give each engine its own side-channel port.',
+      details: { expected, actual },
+    },
+  );
+}
+
+function describe(v: unknown): string {
+  try {
+    return `unexpected value ${JSON.stringify(v)?.slice(0, 200) ?? String(v)}`;
+  } catch {
+    return `unexpected value of type ${typeof v}`;
+  }
 }

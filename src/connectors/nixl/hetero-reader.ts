@@ -11,10 +11,11 @@ import { KVError } from '../../errors/kv-error.ts';
 import { dtypeBytes } from '../../kv/dtype.ts';
 import type { KVCacheConfig, PagedKVMemory } from '../../kv/interfaces.ts';
 import { getLogger } from '../../logging/logger.ts';
-import { isRetryableRefusal, type TransferAgent, type TransferHandle } from '../../transfer/index.ts';
-import type { RemoteEngines } from './handshake.ts';
+import type { TransferAgent, TransferHandle, TransferStatus } from '../../transfer/index.ts';
 import { type HeadPlan, planHeads } from './head-plan.ts';
 import { type BlockShape, type HeadCopy, scatterHeads } from './head-scatter.ts';
+import type { RemoteEngines } from './remote-engines.ts';
+import { readRetryDelayMs } from './retry-policy.ts';
 import { StagingPool } from './staging-pool.ts';
 import type { RecvJob } from './step-metadata.ts';
 
@@ -22,8 +23,6 @@ const log = getLogger('kvconnect.connectors.nixl.hetero-reader');
 
 /** Staging region ids start here, far above the KV tensor indices. */
 const STAGING_REGION_BASE = 1 << 20;
-const RETRY_BASE_MS = 50;
-const RETRY_MAX_MS = 1000;
 
 export interface HeteroReaderDeps {
   readonly agent: TransferAgent;
@@ -199,7 +198,7 @@ export class HeteroTpReader {
         s.handle = null;
         if (status.state === 'DONE') {
           s.state = 'DONE';
-        } else if (!load.failed && this.#retry(load, s, status.reason, notification(load.job))) {
+        } else if (!load.failed && this.#retry(load, s, status, notification(load.job))) {
           // reposted after a backoff
         } else {
           s.state = 'ERR';
@@ -216,12 +215,16 @@ export class HeteroTpReader {
     }
   }
 
-  #retry(load: HeteroLoad, s: SourceRead, reason: string | undefined, notification: string): boolean {
-    if (!isRetryableRefusal(reason)) return false;
-    const delay = Math.min(RETRY_BASE_MS * 2 ** s.retries, RETRY_MAX_MS);
-    if (performance.now() + delay - load.firstPostAt > this.#d.leaseSeconds * 1000) return false;
+  #retry(load: HeteroLoad, s: SourceRead, status: TransferStatus, notification: string): boolean {
+    const delay = readRetryDelayMs(status, s.retries, load.firstPostAt, this.#d.leaseSeconds * 1000);
+    if (delay === null) return false;
     s.retries++;
-    log.warn('NIXL READ for request %s refused (%s); retrying in %d ms', load.job.reqId, reason ?? '', delay);
+    log.warn(
+      'NIXL READ for request %s refused (%s); retrying in %d ms',
+      load.job.reqId,
+      status.reason ?? '',
+      delay,
+    );
     s.timer = setTimeout(() => {
       s.timer = null;
       if (load.failed) s.state = 'ERR';

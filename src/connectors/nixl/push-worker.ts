@@ -11,14 +11,12 @@ import { pairByPosition } from '../../connector/block-lists.ts';
 import { getLogger } from '../../logging/logger.ts';
 import type { TransferHandle } from '../../transfer/index.ts';
 import {
-  baseRequestId,
-  PUSH_NACK_PREFIX,
-  PUSH_REGISTRATION_PREFIX,
-  type PushRegistration,
-  type RegisterJob,
-  type SendJob,
-} from './step-metadata.ts';
-import type { WorkerContext } from './worker.ts';
+  completionNotification,
+  pushNackNotification,
+  pushRegistrationNotification,
+} from './notifications.ts';
+import { baseRequestId, type PushRegistration, type RegisterJob, type SendJob } from './step-metadata.ts';
+import type { WorkerContext } from './worker-context.ts';
 
 const log = getLogger('kvconnect.connectors.nixl.push-worker');
 
@@ -95,7 +93,7 @@ export class PushProducer {
     const pairs = pairByPosition(reg.blocks, job.blocks);
     const consumerIds = pairs.local.flat();
     const producerIds = pairs.remote.flat();
-    const notification = `${reg.request_id}:${ctx.tpSize}`;
+    const notification = completionNotification(reg.request_id, ctx.tpSize);
     const remote = {
       engineId: reg.decode_engine_id,
       host: reg.decode_host,
@@ -143,7 +141,7 @@ export class PushProducer {
 
   #nack(agentName: string, consumerReqId: string, consumerIds: readonly number[]): Promise<void> {
     return this.#ctx.agent
-      .sendNotification(agentName, `${PUSH_NACK_PREFIX}${consumerReqId}:${consumerIds.join(',')}`)
+      .sendNotification(agentName, pushNackNotification(consumerReqId, consumerIds))
       .catch((e: unknown) =>
         log.warn('NixlPushConnector: failure notice to %s failed: %s', consumerReqId, String(e)),
       );
@@ -207,9 +205,7 @@ export class PushConsumer {
     }
     ctx
       .connect(job.remote)
-      .then((name) =>
-        ctx.agent.sendNotification(name, PUSH_REGISTRATION_PREFIX + JSON.stringify(job.registration)),
-      )
+      .then((name) => ctx.agent.sendNotification(name, pushRegistrationNotification(job.registration)))
       .catch((e: unknown) => {
         log.error(
           'NixlPushConnector: cannot send registration for %s to %s: %s',
@@ -234,17 +230,8 @@ export class PushConsumer {
     return true;
   }
 
-  nack(body: string): void {
-    const i = body.lastIndexOf(':');
-    const reqId = i < 0 ? body : body.slice(0, i);
-    const ids =
-      i < 0
-        ? []
-        : body
-            .slice(i + 1)
-            .split(',')
-            .filter(Boolean)
-            .map(Number);
+  /** The producer could not push these blocks of `reqId` (none listed: all of them). */
+  nack(reqId: string, ids: readonly number[]): void {
     const w = this.#waits.get(reqId);
     if (!w) return;
     log.error('NIXL transfer failure: transfer_failed | Context: the producer could not push %s', reqId);

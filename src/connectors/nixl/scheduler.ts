@@ -20,8 +20,8 @@ import type { KVCacheBlocks, KVCacheConfig } from '../../kv/interfaces.ts';
 import { getLogger } from '../../logging/logger.ts';
 import { SideChannelServer } from '../../transfer/index.ts';
 import { nixlPrefillResult, readNixlRemote, readRemoteNumTokens } from '../../wire/index.ts';
-import type { TransferMode } from './metadata.ts';
-import { type NixlOptions, sideChannelPortHint } from './options.ts';
+import { type NixlOptions, sideChannelPortHint } from './config.ts';
+import type { TransferMode } from './handshake.ts';
 import type {
   HeartbeatJob,
   NixlStepMetadata,

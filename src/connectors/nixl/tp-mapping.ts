@@ -1,9 +1,11 @@
 /**
  * Heterogeneous tensor parallelism
  * (docs/connectors/nixl.md#different-tensor-parallel-sizes-on-p-and-d-pull) as pure
- * functions: which remote ranks a local rank reads from, which head slice it takes, and how
- * many completion notifications a producer rank waits for. Pull loads use them through
- * ./head-plan.ts; MoRIIO reuses these.
+ * functions: which remote ranks a local rank handshakes with, which head slice it takes, and
+ * how many completion notifications a producer rank waits for. The pull path plans its reads
+ * with ./head-plan.ts, which takes the ranks from handshakeTargetRanks; producer-leases.ts
+ * counts notifications with consumersPerProducer. computeTpMapping is vLLM's mapping, which
+ * the tests check head-plan.ts against. MoRIIO has rules of its own (../moriio/tp.ts).
  */
 import { KVError } from '../../errors/kv-error.ts';
 

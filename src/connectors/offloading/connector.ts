@@ -23,11 +23,11 @@ import type { KVCacheBlocks, KVCacheConfig, KVCacheEvent, PagedKVMemory } from '
 import { getLogger } from '../../logging/logger.ts';
 import { OFFLOADING_EXTRA_CONFIG, type OffloadingConfig, parseOffloadingConfig } from './config.ts';
 import { OffloadLayout } from './layout.ts';
-import { type OffloadMetadata, WORKER_META_KEY } from './metadata.ts';
 import { OFFLOAD_METRICS } from './metrics.ts';
-import { OffloadScheduler } from './scheduler-side.ts';
+import { OffloadScheduler } from './scheduler.ts';
+import { type OffloadMetadata, WORKER_META_KEY } from './step-metadata.ts';
 import { createSecondaryTiers } from './tier-factory.ts';
-import { OffloadWorker } from './worker-side.ts';
+import { OffloadWorker } from './worker.ts';
 
 const log = getLogger('kvconnect.connectors.offloading.connector');
 
@@ -109,7 +109,7 @@ export class OffloadingConnector extends KVConnectorBase {
   }
 
   override getKvConnectorStats(): KVConnectorStatsData | null {
-    return this.scheduler ? this.scheduler.stats() : this.#worker().stats();
+    return { ...(this.scheduler ? this.scheduler.stats() : this.#worker().stats()) };
   }
 
   override buildConnectorWorkerMeta(): KVConnectorWorkerMetadata | null {

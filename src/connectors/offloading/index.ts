@@ -9,4 +9,5 @@ export { createEvictionPolicy, type EvictionPolicy, type InsertResult } from './
 export { FsTier, type FsTierOptions } from './fs-tier.ts';
 export { emptyTierStats, type KVTier, type TierEntry, type TierStats } from './kv-tier.ts';
 export { RedisTier, type RedisTierOptions } from './redis-tier.ts';
+export type * from './stats.ts';
 export { createSecondaryTier, createSecondaryTiers } from './tier-factory.ts';

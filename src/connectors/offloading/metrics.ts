@@ -4,7 +4,7 @@
  * Counter names carry the `_total` suffix vLLM's Python client adds.
  */
 import type { ConnectorMetricSpec } from '../../connector/metric-specs.ts';
-import type { OffloadTransferOp, OffloadTransferType } from './worker-side.ts';
+import type { OffloadTransferOp, OffloadTransferType } from './stats.ts';
 
 /** The stats key the metrics read: every transfer of the interval, by `src_to_dst`. */
 export interface OffloadTransferStats {

@@ -6,25 +6,29 @@
  */
 import { writeSync } from 'node:fs';
 import { createInterface } from 'node:readline';
-import { setNixlTestHooks } from '../../../src/connectors/nixl/index.ts';
 import { LLM } from '../../../src/engine/llm.ts';
+import { agentFaults, withFaultConnectors } from '../fault-connectors.ts';
 import { engineOptions, GREEDY, P_PARAMS } from '../nixl-helpers.ts';
 
 const prompts = JSON.parse(process.argv[2] ?? '[]') as string[];
 let frozen = false;
-setNixlTestHooks({
-  outgoing: (view) => {
-    if (!frozen) {
-      frozen = true;
-      writeSync(1, 'serving\n');
-      // Bounded so an orphaned child still ends (then stdin EOF exits it).
-      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 20_000);
-    }
-    return view;
-  },
-});
+agentFaults.outgoing = (view) => {
+  if (!frozen) {
+    frozen = true;
+    writeSync(1, 'serving\n');
+    // Bounded so an orphaned child still ends (then stdin EOF exits it).
+    Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 20_000);
+  }
+  return view;
+};
 const p = await LLM.create(
-  engineOptions({ model: 'tiny', connector: 'NixlConnector', backend: 'TCP' }, 'kv_producer', 'kill-prefill'),
+  withFaultConnectors(
+    engineOptions(
+      { model: 'tiny', connector: 'NixlConnector', backend: 'TCP' },
+      'kv_producer',
+      'kill-prefill',
+    ),
+  ),
 );
 const outs = await p.generate(prompts, { ...GREEDY, maxTokens: 1 }, { kvTransferParams: P_PARAMS });
 process.stdout.write(`${JSON.stringify(outs.map((o) => o.kvTransferParams))}\n`);

@@ -7,6 +7,7 @@
  * Hand-written rather than a schema library: this runs once per data frame on the latency
  * path, and the shapes are a dozen flat objects.
  */
+import { isTransferFailureCause, TRANSFER_FAILURE_CAUSES, type TransferFailureCause } from './failure.ts';
 import { ProtocolError } from './protocol-error.ts';
 
 /**
@@ -14,8 +15,9 @@ import { ProtocolError } from './protocol-error.ts';
  * refuse each other in addRemoteAgent. 3: typed message names, same-host KV mapping.
  * 4: `mapped` frames (several pieces of mapped KV in one frame). 5: pulled WRITEs (a same-host
  * receiver copies a WRITE of recorded blocks itself, through the sender's lease table).
+ * 6: `xfer_err` carries the failure's cause (failure.ts) beside its reason.
  */
-export const TRANSFER_PROTOCOL_VERSION = 5;
+export const TRANSFER_PROTOCOL_VERSION = 6;
 
 /** [region, first block, block count]: one run of a READ or WRITE, in the receiver's regions. */
 export type WireRun = readonly [number, number, number];
@@ -89,7 +91,12 @@ export type AgentFrame =
       readonly xfer: number;
       readonly bad: readonly (readonly [number, number])[];
     }
-  | { readonly type: 'xfer_err'; readonly xfer: number; readonly reason: string }
+  | {
+      readonly type: 'xfer_err';
+      readonly xfer: number;
+      readonly cause: TransferFailureCause;
+      readonly reason: string;
+    }
   /** The receiver could not pull the WRITE (why): the sender sends its blocks instead. */
   | { readonly type: 'pull_declined'; readonly xfer: number; readonly reason: string }
   | { readonly type: 'notif'; readonly message: string }
@@ -352,8 +359,11 @@ export function parseAgentFrame(raw: Raw): AgentFrame {
         xfer: uint(raw, 'xfer'),
         bad: tuples(raw, 'bad', 2, 0) as unknown as [number, number][],
       };
-    case 'xfer_err':
-      return { type: 'xfer_err', xfer: uint(raw, 'xfer'), reason: str(raw, 'reason') };
+    case 'xfer_err': {
+      const cause = raw['cause'];
+      if (!isTransferFailureCause(cause)) fail(raw, 'cause', `one of ${TRANSFER_FAILURE_CAUSES.join(', ')}`);
+      return { type: 'xfer_err', xfer: uint(raw, 'xfer'), cause, reason: str(raw, 'reason') };
+    }
     case 'pull_declined':
       return { type: 'pull_declined', xfer: uint(raw, 'xfer'), reason: str(raw, 'reason') };
     case 'notif':

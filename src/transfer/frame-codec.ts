@@ -24,7 +24,7 @@ export class FramingError extends Error {
   override readonly name = 'FramingError';
 }
 
-/** What every header has on the wire: its message type (frames.ts lists the messages). */
+/** What every header has on the wire: its message type (messages.ts lists them). */
 export interface Header {
   readonly type: string;
 }

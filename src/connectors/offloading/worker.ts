@@ -11,16 +11,8 @@ import { CpuSlotBuffers } from './cpu-slot-buffers.ts';
 import { copyBlocksToChunk, copyChunkToBlocks } from './kv-copy.ts';
 import type { KVTier, TierEntry } from './kv-tier.ts';
 import type { OffloadLayout } from './layout.ts';
-import type { LoadItem, LoadJob, OffloadMetadata, OffloadWorkerMeta } from './metadata.ts';
-
-/** One transfer as vLLM's OffloadingConnectorStats records it: bytes and seconds. */
-export interface OffloadTransferOp {
-  op_size: number;
-  op_time: number;
-}
-
-/** `src_to_dst` by medium (GPU = the engine's KV memory, CPU tier, STORAGE = fs/redis tiers). */
-export type OffloadTransferType = 'GPU_to_CPU' | 'CPU_to_GPU' | 'STORAGE_to_GPU' | 'CPU_to_STORAGE';
+import type { OffloadTransferOp, OffloadTransferType, OffloadWorkerStatsData } from './stats.ts';
+import type { LoadItem, LoadJob, OffloadMetadata, OffloadWorkerMeta } from './step-metadata.ts';
 
 interface CompletedJob {
   reqId: string;
@@ -123,7 +115,7 @@ export class OffloadWorker {
     return meta;
   }
 
-  stats(): Record<string, unknown> {
+  stats(): OffloadWorkerStatsData {
     const s = this.#stats;
     this.#stats = { storeBytes: 0, loadBytes: 0, secondaryHits: 0, secondaryMisses: 0, writeThroughBytes: 0 };
     const tiers = { errors: 0, corrupt: 0, outages: 0 };

@@ -16,10 +16,11 @@ import { CpuSlotIndex } from './cpu-slot-index.ts';
 import type { KVTier } from './kv-tier.ts';
 import type { OffloadLayout } from './layout.ts';
 import { LookupTracker } from './lookup-tracker.ts';
-import type { LoadItem, LoadJob, OffloadMetadata, OffloadWorkerMeta, StoreOp } from './metadata.ts';
-import { WORKER_META_KEY } from './metadata.ts';
 import { OffloadEvents } from './offload-events.ts';
 import { SecondaryLookup } from './secondary-lookup.ts';
+import type { OffloadSchedulerStatsData } from './stats.ts';
+import type { LoadItem, LoadJob, OffloadMetadata, OffloadWorkerMeta, StoreOp } from './step-metadata.ts';
+import { WORKER_META_KEY } from './step-metadata.ts';
 
 /** Slack on top of the tiers' own timeouts before an unanswered lookup counts as a miss. */
 const LOOKUP_MARGIN_MS = 50;
@@ -181,7 +182,7 @@ export class OffloadScheduler {
     return true;
   }
 
-  stats(): Record<string, number> {
+  stats(): OffloadSchedulerStatsData {
     const s = { ...this.#stats };
     this.#stats = { storedChunks: 0, loadedChunks: 0, promotedChunks: 0, failedChunks: 0, evictedChunks: 0 };
     const tierErrors = this.tiers.reduce((n, t) => n + t.stats().errors, 0);

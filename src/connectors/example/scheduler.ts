@@ -5,7 +5,7 @@
  * prefill), so the worker saves complete KV.
  */
 import type { SchedulerOutput } from '../../connector/types.ts';
-import type { ExampleConnectorMetadata, ExampleLoadJob, ExampleSaveJob } from './metadata.ts';
+import type { ExampleConnectorMetadata, ExampleLoadJob, ExampleSaveJob } from './step-metadata.ts';
 
 interface PendingLoad {
   key: string;
@@ -20,7 +20,7 @@ interface PendingSave {
   saved: boolean;
 }
 
-export class ExampleSchedulerState {
+export class ExampleScheduler {
   readonly #blockSize: number;
   readonly #loads = new Map<string, PendingLoad>();
   readonly #saves = new Map<string, PendingSave>();

@@ -19,10 +19,11 @@ import type {
 import { KVError } from '../../errors/kv-error.ts';
 import type { KVCacheBlocks, KVCacheConfig, PagedKVMemory } from '../../kv/interfaces.ts';
 import { EXAMPLE_EXTRA_CONFIG, type ExampleConnectorConfig, parseExampleConfig } from './config.ts';
-import { type ExampleConnectorMetadata, emptyExampleMetadata } from './metadata.ts';
-import { ExampleSchedulerState } from './scheduler-state.ts';
+import { ExampleScheduler } from './scheduler.ts';
+import { exampleStats } from './stats.ts';
+import { type ExampleConnectorMetadata, emptyExampleMetadata } from './step-metadata.ts';
 import { layoutTag, promptKey, StorageLayout, storedTokenCount } from './storage-layout.ts';
-import { ExampleWorkerIO } from './worker-io.ts';
+import { ExampleWorker } from './worker.ts';
 
 export class ExampleConnector extends KVConnectorBase {
   static override supportsHMA = false;
@@ -37,8 +38,8 @@ export class ExampleConnector extends KVConnectorBase {
   readonly layout: StorageLayout;
   readonly blockSize: number;
   readonly layoutTag: string;
-  readonly #state: ExampleSchedulerState;
-  #io: ExampleWorkerIO | null = null;
+  readonly #state: ExampleScheduler;
+  #io: ExampleWorker | null = null;
 
   constructor(engineConfig: EngineConfig, role: KVConnectorRole, kvCacheConfig: KVCacheConfig) {
     super(engineConfig, role, kvCacheConfig);
@@ -66,7 +67,7 @@ export class ExampleConnector extends KVConnectorBase {
     this.layout = new StorageLayout(this.config.sharedStoragePath);
     this.blockSize = kvCacheConfig.groups[0]?.spec.blockSize ?? engineConfig.cache.blockSize;
     this.layoutTag = layoutTag(engineConfig.model.model, engineConfig.cache.cacheDtype, this.blockSize);
-    this.#state = new ExampleSchedulerState(this.blockSize);
+    this.#state = new ExampleScheduler(this.blockSize);
   }
 
   /** The stored prefix of a prompt: its token count and its folder key. */
@@ -119,10 +120,10 @@ export class ExampleConnector extends KVConnectorBase {
   // ---- worker side ----
 
   override registerKvCaches(memory: PagedKVMemory): void {
-    this.#io = new ExampleWorkerIO(this.layout, memory, this.engineConfig.model.model);
+    this.#io = new ExampleWorker(this.layout, memory, this.engineConfig.model.model);
   }
 
-  #requireIO(): ExampleWorkerIO {
+  #requireIO(): ExampleWorker {
     if (!this.#io) {
       throw new KVError(
         'KV_CONNECTOR_NOT_REGISTERED_MEMORY',
@@ -165,15 +166,8 @@ export class ExampleConnector extends KVConnectorBase {
   }
 
   override getKvConnectorStats(): KVConnectorStatsData | null {
-    if (!this.#io) return null;
-    const c = this.#io.takeCounters();
-    if (c.loadedBlocks + c.savedBlocks + c.loadErrors + c.saveErrors === 0) return null;
-    return {
-      num_loaded_blocks: c.loadedBlocks,
-      num_saved_blocks: c.savedBlocks,
-      num_load_errors: c.loadErrors,
-      num_save_errors: c.saveErrors,
-    };
+    const stats = this.#io ? exampleStats(this.#io.takeCounters()) : null;
+    return stats ? { ...stats } : null;
   }
 
   override shutdown(): void {

@@ -1,8 +1,9 @@
 /**
  * DecodeBenchConnector (docs/connectors/decode-bench.md): benchmarks a decode instance
- * without a prefill instance. Each request reports all but its last token as external, once,
- * and the worker fills those blocks (every KV cache group) with synthetic values in the same
- * step, so only the last prompt token is computed and decoding starts at once.
+ * without a prefill instance. Each request reports all but its last token as external, once
+ * (./scheduler.ts), and the worker fills those blocks (every KV cache group) with synthetic
+ * values in the same step (./worker.ts), so only the last prompt token is computed and
+ * decoding starts at once.
  */
 import type { ExtraConfigSchema } from '../../config/extra-config.ts';
 import type { EngineConfig } from '../../config/types.ts';
@@ -17,19 +18,10 @@ import type {
   SchedulerOutput,
 } from '../../connector/types.ts';
 import type { KVCacheBlocks, KVCacheConfig, PagedKVMemory } from '../../kv/interfaces.ts';
-import { BlockFiller } from './block-filler.ts';
 import { DECODE_BENCH_EXTRA_CONFIG, type DecodeBenchConfig, parseDecodeBenchConfig } from './config.ts';
-
-/** Blocks to fill for one request, one list per KV cache group. */
-export interface DecodeBenchFill {
-  reqId: string;
-  blockIds: number[][];
-}
-
-export interface DecodeBenchMetadata {
-  [key: string]: unknown;
-  fills: DecodeBenchFill[];
-}
+import { DecodeBenchScheduler } from './scheduler.ts';
+import type { DecodeBenchMetadata } from './step-metadata.ts';
+import { DecodeBenchWorker } from './worker.ts';
 
 export class DecodeBenchConnector extends KVConnectorBase {
   static override supportsHMA = true;
@@ -41,76 +33,53 @@ export class DecodeBenchConnector extends KVConnectorBase {
   }
 
   readonly config: DecodeBenchConfig;
-  /** Requests already given their synthetic KV (scheduler side); cleared when they finish. */
-  readonly #filled = new Set<string>();
-  #pending: DecodeBenchFill[] = [];
-  #filler: BlockFiller | null = null;
-  #filledBlocks = 0;
+  readonly #scheduler: DecodeBenchScheduler;
+  #worker: DecodeBenchWorker | null = null;
 
   constructor(engineConfig: EngineConfig, role: KVConnectorRole, kvCacheConfig: KVCacheConfig) {
     super(engineConfig, role, kvCacheConfig);
     this.config = parseDecodeBenchConfig(this.kvTransferConfig.kv_connector_extra_config);
+    this.#scheduler = new DecodeBenchScheduler(kvCacheConfig);
   }
 
   // ---- scheduler side ----
 
   getNumNewMatchedTokens(request: ConnectorRequest, numComputedTokens: number): MatchedTokens {
-    if (this.#filled.has(request.requestId)) return { count: 0, loadAsync: false };
-    return { count: Math.max(0, request.numTokens - numComputedTokens - 1), loadAsync: false };
+    return this.#scheduler.getNumNewMatchedTokens(request, numComputedTokens);
   }
 
   updateStateAfterAlloc(request: ConnectorRequest, blocks: KVCacheBlocks, numExternalTokens: number): void {
-    if (numExternalTokens <= 0) return;
-    const numLocal = request.numTokens - 1 - numExternalTokens;
-    const end = numLocal + numExternalTokens;
-    const ids = blocks.getBlockIds();
-    const perGroup = this.kvCacheConfig.groups.map((group, g) => {
-      const bs = group.spec.blockSize;
-      const groupIds = ids[g] ?? [];
-      return groupIds.slice(Math.floor(numLocal / bs), Math.ceil(end / bs)).filter((id) => id !== 0);
-    });
-    this.#pending.push({ reqId: request.requestId, blockIds: perGroup });
-    this.#filled.add(request.requestId);
+    this.#scheduler.updateStateAfterAlloc(request, blocks, numExternalTokens);
   }
 
   buildConnectorMeta(_schedulerOutput: SchedulerOutput): DecodeBenchMetadata {
-    const fills = this.#pending;
-    this.#pending = [];
-    return { fills };
+    return this.#scheduler.buildConnectorMeta();
   }
 
   override requestFinished(request: ConnectorRequest, blockIds: number[][]): RequestFinishedResult {
-    this.#filled.delete(request.requestId);
+    this.#scheduler.requestFinished(request.requestId);
     return super.requestFinished(request, blockIds);
   }
 
   /** Requests currently marked as filled (for tests: 0 once every request finished). */
   get numFilledRequests(): number {
-    return this.#filled.size;
+    return this.#scheduler.numFilled;
   }
 
   // ---- worker side ----
 
   override registerKvCaches(memory: PagedKVMemory): void {
-    this.#filler = new BlockFiller(
+    this.#worker = new DecodeBenchWorker(
       memory,
-      this.config.fillMean,
-      this.config.fillStd,
+      this.kvCacheConfig,
+      this.config,
       this.engineConfig.model.seed,
     );
   }
 
   startLoadKv(_ctx: ForwardContext): void {
     const fills = this.getConnectorMetadata<Partial<DecodeBenchMetadata>>().fills ?? [];
-    if (fills.length === 0 || !this.#filler) return;
-    for (const fill of fills) {
-      fill.blockIds.forEach((ids, g) => {
-        for (const layer of this.kvCacheConfig.groups[g]?.layerNames ?? []) {
-          for (const id of ids) this.#filler?.fill(layer, id);
-        }
-        this.#filledBlocks += ids.length;
-      });
-    }
+    if (fills.length > 0) this.#worker?.fill(fills);
   }
 
   waitForLayerLoad(_layerName: string): void {}
@@ -120,9 +89,7 @@ export class DecodeBenchConnector extends KVConnectorBase {
   waitForSave(): void {}
 
   override getKvConnectorStats(): KVConnectorStatsData | null {
-    if (this.#filledBlocks === 0) return null;
-    const stats = { num_filled_blocks: this.#filledBlocks };
-    this.#filledBlocks = 0;
-    return stats;
+    const stats = this.#worker?.takeStats() ?? null;
+    return stats ? { ...stats } : null;
   }
 }

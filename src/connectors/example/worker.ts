@@ -8,10 +8,11 @@ import fs from 'node:fs';
 import type { KVCacheConfig, PagedKVMemory } from '../../kv/interfaces.ts';
 import { getLogger } from '../../logging/logger.ts';
 import { encodeKVFile, type KVFileShape, readBlock, readKVFileHeader, shapeMismatch } from './kv-file.ts';
-import type { ExampleLoadJob, ExampleSaveJob } from './metadata.ts';
+import { type ExampleWorkerCounters, emptyExampleCounters } from './stats.ts';
+import type { ExampleLoadJob, ExampleSaveJob } from './step-metadata.ts';
 import { layerFileName, type StorageLayout } from './storage-layout.ts';
 
-const log = getLogger('kvconnect.connectors.example.worker-io');
+const log = getLogger('kvconnect.connectors.example.worker');
 
 interface StagedSave {
   key: string;
@@ -21,14 +22,7 @@ interface StagedSave {
   failed: boolean;
 }
 
-export interface ExampleWorkerCounters {
-  loadedBlocks: number;
-  savedBlocks: number;
-  loadErrors: number;
-  saveErrors: number;
-}
-
-export class ExampleWorkerIO {
+export class ExampleWorker {
   readonly #layout: StorageLayout;
   readonly #memory: PagedKVMemory;
   readonly #kvCacheConfig: KVCacheConfig;
@@ -36,7 +30,7 @@ export class ExampleWorkerIO {
   readonly layerNames: readonly string[];
   readonly #staged = new Map<string, StagedSave>();
   readonly #loadErrors = new Set<number>();
-  counters: ExampleWorkerCounters = { loadedBlocks: 0, savedBlocks: 0, loadErrors: 0, saveErrors: 0 };
+  counters: ExampleWorkerCounters = emptyExampleCounters();
 
   constructor(layout: StorageLayout, memory: PagedKVMemory, model: string) {
     this.#layout = layout;
@@ -167,7 +161,7 @@ export class ExampleWorkerIO {
 
   takeCounters(): ExampleWorkerCounters {
     const c = this.counters;
-    this.counters = { loadedBlocks: 0, savedBlocks: 0, loadErrors: 0, saveErrors: 0 };
+    this.counters = emptyExampleCounters();
     return c;
   }
 

@@ -1,10 +1,9 @@
 /**
- * How MultiConnector combines its children's answers: kv_transfer_params (disjoint keys, or
- * vLLM's exact key-clash error) and stats (one entry per child class name).
+ * How MultiConnector combines its children's kv_transfer_params: disjoint keys, or vLLM's
+ * exact key-clash error.
  */
 import { pythonRepr } from '../../config/config-error.ts';
-import { mergeStats } from '../../connector/stats.ts';
-import type { KVConnectorStatsData, KVTransferParams } from '../../connector/types.ts';
+import type { KVTransferParams } from '../../connector/types.ts';
 import { KVError } from '../../errors/kv-error.ts';
 
 /** Python's repr of a set of strings; elements sorted so the message is deterministic. */
@@ -34,17 +33,4 @@ export function mergeTransferParams(parts: readonly (KVTransferParams | null)[])
     Object.assign(merged, part);
   }
   return merged;
-}
-
-/** `{childClassName: stats}`; children of the same class are aggregated. Null when empty. */
-export function statsPerChildClass(
-  entries: readonly { className: string; stats: KVConnectorStatsData | null }[],
-): KVConnectorStatsData | null {
-  const out: Record<string, KVConnectorStatsData> = {};
-  for (const { className, stats } of entries) {
-    if (!stats) continue;
-    const prev = out[className];
-    out[className] = prev ? mergeStats(prev, stats) : { ...stats };
-  }
-  return Object.keys(out).length > 0 ? out : null;
 }

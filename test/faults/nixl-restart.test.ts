@@ -12,9 +12,9 @@ import {
   PROMPTS,
   plainOutputs,
   waitForEmptyPool,
-} from '../connectors/nixl-helpers.ts';
-import { freePort } from '../connectors/redis-helpers.ts';
-import { EngineChild } from './engine-child.ts';
+} from '../connectors/nixl/helpers.ts';
+import { freePort } from '../helpers/redis.ts';
+import { EngineChild } from './helpers/engine-child.ts';
 
 const children: EngineChild[] = [];
 after(async () => {

@@ -21,9 +21,9 @@ import {
   PROMPTS,
   plainOutputs,
   waitForEmptyPool,
-} from '../connectors/nixl-helpers.ts';
+} from '../connectors/nixl/helpers.ts';
 import { waitUntil } from '../helpers/wait-until.ts';
-import { relayedPeer } from './relayed-peer.ts';
+import { relayedPeer } from './helpers/relayed-peer.ts';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const TRANSFER_TIMEOUT_S = 1.5;
@@ -117,7 +117,7 @@ describe('NIXL with a prefill engine that goes silent mid-transfer', () => {
       [
         '--import',
         'tsx',
-        path.join(here, '..', 'connectors', 'nixl-fixtures', 'producer.ts'),
+        path.join(here, '..', 'connectors', 'nixl', 'fixtures', 'producer.ts'),
         JSON.stringify([prompt]),
         'tiny',
         JSON.stringify({ kv_lease_duration: 4 }),

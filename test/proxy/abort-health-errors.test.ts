@@ -11,7 +11,7 @@ import {
   sleep,
   UpstreamDouble,
   waitFor,
-} from './upstream-double.ts';
+} from './helpers/upstream-double.ts';
 
 setLogLevel('silent');
 

@@ -6,13 +6,8 @@
 import assert from 'node:assert/strict';
 import { after, it } from 'node:test';
 import { LLM, type LLMOptions } from '../../src/engine/llm.ts';
-import {
-  engineOptions,
-  GREEDY,
-  PROMPTS,
-  plainOutputs,
-  waitForEmptyPool,
-} from '../connectors/nixl/helpers.ts';
+import { engineOptions } from '../connectors/nixl/helpers.ts';
+import { GREEDY, PROMPTS, plainOutputs, waitForEmptyPool } from '../helpers/llm.ts';
 import { freePort } from '../helpers/redis.ts';
 import { EngineChild } from './helpers/engine-child.ts';
 

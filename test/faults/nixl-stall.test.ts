@@ -14,14 +14,8 @@ import type { Readable, Writable } from 'node:stream';
 import { after, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { LLM } from '../../src/engine/llm.ts';
-import {
-  engineOptions,
-  GREEDY,
-  P_PARAMS,
-  PROMPTS,
-  plainOutputs,
-  waitForEmptyPool,
-} from '../connectors/nixl/helpers.ts';
+import { engineOptions, P_PARAMS } from '../connectors/nixl/helpers.ts';
+import { GREEDY, PROMPTS, plainOutputs, waitForEmptyPool } from '../helpers/llm.ts';
 import { waitUntil } from '../helpers/wait-until.ts';
 import { relayedPeer } from './helpers/relayed-peer.ts';
 

@@ -4,15 +4,8 @@ import type { MoRIIOConnector } from '../../../src/connectors/moriio/index.ts';
 import { LLM } from '../../../src/engine/llm.ts';
 import type { LocalExecutor } from '../../../src/engine/runner/local-executor.ts';
 import { InThreadTransferAgent, ThreadedTransferAgent } from '../../../src/transfer/index.ts';
-import {
-  moriioOptions,
-  moriioPorts,
-  type PairSpec,
-  PROMPTS,
-  plainOutputs,
-  runPair,
-  waitForEmptyPool,
-} from './helpers.ts';
+import { PROMPTS, plainOutputs, waitForEmptyPool } from '../../helpers/llm.ts';
+import { moriioOptions, moriioPorts, type PairSpec, runPair } from './helpers.ts';
 
 async function agentOf(llm: LLM) {
   const runner = ((await llm.engine()).engine.executor as LocalExecutor).runner;

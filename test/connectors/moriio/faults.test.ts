@@ -7,18 +7,15 @@ import { describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { LLM, samplingParams } from '../../../src/engine/llm.ts';
 import { captureLogs } from '../../../src/logging/logger.ts';
+import { GREEDY, PROMPTS, plainOutputs, waitForEmptyPool } from '../../helpers/llm.ts';
 import { waitUntil } from '../../helpers/wait-until.ts';
 import {
   consumerParams,
-  GREEDY,
   moriioOptions,
   moriioPorts,
   type PairSpec,
-  PROMPTS,
-  plainOutputs,
   producerParams,
   proxyRequestId,
-  waitForEmptyPool,
 } from './helpers.ts';
 
 const FIXTURE = fileURLToPath(new URL('./fixtures/producer-process.ts', import.meta.url));

@@ -1,15 +1,8 @@
 /** Shared helpers of the MoRIIO tests: free port ranges, engine options, P/D runs in one process. */
-import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
-import { LLM, type LLMOptions } from '../../../src/engine/llm.ts';
+import type { LLM, LLMOptions } from '../../../src/engine/llm.ts';
 import { freePortRange } from '../../helpers/free-port.ts';
-
-export const PROMPTS = [
-  'The quick brown fox jumps over the lazy dog and keeps running far away from the hunters.',
-  'A short one.',
-  'Disaggregated prefill moves the KV cache of a long prompt from one engine to another engine directly.',
-];
-export const GREEDY = { maxTokens: 6, temperature: 0, ignoreEos: true };
+import { GREEDY, PROMPTS } from '../../helpers/llm.ts';
 
 export interface MoriioSide {
   handshakePort: number;
@@ -68,31 +61,6 @@ export function zmq(ports: MoriioSide): string {
 /** The proxy's request id: both peers' addresses and a 32-hex uuid. */
 export function proxyRequestId(p: MoriioSide, d: MoriioSide): string {
   return `___prefill_addr_${zmq(p)}___decode_addr_${zmq(d)}_${randomUUID().replaceAll('-', '')}`;
-}
-
-export async function plainOutputs(
-  model = 'tiny',
-  prompts = PROMPTS,
-  maxTokens = GREEDY.maxTokens,
-): Promise<number[][]> {
-  const llm = await LLM.create({ model, num_gpu_blocks: 64, max_model_len: 256 });
-  try {
-    return (await llm.generate(prompts, { ...GREEDY, maxTokens })).map((o) => o.tokenIds);
-  } finally {
-    await llm.shutdown();
-  }
-}
-
-/** Waits until the engine holds no blocks and no hand-off (bounded). */
-export async function waitForEmptyPool(llm: LLM, timeoutMs = 5000): Promise<void> {
-  const engine = await llm.engine();
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    await llm.waitIdle();
-    if (engine.engine.schedulerStats().kvCacheUsage === 0 && !engine.engine.hasWork()) return;
-    await new Promise((r) => setTimeout(r, 10));
-  }
-  assert.equal(engine.engine.schedulerStats().kvCacheUsage, 0, 'the block pool returns to empty');
 }
 
 export function producerParams(transferId: string, consumerTp = 1): Record<string, unknown> {

@@ -12,15 +12,8 @@ import { after, before, describe, it } from 'node:test';
 import { getModelPreset } from '../../../src/config/model-presets.ts';
 import { LLM } from '../../../src/engine/llm.ts';
 import { generatePresetTensors, writeCheckpointDir } from '../../../src/engine/model/weights.ts';
-import {
-  moriioOptions,
-  moriioPorts,
-  type PairSpec,
-  PROMPTS,
-  plainOutputs,
-  runPair,
-  waitForEmptyPool,
-} from './helpers.ts';
+import { PROMPTS, plainOutputs, waitForEmptyPool } from '../../helpers/llm.ts';
+import { moriioOptions, moriioPorts, type PairSpec, runPair } from './helpers.ts';
 
 let dir = '';
 let expected: number[][] = [];

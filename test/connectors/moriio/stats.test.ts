@@ -11,17 +11,15 @@ import type { MoRIIOSchedulerStatsData, MoRIIOStatsData } from '../../../src/con
 import { MoRIIOStatsRecorder, reduceMoRIIOStats } from '../../../src/connectors/moriio/stats.ts';
 import { LLM } from '../../../src/engine/llm.ts';
 import { ConnectorMetrics, connectorMetricSpecs } from '../../../src/server/connector-metrics.ts';
+import { GREEDY, PROMPTS, waitForEmptyPool } from '../../helpers/llm.ts';
 import {
   consumerParams,
-  GREEDY,
   moriioOptions,
   moriioPorts,
   type PairSpec,
-  PROMPTS,
   producerParams,
   proxyRequestId,
   runPair,
-  waitForEmptyPool,
 } from './helpers.ts';
 
 async function takeStats(llm: LLM): Promise<Record<string, unknown> | null> {

@@ -10,8 +10,9 @@ import { availableParallelism } from 'node:os';
 import { it } from 'node:test';
 import type { MoRIIOConnector } from '../../../src/connectors/moriio/index.ts';
 import { LLM as Engine } from '../../../src/engine/llm.ts';
+import { plainOutputs } from '../../helpers/llm.ts';
 import { changeAfterFill, countLoadErrors, runner } from '../helpers/write-tracking.ts';
-import { moriioOptions, moriioPorts, type PairSpec, plainOutputs, runPair } from './helpers.ts';
+import { moriioOptions, moriioPorts, type PairSpec, runPair } from './helpers.ts';
 
 const PROMPT =
   'Disaggregated prefill moves the KV cache of a long prompt from one engine to another engine directly.';

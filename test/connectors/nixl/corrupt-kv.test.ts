@@ -9,7 +9,8 @@ import { test } from 'node:test';
 import { DEFAULT_MODEL } from '../../../src/config/model-presets.ts';
 import { LLM } from '../../../src/engine/llm.ts';
 import { LocalExecutor } from '../../../src/engine/runner/local-executor.ts';
-import { engineOptions, GREEDY, P_PARAMS, type PairOptions, plainOutputs } from './helpers.ts';
+import { GREEDY, plainOutputs } from '../../helpers/llm.ts';
+import { engineOptions, P_PARAMS, type PairOptions } from './helpers.ts';
 
 const PROMPT = [
   'And it came to pass in those days, that the people went up unto the city of the king.',

@@ -1,15 +1,8 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { LLM } from '../../../src/engine/llm.ts';
-import {
-  engineOptions,
-  GREEDY,
-  P_PARAMS,
-  type PairOptions,
-  PROMPTS,
-  plainOutputs,
-  waitForEmptyPool,
-} from './helpers.ts';
+import { GREEDY, PROMPTS, plainOutputs, waitForEmptyPool } from '../../helpers/llm.ts';
+import { engineOptions, P_PARAMS, type PairOptions } from './helpers.ts';
 
 async function disaggregate(o: PairOptions): Promise<void> {
   const expected = await plainOutputs(o.model);

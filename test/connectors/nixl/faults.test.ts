@@ -5,15 +5,8 @@ import { setNixlTestHooks } from '../../../src/connectors/nixl/index.ts';
 import { LLM } from '../../../src/engine/llm.ts';
 import { captureLogs } from '../../../src/logging/logger.ts';
 import { SideChannelServer } from '../../../src/transfer/index.ts';
-import {
-  engineOptions,
-  GREEDY,
-  P_PARAMS,
-  type PairOptions,
-  PROMPTS,
-  plainOutputs,
-  waitForEmptyPool,
-} from './helpers.ts';
+import { GREEDY, PROMPTS, plainOutputs, waitForEmptyPool } from '../../helpers/llm.ts';
+import { engineOptions, P_PARAMS, type PairOptions } from './helpers.ts';
 
 const base: PairOptions = { model: 'tiny', connector: 'NixlConnector', backend: 'TCP' };
 

@@ -19,15 +19,8 @@ import { LLM } from '../../../src/engine/llm.ts';
 import { isKVError } from '../../../src/errors/index.ts';
 import { captureLogs } from '../../../src/logging/logger.ts';
 import { InThreadTransferAgent } from '../../../src/transfer/index.ts';
-import {
-  engineOptions,
-  GREEDY,
-  P_PARAMS,
-  type PairOptions,
-  PROMPTS,
-  plainOutputs,
-  waitForEmptyPool,
-} from './helpers.ts';
+import { GREEDY, PROMPTS, plainOutputs, waitForEmptyPool } from '../../helpers/llm.ts';
+import { engineOptions, P_PARAMS, type PairOptions } from './helpers.ts';
 
 async function hetero(o: PairOptions, producerTp: number, consumerTp: number, prompts: string[]) {
   const expected = await plainOutputs(o.model, prompts);

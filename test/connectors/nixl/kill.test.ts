@@ -14,7 +14,8 @@ import type { Readable, Writable } from 'node:stream';
 import { after, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { LLM } from '../../../src/engine/llm.ts';
-import { engineOptions, GREEDY, P_PARAMS, PROMPTS, plainOutputs, waitForEmptyPool } from './helpers.ts';
+import { GREEDY, PROMPTS, plainOutputs, waitForEmptyPool } from '../../helpers/llm.ts';
+import { engineOptions, P_PARAMS } from './helpers.ts';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 /** Long, so a failure seen well before it comes from the lost connection, not from a timeout. */

@@ -12,7 +12,8 @@ import { Engine } from '../../../src/engine/engine.ts';
 import { LLM, samplingParams } from '../../../src/engine/llm.ts';
 import type { LocalExecutor } from '../../../src/engine/runner/local-executor.ts';
 import type { TransferAgent } from '../../../src/transfer/index.ts';
-import { engineOptions, GREEDY, P_PARAMS, type PairOptions, PROMPTS, plainOutputs } from './helpers.ts';
+import { GREEDY, PROMPTS, plainOutputs } from '../../helpers/llm.ts';
+import { engineOptions, P_PARAMS, type PairOptions } from './helpers.ts';
 
 const base: PairOptions = { model: 'tiny', connector: 'NixlConnector', backend: 'TCP' };
 

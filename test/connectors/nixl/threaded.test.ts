@@ -11,15 +11,8 @@ import { LLM } from '../../../src/engine/llm.ts';
 import type { LocalExecutor } from '../../../src/engine/runner/local-executor.ts';
 import { isKVError } from '../../../src/errors/index.ts';
 import { InThreadTransferAgent, ThreadedTransferAgent } from '../../../src/transfer/index.ts';
-import {
-  engineOptions,
-  GREEDY,
-  P_PARAMS,
-  type PairOptions,
-  PROMPTS,
-  plainOutputs,
-  waitForEmptyPool,
-} from './helpers.ts';
+import { GREEDY, PROMPTS, plainOutputs, waitForEmptyPool } from '../../helpers/llm.ts';
+import { engineOptions, P_PARAMS, type PairOptions } from './helpers.ts';
 
 async function agentOf(llm: LLM) {
   const runner = ((await llm.engine()).engine.executor as LocalExecutor).runner;

@@ -5,7 +5,8 @@ import { createInterface } from 'node:readline';
 import { it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { LLM } from '../../../src/engine/llm.ts';
-import { engineOptions, GREEDY, PROMPTS, plainOutputs, waitForEmptyPool } from './helpers.ts';
+import { GREEDY, PROMPTS, plainOutputs, waitForEmptyPool } from '../../helpers/llm.ts';
+import { engineOptions } from './helpers.ts';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 

@@ -14,8 +14,9 @@ import { describe, it } from 'node:test';
 import { DEFAULT_MODEL } from '../../../src/config/model-presets.ts';
 import type { LLM } from '../../../src/engine/llm.ts';
 import { LLM as Engine } from '../../../src/engine/llm.ts';
+import { GREEDY, plainOutputs } from '../../helpers/llm.ts';
 import { changeAfterFill, countLoadErrors, runner } from '../helpers/write-tracking.ts';
-import { engineOptions, GREEDY, P_PARAMS, type PairOptions, plainOutputs } from './helpers.ts';
+import { engineOptions, P_PARAMS, type PairOptions } from './helpers.ts';
 
 /** In-thread agents: a record is taken within kvBlocksFilled, before the hook below runs. */
 const PAIR: PairOptions = {

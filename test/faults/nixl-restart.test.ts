@@ -7,8 +7,8 @@ import assert from 'node:assert/strict';
 import { after, it } from 'node:test';
 import { LLM, type LLMOptions } from '../../src/engine/llm.ts';
 import { engineOptions } from '../connectors/nixl/helpers.ts';
+import { freePort } from '../helpers/free-port.ts';
 import { GREEDY, PROMPTS, plainOutputs, waitForEmptyPool } from '../helpers/llm.ts';
-import { freePort } from '../helpers/redis.ts';
 import { EngineChild } from './helpers/engine-child.ts';
 
 const children: EngineChild[] = [];

@@ -37,9 +37,12 @@ export function requireRedisBinaries(): void {
   }
 }
 
-/** A free loopback port; with `busPort`, port + 10000 (the cluster bus) is free too. */
-export function freePort(busPort = false): Promise<number> {
-  return freePortRange(1, busPort ? [10_000] : []);
+/** A Redis Cluster node also listens on its port + 10000 (the cluster bus). */
+const CLUSTER_BUS_OFFSET = 10_000;
+
+/** A free port for a Redis server; a cluster node's bus port is free too. */
+function redisPort(clusterNode: boolean): Promise<number> {
+  return freePortRange(1, clusterNode ? [CLUSTER_BUS_OFFSET] : []);
 }
 
 /** Sends one inline command and returns the whole reply of a bulk-string answer (e.g. INFO, CLUSTER NODES). */
@@ -105,7 +108,7 @@ function stopProcess(child: ChildProcess): Promise<void> {
 
 export async function startRedis(extraArgs: string[] = [], portArg?: number): Promise<RedisServer> {
   requireRedisBinaries();
-  const port = portArg ?? (await freePort(extraArgs.includes('--cluster-enabled')));
+  const port = portArg ?? (await redisPort(extraArgs.includes('--cluster-enabled')));
   const child = spawn(
     'redis-server',
     [
@@ -161,7 +164,7 @@ export async function startRedisCluster(size = 3, options: ClusterOptions = {}):
   };
   try {
     for (let i = 0; i < size * (1 + replicas); i++) {
-      const port = await freePort(true);
+      const port = await redisPort(true);
       nodes.push(
         await startRedis(
           [

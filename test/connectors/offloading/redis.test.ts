@@ -7,8 +7,8 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { AsyncEngine } from '../../../src/engine/async-engine.ts';
 import { captureLogs } from '../../../src/logging/logger.ts';
+import { freePort } from '../../helpers/free-port.ts';
 import {
-  freePort,
   type RedisClusterHandle,
   type RedisServer,
   redisCommand,

@@ -14,8 +14,8 @@ import { FsTier } from '../../../src/connectors/offloading/fs-tier.ts';
 import type { KVTier } from '../../../src/connectors/offloading/kv-tier.ts';
 import { RedisTier } from '../../../src/connectors/offloading/redis-tier.ts';
 import { captureLogs } from '../../../src/logging/logger.ts';
+import { freePort } from '../../helpers/free-port.ts';
 import {
-  freePort,
   type RedisClusterHandle,
   type RedisServer,
   redisCommand,

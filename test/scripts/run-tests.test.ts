@@ -95,7 +95,7 @@ test('the test paths that docs, CI and comments name exist', () => {
     'README.md',
     '.ci/run',
     ...['src', 'test', 'bench', 'scripts'].flatMap((d) =>
-      walk(join(ROOT, d), (n) => /\.(ts|mjs|py)$/.test(n)),
+      walk(join(ROOT, d), (n) => /\.(ts|mjs|py|md)$/.test(n)),
     ),
   ];
   const missing: string[] = [];

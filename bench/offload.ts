@@ -19,7 +19,7 @@ import { FRAME_HEADER_BYTES } from '../src/connectors/offloading/block-frame.ts'
 import { AsyncEngine } from '../src/engine/async-engine.ts';
 import { samplingParams } from '../src/engine/llm.ts';
 import { setLogLevel } from '../src/logging/logger.ts';
-import { redisCommand, startRedis } from '../test/connectors/redis-helpers.ts';
+import { redisCommand, startRedis } from '../test/helpers/redis.ts';
 import { benchArgs, positiveInteger } from './_args.ts';
 import { redisBenchmark, tierThroughput } from './_redis-baseline.ts';
 import { alternate, fmt, json, loadAverage, pairwiseRatio, type Summary, summarize } from './_rounds.ts';

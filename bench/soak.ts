@@ -17,7 +17,7 @@ import {
   soakWorkload,
   startPlainServer,
   startSoakCluster,
-} from '../test/faults/soak-harness.ts';
+} from '../test/faults/helpers/soak-harness.ts';
 import { benchArgs, positiveInteger } from './_args.ts';
 import { alternate, fmt, json, loadAverage, pairwiseRatio, summarize } from './_rounds.ts';
 

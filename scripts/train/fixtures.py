@@ -1,12 +1,12 @@
 """Writes the PyTorch reference fixtures kvconnect's tests compare against (CI needs no torch):
 
-- test/model/fixtures/hf/<name>/: small random HF checkpoints in several configurations
+- test/engine/model/fixtures/hf/<name>/: small random HF checkpoints in several configurations
   (GQA ratios, tied/untied, F32/F16/BF16, qwen2 biases, llama3 and linear RoPE scaling,
   mistral and qwen2 sliding windows, a sharded checkpoint), each with reference.json
   (prompts, greedy continuations) and reference-logits.safetensors (float32 logits of every
   prompt position), computed by llama_ref.py from the weights as stored.
-- test/model/fixtures/kjv-llama/: the same for the trained default model.
-- test/model/fixtures/kjv-tokenizer-ids.json: the Python BPE encoder's ids of fixture text.
+- test/engine/model/fixtures/kjv-llama/: the same for the trained default model.
+- test/engine/model/fixtures/kjv-tokenizer-ids.json: the Python BPE encoder's ids of fixture text.
 
     /usr/bin/python3 scripts/train/fixtures.py
 """
@@ -26,7 +26,7 @@ from export import SAMPLE_PROMPTS, load_exported  # noqa: E402
 from llama_ref import CausalLM  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
-FIXTURES = os.path.join(ROOT, "test", "model", "fixtures")
+FIXTURES = os.path.join(ROOT, "test", "engine", "model", "fixtures")
 GREEDY_TOKENS = 8
 MIN_MARGIN = 0.02
 

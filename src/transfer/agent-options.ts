@@ -56,7 +56,7 @@ export interface TransferAgentOptions {
 /**
  * Code plugged into an agent, given apart from its settings (functions and modules, not
  * configuration). kvconnect itself never passes any: they are the seams through which tests
- * inject faults (test/transfer/agent-faults.ts).
+ * inject faults (test/transfer/helpers/agent-faults.ts).
  */
 export interface AgentSeams {
   /**

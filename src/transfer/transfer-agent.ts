@@ -1,7 +1,7 @@
 /**
  * The transfer agent's contract: what a connector may call, met by the agent that runs on
  * the caller's event loop (agent.ts) and by the one hosted in a worker thread
- * (threaded-agent.ts). test/transfer/conformance.ts runs the same cases against both.
+ * (threaded-agent.ts). test/transfer/helpers/conformance.ts runs the same cases against both.
  */
 
 import type { GrantSpec } from './grants.ts';

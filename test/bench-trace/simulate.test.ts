@@ -9,7 +9,7 @@ import { promisify } from 'node:util';
 import { loadTrace, type TraceEntry } from '../../src/bench-serve/trace.ts';
 import { SIMULATION_DEFAULTS, simulate, traceReuse, traceTokens } from '../../src/bench-trace/index.ts';
 
-const MINI = fileURLToPath(new URL('../fixtures/mooncake-mini.jsonl', import.meta.url));
+const MINI = fileURLToPath(new URL('./fixtures/mooncake-mini.jsonl', import.meta.url));
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const entries = loadTrace(MINI).entries;
 

@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import type { DemoSummary } from '../../src/demo/summary.ts';
-import { runDemoCli } from './run-cli.ts';
+import { runDemoCli } from './helpers/run-cli.ts';
 
 test('kvconnect demo --json exits 0 with identical outputs and prints the table and one JSON line', async () => {
   const demo = runDemoCli([

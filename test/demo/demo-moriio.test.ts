@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import type { DemoSummary } from '../../src/demo/summary.ts';
-import { runDemoCli } from './run-cli.ts';
+import { runDemoCli } from './helpers/run-cli.ts';
 
 const SMALL = ['--requests', '6', '--families', '2', '--concurrency', '2', '--max-tokens', '6'];
 

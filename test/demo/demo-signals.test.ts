@@ -4,7 +4,7 @@
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { isAlive, runDemoCli } from './run-cli.ts';
+import { isAlive, runDemoCli } from './helpers/run-cli.ts';
 
 async function waitForOutput(get: () => string, pattern: RegExp, timeoutMs: number): Promise<void> {
   const deadline = Date.now() + timeoutMs;

@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { readMetrics } from '../../src/demo/metrics.ts';
 import { familyPrefix } from '../../src/demo/workload.ts';
-import { postJson, startCluster, waitFor } from './helpers.ts';
+import { postJson, startCluster, waitFor } from './helpers/cluster.ts';
 
 const LEASE_S = 2;
 

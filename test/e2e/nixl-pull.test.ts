@@ -1,7 +1,7 @@
 /** Real P and D `kvconnect serve` processes with NixlConnector (pull) behind the proxy. */
 import { test } from 'node:test';
-import { startCluster } from './helpers.ts';
-import { assertDecodeOnlyComputedLastToken, checkDisaggregatedMatchesPlain } from './pd-shared.ts';
+import { startCluster } from './helpers/cluster.ts';
+import { assertDecodeOnlyComputedLastToken, checkDisaggregatedMatchesPlain } from './helpers/pd-shared.ts';
 
 // kv_load_failure_policy=fail: a failed load would fail the request, so identical outputs
 // plus the strict figures mean D loaded every prompt from P. D's READ may reach P before

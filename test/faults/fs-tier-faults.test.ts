@@ -19,10 +19,10 @@ import { after, describe, it } from 'node:test';
 import { AsyncEngine } from '../../src/engine/async-engine.ts';
 import type { LLMOptions } from '../../src/engine/llm.ts';
 import { type LogRecord, onLog } from '../../src/logging/logger.ts';
-import { plainTokens, run, tieredEngineOptions } from '../connectors/offloading-helpers.ts';
+import { plainTokens, run, tieredEngineOptions } from '../connectors/offloading/helpers.ts';
 import { skipUnless } from '../helpers/capabilities.ts';
 import { waitUntil } from '../helpers/wait-until.ts';
-import { EngineChild } from './engine-child.ts';
+import { EngineChild } from './helpers/engine-child.ts';
 
 const prompt = (n: number) => Array.from({ length: 64 }, (_, i) => (i * 5 + n * 41 + 9) % 256);
 /** One chunk file: 16 tokens of tiny's KV (32 KiB) plus the 16-byte frame header. */

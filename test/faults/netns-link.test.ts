@@ -18,7 +18,7 @@ import { LLM, type LLMOptions } from '../../src/engine/llm.ts';
 import { skipUnless } from '../helpers/capabilities.ts';
 import { createNetnsPair, type NetnsPair, type NetnsSide } from '../helpers/netns.ts';
 import { waitUntil } from '../helpers/wait-until.ts';
-import { EngineChild } from './engine-child.ts';
+import { EngineChild } from './helpers/engine-child.ts';
 
 const skip = skipUnless('netns');
 const MAX_LEN = 4096;

@@ -6,15 +6,10 @@
 import assert from 'node:assert/strict';
 import { after, it } from 'node:test';
 import { LLM, type LLMOptions } from '../../src/engine/llm.ts';
-import {
-  engineOptions,
-  GREEDY,
-  PROMPTS,
-  plainOutputs,
-  waitForEmptyPool,
-} from '../connectors/nixl-helpers.ts';
-import { freePort } from '../connectors/redis-helpers.ts';
-import { EngineChild } from './engine-child.ts';
+import { engineOptions } from '../connectors/nixl/helpers.ts';
+import { freePort } from '../helpers/free-port.ts';
+import { GREEDY, PROMPTS, plainOutputs, waitForEmptyPool } from '../helpers/llm.ts';
+import { EngineChild } from './helpers/engine-child.ts';
 
 const children: EngineChild[] = [];
 after(async () => {

@@ -14,16 +14,10 @@ import type { Readable, Writable } from 'node:stream';
 import { after, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { LLM } from '../../src/engine/llm.ts';
-import {
-  engineOptions,
-  GREEDY,
-  P_PARAMS,
-  PROMPTS,
-  plainOutputs,
-  waitForEmptyPool,
-} from '../connectors/nixl-helpers.ts';
+import { engineOptions, P_PARAMS } from '../connectors/nixl/helpers.ts';
+import { GREEDY, PROMPTS, plainOutputs, waitForEmptyPool } from '../helpers/llm.ts';
 import { waitUntil } from '../helpers/wait-until.ts';
-import { relayedPeer } from './relayed-peer.ts';
+import { relayedPeer } from './helpers/relayed-peer.ts';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const TRANSFER_TIMEOUT_S = 1.5;
@@ -117,7 +111,7 @@ describe('NIXL with a prefill engine that goes silent mid-transfer', () => {
       [
         '--import',
         'tsx',
-        path.join(here, '..', 'connectors', 'nixl-fixtures', 'producer.ts'),
+        path.join(here, '..', 'connectors', 'nixl', 'fixtures', 'producer.ts'),
         JSON.stringify([prompt]),
         'tiny',
         JSON.stringify({ kv_lease_duration: 4 }),

@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { after, it } from 'node:test';
 import { resolveProxyOptions, startProxy } from '../../src/proxy/proxy-server.ts';
 import { waitUntil } from '../helpers/wait-until.ts';
-import { decodeResponder, prefillResponder, UpstreamDouble } from '../proxy/upstream-double.ts';
+import { decodeResponder, prefillResponder, UpstreamDouble } from '../proxy/helpers/upstream-double.ts';
 
 const doubles: UpstreamDouble[] = [];
 

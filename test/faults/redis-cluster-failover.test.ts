@@ -10,15 +10,15 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { AsyncEngine } from '../../src/engine/async-engine.ts';
-import type { ConformanceContext } from '../connectors/conformance.ts';
-import { chunkKeys, plainTokens, run, tieredEngineOptions } from '../connectors/offloading-helpers.ts';
+import type { ConformanceContext } from '../connectors/helpers/conformance.ts';
+import { chunkKeys, plainTokens, run, tieredEngineOptions } from '../connectors/offloading/helpers.ts';
 import {
   type RedisClusterHandle,
   type RedisServer,
   redisCommand,
   redisCommandFull,
   startRedisCluster,
-} from '../connectors/redis-helpers.ts';
+} from '../helpers/redis.ts';
 import { waitUntil } from '../helpers/wait-until.ts';
 
 const PREFIX = 'fo';

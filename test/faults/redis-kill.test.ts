@@ -9,9 +9,9 @@ import assert from 'node:assert/strict';
 import { after, describe, it } from 'node:test';
 import { AsyncEngine } from '../../src/engine/async-engine.ts';
 import { type LogRecord, onLog } from '../../src/logging/logger.ts';
-import { PROMPTS, plainTokens, run, tieredEngineOptions } from '../connectors/offloading-helpers.ts';
-import { type RedisServer, redisCommand, startRedis } from '../connectors/redis-helpers.ts';
+import { PROMPTS, plainTokens, run, tieredEngineOptions } from '../connectors/offloading/helpers.ts';
 import { startFaultRelay } from '../helpers/fault-relay.ts';
+import { type RedisServer, redisCommand, startRedis } from '../helpers/redis.ts';
 import { waitUntil } from '../helpers/wait-until.ts';
 
 let redis: RedisServer = await startRedis();

@@ -17,8 +17,8 @@ import type { TransferAgentOptions } from '../../src/transfer/index.ts';
 import { mappableSharedMemory } from '../../src/util/shared-memory.ts';
 import type { Direction, FrameHook } from '../helpers/fault-relay.ts';
 import { waitUntil } from '../helpers/wait-until.ts';
-import { fillPattern } from '../transfer/pattern.ts';
-import { all, closeRelayedAgents, settled, throughRelay, whole } from './relayed-agents.ts';
+import { fillPattern } from '../transfer/helpers/pattern.ts';
+import { all, closeRelayedAgents, settled, throughRelay, whole } from './helpers/relayed-agents.ts';
 
 setLogLevel('silent');
 after(closeRelayedAgents);

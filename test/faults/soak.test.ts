@@ -19,7 +19,7 @@ import {
   singleEngineTokens,
   soakWorkload,
   startSoakCluster,
-} from './soak-harness.ts';
+} from './helpers/soak-harness.ts';
 
 const CFG: SoakConfig = {
   requests: 2000,

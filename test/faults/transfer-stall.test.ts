@@ -10,7 +10,7 @@ import assert from 'node:assert/strict';
 import { after, describe, it } from 'node:test';
 import { setLogLevel } from '../../src/logging/logger.ts';
 import { waitUntil } from '../helpers/wait-until.ts';
-import { all, closeRelayedAgents, settled, throughRelay, whole } from './relayed-agents.ts';
+import { all, closeRelayedAgents, settled, throughRelay, whole } from './helpers/relayed-agents.ts';
 
 setLogLevel('silent');
 

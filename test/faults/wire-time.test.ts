@@ -8,8 +8,8 @@
 import assert from 'node:assert/strict';
 import { after, describe, it } from 'node:test';
 import { setLogLevel } from '../../src/logging/logger.ts';
-import { blocksEqual } from '../transfer/pattern.ts';
-import { all, closeRelayedAgents, throughRelay, whole } from './relayed-agents.ts';
+import { blocksEqual } from '../transfer/helpers/pattern.ts';
+import { all, closeRelayedAgents, throughRelay, whole } from './helpers/relayed-agents.ts';
 
 setLogLevel('silent');
 after(closeRelayedAgents);

@@ -45,3 +45,8 @@ export async function freePortRange(span = 1, alsoOffsets: readonly number[] = [
   }
   throw new Error('no free port range below the ephemeral range');
 }
+
+/** One free port, as freePortRange. */
+export function freePort(): Promise<number> {
+  return freePortRange(1);
+}

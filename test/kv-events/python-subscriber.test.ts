@@ -12,7 +12,7 @@ import { samplingParams } from '../../src/engine/sampling-params.ts';
 import { externalBlockHash } from '../../src/kv/block-hash.ts';
 import { BlockHasher } from '../../src/kv/block-hasher.ts';
 
-const SCRIPT = fileURLToPath(new URL('../fixtures/vllm_kv_events_subscriber.py', import.meta.url));
+const SCRIPT = fileURLToPath(new URL('./fixtures/vllm_kv_events_subscriber.py', import.meta.url));
 const PYTHON = '/usr/bin/python3';
 
 interface Decoded {

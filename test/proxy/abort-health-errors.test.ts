@@ -12,7 +12,7 @@ import {
   sleep,
   UpstreamDouble,
   waitFor,
-} from './upstream-double.ts';
+} from './helpers/upstream-double.ts';
 
 setLogLevel('silent');
 

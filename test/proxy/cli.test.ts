@@ -4,7 +4,7 @@ import { Command } from 'commander';
 import { registerProxyCommand } from '../../src/cli/commands/proxy.ts';
 import { setLogLevel } from '../../src/logging/logger.ts';
 import type { RunningProxy } from '../../src/proxy/index.ts';
-import { decodeResponder, prefillResponder, UpstreamDouble } from './upstream-double.ts';
+import { decodeResponder, prefillResponder, UpstreamDouble } from './helpers/upstream-double.ts';
 
 setLogLevel('silent');
 

@@ -3,7 +3,12 @@ import { after, before, describe, test } from 'node:test';
 import { captureLogs, setLogLevel } from '../../src/logging/logger.ts';
 import { type RunningProxy, resolveProxyOptions, startProxy } from '../../src/proxy/index.ts';
 import type { ProxyOptions } from '../../src/proxy/types.ts';
-import { decodeResponder, P_RETURNED_PARAMS, prefillResponder, UpstreamDouble } from './upstream-double.ts';
+import {
+  decodeResponder,
+  P_RETURNED_PARAMS,
+  prefillResponder,
+  UpstreamDouble,
+} from './helpers/upstream-double.ts';
 
 setLogLevel('silent');
 

@@ -10,7 +10,13 @@ import {
   startProxy,
 } from '../../src/proxy/index.ts';
 import { parseDiscoveryPing } from '../../src/wire/index.ts';
-import { decodeResponder, prefillResponder, sleep, UpstreamDouble, waitFor } from './upstream-double.ts';
+import {
+  decodeResponder,
+  prefillResponder,
+  sleep,
+  UpstreamDouble,
+  waitFor,
+} from './helpers/upstream-double.ts';
 
 setLogLevel('silent');
 

@@ -3,7 +3,7 @@ import { describe, test } from 'node:test';
 import { setLogLevel } from '../../src/logging/logger.ts';
 import { resolveProxyOptions, startProxy } from '../../src/proxy/index.ts';
 import type { ProxyOptions } from '../../src/proxy/types.ts';
-import { decodeResponder, json, prefillResponder, sleep, UpstreamDouble } from './upstream-double.ts';
+import { decodeResponder, json, prefillResponder, sleep, UpstreamDouble } from './helpers/upstream-double.ts';
 
 setLogLevel('silent');
 

@@ -8,8 +8,8 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type { AsyncEngine } from '../../src/engine/async-engine.ts';
 import { setLogLevel } from '../../src/logging/logger.ts';
-import { parseExposition, sampleValue } from './prom-text.ts';
-import { type Served, serve, stop } from './served.ts';
+import { parseExposition, sampleValue } from './helpers/prom-text.ts';
+import { type Served, serve, stop } from './helpers/served.ts';
 
 setLogLevel('error');
 

@@ -18,7 +18,7 @@ import { AdmissionGate } from '../../src/server/admission.ts';
 import { ConnectorMetrics } from '../../src/server/connector-metrics.ts';
 import { needsRejectionNotice, parseKvTransferParams } from '../../src/server/kv-transfer-params.ts';
 import { internalRequestId } from '../../src/server/request-id.ts';
-import { metricValue, postJson, startEngine, startServer } from './harness.ts';
+import { metricValue, postJson, startEngine, startServer } from './helpers/harness.ts';
 
 const labels = { model_name: 'tiny', engine: '0' };
 const FIXTURE = fileURLToPath(new URL('../fixtures/external-connector.mjs', import.meta.url));

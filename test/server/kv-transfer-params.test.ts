@@ -9,8 +9,8 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import type { AsyncEngineLike } from '../../src/engine/api.ts';
-import { finishedRecords } from './echo-connector.ts';
-import { metricValue, postJson, type Running, startEngine, startServer, waitFor } from './harness.ts';
+import { finishedRecords } from './fixtures/echo-connector.ts';
+import { metricValue, postJson, type Running, startEngine, startServer, waitFor } from './helpers/harness.ts';
 
 let engine: AsyncEngineLike;
 let running: Running;
@@ -21,7 +21,7 @@ before(async () => {
       kv_connector: 'EchoParamsConnector',
       kv_role: 'kv_both',
       engine_id: 'engine-under-test',
-      kv_connector_module_path: fileURLToPath(new URL('./echo-connector.ts', import.meta.url)),
+      kv_connector_module_path: fileURLToPath(new URL('./fixtures/echo-connector.ts', import.meta.url)),
     },
   });
   running = await startServer({ engine });

@@ -10,15 +10,15 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, it, type TestContext } from 'node:test';
 import { setLogLevel } from '../../src/logging/logger.ts';
-import { moriioOptions, moriioPorts } from '../connectors/moriio-fixtures/helpers.ts';
+import { moriioOptions, moriioPorts } from '../connectors/moriio/helpers.ts';
 import {
   assertPromtoolAccepts,
   assertVllmShape,
   type Exposition,
   parseExposition,
   sampleValue,
-} from './prom-text.ts';
-import { type Served, serve, stop } from './served.ts';
+} from './helpers/prom-text.ts';
+import { type Served, serve, stop } from './helpers/served.ts';
 
 setLogLevel('error');
 

@@ -7,9 +7,9 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { setLogLevel } from '../../src/logging/logger.ts';
-import { waitFor } from './harness.ts';
-import { type Exposition, parseExposition, sampleValue } from './prom-text.ts';
-import { type Served, serve, stop } from './served.ts';
+import { waitFor } from './helpers/harness.ts';
+import { type Exposition, parseExposition, sampleValue } from './helpers/prom-text.ts';
+import { type Served, serve, stop } from './helpers/served.ts';
 
 setLogLevel('error');
 

@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import OpenAI from 'openai';
 import type { AsyncEngineLike } from '../../src/engine/api.ts';
-import { type Running, startEngine, startServer } from './harness.ts';
+import { type Running, startEngine, startServer } from './helpers/harness.ts';
 
 let engine: AsyncEngineLike;
 let running: Running;

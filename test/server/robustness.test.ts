@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { request as httpRequest } from 'node:http';
 import { after, before, test } from 'node:test';
 import type { AsyncEngineLike, GenerateRequest } from '../../src/engine/api.ts';
-import { metricValue, postJson, type Running, startEngine, startServer, waitFor } from './harness.ts';
+import { metricValue, postJson, type Running, startEngine, startServer, waitFor } from './helpers/harness.ts';
 
 let engine: AsyncEngineLike;
 let running: Running;

@@ -9,7 +9,7 @@ import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { captureOutput } from '../helpers/captured-child.ts';
 
-const ENTRY = fileURLToPath(new URL('./serve-entry.ts', import.meta.url));
+const ENTRY = fileURLToPath(new URL('./fixtures/serve-entry.ts', import.meta.url));
 
 function run(args: string[]) {
   const child = spawn(process.execPath, ['--import', 'tsx', ENTRY, ...args], {

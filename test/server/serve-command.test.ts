@@ -107,7 +107,7 @@ test('the dotted --kv-transfer-config form configures the connector of a running
       '--kv-transfer-config.kv_role',
       'kv_producer',
       '--kv-transfer-config.kv_connector_module_path',
-      fileURLToPath(new URL('./echo-connector.ts', import.meta.url)),
+      fileURLToPath(new URL('./fixtures/echo-connector.ts', import.meta.url)),
       '--kv-transfer-config.engine_id',
       'dotted-engine',
     ],

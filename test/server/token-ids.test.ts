@@ -8,7 +8,7 @@ import { after, before, test } from 'node:test';
 import type { AsyncEngineLike, RequestOutputDelta } from '../../src/engine/api.ts';
 import { samplingParams } from '../../src/engine/sampling-params.ts';
 import { completionLogprobs, tokenIdLabel } from '../../src/server/logprobs-format.ts';
-import { postJson, type Running, startEngine, startServer } from './harness.ts';
+import { postJson, type Running, startEngine, startServer } from './helpers/harness.ts';
 
 let engine: AsyncEngineLike;
 let running: Running;

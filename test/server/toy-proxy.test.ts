@@ -14,7 +14,7 @@ import { createServer as createHttpServer, type IncomingMessage, type Server } f
 import type { AddressInfo } from 'node:net';
 import { after, before, describe, it } from 'node:test';
 import { setLogLevel } from '../../src/logging/logger.ts';
-import { type Served, serve, stop } from './served.ts';
+import { type Served, serve, stop } from './helpers/served.ts';
 
 setLogLevel('error');
 

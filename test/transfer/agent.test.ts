@@ -3,8 +3,8 @@
  * data path: {in-thread, threaded} × {tcp, shm from the peer's mapped KV, shm through the ring}.
  */
 import { setLogLevel } from '../../src/logging/logger.ts';
-import { type AgentVariant, transferAgentConformance } from './conformance.ts';
-import { assertNoRingsLeftBehind } from './shm-files.ts';
+import { type AgentVariant, transferAgentConformance } from './helpers/conformance.ts';
+import { assertNoRingsLeftBehind } from './helpers/shm-files.ts';
 
 setLogLevel('silent');
 

@@ -18,8 +18,8 @@ import {
 } from '../../src/transfer/index.ts';
 import { LeaseTable } from '../../src/transfer/lease-table.ts';
 import type { MemoryRegion } from '../../src/transfer/types.ts';
-import { blocksEqual, makeRegion, regionPair } from './pattern.ts';
-import { finished } from './wait.ts';
+import { blocksEqual, makeRegion, regionPair } from './helpers/pattern.ts';
+import { finished } from './helpers/wait.ts';
 
 setLogLevel('silent');
 

@@ -13,8 +13,8 @@ import {
   ThreadedTransferAgent,
   type TransferAgent,
 } from '../../src/transfer/index.ts';
-import { makeRegion } from './pattern.ts';
-import { finished } from './wait.ts';
+import { makeRegion } from './helpers/pattern.ts';
+import { finished } from './helpers/wait.ts';
 
 setLogLevel('silent');
 

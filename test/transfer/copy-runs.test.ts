@@ -24,7 +24,7 @@ import { exposedRegions, PeerKvMap } from '../../src/transfer/kv-map.ts';
 import { LeaseTable, LeaseViews } from '../../src/transfer/lease-table.ts';
 import { nativeFunctions } from '../../src/util/native-addon.ts';
 import { mappableSharedMemory } from '../../src/util/shared-memory.ts';
-import { blocksEqual, makeRegion } from './pattern.ts';
+import { blocksEqual, makeRegion } from './helpers/pattern.ts';
 
 const native =
   nativeFunctions('copyHashRuns') !== null && process.env['KVCONNECT_DISABLE_NATIVE_HASH'] !== '1';

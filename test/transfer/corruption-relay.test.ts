@@ -3,7 +3,7 @@ import { it } from 'node:test';
 import { setLogLevel } from '../../src/logging/logger.ts';
 import { type AgentMetadata, InThreadTransferAgent } from '../../src/transfer/index.ts';
 import { startFaultRelay } from '../helpers/fault-relay.ts';
-import { blocksEqual, makeRegion } from './pattern.ts';
+import { blocksEqual, makeRegion } from './helpers/pattern.ts';
 
 setLogLevel('silent');
 const BB = 4096;

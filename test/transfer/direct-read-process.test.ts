@@ -13,11 +13,11 @@ import { fileURLToPath } from 'node:url';
 import { setLogLevel } from '../../src/logging/logger.ts';
 import { type AgentMetadata, createTransferAgent } from '../../src/transfer/index.ts';
 import { mappableSharedMemory } from '../../src/util/shared-memory.ts';
-import { makeRegion } from './pattern.ts';
+import { makeRegion } from './helpers/pattern.ts';
 
 setLogLevel('silent');
 
-const CHILD = fileURLToPath(new URL('./lease-child.ts', import.meta.url));
+const CHILD = fileURLToPath(new URL('./fixtures/lease-child.ts', import.meta.url));
 const N = 16;
 const BB = 64 << 10;
 const skip = mappableSharedMemory ? false : 'no native addon: KV memory cannot be mapped by a peer';

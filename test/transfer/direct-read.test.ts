@@ -15,8 +15,8 @@ import { exposedRegions, PeerKvMap } from '../../src/transfer/kv-map.ts';
 import { LeaseTable, LeaseViews, leaseHash, SLOTS } from '../../src/transfer/lease-table.ts';
 import type { TransferHandle } from '../../src/transfer/types.ts';
 import { mappableSharedMemory } from '../../src/util/shared-memory.ts';
-import { blocksEqual, makeRegion } from './pattern.ts';
-import { until } from './wait.ts';
+import { blocksEqual, makeRegion } from './helpers/pattern.ts';
+import { until } from './helpers/wait.ts';
 
 setLogLevel('silent');
 

@@ -19,9 +19,9 @@ import {
   type TransferFailure,
 } from '../../src/transfer/index.ts';
 import { parseAgentFrame, TRANSFER_PROTOCOL_VERSION } from '../../src/transfer/messages.ts';
-import { all, closeRelayedAgents, throughRelay, whole } from '../faults/relayed-agents.ts';
-import { makeRegion } from './pattern.ts';
-import { until } from './wait.ts';
+import { all, closeRelayedAgents, throughRelay, whole } from '../faults/helpers/relayed-agents.ts';
+import { makeRegion } from './helpers/pattern.ts';
+import { until } from './helpers/wait.ts';
 
 after(closeRelayedAgents);
 

@@ -21,7 +21,7 @@ import {
 } from '../../src/transfer/index.ts';
 import { mappedPieces, parseAgentFrame } from '../../src/transfer/messages.ts';
 import { ProtocolError } from '../../src/transfer/protocol-error.ts';
-import { makeRegion } from './pattern.ts';
+import { makeRegion } from './helpers/pattern.ts';
 
 setLogLevel('silent');
 

@@ -16,10 +16,10 @@ import {
   ThreadedTransferAgent,
   type TransferHandle,
 } from '../../src/transfer/index.ts';
-import { FAULTY_THREAD_ENTRY, STALL_PREFIX } from './agent-faults.ts';
-import { blocksEqual, makeRegion } from './pattern.ts';
-import { assertNoRingsLeftBehind } from './shm-files.ts';
-import { notificationsOf } from './wait.ts';
+import { FAULTY_THREAD_ENTRY, STALL_PREFIX } from './helpers/agent-faults.ts';
+import { blocksEqual, makeRegion } from './helpers/pattern.ts';
+import { assertNoRingsLeftBehind } from './helpers/shm-files.ts';
+import { notificationsOf } from './helpers/wait.ts';
 
 const BB = 4096;
 const N = 32;

@@ -10,9 +10,9 @@ import {
   isRetryableCause,
   type TransferAgentOptions,
 } from '../../src/transfer/index.ts';
-import { blocksEqual, makeRegion } from './pattern.ts';
-import { assertNoRingsLeftBehind } from './shm-files.ts';
-import { until } from './wait.ts';
+import { blocksEqual, makeRegion } from './helpers/pattern.ts';
+import { assertNoRingsLeftBehind } from './helpers/shm-files.ts';
+import { until } from './helpers/wait.ts';
 
 const BB = 4096;
 const N = 64;

@@ -9,7 +9,7 @@ import { describe, it } from 'node:test';
 import { IncomingRuns } from '../../src/transfer/block-io.ts';
 import { blockChecksums } from '../../src/transfer/checksum.ts';
 import type { DataFrame } from '../../src/transfer/messages.ts';
-import { makeRegion } from './pattern.ts';
+import { makeRegion } from './helpers/pattern.ts';
 
 const BB = 4 << 10;
 

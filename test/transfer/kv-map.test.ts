@@ -15,7 +15,7 @@ import {
 } from '../../src/transfer/index.ts';
 import { exposedRegions, PeerKvMap } from '../../src/transfer/kv-map.ts';
 import { allocateShared, mappableSharedMemory } from '../../src/util/shared-memory.ts';
-import { blocksEqual, fillPattern, makeRegion } from './pattern.ts';
+import { blocksEqual, fillPattern, makeRegion } from './helpers/pattern.ts';
 
 setLogLevel('silent');
 

@@ -16,8 +16,8 @@ import {
 import { SLOTS } from '../../src/transfer/lease-table.ts';
 import type { MemoryRegion } from '../../src/transfer/types.ts';
 import { mappableSharedMemory } from '../../src/util/shared-memory.ts';
-import { blocksEqual, regionPair } from './pattern.ts';
-import { finished, until } from './wait.ts';
+import { blocksEqual, regionPair } from './helpers/pattern.ts';
+import { finished, until } from './helpers/wait.ts';
 
 setLogLevel('silent');
 

@@ -7,7 +7,7 @@ import { after, describe, it } from 'node:test';
 import { blockChecksum } from '../../src/transfer/checksum.ts';
 import { type KvShmBinding, nativeShm, shmRingImplementation } from '../../src/transfer/native-shm.ts';
 import { ShmRingReader, ShmRingWriter } from '../../src/transfer/shm-ring.ts';
-import { fillPattern } from './pattern.ts';
+import { fillPattern } from './helpers/pattern.ts';
 
 const dir = mkdtempSync(join(existsSync('/dev/shm') ? '/dev/shm' : tmpdir(), 'kvconnect-test-'));
 after(() => rmSync(dir, { recursive: true, force: true }));

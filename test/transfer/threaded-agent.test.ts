@@ -2,10 +2,10 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { isKVError } from '../../src/errors/index.ts';
 import { InThreadTransferAgent, ThreadedTransferAgent } from '../../src/transfer/index.ts';
-import { CRASH_NOTIFICATION, FAULTY_THREAD_ENTRY } from './agent-faults.ts';
-import { makeRegion } from './pattern.ts';
-import { assertNoRingsLeftBehind } from './shm-files.ts';
-import { until } from './wait.ts';
+import { CRASH_NOTIFICATION, FAULTY_THREAD_ENTRY } from './helpers/agent-faults.ts';
+import { makeRegion } from './helpers/pattern.ts';
+import { assertNoRingsLeftBehind } from './helpers/shm-files.ts';
+import { until } from './helpers/wait.ts';
 
 const BB = 4096;
 const N = 128;

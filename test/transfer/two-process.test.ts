@@ -7,7 +7,7 @@ import { setLogLevel } from '../../src/logging/logger.ts';
 import { type AgentMetadata, InThreadTransferAgent } from '../../src/transfer/index.ts';
 import { MAPPED_BATCH_BYTES } from '../../src/transfer/peer-link.ts';
 import { mappableSharedMemory } from '../../src/util/shared-memory.ts';
-import { fillPattern, makeRegion } from './pattern.ts';
+import { fillPattern, makeRegion } from './helpers/pattern.ts';
 
 setLogLevel('silent');
 const BB = 16 << 10;
@@ -30,7 +30,7 @@ async function startChild(
     [
       '--import',
       'tsx',
-      new URL('./peer-child.ts', import.meta.url).pathname,
+      new URL('./fixtures/peer-child.ts', import.meta.url).pathname,
       backend,
       String(numBlocks),
       String(BB),

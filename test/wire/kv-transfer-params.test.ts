@@ -19,7 +19,7 @@ import {
   readNixlRemote,
   readRemoteNumTokens,
 } from '../../src/wire/index.ts';
-import { blockGroups, host, overTheWire, PLAIN, port, rank, size, zmqAddress } from './arbitraries.ts';
+import { blockGroups, host, overTheWire, PLAIN, port, rank, size, zmqAddress } from './helpers.ts';
 
 const engineId = fc.string({ minLength: 1, maxLength: 40 });
 const requestId = fc.string({ minLength: 1, maxLength: 60 });

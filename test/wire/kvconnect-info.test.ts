@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import fc from 'fast-check';
 import { formatKVConnectorInfo, formatMoRIIOZmqAddress, parseKVConnectorInfo } from '../../src/wire/index.ts';
-import { host, overTheWire, PLAIN, port, rank, size, zmqAddress } from './arbitraries.ts';
+import { host, overTheWire, PLAIN, port, rank, size, zmqAddress } from './helpers.ts';
 
 const name = fc.string({ minLength: 1, maxLength: 30 });
 

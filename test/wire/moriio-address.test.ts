@@ -13,7 +13,7 @@ import {
   parseMoRIIORequestId,
   parseMoRIIOZmqAddress,
 } from '../../src/wire/index.ts';
-import { uuidHex, zmqAddress } from './arbitraries.ts';
+import { uuidHex, zmqAddress } from './helpers.ts';
 
 test('zmq address: parse(format(a)) is a, for IPv4, IPv6 and host names', () => {
   fc.assert(

@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import fc from 'fast-check';
 import { formatDiscoveryPing, parseDiscoveryPing, parseMoRIIOZmqAddress } from '../../src/wire/index.ts';
-import { overTheWire, PLAIN, port, size, zmqAddress } from './arbitraries.ts';
+import { overTheWire, PLAIN, port, size, zmqAddress } from './helpers.ts';
 
 test('parse(format(instance)) keeps every field; the zmq address parses back to the instance', () => {
   fc.assert(

@@ -82,7 +82,7 @@ abstract class NixlBaseConnector extends KVConnectorBase {
 
   /**
    * Creates the worker's transfer agent (once, when the KV caches are registered). A subclass
-   * may plug seams into it (AgentSeams, for fault injection: test/connectors/fault-connectors.ts).
+   * may plug seams into it (AgentSeams, for fault injection: test/connectors/helpers/fault-connectors.ts).
    */
   protected createTransferAgent(options: CreateAgentOptions): Promise<TransferAgent> {
     return createTransferAgent(options);

@@ -202,7 +202,7 @@ export class RequestFailover {
    * no prefill instance is left (or the retries are spent).
    */
   async #prefill(): Promise<DecodeLeg | null> {
-    const { pool, policy, options } = this.#deps;
+    const { policy, options } = this.#deps;
     for (;;) {
       if (this.#local) {
         const source = this.#localSource();
@@ -425,7 +425,9 @@ export class RequestFailover {
     }
     // Every decode instance was down and the panic attempts found none either.
     const none = outcome.reason === 'connect' && this.#deps.pool.healthy('decode').length === 0;
-    const error = none ? noBackend('decode') : upstreamUnreachable('decode', decode.url, new Error(outcome.why));
+    const error = none
+      ? noBackend('decode')
+      : upstreamUnreachable('decode', decode.url, new Error(outcome.why));
     throw error; // nothing reached the client yet: an HTTP error status
   }
 }

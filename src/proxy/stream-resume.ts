@@ -124,6 +124,8 @@ export class StreamSplice {
   readonly #clientWantsIds: boolean;
   #promptIds: number[] | null = null;
   readonly #emitted: number[] = [];
+  /** Ids of held chunks: tokens whose text the server holds back (part of a character). */
+  #pendingIds: number[] = [];
   #textLength = 0;
   #head: Head | null = null;
   #held: string[] = [];
@@ -131,7 +133,6 @@ export class StreamSplice {
   #finished = false;
   #tracked = true;
   #continuation = false;
-  #usageSeen = false;
 
   constructor(kind: StreamKind, body: Json) {
     this.kind = kind;
@@ -157,6 +158,7 @@ export class StreamSplice {
   reset(): void {
     if (this.#sent) return;
     this.#held = [];
+    this.#pendingIds = [];
     this.#promptIds = null;
     this.#head = null;
     this.#emitted.length = 0;
@@ -167,6 +169,7 @@ export class StreamSplice {
   beginContinuation(): void {
     this.#continuation = true;
     this.#held = [];
+    this.#pendingIds = [];
   }
 
   /** One upstream event's `data:` payload. */
@@ -190,19 +193,26 @@ export class StreamSplice {
     const choices = Array.isArray(event['choices']) ? (event['choices'] as Json[]) : [];
     const choice = choices[0];
     if (choice === undefined) {
-      this.#rewriteUsage(event);
-      if (event['usage'] !== undefined) this.#usageSeen = true;
-      return this.#forward(JSON.stringify(event), true);
+      const out = this.#continuation ? { ...event, ...this.#identity(event) } : event;
+      this.#rewriteUsage(out);
+      return this.#forward(JSON.stringify(out), true);
     }
     if (!this.#continuation) this.#readOriginal(event, choice);
     const ids = choice['token_ids'];
-    if (Array.isArray(ids)) this.#emitted.push(...(ids as number[]));
-    else if (this.#carriesText(choice)) this.#tracked = false;
+    const hasText = this.#carriesText(choice);
+    if (Array.isArray(ids)) this.#pendingIds.push(...(ids as number[]));
+    else if (hasText) this.#tracked = false;
     if (choice['finish_reason'] !== null && choice['finish_reason'] !== undefined) this.#finished = true;
+    // A chunk is sent once its text is whole: a token that ends inside a character (text held
+    // back by the server) waits with its chunk, and is generated again if the leg fails first.
+    const carries = hasText || this.#finished;
+    if (carries) {
+      this.#emitted.push(...this.#pendingIds);
+      this.#pendingIds = [];
+    }
     const out = this.#continuation ? this.#rewrite(event, choice) : event;
     if (!this.#clientWantsIds) stripIds(out);
     this.#rewriteUsage(out);
-    const carries = (Array.isArray(ids) && ids.length > 0) || this.#finished || this.#carriesText(choice);
     return this.#forward(JSON.stringify(out), carries);
   }
 
@@ -236,13 +246,15 @@ export class StreamSplice {
   flushHeld(): string[] {
     const held = this.#held;
     this.#held = [];
+    this.#emitted.push(...this.#pendingIds);
+    this.#pendingIds = [];
     if (held.length > 0) this.#sent = true;
     return held;
   }
 
   #forward(json: string, carries: boolean): SpliceStep {
     const event = `data: ${json}\n\n`;
-    if (!carries && !this.#sent) {
+    if (!carries) {
       this.#held.push(event);
       return { kind: 'hold' };
     }
@@ -265,20 +277,24 @@ export class StreamSplice {
     this.#textLength += textOf(choice).length;
   }
 
+  /** The original stream's id, object, created and model, for a continuation's event. */
+  #identity(event: Json): Json {
+    const head = this.#head ?? { id: event['id'], created: event['created'], model: event['model'] };
+    const object = this.kind === 'chat' ? 'chat.completion.chunk' : 'text_completion';
+    return { id: head.id, object, created: head.created, model: head.model };
+  }
+
   /** A continuation chunk (completions shape) in the shape and identity of the original stream. */
   #rewrite(event: Json, choice: Json): Json {
     const text = textOf(choice);
-    const head = this.#head ?? { id: event['id'], created: event['created'], model: event['model'] };
+    const head = this.#identity(event);
     const finish = choice['finish_reason'] ?? null;
     const ids = choice['token_ids'];
     const idsField = Array.isArray(ids) ? { token_ids: ids } : {};
     let out: Json;
     if (this.kind === 'chat') {
       out = {
-        id: head.id,
-        object: 'chat.completion.chunk',
-        created: head.created,
-        model: head.model,
+        ...head,
         choices: [
           {
             index: 0,
@@ -320,11 +336,6 @@ export class StreamSplice {
       completion_tokens: completion,
       total_tokens: prompt + completion,
     };
-  }
-
-  /** Whether the stream already sent its usage chunk (the last event before [DONE]). */
-  get usageSent(): boolean {
-    return this.#usageSeen;
   }
 }
 

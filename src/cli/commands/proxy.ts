@@ -141,7 +141,7 @@ export function registerProxyCommand(program: Command, hooks: ProxyCommandHooks 
     )
     .option(
       '--no-stream-resume',
-      'do not continue a stream whose decode instance failed mid-way on another one (the client gets the error event)',
+      'do not continue a stream whose decode instance failed mid-way on another one (the client stream ends where it broke)',
     )
     .option(
       '--unhealthy-interval-ms <ms>',

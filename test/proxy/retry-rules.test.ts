@@ -7,8 +7,6 @@ import assert from 'node:assert/strict';
 import type { ServerResponse } from 'node:http';
 import { describe, test } from 'node:test';
 import { setLogLevel } from '../../src/logging/logger.ts';
-import { resolveProxyOptions, startProxy } from '../../src/proxy/index.ts';
-import type { ProxyOptions } from '../../src/proxy/types.ts';
 import {
   decodeResponder,
   json,
@@ -16,34 +14,14 @@ import {
   prefillResponder,
   type Received,
   UpstreamDouble,
+  withProxy,
 } from './upstream-double.ts';
 
 setLogLevel('silent');
 
 const PROMPT_IDS = [256, 72, 105];
-
-async function withProxy(
-  p: UpstreamDouble[],
-  d: UpstreamDouble[],
-  extra: Partial<ProxyOptions>,
-  fn: (url: string) => Promise<void>,
-): Promise<void> {
-  const proxy = await startProxy(
-    resolveProxyOptions({
-      prefill: p.map((x) => x.url),
-      decode: d.map((x) => x.url),
-      port: 0,
-      policy: 'least_loaded', // ties go to the first listed backend: the faulty one
-      ...extra,
-    }),
-  );
-  try {
-    await fn(proxy.url);
-  } finally {
-    await proxy.close();
-    for (const x of [...p, ...d]) await x.close();
-  }
-}
+/** least_loaded: ties go to the first listed backend, the faulty one. */
+const FAULTY_FIRST = { policy: 'least_loaded' } as const;
 
 function send(url: string, body: Record<string, unknown>, route = '/v1/completions'): Promise<Response> {
   return fetch(`${url}${route}`, {
@@ -140,21 +118,26 @@ describe('decode legs that fail before their first byte', () => {
     const p = await UpstreamDouble.start(prefillResponder());
     const dead = await UpstreamDouble.start(decodeResponder());
     const d = await UpstreamDouble.start(decodeResponder());
-    await withProxy([p], [dead, d], { healthIntervalMs: 60_000, unhealthyIntervalMs: 0 }, async (url) => {
-      await dead.close(); // still marked healthy: the request finds it refusing
-      const res = await send(url, { prompt: 'hello' });
-      assert.equal(res.status, 200);
-      assert.equal(p.completions().length, 1, 'P prefilled once');
-      assert.deepEqual(d.completions()[0]!.body['kv_transfer_params'], P_RETURNED_PARAMS);
-      assert.equal(await retries(url, 'decode', 'connect'), 1);
-    });
+    await withProxy(
+      [p],
+      [dead, d],
+      { ...FAULTY_FIRST, healthIntervalMs: 60_000, unhealthyIntervalMs: 0 },
+      async (url) => {
+        await dead.close(); // still marked healthy: the request finds it refusing
+        const res = await send(url, { prompt: 'hello' });
+        assert.equal(res.status, 200);
+        assert.equal(p.completions().length, 1, 'P prefilled once');
+        assert.deepEqual(d.completions()[0]!.body['kv_transfer_params'], P_RETURNED_PARAMS);
+        assert.equal(await retries(url, 'decode', 'connect'), 1);
+      },
+    );
   });
 
   test('5xx: the prefill leg runs again and the other decode instance gets its params', async () => {
     const p = await UpstreamDouble.start(prefillResponder());
     const bad = await UpstreamDouble.start((_rec, res) => json(res, 503, { error: { message: 'busy' } }));
     const d = await UpstreamDouble.start(decodeResponder());
-    await withProxy([p], [bad, d], {}, async (url) => {
+    await withProxy([p], [bad, d], FAULTY_FIRST, async (url) => {
       const res = await send(url, { prompt: 'hello' });
       assert.equal(res.status, 200);
       assert.deepEqual(await res.json(), { id: 'cmpl-d', choices: [{ index: 0, text: 'decoded' }] });
@@ -168,7 +151,7 @@ describe('decode legs that fail before their first byte', () => {
     const p = await UpstreamDouble.start(prefillResponder());
     const bad = await UpstreamDouble.start((_rec, res) => json(res, 503, { error: { message: 'busy' } }));
     const d = await UpstreamDouble.start(decodeResponder());
-    await withProxy([p], [bad, d], { maxRetries: 0 }, async (url) => {
+    await withProxy([p], [bad, d], { ...FAULTY_FIRST, maxRetries: 0 }, async (url) => {
       const res = await send(url, { prompt: 'hello' });
       assert.equal(res.status, 503);
       assert.deepEqual(await res.json(), { error: { message: 'busy' } });
@@ -180,7 +163,7 @@ describe('decode legs that fail before their first byte', () => {
     const bad = await UpstreamDouble.start((_rec, res) => json(res, 500, { error: { message: 'boom' } }));
     const p = await UpstreamDouble.start(prefillResponder());
     const d = await UpstreamDouble.start(decodeResponder());
-    await withProxy([bad, p], [d], {}, async (url) => {
+    await withProxy([bad, p], [d], FAULTY_FIRST, async (url) => {
       const res = await send(url, { prompt: 'hello' });
       assert.equal(res.status, 200);
       assert.equal(p.completions().length, 1);
@@ -198,7 +181,7 @@ describe('streams that fail mid-way', () => {
       const p = await UpstreamDouble.start(prefillResponder());
       const dying = await UpstreamDouble.start(tokenStream(kind, 3));
       const d = await UpstreamDouble.start(tokenStream(kind, null));
-      await withProxy([p], [dying, d], {}, async (url) => {
+      await withProxy([p], [dying, d], FAULTY_FIRST, async (url) => {
         const route = kind === 'chat' ? '/v1/chat/completions' : '/v1/completions';
         const input = kind === 'chat' ? { messages: [{ role: 'user', content: 'Hi' }] } : { prompt: 'Hi' };
         const res = await send(
@@ -232,7 +215,7 @@ describe('streams that fail mid-way', () => {
     const p = await UpstreamDouble.start(prefillResponder());
     const dying = await UpstreamDouble.start(tokenStream('completion', 3));
     const d = await UpstreamDouble.start(tokenStream('completion', null));
-    await withProxy([p], [dying, d], { streamResume: false }, async (url) => {
+    await withProxy([p], [dying, d], { ...FAULTY_FIRST, streamResume: false }, async (url) => {
       const res = await send(url, { prompt: 'Hi', stream: true });
       const raw = await res.text().catch(() => '');
       assert.doesNotMatch(raw, /\[DONE\]/);

@@ -198,6 +198,10 @@ async function expectedIds(round: number): Promise<number[][]> {
   if (cached) return cached;
   const ids: number[][] = [];
   for (const c of burstCases(round)) ids.push((await ask(reference.url, { ...c, stream: false })).ids);
+  assert.ok(
+    ids.every((x) => x.length === MAX_TOKENS),
+    'the plain server returned every generated id',
+  );
   expected.set(round, ids);
   return ids;
 }

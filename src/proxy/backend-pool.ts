@@ -39,6 +39,7 @@ export class BackendPool {
   #previousRound = 0;
   #timer: NodeJS.Timeout | null = null;
   #downTimer: NodeJS.Timeout | null = null;
+  #checkingDown: Promise<void> | null = null;
   #checking: Promise<void> | null = null;
 
   constructor(upstream: Upstream, options: PoolOptions) {
@@ -123,15 +124,15 @@ export class BackendPool {
 
   /** The backends marked down are checked more often, so a restarted one is back at once. */
   #checkDown(): Promise<void> {
-    if (this.#checking) return this.#checking;
+    if (this.#checking || this.#checkingDown) return this.#checking ?? this.#checkingDown!;
     const down = this.#backends.filter((b) => b.source === 'cli' && !b.healthy);
     if (down.length === 0) return Promise.resolve();
-    this.#checking = Promise.all(down.map((b) => this.#check(b, 0)))
+    this.#checkingDown = Promise.all(down.map((b) => this.#check(b, 0)))
       .then(() => undefined)
       .finally(() => {
-        this.#checking = null;
+        this.#checkingDown = null;
       });
-    return this.#checking;
+    return this.#checkingDown;
   }
 
   /** One round of health checks (concurrent calls share the round in progress). */
@@ -153,6 +154,7 @@ export class BackendPool {
     this.#timer = null;
     this.#downTimer = null;
     await this.#checking;
+    await this.#checkingDown;
   }
 
   /** Marks a backend dead right away (e.g. connection refused) instead of waiting for the next check. */

@@ -56,6 +56,12 @@ export interface ClientRequest {
 /** Why a prefill leg failed: a fallback reason that is also a retry reason. */
 type PrefillFailure = Exclude<FallbackReason, 'no_prefill'>;
 
+/** A prefill leg's end: the decode leg to run, the client answered (or gone), or a failure. */
+type PrefillResult =
+  | { kind: 'ok'; leg: DecodeLeg }
+  | { kind: 'answered' }
+  | { kind: 'failed'; reason: PrefillFailure; why: string; status?: number; text?: string; error?: unknown };
+
 /** Where the decode leg goes next: P's answer to reuse, or a decode instance alone. */
 type DecodeSource =
   | { kind: 'prefilled'; plan: FlowPlan; params: Json | null }
@@ -163,10 +169,16 @@ export class RequestFailover {
     if (reason !== null) this.#deps.metrics.fallbacks.inc({ reason });
   }
 
+  /**
+   * The decode instance of the next leg, counted in flight from now (least_loaded must see it
+   * while the prefill leg runs) until #decodeAttempt ends, or the leg is given up before it.
+   */
   #pickDecode(): Backend {
     const decodes = this.#deps.pool.candidates('decode', this.#failedDecode);
     if (decodes.length === 0) throw noBackend('decode');
-    return this.#deps.policy.select('decode', decodes, this.#r.ctx);
+    const decode = this.#deps.policy.select('decode', decodes, this.#r.ctx);
+    decode.inFlight += 1;
+    return decode;
   }
 
   #send(
@@ -218,27 +230,11 @@ export class RequestFailover {
       const prefills = this.#prefills();
       const prefill = policy.select('prefill', prefills, this.#r.ctx);
       const decode = this.#pickDecode();
-      const connector = options.kvConnector ?? connectorOf(prefill);
-      if (options.kvConnector === undefined && connectorOf(decode) !== connector) {
-        log.warnOnce(
-          'prefill %s runs %s but decode %s runs %s; using the prefill flow',
-          prefill.url,
-          connector,
-          decode.url,
-          connectorOf(decode),
-        );
-      }
-      const plan = planFlow({
-        connector,
-        body: this.#decodeBody,
-        prefill,
-        decode,
-        requestId: this.#r.requestId,
-        push: options.push,
-        moriioMode: options.moriioMode,
-        moriioDecrementMaxTokens: options.moriioDecrementMaxTokens,
+      const result = await this.#planAndPrefill(prefill, decode).catch((e: unknown) => {
+        decode.inFlight -= 1;
+        throw e;
       });
-      const result = await this.#prefillLeg(prefill, decode, plan);
+      if (result.kind !== 'ok') decode.inFlight -= 1;
       if (result.kind === 'answered') return null;
       if (result.kind === 'ok') return result.leg;
       this.#failedPrefill.add(prefill);
@@ -254,22 +250,33 @@ export class RequestFailover {
     }
   }
 
-  async #prefillLeg(
-    prefill: Backend,
-    decode: Backend,
-    plan: FlowPlan,
-  ): Promise<
-    | { kind: 'ok'; leg: DecodeLeg }
-    | { kind: 'answered' }
-    | {
-        kind: 'failed';
-        reason: PrefillFailure;
-        why: string;
-        status?: number;
-        text?: string;
-        error?: unknown;
-      }
-  > {
+  /** Plans the flow of the connector for this pair and runs its prefill leg. */
+  async #planAndPrefill(prefill: Backend, decode: Backend): Promise<PrefillResult> {
+    const { options } = this.#deps;
+    const connector = options.kvConnector ?? connectorOf(prefill);
+    if (options.kvConnector === undefined && connectorOf(decode) !== connector) {
+      log.warnOnce(
+        'prefill %s runs %s but decode %s runs %s; using the prefill flow',
+        prefill.url,
+        connector,
+        decode.url,
+        connectorOf(decode),
+      );
+    }
+    const plan = planFlow({
+      connector,
+      body: this.#decodeBody,
+      prefill,
+      decode,
+      requestId: this.#r.requestId,
+      push: options.push,
+      moriioMode: options.moriioMode,
+      moriioDecrementMaxTokens: options.moriioDecrementMaxTokens,
+    });
+    return this.#prefillLeg(prefill, decode, plan);
+  }
+
+  async #prefillLeg(prefill: Backend, decode: Backend, plan: FlowPlan): Promise<PrefillResult> {
     const { options } = this.#deps;
     const prefillAbort = new AbortController();
     const decodeAbort = new AbortController();
@@ -349,7 +356,6 @@ export class RequestFailover {
 
   /** Sends (or awaits) the decode leg and relays its answer. */
   async #decodeAttempt(leg: DecodeLeg): Promise<RelayOutcome> {
-    leg.decode.inFlight += 1;
     try {
       let up: UpstreamResponse;
       try {
@@ -377,14 +383,14 @@ export class RequestFailover {
     for (let k = 1; ; k++) {
       this.#failedDecode.add(from);
       if (!this.#budget.take('resume', outcome.reason, from, outcome.why)) break;
-      const decodes = this.#deps.pool.candidates('decode', this.#failedDecode);
-      if (decodes.length === 0) {
+      if (this.#deps.pool.candidates('decode', this.#failedDecode).length === 0) {
         log.warn('request %s: no other decode instance to continue its stream on', this.#r.requestId);
         break;
       }
-      const decode = this.#deps.policy.select('decode', decodes, this.#r.ctx);
+      const decode = this.#pickDecode();
       const next = splice.continuation(await this.#maxModelLen(decode));
       if ('why' in next) {
+        decode.inFlight -= 1;
         log.warn('request %s: its stream cannot be continued: %s', this.#r.requestId, next.why);
         break;
       }

@@ -15,6 +15,8 @@ import { closestNames } from '../src/config/config-error.ts';
 export const BENCH_SUMMARIES = {
   engine:
     "the matmul kernel's peak against the `tiny` model's prefill and paged decode (vs gather attention)",
+  failover:
+    'added latency of a request retried after its decode server vanished, and of a stream resumed mid-way, vs an undisturbed one',
   kv: 'block hashing of a 128k-token prompt (sha256_cbor vs plain SHA-256) and the cache manager allocate + free',
   'kv-routing':
     "a Mooncake trace's conversations through `kvconnect proxy` to two servers, once per routing policy",

@@ -30,6 +30,8 @@ const FAILED_CHECKS_TO_MARK_DOWN = 3;
 
 export interface PoolOptions {
   healthIntervalMs: number;
+  /** Period of the checks of a backend marked down (Envoy's unhealthy_interval); 0 = with the others. */
+  unhealthyIntervalMs?: number;
   healthTimeoutMs: number;
   discoveryTtlMs: number;
   /** Called after a health check or a markDown changed what is known of a backend. */
@@ -43,6 +45,8 @@ export class BackendPool {
   readonly #failedChecks = new Map<Backend, number>();
   #previousRound = 0;
   #timer: NodeJS.Timeout | null = null;
+  #downTimer: NodeJS.Timeout | null = null;
+  #checkingDown: Promise<void> | null = null;
   #checking: Promise<void> | null = null;
 
   constructor(upstream: Upstream, options: PoolOptions) {
@@ -64,6 +68,22 @@ export class BackendPool {
     const now = Date.now();
     return this.#backends.filter(
       (b) => b.role === role && b.healthy && (b.registration === null || b.registration.expiresAt > now),
+    );
+  }
+
+  /**
+   * Where a request of this role may go, minus `exclude` (backends this request already failed
+   * on): the healthy ones; when none is healthy, every live one anyway (Envoy's panic
+   * routing): a backend marked down may be back before its next health check, and trying it
+   * costs one refused connection, while answering 503 fails the request for sure.
+   */
+  candidates(role: BackendRole, exclude: ReadonlySet<Backend> = new Set()): Backend[] {
+    const healthy = this.healthy(role).filter((b) => !exclude.has(b));
+    if (healthy.length > 0) return healthy;
+    const now = Date.now();
+    return this.#backends.filter(
+      (b) =>
+        b.role === role && !exclude.has(b) && (b.registration === null || b.registration.expiresAt > now),
     );
   }
 
@@ -102,6 +122,24 @@ export class BackendPool {
     if (this.#timer) return;
     this.#timer = setInterval(() => void this.checkAll(), this.#options.healthIntervalMs);
     this.#timer.unref();
+    const every = this.#options.unhealthyIntervalMs ?? 0;
+    if (every > 0 && every < this.#options.healthIntervalMs) {
+      this.#downTimer = setInterval(() => void this.#checkDown(), every);
+      this.#downTimer.unref();
+    }
+  }
+
+  /** The backends marked down are checked more often, so a restarted one is back at once. */
+  #checkDown(): Promise<void> {
+    if (this.#checking || this.#checkingDown) return this.#checking ?? this.#checkingDown!;
+    const down = this.#backends.filter((b) => b.source === 'cli' && !b.healthy);
+    if (down.length === 0) return Promise.resolve();
+    this.#checkingDown = Promise.all(down.map((b) => this.#check(b, 0)))
+      .then(() => undefined)
+      .finally(() => {
+        this.#checkingDown = null;
+      });
+    return this.#checkingDown;
   }
 
   /** One round of health checks (concurrent calls share the round in progress). */
@@ -119,8 +157,11 @@ export class BackendPool {
 
   async close(): Promise<void> {
     if (this.#timer) clearInterval(this.#timer);
+    if (this.#downTimer) clearInterval(this.#downTimer);
     this.#timer = null;
+    this.#downTimer = null;
     await this.#checking;
+    await this.#checkingDown;
   }
 
   /** Marks a backend dead right away (e.g. connection refused) instead of waiting for the next check. */
@@ -128,6 +169,15 @@ export class BackendPool {
     if (!backend.healthy) return;
     backend.healthy = false;
     log.warn('%s instance %s marked unhealthy: %s', backend.role, backend.url, why);
+    this.#options.onBackendChange?.(backend);
+  }
+
+  /** A request to a backend marked down succeeded: it is back, whatever the last health check said. */
+  markUp(backend: Backend): void {
+    if (backend.healthy) return;
+    backend.healthy = true;
+    this.#failedChecks.set(backend, 0);
+    log.info('%s instance %s answered a request: marked healthy', backend.role, backend.url);
     this.#options.onBackendChange?.(backend);
   }
 

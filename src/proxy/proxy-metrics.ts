@@ -2,6 +2,8 @@
 import { Counter, Registry } from 'prom-client';
 
 export type FallbackReason = 'no_prefill' | 'connect' | 'status' | 'timeout' | 'bad_response';
+/** Why a leg was retried: FallbackReason's causes, a failed KV load, or a body cut mid-way. */
+export type RetryReason = 'connect' | 'status' | 'timeout' | 'bad_response' | 'kv_load' | 'interrupted';
 
 export class ProxyMetrics {
   readonly registry = new Registry();
@@ -9,6 +11,12 @@ export class ProxyMetrics {
     name: 'kvconnect:proxy_prefill_fallbacks_total',
     help: 'Requests served by a decode instance alone (local prefill) because no prefill instance was healthy or the prefill leg failed.',
     labelNames: ['reason'],
+    registers: [this.registry],
+  });
+  readonly retries = new Counter({
+    name: 'kvconnect:proxy_retries_total',
+    help: 'Legs sent again to another instance after a failure that reached no client byte (leg="prefill"|"decode"), and streams continued on another decode instance (leg="resume").',
+    labelNames: ['leg', 'reason'],
     registers: [this.registry],
   });
   readonly requests = new Counter({

@@ -49,6 +49,14 @@ export interface ProxyOptions {
   prefillFallback: boolean;
   /** Deadline of the prefill leg (ms); past it the request falls back (or fails, without fallback). */
   prefillTimeoutMs: number;
+  /** Retries of one request (src/proxy/retry-budget.ts): legs sent to another instance, streams resumed. */
+  maxRetries: number;
+  /** No retry or resume starts later than this after the request arrived (ms). */
+  retryDeadlineMs: number;
+  /** Continue a stream whose decode instance failed mid-way on another one (src/proxy/stream-resume.ts). */
+  streamResume: boolean;
+  /** Period of the health checks of backends marked down (ms; 0 = with the others). */
+  unhealthyIntervalMs: number;
   /** kv_aware: the model's tokenizer (a directory with tokenizer.json, or a preset name). */
   tokenizer?: string;
   /** kv_aware: backend URL → KV events endpoint, for backends that do not report one (vLLM). */
@@ -74,6 +82,10 @@ export const PROXY_DEFAULTS = {
   moriioDecrementMaxTokens: false,
   prefillFallback: true,
   prefillTimeoutMs: 60_000,
+  maxRetries: 3,
+  retryDeadlineMs: 30_000,
+  streamResume: true,
+  unhealthyIntervalMs: 250,
   kvEventsBlockSize: 16,
   kvEventsHashAlgo: 'sha256_cbor',
   kvAwareOverlapCredit: 1,

@@ -141,11 +141,16 @@ async function streamResponse(
     for await (const { index, promptIndex, delta } of events) {
       const choice = choices[index]!;
       const part = applyDelta(rctx, choice, delta);
-      if (rctx.plan.echo && !started.has(index))
+      const first = !started.has(index);
+      if (rctx.plan.echo && first)
         part.text = rctx.tokenizer.decode(rctx.plan.prompts[promptIndex]!) + part.text;
-      started.add(index);
       if (delta.finished && delta.finishReason === 'error') throw engineFailure(delta.error);
-      if (part.text === '' && !delta.finished && part.logprobs === null) continue;
+      // Under return_token_ids a token whose text is held back (an incomplete character) is still sent.
+      const noIds = (part.tokenIds?.length ?? 0) === 0;
+      if (part.text === '' && !delta.finished && part.logprobs === null && noIds) continue;
+      if (part.tokenIds && rctx.plan.kind === 'completion' && first)
+        part.promptTokenIds = rctx.plan.prompts[promptIndex]!;
+      started.add(index);
       await sse.send(
         chunkOf(
           rctx,

@@ -23,6 +23,8 @@ export class ChoiceState {
   readonly index: number;
   text = '';
   numTokens = 0;
+  /** Generated token ids, kept only under `return_token_ids`. */
+  readonly tokenIds: number[] = [];
   finishReason: FinishReason | null = null;
   kvTransferParams: KVTransferParams | null = null;
   completionLp: CompletionLogprobs = { tokens: [], token_logprobs: [], top_logprobs: [], text_offset: [] };
@@ -46,11 +48,7 @@ function wantsLogprobs(ctx: ResponseContext): boolean {
 }
 
 /** Applies one delta to its choice; returns the wire fields of this increment. */
-export function applyDelta(
-  ctx: ResponseContext,
-  choice: ChoiceState,
-  delta: RequestOutputDelta,
-): { text: string; logprobs: unknown } {
+export function applyDelta(ctx: ResponseContext, choice: ChoiceState, delta: RequestOutputDelta): StreamPart {
   let logprobs: unknown = null;
   if (wantsLogprobs(ctx)) {
     if (ctx.plan.kind === 'completion') {
@@ -75,11 +73,26 @@ export function applyDelta(
   }
   choice.text += delta.newText;
   choice.numTokens += delta.newTokenIds.length;
+  if (ctx.plan.returnTokenIds) choice.tokenIds.push(...delta.newTokenIds);
   if (delta.finished) {
     choice.finishReason = delta.finishReason;
     choice.kvTransferParams = delta.kvTransferParams;
   }
-  return { text: delta.newText, logprobs };
+  return {
+    text: delta.newText,
+    logprobs,
+    ...(ctx.plan.returnTokenIds ? { tokenIds: [...delta.newTokenIds] } : {}),
+  };
+}
+
+/** The wire fields of one increment of a choice. */
+export interface StreamPart {
+  text: string;
+  logprobs: unknown;
+  /** Under `return_token_ids`: the increment's token ids. */
+  tokenIds?: number[];
+  /** Under `return_token_ids`, completions: the prompt's ids on a choice's first chunk (null after). */
+  promptTokenIds?: number[] | null;
 }
 
 function wireFinishReason(reason: FinishReason | null): string | null {
@@ -118,6 +131,9 @@ export function fullResponse(
         logprobs: wantsLogprobs(ctx) ? c.completionLp : null,
         finish_reason: wireFinishReason(c.finishReason),
         stop_reason: null,
+        ...(ctx.plan.returnTokenIds
+          ? { prompt_token_ids: ctx.plan.prompts[Math.floor(c.index / ctx.plan.n)], token_ids: c.tokenIds }
+          : {}),
       })),
       usage,
       kv_transfer_params: kvTransferParams,
@@ -132,8 +148,10 @@ export function fullResponse(
       logprobs: wantsLogprobs(ctx) ? { content: c.chatLp } : null,
       finish_reason: wireFinishReason(c.finishReason),
       stop_reason: null,
+      ...(ctx.plan.returnTokenIds ? { token_ids: c.tokenIds } : {}),
     })),
     usage,
+    ...(ctx.plan.returnTokenIds ? { prompt_token_ids: ctx.plan.prompts[0] } : {}),
     kv_transfer_params: kvTransferParams,
   };
 }
@@ -142,20 +160,30 @@ export function fullResponse(
 export function chunkOf(
   ctx: ResponseContext,
   index: number,
-  part: { text: string; logprobs: unknown },
+  part: StreamPart,
   finishReason: FinishReason | null,
   kvTransferParams: KVTransferParams | null,
 ): Record<string, unknown> {
   const finish = wireFinishReason(finishReason);
   const choice =
     ctx.plan.kind === 'completion'
-      ? { index, text: part.text, logprobs: part.logprobs, finish_reason: finish, stop_reason: null }
+      ? {
+          index,
+          text: part.text,
+          logprobs: part.logprobs,
+          finish_reason: finish,
+          stop_reason: null,
+          ...(part.tokenIds
+            ? { prompt_token_ids: part.promptTokenIds ?? null, token_ids: part.tokenIds }
+            : {}),
+        }
       : {
           index,
           delta: part.text === '' && finish !== null ? {} : { content: part.text },
           logprobs: part.logprobs,
           finish_reason: finish,
           stop_reason: null,
+          ...(part.tokenIds ? { token_ids: part.tokenIds } : {}),
         };
   const chunk: Record<string, unknown> = {
     id: ctx.id,
@@ -176,6 +204,8 @@ export function roleChunk(ctx: ResponseContext, index: number): Record<string, u
     created: ctx.created,
     model: ctx.model,
     choices: [{ index, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }],
+    // vLLM's return_token_ids: the prompt's ids ride on the first chunk of a chat stream.
+    ...(ctx.plan.returnTokenIds ? { prompt_token_ids: ctx.plan.prompts[0] } : {}),
   };
 }
 

@@ -37,6 +37,8 @@ export interface GenerationPlan {
   echo: boolean;
   /** vLLM's `return_tokens_as_token_ids`: logprobs name tokens `token_id:{id}` instead of their text. */
   returnTokensAsTokenIds: boolean;
+  /** vLLM's `return_token_ids`: prompt and generated token ids in the response (every chunk). */
+  returnTokenIds: boolean;
 }
 
 export interface ParseContext {
@@ -101,6 +103,7 @@ function buildPlan(
   const cacheSalt = optString(body, 'cache_salt');
   const kvTransferParams = parseKvTransferParams(body['kv_transfer_params']);
   const returnTokensAsTokenIds = optBool(body, 'return_tokens_as_token_ids') ?? false;
+  const returnTokenIds = optBool(body, 'return_token_ids') ?? false;
   // vLLM's toy P/D proxy forwards `min_tokens: null`; a real minimum is not implemented.
   if ((optNumber(body, 'min_tokens', { integer: true, min: 0 }) ?? 0) > 0) {
     throw badRequest(
@@ -136,6 +139,7 @@ function buildPlan(
     cacheSalt,
     echo,
     returnTokensAsTokenIds,
+    returnTokenIds,
   };
 }
 

@@ -129,21 +129,40 @@ describe('health checks', () => {
     });
   });
 
-  test('no healthy decode gives 503 with a clear message; health says unavailable', async () => {
+  test('every decode marked down: the proxy tries them anyway (panic) and a success marks one up', async () => {
     const p = await UpstreamDouble.start(prefillResponder());
     const d = await UpstreamDouble.start(decodeResponder());
-    d.healthy = false;
-    await withPd([p], [d], {}, async (url) => {
+    d.healthy = false; // its GET /health fails, but it serves
+    await withPd([p], [d], { healthIntervalMs: 60_000, unhealthyIntervalMs: 0 }, async (url) => {
+      const h = await fetch(`${url}/healthcheck`);
+      assert.equal(h.status, 503);
+      assert.deepEqual(await h.json(), { status: 'unavailable', prefill_instances: 1, decode_instances: 0 });
       const res = await send(url, body);
+      assert.equal(res.status, 200);
+      assert.match(await res.text(), /\[DONE\]/);
+      assert.equal(d.completions().length, 1);
+      const after = (await (await fetch(`${url}/healthcheck`)).json()) as { decode_instances: number };
+      assert.equal(after.decode_instances, 1, 'marked up by the request it answered, not by a health round');
+    });
+  });
+
+  test('no decode reachable gives 503 with a clear message after trying them', async () => {
+    const p = await UpstreamDouble.start(prefillResponder());
+    const d = await UpstreamDouble.start(decodeResponder());
+    const deadUrl = d.url;
+    await d.close();
+    const proxy = await startProxy(resolveProxyOptions({ prefill: [p.url], decode: [deadUrl], port: 0 }));
+    try {
+      const res = await send(proxy.url, body);
       assert.equal(res.status, 503);
       const err = (await res.json()) as { error: { message: string; code: string; hint: string } };
       assert.equal(err.error.message, 'No healthy decode instance available');
       assert.equal(err.error.code, 'PROXY_NO_BACKEND');
       assert.ok(err.error.hint.length > 0);
-      const h = await fetch(`${url}/healthcheck`);
-      assert.equal(h.status, 503);
-      assert.deepEqual(await h.json(), { status: 'unavailable', prefill_instances: 1, decode_instances: 0 });
-    });
+    } finally {
+      await proxy.close();
+      await p.close();
+    }
   });
 });
 

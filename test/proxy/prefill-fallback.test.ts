@@ -1,30 +1,18 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { setLogLevel } from '../../src/logging/logger.ts';
-import { resolveProxyOptions, startProxy } from '../../src/proxy/index.ts';
-import type { ProxyOptions } from '../../src/proxy/types.ts';
-import { decodeResponder, json, prefillResponder, sleep, UpstreamDouble } from './helpers/upstream-double.ts';
+import {
+  decodeResponder,
+  json,
+  prefillResponder,
+  sleep,
+  UpstreamDouble,
+  withProxy,
+} from './helpers/upstream-double.ts';
 
 setLogLevel('silent');
 
 const body = { model: 'tiny', prompt: 'hello', max_tokens: 4 };
-
-async function withProxy(
-  p: UpstreamDouble[],
-  d: UpstreamDouble[],
-  extra: Partial<ProxyOptions>,
-  fn: (url: string) => Promise<void>,
-): Promise<void> {
-  const proxy = await startProxy(
-    resolveProxyOptions({ prefill: p.map((x) => x.url), decode: d.map((x) => x.url), port: 0, ...extra }),
-  );
-  try {
-    await fn(proxy.url);
-  } finally {
-    await proxy.close();
-    for (const x of [...p, ...d]) await x.close();
-  }
-}
 
 function send(url: string, b: unknown = body): Promise<Response> {
   return fetch(`${url}/v1/completions`, {

@@ -195,3 +195,51 @@ test('ids tell apart tokens whose text is the same (bytes the tokenizer decodes 
     completionLogprobs(tokenizer, b, 0, true).tokens,
   );
 });
+
+// vLLM's `return_token_ids`: the ids themselves, in the response and in every streamed chunk.
+
+type IdsChoice = { token_ids?: number[]; prompt_token_ids?: number[] | null; text?: string };
+type IdsEvent = { prompt_token_ids?: number[]; choices: IdsChoice[] };
+
+function events(raw: string): IdsEvent[] {
+  return raw
+    .split('\n')
+    .filter((l) => l.startsWith('data: {'))
+    .map((l) => JSON.parse(l.slice(6)) as IdsEvent);
+}
+
+test('return_token_ids, completions: prompt and generated ids, whole and per chunk', async () => {
+  const want = await engineTokenIds();
+  const promptIds = engine.tokenizer.encode(PROMPT);
+  const whole = (await (await postCompletion({ return_token_ids: true })).json()) as IdsEvent;
+  assert.deepEqual(whole.choices[0]!.token_ids, want);
+  assert.deepEqual(whole.choices[0]!.prompt_token_ids, promptIds);
+  const streamed = events(await (await postCompletion({ return_token_ids: true, stream: true })).text());
+  assert.deepEqual(
+    streamed.flatMap((e) => e.choices[0]?.token_ids ?? []),
+    want,
+    'the chunks carry every generated id, in order',
+  );
+  assert.deepEqual(streamed[0]!.choices[0]!.prompt_token_ids, promptIds);
+  assert.ok(streamed.slice(1).every((e) => e.choices[0]!.prompt_token_ids === null));
+  const plain = await (await postCompletion({ stream: true })).text();
+  assert.doesNotMatch(plain, /token_ids/, 'absent unless asked for');
+});
+
+test('return_token_ids, chat: the chat template rendering as prompt ids, on the role chunk', async () => {
+  const messages = [{ role: 'user', content: PROMPT }];
+  const tokenized = (await (await postJson(`${running.url}/tokenize`, { messages })).json()) as {
+    tokens: number[];
+  };
+  const body = { messages, max_tokens: MAX_TOKENS, temperature: 0, ignore_eos: true, return_token_ids: true };
+  const whole = (await (await postJson(`${running.url}/v1/chat/completions`, body)).json()) as IdsEvent;
+  assert.deepEqual(whole.prompt_token_ids, tokenized.tokens);
+  assert.equal(whole.choices[0]!.token_ids?.length, MAX_TOKENS);
+  const res = await postJson(`${running.url}/v1/chat/completions`, { ...body, stream: true });
+  const streamed = events(await res.text());
+  assert.deepEqual(streamed[0]!.prompt_token_ids, tokenized.tokens, 'the role chunk carries the prompt ids');
+  assert.deepEqual(
+    streamed.flatMap((e) => e.choices[0]?.token_ids ?? []),
+    whole.choices[0]!.token_ids,
+  );
+});

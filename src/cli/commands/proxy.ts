@@ -129,6 +129,28 @@ export function registerProxyCommand(program: Command, hooks: ProxyCommandHooks 
       PROXY_DEFAULTS.prefillTimeoutMs,
     )
     .option(
+      '--max-retries <n>',
+      'retries of one request: a failed prefill or decode leg sent to another instance, or a stream resumed there (0 = none)',
+      intArg('--max-retries', 0),
+      PROXY_DEFAULTS.maxRetries,
+    )
+    .option(
+      '--retry-deadline-ms <ms>',
+      'no retry or resume starts later than this after the request arrived',
+      intArg('--retry-deadline-ms', 1),
+      PROXY_DEFAULTS.retryDeadlineMs,
+    )
+    .option(
+      '--no-stream-resume',
+      'do not continue a stream whose decode instance failed mid-way on another one (the client stream ends where it broke)',
+    )
+    .option(
+      '--unhealthy-interval-ms <ms>',
+      'period of the health checks of a backend marked down (0 = with the others), so a restarted one is back at once',
+      intArg('--unhealthy-interval-ms', 0),
+      PROXY_DEFAULTS.unhealthyIntervalMs,
+    )
+    .option(
       '--tokenizer <dir>',
       "kv_aware: the model's tokenizer (directory with tokenizer.json, or a preset name)",
     )
@@ -187,6 +209,10 @@ export function registerProxyCommand(program: Command, hooks: ProxyCommandHooks 
         moriioDecrementMaxTokens: o['moriioDecrementMaxTokens'] === true,
         prefillFallback: o['prefillFallback'] !== false,
         prefillTimeoutMs: o['prefillTimeoutMs'] as number,
+        maxRetries: o['maxRetries'] as number,
+        retryDeadlineMs: o['retryDeadlineMs'] as number,
+        streamResume: o['streamResume'] !== false,
+        unhealthyIntervalMs: o['unhealthyIntervalMs'] as number,
         kvEvents: o['kvEvents'] as Record<string, string>,
         kvEventsBlockSize: o['kvEventsBlockSize'] as number,
         kvEventsHashAlgo: o['kvEventsHashAlgo'] as string,

@@ -5,6 +5,8 @@
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { resolveProxyOptions, startProxy } from '../../src/proxy/index.ts';
+import type { ProxyOptions } from '../../src/proxy/types.ts';
 
 export interface Received {
   method: string;
@@ -150,5 +152,23 @@ export async function waitFor(cond: () => boolean, timeoutMs = 3000, what = 'con
   while (!cond()) {
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
     await sleep(10);
+  }
+}
+
+/** A proxy in front of these doubles for the length of `fn`; closes the proxy and the doubles after. */
+export async function withProxy(
+  p: UpstreamDouble[],
+  d: UpstreamDouble[],
+  extra: Partial<ProxyOptions>,
+  fn: (url: string) => Promise<void>,
+): Promise<void> {
+  const proxy = await startProxy(
+    resolveProxyOptions({ prefill: p.map((x) => x.url), decode: d.map((x) => x.url), port: 0, ...extra }),
+  );
+  try {
+    await fn(proxy.url);
+  } finally {
+    await proxy.close();
+    for (const x of [...p, ...d]) await x.close();
   }
 }

@@ -4,6 +4,9 @@
  * invocation (dotted --kv-transfer-config form) serves until its stop signal.
  */
 import assert from 'node:assert/strict';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { Command } from 'commander';
@@ -131,4 +134,65 @@ test('the dotted --kv-transfer-config form configures the connector of a running
   }
   const r = await run;
   assert.equal(r.code, 0, r.err);
+});
+
+test("--config reads llm-d-inference-sim's YAML: a published profile serves in emulated time", async () => {
+  const profile = fileURLToPath(
+    new URL('../fixtures/sim-latency-profiles/8b-h100-balanced-per-token.yaml', import.meta.url),
+  );
+  let stop!: () => void;
+  const stopped = new Promise<void>((resolve) => {
+    stop = resolve;
+  });
+  let listening!: (url: string) => void;
+  const address = new Promise<string>((resolve) => {
+    listening = resolve;
+  });
+  // Flags win over the file: the port (8000 in the profile) and the speedup.
+  const run = serve(
+    ['--config', profile, '--port', '0', '--speedup', '20', '--model', 'tiny'],
+    { stopSignal: () => stopped },
+    (out) => {
+      const url = /listening on (http:\/\/127\.0\.0\.1:\d+)/.exec(out)?.[1];
+      if (url) listening(url);
+    },
+  );
+  try {
+    const url = await Promise.race([
+      address,
+      run.then((r) => Promise.reject(new Error(`serve exited: ${r.err}`))),
+    ]);
+    const res = await fetch(`${url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({
+        model: 'meta-llama/Llama-3.1-8B-Instruct',
+        prompt: 'hello',
+        max_tokens: 5,
+        ignore_eos: true,
+      }),
+    });
+    assert.equal(res.status, 200);
+    const body = (await res.json()) as { usage: { completion_tokens: number } };
+    assert.equal(body.usage.completion_tokens, 5);
+    const metrics = await (await fetch(`${url}/metrics`)).text();
+    // Emulated TTFT: at least the profile's 30 ms overhead less its clamped jitter (sum of one request).
+    const ttft = Number(/vllm:time_to_first_token_seconds_sum\{[^}]*\} (\S+)/.exec(metrics)?.[1]);
+    assert.ok(ttft >= 0.021, `ttft ${ttft}`);
+  } finally {
+    stop();
+  }
+  const r = await run;
+  assert.equal(r.code, 0, r.err);
+});
+
+test('--config: a sim option kvconnect does not implement, and a duration without a unit, exit 2', async () => {
+  const file = join(mkdtempSync(join(tmpdir(), 'kvc-serve-yaml-')), 'sim.yaml');
+  writeFileSync(file, 'model: x\nfake-metrics: "{}"\n');
+  const bad = await serve(['--config', file], noEngine);
+  assert.equal(bad.code, 2);
+  assert.match(bad.err, /^error\[KV_CONFIG_UNKNOWN_KEY\]: llm-d-inference-sim option 'fake-metrics'/);
+  const unitless = await serve(['--inter-token-latency', '12'], noEngine);
+  assert.equal(unitless.code, 2);
+  assert.match(unitless.err, /Invalid value for inter-token-latency: expected a duration/);
 });

@@ -5,13 +5,16 @@
  * is reported (message + hint) with exit code 2 before anything listens.
  */
 import type { Command } from 'commander';
+import { buildEmulationConfig } from '../../config/emulation-config.ts';
 import { buildEngineConfig } from '../../config/engine-config.ts';
 import { kvEventsConfigFromCli } from '../../config/kv-events-config.ts';
 import { KVTransferConfig } from '../../config/kv-transfer-config.ts';
+import { loadSimConfigFile, mergeSimConfig } from '../../config/sim-config-file.ts';
 import type { EngineConfig } from '../../config/types.ts';
 import type { AsyncEngineLike } from '../../engine/api.ts';
 import { formatErrorText, KVError } from '../../errors/index.ts';
 import { type CliContext, EXIT_OK, EXIT_USAGE } from '../context.ts';
+import { addEmulationOptions, emulationOptionsFromCommander } from '../emulation-flags.ts';
 import { addEngineOptions, engineOptionsFromCommander } from '../engine-flags.ts';
 
 /** Same value as src/server DEFAULT_MAX_QUEUE (kept here so --help does not load the server). */
@@ -32,6 +35,7 @@ interface ServeFlags {
   kvEventsConfig?: string;
   apiKey?: string;
   maxQueue: string;
+  config?: string;
   [key: string]: unknown;
 }
 
@@ -90,19 +94,32 @@ export function registerServeCommand(program: Command, ctx: CliContext, deps: Se
       String(DEFAULT_MAX_QUEUE),
     );
   addEngineOptions(command);
+  addEmulationOptions(command);
   command.action(async (flags: ServeFlags) => {
     let config: EngineConfig;
     let port: number;
     let maxQueue: number;
     try {
-      port = parseIntFlag('port', flags.port, 0, 65535);
-      maxQueue = parseIntFlag('max_queue', flags.maxQueue, 0, 1_000_000);
+      // llm-d-inference-sim's YAML, under the flags the user passed (defaults do not count).
+      const file = flags.config ? loadSimConfigFile(flags.config) : null;
+      const passed = (name: string): boolean => command.getOptionValueSource(name) === 'cli';
+      port =
+        passed('port') || file?.port === undefined ? parseIntFlag('port', flags.port, 0, 65535) : file.port;
+      maxQueue =
+        passed('maxQueue') || file?.maxQueue === undefined
+          ? parseIntFlag('max_queue', flags.maxQueue, 0, 1_000_000)
+          : file.maxQueue;
+      const options = mergeSimConfig(file, {
+        engine: engineOptionsFromCommander(flags),
+        emulation: emulationOptionsFromCommander(flags),
+      });
       const kvTransferConfig = KVTransferConfig.fromCli(flags.kvTransferConfig, ctx.dottedKvTransferConfig);
       config = buildEngineConfig({
-        ...engineOptionsFromCommander(flags),
+        ...options.engine,
         kv_transfer_config: kvTransferConfig,
         kv_events_config: kvEventsConfigFromCli(flags.kvEventsConfig, ctx.dottedKvEventsConfig),
       });
+      config.emulation = buildEmulationConfig(options.emulation, config.model.seed);
     } catch (e) {
       ctx.io.err(`${formatErrorText(e)}\n`);
       ctx.exitCode = EXIT_USAGE;

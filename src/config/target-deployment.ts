@@ -1,5 +1,5 @@
 /**
- * The deployment an emulating server stands in for (docs/emulation.md#roofline): a model
+ * The deployment an emulating server stands in for (docs/emulation.md): a model
  * shape — built in, or read from a HF config.json — and an accelerator's datasheet figures
  * with the fractions of them a serving engine achieves, calibrated to the published
  * reference ranges (see the doc for sources and limits).

@@ -2,7 +2,7 @@
  * The step-time models as functions of the batch a step ran: llm-d-inference-sim's
  * calculators (formulas, load factor, jitter clamp, whole-millisecond quantization, cached
  * tokens free, KV transfer on the P/D decode side) and the roofline (inside the reference
- * ranges of the sim's docs/latency-profiles.md at batch 1, growing with batch and context).
+ * ranges of llm-d-inference-sim's latency-profiles page at batch 1, growing with batch and context).
  */
 import assert from 'node:assert/strict';
 import { mkdtempSync, writeFileSync } from 'node:fs';
@@ -149,7 +149,7 @@ test('jitter: normal around the mean, clamped to ±70%, whole milliseconds, seed
   assert.ok(Math.min(...samples) >= 3 && Math.max(...samples) <= 20);
 });
 
-/** llm-d-inference-sim docs/latency-profiles.md: 256-token TTFT and batch-1 ITL ranges (ms). */
+/** llm-d-inference-sim's latency-profiles page: 256-token TTFT and batch-1 ITL ranges (ms). */
 const REFERENCE: Array<[string, string, number, [number, number], [number, number]]> = [
   ['llama-3.1-8b', 'h100', 1, [60, 120], [10, 15]],
   ['llama-3.1-8b', 'a100', 1, [100, 180], [15, 25]],

@@ -8,14 +8,17 @@
  * emulated clock jumps forward instead, so a step never takes less emulated time than modelled.
  *
  * Timers fire late (a millisecond or more on a busy machine). The lateness of one hold is
- * credited to the next step when that step starts before the lateness is used up, so steps run
- * back to back keep the modelled rate on average instead of drifting by the timer's lateness.
+ * credited (up to half a step) to the next step when that step starts right after it, so
+ * steps run back to back keep the modelled rate on average instead of drifting by the
+ * timer's lateness; the first step after an idle spell gets no credit.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { wallClockMs } from '../iteration-stats.ts';
 
 /** Node's timers count whole milliseconds: shorter waits are jumped over (speedup > 1). */
 const MIN_TIMER_MS = 1;
+/** A step starting within this long (real ms) after the previous hold ended follows it. */
+const CONTINUATION_MS = 2;
 /** At speedup 1, a step may end this early (real ms) rather than wait a whole timer tick. */
 const EARLY_SLACK_MS = 0.2;
 
@@ -63,8 +66,13 @@ export class EngineClock {
     }
     this.#heldSteps++;
     this.#heldMs += emulatedMs;
-    const credit = Math.min(this.#lastLateness, Math.max(0, startedAt - this.#lastDeadline));
-    const deadline = startedAt - credit + emulatedMs / this.speedup;
+    const realMs = emulatedMs / this.speedup;
+    // Credit the last timer's lateness only to a step that followed it at once (not to the
+    // first step after an idle spell), and at most half a step, so a late timer is made up
+    // for over the next steps instead of in one burst.
+    const followed = startedAt - (this.#lastDeadline + this.#lastLateness) <= CONTINUATION_MS;
+    const credit = followed ? Math.min(this.#lastLateness, realMs / 2) : 0;
+    const deadline = startedAt - credit + realMs;
     const floor = this.speedup === 1 ? EARLY_SLACK_MS : MIN_TIMER_MS;
     let remaining = deadline - this.#realNow();
     while (remaining >= floor) {

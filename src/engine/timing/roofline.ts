@@ -9,7 +9,7 @@
  *           + all-reduces (2 per layer when TP > 1) + prefill overhead (a step that starts a prefill)
  *
  * Everything scales per GPU (weights, KV heads and FLOPs divided by TP). The constants are
- * calibrated in docs/emulation.md#roofline; no factor depends on load: queueing, batching and
+ * calibrated in docs/emulation.md; no factor depends on load: queueing, batching and
  * preemption come from the real scheduler.
  */
 import type { RooflineTarget } from '../../config/emulation-config.ts';

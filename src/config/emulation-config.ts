@@ -39,11 +39,18 @@ export interface RooflineTarget {
   tensorParallelSize: number;
 }
 
+/** KV at the target model's size (model-free modes only): its geometry, bytes divided by `bytesScale`. */
+export interface TargetKv {
+  model: string;
+  bytesScale: number;
+}
+
 export interface EmulationConfig {
   /** null: no step-time model, steps take what the computation takes. */
   latencyCalculator: LatencyCalculatorName | null;
   sim: SimLatency;
   roofline: RooflineTarget | null;
+  targetKv: TargetKv | null;
   mode: TokenMode;
   /** Emulated time runs this many times faster than the wall clock. */
   speedup: number;
@@ -125,7 +132,7 @@ export const EMULATION_OPTIONS: Record<string, EmulationOptionDef> = {
   },
   'target-model': {
     kind: 'string',
-    help: 'roofline: model shape, a built-in (llama-3.1-8b, llama-3.1-70b, qwen3-32b, mistral-7b) or a config.json (or its directory)',
+    help: 'the emulated model: a built-in shape (llama-3.1-8b, llama-3.1-70b, qwen3-32b, mistral-7b) or a config.json (or its directory); its time under roofline, its KV size under --mode random|echo',
   },
   'target-accelerator': {
     kind: 'choice',
@@ -133,6 +140,10 @@ export const EMULATION_OPTIONS: Record<string, EmulationOptionDef> = {
     help: 'roofline: accelerator of the target deployment',
   },
   'target-tp': { kind: 'int', help: 'roofline: tensor-parallel size of the target deployment' },
+  'kv-bytes-scale': {
+    kind: 'int',
+    help: "--mode random|echo with --target-model: divide the target's KV bytes by this (must divide its head_dim) to fit this machine's memory",
+  },
 };
 
 export const EMULATION_OPTION_NAMES = Object.keys(EMULATION_OPTIONS);
@@ -182,17 +193,44 @@ export function buildEmulationConfig(values: Record<string, unknown>, seed = 0):
   } else if (latencyKeysSet) {
     latencyCalculator = '';
   }
-  const roofline = rooflineTarget(values, latencyCalculator);
   const mode = values.mode === undefined ? 'model' : choiceOption('mode', values.mode, TOKEN_MODES);
+  const roofline = rooflineTarget(values, latencyCalculator);
+  const targetKv = targetKvOf(values, mode);
   const speedup = values.speedup === undefined ? 1 : numberOption('speedup', values.speedup, 0, true);
-  return { latencyCalculator, sim, roofline, mode, speedup, seed };
+  return { latencyCalculator, sim, roofline, targetKv, mode, speedup, seed };
+}
+
+function targetKvOf(values: Record<string, unknown>, mode: TokenMode): TargetKv | null {
+  const model = values['target-model'];
+  const scale = values['kv-bytes-scale'];
+  if (mode === 'model' || model === undefined) {
+    if (scale !== undefined) {
+      throw configError(
+        'kv-bytes-scale',
+        'to be used with --mode random|echo and --target-model',
+        scale,
+        'Add --mode random --target-model llama-3.1-8b, or drop --kv-bytes-scale.',
+      );
+    }
+    return null;
+  }
+  const bytesScale = scale === undefined ? 1 : numberOption('kv-bytes-scale', scale, 1);
+  if (!Number.isInteger(bytesScale)) {
+    throw configError(
+      'kv-bytes-scale',
+      'a whole number >= 1',
+      scale,
+      'Pass --kv-bytes-scale 1, 2, 4, 8, 16, ...',
+    );
+  }
+  return { model: String(model).trim(), bytesScale };
 }
 
 function rooflineTarget(
   values: Record<string, unknown>,
   calculator: LatencyCalculatorName | null,
 ): RooflineTarget | null {
-  const keys = ['target-model', 'target-accelerator', 'target-tp'] as const;
+  const keys = ['target-accelerator', 'target-tp'] as const;
   if (calculator !== 'roofline') {
     const stray = keys.find((k) => values[k] !== undefined);
     if (stray) {
@@ -201,6 +239,14 @@ function rooflineTarget(
         'to be used with --latency-calculator roofline',
         values[stray],
         `Add --latency-calculator roofline, or drop --${stray}.`,
+      );
+    }
+    if (values['target-model'] !== undefined && (values.mode ?? 'model') === 'model') {
+      throw configError(
+        'target-model',
+        'to be used with --latency-calculator roofline (time) or --mode random|echo (KV size)',
+        values['target-model'],
+        'Add --latency-calculator roofline, or --mode random, or drop --target-model.',
       );
     }
     return null;

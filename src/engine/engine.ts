@@ -27,6 +27,7 @@ import type {
 } from './api.ts';
 import { type IterationStats, IterationStatsBuilder } from './iteration-stats.ts';
 import { KVEventSink } from './kv-event-sink.ts';
+import { SyntheticModel } from './model/synthetic-model.ts';
 import { type BlockHasher, Request } from './request.ts';
 import type { ModelExecutor } from './runner/executor.ts';
 import { LocalExecutor } from './runner/local-executor.ts';
@@ -37,7 +38,13 @@ import { ThreadExecutor } from './runner/thread-executor.ts';
 import { KVOutputAggregator } from './scheduler/kv-output-aggregator.ts';
 import { type PrefixCacheReset, Scheduler } from './scheduler/scheduler.ts';
 import type { EngineCoreOutput, SchedulerStats } from './scheduler/types.ts';
-import { createEngineClock, createStepTimeModel, syntheticTokenSource } from './timing/emulation.ts';
+import {
+  createEngineClock,
+  createStepTimeModel,
+  syntheticTokenSource,
+  targetKvModelConfig,
+  withTargetKv,
+} from './timing/emulation.ts';
 import type { EngineClock } from './timing/engine-clock.ts';
 import { buildStepBatch, type StepTimeModel } from './timing/step-batch.ts';
 
@@ -109,8 +116,11 @@ export class Engine {
     const hma = await resolveHybridKvCacheManager(config);
     config = applyHMADecision(config, hma);
     const tpSize = config.parallel.tensorParallelSize;
+    // Emulating a target model without weights: KV blocks of its geometry, in BF16.
+    const targetKv = config.emulation?.targetKv ?? null;
+    if (targetKv) config = withTargetKv(config);
     const kvCacheConfig = buildKVCacheConfig({
-      hfConfig: model.hfConfig,
+      hfConfig: targetKv ? targetKvModelConfig(targetKv, model.hfConfig) : model.hfConfig,
       blockSize: config.cache.blockSize,
       dtype: config.cache.cacheDtype,
       numBlocks: config.cache.numGpuBlocks,
@@ -140,8 +150,12 @@ export class Engine {
     try {
       const lookup = (id: string): Request | undefined => scheduler.getRequest(id);
       const nextToken = syntheticTokenSource(config, tokenizer, lookup);
-      if (simulate || nextToken) {
+      if (simulate || (nextToken && !targetKv)) {
         executor = new SimulatedExecutor({ ...simulate, lookup, ...(nextToken ? { nextToken } : {}) });
+      } else if (nextToken) {
+        const synthetic = { model: new SyntheticModel(kvCacheConfig, tokenizer.vocabSize), nextToken };
+        const rank = await setUpRank(config, kvCacheConfig, 0, 1, undefined, synthetic);
+        executor = new LocalExecutor(rank.runner, rank.handshake, aggregator);
       } else if (tpSize === 1) {
         const rank = await setUpRank(config, kvCacheConfig, 0, 1);
         executor = new LocalExecutor(rank.runner, rank.handshake, aggregator);

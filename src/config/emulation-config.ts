@@ -6,6 +6,7 @@
  */
 import { configError } from './config-error.ts';
 import { durationOption, formatDuration } from './go-duration.ts';
+import { KV_LINKS, type KvLink } from './target-deployment.ts';
 
 /** `""` is the sim's legacy calculator (constant form when a TTFT is set, per-token otherwise). */
 export const LATENCY_CALCULATORS = ['', 'constant', 'per-token', 'roofline'] as const;
@@ -51,6 +52,8 @@ export interface EmulationConfig {
   sim: SimLatency;
   roofline: RooflineTarget | null;
   targetKv: TargetKv | null;
+  /** The link KV transfers are held to (P/D), or null: real transfer time only. */
+  kvLink: KvLink | null;
   mode: TokenMode;
   /** Emulated time runs this many times faster than the wall clock. */
   speedup: number;
@@ -140,6 +143,10 @@ export const EMULATION_OPTIONS: Record<string, EmulationOptionDef> = {
     help: 'roofline: accelerator of the target deployment',
   },
   'target-tp': { kind: 'int', help: 'roofline: tensor-parallel size of the target deployment' },
+  'kv-link': {
+    kind: 'string',
+    help: 'hold every KV transfer until this link would have finished it: nvlink, ib-ndr, roce-200, eth-100, eth-25, or GB/s,latency (e.g. 12.5,2ms)',
+  },
   'kv-bytes-scale': {
     kind: 'int',
     help: "--mode random|echo with --target-model: divide the target's KV bytes by this (must divide its head_dim) to fit this machine's memory",
@@ -197,7 +204,27 @@ export function buildEmulationConfig(values: Record<string, unknown>, seed = 0):
   const roofline = rooflineTarget(values, latencyCalculator);
   const targetKv = targetKvOf(values, mode);
   const speedup = values.speedup === undefined ? 1 : numberOption('speedup', values.speedup, 0, true);
-  return { latencyCalculator, sim, roofline, targetKv, mode, speedup, seed };
+  const kvLink = values['kv-link'] === undefined ? null : parseKvLink(values['kv-link']);
+  return { latencyCalculator, sim, roofline, targetKv, kvLink, mode, speedup, seed };
+}
+
+/** A named link, or `GB/s,latency` (e.g. `12.5,2ms`). */
+export function parseKvLink(raw: unknown): KvLink {
+  const text = typeof raw === 'string' ? raw.trim() : '';
+  const named = KV_LINKS[text];
+  if (named) return named;
+  const [bw, latency, ...rest] = text.split(',');
+  const bandwidthGBs = Number(bw);
+  const latencyNs = latency === undefined ? null : durationOption('kv-link', latency.trim());
+  if (rest.length > 0 || !(bandwidthGBs > 0) || latencyNs === null || latencyNs < 0) {
+    throw configError(
+      'kv-link',
+      `a link name (${Object.keys(KV_LINKS).join(', ')}) or "GB/s,latency"`,
+      raw,
+      'Pass --kv-link ib-ndr, or --kv-link 12.5,2ms for 12.5 GB/s with 2 ms setup.',
+    );
+  }
+  return { name: text, bandwidthGBs, latencyUs: latencyNs / 1e3 };
 }
 
 function targetKvOf(values: Record<string, unknown>, mode: TokenMode): TargetKv | null {

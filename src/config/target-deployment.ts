@@ -180,3 +180,24 @@ export function resolveAccelerator(name: string): Accelerator {
 export function kvBytesPerToken(m: ModelShape): number {
   return 2 * m.numLayers * m.numKvHeads * m.headDim * m.dtypeBytes;
 }
+
+/** An interconnect between prefill and decode servers: effective bandwidth and setup latency. */
+export interface KvLink {
+  name: string;
+  bandwidthGBs: number;
+  latencyUs: number;
+}
+
+/**
+ * Effective bandwidths and setup overheads of llm-d-inference-sim's KV-transfer tables
+ * (its latency-profiles page): the bandwidth column as given, the setup latency the
+ * middle of its range for the transport (NVLink + shared memory 100–500 µs, RDMA 0.5–2 ms,
+ * TCP/Ethernet 2–10 ms).
+ */
+export const KV_LINKS: Record<string, KvLink> = {
+  nvlink: { name: 'nvlink', bandwidthGBs: 600, latencyUs: 300 },
+  'ib-ndr': { name: 'ib-ndr', bandwidthGBs: 40, latencyUs: 1000 },
+  'roce-200': { name: 'roce-200', bandwidthGBs: 20, latencyUs: 1000 },
+  'eth-100': { name: 'eth-100', bandwidthGBs: 10, latencyUs: 5000 },
+  'eth-25': { name: 'eth-25', bandwidthGBs: 2.5, latencyUs: 5000 },
+};

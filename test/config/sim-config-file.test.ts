@@ -8,7 +8,7 @@ import { mkdtempSync, readdirSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { buildEmulationConfig } from '../../src/config/emulation-config.ts';
+import { buildEmulationConfig, parseKvLink } from '../../src/config/emulation-config.ts';
 import { parseGoDuration } from '../../src/config/go-duration.ts';
 import { loadSimConfigFile, mergeSimConfig } from '../../src/config/sim-config-file.ts';
 import { KVError } from '../../src/errors/kv-error.ts';
@@ -125,4 +125,16 @@ test('a sim key kvconnect does not implement is an error naming it; ignored ones
   assert.throws(() => loadSimConfigFile(yamlFile('inter-token-latency: [5ms\n')), /valid YAML/);
   const { records } = await captureLogs(() => loadSimConfigFile(yamlFile('enforce-eager: true\n')));
   assert.ok(records.some((r) => /ignoring enforce-eager/.test(r.message)));
+});
+
+test("--kv-link: the sim's interconnects by name, or bandwidth and setup latency", () => {
+  assert.deepEqual(parseKvLink('ib-ndr'), { name: 'ib-ndr', bandwidthGBs: 40, latencyUs: 1000 });
+  assert.deepEqual(parseKvLink('12.5,2ms'), { name: '12.5,2ms', bandwidthGBs: 12.5, latencyUs: 2000 });
+  for (const bad of ['infiniband', '0,1ms', '10', '10,2', '10,1ms,3']) {
+    assert.throws(
+      () => parseKvLink(bad),
+      (e: unknown) => e instanceof KVError && e.field === 'kv-link',
+      bad,
+    );
+  }
 });

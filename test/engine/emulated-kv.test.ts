@@ -27,6 +27,7 @@ const PROMPTS = [0, 1, 2].map((p) =>
 async function emulating(
   kvTransferConfig: Record<string, unknown> | null,
   numBlocks = 64,
+  extra: Record<string, unknown> = {},
 ): Promise<AsyncEngine> {
   const config = buildEngineConfig({
     model: 'tiny',
@@ -34,7 +35,7 @@ async function emulating(
     max_model_len: 256,
     ...(kvTransferConfig ? { kv_transfer_config: kvTransferConfig } : {}),
   });
-  config.emulation = buildEmulationConfig(TARGET, config.model.seed);
+  config.emulation = buildEmulationConfig({ ...TARGET, ...extra }, config.model.seed);
   return new AsyncEngine(await Engine.create(config));
 }
 
@@ -126,6 +127,35 @@ test("NixlConnector P/D moves the target's KV bytes, checksummed, with a plain e
     const fullBlocks = PROMPTS.reduce((n, prompt) => n + Math.floor((prompt.length - 1) / 16), 0);
     assert.ok(moved >= fullBlocks * 16 * BYTES_PER_TOKEN, `moved ${moved} bytes`);
     assert.equal(moved % (16 * BYTES_PER_TOKEN), 0);
+  } finally {
+    await p.shutdown();
+    await d.shutdown();
+  }
+});
+
+test('--kv-link: the decode server waits for the emulated link to carry the prompt KV', async () => {
+  const nixl = (role: string, engineId: string) => ({
+    kv_connector: 'NixlConnector',
+    kv_role: role,
+    engine_id: engineId,
+    kv_connector_extra_config: { backends: ['TCP'], side_channel_port: 0 },
+  });
+  const p = await emulating(nixl('kv_producer', 'link-prefill'));
+  // 5 MB/s with 100 ms setup: the 4 full blocks of prompt 2 (4 × 128 KiB here) take ~205 ms.
+  const d = await emulating(nixl('kv_consumer', 'link-decode'), 64, { 'kv-link': '0.005,100ms' });
+  try {
+    // A first request pays the handshake, so the measured one pays only the transfer.
+    const warm = await run(p, 'l0', PROMPTS[0] as number[], 1, { do_remote_decode: true });
+    await run(d, 'l0', PROMPTS[0] as number[], 1, warm.last.kvTransferParams ?? null);
+    const prompt = PROMPTS[2] as number[];
+    const pOut = await run(p, 'l1', prompt, 1, { do_remote_decode: true });
+    const started = performance.now();
+    const dOut = await run(d, 'l1', prompt, 2, pOut.last.kvTransferParams ?? null);
+    const elapsed = performance.now() - started;
+    const blocks = Math.floor((prompt.length - 1) / 16);
+    const linkMs = 100 + (blocks * 16 * BYTES_PER_TOKEN) / 0.005e6;
+    assert.ok(elapsed >= linkMs, `D answered after ${elapsed} ms, the link needs ${linkMs} ms`);
+    assert.ok((dOut.last.metrics.ttftMs ?? 0) >= linkMs - 1, `ttft ${dOut.last.metrics.ttftMs}`);
   } finally {
     await p.shutdown();
     await d.shutdown();

@@ -134,6 +134,7 @@ export class NixlWorker {
       compatibilityFactors(this.#engineConfig, this.#kvCacheConfig, this.mode),
     );
     const hooks = nixlTestHooks();
+    const emulation = this.#engineConfig.emulation;
     const agentOptions = {
       engineId,
       tpRank: this.tpRank,
@@ -148,6 +149,8 @@ export class NixlWorker {
       // vLLM's num_threads (UCX progress threads): here the threads a large same-host copy may use.
       copyThreads: copyThreadsUpTo(opts.numThreads),
       ...(opts.busyPollUs === undefined ? {} : { busyPollUs: opts.busyPollUs }),
+      // Emulated deployments (serve --kv-link): completions held as the target's link would.
+      emulatedLink: emulation?.kvLink ? { ...emulation.kvLink, speedup: emulation.speedup } : null,
     };
     // Test hooks are functions and cannot cross into the agent thread: with them, the agent stays here.
     const agent = await createTransferAgent({

@@ -22,6 +22,7 @@ const ENGINE_KEYS: Record<string, string> = {
   'block-size': 'block_size',
   'enable-prefix-caching': 'enable_prefix_caching',
   'data-parallel-rank': 'data_parallel_rank',
+  'data-parallel-size': 'data_parallel_size',
 };
 
 /** Keys the sim accepts and ignores; ignoring them here changes nothing either. */
@@ -95,10 +96,7 @@ export function readSimKeys(doc: Record<string, unknown>, path: string): SimConf
     else if (key === 'served-model-name') out.servedModelName = servedName(value, path);
     else if (key === 'port') out.port = intKey(key, value, path, 0, 65535);
     else if (key === 'max-waiting-queue-length') out.maxQueue = intKey(key, value, path, 0, 1_000_000);
-    else if (key === 'data-parallel-size') {
-      if (intKey(key, value, path, 1, 8) !== 1)
-        throw unimplemented(key, path, 'Run one kvconnect serve per rank (--data-parallel-rank N).');
-    } else {
+    else {
       const suggestion = didYouMean(key, [
         ...known,
         'model',

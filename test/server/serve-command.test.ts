@@ -13,6 +13,7 @@ import { Command } from 'commander';
 import { registerServeCommand, type ServeDeps } from '../../src/cli/commands/serve.ts';
 import type { CliContext } from '../../src/cli/context.ts';
 import { extractDottedArgs } from '../../src/config/dotted-args.ts';
+import { AsyncEngine } from '../../src/engine/async-engine.ts';
 
 async function serve(
   argv: string[],
@@ -195,4 +196,62 @@ test('--config: a sim option kvconnect does not implement, and a duration withou
   const unitless = await serve(['--inter-token-latency', '12'], noEngine);
   assert.equal(unitless.code, 2);
   assert.match(unitless.err, /Invalid value for inter-token-latency: expected a duration/);
+});
+
+test('--data-parallel-size N: N engines in one process, rank r on port + r with KV events on their port + r', async () => {
+  let stop!: () => void;
+  const stopped = new Promise<void>((resolve) => {
+    stop = resolve;
+  });
+  const zmqBase = 23000 + Math.floor(Math.random() * 20000);
+  const ranks: number[] = [];
+  let printed = '';
+  const run = serve(
+    [
+      ...['--mode', 'random', '--model', 'tiny', '--data-parallel-size', '2', '--port', '0'],
+      ...[
+        '--kv-events-config',
+        JSON.stringify({ enable_kv_cache_events: true, endpoint: `tcp://127.0.0.1:${zmqBase}` }),
+      ],
+    ],
+    {
+      stopSignal: () => stopped,
+      createEngine: (config) => {
+        ranks.push(config.parallel.dataParallelRank);
+        return AsyncEngine.create(config);
+      },
+    },
+    (out) => {
+      printed = out;
+    },
+  );
+  try {
+    const deadline = Date.now() + 60_000;
+    while ((printed.match(/listening on/g) ?? []).length < 2 && Date.now() < deadline) {
+      await Promise.race([new Promise((r) => setTimeout(r, 20)), run]);
+    }
+    assert.deepEqual(ranks, [0, 1]);
+    const urls = [
+      ...printed.matchAll(/\(data-parallel rank (\d)\) listening on (http:\/\/127\.0\.0\.1:\d+)/g),
+    ];
+    assert.deepEqual(
+      urls.map((m) => m[1]),
+      ['0', '1'],
+    );
+    assert.notEqual(urls[0]?.[2], urls[1]?.[2]);
+    assert.match(printed, new RegExp(`KV events on tcp://127\\.0\\.0\\.1:${zmqBase}\\b`));
+    assert.match(printed, new RegExp(`KV events on tcp://127\\.0\\.0\\.1:${zmqBase + 1}\\b`));
+    for (const m of urls) {
+      const res = await fetch(`${m[2]}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'tiny', prompt: 'hi', max_tokens: 2, ignore_eos: true }),
+      });
+      assert.equal(res.status, 200);
+    }
+  } finally {
+    stop();
+  }
+  const r = await run;
+  assert.equal(r.code, 0, r.err);
 });

@@ -14,6 +14,7 @@ import type { EngineConfig } from '../../config/types.ts';
 import type { AsyncEngineLike } from '../../engine/api.ts';
 import { formatErrorText, KVError } from '../../errors/index.ts';
 import { type CliContext, EXIT_OK, EXIT_USAGE } from '../context.ts';
+import { localRankConfigs, rankPort } from '../data-parallel.ts';
 import { addEmulationOptions, emulationOptionsFromCommander } from '../emulation-flags.ts';
 import { addEngineOptions, engineOptionsFromCommander } from '../engine-flags.ts';
 
@@ -99,6 +100,7 @@ export function registerServeCommand(program: Command, ctx: CliContext, deps: Se
     let config: EngineConfig;
     let port: number;
     let maxQueue: number;
+    let externalRank: boolean;
     try {
       // llm-d-inference-sim's YAML, under the flags the user passed (defaults do not count).
       const file = flags.config ? loadSimConfigFile(flags.config) : null;
@@ -120,48 +122,71 @@ export function registerServeCommand(program: Command, ctx: CliContext, deps: Se
         kv_events_config: kvEventsConfigFromCli(flags.kvEventsConfig, ctx.dottedKvEventsConfig),
       });
       config.emulation = buildEmulationConfig(options.emulation, config.model.seed);
+      // --data-parallel-rank makes this process one rank of an external group.
+      externalRank = options.engine.data_parallel_rank !== undefined;
     } catch (e) {
       ctx.io.err(`${formatErrorText(e)}\n`);
       ctx.exitCode = EXIT_USAGE;
       return;
     }
-    let engine: AsyncEngineLike;
+    let ranks: EngineConfig[];
     try {
-      engine = await (deps.createEngine ?? defaultCreateEngine)(config);
+      ranks = localRankConfigs(config, externalRank);
     } catch (e) {
       ctx.io.err(`${formatErrorText(e)}\n`);
+      ctx.exitCode = EXIT_USAGE;
+      return;
+    }
+    const engines: AsyncEngineLike[] = [];
+    try {
+      for (const rankConfig of ranks)
+        engines.push(await (deps.createEngine ?? defaultCreateEngine)(rankConfig));
+    } catch (e) {
+      ctx.io.err(`${formatErrorText(e)}\n`);
+      for (const engine of engines) await engine.shutdown();
       ctx.exitCode = EXIT_USAGE;
       return;
     }
     const { createServer } = await import('../../server/server.ts');
-    const server = createServer({ engine, apiKey: flags.apiKey ?? null, maxQueue });
-    try {
-      const address = await server.start(flags.host, port);
-      ctx.io.out(`kvconnect serve: model ${config.model.servedModelName} listening on ${address.url}\n`);
-      const events = engine.kvEventsInfo?.();
-      if (events) {
+    const servers: Array<{ close(): Promise<void> }> = [];
+    const stopAll = async (): Promise<void> => {
+      for (const server of servers) await server.close();
+      for (const engine of engines) await engine.shutdown();
+    };
+    for (const [r, engine] of engines.entries()) {
+      const server = createServer({ engine, apiKey: flags.apiKey ?? null, maxQueue });
+      const rankPortNumber = rankPort(port, r);
+      try {
+        const address = await server.start(flags.host, rankPortNumber);
+        servers.push(server);
+        const rank = engines.length > 1 ? ` (data-parallel rank ${ranks[r]?.parallel.dataParallelRank})` : '';
         ctx.io.out(
-          `kvconnect serve: KV events on ${events.endpoint}${events.replay_endpoint ? ` (replay ${events.replay_endpoint})` : ''}\n`,
+          `kvconnect serve: model ${config.model.servedModelName}${rank} listening on ${address.url}\n`,
         );
+        const events = engine.kvEventsInfo?.();
+        if (events) {
+          ctx.io.out(
+            `kvconnect serve: KV events on ${events.endpoint}${events.replay_endpoint ? ` (replay ${events.replay_endpoint})` : ''}\n`,
+          );
+        }
+      } catch (e) {
+        const failure = new KVError(
+          'SERVER_LISTEN_FAILED',
+          `Cannot listen on ${flags.host}:${rankPortNumber}: ${(e as Error).message}`,
+          {
+            hint: 'Pick another --port (0 = any free port) or --host, or stop the process that holds the address.',
+            cause: e,
+          },
+        );
+        ctx.io.err(`${formatErrorText(failure)}\n`);
+        await stopAll();
+        ctx.exitCode = EXIT_USAGE;
+        return;
       }
-    } catch (e) {
-      const failure = new KVError(
-        'SERVER_LISTEN_FAILED',
-        `Cannot listen on ${flags.host}:${port}: ${(e as Error).message}`,
-        {
-          hint: 'Pick another --port (0 = any free port) or --host, or stop the process that holds the address.',
-          cause: e,
-        },
-      );
-      ctx.io.err(`${formatErrorText(failure)}\n`);
-      await engine.shutdown();
-      ctx.exitCode = EXIT_USAGE;
-      return;
     }
     await (deps.stopSignal ?? waitForShutdownSignal)();
     ctx.io.err('kvconnect serve: shutting down\n');
-    await server.close();
-    await engine.shutdown();
+    await stopAll();
     ctx.exitCode = EXIT_OK;
   });
   return command;

@@ -8,7 +8,11 @@
  * - the three published llm-d-inference-sim profiles, each with its constant and per-token
  *   file: batch-1 TTFT (256-token prompt) and ITL;
  * - the roofline built-ins: batch-1 TTFT and ITL, also against the reference ranges;
- * - ITL against batch size at a fixed context (roofline, llama-3.1-8b on h100).
+ * - ITL against batch size at a fixed context (roofline, llama-3.1-8b on h100);
+ * - P/D: a decode server's TTFT with an emulated link (--kv-link) against the same pair
+ *   without it, alternating, for Llama-3.1-8B-size KV (/16);
+ * - replicas per box: N in-process ranks (--data-parallel-size), one closed-loop stream each,
+ *   ITL against the model and memory per replica.
  *
  *   npm run bench -- emulate [--rounds 5] [--requests 4] [--tokens 24]
  */
@@ -16,12 +20,12 @@ import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Agent } from 'undici';
-import { sendStreaming } from '../src/bench-serve/sse-client.ts';
+import { type RequestResult, sendStreaming } from '../src/bench-serve/sse-client.ts';
 import { buildEmulationConfig } from '../src/config/emulation-config.ts';
 import { loadSimConfigFile } from '../src/config/sim-config-file.ts';
-import { type ServeProcess, startServe } from '../src/demo/processes.ts';
+import { type ServeProcess, startServe, waitHealthy } from '../src/demo/processes.ts';
 import { createStepTimeModel } from '../src/engine/timing/emulation.ts';
-import type { ScheduledSeq, StepBatch } from '../src/engine/timing/step-batch.ts';
+import { type StepBatch, scheduledSeq } from '../src/engine/timing/step-batch.ts';
 import { setLogLevel } from '../src/logging/logger.ts';
 import { benchArgs, positiveInteger } from './_args.ts';
 import { fmt, json, loadAverage, percentile, summarize } from './_rounds.ts';
@@ -42,20 +46,7 @@ function prompt(seed: number, len: number): number[] {
   return Array.from({ length: len }, (_, i) => 10 + ((seed * 7919 + i * 31) % 200));
 }
 
-function seq(over: Partial<ScheduledSeq>): ScheduledSeq {
-  return {
-    reqId: 'b',
-    numNewTokens: 1,
-    contextBefore: 0,
-    numPromptTokens: PROMPT,
-    numCachedPromptTokens: 0,
-    firstChunk: false,
-    firstToken: false,
-    decode: false,
-    remotePrefill: false,
-    ...over,
-  };
-}
+const seq = scheduledSeq;
 
 /** p50 of the model on one batch shape, over many draws of its jitter. */
 function modelP50(options: Record<string, unknown>, batch: StepBatch): number {
@@ -63,6 +54,35 @@ function modelP50(options: Record<string, unknown>, batch: StepBatch): number {
   if (!model) throw new Error('no step-time model');
   const draws = Array.from({ length: 2001 }, () => model.stepMs(batch)).sort((a, b) => a - b);
   return percentile(draws, 50);
+}
+
+/** One streaming completion of `promptIds` with ignore_eos; throws when it fails. */
+async function stream(
+  baseUrl: string,
+  dispatcher: Agent,
+  promptIds: number[],
+  maxTokens: number,
+  extra: Record<string, unknown> = {},
+): Promise<RequestResult> {
+  const r = await sendStreaming({
+    url: `${baseUrl}/v1/completions`,
+    body: {
+      model: 'emulated',
+      prompt: promptIds,
+      max_tokens: maxTokens,
+      ignore_eos: true,
+      stream: true,
+      ...extra,
+    },
+    chat: false,
+    headers: {},
+    dispatcher,
+    timeoutMs: 120_000,
+    promptLen: promptIds.length,
+    runStart: performance.now(),
+  });
+  if (!r.ok) throw new Error(`request to ${baseUrl} failed: ${r.error}`);
+  return r;
 }
 
 /** Sequential streaming requests; per request its TTFT and the median of its ITLs. */
@@ -77,31 +97,14 @@ async function measure(
   const dispatcher = new Agent({ connections: concurrency });
   const ttft: number[] = [];
   const itl: number[] = [];
-  const runStart = performance.now();
   try {
     for (let i = 0; i < requests; i++) {
       const results = await Promise.all(
         Array.from({ length: concurrency }, (_, c) =>
-          sendStreaming({
-            url: `${server.url}/v1/completions`,
-            body: {
-              model: 'emulated',
-              prompt: prompt(round * 1000 + i * 64 + c, promptLen),
-              max_tokens: tokens,
-              ignore_eos: true,
-              stream: true,
-            },
-            chat: false,
-            headers: {},
-            dispatcher,
-            timeoutMs: 120_000,
-            promptLen,
-            runStart,
-          }),
+          stream(server.url, dispatcher, prompt(round * 1000 + i * 64 + c, promptLen), tokens),
         ),
       );
       for (const r of results) {
-        if (!r.ok) throw new Error(`request failed: ${r.error}`);
         ttft.push(r.ttftMs);
         const sorted = [...r.itlMs].sort((a, b) => a - b);
         itl.push(percentile(sorted, 50));
@@ -149,83 +152,31 @@ export async function main(args: string[]): Promise<void> {
   const rows: Row[] = [];
   const dir = mkdtempSync(join(tmpdir(), 'kvconnect-bench-emulate-'));
 
-  // 1. The sim's profiles, loaded unchanged (port and model overridden by flags).
-  for (const profile of PROFILES) {
-    for (const calc of ['constant', 'per-token']) {
-      const file = join(PROFILE_DIR, `${profile}-${calc}.yaml`);
-      const options = loadSimConfigFile(file).emulation;
-      const name = `${profile} (${calc})`;
-      const ttftRow: Row = {
-        name,
-        metric: 'TTFT',
-        modelP50: modelP50(options, {
-          seqs: [seq({ numNewTokens: PROMPT, firstChunk: true, firstToken: true })],
-          maxNumSeqs: 64,
-        }),
-        measured: [],
-      };
-      const itlRow: Row = {
-        name,
-        metric: 'ITL',
-        modelP50: modelP50(options, { seqs: [seq({ contextBefore: PROMPT, decode: true })], maxNumSeqs: 64 }),
-        measured: [],
-      };
-      // A copy so the bench reads the file as a user passes it (--config), max-num-seqs included.
-      const copy = join(dir, `${profile}-${calc}.yaml`);
-      writeFileSync(copy, readFileSync(file));
-      await withServer(['--config', copy, '--max-model-len', '1024'], async (server) => {
-        for (let r = 0; r < rounds; r++) {
-          const m = await measure(server, requests, tokens, 1, PROMPT, r);
-          ttftRow.measured.push(p50(m.ttft));
-          itlRow.measured.push(p50(m.itl));
-        }
-      });
-      rows.push(ttftRow, itlRow);
-    }
-  }
-
-  // 2. Roofline built-ins at batch 1.
-  const targets: Array<[string, number, [number, number], [number, number]]> = [
-    ['llama-3.1-8b', 1, [60, 120], [10, 15]],
-    ['mistral-7b', 1, [60, 120], [10, 15]],
-    ['qwen3-32b', 2, [160, 280], [20, 30]],
-    ['llama-3.1-70b', 8, [150, 250], [18, 28]],
-  ];
-  for (const [model, tp, ttftRef, itlRef] of targets) {
-    const flags = [
-      '--latency-calculator',
-      'roofline',
-      '--target-model',
-      model,
-      '--target-accelerator',
-      'h100',
-      '--target-tp',
-      String(tp),
-    ];
-    const options = { 'latency-calculator': 'roofline', 'target-model': model, 'target-tp': String(tp) };
-    const name = `roofline ${model} ${tp}×h100`;
+  // Batch-1 TTFT (a 256-token prompt) and ITL of one server, against the model's p50.
+  const batch1 = async (
+    name: string,
+    options: Record<string, unknown>,
+    serverArgs: string[],
+    refs?: { ttft: [number, number]; itl: [number, number] },
+  ): Promise<void> => {
+    const prefill = seq({ numNewTokens: PROMPT, firstChunk: true, firstToken: true });
+    // Decode context grows over the request: the model at its midpoint.
+    const decode = seq({ contextBefore: PROMPT + tokens / 2, decode: true });
     const ttftRow: Row = {
       name,
       metric: 'TTFT',
-      modelP50: modelP50(options, {
-        seqs: [seq({ numNewTokens: PROMPT, firstChunk: true, firstToken: true })],
-        maxNumSeqs: 64,
-      }),
+      modelP50: modelP50(options, { seqs: [prefill], maxNumSeqs: 64 }),
       measured: [],
-      reference: ttftRef,
+      ...(refs ? { reference: refs.ttft } : {}),
     };
-    // Decode context grows over the request: the model at its midpoint.
     const itlRow: Row = {
       name,
       metric: 'ITL',
-      modelP50: modelP50(options, {
-        seqs: [seq({ contextBefore: PROMPT + tokens / 2, decode: true })],
-        maxNumSeqs: 64,
-      }),
+      modelP50: modelP50(options, { seqs: [decode], maxNumSeqs: 64 }),
       measured: [],
-      reference: itlRef,
+      ...(refs ? { reference: refs.itl } : {}),
     };
-    await withServer([...flags, '--max-model-len', '1024'], async (server) => {
+    await withServer([...serverArgs, '--max-model-len', '1024'], async (server) => {
       for (let r = 0; r < rounds; r++) {
         const m = await measure(server, requests, tokens, 1, PROMPT, r);
         ttftRow.measured.push(p50(m.ttft));
@@ -233,6 +184,33 @@ export async function main(args: string[]): Promise<void> {
       }
     });
     rows.push(ttftRow, itlRow);
+  };
+
+  // 1. The sim's profiles, loaded unchanged (port and model overridden by flags); a copy so
+  // the bench reads the file as a user passes it (--config), max-num-seqs included.
+  for (const profile of PROFILES) {
+    for (const calc of ['constant', 'per-token']) {
+      const file = join(PROFILE_DIR, `${profile}-${calc}.yaml`);
+      const copy = join(dir, `${profile}-${calc}.yaml`);
+      writeFileSync(copy, readFileSync(file));
+      await batch1(`${profile} (${calc})`, loadSimConfigFile(file).emulation, ['--config', copy]);
+    }
+  }
+
+  // 2. Roofline built-ins at batch 1 (KV at 1/16 of the target's size to fit the default cache).
+  const targets: Array<[string, number, [number, number], [number, number]]> = [
+    ['llama-3.1-8b', 1, [60, 120], [10, 15]],
+    ['mistral-7b', 1, [60, 120], [10, 15]],
+    ['qwen3-32b', 2, [160, 280], [20, 30]],
+    ['llama-3.1-70b', 8, [150, 250], [18, 28]],
+  ];
+  for (const [model, tp, ttft, itl] of targets) {
+    const options = { 'latency-calculator': 'roofline', 'target-model': model, 'target-tp': String(tp) };
+    const flags = Object.entries(options).flatMap(([k, v]) => [`--${k}`, v]);
+    await batch1(`roofline ${model} ${tp}×h100`, options, [...flags, '--kv-bytes-scale', '16'], {
+      ttft,
+      itl,
+    });
   }
 
   // 3. ITL against batch size at a fixed context (prompt 512).
@@ -244,6 +222,8 @@ export async function main(args: string[]): Promise<void> {
       'roofline',
       '--target-model',
       'llama-3.1-8b',
+      '--kv-bytes-scale',
+      '16',
       '--max-model-len',
       '1024',
       '--max-num-seqs',
@@ -271,6 +251,9 @@ export async function main(args: string[]): Promise<void> {
     },
   );
   rows.push(...batchRows);
+
+  const pd = await pdLink(rounds);
+  const replicas = await replicasPerBox(rounds, tokens);
 
   const header = [
     'configuration',
@@ -304,12 +287,35 @@ export async function main(args: string[]): Promise<void> {
     `\n${within} of ${rows.length} rows within ±5% of the model at p50; load average ${loadAverage()}`,
   );
   console.log(
+    `\nP/D, ${pd.bytes} bytes of KV per request over --kv-link ${pd.link} (modelled ${pd.linkMs.toFixed(1)} ms): ` +
+      `decode TTFT with the link ${fmt(summarize(pd.withLink), 1)} ms, without ${fmt(summarize(pd.without), 1)} ms, ` +
+      `difference ${fmt(summarize(pd.withLink.map((v, i) => v - (pd.without[i] ?? 0))), 1)} ms`,
+  );
+  console.log('\nreplicas (one closed-loop stream each, constant 100 ms / 12 ms, no jitter):');
+  for (const r of replicas) {
+    console.log(
+      `  ${String(r.n).padStart(3)} replicas: ITL p50 ${fmt(summarize(r.itl), 1)} ms (model 12), RSS ${r.rssMiB.toFixed(0)} MiB, ${(r.rssMiB / r.n).toFixed(1)} MiB per replica`,
+    );
+  }
+  console.log(
     JSON.stringify({
       bench: 'emulate',
       rounds,
       requests,
       tokens,
       within5pct: within,
+      pd: {
+        link: pd.link,
+        bytes: pd.bytes,
+        link_ms: Number(pd.linkMs.toFixed(2)),
+        ttft_with_link_ms: json(summarize(pd.withLink), 2),
+        ttft_without_ms: json(summarize(pd.without), 2),
+      },
+      replicas: replicas.map((r) => ({
+        n: r.n,
+        itl_p50_ms: json(summarize(r.itl), 2),
+        rss_mib: Math.round(r.rssMiB),
+      })),
       rows: rows.map((row) => ({
         name: row.name,
         metric: row.metric,
@@ -320,4 +326,139 @@ export async function main(args: string[]): Promise<void> {
       })),
     }),
   );
+}
+
+const TARGET_KV = ['--mode', 'random', '--target-model', 'llama-3.1-8b', '--kv-bytes-scale', '16'];
+const LINK = '0.5,20ms';
+
+function nixl(role: string, engineId: string): string {
+  return JSON.stringify({
+    kv_connector: 'NixlConnector',
+    kv_role: role,
+    engine_id: engineId,
+    kv_connector_extra_config: { backends: ['TCP'], side_channel_port: 0 },
+  });
+}
+
+/** D's TTFT for prompts P prefilled, with and without an emulated link, alternating. */
+async function pdLink(
+  rounds: number,
+): Promise<{ link: string; bytes: number; linkMs: number; withLink: number[]; without: number[] }> {
+  const common = [...TARGET_KV, '--max-model-len', '1024', '--kv-cache-memory-bytes', '128M'];
+  const servers: ServeProcess[] = [];
+  const start = async (args: string[]): Promise<ServeProcess> => {
+    const s = await startServe('pd', ['--port', '0', '--served-model-name', 'emulated', ...common, ...args], {
+      timeoutMs: 60_000,
+    });
+    servers.push(s);
+    return s;
+  };
+  try {
+    const p = await start(['--kv-transfer-config', nixl('kv_producer', 'bench-p')]);
+    const dLink = await start([
+      '--kv-transfer-config',
+      nixl('kv_consumer', 'bench-d-link'),
+      '--kv-link',
+      LINK,
+    ]);
+    const dPlain = await start(['--kv-transfer-config', nixl('kv_consumer', 'bench-d')]);
+    const dispatcher = new Agent({ connections: 2 });
+    let n = 0;
+    const once = async (d: ServeProcess): Promise<number> => {
+      const promptIds = prompt(90_000 + n++, PROMPT);
+      const res = await fetch(`${p.url}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({
+          model: 'emulated',
+          prompt: promptIds,
+          max_tokens: 1,
+          kv_transfer_params: { do_remote_decode: true },
+        }),
+      });
+      const params = ((await res.json()) as { kv_transfer_params: unknown }).kv_transfer_params;
+      const r = await stream(d.url, dispatcher, promptIds, 2, { kv_transfer_params: params });
+      return r.ttftMs;
+    };
+    // Warm both pairs (handshakes) before measuring.
+    await once(dLink);
+    await once(dPlain);
+    const withLink: number[] = [];
+    const without: number[] = [];
+    for (let i = 0; i < rounds * 3; i++) {
+      if (i % 2 === 0) {
+        withLink.push(await once(dLink));
+        without.push(await once(dPlain));
+      } else {
+        without.push(await once(dPlain));
+        withLink.push(await once(dLink));
+      }
+    }
+    await dispatcher.close();
+    // The prompt's full blocks travel: (256 - 1) / 16 = 15 blocks of 16 tokens × 8 KiB.
+    const bytes = Math.floor((PROMPT - 1) / 16) * 16 * ((128 * 1024) / 16);
+    const [bw, latency] = LINK.split(',');
+    const linkMs = Number.parseFloat(latency ?? '0') + bytes / (Number(bw) * 1e6);
+    return { link: LINK, bytes, linkMs, withLink, without };
+  } finally {
+    for (const s of servers) await s.stop();
+  }
+}
+
+function rssMiB(pid: number): number {
+  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+  return Number(/VmRSS:\s+(\d+) kB/.exec(status)?.[1] ?? Number.NaN) / 1024;
+}
+
+/** N in-process replicas, one stream each: ITL p50 per round, and the process's memory. */
+async function replicasPerBox(
+  rounds: number,
+  tokens: number,
+): Promise<Array<{ n: number; itl: number[]; rssMiB: number }>> {
+  const out: Array<{ n: number; itl: number[]; rssMiB: number }> = [];
+  for (const n of [1, 8, 24]) {
+    const base = 31000 + Math.floor(Math.random() * 20000);
+    const timing = [
+      '--latency-calculator',
+      'constant',
+      '--time-to-first-token',
+      '100ms',
+      '--inter-token-latency',
+      '12ms',
+    ];
+    const server = await startServe(
+      'replicas',
+      [
+        '--port',
+        String(base),
+        '--mode',
+        'random',
+        '--served-model-name',
+        'emulated',
+        '--data-parallel-size',
+        String(n),
+        ...timing,
+      ],
+      { timeoutMs: 120_000 },
+    );
+    try {
+      for (let i = 1; i < n; i++) await waitHealthy(`http://127.0.0.1:${base + i}`, 60_000);
+      const itl: number[] = [];
+      const dispatcher = new Agent({ connections: n });
+      for (let r = 0; r < rounds; r++) {
+        const results = await Promise.all(
+          Array.from({ length: n }, (_, i) =>
+            stream(`http://127.0.0.1:${base + i}`, dispatcher, prompt(r * 100 + i, 64), tokens),
+          ),
+        );
+        const gaps = results.flatMap((x) => x.itlMs);
+        itl.push(p50(gaps));
+      }
+      await dispatcher.close();
+      out.push({ n, itl, rssMiB: rssMiB(server.pid) });
+    } finally {
+      await server.stop();
+    }
+  }
+  return out;
 }

@@ -13,22 +13,9 @@ import { buildEmulationConfig, type SimLatency } from '../../src/config/emulatio
 import { resolveTargetModel } from '../../src/config/target-deployment.ts';
 import { RooflineModel, totalParams } from '../../src/engine/timing/roofline.ts';
 import { loadFactor, randomNormMs, SimLatencyModel } from '../../src/engine/timing/sim-latency.ts';
-import type { ScheduledSeq, StepBatch } from '../../src/engine/timing/step-batch.ts';
+import { type ScheduledSeq, type StepBatch, scheduledSeq } from '../../src/engine/timing/step-batch.ts';
 
-function seq(over: Partial<ScheduledSeq> = {}): ScheduledSeq {
-  return {
-    reqId: 'r',
-    numNewTokens: 1,
-    contextBefore: 0,
-    numPromptTokens: 256,
-    numCachedPromptTokens: 0,
-    firstChunk: false,
-    firstToken: false,
-    decode: false,
-    remotePrefill: false,
-    ...over,
-  };
-}
+const seq = scheduledSeq;
 const prefill = (n = 256, over: Partial<ScheduledSeq> = {}): ScheduledSeq =>
   seq({ numNewTokens: n, firstChunk: true, firstToken: true, ...over });
 const decode = (context = 256): ScheduledSeq => seq({ contextBefore: context, decode: true });

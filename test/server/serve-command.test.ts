@@ -44,6 +44,29 @@ async function serve(
   return { code: ctx.exitCode, out, err };
 }
 
+/** Runs serve until stop(): `urls` resolves once `count` servers printed their address. */
+function serveRunning(argv: string[], deps: ServeDeps = {}, count = 1) {
+  let stop!: () => void;
+  const stopped = new Promise<void>((resolve) => {
+    stop = resolve;
+  });
+  let printed = '';
+  let ready!: (urls: string[]) => void;
+  const listening = new Promise<string[]>((resolve) => {
+    ready = resolve;
+  });
+  const run = serve(argv, { ...deps, stopSignal: () => stopped }, (out) => {
+    printed = out;
+    const urls = [...out.matchAll(/listening on (http:\/\/127\.0\.0\.1:\d+)/g)].map((m) => m[1] as string);
+    if (urls.length >= count) ready(urls);
+  });
+  const urls = Promise.race([
+    listening,
+    run.then((r) => Promise.reject(new Error(`serve exited: ${r.err}`))),
+  ]);
+  return { urls, stop, run, output: () => printed };
+}
+
 const noEngine: ServeDeps = {
   createEngine: () => {
     throw new Error('the engine must not be created for an invalid configuration');
@@ -94,46 +117,28 @@ test('an unknown connector stops the command before it listens', async () => {
 });
 
 test('the dotted --kv-transfer-config form configures the connector of a running server', async () => {
-  let stop!: () => void;
-  const stopped = new Promise<void>((resolve) => {
-    stop = resolve;
-  });
-  let listening!: (url: string) => void;
-  const address = new Promise<string>((resolve) => {
-    listening = resolve;
-  });
-  const run = serve(
-    [
-      '--port',
-      '0',
-      '--kv-transfer-config.kv_connector',
-      'EchoParamsConnector',
-      '--kv-transfer-config.kv_role',
-      'kv_producer',
-      '--kv-transfer-config.kv_connector_module_path',
-      fileURLToPath(new URL('./echo-connector.ts', import.meta.url)),
-      '--kv-transfer-config.engine_id',
-      'dotted-engine',
-    ],
-    { stopSignal: () => stopped },
-    (out) => {
-      const url = /listening on (http:\/\/127\.0\.0\.1:\d+)/.exec(out)?.[1];
-      if (url) listening(url);
-    },
-  );
+  const server = serveRunning([
+    '--port',
+    '0',
+    '--kv-transfer-config.kv_connector',
+    'EchoParamsConnector',
+    '--kv-transfer-config.kv_role',
+    'kv_producer',
+    '--kv-transfer-config.kv_connector_module_path',
+    fileURLToPath(new URL('./echo-connector.ts', import.meta.url)),
+    '--kv-transfer-config.engine_id',
+    'dotted-engine',
+  ]);
   try {
-    const url = await Promise.race([
-      address,
-      run.then((r) => Promise.reject(new Error(`serve exited: ${r.err}`))),
-    ]);
+    const [url] = await server.urls;
     const info = (await (await fetch(`${url}/kvconnect/info`)).json()) as Record<string, unknown>;
     assert.equal(info['kv_connector'], 'EchoParamsConnector');
     assert.equal(info['kv_role'], 'kv_producer');
     assert.equal(info['engine_id'], 'dotted-engine');
   } finally {
-    stop();
+    server.stop();
   }
-  const r = await run;
+  const r = await server.run;
   assert.equal(r.code, 0, r.err);
 });
 
@@ -141,28 +146,10 @@ test("--config reads llm-d-inference-sim's YAML: a published profile serves in e
   const profile = fileURLToPath(
     new URL('../fixtures/sim-latency-profiles/8b-h100-balanced-per-token.yaml', import.meta.url),
   );
-  let stop!: () => void;
-  const stopped = new Promise<void>((resolve) => {
-    stop = resolve;
-  });
-  let listening!: (url: string) => void;
-  const address = new Promise<string>((resolve) => {
-    listening = resolve;
-  });
   // Flags win over the file: the port (8000 in the profile) and the speedup.
-  const run = serve(
-    ['--config', profile, '--port', '0', '--speedup', '20', '--model', 'tiny'],
-    { stopSignal: () => stopped },
-    (out) => {
-      const url = /listening on (http:\/\/127\.0\.0\.1:\d+)/.exec(out)?.[1];
-      if (url) listening(url);
-    },
-  );
+  const server = serveRunning(['--config', profile, '--port', '0', '--speedup', '20', '--model', 'tiny']);
   try {
-    const url = await Promise.race([
-      address,
-      run.then((r) => Promise.reject(new Error(`serve exited: ${r.err}`))),
-    ]);
+    const [url] = await server.urls;
     const res = await fetch(`${url}/v1/completions`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
@@ -181,9 +168,9 @@ test("--config reads llm-d-inference-sim's YAML: a published profile serves in e
     const ttft = Number(/vllm:time_to_first_token_seconds_sum\{[^}]*\} (\S+)/.exec(metrics)?.[1]);
     assert.ok(ttft >= 0.021, `ttft ${ttft}`);
   } finally {
-    stop();
+    server.stop();
   }
-  const r = await run;
+  const r = await server.run;
   assert.equal(r.code, 0, r.err);
 });
 
@@ -199,37 +186,33 @@ test('--config: a sim option kvconnect does not implement, and a duration withou
 });
 
 test('--data-parallel-size N: N engines in one process, rank r on port + r with KV events on their port + r', async () => {
-  let stop!: () => void;
-  const stopped = new Promise<void>((resolve) => {
-    stop = resolve;
-  });
   const zmqBase = 23000 + Math.floor(Math.random() * 20000);
   const ranks: number[] = [];
-  let printed = '';
-  const run = serve(
+  const events = JSON.stringify({ enable_kv_cache_events: true, endpoint: `tcp://127.0.0.1:${zmqBase}` });
+  const server = serveRunning(
     [
-      ...['--mode', 'random', '--model', 'tiny', '--data-parallel-size', '2', '--port', '0'],
-      ...[
-        '--kv-events-config',
-        JSON.stringify({ enable_kv_cache_events: true, endpoint: `tcp://127.0.0.1:${zmqBase}` }),
-      ],
+      '--mode',
+      'random',
+      '--model',
+      'tiny',
+      '--data-parallel-size',
+      '2',
+      '--port',
+      '0',
+      '--kv-events-config',
+      events,
     ],
     {
-      stopSignal: () => stopped,
       createEngine: (config) => {
         ranks.push(config.parallel.dataParallelRank);
         return AsyncEngine.create(config);
       },
     },
-    (out) => {
-      printed = out;
-    },
+    2,
   );
   try {
-    const deadline = Date.now() + 60_000;
-    while ((printed.match(/listening on/g) ?? []).length < 2 && Date.now() < deadline) {
-      await Promise.race([new Promise((r) => setTimeout(r, 20)), run]);
-    }
+    await server.urls;
+    const printed = server.output();
     assert.deepEqual(ranks, [0, 1]);
     const urls = [
       ...printed.matchAll(/\(data-parallel rank (\d)\) listening on (http:\/\/127\.0\.0\.1:\d+)/g),
@@ -250,8 +233,8 @@ test('--data-parallel-size N: N engines in one process, rank r on port + r with 
       assert.equal(res.status, 200);
     }
   } finally {
-    stop();
+    server.stop();
   }
-  const r = await run;
+  const r = await server.run;
   assert.equal(r.code, 0, r.err);
 });

@@ -73,3 +73,19 @@ export interface StepTimeModel {
   readonly name: string;
   stepMs(batch: StepBatch): number;
 }
+
+/** A scheduled sequence described by hand (benchmarks, tests): a one-token step unless overridden. */
+export function scheduledSeq(over: Partial<ScheduledSeq> = {}): ScheduledSeq {
+  return {
+    reqId: 'seq',
+    numNewTokens: 1,
+    contextBefore: 0,
+    numPromptTokens: 256,
+    numCachedPromptTokens: 0,
+    firstChunk: false,
+    firstToken: false,
+    decode: false,
+    remotePrefill: false,
+    ...over,
+  };
+}

@@ -348,3 +348,18 @@ function choiceOption<T extends string>(field: string, raw: unknown, choices: re
     `Pass --${field} ${choices.filter((c) => c !== '').join(' | ')}.`,
   );
 }
+
+/** What a server states about its emulation (GET /kvconnect/info `emulation`), snake_case. */
+export function emulationInfo(e: EmulationConfig | null | undefined): Record<string, unknown> | null {
+  if (!e) return null;
+  return {
+    latency_calculator: e.latencyCalculator,
+    mode: e.mode,
+    speedup: e.speedup,
+    target_model: e.targetKv?.model ?? e.roofline?.model ?? null,
+    target_accelerator: e.roofline?.accelerator ?? null,
+    target_tp: e.roofline?.tensorParallelSize ?? null,
+    kv_bytes_scale: e.targetKv?.bytesScale ?? null,
+    kv_link: e.kvLink,
+  };
+}

@@ -5,6 +5,7 @@
  * the vLLM-style names (kv_connector, tensor_parallel_size, ...) are kept alongside the
  * proxy's (connector, tp_size, ...).
  */
+import { emulationInfo } from '../config/emulation-config.ts';
 import type { AsyncEngineLike } from '../engine/api.ts';
 
 /** Kept for importers of the earlier name: the engine's optional info method. */
@@ -53,5 +54,7 @@ export function backendInfo(engine: AsyncEngineLike, servedModelName: string): B
     side_channel_port: typeof port === 'number' ? port : null,
     transfer_mode: typeof mode === 'string' ? mode : null,
     kv_events: engine.kvEventsInfo?.() ?? null,
+    // Emulated deployments (docs/emulation.md): the model of time, tokens and KV size.
+    emulation: emulationInfo(engine.config.emulation),
   };
 }

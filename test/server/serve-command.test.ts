@@ -163,6 +163,12 @@ test("--config reads llm-d-inference-sim's YAML: a published profile serves in e
     assert.equal(res.status, 200);
     const body = (await res.json()) as { usage: { completion_tokens: number } };
     assert.equal(body.usage.completion_tokens, 5);
+    const info = (await (await fetch(`${url}/kvconnect/info`)).json()) as {
+      emulation: Record<string, unknown>;
+    };
+    assert.equal(info.emulation['latency_calculator'], 'per-token');
+    assert.equal(info.emulation['mode'], 'random');
+    assert.equal(info.emulation['speedup'], 20);
     const metrics = await (await fetch(`${url}/metrics`)).text();
     // Emulated TTFT: at least the profile's 30 ms overhead less its clamped jitter (sum of one request).
     const ttft = Number(/vllm:time_to_first_token_seconds_sum\{[^}]*\} (\S+)/.exec(metrics)?.[1]);

@@ -357,6 +357,8 @@ export class Engine {
       this.config.scheduler.maxNumSeqs,
     );
     for (const seq of batch.seqs) if (seq.firstToken || seq.decode) this.#remotePrefill.delete(seq.reqId);
+    // Aborted or failed before their first token: forget them too.
+    for (const id of this.#remotePrefill) if (!this.scheduler.getRequest(id)) this.#remotePrefill.delete(id);
     return this.#stepTime.stepMs(batch);
   }
 

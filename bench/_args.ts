@@ -13,6 +13,8 @@ import { closestNames } from '../src/config/config-error.ts';
 
 /** One line per bench, for `npm run bench -- --help` and the bench's own `--help`. */
 export const BENCH_SUMMARIES = {
+  emulate:
+    "an emulating server's TTFT and ITL against its step-time model: the sim's profiles, roofline built-ins, ITL vs batch",
   engine:
     "the matmul kernel's peak against the `tiny` model's prefill and paged decode (vs gather attention)",
   failover:

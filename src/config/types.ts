@@ -2,6 +2,7 @@
  * Shapes of the configuration every layer reads. Parsing and validation live next to
  * this file (src/config/). Wire names are snake_case (vLLM's); code uses camelCase.
  */
+import type { EmulationConfig } from './emulation-config.ts';
 import type { KVEventsConfigFields } from './kv-events-config.ts';
 
 /** The KV cache's element type once `cache_dtype` is resolved (`auto` → the model's dtype). */
@@ -82,4 +83,6 @@ export interface EngineConfig {
   kvTransferConfig: KVTransferConfigLike | null;
   /** `--kv-events-config` (vLLM's KVEventsConfig); absent or null = no KV events. */
   kvEventsConfig?: KVEventsConfigFields | null;
+  /** Emulated deployment (step-time model, token mode, speedup); absent or null = none. */
+  emulation?: EmulationConfig | null;
 }

@@ -28,6 +28,7 @@ import type {
 } from './api.ts';
 import { type IterationStats, IterationStatsBuilder } from './iteration-stats.ts';
 import { KVEventSink } from './kv-event-sink.ts';
+import { SyntheticModel } from './model/synthetic-model.ts';
 import { type BlockHashSource, Request } from './request.ts';
 import type { ModelExecutor } from './runner/executor.ts';
 import { LocalExecutor } from './runner/local-executor.ts';
@@ -38,6 +39,15 @@ import { ThreadExecutor } from './runner/thread-executor.ts';
 import { KVOutputAggregator } from './scheduler/kv-output-aggregator.ts';
 import { type PrefixCacheReset, Scheduler } from './scheduler/scheduler.ts';
 import type { EngineCoreOutput, SchedulerStats } from './scheduler/types.ts';
+import {
+  createEngineClock,
+  createStepTimeModel,
+  syntheticTokenSource,
+  targetKvModelConfig,
+  withTargetKv,
+} from './timing/emulation.ts';
+import type { EngineClock } from './timing/engine-clock.ts';
+import { buildStepBatch, type StepTimeModel } from './timing/step-batch.ts';
 
 export interface StepResult {
   deltas: RequestOutputDelta[];
@@ -59,7 +69,12 @@ export class Engine {
   readonly #blockHashSize: number;
   /** Where each step's KV cache events go (published or dropped; never kept). */
   readonly kvEvents: KVEventSink;
-  readonly #iterationStats = new IterationStatsBuilder();
+  readonly #iterationStats: IterationStatsBuilder;
+  /** The time metrics, timestamps and events read; holds emulated steps (./timing/). */
+  readonly clock: EngineClock;
+  readonly #stepTime: StepTimeModel | null;
+  /** Requests that arrived with do_remote_prefill and have not sampled yet. */
+  readonly #remotePrefill = new Set<string>();
   readonly #iterationListeners = new Set<(stats: IterationStats) => void>();
   #connectorStats: Record<string, unknown> | null = null;
   #closed = false;
@@ -74,6 +89,7 @@ export class Engine {
     blockHashSize: number;
     kvEvents: KVEventSink;
     connectorMetricSpecs: readonly ConnectorMetricSpec[];
+    clock: EngineClock;
   }) {
     this.config = parts.config;
     this.kvCacheConfig = parts.kvCacheConfig;
@@ -83,6 +99,9 @@ export class Engine {
     this.executor = parts.executor;
     this.kvEvents = parts.kvEvents;
     this.connectorMetricSpecs = parts.connectorMetricSpecs;
+    this.clock = parts.clock;
+    this.#stepTime = createStepTimeModel(parts.config.emulation);
+    this.#iterationStats = new IterationStatsBuilder(() => this.clock.now());
     this.#outputs = new OutputProcessor(parts.tokenizer);
     this.#blockHashSize = parts.blockHashSize;
     const hasher = createBlockHasher(parts.blockHashSize, parts.config.cache.prefixCachingHashAlgo);
@@ -102,8 +121,11 @@ export class Engine {
     const hma = await resolveHybridKvCacheManager(config);
     config = applyHMADecision(config, hma);
     const tpSize = config.parallel.tensorParallelSize;
+    // Emulating a target model without weights: KV blocks of its geometry, in BF16.
+    const targetKv = config.emulation?.targetKv ?? null;
+    if (targetKv) config = withTargetKv(config);
     const kvCacheConfig = buildKVCacheConfig({
-      hfConfig: model.hfConfig,
+      hfConfig: targetKv ? targetKvModelConfig(targetKv, model.hfConfig) : model.hfConfig,
       blockSize: config.cache.blockSize,
       dtype: config.cache.cacheDtype,
       numBlocks: config.cache.numGpuBlocks,
@@ -121,16 +143,24 @@ export class Engine {
       enableKvCacheEvents: config.kvEventsConfig?.enable_kv_cache_events ?? false,
     });
     warnKVEventsConfig(config.kvEventsConfig ?? null, config.cache.enablePrefixCaching);
+    const tokenizer = loadTokenizer(config.model.model);
     const connector = config.kvTransferConfig
       ? await KVConnectorFactory.createConnector(config, 'scheduler', kvCacheConfig)
       : null;
-    const scheduler = new Scheduler(config, kvCacheManager, connector);
+    const clock = createEngineClock(config.emulation);
+    const scheduler = new Scheduler(config, kvCacheManager, connector, { clock: () => clock.now() });
     // vLLM's KVOutputAggregator: a request is finished only when every rank reported it.
     const aggregator = connector ? new KVOutputAggregator(connector.getFinishedCount() ?? tpSize) : null;
     let executor: ModelExecutor;
     try {
-      if (simulate) {
-        executor = new SimulatedExecutor({ ...simulate, lookup: (id) => scheduler.getRequest(id) });
+      const lookup = (id: string): Request | undefined => scheduler.getRequest(id);
+      const nextToken = syntheticTokenSource(config, tokenizer, lookup);
+      if (simulate || (nextToken && !targetKv)) {
+        executor = new SimulatedExecutor({ ...simulate, lookup, ...(nextToken ? { nextToken } : {}) });
+      } else if (nextToken) {
+        const synthetic = { model: new SyntheticModel(kvCacheConfig, tokenizer.vocabSize), nextToken };
+        const rank = await setUpRank(config, kvCacheConfig, 0, 1, undefined, synthetic);
+        executor = new LocalExecutor(rank.runner, rank.handshake, aggregator);
       } else if (tpSize === 1) {
         const rank = await setUpRank(config, kvCacheConfig, 0, 1);
         executor = new LocalExecutor(rank.runner, rank.handshake, aggregator);
@@ -160,7 +190,7 @@ export class Engine {
         const cls = connector.constructor as KVConnectorClass;
         connectorMetricSpecs = (await cls.metricSpecs?.(config.kvTransferConfig)) ?? [];
       }
-      kvEvents = await KVEventSink.create(config, kvCacheConfig);
+      kvEvents = await KVEventSink.create(config, kvCacheConfig, () => clock.now());
     } catch (e) {
       await executor.shutdown();
       await connector?.shutdown();
@@ -171,8 +201,9 @@ export class Engine {
       config,
       kvCacheConfig,
       hma,
-      tokenizer: loadTokenizer(config.model.model),
+      tokenizer,
       scheduler,
+      clock,
       executor,
       blockHashSize: kvCacheManager.hashBlockSize,
       connectorMetricSpecs,
@@ -184,7 +215,7 @@ export class Engine {
   }
 
   /** Tokenizes the prompt when needed and queues the request. */
-  addRequest(req: GenerateRequest, arrivalTime = Date.now()): Request {
+  addRequest(req: GenerateRequest, arrivalTime = this.clock.now()): Request {
     this.#assertOpen();
     const promptTokenIds =
       req.promptTokenIds ?? (req.prompt !== undefined ? this.tokenizer.encode(req.prompt) : null);
@@ -208,6 +239,8 @@ export class Engine {
       blockHasher: this.#blockHasher,
     });
     this.scheduler.addRequest(request);
+    if (this.#stepTime && req.kvTransferParams?.['do_remote_prefill'] === true)
+      this.#remotePrefill.add(req.requestId);
     this.#outputs.addRequest(req.requestId, req.sampling);
     this.#iterationStats.addRequest(req.requestId, req.sampling.maxTokens);
     return request;
@@ -216,11 +249,15 @@ export class Engine {
   /** One engine step. */
   async step(): Promise<StepResult> {
     this.#assertOpen();
+    const startedAt = this.clock.stepStart();
     const schedulerOutput = this.scheduler.schedule();
+    const stepMs = this.#modelledStepMs(schedulerOutput);
     const runnerOutput = await this.executor.execute({
       schedulerOutput,
       newRequestSampling: this.#samplingOfNewRequests(schedulerOutput),
     });
+    // Emulated deployments: the step lasts what the step-time model says it would there.
+    if (stepMs > 0) await this.clock.holdStep(startedAt, stepMs);
     const update = this.scheduler.updateFromOutput(schedulerOutput, runnerOutput);
     this.kvEvents.drain(update.kvCacheEvents);
     const deltas = this.#toDeltas(update.outputs);
@@ -320,6 +357,21 @@ export class Engine {
       deltas.push(delta);
     }
     return deltas;
+  }
+
+  /** The step's duration on the emulated deployment (0 without a step-time model). */
+  #modelledStepMs(out: SchedulerOutput): number {
+    if (!this.#stepTime) return 0;
+    const batch = buildStepBatch(
+      out,
+      (id) => this.scheduler.getRequest(id),
+      (id) => this.#remotePrefill.has(id),
+      this.config.scheduler.maxNumSeqs,
+    );
+    for (const seq of batch.seqs) if (seq.firstToken || seq.decode) this.#remotePrefill.delete(seq.reqId);
+    // Aborted or failed before their first token: forget them too.
+    for (const id of this.#remotePrefill) if (!this.scheduler.getRequest(id)) this.#remotePrefill.delete(id);
+    return this.#stepTime.stepMs(batch);
   }
 
   #samplingOfNewRequests(out: SchedulerOutput): Record<string, SamplingParams> {

@@ -12,22 +12,29 @@ import type { WireKVEvent } from '../kv-events/wire.ts';
 export class KVEventSink {
   readonly publisher: EventPublisher;
   readonly #groups: KVCacheConfig['groups'];
+  /** Epoch ms of the engine's clock (emulated time under --speedup). */
+  readonly #clock: () => number;
 
-  constructor(publisher: EventPublisher, kvCacheConfig: KVCacheConfig) {
+  constructor(publisher: EventPublisher, kvCacheConfig: KVCacheConfig, clock: () => number = Date.now) {
     this.publisher = publisher;
     this.#groups = kvCacheConfig.groups;
+    this.#clock = clock;
   }
 
-  static async create(config: EngineConfig, kvCacheConfig: KVCacheConfig): Promise<KVEventSink> {
+  static async create(
+    config: EngineConfig,
+    kvCacheConfig: KVCacheConfig,
+    clock: () => number = Date.now,
+  ): Promise<KVEventSink> {
     const publisher = await createEventPublisher(config.kvEventsConfig, config.parallel.dataParallelRank);
-    return new KVEventSink(publisher, kvCacheConfig);
+    return new KVEventSink(publisher, kvCacheConfig, clock);
   }
 
   /** Publishes this step's events as one batch (nothing when there are none). */
   drain(events: readonly KVCacheEvent[]): void {
     if (events.length === 0) return;
     this.publisher.publish({
-      ts: Date.now() / 1000,
+      ts: this.#clock() / 1000,
       events: events.map((e) => this.#toWire(e)),
       dataParallelRank: null,
     });

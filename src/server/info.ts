@@ -3,6 +3,7 @@
  * proxy can pick the P/D flow without being told, and the coordinates its peers need. The
  * engine's configuration gives the identity; the connector adds what it advertises.
  */
+import { emulationInfo } from '../config/emulation-config.ts';
 import type { AsyncEngineLike } from '../engine/api.ts';
 import { formatKVConnectorInfo, type KVConnectorInfo } from '../wire/index.ts';
 
@@ -10,7 +11,7 @@ export function backendInfo(engine: AsyncEngineLike, servedModelName: string): K
   const kv = engine.config.kvTransferConfig;
   const parallel = engine.config.parallel;
   const connector = engine.kvConnectorDescription?.() ?? null;
-  return formatKVConnectorInfo(
+  const info = formatKVConnectorInfo(
     {
       kvConnector: kv?.kv_connector ?? null,
       connectorClass: connector?.connectorClass ?? null,
@@ -24,4 +25,6 @@ export function backendInfo(engine: AsyncEngineLike, servedModelName: string): K
     },
     connector?.advertised ?? null,
   );
+  // Emulated deployments (docs/emulation.md): the model of time, tokens and KV size.
+  return { ...info, emulation: emulationInfo(engine.config.emulation) };
 }

@@ -1,6 +1,7 @@
 /** One way for connectors to get a transfer agent: on the caller's event loop, or in a worker thread. */
 import { InThreadTransferAgent } from './agent.ts';
 import type { AgentSeams, TransferAgentOptions } from './agent-options.ts';
+import { EmulatedLinkAgent, type EmulatedLinkSpec } from './emulated-link.ts';
 import { ThreadedTransferAgent } from './threaded-agent.ts';
 import type { TransferAgent } from './transfer-agent.ts';
 
@@ -10,6 +11,8 @@ export interface CreateAgentOptions extends TransferAgentOptions {
    * caller's event loop is busy (an engine step).
    */
   readonly thread?: boolean;
+  /** Emulated deployments: hold each transfer's completion as this link would (emulated-link.ts). */
+  readonly emulatedLink?: EmulatedLinkSpec | null;
 }
 
 /** How a connector's worker gets its agent: createTransferAgent, or what its connector class plugs in instead. */
@@ -23,10 +26,12 @@ export async function createTransferAgent(
   options: CreateAgentOptions,
   seams: AgentSeams = {},
 ): Promise<TransferAgent> {
-  const { thread, ...rest } = options;
+  const { thread, emulatedLink, ...rest } = options;
   if (thread && seams.outgoing) {
     throw new Error('AgentSeams.outgoing cannot cross into an agent thread: plug it in through threadEntry');
   }
-  if (thread) return ThreadedTransferAgent.create(rest, seams);
-  return InThreadTransferAgent.create(rest, seams);
+  const agent = thread
+    ? await ThreadedTransferAgent.create(rest, seams)
+    : await InThreadTransferAgent.create(rest, seams);
+  return emulatedLink ? new EmulatedLinkAgent(agent, emulatedLink) : agent;
 }

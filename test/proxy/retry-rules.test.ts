@@ -15,7 +15,7 @@ import {
   type Received,
   UpstreamDouble,
   withProxy,
-} from './upstream-double.ts';
+} from './helpers/upstream-double.ts';
 
 setLogLevel('silent');
 

@@ -4,12 +4,16 @@
  * invocation (dotted --kv-transfer-config form) serves until its stop signal.
  */
 import assert from 'node:assert/strict';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { Command } from 'commander';
 import { registerServeCommand, type ServeDeps } from '../../src/cli/commands/serve.ts';
 import type { CliContext } from '../../src/cli/context.ts';
 import { extractDottedArgs } from '../../src/config/dotted-args.ts';
+import { AsyncEngine } from '../../src/engine/async-engine.ts';
 
 async function serve(
   argv: string[],
@@ -38,6 +42,29 @@ async function serve(
   registerServeCommand(program, ctx, deps);
   await program.parseAsync(['serve', ...rest], { from: 'user' });
   return { code: ctx.exitCode, out, err };
+}
+
+/** Runs serve until stop(): `urls` resolves once `count` servers printed their address. */
+function serveRunning(argv: string[], deps: ServeDeps = {}, count = 1) {
+  let stop!: () => void;
+  const stopped = new Promise<void>((resolve) => {
+    stop = resolve;
+  });
+  let printed = '';
+  let ready!: (urls: string[]) => void;
+  const listening = new Promise<string[]>((resolve) => {
+    ready = resolve;
+  });
+  const run = serve(argv, { ...deps, stopSignal: () => stopped }, (out) => {
+    printed = out;
+    const urls = [...out.matchAll(/listening on (http:\/\/127\.0\.0\.1:\d+)/g)].map((m) => m[1] as string);
+    if (urls.length >= count) ready(urls);
+  });
+  const urls = Promise.race([
+    listening,
+    run.then((r) => Promise.reject(new Error(`serve exited: ${r.err}`))),
+  ]);
+  return { urls, stop, run, output: () => printed };
 }
 
 const noEngine: ServeDeps = {
@@ -90,45 +117,130 @@ test('an unknown connector stops the command before it listens', async () => {
 });
 
 test('the dotted --kv-transfer-config form configures the connector of a running server', async () => {
-  let stop!: () => void;
-  const stopped = new Promise<void>((resolve) => {
-    stop = resolve;
-  });
-  let listening!: (url: string) => void;
-  const address = new Promise<string>((resolve) => {
-    listening = resolve;
-  });
-  const run = serve(
-    [
-      '--port',
-      '0',
-      '--kv-transfer-config.kv_connector',
-      'EchoParamsConnector',
-      '--kv-transfer-config.kv_role',
-      'kv_producer',
-      '--kv-transfer-config.kv_connector_module_path',
-      fileURLToPath(new URL('./fixtures/echo-connector.ts', import.meta.url)),
-      '--kv-transfer-config.engine_id',
-      'dotted-engine',
-    ],
-    { stopSignal: () => stopped },
-    (out) => {
-      const url = /listening on (http:\/\/127\.0\.0\.1:\d+)/.exec(out)?.[1];
-      if (url) listening(url);
-    },
-  );
+  const server = serveRunning([
+    '--port',
+    '0',
+    '--kv-transfer-config.kv_connector',
+    'EchoParamsConnector',
+    '--kv-transfer-config.kv_role',
+    'kv_producer',
+    '--kv-transfer-config.kv_connector_module_path',
+    fileURLToPath(new URL('./fixtures/echo-connector.ts', import.meta.url)),
+    '--kv-transfer-config.engine_id',
+    'dotted-engine',
+  ]);
   try {
-    const url = await Promise.race([
-      address,
-      run.then((r) => Promise.reject(new Error(`serve exited: ${r.err}`))),
-    ]);
+    const [url] = await server.urls;
     const info = (await (await fetch(`${url}/kvconnect/info`)).json()) as Record<string, unknown>;
     assert.equal(info['kv_connector'], 'EchoParamsConnector');
     assert.equal(info['kv_role'], 'kv_producer');
     assert.equal(info['engine_id'], 'dotted-engine');
   } finally {
-    stop();
+    server.stop();
   }
-  const r = await run;
+  const r = await server.run;
+  assert.equal(r.code, 0, r.err);
+});
+
+test("--config reads llm-d-inference-sim's YAML: a published profile serves in emulated time", async () => {
+  const profile = fileURLToPath(
+    new URL('../fixtures/sim-latency-profiles/8b-h100-balanced-per-token.yaml', import.meta.url),
+  );
+  // Flags win over the file: the port (8000 in the profile) and the speedup.
+  const server = serveRunning(['--config', profile, '--port', '0', '--speedup', '20', '--model', 'tiny']);
+  try {
+    const [url] = await server.urls;
+    const res = await fetch(`${url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({
+        model: 'meta-llama/Llama-3.1-8B-Instruct',
+        prompt: 'hello',
+        max_tokens: 5,
+        ignore_eos: true,
+      }),
+    });
+    assert.equal(res.status, 200);
+    const body = (await res.json()) as { usage: { completion_tokens: number } };
+    assert.equal(body.usage.completion_tokens, 5);
+    const info = (await (await fetch(`${url}/kvconnect/info`)).json()) as {
+      emulation: Record<string, unknown>;
+    };
+    assert.equal(info.emulation['latency_calculator'], 'per-token');
+    assert.equal(info.emulation['mode'], 'random');
+    assert.equal(info.emulation['speedup'], 20);
+    const metrics = await (await fetch(`${url}/metrics`)).text();
+    // Emulated TTFT: at least the profile's 30 ms overhead less its clamped jitter (sum of one request).
+    const ttft = Number(/vllm:time_to_first_token_seconds_sum\{[^}]*\} (\S+)/.exec(metrics)?.[1]);
+    assert.ok(ttft >= 0.021, `ttft ${ttft}`);
+  } finally {
+    server.stop();
+  }
+  const r = await server.run;
+  assert.equal(r.code, 0, r.err);
+});
+
+test('--config: a sim option kvconnect does not implement, and a duration without a unit, exit 2', async () => {
+  const file = join(mkdtempSync(join(tmpdir(), 'kvc-serve-yaml-')), 'sim.yaml');
+  writeFileSync(file, 'model: x\nfake-metrics: "{}"\n');
+  const bad = await serve(['--config', file], noEngine);
+  assert.equal(bad.code, 2);
+  assert.match(bad.err, /^error\[KV_CONFIG_UNKNOWN_KEY\]: llm-d-inference-sim option 'fake-metrics'/);
+  const unitless = await serve(['--inter-token-latency', '12'], noEngine);
+  assert.equal(unitless.code, 2);
+  assert.match(unitless.err, /Invalid value for inter-token-latency: expected a duration/);
+});
+
+test('--data-parallel-size N: N engines in one process, rank r on port + r with KV events on their port + r', async () => {
+  const zmqBase = 23000 + Math.floor(Math.random() * 20000);
+  const ranks: number[] = [];
+  const events = JSON.stringify({ enable_kv_cache_events: true, endpoint: `tcp://127.0.0.1:${zmqBase}` });
+  const server = serveRunning(
+    [
+      '--mode',
+      'random',
+      '--model',
+      'tiny',
+      '--data-parallel-size',
+      '2',
+      '--port',
+      '0',
+      '--kv-events-config',
+      events,
+    ],
+    {
+      createEngine: (config) => {
+        ranks.push(config.parallel.dataParallelRank);
+        return AsyncEngine.create(config);
+      },
+    },
+    2,
+  );
+  try {
+    await server.urls;
+    const printed = server.output();
+    assert.deepEqual(ranks, [0, 1]);
+    const urls = [
+      ...printed.matchAll(/\(data-parallel rank (\d)\) listening on (http:\/\/127\.0\.0\.1:\d+)/g),
+    ];
+    assert.deepEqual(
+      urls.map((m) => m[1]),
+      ['0', '1'],
+    );
+    assert.notEqual(urls[0]?.[2], urls[1]?.[2]);
+    assert.match(printed, new RegExp(`KV events on tcp://127\\.0\\.0\\.1:${zmqBase}\\b`));
+    assert.match(printed, new RegExp(`KV events on tcp://127\\.0\\.0\\.1:${zmqBase + 1}\\b`));
+    for (const m of urls) {
+      const res = await fetch(`${m[2]}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'tiny', prompt: 'hi', max_tokens: 2, ignore_eos: true }),
+      });
+      assert.equal(res.status, 200);
+    }
+  } finally {
+    server.stop();
+  }
+  const r = await server.run;
   assert.equal(r.code, 0, r.err);
 });

@@ -5,13 +5,17 @@
  * is reported (message + hint) with exit code 2 before anything listens.
  */
 import type { Command } from 'commander';
+import { buildEmulationConfig } from '../../config/emulation-config.ts';
 import { buildEngineConfig } from '../../config/engine-config.ts';
 import { kvEventsConfigFromCli } from '../../config/kv-events-config.ts';
 import { KVTransferConfig } from '../../config/kv-transfer-config.ts';
+import { loadSimConfigFile, mergeSimConfig } from '../../config/sim-config-file.ts';
 import type { EngineConfig } from '../../config/types.ts';
 import type { AsyncEngineLike } from '../../engine/api.ts';
 import { formatErrorText, KVError } from '../../errors/index.ts';
 import { type CliContext, EXIT_OK, EXIT_USAGE } from '../context.ts';
+import { localRankConfigs, rankPort } from '../data-parallel.ts';
+import { addEmulationOptions, emulationOptionsFromCommander } from '../emulation-flags.ts';
 import { addEngineOptions, engineOptionsFromCommander } from '../engine-flags.ts';
 
 /** Same value as src/server DEFAULT_MAX_QUEUE (kept here so --help does not load the server). */
@@ -32,6 +36,7 @@ interface ServeFlags {
   kvEventsConfig?: string;
   apiKey?: string;
   maxQueue: string;
+  config?: string;
   [key: string]: unknown;
 }
 
@@ -90,61 +95,98 @@ export function registerServeCommand(program: Command, ctx: CliContext, deps: Se
       String(DEFAULT_MAX_QUEUE),
     );
   addEngineOptions(command);
+  addEmulationOptions(command);
   command.action(async (flags: ServeFlags) => {
     let config: EngineConfig;
     let port: number;
     let maxQueue: number;
+    let externalRank: boolean;
     try {
-      port = parseIntFlag('port', flags.port, 0, 65535);
-      maxQueue = parseIntFlag('max_queue', flags.maxQueue, 0, 1_000_000);
+      // llm-d-inference-sim's YAML, under the flags the user passed (defaults do not count).
+      const file = flags.config ? loadSimConfigFile(flags.config) : null;
+      const passed = (name: string): boolean => command.getOptionValueSource(name) === 'cli';
+      port =
+        passed('port') || file?.port === undefined ? parseIntFlag('port', flags.port, 0, 65535) : file.port;
+      maxQueue =
+        passed('maxQueue') || file?.maxQueue === undefined
+          ? parseIntFlag('max_queue', flags.maxQueue, 0, 1_000_000)
+          : file.maxQueue;
+      const options = mergeSimConfig(file, {
+        engine: engineOptionsFromCommander(flags),
+        emulation: emulationOptionsFromCommander(flags),
+      });
       const kvTransferConfig = KVTransferConfig.fromCli(flags.kvTransferConfig, ctx.dottedKvTransferConfig);
       config = buildEngineConfig({
-        ...engineOptionsFromCommander(flags),
+        ...options.engine,
         kv_transfer_config: kvTransferConfig,
         kv_events_config: kvEventsConfigFromCli(flags.kvEventsConfig, ctx.dottedKvEventsConfig),
       });
+      config.emulation = buildEmulationConfig(options.emulation, config.model.seed);
+      // --data-parallel-rank makes this process one rank of an external group.
+      externalRank = options.engine.data_parallel_rank !== undefined;
     } catch (e) {
       ctx.io.err(`${formatErrorText(e)}\n`);
       ctx.exitCode = EXIT_USAGE;
       return;
     }
-    let engine: AsyncEngineLike;
+    let ranks: EngineConfig[];
     try {
-      engine = await (deps.createEngine ?? defaultCreateEngine)(config);
+      ranks = localRankConfigs(config, externalRank);
     } catch (e) {
       ctx.io.err(`${formatErrorText(e)}\n`);
+      ctx.exitCode = EXIT_USAGE;
+      return;
+    }
+    const engines: AsyncEngineLike[] = [];
+    try {
+      for (const rankConfig of ranks)
+        engines.push(await (deps.createEngine ?? defaultCreateEngine)(rankConfig));
+    } catch (e) {
+      ctx.io.err(`${formatErrorText(e)}\n`);
+      for (const engine of engines) await engine.shutdown();
       ctx.exitCode = EXIT_USAGE;
       return;
     }
     const { createServer } = await import('../../server/server.ts');
-    const server = createServer({ engine, apiKey: flags.apiKey ?? null, maxQueue });
-    try {
-      const address = await server.start(flags.host, port);
-      ctx.io.out(`kvconnect serve: model ${config.model.servedModelName} listening on ${address.url}\n`);
-      const events = engine.kvEventsInfo?.();
-      if (events) {
+    const servers: Array<{ close(): Promise<void> }> = [];
+    const stopAll = async (): Promise<void> => {
+      for (const server of servers) await server.close();
+      for (const engine of engines) await engine.shutdown();
+    };
+    for (const [r, engine] of engines.entries()) {
+      const server = createServer({ engine, apiKey: flags.apiKey ?? null, maxQueue });
+      const rankPortNumber = rankPort(port, r);
+      try {
+        const address = await server.start(flags.host, rankPortNumber);
+        servers.push(server);
+        const rank = engines.length > 1 ? ` (data-parallel rank ${ranks[r]?.parallel.dataParallelRank})` : '';
         ctx.io.out(
-          `kvconnect serve: KV events on ${events.endpoint}${events.replay_endpoint ? ` (replay ${events.replay_endpoint})` : ''}\n`,
+          `kvconnect serve: model ${config.model.servedModelName}${rank} listening on ${address.url}\n`,
         );
+        const events = engine.kvEventsInfo?.();
+        if (events) {
+          ctx.io.out(
+            `kvconnect serve: KV events on ${events.endpoint}${events.replay_endpoint ? ` (replay ${events.replay_endpoint})` : ''}\n`,
+          );
+        }
+      } catch (e) {
+        const failure = new KVError(
+          'SERVER_LISTEN_FAILED',
+          `Cannot listen on ${flags.host}:${rankPortNumber}: ${(e as Error).message}`,
+          {
+            hint: 'Pick another --port (0 = any free port) or --host, or stop the process that holds the address.',
+            cause: e,
+          },
+        );
+        ctx.io.err(`${formatErrorText(failure)}\n`);
+        await stopAll();
+        ctx.exitCode = EXIT_USAGE;
+        return;
       }
-    } catch (e) {
-      const failure = new KVError(
-        'SERVER_LISTEN_FAILED',
-        `Cannot listen on ${flags.host}:${port}: ${(e as Error).message}`,
-        {
-          hint: 'Pick another --port (0 = any free port) or --host, or stop the process that holds the address.',
-          cause: e,
-        },
-      );
-      ctx.io.err(`${formatErrorText(failure)}\n`);
-      await engine.shutdown();
-      ctx.exitCode = EXIT_USAGE;
-      return;
     }
     await (deps.stopSignal ?? waitForShutdownSignal)();
     ctx.io.err('kvconnect serve: shutting down\n');
-    await server.close();
-    await engine.shutdown();
+    await stopAll();
     ctx.exitCode = EXIT_OK;
   });
   return command;

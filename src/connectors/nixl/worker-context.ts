@@ -79,6 +79,10 @@ export async function openWorkerContext(input: WorkerContextInput): Promise<Work
     copyThreads: copyThreadsUpTo(opts.numThreads),
     ...(opts.busyPollUs === undefined ? {} : { busyPollUs: opts.busyPollUs }),
     thread: opts.transferThread,
+    // Emulated deployments (serve --kv-link): completions held as the target's link would.
+    emulatedLink: engineConfig.emulation?.kvLink
+      ? { ...engineConfig.emulation.kvLink, speedup: engineConfig.emulation.speedup }
+      : null,
   });
   agent.registerMemory(kvRegions(memory));
   const payload: NixlHandshakePayload = {

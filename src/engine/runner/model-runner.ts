@@ -31,6 +31,8 @@ export interface ModelRunnerParts {
   /** Engine seed: requests without their own seed draw from one generator seeded with it. */
   seed: number;
   allReduce?: (x: Float32Array) => void | Promise<void>;
+  /** Emulation without weights: the token each completed sequence gets instead of sampling. */
+  nextToken?: (reqId: string) => number;
 }
 
 export class ModelRunner {
@@ -41,6 +43,7 @@ export class ModelRunner {
   readonly #vocabSize: number;
   readonly #connectorSteps: WorkerConnectorSteps | null;
   readonly #allReduce: ((x: Float32Array) => void | Promise<void>) | undefined;
+  readonly #nextToken: ((reqId: string) => number) | undefined;
   readonly #states = new RunnerRequestStates();
   readonly #generators = new Map<string, SeededRandom>();
   readonly #sharedGenerator: SeededRandom;
@@ -55,6 +58,7 @@ export class ModelRunner {
     this.#sampler = parts.sampler;
     this.#vocabSize = parts.vocabSize;
     this.#allReduce = parts.allReduce;
+    this.#nextToken = parts.nextToken;
     this.#connectorSteps = parts.connector ? new WorkerConnectorSteps(parts.connector) : null;
     this.#sharedGenerator = new SeededRandom(parts.seed);
   }
@@ -114,7 +118,9 @@ export class ModelRunner {
       }
       const rowLogits = logits.subarray(row * this.#vocabSize, (row + 1) * this.#vocabSize);
       row++;
-      const token = this.#sampler.sample(rowLogits, state.sampling, this.#generatorFor(state));
+      const token = this.#nextToken
+        ? { tokenId: this.#nextToken(state.reqId), logprob: 0, topLogprobs: null }
+        : this.#sampler.sample(rowLogits, state.sampling, this.#generatorFor(state));
       RunnerRequestStates.appendSampled(state, token.tokenId);
       const wantsLogprobs = state.sampling.logprobs !== null;
       result.sampledTokenIds.push([token.tokenId]);

@@ -8,6 +8,7 @@ import { KVConnectorFactory } from '../../connector/factory.ts';
 import type { KVConnectorHandshakeMetadata } from '../../connector/types.ts';
 import type { KVCacheConfig } from '../../kv/interfaces.ts';
 import { createPagedKVMemory } from '../../kv/paged-memory.ts';
+import type { ForwardModel } from '../model/forward-batch.ts';
 import { loadModel } from '../model/load.ts';
 import { ModelRunner } from './model-runner.ts';
 import { createTokenSampler } from './token-sampler.ts';
@@ -17,14 +18,21 @@ export interface RankSetup {
   handshake: KVConnectorHandshakeMetadata | null;
 }
 
+/** A rank without weights (emulation): its forward model and where its tokens come from. */
+export interface SyntheticRank {
+  model: ForwardModel & { vocabSize: number };
+  nextToken: (reqId: string) => number;
+}
+
 export async function setUpRank(
   engineConfig: EngineConfig,
   kvCacheConfig: KVCacheConfig,
   tpRank: number,
   tpSize: number,
   allReduce?: (x: Float32Array) => void | Promise<void>,
+  synthetic?: SyntheticRank,
 ): Promise<RankSetup> {
-  const model = loadModel(engineConfig.model.model, { tpRank, tpSize });
+  const model = synthetic?.model ?? loadModel(engineConfig.model.model, { tpRank, tpSize });
   const kv = createPagedKVMemory(kvCacheConfig, engineConfig.cache.cacheDtype);
   const connector = engineConfig.kvTransferConfig
     ? await KVConnectorFactory.createConnector(engineConfig, 'worker', kvCacheConfig)
@@ -38,6 +46,7 @@ export async function setUpRank(
     vocabSize: model.vocabSize,
     seed: engineConfig.model.seed,
     ...(allReduce ? { allReduce } : {}),
+    ...(synthetic ? { nextToken: synthetic.nextToken } : {}),
   });
   return { runner, handshake: connector?.getHandshakeMetadata() ?? null };
 }

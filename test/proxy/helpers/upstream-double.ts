@@ -5,8 +5,8 @@
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { resolveProxyOptions, startProxy } from '../../src/proxy/index.ts';
-import type { ProxyOptions } from '../../src/proxy/types.ts';
+import { resolveProxyOptions, startProxy } from '../../../src/proxy/index.ts';
+import type { ProxyOptions } from '../../../src/proxy/types.ts';
 
 export interface Received {
   method: string;

@@ -1,0 +1,465 @@
+/**
+ * Emulated deployments (docs/emulation.md): how closely a `kvconnect serve --mode random`
+ * server keeps the time its step-time model says, as a streaming client sees it. The
+ * baseline of each row is the configured model itself, evaluated as a function on the same
+ * batches (with its jitter, sampled many times): the figure is the ratio of the measured p50
+ * to the model's p50, median over rounds with min–max; the goal is within ±5%.
+ *
+ * - the three published llm-d-inference-sim profiles, each with its constant and per-token
+ *   file: batch-1 TTFT (256-token prompt) and ITL;
+ * - the roofline built-ins: batch-1 TTFT and ITL, also against the reference ranges;
+ * - ITL against batch size at a fixed context (roofline, llama-3.1-8b on h100);
+ * - P/D: a decode server's TTFT with an emulated link (--kv-link) against the same pair
+ *   without it, alternating, for Llama-3.1-8B-size KV (/16);
+ * - replicas per box: N in-process ranks (--data-parallel-size), one closed-loop stream each,
+ *   ITL against the model and memory per replica.
+ *
+ *   npm run bench -- emulate [--rounds 5] [--requests 4] [--tokens 24]
+ */
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Agent } from 'undici';
+import { type RequestResult, sendStreaming } from '../src/bench-serve/sse-client.ts';
+import { buildEmulationConfig } from '../src/config/emulation-config.ts';
+import { loadSimConfigFile } from '../src/config/sim-config-file.ts';
+import { type ServeProcess, startServe, waitHealthy } from '../src/demo/processes.ts';
+import { createStepTimeModel } from '../src/engine/timing/emulation.ts';
+import { type StepBatch, scheduledSeq } from '../src/engine/timing/step-batch.ts';
+import { setLogLevel } from '../src/logging/logger.ts';
+import { nearestRankPercentile } from '../src/util/percentile.ts';
+import { benchArgs, positiveInteger } from './_args.ts';
+import { fmt, json, loadAverage, summarize } from './_rounds.ts';
+
+const PROFILE_DIR = new URL('../test/fixtures/sim-latency-profiles/', import.meta.url).pathname;
+const PROFILES = ['8b-h100-balanced', '70b-h100-tp8-throughput', 'small-l40s-edge'];
+const PROMPT = 256;
+
+interface Row {
+  name: string;
+  metric: 'TTFT' | 'ITL';
+  modelP50: number;
+  measured: number[];
+  reference?: [number, number];
+}
+
+function prompt(seed: number, len: number): number[] {
+  return Array.from({ length: len }, (_, i) => 10 + ((seed * 7919 + i * 31) % 200));
+}
+
+const seq = scheduledSeq;
+
+/** p50 of the model on one batch shape, over many draws of its jitter. */
+function modelP50(options: Record<string, unknown>, batch: StepBatch): number {
+  const model = createStepTimeModel(buildEmulationConfig(options, 12345));
+  if (!model) throw new Error('no step-time model');
+  const draws = Array.from({ length: 2001 }, () => model.stepMs(batch)).sort((a, b) => a - b);
+  return nearestRankPercentile(draws, 50);
+}
+
+/** One streaming completion of `promptIds` with ignore_eos; throws when it fails. */
+async function stream(
+  baseUrl: string,
+  dispatcher: Agent,
+  promptIds: number[],
+  maxTokens: number,
+  extra: Record<string, unknown> = {},
+): Promise<RequestResult> {
+  const r = await sendStreaming({
+    url: `${baseUrl}/v1/completions`,
+    body: {
+      model: 'emulated',
+      prompt: promptIds,
+      max_tokens: maxTokens,
+      ignore_eos: true,
+      stream: true,
+      ...extra,
+    },
+    chat: false,
+    headers: {},
+    dispatcher,
+    timeoutMs: 120_000,
+    promptLen: promptIds.length,
+    runStart: performance.now(),
+  });
+  if (!r.ok) throw new Error(`request to ${baseUrl} failed: ${r.error}`);
+  return r;
+}
+
+/** Sequential streaming requests; per request its TTFT and the median of its ITLs. */
+async function measure(
+  server: ServeProcess,
+  requests: number,
+  tokens: number,
+  concurrency: number,
+  promptLen: number,
+  round: number,
+): Promise<{ ttft: number[]; itl: number[] }> {
+  const dispatcher = new Agent({ connections: concurrency });
+  const ttft: number[] = [];
+  const itl: number[] = [];
+  try {
+    for (let i = 0; i < requests; i++) {
+      const results = await Promise.all(
+        Array.from({ length: concurrency }, (_, c) =>
+          stream(server.url, dispatcher, prompt(round * 1000 + i * 64 + c, promptLen), tokens),
+        ),
+      );
+      for (const r of results) {
+        ttft.push(r.ttftMs);
+        const sorted = [...r.itlMs].sort((a, b) => a - b);
+        itl.push(nearestRankPercentile(sorted, 50));
+      }
+    }
+  } finally {
+    await dispatcher.close();
+  }
+  return { ttft, itl };
+}
+
+async function withServer<T>(args: string[], fn: (s: ServeProcess) => Promise<T>): Promise<T> {
+  const server = await startServe(
+    'emulated',
+    ['--port', '0', '--mode', 'random', '--served-model-name', 'emulated', ...args],
+    {
+      timeoutMs: 60_000,
+    },
+  );
+  try {
+    return await fn(server);
+  } finally {
+    await server.stop();
+  }
+}
+
+function p50(values: number[]): number {
+  return nearestRankPercentile(
+    [...values].sort((a, b) => a - b),
+    50,
+  );
+}
+
+export async function main(args: string[]): Promise<void> {
+  setLogLevel('warn');
+  const { rounds, requests, tokens } = benchArgs(
+    'emulate',
+    {
+      rounds: positiveInteger(5, 'rounds per configuration'),
+      requests: positiveInteger(4, 'batch-1 requests per round'),
+      tokens: positiveInteger(24, 'output tokens per request'),
+    },
+    args,
+  );
+  const rows: Row[] = [];
+  const dir = mkdtempSync(join(tmpdir(), 'kvconnect-bench-emulate-'));
+
+  // Batch-1 TTFT (a 256-token prompt) and ITL of one server, against the model's p50.
+  const batch1 = async (
+    name: string,
+    options: Record<string, unknown>,
+    serverArgs: string[],
+    refs?: { ttft: [number, number]; itl: [number, number] },
+  ): Promise<void> => {
+    const prefill = seq({ numNewTokens: PROMPT, firstChunk: true, firstToken: true });
+    // Decode context grows over the request: the model at its midpoint.
+    const decode = seq({ contextBefore: PROMPT + tokens / 2, decode: true });
+    const ttftRow: Row = {
+      name,
+      metric: 'TTFT',
+      modelP50: modelP50(options, { seqs: [prefill], maxNumSeqs: 64 }),
+      measured: [],
+      ...(refs ? { reference: refs.ttft } : {}),
+    };
+    const itlRow: Row = {
+      name,
+      metric: 'ITL',
+      modelP50: modelP50(options, { seqs: [decode], maxNumSeqs: 64 }),
+      measured: [],
+      ...(refs ? { reference: refs.itl } : {}),
+    };
+    await withServer([...serverArgs, '--max-model-len', '1024'], async (server) => {
+      for (let r = 0; r < rounds; r++) {
+        const m = await measure(server, requests, tokens, 1, PROMPT, r);
+        ttftRow.measured.push(p50(m.ttft));
+        itlRow.measured.push(p50(m.itl));
+      }
+    });
+    rows.push(ttftRow, itlRow);
+  };
+
+  // 1. The sim's profiles, loaded unchanged (port and model overridden by flags); a copy so
+  // the bench reads the file as a user passes it (--config), max-num-seqs included.
+  for (const profile of PROFILES) {
+    for (const calc of ['constant', 'per-token']) {
+      const file = join(PROFILE_DIR, `${profile}-${calc}.yaml`);
+      const copy = join(dir, `${profile}-${calc}.yaml`);
+      writeFileSync(copy, readFileSync(file));
+      await batch1(`${profile} (${calc})`, loadSimConfigFile(file).emulation, ['--config', copy]);
+    }
+  }
+
+  // 2. Roofline built-ins at batch 1 (KV at 1/16 of the target's size to fit the default cache).
+  const targets: Array<[string, number, [number, number], [number, number]]> = [
+    ['llama-3.1-8b', 1, [60, 120], [10, 15]],
+    ['mistral-7b', 1, [60, 120], [10, 15]],
+    ['qwen3-32b', 2, [160, 280], [20, 30]],
+    ['llama-3.1-70b', 8, [150, 250], [18, 28]],
+  ];
+  for (const [model, tp, ttft, itl] of targets) {
+    const options = { 'latency-calculator': 'roofline', 'target-model': model, 'target-tp': String(tp) };
+    const flags = Object.entries(options).flatMap(([k, v]) => [`--${k}`, v]);
+    await batch1(`roofline ${model} ${tp}×h100`, options, [...flags, '--kv-bytes-scale', '16'], {
+      ttft,
+      itl,
+    });
+  }
+
+  // 3. ITL against batch size at a fixed context (prompt 512).
+  const batchRows: Row[] = [];
+  const options8b = { 'latency-calculator': 'roofline', 'target-model': 'llama-3.1-8b' };
+  await withServer(
+    [
+      '--latency-calculator',
+      'roofline',
+      '--target-model',
+      'llama-3.1-8b',
+      '--kv-bytes-scale',
+      '16',
+      '--max-model-len',
+      '1024',
+      '--max-num-seqs',
+      '64',
+      '--kv-cache-memory-bytes',
+      '256M',
+    ],
+    async (server) => {
+      for (const batch of [1, 8, 32]) {
+        const row: Row = {
+          name: `roofline llama-3.1-8b, batch ${batch}, context 512`,
+          metric: 'ITL',
+          modelP50: modelP50(options8b, {
+            seqs: Array.from({ length: batch }, () => seq({ contextBefore: 512 + tokens / 2, decode: true })),
+            maxNumSeqs: 64,
+          }),
+          measured: [],
+        };
+        for (let r = 0; r < rounds; r++) {
+          const m = await measure(server, 1, tokens, batch, 512, r + batch * 100);
+          row.measured.push(p50(m.itl));
+        }
+        batchRows.push(row);
+      }
+    },
+  );
+  rows.push(...batchRows);
+
+  const pd = await pdLink(rounds);
+  const replicas = await replicasPerBox(rounds, tokens);
+
+  const header = [
+    'configuration',
+    'metric',
+    'model p50 ms',
+    'measured p50 ms (min–max)',
+    'ratio (min–max)',
+    'reference',
+  ];
+  const lines = rows.map((row) => {
+    const s = summarize(row.measured);
+    const ratio = summarize(row.measured.map((m) => m / row.modelP50));
+    return [
+      row.name,
+      row.metric,
+      row.modelP50.toFixed(1),
+      fmt(s, 1),
+      fmt(ratio, 3),
+      row.reference ? `${row.reference[0]}–${row.reference[1]}` : '',
+    ];
+  });
+  const widths = header.map((h, i) => Math.max(h.length, ...lines.map((l) => (l[i] ?? '').length)));
+  const print = (cells: string[]): void =>
+    console.log(cells.map((c, i) => c.padEnd(widths[i] ?? 0)).join('  '));
+  print(header);
+  for (const l of lines) print(l);
+  const within = rows.filter(
+    (row) => Math.abs(summarize(row.measured).median / row.modelP50 - 1) <= 0.05,
+  ).length;
+  console.log(
+    `\n${within} of ${rows.length} rows within ±5% of the model at p50; load average ${loadAverage()}`,
+  );
+  console.log(
+    `\nP/D, ${pd.bytes} bytes of KV per request over --kv-link ${pd.link} (modelled ${pd.linkMs.toFixed(1)} ms): ` +
+      `decode TTFT with the link ${fmt(summarize(pd.withLink), 1)} ms, without ${fmt(summarize(pd.without), 1)} ms, ` +
+      `difference ${fmt(summarize(pd.withLink.map((v, i) => v - (pd.without[i] ?? 0))), 1)} ms`,
+  );
+  console.log('\nreplicas (one closed-loop stream each, constant 100 ms / 12 ms, no jitter):');
+  for (const r of replicas) {
+    console.log(
+      `  ${String(r.n).padStart(3)} replicas: ITL p50 ${fmt(summarize(r.itl), 1)} ms (model 12), RSS ${r.rssMiB.toFixed(0)} MiB, ${(r.rssMiB / r.n).toFixed(1)} MiB per replica`,
+    );
+  }
+  console.log(
+    JSON.stringify({
+      bench: 'emulate',
+      rounds,
+      requests,
+      tokens,
+      within5pct: within,
+      pd: {
+        link: pd.link,
+        bytes: pd.bytes,
+        link_ms: Number(pd.linkMs.toFixed(2)),
+        ttft_with_link_ms: json(summarize(pd.withLink), 2),
+        ttft_without_ms: json(summarize(pd.without), 2),
+      },
+      replicas: replicas.map((r) => ({
+        n: r.n,
+        itl_p50_ms: json(summarize(r.itl), 2),
+        rss_mib: Math.round(r.rssMiB),
+      })),
+      rows: rows.map((row) => ({
+        name: row.name,
+        metric: row.metric,
+        model_p50_ms: Number(row.modelP50.toFixed(2)),
+        measured_p50_ms: json(summarize(row.measured), 2),
+        ratio: json(summarize(row.measured.map((m) => m / row.modelP50)), 3),
+        ...(row.reference ? { reference_ms: row.reference } : {}),
+      })),
+    }),
+  );
+}
+
+const TARGET_KV = ['--mode', 'random', '--target-model', 'llama-3.1-8b', '--kv-bytes-scale', '16'];
+const LINK = '0.5,20ms';
+
+function nixl(role: string, engineId: string): string {
+  return JSON.stringify({
+    kv_connector: 'NixlConnector',
+    kv_role: role,
+    engine_id: engineId,
+    kv_connector_extra_config: { backends: ['TCP'], side_channel_port: 0 },
+  });
+}
+
+/** D's TTFT for prompts P prefilled, with and without an emulated link, alternating. */
+async function pdLink(
+  rounds: number,
+): Promise<{ link: string; bytes: number; linkMs: number; withLink: number[]; without: number[] }> {
+  const common = [...TARGET_KV, '--max-model-len', '1024', '--kv-cache-memory-bytes', '128M'];
+  const servers: ServeProcess[] = [];
+  const start = async (args: string[]): Promise<ServeProcess> => {
+    const s = await startServe('pd', ['--port', '0', '--served-model-name', 'emulated', ...common, ...args], {
+      timeoutMs: 60_000,
+    });
+    servers.push(s);
+    return s;
+  };
+  try {
+    const p = await start(['--kv-transfer-config', nixl('kv_producer', 'bench-p')]);
+    const dLink = await start([
+      '--kv-transfer-config',
+      nixl('kv_consumer', 'bench-d-link'),
+      '--kv-link',
+      LINK,
+    ]);
+    const dPlain = await start(['--kv-transfer-config', nixl('kv_consumer', 'bench-d')]);
+    const dispatcher = new Agent({ connections: 2 });
+    let n = 0;
+    const once = async (d: ServeProcess): Promise<number> => {
+      const promptIds = prompt(90_000 + n++, PROMPT);
+      const res = await fetch(`${p.url}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({
+          model: 'emulated',
+          prompt: promptIds,
+          max_tokens: 1,
+          kv_transfer_params: { do_remote_decode: true },
+        }),
+      });
+      const params = ((await res.json()) as { kv_transfer_params: unknown }).kv_transfer_params;
+      const r = await stream(d.url, dispatcher, promptIds, 2, { kv_transfer_params: params });
+      return r.ttftMs;
+    };
+    // Warm both pairs (handshakes) before measuring.
+    await once(dLink);
+    await once(dPlain);
+    const withLink: number[] = [];
+    const without: number[] = [];
+    for (let i = 0; i < rounds * 3; i++) {
+      if (i % 2 === 0) {
+        withLink.push(await once(dLink));
+        without.push(await once(dPlain));
+      } else {
+        without.push(await once(dPlain));
+        withLink.push(await once(dLink));
+      }
+    }
+    await dispatcher.close();
+    // The prompt's full blocks travel: (256 - 1) / 16 = 15 blocks of 16 tokens × 8 KiB.
+    const bytes = Math.floor((PROMPT - 1) / 16) * 16 * ((128 * 1024) / 16);
+    const [bw, latency] = LINK.split(',');
+    const linkMs = Number.parseFloat(latency ?? '0') + bytes / (Number(bw) * 1e6);
+    return { link: LINK, bytes, linkMs, withLink, without };
+  } finally {
+    for (const s of servers) await s.stop();
+  }
+}
+
+function rssMiB(pid: number): number {
+  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+  return Number(/VmRSS:\s+(\d+) kB/.exec(status)?.[1] ?? Number.NaN) / 1024;
+}
+
+/** N in-process replicas, one stream each: ITL p50 per round, and the process's memory. */
+async function replicasPerBox(
+  rounds: number,
+  tokens: number,
+): Promise<Array<{ n: number; itl: number[]; rssMiB: number }>> {
+  const out: Array<{ n: number; itl: number[]; rssMiB: number }> = [];
+  for (const n of [1, 8, 24]) {
+    const base = 31000 + Math.floor(Math.random() * 20000);
+    const timing = [
+      '--latency-calculator',
+      'constant',
+      '--time-to-first-token',
+      '100ms',
+      '--inter-token-latency',
+      '12ms',
+    ];
+    const server = await startServe(
+      'replicas',
+      [
+        '--port',
+        String(base),
+        '--mode',
+        'random',
+        '--served-model-name',
+        'emulated',
+        '--data-parallel-size',
+        String(n),
+        ...timing,
+      ],
+      { timeoutMs: 120_000 },
+    );
+    try {
+      for (let i = 1; i < n; i++) await waitHealthy(`http://127.0.0.1:${base + i}`, 60_000);
+      const itl: number[] = [];
+      const dispatcher = new Agent({ connections: n });
+      for (let r = 0; r < rounds; r++) {
+        const results = await Promise.all(
+          Array.from({ length: n }, (_, i) =>
+            stream(`http://127.0.0.1:${base + i}`, dispatcher, prompt(r * 100 + i, 64), tokens),
+          ),
+        );
+        const gaps = results.flatMap((x) => x.itlMs);
+        itl.push(p50(gaps));
+      }
+      await dispatcher.close();
+      out.push({ n, itl, rssMiB: rssMiB(server.pid) });
+    } finally {
+      await server.stop();
+    }
+  }
+  return out;
+}

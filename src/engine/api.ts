@@ -29,6 +29,23 @@ export interface SamplingParams {
   ignoreEos: boolean;
   /** Number of top logprobs to return per token (0..20), or null for none. */
   logprobs: number | null;
+  /**
+   * vLLM's prompt_logprobs: the logprob and rank of every prompt token after the first, with
+   * this many top alternatives (0 = the token alone); null or absent = none. Such a request
+   * does not read the local prefix cache, as in vLLM (every position must be computed).
+   */
+  promptLogprobs?: number | null;
+}
+
+/** One position's logprobs (vLLM's `dict[int, Logprob]` of that position, in its order). */
+export interface PositionLogprobs {
+  /** The token at this position (the prompt token, or the sampled one). */
+  tokenId: number;
+  logprob: number;
+  /** 1-based rank of the token in the model's distribution. */
+  rank: number;
+  /** The most likely tokens, most likely first (rank i + 1). */
+  top: Array<{ tokenId: number; logprob: number }>;
 }
 
 export type FinishReason = 'stop' | 'length' | 'abort' | 'error';
@@ -78,6 +95,11 @@ export interface RequestOutputDelta {
   logprobs: number[] | null;
   /** Top logprobs per new token when requested: token id → logprob. */
   topLogprobs: Array<Array<{ tokenId: number; logprob: number }>> | null;
+  /**
+   * With `promptLogprobs`: one entry per prompt token, the first null (nothing precedes it),
+   * on the delta of the first generated token only.
+   */
+  promptLogprobs?: (PositionLogprobs | null)[];
   finished: boolean;
   finishReason: FinishReason | null;
   /** Connector output for this request (set on the final delta). */

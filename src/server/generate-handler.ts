@@ -121,8 +121,7 @@ async function jsonResponse(
     return;
   }
   if (res.destroyed) return;
-  const echo = rctx.plan.echo ? rctx.plan.prompts.map((p) => rctx.tokenizer.decode(p)) : [];
-  sendJson(res, 200, fullResponse(rctx, choices, echo), headers);
+  sendJson(res, 200, fullResponse(rctx, choices), headers);
 }
 
 async function streamResponse(
@@ -133,17 +132,17 @@ async function streamResponse(
 ): Promise<void> {
   const sse = new SseWriter(res, headers);
   const choices = choicesFor(rctx.plan);
-  const started = new Set<number>();
+  // vLLM sends chat's role chunks when the engine's first output arrives (after prefill), so a
+  // client's time to first token includes the prefill.
+  let roleSent = rctx.plan.kind !== 'chat';
   try {
-    if (rctx.plan.kind === 'chat') {
-      for (const c of choices) await sse.send(roleChunk(rctx, c.index));
-    }
-    for await (const { index, promptIndex, delta } of events) {
+    for await (const { index, delta } of events) {
+      if (!roleSent) {
+        for (const c of choices) await sse.send(roleChunk(rctx, c.index));
+        roleSent = true;
+      }
       const choice = choices[index]!;
       const part = applyDelta(rctx, choice, delta);
-      if (rctx.plan.echo && !started.has(index))
-        part.text = rctx.tokenizer.decode(rctx.plan.prompts[promptIndex]!) + part.text;
-      started.add(index);
       if (delta.finished && delta.finishReason === 'error') throw engineFailure(delta.error);
       if (part.text === '' && !delta.finished && part.logprobs === null) continue;
       await sse.send(

@@ -3,13 +3,15 @@
  * deltas. One ChoiceState per choice accumulates what a non-streaming response returns.
  */
 import type { KVTransferParams } from '../connector/types.ts';
-import type { FinishReason, RequestOutputDelta, TokenizerLike } from '../engine/api.ts';
+import type { FinishReason, PositionLogprobs, RequestOutputDelta, TokenizerLike } from '../engine/api.ts';
 import {
-  appendCompletionLogprobs,
-  type ChatLogprobEntry,
-  type CompletionLogprobs,
   chatLogprobs,
   completionLogprobs,
+  type LogprobEntries,
+  promptEntries,
+  promptLogprobsJson,
+  pyLen,
+  sampledEntries,
 } from './logprobs-format.ts';
 import type { GenerationPlan } from './parse-request.ts';
 
@@ -21,12 +23,19 @@ export interface Usage {
 
 export class ChoiceState {
   readonly index: number;
+  /** Generated text (without any echo). */
   text = '';
   numTokens = 0;
+  /** Generated token ids and their logprob dicts (with logprobs requested). */
+  tokenIds: number[] = [];
+  entries: LogprobEntries[] = [];
+  /** The prompt's logprobs, when the engine computed them. */
+  promptLogprobs: (PositionLogprobs | null)[] | null = null;
+  /** Code points already streamed (echoed prompt included): the next chunk's first text_offset. */
+  streamedLength = 0;
+  echoed = false;
   finishReason: FinishReason | null = null;
   kvTransferParams: KVTransferParams | null = null;
-  completionLp: CompletionLogprobs = { tokens: [], token_logprobs: [], top_logprobs: [], text_offset: [] };
-  chatLp: ChatLogprobEntry[] = [];
 
   constructor(index: number) {
     this.index = index;
@@ -42,44 +51,67 @@ export interface ResponseContext {
 }
 
 function wantsLogprobs(ctx: ResponseContext): boolean {
-  return ctx.plan.sampling[0]?.logprobs !== null && ctx.plan.sampling[0]?.logprobs !== undefined;
+  return ctx.plan.logprobs !== null;
 }
 
-/** Applies one delta to its choice; returns the wire fields of this increment. */
+/** What a choice shows of its prompt: nothing, or (echo) the prompt's text, ids and logprob dicts. */
+function echoOf(
+  ctx: ResponseContext,
+  choice: ChoiceState,
+): { text: string; tokenIds: number[]; entries: (LogprobEntries | null)[] } {
+  const plan = ctx.plan;
+  if (!plan.echo) return { text: '', tokenIds: [], entries: [] };
+  const p = Math.floor(choice.index / plan.n);
+  const tokenIds = plan.prompts[p] ?? [];
+  const entries = choice.promptLogprobs ? promptEntries(choice.promptLogprobs) : tokenIds.map(() => null);
+  return { text: plan.promptTexts[p] ?? '', tokenIds, entries };
+}
+
+/** Applies one delta to its choice; returns the wire fields of this increment (for streams). */
 export function applyDelta(
   ctx: ResponseContext,
   choice: ChoiceState,
   delta: RequestOutputDelta,
 ): { text: string; logprobs: unknown } {
-  let logprobs: unknown = null;
-  if (wantsLogprobs(ctx)) {
-    if (ctx.plan.kind === 'completion') {
-      const lp = completionLogprobs(
-        ctx.tokenizer,
-        delta,
-        choice.text.length,
-        ctx.plan.returnTokensAsTokenIds,
-      );
-      appendCompletionLogprobs(choice.completionLp, lp);
-      logprobs = lp;
-    } else {
-      const lp = chatLogprobs(
-        ctx.tokenizer,
-        delta,
-        ctx.plan.sampling[0]?.logprobs ?? 0,
-        ctx.plan.returnTokensAsTokenIds,
-      );
-      choice.chatLp.push(...lp);
-      logprobs = { content: lp };
-    }
-  }
+  const plan = ctx.plan;
+  if (delta.promptLogprobs) choice.promptLogprobs = delta.promptLogprobs;
+  const entries = wantsLogprobs(ctx) ? sampledEntries(delta) : [];
   choice.text += delta.newText;
   choice.numTokens += delta.newTokenIds.length;
+  choice.tokenIds.push(...delta.newTokenIds);
+  choice.entries.push(...entries);
   if (delta.finished) {
     choice.finishReason = delta.finishReason;
     choice.kvTransferParams = delta.kvTransferParams;
   }
-  return { text: delta.newText, logprobs };
+  // vLLM streams the echoed prompt with the first output; with max_tokens 0, the prompt alone.
+  let text = plan.echoOnly ? '' : delta.newText;
+  let tokenIds = plan.echoOnly ? [] : delta.newTokenIds;
+  let allEntries: (LogprobEntries | null)[] = plan.echoOnly ? [] : entries;
+  if (plan.echo && !choice.echoed && (delta.newTokenIds.length > 0 || delta.finished)) {
+    const echo = echoOf(ctx, choice);
+    text = echo.text + text;
+    tokenIds = [...echo.tokenIds, ...tokenIds];
+    allEntries = [...echo.entries, ...allEntries];
+    choice.echoed = true;
+  }
+  let logprobs: unknown = null;
+  if (wantsLogprobs(ctx)) {
+    const asIds = plan.returnTokensAsTokenIds;
+    logprobs =
+      plan.kind === 'completion'
+        ? completionLogprobs(
+            ctx.tokenizer,
+            tokenIds,
+            allEntries,
+            plan.logprobs ?? 0,
+            choice.streamedLength,
+            asIds,
+          )
+        : { content: chatLogprobs(ctx.tokenizer, tokenIds, entries, plan.logprobs ?? 0, asIds) };
+  }
+  choice.streamedLength += pyLen(text);
+  return { text, logprobs };
 }
 
 function wireFinishReason(reason: FinishReason | null): string | null {
@@ -100,11 +132,7 @@ export function promptTokenCount(plan: GenerationPlan): number {
 }
 
 /** The whole (non-streaming) response body. */
-export function fullResponse(
-  ctx: ResponseContext,
-  choices: readonly ChoiceState[],
-  echoText: string[],
-): unknown {
+export function fullResponse(ctx: ResponseContext, choices: readonly ChoiceState[]): unknown {
   const kvTransferParams = choices.find((c) => c.kvTransferParams !== null)?.kvTransferParams ?? null;
   const usage = usageOf(promptTokenCount(ctx.plan), choices);
   const head = { id: ctx.id, created: ctx.created, model: ctx.model };
@@ -112,13 +140,28 @@ export function fullResponse(
     return {
       ...head,
       object: 'text_completion',
-      choices: choices.map((c) => ({
-        index: c.index,
-        text: (echoText[Math.floor(c.index / ctx.plan.n)] ?? '') + c.text,
-        logprobs: wantsLogprobs(ctx) ? c.completionLp : null,
-        finish_reason: wireFinishReason(c.finishReason),
-        stop_reason: null,
-      })),
+      choices: choices.map((c) => {
+        const echo = echoOf(ctx, c);
+        const tokenIds = ctx.plan.echoOnly ? echo.tokenIds : [...echo.tokenIds, ...c.tokenIds];
+        const entries = ctx.plan.echoOnly ? echo.entries : [...echo.entries, ...c.entries];
+        return {
+          index: c.index,
+          text: ctx.plan.echoOnly ? echo.text : echo.text + c.text,
+          logprobs: wantsLogprobs(ctx)
+            ? completionLogprobs(
+                ctx.tokenizer,
+                tokenIds,
+                entries,
+                ctx.plan.logprobs ?? 0,
+                0,
+                ctx.plan.returnTokensAsTokenIds,
+              )
+            : null,
+          finish_reason: wireFinishReason(c.finishReason),
+          stop_reason: null,
+          prompt_logprobs: c.promptLogprobs ? promptLogprobsJson(ctx.tokenizer, c.promptLogprobs) : null,
+        };
+      }),
       usage,
       kv_transfer_params: kvTransferParams,
     };
@@ -129,11 +172,24 @@ export function fullResponse(
     choices: choices.map((c) => ({
       index: c.index,
       message: { role: 'assistant', content: c.text, refusal: null, tool_calls: [] },
-      logprobs: wantsLogprobs(ctx) ? { content: c.chatLp } : null,
+      logprobs: wantsLogprobs(ctx)
+        ? {
+            content: chatLogprobs(
+              ctx.tokenizer,
+              c.tokenIds,
+              c.entries,
+              ctx.plan.logprobs ?? 0,
+              ctx.plan.returnTokensAsTokenIds,
+            ),
+          }
+        : null,
       finish_reason: wireFinishReason(c.finishReason),
       stop_reason: null,
     })),
     usage,
+    prompt_logprobs: choices[0]?.promptLogprobs
+      ? promptLogprobsJson(ctx.tokenizer, choices[0].promptLogprobs)
+      : null,
     kv_transfer_params: kvTransferParams,
   };
 }

@@ -35,6 +35,12 @@ export interface GenerationPlan {
   kvTransferParams: KVTransferParams | null;
   cacheSalt: string | undefined;
   echo: boolean;
+  /** What `echo` shows of each prompt: the prompt string as sent, or the decoded token ids. */
+  promptTexts: string[];
+  /** echo with max_tokens 0 (lm-eval's loglikelihood): the prompt alone, one token generated and not shown. */
+  echoOnly: boolean;
+  /** Completions: the top-N per token (`logprobs`); chat: `top_logprobs` when `logprobs` is true; else null. */
+  logprobs: number | null;
   /** vLLM's `return_tokens_as_token_ids`: logprobs name tokens `token_id:{id}` instead of their text. */
   returnTokensAsTokenIds: boolean;
 }
@@ -45,10 +51,33 @@ export interface ParseContext {
 }
 
 export function parseCompletionRequest(body: Body, ctx: ParseContext): GenerationPlan {
-  const prompts = readPrompts(body, ctx.tokenizer);
+  const { prompts, texts } = readPrompts(body, ctx.tokenizer);
   const logprobs = optNumber(body, 'logprobs', { integer: true, min: 0, max: MAX_LOGPROBS }) ?? null;
-  const maxTokens = optNumber(body, 'max_tokens', { integer: true, min: 1 }) ?? DEFAULT_COMPLETION_MAX_TOKENS;
-  return buildPlan('completion', body, ctx, prompts, maxTokens, logprobs);
+  const echo = optBool(body, 'echo') ?? false;
+  // vLLM: echo with max_tokens 0 returns the prompt alone (the engine still generates one token).
+  const requested =
+    optNumber(body, 'max_tokens', { integer: true, min: echo ? 0 : 1 }) ?? DEFAULT_COMPLETION_MAX_TOKENS;
+  const echoOnly = echo && requested === 0;
+  // vLLM: echo asks the engine for the prompt's logprobs with the same top-N.
+  const promptLogprobs = readPromptLogprobs(body) ?? (echo ? logprobs : null);
+  return buildPlan('completion', body, ctx, prompts, echoOnly ? 1 : requested, logprobs, {
+    echo,
+    echoOnly,
+    promptTexts: texts.map((t, i) => t ?? ctx.tokenizer.decode(prompts[i] ?? [])),
+    promptLogprobs,
+  });
+}
+
+/** vLLM's `prompt_logprobs`: top-N (0–20) per prompt position; not with stream (vLLM's 400). */
+function readPromptLogprobs(body: Body): number | null {
+  const n = optNumber(body, 'prompt_logprobs', { integer: true, min: 0, max: MAX_LOGPROBS }) ?? null;
+  if (n !== null && n > 0 && body['stream'] === true)
+    throw badRequest(
+      '`prompt_logprobs` are not available when `stream=True`.',
+      'prompt_logprobs',
+      'Send the request without stream, or drop prompt_logprobs.',
+    );
+  return n;
 }
 
 export function parseChatRequest(body: Body, ctx: ParseContext): GenerationPlan {
@@ -73,7 +102,15 @@ export function parseChatRequest(body: Body, ctx: ParseContext): GenerationPlan 
     [ctx.tokenizer.encodeChat(messages)],
     maxTokens,
     wantsLogprobs ? (top ?? 0) : null,
+    { echo: false, echoOnly: false, promptTexts: [], promptLogprobs: readPromptLogprobs(body) },
   );
+}
+
+interface PromptOptions {
+  echo: boolean;
+  echoOnly: boolean;
+  promptTexts: string[];
+  promptLogprobs: number | null;
 }
 
 function buildPlan(
@@ -83,6 +120,7 @@ function buildPlan(
   prompts: number[][],
   requestedMaxTokens: number | null,
   logprobs: number | null,
+  promptOptions: PromptOptions,
 ): GenerationPlan {
   const model = optString(body, 'model');
   const n = optNumber(body, 'n', { integer: true, min: 1, max: MAX_N }) ?? 1;
@@ -97,7 +135,6 @@ function buildPlan(
   const stop = optStop(body);
   const stopTokenIds = optTokenIds(body, 'stop_token_ids', ctx.tokenizer.vocabSize);
   const ignoreEos = optBool(body, 'ignore_eos') ?? false;
-  const echo = kind === 'completion' ? (optBool(body, 'echo') ?? false) : false;
   const cacheSalt = optString(body, 'cache_salt');
   const kvTransferParams = parseKvTransferParams(body['kv_transfer_params']);
   const returnTokensAsTokenIds = optBool(body, 'return_tokens_as_token_ids') ?? false;
@@ -122,6 +159,7 @@ function buildPlan(
       stopTokenIds,
       ignoreEos,
       logprobs,
+      promptLogprobs: promptOptions.promptLogprobs,
     };
   });
   return {
@@ -134,7 +172,10 @@ function buildPlan(
     sampling,
     kvTransferParams,
     cacheSalt,
-    echo,
+    echo: promptOptions.echo,
+    echoOnly: promptOptions.echoOnly,
+    promptTexts: promptOptions.promptTexts,
+    logprobs,
     returnTokensAsTokenIds,
   };
 }
@@ -161,22 +202,27 @@ function checkLength(promptLen: number, maxTokens: number | null, maxModelLen: n
   return maxTokens;
 }
 
-function readPrompts(body: Body, tokenizer: TokenizerLike): number[][] {
+/** Token ids of each prompt, and its text when it was sent as a string (null for token ids). */
+function readPrompts(
+  body: Body,
+  tokenizer: TokenizerLike,
+): { prompts: number[][]; texts: (string | null)[] } {
   const p = body['prompt'];
   const vocab = tokenizer.vocabSize;
   const expected = 'a string, an array of token ids, or an array of those';
-  if (typeof p === 'string') return [tokenizer.encode(p)];
+  if (typeof p === 'string') return { prompts: [tokenizer.encode(p)], texts: [p] };
   if (Array.isArray(p) && p.length > 0) {
     if (p.every((t) => typeof t === 'number')) {
       if (!isTokenIdArray(p, vocab))
         throw invalid('prompt', `token ids that are integers in [0, ${vocab})`, p);
-      return [p];
+      return { prompts: [p], texts: [null] };
     }
-    return p.map((item) => {
+    const prompts = p.map((item) => {
       if (typeof item === 'string') return tokenizer.encode(item);
       if (isTokenIdArray(item, vocab) && item.length > 0) return item;
       throw invalid('prompt', expected, item);
     });
+    return { prompts, texts: p.map((item) => (typeof item === 'string' ? item : null)) };
   }
   throw invalid('prompt', expected, p, 'Send "prompt": "your text" (or a non-empty list of token ids).');
 }

@@ -10,9 +10,16 @@
 import type { KVConnectorBase } from '../../connector/base.ts';
 import type { PagedKVMemory } from '../../kv/interfaces.ts';
 import type { SamplingParams } from '../api.ts';
-import type { ForwardBatch, ForwardHooks, ForwardModel, SequenceInBatch } from '../model/forward-batch.ts';
+import {
+  type ForwardBatch,
+  type ForwardHooks,
+  type ForwardModel,
+  logitsRows,
+  type SequenceInBatch,
+} from '../model/forward-batch.ts';
 import { SeededRandom } from '../model/prng.ts';
 import type { ModelRunnerOutput, RunnerInput } from '../runner-io.ts';
+import { positionLogprobs } from '../sampler/sampler.ts';
 import { WorkerConnectorSteps } from './connector-steps.ts';
 import { type RunnerRequestState, RunnerRequestStates, runnerError } from './request-states.ts';
 
@@ -109,22 +116,50 @@ export class ModelRunner {
     const logits = await this.model.forward(batch, this.kv, hooks);
     steps?.blocksFilled(running, this.blockSizes);
     let row = 0;
-    for (const state of running) {
+    for (const [k, state] of running.entries()) {
+      const sequence = batch.sequences[k] as SequenceInBatch;
+      const rows = logitsRows(sequence);
+      if (sequence.allLogits) this.scorePrompt(state, logits, row, rows);
+      row += rows;
       result.reqIds.push(state.reqId);
-      if (!RunnerRequestStates.completesSequence(state)) {
+      const completes = RunnerRequestStates.completesSequence(state);
+      // The prompt's logprobs travel with the first sampled token, once.
+      const sendPrompt =
+        completes && state.promptLogprobs !== null && state.tokenIds.length === state.numPromptTokens;
+      if (state.promptLogprobs !== null) {
+        result.promptLogprobs ??= [];
+        result.promptLogprobs[k] = sendPrompt ? state.promptLogprobs : null;
+      }
+      if (!completes) {
         result.sampledTokenIds.push([]);
         result.logprobs.push(null);
         result.topLogprobs.push(null);
         continue;
       }
-      const rowLogits = logits.subarray(row * this.vocabSize, (row + 1) * this.vocabSize);
-      row++;
+      const rowLogits = logits.subarray((row - 1) * this.vocabSize, row * this.vocabSize);
       const token = this.sampler.sample(rowLogits, state.sampling, this.generatorFor(state));
       RunnerRequestStates.appendSampled(state, token.tokenId);
       const wantsLogprobs = state.sampling.logprobs !== null;
       result.sampledTokenIds.push([token.tokenId]);
       result.logprobs.push(wantsLogprobs ? [token.logprob] : null);
       result.topLogprobs.push(wantsLogprobs ? [token.topLogprobs ?? []] : null);
+    }
+  }
+
+  /** Logprobs of the prompt tokens these rows predict (row i predicts the token after position from + i). */
+  private scorePrompt(state: RunnerRequestState, logits: Float32Array, firstRow: number, rows: number): void {
+    const lp = state.promptLogprobs;
+    if (lp === null) return;
+    const from = state.numComputedTokens + state.numScheduledTokens - rows;
+    for (let i = 0; i < rows; i++) {
+      const target = from + i + 1;
+      if (target >= state.numPromptTokens) break;
+      const row = logits.subarray((firstRow + i) * this.vocabSize, (firstRow + i + 1) * this.vocabSize);
+      lp[target] = positionLogprobs(
+        row,
+        state.tokenIds[target] as number,
+        state.sampling.promptLogprobs ?? 0,
+      );
     }
   }
 
@@ -165,6 +200,7 @@ export function buildForwardBatch(running: readonly RunnerRequestState[]): Forwa
       numComputedTokens: from,
       blockTables: state.blockTables,
       computeLogits: RunnerRequestStates.completesSequence(state),
+      allLogits: RunnerRequestStates.scoresPrompt(state),
     });
     start += state.numScheduledTokens;
   }

@@ -92,6 +92,7 @@ export class OutputProcessor {
       kvTransferParams: (out.kvTransferParams ?? null) as KVTransferParams | null,
       metrics: { ...out.metrics },
     };
+    if (out.promptLogprobs) delta.promptLogprobs = out.promptLogprobs;
     if (out.error) delta.error = out.error;
     return { delta, stopStringMatched };
   }

@@ -133,3 +133,25 @@ export function topLogprobs(logits: Float32Array, logZ: number, count: number): 
   }
   return ids.map((id) => ({ tokenId: id, logprob: (logits[id] as number) - logZ }));
 }
+
+/** log Σ exp(logits): the normalizer of the raw distribution. */
+export function logSumExp(logits: Float32Array): number {
+  let max = Number.NEGATIVE_INFINITY;
+  for (let i = 0; i < logits.length; i++) max = Math.max(max, logits[i] as number);
+  let sum = 0;
+  for (let i = 0; i < logits.length; i++) sum += Math.exp((logits[i] as number) - max);
+  return max + Math.log(sum);
+}
+
+/** The logprob and 1-based rank of `tokenId` under one row of logits, with the top `count`. */
+export function positionLogprobs(
+  logits: Float32Array,
+  tokenId: number,
+  count: number,
+): { tokenId: number; logprob: number; rank: number; top: TokenLogprob[] } {
+  const logZ = logSumExp(logits);
+  const v = logits[tokenId] as number;
+  let rank = 1;
+  for (let i = 0; i < logits.length; i++) if ((logits[i] as number) > v) rank++;
+  return { tokenId, logprob: v - logZ, rank, top: count > 0 ? topLogprobs(logits, logZ, count) : [] };
+}

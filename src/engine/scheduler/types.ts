@@ -6,7 +6,7 @@
 import type { KVLoadFailurePolicy } from '../../config/types.ts';
 import type { KVConnectorStatsData, KVTransferParams, RequestStatus } from '../../connector/types.ts';
 import type { KVCacheEvent } from '../../kv/interfaces.ts';
-import type { FinishReason, RequestMetrics } from '../api.ts';
+import type { FinishReason, PositionLogprobs, RequestMetrics } from '../api.ts';
 
 /** One request's progress in one step (the engine turns it into a RequestOutputDelta). */
 export interface EngineCoreOutput {
@@ -14,6 +14,8 @@ export interface EngineCoreOutput {
   newTokenIds: number[];
   logprobs: number[] | null;
   topLogprobs: Array<Array<{ tokenId: number; logprob: number }>> | null;
+  /** The prompt's logprobs, on the output of the first generated token (see RequestOutputDelta). */
+  promptLogprobs?: (PositionLogprobs | null)[];
   finished: boolean;
   finishReason: FinishReason | null;
   status: RequestStatus;

@@ -124,6 +124,8 @@ export interface EngineStats {
   numPreemptionsTotal: number;
   /** Waiting requests parked until their KV arrives from a peer (a subset of the waiting ones). */
   numRequestsWaitingForRemoteKvs: number;
+  /** Waiting requests by remote-KV fetch stage (`waiting_to_start`, `in_progress`, `completed_waiting`). */
+  kvFetchByStage?: { waiting_to_start: number; in_progress: number; completed_waiting: number };
   /**
    * Connector stats since the last call (plain data, connector-specific keys); null while
    * an onIterationStats listener receives them step by step instead.

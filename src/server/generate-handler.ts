@@ -34,6 +34,8 @@ export interface GenerateHandlerContext {
   gate: AdmissionGate;
   body: BodyRules;
   disableRandomization: boolean;
+  /** Each prompt that finished: its n and the most tokens one of its choices generated. */
+  onPromptFinished?: (n: number, maxGenerationTokens: number) => void;
 }
 
 export type GenerationKind = GenerationPlan['kind'];
@@ -82,8 +84,15 @@ export async function handleGenerate(
     };
     const requests = buildEngineRequests(plan, responseId, ctx.disableRandomization);
     const events = runChoices(ctx.engine, requests, plan.n, disconnect.signal);
-    if (plan.stream) await streamResponse(rctx, events, res, headers);
-    else await jsonResponse(rctx, events, res, headers);
+    const choices = plan.stream
+      ? await streamResponse(rctx, events, res, headers)
+      : await jsonResponse(rctx, events, res, headers);
+    if (choices && ctx.onPromptFinished) {
+      for (let p = 0; p < plan.prompts.length; p++) {
+        const own = choices.slice(p * plan.n, (p + 1) * plan.n);
+        ctx.onPromptFinished(plan.n, Math.max(...own.map((c) => c.numTokens)));
+      }
+    }
   } finally {
     res.off('close', onClose);
     ctx.gate.release(slots);
@@ -109,7 +118,7 @@ async function jsonResponse(
   events: Events,
   res: ServerResponse,
   headers: Record<string, string>,
-): Promise<void> {
+): Promise<ChoiceState[] | null> {
   const choices = choicesFor(rctx.plan);
   try {
     for await (const { index, delta } of events) {
@@ -118,10 +127,11 @@ async function jsonResponse(
     }
   } catch (e) {
     if (!res.destroyed) sendError(res, e);
-    return;
+    return null;
   }
-  if (res.destroyed) return;
+  if (res.destroyed) return null;
   sendJson(res, 200, fullResponse(rctx, choices), headers);
+  return choices;
 }
 
 async function streamResponse(
@@ -129,7 +139,7 @@ async function streamResponse(
   events: Events,
   res: ServerResponse,
   headers: Record<string, string>,
-): Promise<void> {
+): Promise<ChoiceState[] | null> {
   const sse = new SseWriter(res, headers);
   const choices = choicesFor(rctx.plan);
   // vLLM sends chat's role chunks when the engine's first output arrives (after prefill), so a
@@ -154,15 +164,19 @@ async function streamResponse(
           delta.finished ? delta.kvTransferParams : null,
         ),
       );
-      if (sse.closed) return;
+      if (sse.closed) return null;
     }
     if (rctx.plan.includeUsage)
       await sse.send(usageChunk(rctx, usageOf(promptTokenCount(rctx.plan), choices)));
   } catch (e) {
-    if (sse.closed) return;
-    await sse.send(formatErrorJson(e));
+    if (!sse.closed) {
+      await sse.send(formatErrorJson(e));
+      await sse.done();
+    }
+    return null;
   }
   await sse.done();
+  return choices;
 }
 
 function engineFailure(error: { code: string; message: string; hint?: string } | undefined): KVError {

@@ -18,6 +18,7 @@ import { getLogger } from '../logging/logger.ts';
 import { AdmissionGate } from './admission.ts';
 import { devModeFromEnv, handleResetPrefixCache } from './dev-routes.ts';
 import { type GenerateHandlerContext, handleGenerate } from './generate-handler.ts';
+import { HttpMetrics } from './http-metrics.ts';
 import { backendInfo } from './info.ts';
 import { cacheConfigInfo, ServerMetrics } from './metrics.ts';
 import { modelList } from './model-card.ts';
@@ -100,6 +101,7 @@ export function createServer(options: ServerOptions): KVServer {
       limitHint: 'Send a shorter prompt, or start the server with a larger maxBodyBytes.',
     },
     disableRandomization: options.disableRequestIdRandomization ?? randomizationDisabled(),
+    onPromptFinished: (n, maxGenerationTokens) => metrics.observeFinishedPrompt(n, maxGenerationTokens),
   };
   const version = packageVersion();
   const tokenizeCtx = {
@@ -142,21 +144,24 @@ export function createServer(options: ServerOptions): KVServer {
   }
 
   const apiKey = options.apiKey ?? null;
-  const server = createHttpServer(
-    router.listener({
-      guard: (req) => {
-        if (apiKey === null || !(req.url ?? '').startsWith('/v1/')) return;
-        if (req.headers.authorization === `Bearer ${apiKey}`) return;
-        throw new KVError('SERVER_UNAUTHORIZED', 'Unauthorized: missing or wrong API key.', {
-          hint: 'Send the header "Authorization: Bearer <key>" with the key given to --api-key.',
-        });
-      },
-      onError: (e, req) => {
-        if (httpStatusOf(e) >= 500)
-          log.error('Unhandled error on %s %s: %s', req.method, req.url, (e as Error).stack);
-      },
-    }),
-  );
+  const httpMetrics = new HttpMetrics(metrics.registry, (url) => router.routeOf(url));
+  const listener = router.listener({
+    guard: (req) => {
+      if (apiKey === null || !(req.url ?? '').startsWith('/v1/')) return;
+      if (req.headers.authorization === `Bearer ${apiKey}`) return;
+      throw new KVError('SERVER_UNAUTHORIZED', 'Unauthorized: missing or wrong API key.', {
+        hint: 'Send the header "Authorization: Bearer <key>" with the key given to --api-key.',
+      });
+    },
+    onError: (e, req) => {
+      if (httpStatusOf(e) >= 500)
+        log.error('Unhandled error on %s %s: %s', req.method, req.url, (e as Error).stack);
+    },
+  });
+  const server = createHttpServer((req, res) => {
+    httpMetrics.track(req, res);
+    listener(req, res);
+  });
   let listening: HttpListener | null = null;
 
   return {

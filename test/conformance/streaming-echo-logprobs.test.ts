@@ -92,7 +92,8 @@ test('chat streams send the role chunk with the first token, not before prefill 
     assert.equal(early, 'nothing', 'no chunk before the engine produced its first token');
     release();
     let text = '';
-    for (let next = await pending; !next.done; next = await reader.read()) text += Buffer.from(next.value).toString();
+    for (let next = await pending; !next.done; next = await reader.read())
+      text += Buffer.from(next.value).toString();
     const chunks = text
       .split('\n\n')
       .filter((l) => l.startsWith('data: {'))
@@ -140,9 +141,8 @@ test('echo + logprobs: prompt tokens with their logprobs (first null), then the 
     assert.ok(Object.keys(lp.top_logprobs[k]!).length <= 3, 'the token plus the top 2');
   }
   // text_offset: 0 first, each next one advanced by the previous token's length (code points).
-  lp.text_offset.forEach((o, i) =>
-    assert.equal(o, i === 0 ? 0 : lp.text_offset[i - 1]! + [...lp.tokens[i - 1]!].length),
-  );
+  for (const [i, o] of lp.text_offset.entries())
+    assert.equal(o, i === 0 ? 0 : lp.text_offset[i - 1]! + [...lp.tokens[i - 1]!].length);
   assert.equal(plain.choices[0]!.prompt_logprobs, null, 'no prompt logprobs unless asked');
 });
 

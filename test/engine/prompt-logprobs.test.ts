@@ -53,9 +53,8 @@ for (const chunk of [2048, 5]) {
           refTop.map((t) => t.tokenId),
           `position ${k}`,
         );
-        entry.top.forEach((t, i) =>
-          assert.ok(Math.abs(t.logprob - refTop[i]!.logprob) < 1e-4, `position ${k} top ${i}`),
-        );
+        for (const [i, t] of entry.top.entries())
+          assert.ok(Math.abs(t.logprob - refTop[i]!.logprob) < 1e-4, `position ${k} top ${i}`);
         const inTop = entry.top.findIndex((t) => t.tokenId === entry.tokenId);
         if (inTop >= 0) {
           assert.equal(entry.rank, inTop + 1);

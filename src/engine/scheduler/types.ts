@@ -36,11 +36,19 @@ export interface SchedulerUpdate {
   kvConnectorStats: KVConnectorStatsData | null;
 }
 
+export interface KVFetchStages {
+  waiting_to_start: number;
+  in_progress: number;
+  completed_waiting: number;
+}
+
 export interface SchedulerStats {
   numRunningReqs: number;
   numWaitingReqs: number;
   /** Requests parked in WAITING_FOR_REMOTE_KVS (a subset of the waiting ones). */
   numWaitingForRemoteKvs: number;
+  /** Waiting requests by remote-KV fetch stage (vllm:num_requests_kv_fetch_by_stage). */
+  kvFetchByStage: KVFetchStages;
   /** Finished requests whose blocks a connector still holds. */
   numHandoffPending: number;
   kvCacheUsage: number;

@@ -35,6 +35,22 @@ export interface SamplingParams {
    * does not read the local prefix cache, as in vLLM (every position must be computed).
    */
   promptLogprobs?: number | null;
+  /** vLLM's min_tokens: EOS, stop tokens and stop strings do not end the request before this many tokens. */
+  minTokens?: number;
+  /** Added to the logits of these token ids (clamped to [-100, 100], as vLLM does). */
+  logitBias?: Record<number, number>;
+  /** > 1 discourages tokens seen in the prompt or the output (vLLM's repetition_penalty). */
+  repetitionPenalty?: number;
+  /** Subtracted once per occurrence of a token in the output. */
+  frequencyPenalty?: number;
+  /** Subtracted once from every token the output contains. */
+  presencePenalty?: number;
+  /** Only these token ids can be sampled. */
+  allowedTokenIds?: number[] | null;
+  /** Token sequences the output must not contain (vLLM's bad_words, already tokenized). */
+  badWordsTokenIds?: number[][];
+  /** The model's EOS id, set by the engine (vLLM's SamplingParams.eos_token_id), for min_tokens. */
+  eosTokenId?: number | null;
 }
 
 /** One position's logprobs (vLLM's `dict[int, Logprob]` of that position, in its order). */
@@ -102,6 +118,8 @@ export interface RequestOutputDelta {
   promptLogprobs?: (PositionLogprobs | null)[];
   finished: boolean;
   finishReason: FinishReason | null;
+  /** vLLM's stop_reason: the stop string or stop token id that ended the request (null for EOS or length). */
+  stopReason?: string | number | null;
   /** Connector output for this request (set on the final delta). */
   kvTransferParams: KVTransferParams | null;
   metrics: RequestMetrics;

@@ -16,8 +16,8 @@ import {
   applyDelta,
   ChoiceState,
   chunkOf,
+  echoChunk,
   fullResponse,
-  promptTokenCount,
   type ResponseContext,
   roleChunk,
   usageChunk,
@@ -34,6 +34,7 @@ export interface GenerateHandlerContext {
   gate: AdmissionGate;
   body: BodyRules;
   disableRandomization: boolean;
+  enablePromptTokensDetails?: boolean;
   /** Each prompt that finished: its n and the most tokens one of its choices generated. */
   onPromptFinished?: (n: number, maxGenerationTokens: number) => void;
 }
@@ -100,7 +101,11 @@ export async function handleGenerate(
 }
 
 function parse(ctx: GenerateHandlerContext, kind: GenerationKind, body: Body): GenerationPlan {
-  const parseCtx = { tokenizer: ctx.engine.tokenizer, maxModelLen: ctx.engine.config.model.maxModelLen };
+  const parseCtx = {
+    tokenizer: ctx.engine.tokenizer,
+    maxModelLen: ctx.engine.config.model.maxModelLen,
+    enablePromptTokensDetails: ctx.enablePromptTokensDetails ?? false,
+  };
   const plan =
     kind === 'completion' ? parseCompletionRequest(body, parseCtx) : parseChatRequest(body, parseCtx);
   checkServedModel(plan.model, ctx.servedModelName);
@@ -149,25 +154,19 @@ async function streamResponse(
     for await (const { index, delta } of events) {
       if (!roleSent) {
         for (const c of choices) await sse.send(roleChunk(rctx, c.index));
+        const echo = rctx.plan.chatEchoText;
+        if (echo) for (const c of choices) await sse.send(echoChunk(rctx, c.index, echo));
         roleSent = true;
       }
       const choice = choices[index]!;
       const part = applyDelta(rctx, choice, delta);
       if (delta.finished && delta.finishReason === 'error') throw engineFailure(delta.error);
-      if (part.text === '' && !delta.finished && part.logprobs === null) continue;
-      await sse.send(
-        chunkOf(
-          rctx,
-          index,
-          part,
-          delta.finished ? delta.finishReason : null,
-          delta.finished ? delta.kvTransferParams : null,
-        ),
-      );
+      // vLLM skips only increments with neither text nor tokens (a prefill chunk).
+      if (part.text === '' && part.tokenIds.length === 0 && !delta.finished) continue;
+      await sse.send(chunkOf(rctx, choice, part, delta.finished));
       if (sse.closed) return null;
     }
-    if (rctx.plan.includeUsage)
-      await sse.send(usageChunk(rctx, usageOf(promptTokenCount(rctx.plan), choices)));
+    if (rctx.plan.includeUsage) await sse.send(usageChunk(rctx, usageOf(rctx, choices)));
   } catch (e) {
     if (!sse.closed) {
       await sse.send(formatErrorJson(e));

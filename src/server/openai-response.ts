@@ -19,6 +19,18 @@ export interface Usage {
   prompt_tokens: number;
   completion_tokens: number;
   total_tokens: number;
+  /** With --enable-prompt-tokens-details: prompt tokens not computed (vLLM's num_cached_tokens). */
+  prompt_tokens_details?: { cached_tokens: number };
+}
+
+/** One streamed increment of a choice. */
+export interface ChoicePart {
+  text: string;
+  logprobs: unknown;
+  /** The token ids of this increment (return_token_ids). */
+  tokenIds: number[];
+  /** On the choice's first increment with return_token_ids: the prompt's ids. */
+  promptTokenIds: number[] | null;
 }
 
 export class ChoiceState {
@@ -34,7 +46,10 @@ export class ChoiceState {
   /** Code points already streamed (echoed prompt included): the next chunk's first text_offset. */
   streamedLength = 0;
   echoed = false;
+  /** Prompt tokens the engine did not compute (prefix cache or connector). */
+  cachedTokens = 0;
   finishReason: FinishReason | null = null;
+  stopReason: string | number | null = null;
   kvTransferParams: KVTransferParams | null = null;
 
   constructor(index: number) {
@@ -61,20 +76,19 @@ function echoOf(
 ): { text: string; tokenIds: number[]; entries: (LogprobEntries | null)[] } {
   const plan = ctx.plan;
   if (!plan.echo) return { text: '', tokenIds: [], entries: [] };
+  // vLLM: with return_token_ids the echoed text is left out (the ids carry the prompt).
   const p = Math.floor(choice.index / plan.n);
   const tokenIds = plan.prompts[p] ?? [];
   const entries = choice.promptLogprobs ? promptEntries(choice.promptLogprobs) : tokenIds.map(() => null);
-  return { text: plan.promptTexts[p] ?? '', tokenIds, entries };
+  return { text: plan.returnTokenIds ? '' : (plan.promptTexts[p] ?? ''), tokenIds, entries };
 }
 
 /** Applies one delta to its choice; returns the wire fields of this increment (for streams). */
-export function applyDelta(
-  ctx: ResponseContext,
-  choice: ChoiceState,
-  delta: RequestOutputDelta,
-): { text: string; logprobs: unknown } {
+export function applyDelta(ctx: ResponseContext, choice: ChoiceState, delta: RequestOutputDelta): ChoicePart {
   const plan = ctx.plan;
   if (delta.promptLogprobs) choice.promptLogprobs = delta.promptLogprobs;
+  choice.cachedTokens = delta.metrics.numCachedTokens;
+  const firstPart = choice.numTokens === 0 && !choice.echoed;
   const entries = wantsLogprobs(ctx) ? sampledEntries(delta) : [];
   choice.text += delta.newText;
   choice.numTokens += delta.newTokenIds.length;
@@ -82,6 +96,7 @@ export function applyDelta(
   choice.entries.push(...entries);
   if (delta.finished) {
     choice.finishReason = delta.finishReason;
+    choice.stopReason = delta.stopReason ?? null;
     choice.kvTransferParams = delta.kvTransferParams;
   }
   // vLLM streams the echoed prompt with the first output; with max_tokens 0, the prompt alone.
@@ -111,19 +126,39 @@ export function applyDelta(
         : { content: chatLogprobs(ctx.tokenizer, tokenIds, entries, plan.logprobs ?? 0, asIds) };
   }
   choice.streamedLength += pyLen(text);
-  return { text, logprobs };
+  const promptIndex = Math.floor(choice.index / plan.n);
+  return {
+    text,
+    logprobs,
+    tokenIds: delta.newTokenIds,
+    promptTokenIds: plan.returnTokenIds && firstPart ? (plan.prompts[promptIndex] ?? []) : null,
+  };
 }
 
 function wireFinishReason(reason: FinishReason | null): string | null {
   return reason === 'error' ? 'abort' : reason;
 }
 
-export function usageOf(promptTokens: number, choices: readonly ChoiceState[]): Usage {
+export function usageOf(ctx: ResponseContext, choices: readonly ChoiceState[]): Usage {
+  const promptTokens = promptTokenCount(ctx.plan);
   const completion = choices.reduce((sum, c) => sum + c.numTokens, 0);
-  return {
+  const usage: Usage = {
     prompt_tokens: promptTokens,
     completion_tokens: completion,
     total_tokens: promptTokens + completion,
+  };
+  if (ctx.plan.promptTokensDetails)
+    usage.prompt_tokens_details = { cached_tokens: choices[choices.length - 1]?.cachedTokens ?? 0 };
+  return usage;
+}
+
+/** stream_options.continuous_usage_stats: one choice's usage so far, on each of its chunks. */
+function choiceUsage(ctx: ResponseContext, choice: ChoiceState): Usage {
+  const prompt = ctx.plan.prompts[Math.floor(choice.index / ctx.plan.n)]?.length ?? 0;
+  return {
+    prompt_tokens: prompt,
+    completion_tokens: choice.numTokens,
+    total_tokens: prompt + choice.numTokens,
   };
 }
 
@@ -134,7 +169,8 @@ export function promptTokenCount(plan: GenerationPlan): number {
 /** The whole (non-streaming) response body. */
 export function fullResponse(ctx: ResponseContext, choices: readonly ChoiceState[]): unknown {
   const kvTransferParams = choices.find((c) => c.kvTransferParams !== null)?.kvTransferParams ?? null;
-  const usage = usageOf(promptTokenCount(ctx.plan), choices);
+  const usage = usageOf(ctx, choices);
+  const ids = ctx.plan.returnTokenIds;
   const head = { id: ctx.id, created: ctx.created, model: ctx.model };
   if (ctx.plan.kind === 'completion') {
     return {
@@ -158,8 +194,14 @@ export function fullResponse(ctx: ResponseContext, choices: readonly ChoiceState
               )
             : null,
           finish_reason: wireFinishReason(c.finishReason),
-          stop_reason: null,
+          stop_reason: c.stopReason,
           prompt_logprobs: c.promptLogprobs ? promptLogprobsJson(ctx.tokenizer, c.promptLogprobs) : null,
+          ...(ids
+            ? {
+                prompt_token_ids: ctx.plan.prompts[Math.floor(c.index / ctx.plan.n)] ?? [],
+                token_ids: c.tokenIds,
+              }
+            : {}),
         };
       }),
       usage,
@@ -171,7 +213,12 @@ export function fullResponse(ctx: ResponseContext, choices: readonly ChoiceState
     object: 'chat.completion',
     choices: choices.map((c) => ({
       index: c.index,
-      message: { role: 'assistant', content: c.text, refusal: null, tool_calls: [] },
+      message: {
+        role: 'assistant',
+        content: (ctx.plan.chatEchoText ?? '') + c.text,
+        refusal: null,
+        tool_calls: [],
+      },
       logprobs: wantsLogprobs(ctx)
         ? {
             content: chatLogprobs(
@@ -184,9 +231,11 @@ export function fullResponse(ctx: ResponseContext, choices: readonly ChoiceState
           }
         : null,
       finish_reason: wireFinishReason(c.finishReason),
-      stop_reason: null,
+      stop_reason: c.stopReason,
+      ...(ids ? { token_ids: c.tokenIds } : {}),
     })),
     usage,
+    ...(ids ? { prompt_token_ids: ctx.plan.prompts[0] ?? [] } : {}),
     prompt_logprobs: choices[0]?.promptLogprobs
       ? promptLogprobsJson(ctx.tokenizer, choices[0].promptLogprobs)
       : null,
@@ -194,34 +243,53 @@ export function fullResponse(ctx: ResponseContext, choices: readonly ChoiceState
   };
 }
 
-/** One streamed chunk for one choice's increment. */
+/** One streamed chunk for one choice's increment (`finished`: the choice's last). */
 export function chunkOf(
   ctx: ResponseContext,
-  index: number,
-  part: { text: string; logprobs: unknown },
-  finishReason: FinishReason | null,
-  kvTransferParams: KVTransferParams | null,
+  choice: ChoiceState,
+  part: ChoicePart,
+  finished: boolean,
 ): Record<string, unknown> {
-  const finish = wireFinishReason(finishReason);
-  const choice =
+  const finish = finished ? wireFinishReason(choice.finishReason) : null;
+  const stopReason = finished ? choice.stopReason : null;
+  const index = choice.index;
+  const ids = ctx.plan.returnTokenIds;
+  const wire: Record<string, unknown> =
     ctx.plan.kind === 'completion'
-      ? { index, text: part.text, logprobs: part.logprobs, finish_reason: finish, stop_reason: null }
+      ? { index, text: part.text, logprobs: part.logprobs, finish_reason: finish, stop_reason: stopReason }
       : {
           index,
           delta: part.text === '' && finish !== null ? {} : { content: part.text },
           logprobs: part.logprobs,
           finish_reason: finish,
-          stop_reason: null,
+          stop_reason: stopReason,
         };
+  if (ids) {
+    if (ctx.plan.kind === 'completion' && part.promptTokenIds) wire['prompt_token_ids'] = part.promptTokenIds;
+    wire['token_ids'] = part.tokenIds;
+  }
   const chunk: Record<string, unknown> = {
     id: ctx.id,
     object: ctx.plan.kind === 'completion' ? 'text_completion' : 'chat.completion.chunk',
     created: ctx.created,
     model: ctx.model,
-    choices: [choice],
+    choices: [wire],
   };
-  if (kvTransferParams !== null) chunk['kv_transfer_params'] = kvTransferParams;
+  if (ctx.plan.kind === 'chat' && ids && part.promptTokenIds) chunk['prompt_token_ids'] = part.promptTokenIds;
+  if (ctx.plan.continuousUsage) chunk['usage'] = choiceUsage(ctx, choice);
+  if (finished && choice.kvTransferParams !== null) chunk['kv_transfer_params'] = choice.kvTransferParams;
   return chunk;
+}
+
+/** Chat echo in a stream: the last message's content, right after the role chunk (as vLLM). */
+export function echoChunk(ctx: ResponseContext, index: number, text: string): Record<string, unknown> {
+  return {
+    id: ctx.id,
+    object: 'chat.completion.chunk',
+    created: ctx.created,
+    model: ctx.model,
+    choices: [{ index, delta: { content: text }, logprobs: null, finish_reason: null }],
+  };
 }
 
 /** Chat streams open each choice with the assistant role. */

@@ -43,6 +43,8 @@ export interface ServerOptions {
   disableRequestIdRandomization?: boolean;
   /** vLLM's development endpoints (POST /reset_prefix_cache). Default: VLLM_SERVER_DEV_MODE=1. */
   devMode?: boolean;
+  /** --enable-prompt-tokens-details: usage.prompt_tokens_details.cached_tokens. */
+  enablePromptTokensDetails?: boolean;
 }
 
 export interface ListeningAddress {
@@ -101,6 +103,7 @@ export function createServer(options: ServerOptions): KVServer {
       limitHint: 'Send a shorter prompt, or start the server with a larger maxBodyBytes.',
     },
     disableRandomization: options.disableRequestIdRandomization ?? randomizationDisabled(),
+    enablePromptTokensDetails: options.enablePromptTokensDetails ?? false,
     onPromptFinished: (n, maxGenerationTokens) => metrics.observeFinishedPrompt(n, maxGenerationTokens),
   };
   const version = packageVersion();

@@ -135,9 +135,9 @@ describe('health checks', () => {
     await withPd([p], [d], {}, async (url) => {
       const res = await send(url, body);
       assert.equal(res.status, 503);
-      const err = (await res.json()) as { error: { message: string; code: string; hint: string } };
+      const err = (await res.json()) as { error: { message: string; kvconnect_code: string; hint: string } };
       assert.equal(err.error.message, 'No healthy decode instance available');
-      assert.equal(err.error.code, 'PROXY_NO_BACKEND');
+      assert.equal(err.error.kvconnect_code, 'PROXY_NO_BACKEND');
       assert.ok(err.error.hint.length > 0);
       const h = await fetch(`${url}/healthcheck`);
       assert.equal(h.status, 503);
@@ -166,18 +166,21 @@ describe('errors', () => {
       for (const bad of ['{not json', '[1,2]', '"text"']) {
         const res = await send(url, bad);
         assert.equal(res.status, 400, bad);
-        const err = (await res.json()) as { error: { code: string; type: string } };
-        assert.equal(err.error.code, 'PROXY_BAD_REQUEST');
+        const err = (await res.json()) as { error: { kvconnect_code: string; type: string } };
+        assert.equal(err.error.kvconnect_code, 'PROXY_BAD_REQUEST');
         assert.equal(err.error.type, 'BadRequestError');
       }
       const nf = await fetch(`${url}/v1/embeddings`, { method: 'POST', body: '{}' });
       assert.equal(nf.status, 404);
-      assert.equal(((await nf.json()) as { error: { code: string } }).error.code, 'PROXY_NOT_FOUND');
+      assert.equal(
+        ((await nf.json()) as { error: { kvconnect_code: string } }).error.kvconnect_code,
+        'PROXY_NOT_FOUND',
+      );
       await p.close();
       const res = await send(url, body);
       assert.equal(res.status, 502);
       assert.equal(
-        ((await res.json()) as { error: { code: string } }).error.code,
+        ((await res.json()) as { error: { kvconnect_code: string } }).error.kvconnect_code,
         'PROXY_UPSTREAM_UNREACHABLE',
       );
       const h = (await (await fetch(`${url}/health`)).json()) as { prefill_instances: number };

@@ -172,7 +172,7 @@ test('without logprobs the option changes nothing; a non-boolean value is a 400 
     model: 'tiny',
     prompt: PROMPT,
     logprobs: 1,
-    return_tokens_as_token_ids: 'yes',
+    return_tokens_as_token_ids: 'sometimes',
   });
   assert.equal(res.status, 400);
   const err = (await res.json()) as { error: { param: string; message: string } };

@@ -32,6 +32,7 @@ interface ServeFlags {
   kvEventsConfig?: string;
   apiKey?: string;
   maxQueue: string;
+  enablePromptTokensDetails?: boolean;
   [key: string]: unknown;
 }
 
@@ -85,6 +86,10 @@ export function registerServeCommand(program: Command, ctx: CliContext, deps: Se
     )
     .option('--api-key <key>', 'require "Authorization: Bearer <key>" on /v1/* (default: none)')
     .option(
+      '--enable-prompt-tokens-details',
+      "add usage.prompt_tokens_details.cached_tokens (prompt tokens not computed) to every response, as vLLM's flag does",
+    )
+    .option(
       '--max-queue <n>',
       'requests accepted beyond --max-num-seqs before answering 503',
       String(DEFAULT_MAX_QUEUE),
@@ -117,7 +122,12 @@ export function registerServeCommand(program: Command, ctx: CliContext, deps: Se
       return;
     }
     const { createServer } = await import('../../server/server.ts');
-    const server = createServer({ engine, apiKey: flags.apiKey ?? null, maxQueue });
+    const server = createServer({
+      engine,
+      apiKey: flags.apiKey ?? null,
+      maxQueue,
+      enablePromptTokensDetails: flags.enablePromptTokensDetails === true,
+    });
     try {
       const address = await server.start(flags.host, port);
       ctx.io.out(`kvconnect serve: model ${config.model.servedModelName} listening on ${address.url}\n`);

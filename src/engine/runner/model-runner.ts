@@ -19,6 +19,7 @@ import {
 } from '../model/forward-batch.ts';
 import { SeededRandom } from '../model/prng.ts';
 import type { ModelRunnerOutput, RunnerInput } from '../runner-io.ts';
+import { needsLogitsProcessing, processLogits } from '../sampler/logits-processors.ts';
 import { positionLogprobs } from '../sampler/sampler.ts';
 import { WorkerConnectorSteps } from './connector-steps.ts';
 import { type RunnerRequestState, RunnerRequestStates, runnerError } from './request-states.ts';
@@ -31,7 +32,13 @@ export interface SampledToken {
 
 /** Samples one token from one row of logits (adapter over src/engine/sampler). */
 export interface TokenSampler {
-  sample(logits: Float32Array, params: SamplingParams, rng: SeededRandom): SampledToken;
+  /** `processed`: the row after logits processing, sampled from; logprobs come from `logits`. */
+  sample(
+    logits: Float32Array,
+    params: SamplingParams,
+    rng: SeededRandom,
+    processed?: Float32Array | null,
+  ): SampledToken;
 }
 
 export interface ModelRunnerParts {
@@ -137,7 +144,16 @@ export class ModelRunner {
         continue;
       }
       const rowLogits = logits.subarray((row - 1) * this.vocabSize, row * this.vocabSize);
-      const token = this.sampler.sample(rowLogits, state.sampling, this.generatorFor(state));
+      const processed = needsLogitsProcessing(state.sampling)
+        ? processLogits(rowLogits, state.sampling, {
+            promptTokenIds: state.tokenIds.slice(0, state.numPromptTokens),
+            outputTokenIds: state.tokenIds.slice(
+              state.numPromptTokens,
+              state.numComputedTokens + state.numScheduledTokens,
+            ),
+          })
+        : null;
+      const token = this.sampler.sample(rowLogits, state.sampling, this.generatorFor(state), processed);
       RunnerRequestStates.appendSampled(state, token.tokenId);
       const wantsLogprobs = state.sampling.logprobs !== null;
       result.sampledTokenIds.push([token.tokenId]);

@@ -39,7 +39,28 @@ export class Sampler {
   private order = new Int32Array(0);
   private probs = new Float64Array(0);
 
-  sample(logits: Float32Array, params: SamplerParams, rng: SeededRandom): SampledToken {
+  /**
+   * Samples from `processed` when given (logits after the request's logits processors), else
+   * from `logits`; logprobs are always of `logits`, the raw distribution.
+   */
+  sample(
+    logits: Float32Array,
+    params: SamplerParams,
+    rng: SeededRandom,
+    processed: Float32Array | null = null,
+  ): SampledToken {
+    if (processed !== null) {
+      const tokenId = this.choose(processed, params, rng);
+      const logZ = logSumExp(logits);
+      return {
+        tokenId,
+        logprob: (logits[tokenId] as number) - logZ,
+        topLogprobs:
+          params.logprobs === null || params.logprobs <= 0
+            ? null
+            : topLogprobs(logits, logZ, params.logprobs),
+      };
+    }
     const n = logits.length;
     let max = Number.NEGATIVE_INFINITY;
     let argmax = 0;
@@ -60,6 +81,20 @@ export class Sampler {
       topLogprobs:
         params.logprobs === null || params.logprobs <= 0 ? null : topLogprobs(logits, logZ, params.logprobs),
     };
+  }
+
+  /** The token a row of logits yields under the params (greedy or random). */
+  private choose(logits: Float32Array, params: SamplerParams, rng: SeededRandom): number {
+    let max = Number.NEGATIVE_INFINITY;
+    let argmax = 0;
+    for (let i = 0; i < logits.length; i++) {
+      const v = logits[i] as number;
+      if (v > max) {
+        max = v;
+        argmax = i;
+      }
+    }
+    return params.temperature <= 1e-5 ? argmax : this.sampleRandom(logits, max, params, rng);
   }
 
   private sampleRandom(logits: Float32Array, max: number, params: SamplerParams, rng: SeededRandom): number {

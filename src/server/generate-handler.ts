@@ -46,6 +46,8 @@ export async function handleGenerate(
   kind: GenerationKind,
   req: IncomingMessage,
   res: ServerResponse,
+  /** The body when the caller already read it (POST /invocations). */
+  preread?: unknown,
 ): Promise<void> {
   const externalId = externalRequestId(req);
   const responseId = `${kind === 'completion' ? 'cmpl' : 'chatcmpl'}-${externalId}`;
@@ -54,7 +56,7 @@ export async function handleGenerate(
   let body: Body | undefined;
   let plan: GenerationPlan;
   try {
-    body = asBody(await readJson(req, ctx.body));
+    body = asBody(preread ?? (await readJson(req, ctx.body)));
     plan = parse(ctx, kind, body);
     ctx.gate.acquire(plan.prompts.length * plan.n);
   } catch (e) {

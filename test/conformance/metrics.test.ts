@@ -6,26 +6,14 @@
  * vllm:prompt_tokens_cached_by_source_total and vllm:num_requests_kv_fetch_by_stage.
  */
 import assert from 'node:assert/strict';
-import { after, before, test } from 'node:test';
-import type { AsyncEngineLike } from '../../src/engine/api.ts';
-import { postJson, type Running, startEngine, startServer } from '../server/harness.ts';
+import { test } from 'node:test';
+import { postJson, servedForTests } from '../server/harness.ts';
 import { parseExposition, sampleValue } from '../server/prom-text.ts';
 
-let engine: AsyncEngineLike;
-let running: Running;
-
-before(async () => {
-  engine = await startEngine();
-  running = await startServer({ engine });
-});
-
-after(async () => {
-  await running?.close();
-  await engine?.shutdown();
-});
+const served = servedForTests();
 
 async function scrape(): Promise<{ text: string; exp: ReturnType<typeof parseExposition> }> {
-  const text = await (await fetch(`${running.url}/metrics`)).text();
+  const text = await (await fetch(`${served.url}/metrics`)).text();
   return { text, exp: parseExposition(text) };
 }
 
@@ -49,13 +37,13 @@ test('numbers as prometheus_client writes them: le="1.0", le="+Inf", sample valu
 });
 
 test("HTTP families with prometheus-fastapi-instrumentator's names and labels; vLLM's excluded routes are not counted", async () => {
-  const ok = await postJson(`${running.url}/v1/completions`, { prompt: 'Hi', max_tokens: 2 });
+  const ok = await postJson(`${served.url}/v1/completions`, { prompt: 'Hi', max_tokens: 2 });
   assert.equal(ok.status, 200);
   await ok.text();
-  assert.equal((await postJson(`${running.url}/v1/completions`, { prompt: 7 })).status, 400);
-  assert.equal((await fetch(`${running.url}/no/such/route`)).status, 404);
-  await fetch(`${running.url}/health`);
-  await fetch(`${running.url}/version`);
+  assert.equal((await postJson(`${served.url}/v1/completions`, { prompt: 7 })).status, 400);
+  assert.equal((await fetch(`${served.url}/no/such/route`)).status, 404);
+  await fetch(`${served.url}/health`);
+  await fetch(`${served.url}/version`);
   const { exp } = await scrape();
   const completions = { handler: '/v1/completions', method: 'POST' };
   assert.equal(sampleValue(exp, 'http_requests_total', { ...completions, status: '2xx' }), 1);
@@ -78,7 +66,7 @@ test('vllm:request_max_num_generation_tokens and vllm:request_params_n per finis
   const before = (await scrape()).exp;
   const count = (exp: typeof before, name: string) => sampleValue(exp, `${name}_count`);
   const sum = (exp: typeof before, name: string) => sampleValue(exp, `${name}_sum`);
-  const res = await postJson(`${running.url}/v1/completions`, {
+  const res = await postJson(`${served.url}/v1/completions`, {
     prompt: 'The cat',
     max_tokens: 3,
     n: 2,
@@ -102,10 +90,10 @@ test('vllm:request_max_num_generation_tokens and vllm:request_params_n per finis
 
 test('vllm:prompt_tokens_cached_by_source_total: local prefix hits are device, matching prompt_tokens_cached', async () => {
   const prompt = 'A prompt long enough to fill a couple of KV blocks of sixteen tokens each, twice over.';
-  const first = await postJson(`${running.url}/v1/completions`, { prompt, max_tokens: 1 });
+  const first = await postJson(`${served.url}/v1/completions`, { prompt, max_tokens: 1 });
   await first.text();
   const before = (await scrape()).exp;
-  const again = await postJson(`${running.url}/v1/completions`, { prompt, max_tokens: 1 });
+  const again = await postJson(`${served.url}/v1/completions`, { prompt, max_tokens: 1 });
   await again.text();
   const afterExp = (await scrape()).exp;
   const delta = (name: string, labels: Record<string, string> = {}) =>

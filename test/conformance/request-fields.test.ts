@@ -6,22 +6,10 @@
  * details, token ids) are vLLM's.
  */
 import assert from 'node:assert/strict';
-import { after, before, test } from 'node:test';
-import type { AsyncEngineLike } from '../../src/engine/api.ts';
-import { postJson, type Running, startEngine, startServer } from '../server/harness.ts';
+import { test } from 'node:test';
+import { postJson, servedForTests } from '../server/harness.ts';
 
-let engine: AsyncEngineLike;
-let running: Running;
-
-before(async () => {
-  engine = await startEngine();
-  running = await startServer({ engine, enablePromptTokensDetails: true });
-});
-
-after(async () => {
-  await running?.close();
-  await engine?.shutdown();
-});
+const served = servedForTests({ enablePromptTokensDetails: true });
 
 interface Choice {
   text: string;
@@ -43,7 +31,7 @@ interface Completion {
 const PROMPT = 'In the beginning God created';
 
 async function complete(body: Record<string, unknown>): Promise<Completion> {
-  const res = await postJson(`${running.url}/v1/completions`, { prompt: PROMPT, temperature: 0, ...body });
+  const res = await postJson(`${served.url}/v1/completions`, { prompt: PROMPT, temperature: 0, ...body });
   assert.equal(res.status, 200, await res.clone().text());
   return (await res.json()) as Completion;
 }
@@ -58,7 +46,7 @@ async function refused(
   param: string,
   message?: RegExp,
 ): Promise<void> {
-  const res = await postJson(`${running.url}${path}`, body);
+  const res = await postJson(`${served.url}${path}`, body);
   const text = await res.text();
   assert.equal(res.status, 400, `${param}: ${text}`);
   const error = (
@@ -72,7 +60,7 @@ async function refused(
 
 test('return_token_ids: prompt_token_ids and token_ids in the choice', async () => {
   const r = await complete({ max_tokens: 4, ignore_eos: true, return_token_ids: true });
-  assert.deepEqual(r.choices[0]!.prompt_token_ids, engine.tokenizer.encode(PROMPT));
+  assert.deepEqual(r.choices[0]!.prompt_token_ids, served.engine.tokenizer.encode(PROMPT));
   assert.equal(r.choices[0]!.token_ids!.length, 4);
 });
 
@@ -113,10 +101,14 @@ test('logit_bias, allowed_token_ids and bad_words steer greedy sampling; out-of-
   const words = await ids({ max_tokens: 8, ignore_eos: true });
   const ascii = words.find((t) => t > 32 && t < 127);
   assert.ok(ascii !== undefined, `an ASCII token among ${words}`);
-  const noBad = await ids({ max_tokens: 8, ignore_eos: true, bad_words: [engine.tokenizer.decode([ascii])] });
+  const noBad = await ids({
+    max_tokens: 8,
+    ignore_eos: true,
+    bad_words: [served.engine.tokenizer.decode([ascii])],
+  });
   assert.ok(!noBad.includes(ascii), `bad word ${ascii} never sampled: ${noBad}`);
   assert.notDeepEqual(noBad, words);
-  const vocab = engine.tokenizer.vocabSize;
+  const vocab = served.engine.tokenizer.vocabSize;
   await refused(
     '/v1/completions',
     { prompt: 'x', logit_bias: { [vocab]: 1 } },
@@ -145,7 +137,7 @@ test('repetition, frequency and presence penalties change a repetitive greedy ou
 
 test('truncate_prompt_tokens keeps the last N prompt tokens', async () => {
   const r = await complete({ max_tokens: 1, truncate_prompt_tokens: 4, return_token_ids: true });
-  assert.deepEqual(r.choices[0]!.prompt_token_ids, engine.tokenizer.encode(PROMPT).slice(-4));
+  assert.deepEqual(r.choices[0]!.prompt_token_ids, served.engine.tokenizer.encode(PROMPT).slice(-4));
   assert.equal(r.usage.prompt_tokens, 4);
   await refused(
     '/v1/completions',
@@ -163,7 +155,7 @@ test('usage.prompt_tokens_details.cached_tokens with --enable-prompt-tokens-deta
 });
 
 test('stream_options.continuous_usage_stats: usage on every chunk', async () => {
-  const res = await postJson(`${running.url}/v1/completions`, {
+  const res = await postJson(`${served.url}/v1/completions`, {
     prompt: PROMPT,
     max_tokens: 3,
     ignore_eos: true,
@@ -214,7 +206,7 @@ test("vLLM's 400s: suffix, stream_options without stream, seed outside int64, au
   await refused('/v1/completions', { prompt: 'x', structured_outputs: { json: {} } }, 'structured_outputs');
   await refused('/v1/completions', { prompt: 'x', use_beam_search: true }, 'use_beam_search');
   await refused('/v1/chat/completions', { messages, continue_final_message: true }, 'continue_final_message');
-  const none = await postJson(`${running.url}/v1/chat/completions`, {
+  const none = await postJson(`${served.url}/v1/chat/completions`, {
     messages,
     tools,
     tool_choice: 'none',
@@ -240,12 +232,12 @@ test('chat echo prepends the final assistant message', async () => {
     { role: 'user', content: 'Say something' },
     { role: 'assistant', content: 'Well, ' },
   ];
-  const plain = await postJson(`${running.url}/v1/chat/completions`, {
+  const plain = await postJson(`${served.url}/v1/chat/completions`, {
     messages,
     max_tokens: 3,
     temperature: 0,
   });
-  const echoed = await postJson(`${running.url}/v1/chat/completions`, {
+  const echoed = await postJson(`${served.url}/v1/chat/completions`, {
     messages,
     max_tokens: 3,
     temperature: 0,

@@ -4,28 +4,16 @@
  * precise prefix-cache scorer gets token ids from.
  */
 import assert from 'node:assert/strict';
-import { after, before, test } from 'node:test';
-import type { AsyncEngineLike } from '../../src/engine/api.ts';
-import { postJson, type Running, startEngine, startServer } from '../server/harness.ts';
+import { test } from 'node:test';
+import { postJson, servedForTests } from '../server/harness.ts';
 
-let engine: AsyncEngineLike;
-let running: Running;
-
-before(async () => {
-  engine = await startEngine();
-  running = await startServer({ engine });
-});
-
-after(async () => {
-  await running?.close();
-  await engine?.shutdown();
-});
+const served = servedForTests();
 
 const messages = [{ role: 'user', content: 'Hello there' }];
 
 test('/ping answers 200 to GET and POST', async () => {
   for (const method of ['GET', 'POST']) {
-    const res = await fetch(`${running.url}/ping`, { method });
+    const res = await fetch(`${served.url}/ping`, { method });
     assert.equal(res.status, 200, method);
     await res.text();
   }
@@ -36,7 +24,7 @@ interface Answer {
   choices: { token_ids: number[] }[];
 }
 const answer = async (path: string, body: unknown): Promise<Answer> =>
-  (await (await postJson(`${running.url}${path}`, body)).json()) as Answer;
+  (await (await postJson(`${served.url}${path}`, body)).json()) as Answer;
 
 test('/invocations dispatches on the body: messages → chat, prompt → completions', async () => {
   const greedy = { max_tokens: 4, temperature: 0, ignore_eos: true, return_token_ids: true };
@@ -48,14 +36,14 @@ test('/invocations dispatches on the body: messages → chat, prompt → complet
   const invCmpl = await answer('/invocations', { prompt: 'The', ...greedy });
   assert.equal(invCmpl.object, 'text_completion');
   assert.deepEqual(invCmpl.choices[0]?.token_ids, viaCmpl.choices[0]?.token_ids);
-  const bad = await postJson(`${running.url}/invocations`, { input: 'x' });
+  const bad = await postJson(`${served.url}/invocations`, { input: 'x' });
   assert.equal(bad.status, 400);
   assert.equal(((await bad.json()) as { error: { param: string } }).error.param, 'body');
 });
 
 test('/load counts the requests in flight', async () => {
-  assert.deepEqual(await (await fetch(`${running.url}/load`)).json(), { server_load: 0 });
-  const res = await postJson(`${running.url}/v1/completions`, {
+  assert.deepEqual(await (await fetch(`${served.url}/load`)).json(), { server_load: 0 });
+  const res = await postJson(`${served.url}/v1/completions`, {
     prompt: 'x',
     max_tokens: 200,
     ignore_eos: true,
@@ -63,13 +51,13 @@ test('/load counts the requests in flight', async () => {
   });
   const reader = res.body!.getReader();
   await reader.read();
-  const during = (await (await fetch(`${running.url}/load`)).json()) as { server_load: number };
+  const during = (await (await fetch(`${served.url}/load`)).json()) as { server_load: number };
   assert.equal(during.server_load, 1);
   await reader.cancel();
 });
 
 test('/version: the vLLM version followed, and kvconnect’s own', async () => {
-  const v = (await (await fetch(`${running.url}/version`)).json()) as {
+  const v = (await (await fetch(`${served.url}/version`)).json()) as {
     version: string;
     kvconnect_version: string;
   };
@@ -79,7 +67,7 @@ test('/version: the vLLM version followed, and kvconnect’s own', async () => {
 
 test('render endpoints return the token ids the generation routes would run', async () => {
   const cmpl = (await (
-    await postJson(`${running.url}/v1/completions/render`, { prompt: ['one', 'two three'], max_tokens: 3 })
+    await postJson(`${served.url}/v1/completions/render`, { prompt: ['one', 'two three'], max_tokens: 3 })
   ).json()) as {
     token_ids: number[];
     request_id: string;
@@ -87,43 +75,43 @@ test('render endpoints return the token ids the generation routes would run', as
     sampling_params: { max_tokens: number };
   }[];
   assert.equal(cmpl.length, 2);
-  assert.deepEqual(cmpl[0]!.token_ids, engine.tokenizer.encode('one'));
-  assert.deepEqual(cmpl[1]!.token_ids, engine.tokenizer.encode('two three'));
+  assert.deepEqual(cmpl[0]!.token_ids, served.engine.tokenizer.encode('one'));
+  assert.deepEqual(cmpl[1]!.token_ids, served.engine.tokenizer.encode('two three'));
   assert.match(cmpl[0]!.request_id, /^cmpl-/);
   assert.equal(cmpl[0]!.model, 'tiny');
   assert.equal(cmpl[0]!.sampling_params.max_tokens, 3);
   const truncated = (await (
-    await postJson(`${running.url}/v1/completions/render`, {
+    await postJson(`${served.url}/v1/completions/render`, {
       prompt: 'one two three',
       truncate_prompt_tokens: 2,
     })
   ).json()) as {
     token_ids: number[];
   }[];
-  assert.deepEqual(truncated[0]!.token_ids, engine.tokenizer.encode('one two three').slice(-2));
+  assert.deepEqual(truncated[0]!.token_ids, served.engine.tokenizer.encode('one two three').slice(-2));
   const chat = (await (
-    await postJson(`${running.url}/v1/chat/completions/render`, { messages, cache_salt: 's' })
+    await postJson(`${served.url}/v1/chat/completions/render`, { messages, cache_salt: 's' })
   ).json()) as {
     token_ids: number[];
     cache_salt: string;
   };
-  const tokenized = (await (await postJson(`${running.url}/tokenize`, { messages })).json()) as {
+  const tokenized = (await (await postJson(`${served.url}/tokenize`, { messages })).json()) as {
     tokens: number[];
   };
   assert.deepEqual(chat.token_ids, tokenized.tokens);
   assert.equal(chat.cache_salt, 's');
   const usage = (await (
-    await postJson(`${running.url}/v1/chat/completions`, { messages, max_tokens: 1 })
+    await postJson(`${served.url}/v1/chat/completions`, { messages, max_tokens: 1 })
   ).json()) as {
     usage: { prompt_tokens: number };
   };
   assert.equal(usage.usage.prompt_tokens, chat.token_ids.length);
   assert.equal(
-    (await postJson(`${running.url}/v1/completions/render`, { prompt: 'x', model: 'other' })).status,
+    (await postJson(`${served.url}/v1/completions/render`, { prompt: 'x', model: 'other' })).status,
     404,
   );
   assert.equal(
-    (await postJson(`${running.url}/v1/completions/render`, { prompt: 'x', suffix: 'y' })).status,
+    (await postJson(`${served.url}/v1/completions/render`, { prompt: 'x', suffix: 'y' })).status,
     400,
   );
 });

@@ -30,6 +30,39 @@ export interface SamplingParams {
   ignoreEos: boolean;
   /** Number of top logprobs to return per token (0..20), or null for none. */
   logprobs: number | null;
+  /**
+   * vLLM's prompt_logprobs: the logprob and rank of every prompt token after the first, with
+   * this many top alternatives (0 = the token alone); null or absent = none. Such a request
+   * does not read the local prefix cache, as in vLLM (every position must be computed).
+   */
+  promptLogprobs?: number | null;
+  /** vLLM's min_tokens: EOS, stop tokens and stop strings do not end the request before this many tokens. */
+  minTokens?: number;
+  /** Added to the logits of these token ids (clamped to [-100, 100], as vLLM does). */
+  logitBias?: Record<number, number>;
+  /** > 1 discourages tokens seen in the prompt or the output (vLLM's repetition_penalty). */
+  repetitionPenalty?: number;
+  /** Subtracted once per occurrence of a token in the output. */
+  frequencyPenalty?: number;
+  /** Subtracted once from every token the output contains. */
+  presencePenalty?: number;
+  /** Only these token ids can be sampled. */
+  allowedTokenIds?: number[] | null;
+  /** Token sequences the output must not contain (vLLM's bad_words, already tokenized). */
+  badWordsTokenIds?: number[][];
+  /** The model's EOS id, set by the engine (vLLM's SamplingParams.eos_token_id), for min_tokens. */
+  eosTokenId?: number | null;
+}
+
+/** One position's logprobs (vLLM's `dict[int, Logprob]` of that position, in its order). */
+export interface PositionLogprobs {
+  /** The token at this position (the prompt token, or the sampled one). */
+  tokenId: number;
+  logprob: number;
+  /** 1-based rank of the token in the model's distribution. */
+  rank: number;
+  /** The most likely tokens, most likely first (rank i + 1). */
+  top: Array<{ tokenId: number; logprob: number }>;
 }
 
 export type FinishReason = 'stop' | 'length' | 'abort' | 'error';
@@ -79,8 +112,15 @@ export interface RequestOutputDelta {
   logprobs: number[] | null;
   /** Top logprobs per new token when requested: token id → logprob. */
   topLogprobs: Array<Array<{ tokenId: number; logprob: number }>> | null;
+  /**
+   * With `promptLogprobs`: one entry per prompt token, the first null (nothing precedes it),
+   * on the delta of the first generated token only.
+   */
+  promptLogprobs?: (PositionLogprobs | null)[];
   finished: boolean;
   finishReason: FinishReason | null;
+  /** vLLM's stop_reason: the stop string or stop token id that ended the request (null for EOS or length). */
+  stopReason?: string | number | null;
   /** Connector output for this request (set on the final delta). */
   kvTransferParams: KVTransferParams | null;
   metrics: RequestMetrics;
@@ -103,6 +143,8 @@ export interface EngineStats {
   numPreemptionsTotal: number;
   /** Waiting requests parked until their KV arrives from a peer (a subset of the waiting ones). */
   numRequestsWaitingForRemoteKvs: number;
+  /** Waiting requests by remote-KV fetch stage (`waiting_to_start`, `in_progress`, `completed_waiting`). */
+  kvFetchByStage?: { waiting_to_start: number; in_progress: number; completed_waiting: number };
   /**
    * Connector stats since the last call (plain data, connector-specific keys); null while
    * an onIterationStats listener receives them step by step instead.

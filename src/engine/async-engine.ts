@@ -158,6 +158,7 @@ export class AsyncEngine implements AsyncEngineLike {
       externalPrefixCacheHitsTotal: s.externalPrefixCacheHits,
       numPreemptionsTotal: s.numPreemptions,
       numRequestsWaitingForRemoteKvs: s.numWaitingForRemoteKvs,
+      kvFetchByStage: s.kvFetchByStage,
       kvConnectorStats: this.engine.takeKvConnectorStats(),
     };
   }

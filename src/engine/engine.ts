@@ -231,7 +231,7 @@ export class Engine {
     const request = new Request({
       requestId: req.requestId,
       promptTokenIds,
-      sampling: req.sampling,
+      sampling: { ...req.sampling, eosTokenId: this.tokenizer.eosTokenId },
       eosTokenId: this.tokenizer.eosTokenId,
       kvTransferParams: req.kvTransferParams ?? null,
       cacheSalt: req.cacheSalt,

@@ -128,7 +128,8 @@ export class Request implements ConnectorRequest, CacheRequest {
    */
   checkStop(maxModelLen: number): RequestStatus | null {
     const last = this.outputTokenIds[this.outputTokenIds.length - 1];
-    if (last !== undefined) {
+    // vLLM: nothing but the length limits ends a request before min_tokens.
+    if (last !== undefined && this.outputTokenIds.length >= (this.sampling.minTokens ?? 0)) {
       if (!this.sampling.ignoreEos && this.eosTokenId !== null && last === this.eosTokenId) {
         return 'FINISHED_STOPPED';
       }

@@ -3,7 +3,7 @@
  * SchedulerOutput → ModelRunnerOutput). Plain data: tensor-parallel ranks are threads.
  */
 import type { KVConnectorOutput, SchedulerOutput } from '../connector/types.ts';
-import type { SamplingParams } from './api.ts';
+import type { PositionLogprobs, SamplingParams } from './api.ts';
 
 export interface RunnerInput {
   schedulerOutput: SchedulerOutput;
@@ -20,6 +20,8 @@ export interface ModelRunnerOutput {
   logprobs: (number[] | null)[];
   /** Per request: top logprobs per sampled token, or null when not requested. */
   topLogprobs: (Array<Array<{ tokenId: number; logprob: number }>> | null)[];
+  /** Per request: the prompt's logprobs on the step that samples its first token (absent: none). */
+  promptLogprobs?: ((PositionLogprobs | null)[] | null)[];
   /** The connector output aggregated over all tensor-parallel ranks (null without a connector). */
   kvConnectorOutput: KVConnectorOutput | null;
 }

@@ -23,8 +23,20 @@ const TYPE_BY_STATUS: Record<number, string> = {
   503: 'ServiceUnavailableError',
 };
 
+/**
+ * vLLM's ErrorResponse body: `{error: {message, type, param, code}}` with `code` the HTTP
+ * status as an integer (vLLM's ErrorInfo). kvconnect's stable error code (errors/codes.ts)
+ * rides beside it as `kvconnect_code`, with the `hint` that says how to fix it.
+ */
 export interface ErrorJson {
-  error: { message: string; type: string; code: ErrorCode; hint?: string; param?: string };
+  error: {
+    message: string;
+    type: string;
+    param: string | null;
+    code: number;
+    kvconnect_code: ErrorCode;
+    hint?: string;
+  };
 }
 
 /** The same error as an OpenAI-style JSON error body (HTTP replies, SSE error events, check-config --json). */
@@ -36,12 +48,13 @@ export function formatErrorJson(e: unknown): ErrorJson {
       error: {
         message: e.message,
         type,
-        code: e.code,
+        param: e.field ?? null,
+        code: status,
+        kvconnect_code: e.code,
         ...(e.hint ? { hint: e.hint } : {}),
-        ...(e.field ? { param: e.field } : {}),
       },
     };
   }
   const message = e instanceof Error ? e.message : String(e);
-  return { error: { message, type, code: 'INTERNAL_ERROR' } };
+  return { error: { message, type, param: null, code: status, kvconnect_code: 'INTERNAL_ERROR' } };
 }

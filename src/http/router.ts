@@ -28,6 +28,13 @@ export class Router {
     return this;
   }
 
+  /** The registered path a request URL matches (trailing slash ignored), or null. */
+  routeOf(url: string): string | null {
+    const path = pathOf(url);
+    const key = path.length > 1 && path.endsWith('/') ? path.slice(0, -1) : path;
+    return this.#routes.has(key) ? key : null;
+  }
+
   /** The handler for the request (GET's for HEAD), or throws the 404/405 error. */
   resolve(method: string, url: string): Handler {
     const path = pathOf(url);

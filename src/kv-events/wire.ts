@@ -6,7 +6,8 @@
  * vLLM PR #42892 they were tagged arrays `["BlockStored", value, ...]`. `encodeBatch` writes
  * either layout; `decodeBatch` reads both.
  */
-import { Decoder, Encoder } from '@msgpack/msgpack';
+import { Encoder } from '@msgpack/msgpack';
+import { msgspecValue, strictDecoder, unboxFloats, WireFloat } from './msgspec-msgpack.ts';
 
 export type KVEventsLayout = 'map' | 'array';
 
@@ -49,42 +50,37 @@ export interface KVEventBatch {
   dataParallelRank: number | null;
 }
 
-/** [wire name, property, required] in msgspec declaration order; optional fields default to None. */
-type FieldSpec = readonly [string, string, boolean];
+/** The msgspec type of a field, as the decoder checks it. */
+type FieldType = 'hashes' | 'hash?' | 'tokenIds' | 'uint' | 'int?' | 'str?' | 'extraKeys?';
+/** [wire name, property, required, type] in msgspec declaration order; optional fields default to None. */
+type FieldSpec = readonly [string, string, boolean, FieldType];
 const FIELDS: Record<WireKVEvent['type'], readonly FieldSpec[]> = {
   BlockStored: [
-    ['block_hashes', 'blockHashes', true],
-    ['parent_block_hash', 'parentBlockHash', true],
-    ['token_ids', 'tokenIds', true],
-    ['block_size', 'blockSize', true],
-    ['lora_id', 'loraId', true],
-    ['medium', 'medium', true],
-    ['lora_name', 'loraName', true],
-    ['extra_keys', 'extraKeys', false],
-    ['group_idx', 'groupIdx', false],
-    ['kv_cache_spec_kind', 'kvCacheSpecKind', false],
-    ['kv_cache_spec_sliding_window', 'kvCacheSpecSlidingWindow', false],
-    ['locality', 'locality', false],
+    ['block_hashes', 'blockHashes', true, 'hashes'],
+    ['parent_block_hash', 'parentBlockHash', true, 'hash?'],
+    ['token_ids', 'tokenIds', true, 'tokenIds'],
+    ['block_size', 'blockSize', true, 'uint'],
+    ['lora_id', 'loraId', true, 'int?'],
+    ['medium', 'medium', true, 'str?'],
+    ['lora_name', 'loraName', true, 'str?'],
+    ['extra_keys', 'extraKeys', false, 'extraKeys?'],
+    ['group_idx', 'groupIdx', false, 'int?'],
+    ['kv_cache_spec_kind', 'kvCacheSpecKind', false, 'str?'],
+    ['kv_cache_spec_sliding_window', 'kvCacheSpecSlidingWindow', false, 'int?'],
+    ['locality', 'locality', false, 'str?'],
   ],
   BlockRemoved: [
-    ['block_hashes', 'blockHashes', true],
-    ['medium', 'medium', true],
-    ['group_idx', 'groupIdx', false],
-    ['locality', 'locality', false],
+    ['block_hashes', 'blockHashes', true, 'hashes'],
+    ['medium', 'medium', true, 'str?'],
+    ['group_idx', 'groupIdx', false, 'int?'],
+    ['locality', 'locality', false, 'str?'],
   ],
   AllBlocksCleared: [],
 };
 
-/** Small hashes as numbers so msgpack picks the smallest integer format, as msgspec does. */
-function wireHash(h: bigint): bigint | number {
-  return h <= BigInt(Number.MAX_SAFE_INTEGER) ? Number(h) : h;
-}
-
-function wireValue(prop: string, value: unknown): unknown {
-  if (value === undefined) return null;
-  if (prop === 'blockHashes') return (value as bigint[]).map(wireHash);
-  if (prop === 'parentBlockHash' && typeof value === 'bigint') return wireHash(value);
-  return value;
+/** Every integer in msgspec's smallest integer format (hashes span the whole 64-bit range). */
+function wireValue(value: unknown): unknown {
+  return value === undefined ? null : msgspecValue(value);
 }
 
 function eventToWire(e: WireKVEvent, layout: KVEventsLayout): unknown {
@@ -94,7 +90,7 @@ function eventToWire(e: WireKVEvent, layout: KVEventsLayout): unknown {
     const out: Record<string, unknown> = { type: e.type };
     for (const [name, prop, required] of fields) {
       const v = src[prop];
-      if (required || (v !== undefined && v !== null)) out[name] = wireValue(prop, v);
+      if (required || (v !== undefined && v !== null)) out[name] = wireValue(v);
     }
     return out;
   }
@@ -103,11 +99,11 @@ function eventToWire(e: WireKVEvent, layout: KVEventsLayout): unknown {
   fields.forEach(([, prop, required], i) => {
     if (required || (src[prop] !== undefined && src[prop] !== null)) last = i + 1;
   });
-  return [e.type, ...fields.slice(0, last).map(([, prop]) => wireValue(prop, src[prop]))];
+  return [e.type, ...fields.slice(0, last).map(([, prop]) => wireValue(src[prop]))];
 }
 
 const encoder = new Encoder({ useBigInt64: true });
-const decoder = new Decoder({ useBigInt64: true });
+const decoder = strictDecoder();
 
 /**
  * One batch as msgspec writes it. The 3-element array header and the float64 timestamp are
@@ -116,7 +112,7 @@ const decoder = new Decoder({ useBigInt64: true });
  */
 export function encodeBatch(batch: KVEventBatch, layout: KVEventsLayout = 'map'): Uint8Array {
   const events = encoder.encode(batch.events.map((e) => eventToWire(e, layout)));
-  const rank = encoder.encode(batch.dataParallelRank);
+  const rank = encoder.encode(wireValue(batch.dataParallelRank));
   const out = new Uint8Array(10 + events.length + rank.length);
   out[0] = 0x93;
   out[1] = 0xcb;
@@ -128,42 +124,113 @@ export function encodeBatch(batch: KVEventBatch, layout: KVEventsLayout = 'map')
 
 export class KVEventDecodeError extends Error {}
 
-function asHash(v: unknown): bigint {
-  if (typeof v === 'bigint') return BigInt.asUintN(64, v);
-  if (typeof v === 'number' && Number.isSafeInteger(v)) return BigInt.asUintN(64, BigInt(v));
-  if (v instanceof Uint8Array && v.length >= 8) {
-    return new DataView(v.buffer, v.byteOffset, v.byteLength).getBigUint64(v.length - 8, false);
-  }
-  throw new KVEventDecodeError(`a block hash must be an integer or bytes, got ${typeof v}`);
+/** msgspec's name for what a value decoded to, for error messages. */
+function wireType(v: unknown): string {
+  if (v === null) return 'null';
+  if (v instanceof WireFloat) return 'float';
+  if (typeof v === 'number' || typeof v === 'bigint') return 'int';
+  if (typeof v === 'string') return 'str';
+  if (typeof v === 'boolean') return 'bool';
+  if (v instanceof Uint8Array) return 'bytes';
+  if (Array.isArray(v)) return 'array';
+  return 'object';
 }
 
-function fromWire(raw: unknown): WireKVEvent {
+function expected(what: string, v: unknown, path: string): never {
+  throw new KVEventDecodeError(`Expected \`${what}\`, got \`${wireType(v)}\` - at \`${path}\``);
+}
+
+function isInt(v: unknown): v is number | bigint {
+  return typeof v === 'bigint' || typeof v === 'number';
+}
+
+/** An ExternalBlockHash (`bytes | int`) as its unsigned 64-bit value. */
+function asHash(v: unknown, path: string): bigint {
+  if (isInt(v)) return BigInt.asUintN(64, BigInt(v));
+  if (v instanceof Uint8Array) {
+    const tail = new Uint8Array(8);
+    tail.set(v.subarray(Math.max(0, v.length - 8)), 8 - Math.min(8, v.length));
+    return new DataView(tail.buffer).getBigUint64(0, false);
+  }
+  return expected('int | bytes', v, path);
+}
+
+/** An int field as a JS number; ids and sizes never leave the safe range. */
+function asInt(v: unknown, path: string, min = -Infinity, max = Infinity): number {
+  if (!isInt(v)) return expected('int', v, path);
+  const n = Number(v);
+  if (!Number.isSafeInteger(n) || n < min || n > max)
+    throw new KVEventDecodeError(`Expected \`int\` in [${min}, ${max}], got ${v} - at \`${path}\``);
+  return n;
+}
+
+function asArray(v: unknown, path: string): unknown[] {
+  return Array.isArray(v) ? v : expected('array', v, path);
+}
+
+/** One field checked against its msgspec type (and the u32 token ids llm-d and Dynamo read). */
+function fieldValue(type: FieldType, v: unknown, path: string): unknown {
+  if (v === null && type.endsWith('?')) return null;
+  switch (type) {
+    case 'hashes':
+      return asArray(v, path).map((h, i) => asHash(h, `${path}[${i}]`));
+    case 'hash?':
+      return asHash(v, path);
+    case 'tokenIds':
+      return asArray(v, path).map((t, i) => asInt(t, `${path}[${i}]`, 0, 2 ** 32 - 1));
+    case 'uint':
+      return asInt(v, path, 0);
+    case 'int?':
+      return asInt(v, path);
+    case 'str?':
+      return typeof v === 'string' ? v : expected('str | null', v, path);
+    case 'extraKeys?':
+      return asArray(v, path).map((k, i) => (k === null ? null : asArray(unboxFloats(k), `${path}[${i}]`)));
+  }
+}
+
+function fromWire(raw: unknown, path: string): WireKVEvent {
   let type: unknown;
   let get: (name: string, index: number) => unknown;
   if (Array.isArray(raw)) {
     type = raw[0];
     get = (_name, i) => raw[i + 1];
-  } else if (raw instanceof Map || (typeof raw === 'object' && raw !== null)) {
+  } else if (
+    typeof raw === 'object' &&
+    raw !== null &&
+    !(raw instanceof Uint8Array) &&
+    !(raw instanceof WireFloat)
+  ) {
     const obj = raw as Record<string, unknown>;
     type = obj['type'];
-    get = (name) => obj[name];
-  } else throw new KVEventDecodeError('an event must be a tagged map or a tagged array');
+    get = (name) => (Object.hasOwn(obj, name) ? obj[name] : undefined);
+  } else return expected('BlockStored | BlockRemoved | AllBlocksCleared', raw, path);
   if (typeof type !== 'string' || !Object.hasOwn(FIELDS, type))
-    throw new KVEventDecodeError(`unknown event type ${JSON.stringify(type)}`);
+    throw new KVEventDecodeError(`Invalid value ${JSON.stringify(type)} - at \`${path}.type\``);
+  const fields = FIELDS[type as WireKVEvent['type']];
+  if (Array.isArray(raw) && raw.length > fields.length + 1)
+    throw new KVEventDecodeError(
+      `Expected \`array\` of at most length ${fields.length + 1} - at \`${path}\``,
+    );
   const out: Record<string, unknown> = { type };
-  FIELDS[type as WireKVEvent['type']].forEach(([name, prop], i) => {
+  for (const [i, [name, prop, required, fieldType]] of fields.entries()) {
     const v = get(name, i);
-    if (prop === 'blockHashes') {
-      if (!Array.isArray(v)) throw new KVEventDecodeError(`${type}.block_hashes must be an array`);
-      out[prop] = v.map(asHash);
-    } else if (prop === 'parentBlockHash') out[prop] = v === null || v === undefined ? null : asHash(v);
-    else if (v !== undefined) out[prop] = typeof v === 'bigint' ? Number(v) : v;
-    else if (FIELDS[type as WireKVEvent['type']][i]![2]) out[prop] = null;
-  });
+    if (v === undefined || (v === null && !required)) {
+      if (v === undefined && required)
+        throw new KVEventDecodeError(`Object missing required field \`${name}\` - at \`${path}\``);
+      continue;
+    }
+    out[prop] = fieldValue(fieldType, v, `${path}.${name}`);
+  }
   return out as unknown as WireKVEvent;
 }
 
-/** Decodes a batch in either layout; throws KVEventDecodeError on anything else. */
+/**
+ * Decodes a batch in either layout as strictly as msgspec decodes vLLM's `KVEventBatch`: a
+ * float where an int is due, a missing required field or a wrong type is a
+ * KVEventDecodeError naming the path, as msgspec's ValidationError does. Unknown map keys
+ * are ignored, as msgspec ignores them.
+ */
 export function decodeBatch(payload: Uint8Array): KVEventBatch {
   let raw: unknown;
   try {
@@ -171,12 +238,14 @@ export function decodeBatch(payload: Uint8Array): KVEventBatch {
   } catch (e) {
     throw new KVEventDecodeError(`not msgpack: ${(e as Error).message}`);
   }
-  if (!Array.isArray(raw) || raw.length < 2 || !Array.isArray(raw[1]))
+  if (!Array.isArray(raw) || raw.length < 2 || raw.length > 3)
     throw new KVEventDecodeError('a batch must be the array [ts, events, data_parallel_rank]');
-  const rank = raw[2] ?? null;
+  const [ts, events, rank] = raw as [unknown, unknown, unknown];
+  if (!(ts instanceof WireFloat) && !isInt(ts)) expected('float', ts, '$[0]');
   return {
-    ts: Number(raw[0]),
-    events: raw[1].map(fromWire),
-    dataParallelRank: rank === null ? null : Number(rank),
+    ts: ts instanceof WireFloat ? ts.value : Number(ts),
+    events: asArray(events, '$[1]').map((e, i) => fromWire(e, `$[1][${i}]`)),
+    dataParallelRank:
+      rank === undefined || rank === null ? null : asInt(rank, '$[2]', -(2 ** 31), 2 ** 31 - 1),
   };
 }

@@ -77,9 +77,10 @@ function failure(
   return { ok: false, reason, why, ...extra };
 }
 
+/** The stable error code of a server's error body (`kvconnect_code`; `code` is the HTTP status, as vLLM's). */
 function errorCodeOf(text: string): string | undefined {
   try {
-    const code = (JSON.parse(text) as { error?: { code?: unknown } }).error?.code;
+    const code = (JSON.parse(text) as { error?: { kvconnect_code?: unknown } }).error?.kvconnect_code;
     return typeof code === 'string' ? code : undefined;
   } catch {
     return undefined;

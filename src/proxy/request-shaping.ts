@@ -7,11 +7,14 @@
 export type Json = Record<string, unknown>;
 
 /**
- * The prefill leg's body: non-streaming, one token, no stream_options, no min_tokens (the
- * decode leg keeps all of these because it is sent the client's original body).
+ * The prefill leg's body: non-streaming, one token, one choice, no stream_options, no
+ * min_tokens (the decode leg keeps all of these because it is sent the client's original
+ * body). One choice: P answers with one choice's kv_transfer_params, so the blocks of any
+ * other choice would stay pinned on P until their lease expired.
  */
 export function prefillBody(body: Json, kvTransferParams: Json): Json {
   const out: Json = { ...body, kv_transfer_params: kvTransferParams, stream: false, max_tokens: 1 };
+  if ('n' in body) out['n'] = 1;
   if ('max_completion_tokens' in body) out['max_completion_tokens'] = 1;
   delete out['stream_options'];
   delete out['min_tokens'];

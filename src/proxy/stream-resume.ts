@@ -182,11 +182,11 @@ export class StreamSplice {
       this.#tracked = false;
       return this.#forward(data, true);
     }
-    const error = event['error'] as { code?: unknown; message?: unknown } | undefined;
+    const error = event['error'] as { kvconnect_code?: unknown; message?: unknown } | undefined;
     if (error && typeof error === 'object') {
       return {
         kind: 'error',
-        code: typeof error.code === 'string' ? error.code : undefined,
+        code: typeof error.kvconnect_code === 'string' ? error.kvconnect_code : undefined,
         message: typeof error.message === 'string' ? error.message : JSON.stringify(error),
       };
     }

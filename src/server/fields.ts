@@ -61,8 +61,25 @@ function rangeText(r: NumberRange): string {
   return parts.length ? `${kind} ${parts.join(' and ')}` : kind;
 }
 
+/** pydantic's lax mode: a numeric string is read as its number (`"0.5"`, `" 12 "`). */
+function laxNumber(v: unknown): unknown {
+  if (typeof v !== 'string') return v;
+  const t = v.trim();
+  return /^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$/.test(t) ? Number(t) : v;
+}
+
+/** pydantic's lax booleans: "true"/"false", "1"/"0", "yes"/"no", "on"/"off", "t"/"f", "y"/"n", and 0/1. */
+const LAX_TRUE = new Set(['1', 'on', 't', 'true', 'y', 'yes']);
+const LAX_FALSE = new Set(['0', 'off', 'f', 'false', 'n', 'no']);
+function laxBool(v: unknown): unknown {
+  if (v === 0 || v === 1) return v === 1;
+  if (typeof v !== 'string') return v;
+  const t = v.trim().toLowerCase();
+  return LAX_TRUE.has(t) ? true : LAX_FALSE.has(t) ? false : v;
+}
+
 export function optNumber(body: Body, key: string, range: NumberRange = {}): number | undefined {
-  const v = body[key];
+  const v = laxNumber(body[key]);
   if (v === undefined || v === null) return undefined;
   const ok =
     typeof v === 'number' &&
@@ -76,7 +93,7 @@ export function optNumber(body: Body, key: string, range: NumberRange = {}): num
 }
 
 export function optBool(body: Body, key: string): boolean | undefined {
-  const v = body[key];
+  const v = laxBool(body[key]);
   if (v === undefined || v === null) return undefined;
   if (typeof v !== 'boolean') throw invalid(key, 'a boolean', v);
   return v;
@@ -104,6 +121,15 @@ export function optStop(body: Body): string[] {
   if (Array.isArray(v) && v.every((s) => typeof s === 'string'))
     return (v as string[]).filter((s) => s !== '');
   throw invalid('stop', 'a string or an array of strings', v);
+}
+
+/** A list of strings (e.g. bad_words); absent = []. */
+export function optStringList(body: Body, key: string): string[] {
+  const v = body[key];
+  if (v === undefined || v === null) return [];
+  if (!Array.isArray(v) || !v.every((s) => typeof s === 'string'))
+    throw invalid(key, 'an array of strings', v);
+  return v as string[];
 }
 
 export function optTokenIds(body: Body, key: string, vocabSize: number): number[] {

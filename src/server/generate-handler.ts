@@ -16,8 +16,8 @@ import {
   applyDelta,
   ChoiceState,
   chunkOf,
+  echoChunk,
   fullResponse,
-  promptTokenCount,
   type ResponseContext,
   roleChunk,
   usageChunk,
@@ -34,6 +34,9 @@ export interface GenerateHandlerContext {
   gate: AdmissionGate;
   body: BodyRules;
   disableRandomization: boolean;
+  enablePromptTokensDetails?: boolean;
+  /** Each prompt that finished: its n and the most tokens one of its choices generated. */
+  onPromptFinished?: (n: number, maxGenerationTokens: number) => void;
 }
 
 export type GenerationKind = GenerationPlan['kind'];
@@ -43,6 +46,8 @@ export async function handleGenerate(
   kind: GenerationKind,
   req: IncomingMessage,
   res: ServerResponse,
+  /** The body when the caller already read it (POST /invocations). */
+  preread?: unknown,
 ): Promise<void> {
   const externalId = externalRequestId(req);
   const responseId = `${kind === 'completion' ? 'cmpl' : 'chatcmpl'}-${externalId}`;
@@ -51,7 +56,7 @@ export async function handleGenerate(
   let body: Body | undefined;
   let plan: GenerationPlan;
   try {
-    body = asBody(await readJson(req, ctx.body));
+    body = asBody(preread ?? (await readJson(req, ctx.body)));
     plan = parse(ctx, kind, body);
     ctx.gate.acquire(plan.prompts.length * plan.n);
   } catch (e) {
@@ -82,8 +87,15 @@ export async function handleGenerate(
     };
     const requests = buildEngineRequests(plan, responseId, ctx.disableRandomization);
     const events = runChoices(ctx.engine, requests, plan.n, disconnect.signal);
-    if (plan.stream) await streamResponse(rctx, events, res, headers);
-    else await jsonResponse(rctx, events, res, headers);
+    const choices = plan.stream
+      ? await streamResponse(rctx, events, res, headers)
+      : await jsonResponse(rctx, events, res, headers);
+    if (choices && ctx.onPromptFinished) {
+      for (let p = 0; p < plan.prompts.length; p++) {
+        const own = choices.slice(p * plan.n, (p + 1) * plan.n);
+        ctx.onPromptFinished(plan.n, Math.max(...own.map((c) => c.numTokens)));
+      }
+    }
   } finally {
     res.off('close', onClose);
     ctx.gate.release(slots);
@@ -91,7 +103,11 @@ export async function handleGenerate(
 }
 
 function parse(ctx: GenerateHandlerContext, kind: GenerationKind, body: Body): GenerationPlan {
-  const parseCtx = { tokenizer: ctx.engine.tokenizer, maxModelLen: ctx.engine.config.model.maxModelLen };
+  const parseCtx = {
+    tokenizer: ctx.engine.tokenizer,
+    maxModelLen: ctx.engine.config.model.maxModelLen,
+    enablePromptTokensDetails: ctx.enablePromptTokensDetails ?? false,
+  };
   const plan =
     kind === 'completion' ? parseCompletionRequest(body, parseCtx) : parseChatRequest(body, parseCtx);
   checkServedModel(plan.model, ctx.servedModelName);
@@ -109,7 +125,7 @@ async function jsonResponse(
   events: Events,
   res: ServerResponse,
   headers: Record<string, string>,
-): Promise<void> {
+): Promise<ChoiceState[] | null> {
   const choices = choicesFor(rctx.plan);
   try {
     for await (const { index, delta } of events) {
@@ -118,11 +134,11 @@ async function jsonResponse(
     }
   } catch (e) {
     if (!res.destroyed) sendError(res, e);
-    return;
+    return null;
   }
-  if (res.destroyed) return;
-  const echo = rctx.plan.echo ? rctx.plan.prompts.map((p) => rctx.tokenizer.decode(p)) : [];
-  sendJson(res, 200, fullResponse(rctx, choices, echo), headers);
+  if (res.destroyed) return null;
+  sendJson(res, 200, fullResponse(rctx, choices), headers);
+  return choices;
 }
 
 async function streamResponse(
@@ -130,45 +146,38 @@ async function streamResponse(
   events: Events,
   res: ServerResponse,
   headers: Record<string, string>,
-): Promise<void> {
+): Promise<ChoiceState[] | null> {
   const sse = new SseWriter(res, headers);
   const choices = choicesFor(rctx.plan);
-  const started = new Set<number>();
+  // vLLM sends chat's role chunks when the engine's first output arrives (after prefill), so a
+  // client's time to first token includes the prefill.
+  let roleSent = rctx.plan.kind !== 'chat';
   try {
-    if (rctx.plan.kind === 'chat') {
-      for (const c of choices) await sse.send(roleChunk(rctx, c.index));
-    }
-    for await (const { index, promptIndex, delta } of events) {
+    for await (const { index, delta } of events) {
+      if (!roleSent) {
+        for (const c of choices) await sse.send(roleChunk(rctx, c.index));
+        const echo = rctx.plan.chatEchoText;
+        if (echo) for (const c of choices) await sse.send(echoChunk(rctx, c.index, echo));
+        roleSent = true;
+      }
       const choice = choices[index]!;
       const part = applyDelta(rctx, choice, delta);
-      const first = !started.has(index);
-      if (rctx.plan.echo && first)
-        part.text = rctx.tokenizer.decode(rctx.plan.prompts[promptIndex]!) + part.text;
       if (delta.finished && delta.finishReason === 'error') throw engineFailure(delta.error);
-      // Under return_token_ids a token whose text is held back (an incomplete character) is still sent.
-      const noIds = (part.tokenIds?.length ?? 0) === 0;
-      if (part.text === '' && !delta.finished && part.logprobs === null && noIds) continue;
-      if (part.tokenIds && rctx.plan.kind === 'completion' && first)
-        part.promptTokenIds = rctx.plan.prompts[promptIndex]!;
-      started.add(index);
-      await sse.send(
-        chunkOf(
-          rctx,
-          index,
-          part,
-          delta.finished ? delta.finishReason : null,
-          delta.finished ? delta.kvTransferParams : null,
-        ),
-      );
-      if (sse.closed) return;
+      // vLLM skips only increments with neither text nor tokens (a prefill chunk).
+      if (part.text === '' && part.tokenIds.length === 0 && !delta.finished) continue;
+      await sse.send(chunkOf(rctx, choice, part, delta.finished));
+      if (sse.closed) return null;
     }
-    if (rctx.plan.includeUsage)
-      await sse.send(usageChunk(rctx, usageOf(promptTokenCount(rctx.plan), choices)));
+    if (rctx.plan.includeUsage) await sse.send(usageChunk(rctx, usageOf(rctx, choices)));
   } catch (e) {
-    if (sse.closed) return;
-    await sse.send(formatErrorJson(e));
+    if (!sse.closed) {
+      await sse.send(formatErrorJson(e));
+      await sse.done();
+    }
+    return null;
   }
   await sse.done();
+  return choices;
 }
 
 function engineFailure(error: { code: string; message: string; hint?: string } | undefined): KVError {

@@ -10,6 +10,12 @@ import type { IterationStats } from '../engine/api.ts';
 /** vLLM's FINISH_REASON_STRINGS; every reason's series exists from the start, at 0. */
 export const FINISH_REASONS: readonly string[] = ['stop', 'length', 'abort', 'error', 'repetition'];
 const PROMPT_SOURCES = ['local_compute', 'local_cache_hit', 'external_kv_transfer'] as const;
+/**
+ * vllm:prompt_tokens_cached_by_source: where cached prompt tokens physically came from.
+ * kvconnect counts its own prefix cache as `device` and every token a connector loaded as
+ * `external` (it does not tell CPU, disk or peer tiers apart); `cpu`, `disk` and `mixed` stay 0.
+ */
+const CACHED_SOURCES = ['device', 'cpu', 'disk', 'mixed', 'external'] as const;
 
 const TTFT_BUCKETS = [
   0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80, 160, 640,
@@ -55,6 +61,8 @@ export class IterationMetrics {
   readonly #promptTokens: Counter;
   readonly #promptBySource: Counter;
   readonly #promptCached: Counter;
+  readonly #cachedBySource: Counter;
+  readonly #cachedSourceLabels: Record<(typeof CACHED_SOURCES)[number], Labels>;
   readonly #promptRecomputed: Counter;
   readonly #generationTokens: Counter;
   readonly #success: Counter;
@@ -79,6 +87,15 @@ export class IterationMetrics {
       'vllm:prompt_tokens_cached_total',
       'Number of cached prompt tokens (local + external).',
     );
+    this.#cachedBySource = counter(
+      'vllm:prompt_tokens_cached_by_source_total',
+      'Number of cached prompt tokens by physical source.',
+      ['source'],
+    );
+    this.#cachedSourceLabels = Object.fromEntries(
+      CACHED_SOURCES.map((s): [string, Labels] => [s, { ...labels, source: s }]),
+    ) as Record<(typeof CACHED_SOURCES)[number], Labels>;
+    for (const source of CACHED_SOURCES) this.#cachedBySource.inc(this.#cachedSourceLabels[source], 0);
     this.#promptRecomputed = counter(
       'vllm:prompt_tokens_recomputed_total',
       'Number of cached tokens recomputed for forward pass.',
@@ -181,6 +198,8 @@ export class IterationMetrics {
     this.#promptBySource.inc(this.#sourceLabels.local_cache_hit, p.localCacheHit);
     this.#promptBySource.inc(this.#sourceLabels.external_kv_transfer, p.externalKvTransfer);
     this.#promptCached.inc(labels, p.cached);
+    this.#cachedBySource.inc(this.#cachedSourceLabels.device, p.localCacheHit);
+    this.#cachedBySource.inc(this.#cachedSourceLabels.external, p.externalKvTransfer);
     this.#promptRecomputed.inc(labels, p.recomputed);
     this.#generationTokens.inc(labels, stats.numGenerationTokens);
     if (stats.kind === 'step') h.iterationTokens.observe(labels, p.total + stats.numGenerationTokens);

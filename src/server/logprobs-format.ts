@@ -1,10 +1,19 @@
-/** OpenAI's two logprobs shapes: legacy completions (parallel arrays) and chat (content list). */
-import type { RequestOutputDelta, TokenizerLike } from '../engine/api.ts';
+/**
+ * OpenAI's logprobs shapes as vLLM fills them: legacy completions (parallel arrays), chat
+ * (a content list) and `prompt_logprobs` (one `{id: {logprob, rank, decoded_token}}` per
+ * prompt position, the first null).
+ *
+ * Every position has vLLM's logprob dict: the position's own token first, then the top-N
+ * alternatives without it. Completions list the first N + 1 entries (so `logprobs: 0` gives
+ * the token alone), chat the first N. Logprobs are clamped at -9999 as vLLM does, so JSON
+ * never carries -Infinity.
+ */
+import type { PositionLogprobs, RequestOutputDelta, TokenizerLike } from '../engine/api.ts';
 
 export interface CompletionLogprobs {
   tokens: string[];
-  token_logprobs: number[];
-  top_logprobs: Array<Record<string, number>>;
+  token_logprobs: (number | null)[];
+  top_logprobs: (Record<string, number> | null)[];
   text_offset: number[];
 }
 
@@ -15,9 +24,8 @@ export interface ChatLogprobEntry {
   top_logprobs: Array<{ token: string; logprob: number; bytes: number[] }>;
 }
 
-function tokenText(tokenizer: TokenizerLike, id: number): string {
-  return tokenizer.decode([id]);
-}
+/** One position's logprob dict in vLLM's order: the position's token first. */
+export type LogprobEntries = ReadonlyArray<{ tokenId: number; logprob: number }>;
 
 /** vLLM's rendering of a token under `return_tokens_as_token_ids`. */
 export function tokenIdLabel(id: number): string {
@@ -26,62 +34,121 @@ export function tokenIdLabel(id: number): string {
 
 /** How a token is named in logprobs: its decoded text, or `token_id:{id}` when asked for ids. */
 function tokenName(tokenizer: TokenizerLike, id: number, asTokenIds: boolean): string {
-  return asTokenIds ? tokenIdLabel(id) : tokenText(tokenizer, id);
+  return asTokenIds ? tokenIdLabel(id) : tokenizer.decode([id]);
+}
+
+function clamp(logprob: number): number {
+  return Math.max(logprob, -9999);
+}
+
+/** Python's len(): code points, not UTF-16 units. */
+export function pyLen(text: string): number {
+  let n = 0;
+  for (const _ of text) n++;
+  return n;
 }
 
 function bytesOf(text: string): number[] {
   return [...Buffer.from(text, 'utf8')];
 }
 
-/** `text_offset` always indexes the generated text, also when tokens are named by id. */
+function dict(tokenId: number, logprob: number, top: LogprobEntries): LogprobEntries {
+  return [{ tokenId, logprob }, ...top.filter((t) => t.tokenId !== tokenId)];
+}
+
+/** The logprob dict of each token a delta adds. */
+export function sampledEntries(delta: RequestOutputDelta): LogprobEntries[] {
+  return delta.newTokenIds.map((id, i) => dict(id, delta.logprobs?.[i] ?? 0, delta.topLogprobs?.[i] ?? []));
+}
+
+/** The logprob dict of each prompt position (null for the first). */
+export function promptEntries(
+  promptLogprobs: readonly (PositionLogprobs | null)[],
+): (LogprobEntries | null)[] {
+  return promptLogprobs.map((p) => (p === null ? null : dict(p.tokenId, p.logprob, p.top)));
+}
+
+/**
+ * vLLM's completion logprobs of `tokenIds`: offsets start at `initialOffset` and advance by
+ * the length of each token as named (its text, or its `token_id:` label).
+ */
 export function completionLogprobs(
   tokenizer: TokenizerLike,
-  delta: RequestOutputDelta,
-  startOffset: number,
-  asTokenIds = false,
+  tokenIds: readonly number[],
+  entries: readonly (LogprobEntries | null)[],
+  numTop: number,
+  initialOffset: number,
+  asTokenIds: boolean,
 ): CompletionLogprobs {
   const out: CompletionLogprobs = { tokens: [], token_logprobs: [], top_logprobs: [], text_offset: [] };
-  let offset = startOffset;
-  for (const [i, id] of delta.newTokenIds.entries()) {
-    const text = tokenText(tokenizer, id);
-    out.tokens.push(asTokenIds ? tokenIdLabel(id) : text);
-    out.token_logprobs.push(delta.logprobs?.[i] ?? 0);
-    const top: Record<string, number> = Object.create(null) as Record<string, number>;
-    for (const t of delta.topLogprobs?.[i] ?? []) {
-      // Distinct ids can decode to the same text (partial UTF-8): keep the most likely.
-      const key = tokenName(tokenizer, t.tokenId, asTokenIds);
-      if (!(key in top) || (top[key] ?? -Infinity) < t.logprob) top[key] = t.logprob;
+  let offset = initialOffset;
+  for (const [i, id] of tokenIds.entries()) {
+    const token = tokenName(tokenizer, id, asTokenIds);
+    const position = entries[i] ?? null;
+    out.tokens.push(token);
+    if (position === null) {
+      out.token_logprobs.push(null);
+      out.top_logprobs.push(null);
+    } else {
+      out.token_logprobs.push(clamp(position[0]?.logprob ?? 0));
+      const top: Record<string, number> = {};
+      // Distinct ids can share a text (partial UTF-8): as a Python dict, the later one wins.
+      for (const t of position.slice(0, numTop + 1))
+        top[tokenName(tokenizer, t.tokenId, asTokenIds)] = clamp(t.logprob);
+      out.top_logprobs.push(top);
     }
-    out.top_logprobs.push(top);
     out.text_offset.push(offset);
-    offset += text.length;
+    offset += pyLen(token);
   }
   return out;
 }
 
 export function chatLogprobs(
   tokenizer: TokenizerLike,
-  delta: RequestOutputDelta,
-  topN: number,
-  asTokenIds = false,
+  tokenIds: readonly number[],
+  entries: readonly LogprobEntries[],
+  numTop: number,
+  asTokenIds: boolean,
 ): ChatLogprobEntry[] {
-  return delta.newTokenIds.map((id, i) => {
+  return tokenIds.map((id, i) => {
     const token = tokenName(tokenizer, id, asTokenIds);
+    const position = entries[i] ?? [];
     return {
       token,
-      logprob: delta.logprobs?.[i] ?? 0,
+      logprob: clamp(position[0]?.logprob ?? 0),
       bytes: bytesOf(token),
-      top_logprobs: (delta.topLogprobs?.[i] ?? []).slice(0, topN).map((t) => {
+      top_logprobs: position.slice(0, numTop).map((t) => {
         const text = tokenName(tokenizer, t.tokenId, asTokenIds);
-        return { token: text, logprob: t.logprob, bytes: bytesOf(text) };
+        return { token: text, logprob: clamp(t.logprob), bytes: bytesOf(text) };
       }),
     };
   });
 }
 
-export function appendCompletionLogprobs(into: CompletionLogprobs, more: CompletionLogprobs): void {
-  into.tokens.push(...more.tokens);
-  into.token_logprobs.push(...more.token_logprobs);
-  into.top_logprobs.push(...more.top_logprobs);
-  into.text_offset.push(...more.text_offset);
+export interface WireLogprob {
+  logprob: number;
+  rank: number;
+  decoded_token: string;
+}
+
+/** vLLM's `prompt_logprobs` field: per position `{token id: {logprob, rank, decoded_token}}`. */
+export function promptLogprobsJson(
+  tokenizer: TokenizerLike,
+  promptLogprobs: readonly (PositionLogprobs | null)[],
+): (Record<string, WireLogprob> | null)[] {
+  return promptLogprobs.map((p) => {
+    if (p === null) return null;
+    const out: Record<string, WireLogprob> = {
+      [p.tokenId]: { logprob: clamp(p.logprob), rank: p.rank, decoded_token: tokenizer.decode([p.tokenId]) },
+    };
+    p.top.forEach((t, i) => {
+      if (t.tokenId !== p.tokenId)
+        out[t.tokenId] = {
+          logprob: clamp(t.logprob),
+          rank: i + 1,
+          decoded_token: tokenizer.decode([t.tokenId]),
+        };
+    });
+    return out;
+  });
 }

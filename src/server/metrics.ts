@@ -5,13 +5,16 @@
  * gauges and the cache counters are read from engine.stats() at scrape time (a counter
  * advances by the difference since the previous scrape).
  */
-import { Counter, Gauge, Registry } from 'prom-client';
+import { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import { pythonStr } from '../config/config-error.ts';
 import type { CacheConfig } from '../config/types.ts';
 import type { ConnectorMetricSpec } from '../connector/metric-specs.ts';
 import type { EngineStats, IterationStats } from '../engine/api.ts';
 import { ConnectorMetrics } from './connector-metrics.ts';
-import { IterationMetrics } from './iteration-metrics.ts';
+import { buckets125, IterationMetrics } from './iteration-metrics.ts';
+import { toPythonExposition } from './python-exposition.ts';
+
+const KV_FETCH_STAGES = ['waiting_to_start', 'in_progress', 'completed_waiting'] as const;
 
 type CounterKey =
   | 'prefixCacheQueriesTotal'
@@ -80,6 +83,9 @@ export class ServerMetrics {
   readonly #counters: Array<{ counter: Counter; key: CounterKey; last: number }> = [];
   readonly #gauges: Record<'running' | 'waiting' | 'usage', Gauge>;
   readonly #waitingByReason: Gauge;
+  readonly #kvFetchByStage: Gauge;
+  readonly #maxGenerationTokens: Histogram;
+  readonly #paramsN: Histogram;
 
   constructor(options: ServerMetricsOptions) {
     this.#labels = { model_name: options.modelName, engine: '0' };
@@ -102,6 +108,33 @@ export class ServerMetrics {
       labelNames: [...labelNames, 'reason'],
       registers,
     });
+    this.#kvFetchByStage = new Gauge({
+      name: 'vllm:num_requests_kv_fetch_by_stage',
+      help:
+        "Number of requests fetching KV from a remote source, by stage. Stage labels: 'waiting_to_start' = " +
+        "will fetch but no transfer started yet; 'in_progress' = receiving KV; 'completed_waiting' = " +
+        'received and waiting to be scheduled.',
+      labelNames: [...labelNames, 'stage'],
+      registers,
+    });
+    for (const stage of KV_FETCH_STAGES) this.#kvFetchByStage.set({ ...labels, stage }, 0);
+    const lengths = buckets125(options.maxModelLen);
+    this.#maxGenerationTokens = new Histogram({
+      name: 'vllm:request_max_num_generation_tokens',
+      help: 'Histogram of maximum number of requested generation tokens.',
+      labelNames,
+      buckets: lengths,
+      registers,
+    });
+    this.#maxGenerationTokens.zero(labels);
+    this.#paramsN = new Histogram({
+      name: 'vllm:request_params_n',
+      help: 'Histogram of the n request parameter.',
+      labelNames,
+      buckets: [1, 2, 5, 10, 20],
+      registers,
+    });
+    this.#paramsN.zero(labels);
     const sleep = new Gauge({
       name: 'vllm:engine_sleep_state',
       help:
@@ -139,6 +172,15 @@ export class ServerMetrics {
     this.#observeConnector(stats.kvConnectorStats);
   }
 
+  /**
+   * A finished prompt of a request (vLLM's parent request): the most tokens any of its n
+   * choices generated, and n.
+   */
+  observeFinishedPrompt(n: number, maxGenerationTokens: number): void {
+    this.#maxGenerationTokens.observe(this.#labels, maxGenerationTokens);
+    this.#paramsN.observe(this.#labels, n);
+  }
+
   /** Pulls the engine's gauges and counters into the registry. */
   refresh(): EngineStats {
     const stats = this.#readStats();
@@ -149,6 +191,8 @@ export class ServerMetrics {
     const deferred = Math.min(stats.numRequestsWaitingForRemoteKvs, stats.numRequestsWaiting);
     this.#waitingByReason.set({ ...labels, reason: 'capacity' }, stats.numRequestsWaiting - deferred);
     this.#waitingByReason.set({ ...labels, reason: 'deferred' }, deferred);
+    for (const stage of KV_FETCH_STAGES)
+      this.#kvFetchByStage.set({ ...labels, stage }, stats.kvFetchByStage?.[stage] ?? 0);
     for (const entry of this.#counters) {
       const now = stats[entry.key];
       if (now > entry.last) entry.counter.inc(labels, now - entry.last);
@@ -161,7 +205,10 @@ export class ServerMetrics {
 
   async render(): Promise<{ contentType: string; body: string }> {
     this.refresh();
-    return { contentType: this.registry.contentType, body: await this.registry.metrics() };
+    return {
+      contentType: this.registry.contentType,
+      body: toPythonExposition(await this.registry.metrics()),
+    };
   }
 
   #observeConnector(data: Record<string, unknown> | null): void {

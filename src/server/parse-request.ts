@@ -17,6 +17,8 @@ import {
   optTokenIds,
 } from './fields.ts';
 import { parseKvTransferParams } from './kv-transfer-params.ts';
+import { refuseUnsupported } from './refused-fields.ts';
+import { readSamplingExtras } from './sampling-fields.ts';
 
 export const MAX_LOGPROBS = 20;
 export const MAX_N = 128;
@@ -35,26 +37,89 @@ export interface GenerationPlan {
   kvTransferParams: KVTransferParams | null;
   cacheSalt: string | undefined;
   echo: boolean;
+  /** What `echo` shows of each prompt: the prompt string as sent, or the decoded token ids. */
+  promptTexts: string[];
+  /** echo with max_tokens 0 (lm-eval's loglikelihood): the prompt alone, one token generated and not shown. */
+  echoOnly: boolean;
+  /** Completions: the top-N per token (`logprobs`); chat: `top_logprobs` when `logprobs` is true; else null. */
+  logprobs: number | null;
+  /** vLLM's return_token_ids: prompt_token_ids and token_ids in the choices. */
+  returnTokenIds: boolean;
+  /** stream_options.continuous_usage_stats: usage on every chunk. */
+  continuousUsage: boolean;
+  /** --enable-prompt-tokens-details: usage.prompt_tokens_details.cached_tokens. */
+  promptTokensDetails: boolean;
+  /** Chat echo: the last message's content when it is the assistant's (prepended to the answer). */
+  chatEchoText: string | null;
   /** vLLM's `return_tokens_as_token_ids`: logprobs name tokens `token_id:{id}` instead of their text. */
   returnTokensAsTokenIds: boolean;
-  /** vLLM's `return_token_ids`: prompt and generated token ids in the response (every chunk). */
-  returnTokenIds: boolean;
 }
 
 export interface ParseContext {
   tokenizer: TokenizerLike;
   maxModelLen: number;
+  /** --enable-prompt-tokens-details */
+  enablePromptTokensDetails?: boolean;
 }
 
 export function parseCompletionRequest(body: Body, ctx: ParseContext): GenerationPlan {
-  const prompts = readPrompts(body, ctx.tokenizer);
+  refuseUnsupported(body, 'completion');
+  const read = readPrompts(body, ctx.tokenizer);
+  const prompts = read.prompts.map((p) => truncatePrompt(body, p, ctx.maxModelLen));
+  const texts = read.texts.map((t, i) => (prompts[i]?.length === read.prompts[i]?.length ? t : null));
   const logprobs = optNumber(body, 'logprobs', { integer: true, min: 0, max: MAX_LOGPROBS }) ?? null;
-  const maxTokens = optNumber(body, 'max_tokens', { integer: true, min: 1 }) ?? DEFAULT_COMPLETION_MAX_TOKENS;
-  return buildPlan('completion', body, ctx, prompts, maxTokens, logprobs);
+  const echo = optBool(body, 'echo') ?? false;
+  // vLLM: echo with max_tokens 0 returns the prompt alone (the engine still generates one token).
+  const requested =
+    optNumber(body, 'max_tokens', { integer: true, min: echo ? 0 : 1 }) ?? DEFAULT_COMPLETION_MAX_TOKENS;
+  const echoOnly = echo && requested === 0;
+  // vLLM: echo asks the engine for the prompt's logprobs with the same top-N.
+  const promptLogprobs = readPromptLogprobs(body) ?? (echo ? logprobs : null);
+  return buildPlan('completion', body, ctx, prompts, echoOnly ? 1 : requested, logprobs, {
+    echo,
+    echoOnly,
+    promptTexts: texts.map((t, i) => t ?? ctx.tokenizer.decode(prompts[i] ?? [])),
+    promptLogprobs,
+    chatEchoText: null,
+  });
+}
+
+/**
+ * vLLM's truncate_prompt_tokens: keep the last N prompt tokens (-1: max_model_len); more
+ * than max_model_len is a 400.
+ */
+function truncatePrompt(body: Body, prompt: number[], maxModelLen: number): number[] {
+  const n = optNumber(body, 'truncate_prompt_tokens', { integer: true, min: -1 });
+  if (n === undefined) return prompt;
+  if (n > maxModelLen)
+    throw badRequest(
+      `truncate_prompt_tokens value (${n}) is greater than max_model_len (${maxModelLen}). Please, select a smaller truncation size.`,
+      'truncate_prompt_tokens',
+      `Use a value up to ${maxModelLen}, or -1 for max_model_len.`,
+    );
+  const keep = n === -1 ? maxModelLen : n;
+  return prompt.length > keep ? prompt.slice(prompt.length - keep) : prompt;
+}
+
+/** vLLM's `prompt_logprobs`: top-N (0–20) per prompt position; not with stream (vLLM's 400). */
+function readPromptLogprobs(body: Body): number | null {
+  const n = optNumber(body, 'prompt_logprobs', { integer: true, min: 0, max: MAX_LOGPROBS }) ?? null;
+  if (n !== null && n > 0 && body['stream'] === true)
+    throw badRequest(
+      '`prompt_logprobs` are not available when `stream=True`.',
+      'prompt_logprobs',
+      'Send the request without stream, or drop prompt_logprobs.',
+    );
+  return n;
 }
 
 export function parseChatRequest(body: Body, ctx: ParseContext): GenerationPlan {
+  refuseUnsupported(body, 'chat');
+  refuseTemplateOptions(body);
   const messages = readChatMessages(body);
+  const echo = optBool(body, 'echo') ?? false;
+  const last = messages[messages.length - 1];
+  const chatEchoText = echo && last?.role === 'assistant' ? last.content : null;
   const wantsLogprobs = optBool(body, 'logprobs') ?? false;
   const top = optNumber(body, 'top_logprobs', { integer: true, min: 0, max: MAX_LOGPROBS });
   if (top !== undefined && top > 0 && !wantsLogprobs) {
@@ -72,10 +137,42 @@ export function parseChatRequest(body: Body, ctx: ParseContext): GenerationPlan 
     'chat',
     body,
     ctx,
-    [ctx.tokenizer.encodeChat(messages)],
+    [truncatePrompt(body, ctx.tokenizer.encodeChat(messages), ctx.maxModelLen)],
     maxTokens,
     wantsLogprobs ? (top ?? 0) : null,
+    { echo: false, echoOnly: false, promptTexts: [], promptLogprobs: readPromptLogprobs(body), chatEchoText },
   );
+}
+
+/** kvconnect renders chat templates with vLLM's defaults only; other values are a 400 naming the field. */
+function refuseTemplateOptions(body: Body): void {
+  const checks: Array<[string, unknown]> = [
+    ['add_generation_prompt', true],
+    ['continue_final_message', false],
+  ];
+  for (const [field, only] of checks) {
+    const v = optBool(body, field);
+    if (v !== undefined && v !== only)
+      throw badRequest(
+        `${field}=${v ? 'true' : 'false'} is not supported by this server.`,
+        field,
+        `Leave ${field} out: kvconnect renders chat templates with add_generation_prompt true and continue_final_message false.`,
+      );
+  }
+  if (body['chat_template'] !== undefined && body['chat_template'] !== null)
+    throw badRequest(
+      'A per-request chat_template is not supported by this server.',
+      'chat_template',
+      "Leave chat_template out: the model's own template is used.",
+    );
+}
+
+interface PromptOptions {
+  echo: boolean;
+  echoOnly: boolean;
+  promptTexts: string[];
+  promptLogprobs: number | null;
+  chatEchoText: string | null;
 }
 
 function buildPlan(
@@ -85,6 +182,7 @@ function buildPlan(
   prompts: number[][],
   requestedMaxTokens: number | null,
   logprobs: number | null,
+  promptOptions: PromptOptions,
 ): GenerationPlan {
   const model = optString(body, 'model');
   const n = optNumber(body, 'n', { integer: true, min: 1, max: MAX_N }) ?? 1;
@@ -92,27 +190,23 @@ function buildPlan(
   const streamOptions = optObject(body, 'stream_options');
   const includeUsage =
     streamOptions === undefined ? false : (optBool(streamOptions, 'include_usage') ?? false);
+  const continuousUsage =
+    streamOptions === undefined ? false : (optBool(streamOptions, 'continuous_usage_stats') ?? false);
+  const returnTokenIds = optBool(body, 'return_token_ids') ?? false;
+  const extras = readSamplingExtras(body, ctx.tokenizer, requestedMaxTokens);
   const temperature = optNumber(body, 'temperature', { min: 0, max: 2 }) ?? 1;
   const topP = optNumber(body, 'top_p', { above: 0, max: 1 }) ?? 1;
   const topK = optNumber(body, 'top_k', { integer: true, min: -1 }) ?? 0;
-  const seed = optNumber(body, 'seed', { integer: true, min: -(2 ** 63), max: 2 ** 64 - 1 }) ?? null;
+  // vLLM: seed is an int64. JSON numbers above 2^53 are rounded, so 2^63 - 1 reads as 2^63.
+  const seed = optNumber(body, 'seed', { integer: true, min: -(2 ** 63), max: 2 ** 63 - 1 }) ?? null;
+  if (seed !== null && seed >= 2 ** 63)
+    throw invalid('seed', 'an integer >= -9223372036854775808 and <= 9223372036854775807', seed);
   const stop = optStop(body);
   const stopTokenIds = optTokenIds(body, 'stop_token_ids', ctx.tokenizer.vocabSize);
   const ignoreEos = optBool(body, 'ignore_eos') ?? false;
-  const echo = kind === 'completion' ? (optBool(body, 'echo') ?? false) : false;
   const cacheSalt = optString(body, 'cache_salt');
   const kvTransferParams = parseKvTransferParams(body['kv_transfer_params']);
   const returnTokensAsTokenIds = optBool(body, 'return_tokens_as_token_ids') ?? false;
-  const returnTokenIds = optBool(body, 'return_token_ids') ?? false;
-  // vLLM's toy P/D proxy forwards `min_tokens: null`; a real minimum is not implemented.
-  if ((optNumber(body, 'min_tokens', { integer: true, min: 0 }) ?? 0) > 0) {
-    throw badRequest(
-      'min_tokens is not supported by this server: it never suppresses EOS or stop tokens.',
-      'min_tokens',
-      'Remove min_tokens (or send 0 or null); use ignore_eos with max_tokens for a fixed length.',
-    );
-  }
-
   const sampling = prompts.map((prompt): SamplingParams => {
     const maxTokens = checkLength(prompt.length, requestedMaxTokens, ctx.maxModelLen);
     return {
@@ -125,6 +219,8 @@ function buildPlan(
       stopTokenIds,
       ignoreEos,
       logprobs,
+      promptLogprobs: promptOptions.promptLogprobs,
+      ...extras,
     };
   });
   return {
@@ -137,9 +233,15 @@ function buildPlan(
     sampling,
     kvTransferParams,
     cacheSalt,
-    echo,
-    returnTokensAsTokenIds,
+    echo: promptOptions.echo,
+    echoOnly: promptOptions.echoOnly,
+    promptTexts: promptOptions.promptTexts,
+    logprobs,
     returnTokenIds,
+    continuousUsage,
+    promptTokensDetails: ctx.enablePromptTokensDetails ?? false,
+    chatEchoText: promptOptions.chatEchoText,
+    returnTokensAsTokenIds,
   };
 }
 
@@ -165,22 +267,27 @@ function checkLength(promptLen: number, maxTokens: number | null, maxModelLen: n
   return maxTokens;
 }
 
-function readPrompts(body: Body, tokenizer: TokenizerLike): number[][] {
+/** Token ids of each prompt, and its text when it was sent as a string (null for token ids). */
+function readPrompts(
+  body: Body,
+  tokenizer: TokenizerLike,
+): { prompts: number[][]; texts: (string | null)[] } {
   const p = body['prompt'];
   const vocab = tokenizer.vocabSize;
   const expected = 'a string, an array of token ids, or an array of those';
-  if (typeof p === 'string') return [tokenizer.encode(p)];
+  if (typeof p === 'string') return { prompts: [tokenizer.encode(p)], texts: [p] };
   if (Array.isArray(p) && p.length > 0) {
     if (p.every((t) => typeof t === 'number')) {
       if (!isTokenIdArray(p, vocab))
         throw invalid('prompt', `token ids that are integers in [0, ${vocab})`, p);
-      return [p];
+      return { prompts: [p], texts: [null] };
     }
-    return p.map((item) => {
+    const prompts = p.map((item) => {
       if (typeof item === 'string') return tokenizer.encode(item);
       if (isTokenIdArray(item, vocab) && item.length > 0) return item;
       throw invalid('prompt', expected, item);
     });
+    return { prompts, texts: p.map((item) => (typeof item === 'string' ? item : null)) };
   }
   throw invalid('prompt', expected, p, 'Send "prompt": "your text" (or a non-empty list of token ids).');
 }

@@ -18,12 +18,16 @@ import { getLogger } from '../logging/logger.ts';
 import { CONNECTOR_INFO_PATH } from '../wire/index.ts';
 import { AdmissionGate } from './admission.ts';
 import { devModeFromEnv, handleResetPrefixCache } from './dev-routes.ts';
+import { asBody, badRequest } from './fields.ts';
 import { type GenerateHandlerContext, handleGenerate } from './generate-handler.ts';
+import { HttpMetrics } from './http-metrics.ts';
 import { backendInfo } from './info.ts';
 import { cacheConfigInfo, ServerMetrics } from './metrics.ts';
 import { modelList } from './model-card.ts';
+import { handleRender } from './render.ts';
 import { randomizationDisabled } from './request-id.ts';
 import { detokenize, tokenize } from './tokenize.ts';
+import { REFERENCE_VLLM_VERSION } from './vllm-version.ts';
 
 const log = getLogger('kvconnect.server.server');
 
@@ -43,6 +47,8 @@ export interface ServerOptions {
   disableRequestIdRandomization?: boolean;
   /** vLLM's development endpoints (POST /reset_prefix_cache). Default: VLLM_SERVER_DEV_MODE=1. */
   devMode?: boolean;
+  /** --enable-prompt-tokens-details: usage.prompt_tokens_details.cached_tokens. */
+  enablePromptTokensDetails?: boolean;
 }
 
 export interface ListeningAddress {
@@ -94,8 +100,11 @@ export function createServer(options: ServerOptions): KVServer {
       limitHint: 'Send a shorter prompt, or start the server with a larger maxBodyBytes.',
     },
     disableRandomization: options.disableRequestIdRandomization ?? randomizationDisabled(),
+    enablePromptTokensDetails: options.enablePromptTokensDetails ?? false,
+    onPromptFinished: (n, maxGenerationTokens) => metrics.observeFinishedPrompt(n, maxGenerationTokens),
   };
   const version = packageVersion();
+  const renderCtx = { engine, servedModelName, body: ctx.body };
   const tokenizeCtx = {
     tokenizer: engine.tokenizer,
     servedModelName,
@@ -122,7 +131,22 @@ export function createServer(options: ServerOptions): KVServer {
       sendJson(res, 200, detokenize(await readJson(req, ctx.body), tokenizeCtx)),
     )
     .on('GET', '/health', (_req, res) => sendText(res, 200, '', 'text/plain'))
-    .on('GET', '/version', (_req, res) => sendJson(res, 200, { version }))
+    // vLLM's clients read `version` as the vLLM version: the one whose behaviour kvconnect follows.
+    .on('GET', '/version', (_req, res) =>
+      sendJson(res, 200, { version: REFERENCE_VLLM_VERSION, kvconnect_version: version }),
+    )
+    // SageMaker's health check and inference route, as vLLM serves them.
+    .on('GET', '/ping', (_req, res) => sendText(res, 200, '', 'text/plain'))
+    .on('POST', '/ping', (_req, res) => sendText(res, 200, '', 'text/plain'))
+    .on('POST', '/invocations', async (req, res) => {
+      const body = asBody(await readJson(req, ctx.body));
+      const kind = invocationKind(body);
+      await handleGenerate(ctx, kind, req, res, body);
+    })
+    // vLLM's server load: requests in flight (kvconnect always tracks it).
+    .on('GET', '/load', (_req, res) => sendJson(res, 200, { server_load: gate.inFlight }))
+    .on('POST', '/v1/completions/render', (req, res) => handleRender(renderCtx, 'completion', req, res))
+    .on('POST', '/v1/chat/completions/render', (req, res) => handleRender(renderCtx, 'chat', req, res))
     .on('GET', '/metrics', async (_req, res) => {
       const { contentType, body } = await metrics.render();
       sendText(res, 200, body, contentType);
@@ -136,21 +160,24 @@ export function createServer(options: ServerOptions): KVServer {
   }
 
   const apiKey = options.apiKey ?? null;
-  const server = createHttpServer(
-    router.listener({
-      guard: (req) => {
-        if (apiKey === null || !(req.url ?? '').startsWith('/v1/')) return;
-        if (req.headers.authorization === `Bearer ${apiKey}`) return;
-        throw new KVError('SERVER_UNAUTHORIZED', 'Unauthorized: missing or wrong API key.', {
-          hint: 'Send the header "Authorization: Bearer <key>" with the key given to --api-key.',
-        });
-      },
-      onError: (e, req) => {
-        if (httpStatusOf(e) >= 500)
-          log.error('Unhandled error on %s %s: %s', req.method, req.url, (e as Error).stack);
-      },
-    }),
-  );
+  const httpMetrics = new HttpMetrics(metrics.registry, (url) => router.routeOf(url));
+  const listener = router.listener({
+    guard: (req) => {
+      if (apiKey === null || !(req.url ?? '').startsWith('/v1/')) return;
+      if (req.headers.authorization === `Bearer ${apiKey}`) return;
+      throw new KVError('SERVER_UNAUTHORIZED', 'Unauthorized: missing or wrong API key.', {
+        hint: 'Send the header "Authorization: Bearer <key>" with the key given to --api-key.',
+      });
+    },
+    onError: (e, req) => {
+      if (httpStatusOf(e) >= 500)
+        log.error('Unhandled error on %s %s: %s', req.method, req.url, (e as Error).stack);
+    },
+  });
+  const server = createHttpServer((req, res) => {
+    httpMetrics.track(req, res);
+    listener(req, res);
+  });
   let listening: HttpListener | null = null;
 
   return {
@@ -165,4 +192,18 @@ export function createServer(options: ServerOptions): KVServer {
       return listening?.close(1000) ?? Promise.resolve();
     },
   };
+}
+
+/**
+ * vLLM's /invocations dispatches on the body's shape: `messages` is a chat request, `prompt`
+ * a completion request; anything else is a 400 naming what is missing.
+ */
+function invocationKind(body: Record<string, unknown>): 'completion' | 'chat' {
+  if ('messages' in body) return 'chat';
+  if ('prompt' in body) return 'completion';
+  throw badRequest(
+    'Cannot determine the request type of /invocations: the body has neither messages nor prompt.',
+    'body',
+    'Send a chat completion request (messages) or a completion request (prompt).',
+  );
 }

@@ -1,6 +1,11 @@
 /**
  * The built-in tokenizer of the presets: UTF-8 bytes are ids 0–255, BOS 256 (prepended by
  * encode), EOS 257; ids 258.. are unused padding of the vocabulary and decode to nothing.
+ *
+ * A checkpoint without `tokenizer.json` gets the same byte mapping of text with its own
+ * vocabulary: every id below the checkpoint's `vocab_size` is a valid prompt token (the model
+ * can generate any of them), and BOS/EOS are the checkpoint's (`config.json`); the special
+ * ids decode to nothing, as vLLM skips special tokens.
  */
 
 import { BYTE_BOS_TOKEN_ID, BYTE_EOS_TOKEN_ID, BYTE_VOCAB_SIZE } from '../config/model-presets.ts';
@@ -9,21 +14,43 @@ import type { EncodeOptions, TokenizerLike } from './types.ts';
 
 const encoder = new TextEncoder();
 
+export interface ByteVocabulary {
+  vocabSize: number;
+  bosTokenId: number | null;
+  eosTokenId: number;
+}
+
 export class ByteTokenizer implements TokenizerLike {
-  readonly eosTokenId = BYTE_EOS_TOKEN_ID;
-  readonly bosTokenId = BYTE_BOS_TOKEN_ID;
-  readonly vocabSize = BYTE_VOCAB_SIZE;
+  readonly eosTokenId: number;
+  readonly bosTokenId: number | null;
+  readonly vocabSize: number;
+
+  constructor(
+    vocabulary: ByteVocabulary = {
+      vocabSize: BYTE_VOCAB_SIZE,
+      bosTokenId: BYTE_BOS_TOKEN_ID,
+      eosTokenId: BYTE_EOS_TOKEN_ID,
+    },
+  ) {
+    this.vocabSize = vocabulary.vocabSize;
+    this.bosTokenId = vocabulary.bosTokenId;
+    this.eosTokenId = vocabulary.eosTokenId;
+  }
 
   encode(text: string, options: EncodeOptions = {}): number[] {
     const bytes = [...encoder.encode(text)];
-    return (options.addSpecialTokens ?? true) ? [BYTE_BOS_TOKEN_ID, ...bytes] : bytes;
+    return (options.addSpecialTokens ?? true) && this.bosTokenId !== null
+      ? [this.bosTokenId, ...bytes]
+      : bytes;
   }
 
   /** Invalid UTF-8 (e.g. a sequence cut inside a character) decodes to U+FFFD. */
   decode(ids: readonly number[]): string {
     const bytes = new Uint8Array(ids.length);
     let n = 0;
-    for (const id of ids) if (id >= 0 && id < 256) bytes[n++] = id;
+    for (const id of ids) {
+      if (id >= 0 && id < 256 && id !== this.bosTokenId && id !== this.eosTokenId) bytes[n++] = id;
+    }
     return new TextDecoder().decode(bytes.subarray(0, n));
   }
 

@@ -1,11 +1,17 @@
 /**
  * loadTokenizer: the byte tokenizer for built-in presets; for a checkpoint directory (or a
  * bundled model's name), its `tokenizer.json` when present (else the byte tokenizer), with
- * `tokenizer_config.json` and an optional `chat_template.jinja`.
+ * `tokenizer_config.json` and an optional `chat_template.jinja`; without it, the byte
+ * mapping of text with the checkpoint's vocabulary and special ids.
  */
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { getModelPreset, resolveModelPath } from '../config/model-presets.ts';
+import {
+  BYTE_BOS_TOKEN_ID,
+  BYTE_EOS_TOKEN_ID,
+  getModelPreset,
+  resolveModelPath,
+} from '../config/model-presets.ts';
 import { KVError } from '../errors/index.ts';
 import { ByteTokenizer } from './byte-tokenizer.ts';
 import { HFTokenizer } from './hf-tokenizer.ts';
@@ -38,14 +44,14 @@ export function loadTokenizer(modelNameOrDir: string): TokenizerLike {
   if (getModelPreset(modelNameOrDir) !== undefined) return new ByteTokenizer();
   const dir = resolveModelPath(modelNameOrDir);
   const file = join(dir, 'tokenizer.json');
-  if (!existsSync(file)) return new ByteTokenizer();
   const optional = (name: string) => (existsSync(join(dir, name)) ? join(dir, name) : null);
-  const configFile = optional('tokenizer_config.json');
   const modelConfigFile = optional('config.json');
-  const templateFile = optional('chat_template.jinja');
   const modelConfig = modelConfigFile === null ? {} : readJson(modelConfigFile);
   const num = (v: unknown): number | null =>
     typeof v === 'number' ? v : Array.isArray(v) && typeof v[0] === 'number' ? v[0] : null;
+  if (!existsSync(file)) return byteTokenizerFor(modelConfig, num);
+  const configFile = optional('tokenizer_config.json');
+  const templateFile = optional('chat_template.jinja');
   try {
     return new HFTokenizer(readJson(file), {
       tokenizerConfig: configFile === null ? {} : readJson(configFile),
@@ -65,4 +71,23 @@ export function loadTokenizer(modelNameOrDir: string): TokenizerLike {
       },
     );
   }
+}
+
+/**
+ * No tokenizer.json: text is UTF-8 bytes, but the vocabulary, BOS and EOS are the
+ * checkpoint's (`vocab_size`, `bos_token_id`, `eos_token_id` of config.json), so every id the
+ * model can generate is a valid prompt and /detokenize id.
+ */
+function byteTokenizerFor(
+  config: Record<string, unknown>,
+  num: (v: unknown) => number | null,
+): ByteTokenizer {
+  const vocabSize = num(config['vocab_size']);
+  if (vocabSize === null) return new ByteTokenizer();
+  const bos = 'bos_token_id' in config ? num(config['bos_token_id']) : BYTE_BOS_TOKEN_ID;
+  return new ByteTokenizer({
+    vocabSize,
+    bosTokenId: bos !== null && bos < vocabSize ? bos : null,
+    eosTokenId: num(config['eos_token_id']) ?? BYTE_EOS_TOKEN_ID,
+  });
 }

@@ -13,9 +13,10 @@ test('KVError carries code, message, hint and cause; formatters show both', () =
     error: {
       message: 'the message',
       type: 'BadRequestError',
-      code: 'KV_CONFIG_INVALID',
-      hint: 'do this',
       param: 'kv_role',
+      code: 400,
+      kvconnect_code: 'KV_CONFIG_INVALID',
+      hint: 'do this',
     },
   });
   assert.deepEqual(structuredClone(e.toJSON()), e.toJSON());

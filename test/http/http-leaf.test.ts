@@ -24,7 +24,14 @@ const RULES: BodyRules = {
 };
 
 interface ErrorBody {
-  error: { code: string; type: string; message: string; hint?: string };
+  error: {
+    code: number;
+    kvconnect_code: string;
+    type: string;
+    message: string;
+    param: string | null;
+    hint?: string;
+  };
 }
 
 /** POSTs `chunks` one by one with chunked encoding (no content-length), so the limit is hit mid-stream. */
@@ -82,7 +89,7 @@ describe('src/http: one request/response convention for server and proxy', () =>
     const bad = await fetch(`${url}/echo`, { method: 'POST', body: '{"a":' });
     assert.equal(bad.status, 400);
     const e = (await bad.json()) as ErrorBody;
-    assert.equal(e.error.code, 'SERVER_INVALID_JSON');
+    assert.equal(e.error.kvconnect_code, 'SERVER_INVALID_JSON');
     assert.equal(e.error.type, 'BadRequestError');
   });
 
@@ -90,11 +97,11 @@ describe('src/http: one request/response convention for server and proxy', () =>
     const declared = await fetch(`${url}/echo`, { method: 'POST', body: `"${'x'.repeat(2000)}"` });
     assert.equal(declared.status, 413);
     const e = (await declared.json()) as ErrorBody;
-    assert.equal(e.error.code, 'SERVER_BODY_TOO_LARGE');
+    assert.equal(e.error.kvconnect_code, 'SERVER_BODY_TOO_LARGE');
     assert.equal(e.error.hint, 'raise the limit');
     const streamed = await postChunked(`${url}/echo`, ['"', 'y'.repeat(700), 'y'.repeat(700), '"']);
     assert.equal(streamed.status, 413);
-    assert.equal((JSON.parse(streamed.body) as ErrorBody).error.code, 'SERVER_BODY_TOO_LARGE');
+    assert.equal((JSON.parse(streamed.body) as ErrorBody).error.kvconnect_code, 'SERVER_BODY_TOO_LARGE');
     const after413 = await fetch(`${url}/echo`, { method: 'POST', body: '[1]' });
     assert.equal(after413.status, 200, 'the server keeps serving');
   });
@@ -103,12 +110,12 @@ describe('src/http: one request/response convention for server and proxy', () =>
     const nf = await fetch(`${url}/nope`);
     assert.equal(nf.status, 404);
     const nfBody = (await nf.json()) as ErrorBody;
-    assert.equal(nfBody.error.code, 'PROXY_NOT_FOUND');
+    assert.equal(nfBody.error.kvconnect_code, 'PROXY_NOT_FOUND');
     assert.equal(nfBody.error.type, 'NotFoundError');
     assert.match(nfBody.error.hint ?? '', /POST \/echo/);
     const na = await fetch(`${url}/echo`);
     assert.equal(na.status, 405);
-    assert.equal(((await na.json()) as ErrorBody).error.code, 'PROXY_METHOD_NOT_ALLOWED');
+    assert.equal(((await na.json()) as ErrorBody).error.kvconnect_code, 'PROXY_METHOD_NOT_ALLOWED');
     const head = await fetch(`${url}/fail`, { method: 'HEAD' });
     assert.equal(head.status, 503);
   });
@@ -120,7 +127,9 @@ describe('src/http: one request/response convention for server and proxy', () =>
     assert.deepEqual(body.error, {
       message: 'nothing healthy',
       type: 'ServiceUnavailableError',
-      code: 'PROXY_NO_BACKEND',
+      param: null,
+      code: 503,
+      kvconnect_code: 'PROXY_NO_BACKEND',
       hint: 'start one',
     });
     const bug = await fetch(`${url}/bug`);
@@ -128,7 +137,9 @@ describe('src/http: one request/response convention for server and proxy', () =>
     assert.deepEqual(((await bug.json()) as ErrorBody).error, {
       message: 'a plain error',
       type: 'InternalServerError',
-      code: 'INTERNAL_ERROR',
+      param: null,
+      code: 500,
+      kvconnect_code: 'INTERNAL_ERROR',
     });
   });
 

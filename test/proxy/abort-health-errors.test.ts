@@ -155,9 +155,9 @@ describe('health checks', () => {
     try {
       const res = await send(proxy.url, body);
       assert.equal(res.status, 503);
-      const err = (await res.json()) as { error: { message: string; code: string; hint: string } };
+      const err = (await res.json()) as { error: { message: string; kvconnect_code: string; hint: string } };
       assert.equal(err.error.message, 'No healthy decode instance available');
-      assert.equal(err.error.code, 'PROXY_NO_BACKEND');
+      assert.equal(err.error.kvconnect_code, 'PROXY_NO_BACKEND');
       assert.ok(err.error.hint.length > 0);
     } finally {
       await proxy.close();
@@ -186,18 +186,21 @@ describe('errors', () => {
       for (const bad of ['{not json', '[1,2]', '"text"']) {
         const res = await send(url, bad);
         assert.equal(res.status, 400, bad);
-        const err = (await res.json()) as { error: { code: string; type: string } };
-        assert.equal(err.error.code, 'PROXY_BAD_REQUEST');
+        const err = (await res.json()) as { error: { kvconnect_code: string; type: string } };
+        assert.equal(err.error.kvconnect_code, 'PROXY_BAD_REQUEST');
         assert.equal(err.error.type, 'BadRequestError');
       }
       const nf = await fetch(`${url}/v1/embeddings`, { method: 'POST', body: '{}' });
       assert.equal(nf.status, 404);
-      assert.equal(((await nf.json()) as { error: { code: string } }).error.code, 'PROXY_NOT_FOUND');
+      assert.equal(
+        ((await nf.json()) as { error: { kvconnect_code: string } }).error.kvconnect_code,
+        'PROXY_NOT_FOUND',
+      );
       await p.close();
       const res = await send(url, body);
       assert.equal(res.status, 502);
       assert.equal(
-        ((await res.json()) as { error: { code: string } }).error.code,
+        ((await res.json()) as { error: { kvconnect_code: string } }).error.kvconnect_code,
         'PROXY_UPSTREAM_UNREACHABLE',
       );
       const h = (await (await fetch(`${url}/health`)).json()) as { prefill_instances: number };
@@ -221,8 +224,8 @@ describe('errors', () => {
       assert.match(logged.message, /supported: NixlConnector, NixlPushConnector, MoRIIOConnector/);
       const res = await send(proxy.url, body);
       assert.equal(res.status, 502);
-      const err = (await res.json()) as { error: { code: string; message: string; hint: string } };
-      assert.equal(err.error.code, 'PROXY_CONNECTOR_UNSUPPORTED');
+      const err = (await res.json()) as { error: { kvconnect_code: string; message: string; hint: string } };
+      assert.equal(err.error.kvconnect_code, 'PROXY_CONNECTOR_UNSUPPORTED');
       assert.equal(
         err.error.message,
         `The prefill instance ${p.url} runs OffloadingConnector, for which the proxy has no P/D flow (supported: NixlConnector, NixlPushConnector, MoRIIOConnector)`,

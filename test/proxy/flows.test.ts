@@ -200,8 +200,8 @@ describe('NIXL push flow', () => {
     try {
       const bad = await post(`${proxy.url}/v1/completions`, { model: 'tiny', prompt: 'x', max_tokens: 2 });
       assert.equal(bad.status, 500);
-      const err = (await bad.json()) as { error: { code: string; hint: string } };
-      assert.equal(err.error.code, 'PROXY_PUSH_COORDINATES_MISSING');
+      const err = (await bad.json()) as { error: { kvconnect_code: string; hint: string } };
+      assert.equal(err.error.kvconnect_code, 'PROXY_PUSH_COORDINATES_MISSING');
       assert.match(err.error.hint, /--prefill-engine-id/);
       const ok = await post(`${proxy2.url}/v1/completions`, { model: 'tiny', prompt: 'x', max_tokens: 2 });
       assert.equal(ok.status, 200);

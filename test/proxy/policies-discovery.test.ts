@@ -167,16 +167,19 @@ describe('MoRIIO discovery', () => {
       const bad = await register({ type: 'P' });
       assert.equal(bad.status, 400);
       assert.equal(
-        ((await bad.json()) as { error: { code: string } }).error.code,
+        ((await bad.json()) as { error: { kvconnect_code: string } }).error.kvconnect_code,
         'PROXY_DISCOVERY_BAD_PING',
       );
       const huge = await fetch(reg, { method: 'POST', body: JSON.stringify({ pad: 'x'.repeat(70_000) }) });
       assert.equal(huge.status, 413, 'a ping body over 64 KiB is refused as too large, as on the server');
-      assert.equal(((await huge.json()) as { error: { code: string } }).error.code, 'PROXY_BODY_TOO_LARGE');
+      assert.equal(
+        ((await huge.json()) as { error: { kvconnect_code: string } }).error.kvconnect_code,
+        'PROXY_BODY_TOO_LARGE',
+      );
       const notJson = await fetch(reg, { method: 'POST', body: '{' });
       assert.equal(notJson.status, 400);
       assert.equal(
-        ((await notJson.json()) as { error: { code: string } }).error.code,
+        ((await notJson.json()) as { error: { kvconnect_code: string } }).error.kvconnect_code,
         'PROXY_DISCOVERY_BAD_PING',
       );
       const pZmq = 'host:127.0.0.9,handshake:7001,notify:7002';

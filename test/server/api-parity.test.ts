@@ -78,7 +78,7 @@ describe('tokenize, detokenize, models, version', () => {
       ['/tokenize', { prompt: 42 }, 400, 'prompt'],
       ['/tokenize', {}, 400, 'prompt'],
       ['/tokenize', { prompt: 'x', model: 'gpt-4' }, 404, 'model'],
-      ['/tokenize', { prompt: 'x', return_token_strs: 'yes' }, 400, 'return_token_strs'],
+      ['/tokenize', { prompt: 'x', return_token_strs: 'sometimes' }, 400, 'return_token_strs'],
       ['/tokenize', { prompt: 'x'.repeat(200) }, 400, 'prompt'],
       ['/tokenize', { messages: 'hi' }, 400, 'messages'],
       [
@@ -104,7 +104,7 @@ describe('tokenize, detokenize, models, version', () => {
       ['/detokenize', { tokens: 'abc' }, 400, 'tokens'],
       ['/detokenize', { tokens: [1e9] }, 400, 'tokens'],
       ['/detokenize', { tokens: [1], model: 'other' }, 404, 'model'],
-      ['/v1/completions', { prompt: 'x', max_tokens: 2, min_tokens: 2 }, 400, 'min_tokens'],
+      ['/v1/completions', { prompt: 'x', max_tokens: 2, min_tokens: 3 }, 400, 'min_tokens'],
       ['/v1/completions', { prompt: 'x', max_tokens: 2, min_tokens: 'a' }, 400, 'min_tokens'],
     ];
     for (const [path, body, status, param] of cases) {

@@ -83,8 +83,8 @@ test('a chat template that raises answers 400 CHAT_TEMPLATE_ERROR, and the serve
   const { url } = await serve(dir);
   const bad = await postJson(`${url}/v1/chat/completions`, { model: dir, messages, max_tokens: 2 });
   assert.equal(bad.status, 400);
-  const error = ((await bad.json()) as { error: { code: string; message: string } }).error;
-  assert.equal(error.code, 'CHAT_TEMPLATE_ERROR');
+  const error = ((await bad.json()) as { error: { kvconnect_code: string; message: string } }).error;
+  assert.equal(error.kvconnect_code, 'CHAT_TEMPLATE_ERROR');
   assert.match(error.message, /Only user and assistant roles are supported!/);
   const good = await postJson(`${url}/v1/chat/completions`, {
     model: dir,

@@ -43,8 +43,16 @@ async function expectError(
   assert.equal(res.status, status, await res.clone().text());
   assert.match(res.headers.get('content-type') ?? '', /application\/json/);
   const body = (await res.json()) as {
-    error: { message: string; type: string; code: string; param?: string; hint?: string };
+    error: {
+      message: string;
+      type: string;
+      code: number;
+      kvconnect_code: string;
+      param: string | null;
+      hint?: string;
+    };
   };
+  assert.equal(body.error.code, status, "vLLM's ErrorInfo.code is the HTTP status");
   assert.equal(typeof body.error.message, 'string');
   assert.equal(typeof body.error.type, 'string');
   assert.ok(body.error.hint, 'every error carries a hint');
@@ -52,7 +60,7 @@ async function expectError(
   const after = await postJson(`${running.url}/v1/completions`, good);
   assert.equal(after.status, 200, 'the server keeps serving after a bad request');
   await after.json();
-  return body.error;
+  return { message: body.error.message, code: body.error.kvconnect_code };
 }
 
 test('malformed JSON, non-object body, wrong types and out-of-range values are 400s', async () => {
@@ -66,7 +74,8 @@ test('malformed JSON, non-object body, wrong types and out-of-range values are 4
   await expectError(await postJson(url, { ...good, max_tokens: 0 }), 400, 'max_tokens');
   await expectError(await postJson(url, { ...good, n: 1.5 }), 400, 'n');
   await expectError(await postJson(url, { ...good, logprobs: 99 }), 400, 'logprobs');
-  await expectError(await postJson(url, { ...good, stream: 'yes' }), 400, 'stream');
+  // pydantic reads "yes" as true (lax mode), as vLLM does; "maybe" is no boolean.
+  await expectError(await postJson(url, { ...good, stream: 'maybe' }), 400, 'stream');
   const chat = `${running.url}/v1/chat/completions`;
   await expectError(await postJson(chat, { messages: 'hi' }), 400, 'messages');
   await expectError(
@@ -161,7 +170,10 @@ test('API key: 401 when missing or wrong, 200 when right; /metrics stays open', 
     assert.equal((await postJson(url, good)).status, 401);
     const wrong = await postJson(url, good, { authorization: 'Bearer nope' });
     assert.equal(wrong.status, 401);
-    assert.equal(((await wrong.json()) as { error: { code: string } }).error.code, 'SERVER_UNAUTHORIZED');
+    assert.equal(
+      ((await wrong.json()) as { error: { kvconnect_code: string } }).error.kvconnect_code,
+      'SERVER_UNAUTHORIZED',
+    );
     const ok = await postJson(url, good, { authorization: 'Bearer sekrit' });
     assert.equal(ok.status, 200);
     await ok.json();
@@ -234,8 +246,8 @@ test('a full queue answers 503 instead of growing, and recovers', async () => {
   try {
     const e = await postJson(`${running.url}/v1/completions`, good);
     assert.equal(e.status, 503);
-    const body = (await e.json()) as { error: { code: string; type: string } };
-    assert.equal(body.error.code, 'SERVER_QUEUE_FULL');
+    const body = (await e.json()) as { error: { kvconnect_code: string; type: string } };
+    assert.equal(body.error.kvconnect_code, 'SERVER_QUEUE_FULL');
     assert.equal(body.error.type, 'ServiceUnavailableError');
   } finally {
     for (const s of streams) s.destroy();

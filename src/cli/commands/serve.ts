@@ -37,6 +37,7 @@ interface ServeFlags {
   apiKey?: string;
   maxQueue: string;
   config?: string;
+  enablePromptTokensDetails?: boolean;
   [key: string]: unknown;
 }
 
@@ -89,6 +90,10 @@ export function registerServeCommand(program: Command, ctx: CliContext, deps: Se
       'KV cache events (vLLM\'s KVEventsConfig) as JSON, e.g. \'{"enable_kv_cache_events":true,"endpoint":"tcp://*:5557"}\', or the dotted form --kv-events-config.enable_kv_cache_events true (default: none)',
     )
     .option('--api-key <key>', 'require "Authorization: Bearer <key>" on /v1/* (default: none)')
+    .option(
+      '--enable-prompt-tokens-details',
+      "add usage.prompt_tokens_details.cached_tokens (prompt tokens not computed) to every response, as vLLM's flag does",
+    )
     .option(
       '--max-queue <n>',
       'requests accepted beyond --max-num-seqs before answering 503',
@@ -154,7 +159,12 @@ export function registerServeCommand(program: Command, ctx: CliContext, deps: Se
       for (const engine of engines) await engine.shutdown();
     };
     for (const [r, engine] of engines.entries()) {
-      const server = createServer({ engine, apiKey: flags.apiKey ?? null, maxQueue });
+      const server = createServer({
+        engine,
+        apiKey: flags.apiKey ?? null,
+        maxQueue,
+        enablePromptTokensDetails: flags.enablePromptTokensDetails === true,
+      });
       const rankPortNumber = rankPort(port, r);
       try {
         const address = await server.start(flags.host, rankPortNumber);

@@ -16,6 +16,17 @@ export interface SequenceInBatch {
   blockTables: readonly (readonly number[])[];
   /** True → return logits of this sequence's last new token. */
   computeLogits: boolean;
+  /**
+   * True → return logits of every new token of this sequence (len rows, in order), whatever
+   * computeLogits says: prompt logprobs need the distribution at each prompt position.
+   */
+  allLogits?: boolean;
+}
+
+/** How many logits rows a sequence contributes to the forward's output. */
+export function logitsRows(s: SequenceInBatch): number {
+  if (s.allLogits) return s.len;
+  return s.computeLogits ? 1 : 0;
 }
 
 export interface ForwardBatch {
@@ -36,6 +47,6 @@ export interface ForwardHooks {
 }
 
 export interface ForwardModel {
-  /** Logits of shape [number of sequences with computeLogits, vocabSize], row-major. */
+  /** Logits of shape [sum of logitsRows over the sequences, vocabSize], row-major, in sequence order. */
   forward(batch: ForwardBatch, kv: PagedKVMemory, hooks?: ForwardHooks): Promise<Float32Array>;
 }

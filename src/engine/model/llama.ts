@@ -10,7 +10,7 @@ import type { PagedKVMemory } from '../../kv/interfaces.ts';
 import { type AttentionShape, allocAttentionScratch, pagedAttention } from './attention.ts';
 import { allocDecodeScratch, pagedDecodeAttention } from './decode-attention.ts';
 import type { ModelDims, RankShard } from './dims.ts';
-import type { ForwardBatch, ForwardHooks, ForwardModel } from './forward-batch.ts';
+import { type ForwardBatch, type ForwardHooks, type ForwardModel, logitsRows } from './forward-batch.ts';
 import { WasmRuntime } from './kernels/wasm-matmul.ts';
 import { type PackedWeights, packWeights } from './packed-weights.ts';
 import { kRowOffset, layerKV, writeRow } from './paged-kv.ts';
@@ -78,7 +78,7 @@ export class LlamaModel implements ForwardModel {
       if (s.len > this.decodeAttentionMaxTokens)
         maxGatherContext = Math.max(maxGatherContext, s.numComputedTokens + s.len);
       else maxDecodeContext = Math.max(maxDecodeContext, s.numComputedTokens + s.len);
-      if (s.computeLogits) numLogits++;
+      numLogits += logitsRows(s);
     }
     const kvSpec = kv.kvCacheConfig.groups[0]?.spec;
     if (kvSpec === undefined || kvSpec.numKvHeads * kvSpec.headSize !== kvDim) {
@@ -188,9 +188,11 @@ export class LlamaModel implements ForwardModel {
       }
       let n = 0;
       for (const s of batch.sequences) {
-        if (!s.computeLogits) continue;
-        mem.copyWithin(logitsIn + n * h, x + (s.start + s.len - 1) * h, x + (s.start + s.len) * h);
-        n++;
+        const count = logitsRows(s);
+        if (count === 0) continue;
+        const from = s.start + s.len - count;
+        mem.copyWithin(logitsIn + n * h, x + from * h, x + (s.start + s.len) * h);
+        n += count;
       }
       rmsnorm(mem, logitsIn, logitsIn, w.finalNorm, n, h, dims.rmsNormEps);
       rt.matmul(n, dims.vocabSize, h, logitsIn, h, w.lmHead, dims.vocabSize, logitsOut, dims.vocabSize);

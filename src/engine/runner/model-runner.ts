@@ -10,16 +10,30 @@
 import type { KVConnectorBase } from '../../connector/base.ts';
 import type { PagedKVMemory } from '../../kv/interfaces.ts';
 import type { SamplingParams } from '../api.ts';
-import type { ForwardBatch, ForwardHooks, ForwardModel, SequenceInBatch } from '../model/forward-batch.ts';
+import {
+  type ForwardBatch,
+  type ForwardHooks,
+  type ForwardModel,
+  logitsRows,
+  type SequenceInBatch,
+} from '../model/forward-batch.ts';
 import { SeededRandom } from '../model/prng.ts';
 import type { ModelRunnerOutput, RunnerInput } from '../runner-io.ts';
+import { needsLogitsProcessing, processLogits } from '../sampler/logits-processors.ts';
 import type { SampledToken } from '../sampler/sampler.ts';
+import { positionLogprobs } from '../sampler/sampler.ts';
 import { WorkerConnectorSteps } from './connector-steps.ts';
 import { type RunnerRequestState, RunnerRequestStates, runnerError } from './request-states.ts';
 
 /** Samples one token from one row of logits (adapter over src/engine/sampler). */
 export interface TokenSampler {
-  sample(logits: Float32Array, params: SamplingParams, rng: SeededRandom): SampledToken;
+  /** `processed`: the row after logits processing, sampled from; logprobs come from `logits`. */
+  sample(
+    logits: Float32Array,
+    params: SamplingParams,
+    rng: SeededRandom,
+    processed?: Float32Array | null,
+  ): SampledToken;
 }
 
 export interface ModelRunnerParts {
@@ -108,24 +122,62 @@ export class ModelRunner {
     const logits = await this.#model.forward(batch, this.kv, hooks);
     steps?.blocksFilled(running, this.#blockSizes);
     let row = 0;
-    for (const state of running) {
+    for (const [k, state] of running.entries()) {
+      const sequence = batch.sequences[k] as SequenceInBatch;
+      const rows = logitsRows(sequence);
+      if (sequence.allLogits) this.#scorePrompt(state, logits, row, rows);
+      row += rows;
       result.reqIds.push(state.reqId);
-      if (!RunnerRequestStates.completesSequence(state)) {
+      const completes = RunnerRequestStates.completesSequence(state);
+      // The prompt's logprobs travel with the first sampled token, once.
+      const sendPrompt =
+        completes && state.promptLogprobs !== null && state.tokenIds.length === state.numPromptTokens;
+      if (state.promptLogprobs !== null) {
+        result.promptLogprobs ??= [];
+        result.promptLogprobs[k] = sendPrompt ? state.promptLogprobs : null;
+      }
+      if (!completes) {
         result.sampledTokenIds.push([]);
         result.logprobs.push(null);
         result.topLogprobs.push(null);
         continue;
       }
-      const rowLogits = logits.subarray(row * this.#vocabSize, (row + 1) * this.#vocabSize);
-      row++;
+      const rowLogits = logits.subarray((row - 1) * this.#vocabSize, row * this.#vocabSize);
+      const processed =
+        !this.#nextToken && needsLogitsProcessing(state.sampling)
+          ? processLogits(rowLogits, state.sampling, {
+              promptTokenIds: state.tokenIds.slice(0, state.numPromptTokens),
+              outputTokenIds: state.tokenIds.slice(
+                state.numPromptTokens,
+                state.numComputedTokens + state.numScheduledTokens,
+              ),
+            })
+          : null;
       const token = this.#nextToken
         ? { tokenId: this.#nextToken(state.reqId), logprob: 0, topLogprobs: null }
-        : this.#sampler.sample(rowLogits, state.sampling, this.#generatorFor(state));
+        : this.#sampler.sample(rowLogits, state.sampling, this.#generatorFor(state), processed);
       RunnerRequestStates.appendSampled(state, token.tokenId);
       const wantsLogprobs = state.sampling.logprobs !== null;
       result.sampledTokenIds.push([token.tokenId]);
       result.logprobs.push(wantsLogprobs ? [token.logprob] : null);
       result.topLogprobs.push(wantsLogprobs ? [token.topLogprobs ?? []] : null);
+    }
+  }
+
+  /** Logprobs of the prompt tokens these rows predict (row i predicts the token after position from + i). */
+  #scorePrompt(state: RunnerRequestState, logits: Float32Array, firstRow: number, rows: number): void {
+    const lp = state.promptLogprobs;
+    if (lp === null) return;
+    const from = state.numComputedTokens + state.numScheduledTokens - rows;
+    for (let i = 0; i < rows; i++) {
+      const target = from + i + 1;
+      if (target >= state.numPromptTokens) break;
+      const row = logits.subarray((firstRow + i) * this.#vocabSize, (firstRow + i + 1) * this.#vocabSize);
+      lp[target] = positionLogprobs(
+        row,
+        state.tokenIds[target] as number,
+        state.sampling.promptLogprobs ?? 0,
+      );
     }
   }
 
@@ -166,6 +218,7 @@ export function buildForwardBatch(running: readonly RunnerRequestState[]): Forwa
       numComputedTokens: from,
       blockTables: state.blockTables,
       computeLogits: RunnerRequestStates.completesSequence(state),
+      allLogits: RunnerRequestStates.scoresPrompt(state),
     });
     start += state.numScheduledTokens;
   }

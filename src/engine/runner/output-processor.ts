@@ -58,15 +58,21 @@ export class OutputProcessor {
     let logprobs = out.logprobs;
     let topLogprobs = out.topLogprobs;
     let stopStringMatched = false;
+    let stopReason: string | number | null = out.stopTokenId;
     let finished = out.finished;
     let finishReason = out.finishReason;
     let text = '';
     for (let i = 0; i < out.newTokenIds.length; i++) {
       state.tokenIds.push(out.newTokenIds[i] as number);
       text = this.#tokenizer.decode(this.#visibleTokens(state, out, finished));
-      const stop = findStop(text, state.sampling.stop, Math.max(0, state.emitted - state.maxStopLength));
+      // vLLM checks stop strings only once min_tokens were generated.
+      const stop =
+        state.tokenIds.length > (state.sampling.minTokens ?? 0)
+          ? findStop(text, state.sampling.stop, Math.max(0, state.emitted - state.maxStopLength))
+          : null;
       if (stop !== null) {
-        state.stoppedAt = stop;
+        state.stoppedAt = stop.at;
+        stopReason = stop.stop;
         stopStringMatched = !out.finished;
         finished = true;
         finishReason = 'stop';
@@ -93,6 +99,8 @@ export class OutputProcessor {
       kvTransferParams: (out.kvTransferParams ?? null) as KVTransferParams | null,
       metrics: { ...out.metrics },
     };
+    if (out.promptLogprobs) delta.promptLogprobs = out.promptLogprobs;
+    if (finished && finishReason === 'stop') delta.stopReason = stopReason;
     if (out.error) delta.error = out.error;
     return { delta, stopStringMatched };
   }
@@ -110,13 +118,13 @@ export class OutputProcessor {
   }
 }
 
-/** Index where the earliest stop string starts (searching from `from`), or null. */
-function findStop(text: string, stops: readonly string[], from: number): number | null {
-  let best: number | null = null;
+/** The earliest stop string (searching from `from`) and where it starts, or null. */
+function findStop(text: string, stops: readonly string[], from: number): { at: number; stop: string } | null {
+  let best: { at: number; stop: string } | null = null;
   for (const stop of stops) {
     if (stop.length === 0) continue;
     const at = text.indexOf(stop, from);
-    if (at >= 0 && (best === null || at < best)) best = at;
+    if (at >= 0 && (best === null || at < best.at)) best = { at, stop };
   }
   return best;
 }

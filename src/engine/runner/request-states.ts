@@ -6,7 +6,7 @@
  */
 import type { SchedulerOutput } from '../../connector/types.ts';
 import { KVError } from '../../errors/kv-error.ts';
-import type { SamplingParams } from '../api.ts';
+import type { PositionLogprobs, SamplingParams } from '../api.ts';
 
 export interface RunnerRequestState {
   readonly reqId: string;
@@ -20,6 +20,9 @@ export interface RunnerRequestState {
   sampling: SamplingParams;
   /** True if the previous step sampled a token for this request. */
   sampledInLastStep: boolean;
+  readonly numPromptTokens: number;
+  /** With sampling.promptLogprobs: each prompt position's logprobs as computed (null until then). */
+  promptLogprobs: (PositionLogprobs | null)[] | null;
 }
 
 export class RunnerRequestStates {
@@ -52,6 +55,12 @@ export class RunnerRequestStates {
         numScheduledTokens: out.numScheduledTokens[req.reqId] ?? 0,
         sampling,
         sampledInLastStep: false,
+        numPromptTokens: req.promptTokenIds.length,
+        promptLogprobs:
+          (sampling.promptLogprobs ?? null) === null
+            ? null
+            : (previous?.promptLogprobs ??
+              new Array<PositionLogprobs | null>(req.promptTokenIds.length).fill(null)),
       };
       this.#states.set(req.reqId, state);
       scheduled.push(state);
@@ -87,6 +96,11 @@ export class RunnerRequestStates {
   /** True when this step computes the request's last known token, so a new one is sampled. */
   static completesSequence(state: RunnerRequestState): boolean {
     return state.numComputedTokens + state.numScheduledTokens >= state.tokenIds.length;
+  }
+
+  /** True when this step computes prompt positions whose logprobs are still wanted. */
+  static scoresPrompt(state: RunnerRequestState): boolean {
+    return state.promptLogprobs !== null && state.numComputedTokens < state.numPromptTokens - 1;
   }
 
   /** Appends a sampled token right after the tokens computed this step. */

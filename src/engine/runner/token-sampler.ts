@@ -7,11 +7,17 @@ import type { TokenSampler } from './model-runner.ts';
 export function createTokenSampler(): TokenSampler {
   const sampler = new Sampler();
   return {
-    sample(logits: Float32Array, params: SamplingParams, rng: SeededRandom): SampledToken {
+    sample(
+      logits: Float32Array,
+      params: SamplingParams,
+      rng: SeededRandom,
+      processed?: Float32Array | null,
+    ): SampledToken {
       return sampler.sample(
         logits,
         { temperature: params.temperature, topK: params.topK, topP: params.topP, logprobs: params.logprobs },
         rng,
+        processed ?? null,
       );
     },
   };

@@ -39,7 +39,28 @@ export class Sampler {
   #order = new Int32Array(0);
   #probs = new Float64Array(0);
 
-  sample(logits: Float32Array, params: SamplerParams, rng: SeededRandom): SampledToken {
+  /**
+   * Samples from `processed` when given (logits after the request's logits processors), else
+   * from `logits`; logprobs are always of `logits`, the raw distribution.
+   */
+  sample(
+    logits: Float32Array,
+    params: SamplerParams,
+    rng: SeededRandom,
+    processed: Float32Array | null = null,
+  ): SampledToken {
+    if (processed !== null) {
+      const tokenId = this.#choose(processed, params, rng);
+      const logZ = logSumExp(logits);
+      return {
+        tokenId,
+        logprob: (logits[tokenId] as number) - logZ,
+        topLogprobs:
+          params.logprobs === null || params.logprobs <= 0
+            ? null
+            : topLogprobs(logits, logZ, params.logprobs),
+      };
+    }
     const n = logits.length;
     let max = Number.NEGATIVE_INFINITY;
     let argmax = 0;
@@ -60,6 +81,20 @@ export class Sampler {
       topLogprobs:
         params.logprobs === null || params.logprobs <= 0 ? null : topLogprobs(logits, logZ, params.logprobs),
     };
+  }
+
+  /** The token a row of logits yields under the params (greedy or random). */
+  #choose(logits: Float32Array, params: SamplerParams, rng: SeededRandom): number {
+    let max = Number.NEGATIVE_INFINITY;
+    let argmax = 0;
+    for (let i = 0; i < logits.length; i++) {
+      const v = logits[i] as number;
+      if (v > max) {
+        max = v;
+        argmax = i;
+      }
+    }
+    return params.temperature <= 1e-5 ? argmax : this.#sampleRandom(logits, max, params, rng);
   }
 
   #sampleRandom(logits: Float32Array, max: number, params: SamplerParams, rng: SeededRandom): number {
@@ -132,4 +167,26 @@ export function topLogprobs(logits: Float32Array, logZ: number, count: number): 
     ids[at] = i;
   }
   return ids.map((id) => ({ tokenId: id, logprob: (logits[id] as number) - logZ }));
+}
+
+/** log Σ exp(logits): the normalizer of the raw distribution. */
+export function logSumExp(logits: Float32Array): number {
+  let max = Number.NEGATIVE_INFINITY;
+  for (let i = 0; i < logits.length; i++) max = Math.max(max, logits[i] as number);
+  let sum = 0;
+  for (let i = 0; i < logits.length; i++) sum += Math.exp((logits[i] as number) - max);
+  return max + Math.log(sum);
+}
+
+/** The logprob and 1-based rank of `tokenId` under one row of logits, with the top `count`. */
+export function positionLogprobs(
+  logits: Float32Array,
+  tokenId: number,
+  count: number,
+): { tokenId: number; logprob: number; rank: number; top: TokenLogprob[] } {
+  const logZ = logSumExp(logits);
+  const v = logits[tokenId] as number;
+  let rank = 1;
+  for (let i = 0; i < logits.length; i++) if ((logits[i] as number) > v) rank++;
+  return { tokenId, logprob: v - logZ, rank, top: count > 0 ? topLogprobs(logits, logZ, count) : [] };
 }

@@ -96,9 +96,11 @@ export function admitWaiting(core: SchedulerCore, plan: StepPlan): void {
 
 /** Local prefix hit plus the connector's answer; null = the connector is still looking. */
 function lookupPrefix(core: SchedulerCore, req: Request): Lookup | null {
-  const local = core.kv.enablePrefixCaching
-    ? core.kv.getComputedBlocks(req)
-    : { blocks: core.kv.emptyBlocks(), numComputedTokens: 0 };
+  // vLLM: a request that wants prompt logprobs computes every position, so it reads no cache.
+  const local =
+    core.kv.enablePrefixCaching && (req.sampling.promptLogprobs ?? null) === null
+      ? core.kv.getComputedBlocks(req)
+      : { blocks: core.kv.emptyBlocks(), numComputedTokens: 0 };
   let lookup: Lookup = {
     computedBlocks: local.blocks,
     numLocal: local.numComputedTokens,

@@ -286,9 +286,25 @@ export class Scheduler {
       numRunningReqs: core.running.length,
       numWaitingReqs: core.waiting.length,
       numWaitingForRemoteKvs: core.waiting.filter((r) => r.status === 'WAITING_FOR_REMOTE_KVS').length,
+      kvFetchByStage: kvFetchStages(core),
       numHandoffPending: handoff,
       kvCacheUsage: core.kv.usage,
       ...core.counters,
     };
   }
+}
+
+/**
+ * vLLM's vllm:num_requests_kv_fetch_by_stage: waiting requests that will fetch their KV from a
+ * peer (not admitted yet), that are receiving it, and that received it and wait to run.
+ */
+function kvFetchStages(core: SchedulerCore): SchedulerStats['kvFetchByStage'] {
+  const stages = { waiting_to_start: 0, in_progress: 0, completed_waiting: 0 };
+  for (const r of core.waiting) {
+    if (r.status === 'WAITING_FOR_REMOTE_KVS') {
+      if (core.finishedRecving.has(r.requestId)) stages.completed_waiting++;
+      else stages.in_progress++;
+    } else if (r.kvTransferParams?.['do_remote_prefill'] === true) stages.waiting_to_start++;
+  }
+  return stages;
 }

@@ -46,6 +46,8 @@ export function processSampledTokens(
     if (logprobs) output.logprobs = logprobs.slice(0, newTokenIds.length);
     const top = runnerOutput.topLogprobs[i];
     if (top) output.topLogprobs = top.slice(0, newTokenIds.length);
+    const promptLogprobs = runnerOutput.promptLogprobs?.[i];
+    if (promptLogprobs) output.promptLogprobs = promptLogprobs;
     outputs.push(output);
   });
   return outputs;

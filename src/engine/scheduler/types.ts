@@ -6,7 +6,7 @@
 import type { KVLoadFailurePolicy } from '../../config/types.ts';
 import type { KVConnectorStatsData, KVTransferParams, RequestStatus } from '../../connector/types.ts';
 import type { KVCacheEvent } from '../../kv/interfaces.ts';
-import type { FinishReason, RequestMetrics } from '../api.ts';
+import type { FinishReason, PositionLogprobs, RequestMetrics } from '../api.ts';
 
 /** One request's progress in one step (the engine turns it into a RequestOutputDelta). */
 export interface EngineCoreOutput {
@@ -14,6 +14,8 @@ export interface EngineCoreOutput {
   newTokenIds: number[];
   logprobs: number[] | null;
   topLogprobs: Array<Array<{ tokenId: number; logprob: number }>> | null;
+  /** The prompt's logprobs, on the output of the first generated token (see RequestOutputDelta). */
+  promptLogprobs?: (PositionLogprobs | null)[];
   finished: boolean;
   finishReason: FinishReason | null;
   status: RequestStatus;
@@ -34,11 +36,19 @@ export interface SchedulerUpdate {
   kvConnectorStats: KVConnectorStatsData | null;
 }
 
+export interface KVFetchStages {
+  waiting_to_start: number;
+  in_progress: number;
+  completed_waiting: number;
+}
+
 export interface SchedulerStats {
   numRunningReqs: number;
   numWaitingReqs: number;
   /** Requests parked in WAITING_FOR_REMOTE_KVS (a subset of the waiting ones). */
   numWaitingForRemoteKvs: number;
+  /** Waiting requests by remote-KV fetch stage (vllm:num_requests_kv_fetch_by_stage). */
+  kvFetchByStage: KVFetchStages;
   /** Finished requests whose blocks a connector still holds. */
   numHandoffPending: number;
   kvCacheUsage: number;

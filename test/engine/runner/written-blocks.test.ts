@@ -22,6 +22,8 @@ function state(
     numScheduledTokens,
     sampling: {} as RunnerRequestState['sampling'],
     sampledInLastStep: false,
+    numPromptTokens: 0,
+    promptLogprobs: null,
   };
 }
 

@@ -2,6 +2,7 @@
  * Shared setup of the server tests: a real AsyncEngine (tiny model) behind a real server on
  * 127.0.0.1 port 0.
  */
+import { after, before } from 'node:test';
 import { buildEngineConfig, type EngineOptionsInput } from '../../../src/config/engine-config.ts';
 import type { AsyncEngineLike } from '../../../src/engine/api.ts';
 import { AsyncEngine } from '../../../src/engine/async-engine.ts';
@@ -59,4 +60,34 @@ export async function waitFor(
     await new Promise((r) => setTimeout(r, 25));
   }
   throw new Error(`timed out waiting for ${what}`);
+}
+
+/**
+ * A tiny engine behind a real server for the tests of one file: started before them,
+ * closed after them. Read `engine` and `url` inside the tests.
+ */
+export function servedForTests(options: Omit<ServerOptions, 'engine'> = {}): {
+  readonly engine: AsyncEngineLike;
+  readonly url: string;
+} {
+  let engine: AsyncEngineLike | undefined;
+  let running: Running | undefined;
+  before(async () => {
+    engine = await startEngine();
+    running = await startServer({ engine, ...options });
+  });
+  after(async () => {
+    await running?.close();
+    await engine?.shutdown();
+  });
+  return {
+    get engine() {
+      if (!engine) throw new Error('the server starts in before()');
+      return engine;
+    },
+    get url() {
+      if (!running) throw new Error('the server starts in before()');
+      return running.url;
+    },
+  };
 }

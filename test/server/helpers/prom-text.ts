@@ -53,7 +53,8 @@ export function parseExposition(text: string): Exposition {
 export function familyOf(exp: Exposition, sampleName: string): string | undefined {
   if (exp.types.has(sampleName)) return sampleName;
   const base = sampleName.replace(/_(bucket|sum|count)$/, '');
-  return exp.types.get(base) === 'histogram' ? base : undefined;
+  const type = exp.types.get(base);
+  return type === 'histogram' || type === 'summary' ? base : undefined;
 }
 
 /** Sum of the samples named `name` whose labels include `labels`. */
@@ -112,7 +113,10 @@ export async function assertPromtoolAccepts(text: string, t: { skip(msg: string)
   assert.deepEqual(unexpected, [], `promtool findings a vLLM scrape does not have:\n${result.output}`);
 }
 
-/** Counters end in _total; every sample carries model_name and engine. */
+/**
+ * Counters end in _total; every vllm:* sample carries model_name and engine (the HTTP
+ * instrumentator's http_* families carry their own labels, as on vLLM).
+ */
 export function assertVllmShape(exp: Exposition, modelName: string): void {
   for (const [name, type] of exp.types) {
     if (type === 'counter') assert.match(name, /_total$/, `counter ${name} lacks the _total suffix`);
@@ -120,6 +124,7 @@ export function assertVllmShape(exp: Exposition, modelName: string): void {
   for (const s of exp.samples) {
     const family = familyOf(exp, s.name);
     assert.ok(family, `sample ${s.name} has no TYPE line`);
+    if (!s.name.startsWith('vllm:')) continue;
     assert.equal(s.labels['model_name'] ?? modelName, modelName, `${s.name} model_name`);
     assert.equal(s.labels['engine'], '0', `${s.name} has engine="0"`);
   }

@@ -2,7 +2,7 @@
  * The engine hands every step's KV cache events to the publisher (or drops them) and keeps
  * nothing: the heap stays flat over 100k requests, whether events are off, on with the null
  * publisher, or published over ZeroMQ with a bounded replay buffer. A control run that keeps
- * the events (what Engine.kvEvents used to do) shows the measurement would catch a leak.
+ * every event shows the measurement would catch a leak.
  * The model is not run (the simulated executor): the event path is the engine's own.
  */
 import assert from 'node:assert/strict';

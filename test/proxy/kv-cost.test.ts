@@ -1,7 +1,7 @@
 /**
  * kv_aware's cost (src/proxy/kv-cost.ts) with a real block index, prefill ledger and prompt
  * hasher: the cached prefix is weighed against the work already routed to each backend, so
- * conversations that share a system prompt no longer all land on the backend that saw it
+ * conversations that share a system prompt do not all land on the backend that saw it
  * first, while a follow-up still goes where its conversation is cached unless that backend's
  * queue outweighs the cache.
  */

@@ -265,7 +265,8 @@ export function chunkOf(
           stop_reason: stopReason,
         };
   if (ids) {
-    if (ctx.plan.kind === 'completion' && part.promptTokenIds) wire['prompt_token_ids'] = part.promptTokenIds;
+    // As vLLM: a completion choice's first chunk carries its prompt's ids, later ones null.
+    if (ctx.plan.kind === 'completion') wire['prompt_token_ids'] = part.promptTokenIds ?? null;
     wire['token_ids'] = part.tokenIds;
   }
   const chunk: Record<string, unknown> = {
@@ -275,7 +276,6 @@ export function chunkOf(
     model: ctx.model,
     choices: [wire],
   };
-  if (ctx.plan.kind === 'chat' && ids && part.promptTokenIds) chunk['prompt_token_ids'] = part.promptTokenIds;
   if (ctx.plan.continuousUsage) chunk['usage'] = choiceUsage(ctx, choice);
   if (finished && choice.kvTransferParams !== null) chunk['kv_transfer_params'] = choice.kvTransferParams;
   return chunk;
@@ -292,7 +292,7 @@ export function echoChunk(ctx: ResponseContext, index: number, text: string): Re
   };
 }
 
-/** Chat streams open each choice with the assistant role. */
+/** Chat streams open each choice with the assistant role (and, as vLLM, the prompt's ids under `return_token_ids`). */
 export function roleChunk(ctx: ResponseContext, index: number): Record<string, unknown> {
   return {
     id: ctx.id,
@@ -300,6 +300,7 @@ export function roleChunk(ctx: ResponseContext, index: number): Record<string, u
     created: ctx.created,
     model: ctx.model,
     choices: [{ index, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }],
+    ...(ctx.plan.returnTokenIds ? { prompt_token_ids: ctx.plan.prompts[0] ?? [] } : {}),
   };
 }
 

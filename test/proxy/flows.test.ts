@@ -76,8 +76,10 @@ describe('NIXL pull flow', () => {
     for (let r = await reader.read(); !r.done; r = await reader.read())
       text += Buffer.from(r.value).toString();
     const endAt = performance.now() - started;
-    // The decode double needs 2 x 120 ms after its first chunk: a buffering proxy would deliver everything at the end.
-    assert.ok(endAt - firstAt >= 180, `first chunk at ${firstAt} ms, end at ${endAt} ms`);
+    // The decode double needs 2 x 120 ms after its first chunk: a buffering proxy would deliver
+    // everything at the end (a gap near 0). One late first delivery on a loaded machine still
+    // leaves one gap of 120 ms, so the bound sits below that.
+    assert.ok(endAt - firstAt >= 100, `first chunk at ${firstAt} ms, end at ${endAt} ms`);
     assert.match(text, /tok0[\s\S]*tok1[\s\S]*tok2[\s\S]*\[DONE\]/);
 
     const [pReq] = p.completions().slice(-1);

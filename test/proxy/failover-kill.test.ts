@@ -307,8 +307,9 @@ test('the killed decode server restarted on its port is used at once; the other 
     .split('\n')
     .filter((l) => l.startsWith('vllm:request_success_total{'))
     .reduce((n, l) => n + Number(l.split(' ').at(-1)), 0);
-  // Its own share, the requests retried from the dead one and the continuations of its streams.
-  assert.ok(served >= BURST, `the restarted decode server served ${served} requests`);
+  // At least its own half of the burst, plus what was retried or resumed from the dead one (how
+  // many of the dead one's requests had already finished before the kill varies from run to run).
+  assert.ok(served >= BURST / 2, `the restarted decode server served ${served} requests`);
   decodes[1] = await startDecode(1);
   dead.delete(decodes[1]);
 });

@@ -11,6 +11,7 @@ import { KVError } from '../errors/kv-error.ts';
 import { getLogger } from '../logging/logger.ts';
 import { configError, didYouMean } from './config-error.ts';
 import { EMULATION_OPTION_NAMES } from './emulation-config.ts';
+import { STEERING_OPTION_NAMES } from './steering-options.ts';
 
 const log = getLogger('kvconnect.config.sim-config-file');
 
@@ -41,6 +42,8 @@ export interface SimConfigFile {
   engine: Record<string, unknown>;
   /** Emulation options (the sim's kebab-case names). */
   emulation: Record<string, unknown>;
+  /** Failure injection, fake metrics, startup duration (the sim's names, steering-options.ts). */
+  steering: Record<string, unknown>;
   /** The sim's `model` (see mergeSimConfig), `served-model-name`, `port`, `max-waiting-queue-length`. */
   model: string | undefined;
   servedModelName: string | undefined;
@@ -80,17 +83,24 @@ export function readSimKeys(doc: Record<string, unknown>, path: string): SimConf
     path,
     engine: {},
     emulation: {},
+    steering: {},
     model: undefined,
     servedModelName: undefined,
     port: undefined,
     maxQueue: undefined,
   };
-  const known = [...Object.keys(ENGINE_KEYS), ...Object.keys(IGNORED_KEYS), ...EMULATION_OPTION_NAMES];
+  const known = [
+    ...Object.keys(ENGINE_KEYS),
+    ...Object.keys(IGNORED_KEYS),
+    ...EMULATION_OPTION_NAMES,
+    ...STEERING_OPTION_NAMES,
+  ];
   for (const [key, value] of Object.entries(doc)) {
     if (value === null || value === undefined) continue;
     const engineKey = ENGINE_KEYS[key];
     if (engineKey) out.engine[engineKey] = value;
     else if (EMULATION_OPTION_NAMES.includes(key)) out.emulation[key] = value;
+    else if (STEERING_OPTION_NAMES.includes(key)) out.steering[key] = value;
     else if (IGNORED_KEYS[key]) log.info(`${path}: ignoring ${key} (${IGNORED_KEYS[key]})`);
     else if (key === 'model') out.model = stringKey(key, value, path);
     else if (key === 'served-model-name') out.servedModelName = servedName(value, path);
@@ -121,11 +131,20 @@ export function readSimKeys(doc: Record<string, unknown>, path: string): SimConf
  */
 export function mergeSimConfig(
   file: SimConfigFile | null,
-  cli: { engine: Record<string, unknown>; emulation: Record<string, unknown> },
-): { engine: Record<string, unknown>; emulation: Record<string, unknown> } {
-  if (!file) return cli;
+  cli: {
+    engine: Record<string, unknown>;
+    emulation: Record<string, unknown>;
+    steering?: Record<string, unknown>;
+  },
+): {
+  engine: Record<string, unknown>;
+  emulation: Record<string, unknown>;
+  steering: Record<string, unknown>;
+} {
+  if (!file) return { ...cli, steering: cli.steering ?? {} };
   const engine = { ...file.engine, ...cli.engine };
   const emulation = { ...file.emulation, ...cli.emulation };
+  const steering = { ...file.steering, ...(cli.steering ?? {}) };
   const mode = emulation.mode ?? 'model';
   if (file.servedModelName !== undefined && engine.served_model_name === undefined) {
     engine.served_model_name = file.servedModelName;
@@ -137,7 +156,7 @@ export function mergeSimConfig(
       engine.served_model_name = file.model;
     }
   }
-  return { engine, emulation };
+  return { engine, emulation, steering };
 }
 
 function unimplemented(key: string, path: string, hint: string): KVError {

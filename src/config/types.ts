@@ -3,6 +3,7 @@
  * this file (src/config/). Wire names are snake_case (vLLM's); code uses camelCase.
  */
 import type { EmulationConfig } from './emulation-config.ts';
+import type { KvLoadFaultConfig } from './fault-injection.ts';
 import type { KVEventsConfigFields } from './kv-events-config.ts';
 
 /** The KV cache's element type once `cache_dtype` is resolved (`auto` → the model's dtype). */
@@ -85,4 +86,6 @@ export interface EngineConfig {
   kvEventsConfig?: KVEventsConfigFields | null;
   /** Emulated deployment (step-time model, token mode, speedup); absent or null = none. */
   emulation?: EmulationConfig | null;
+  /** Injected KV-load failures and stalls (`--kv-load-failure-rate`, ...); absent or null = none. */
+  kvLoadFaults?: KvLoadFaultConfig | null;
 }

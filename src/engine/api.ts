@@ -2,6 +2,8 @@
  * The engine's public request API, as the HTTP server and the `LLM` class use it.
  * Implemented by src/engine/async-engine.ts; consumed by src/server/.
  */
+import type { EmulationConfig } from '../config/emulation-config.ts';
+import type { KvLoadFaultConfig } from '../config/fault-injection.ts';
 import type { EngineConfig } from '../config/types.ts';
 import type { ConnectorMetricSpec } from '../connector/metric-specs.ts';
 import type { KVTransferParams } from '../connector/types.ts';
@@ -193,4 +195,8 @@ export interface AsyncEngineLike {
    * notify_kv_transfer_request_rejected).
    */
   notifyKvTransferRequestRejected?(requestId: string, params: KVTransferParams): void;
+  /** POST /admin/config: the step-time model from the next step on (config.emulation is not changed). */
+  setEmulation?(emulation: EmulationConfig | null): void;
+  /** POST /admin/config: the injected KV-load faults from the next load on. */
+  setKvLoadFaults?(faults: KvLoadFaultConfig): void;
 }

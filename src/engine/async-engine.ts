@@ -8,7 +8,9 @@
  * back, so closed-loop clients keep sharing one batch. Aborts are applied between steps.
  */
 import { setImmediate as yieldToEventLoop } from 'node:timers/promises';
+import type { EmulationConfig } from '../config/emulation-config.ts';
 import type { EngineOptionsInput } from '../config/engine-config.ts';
+import type { KvLoadFaultConfig } from '../config/fault-injection.ts';
 import type { EngineConfig } from '../config/types.ts';
 import type { ConnectorMetricSpec } from '../connector/metric-specs.ts';
 import type { KVTransferParams } from '../connector/types.ts';
@@ -120,6 +122,14 @@ export class AsyncEngine implements AsyncEngineLike {
       // The consumer stopped early (client disconnect): free the request's blocks.
       if (!stream.finished) this.abort(requestId);
     }
+  }
+
+  setEmulation(emulation: EmulationConfig | null): void {
+    this.engine.setEmulation(emulation);
+  }
+
+  setKvLoadFaults(faults: KvLoadFaultConfig): void {
+    this.engine.setKvLoadFaults(faults);
   }
 
   /** Applied between steps (at once when the engine is idle). */

@@ -2,7 +2,9 @@
  * The engine: one scheduler, one executor (model runner per tensor-parallel rank), one
  * output processor. `step()` = schedule → execute → update → detokenize, as in nano-vllm.
  */
+import type { EmulationConfig } from '../config/emulation-config.ts';
 import { buildEngineConfig, type EngineOptionsInput } from '../config/engine-config.ts';
+import type { KvLoadFaultConfig } from '../config/fault-injection.ts';
 import { warnKVEventsConfig } from '../config/kv-events-config.ts';
 import { resolveModelInfo } from '../config/model-info.ts';
 import type { EngineConfig } from '../config/types.ts';
@@ -28,6 +30,7 @@ import type {
 } from './api.ts';
 import { type IterationStats, IterationStatsBuilder } from './iteration-stats.ts';
 import { KVEventSink } from './kv-event-sink.ts';
+import { KvLoadFaults } from './kv-load-faults.ts';
 import { SyntheticModel } from './model/synthetic-model.ts';
 import { type BlockHashSource, Request } from './request.ts';
 import type { ModelExecutor } from './runner/executor.ts';
@@ -72,7 +75,9 @@ export class Engine {
   readonly #iterationStats: IterationStatsBuilder;
   /** The time metrics, timestamps and events read; holds emulated steps (./timing/). */
   readonly clock: EngineClock;
-  readonly #stepTime: StepTimeModel | null;
+  #stepTime: StepTimeModel | null;
+  /** Injected KV-load failures and stalls (null: none configured yet). */
+  #kvLoadFaults: KvLoadFaults | null;
   /** Requests that arrived with do_remote_prefill and have not sampled yet. */
   readonly #remotePrefill = new Set<string>();
   readonly #iterationListeners = new Set<(stats: IterationStats) => void>();
@@ -101,6 +106,8 @@ export class Engine {
     this.connectorMetricSpecs = parts.connectorMetricSpecs;
     this.clock = parts.clock;
     this.#stepTime = createStepTimeModel(parts.config.emulation);
+    const faults = parts.config.kvLoadFaults;
+    this.#kvLoadFaults = faults ? new KvLoadFaults(faults, parts.config.model.seed) : null;
     this.#iterationStats = new IterationStatsBuilder(() => this.clock.now());
     this.#outputs = new OutputProcessor(parts.tokenizer);
     this.#blockHashSize = parts.blockHashSize;
@@ -258,11 +265,43 @@ export class Engine {
     });
     // Emulated deployments: the step lasts what the step-time model says it would there.
     if (stepMs > 0) await this.clock.holdStep(startedAt, stepMs);
+    if (this.#kvLoadFaults) {
+      runnerOutput.kvConnectorOutput = this.#kvLoadFaults.apply(runnerOutput.kvConnectorOutput, (id) =>
+        this.#loadedBlocks(id),
+      );
+    }
     const update = this.scheduler.updateFromOutput(schedulerOutput, runnerOutput);
     this.kvEvents.drain(update.kvCacheEvents);
     const deltas = this.#toDeltas(update.outputs);
     this.#publishIteration('step', deltas, update.kvConnectorStats);
     return { deltas, numScheduledTokens: schedulerOutput.totalNumScheduledTokens };
+  }
+
+  /**
+   * Replaces the step-time model (POST /admin/config): the next step is timed by it. The
+   * emulation config keeps its mode, speedup and clock.
+   */
+  setEmulation(emulation: EmulationConfig | null): void {
+    this.#stepTime = createStepTimeModel(emulation);
+  }
+
+  /** Replaces the injected KV-load faults; loads already stalled keep their release time. */
+  setKvLoadFaults(faults: KvLoadFaultConfig): void {
+    if (this.#kvLoadFaults) this.#kvLoadFaults.config = faults;
+    else this.#kvLoadFaults = new KvLoadFaults(faults, this.config.model.seed);
+  }
+
+  /** Block ids a request's remote load wrote: every group's blocks past its local prefix hit. */
+  #loadedBlocks(reqId: string): number[] {
+    const req = this.scheduler.getRequest(reqId);
+    if (!req) return [];
+    const out: number[] = [];
+    this.scheduler.core.kv.getBlockIds(reqId).forEach((ids, g) => {
+      const blockSize = this.kvCacheConfig.groups[g]?.spec.blockSize ?? this.config.cache.blockSize;
+      const local = Math.floor(req.metrics.numLocalCachedTokens / blockSize);
+      for (const id of ids.slice(local)) if (id !== 0) out.push(id);
+    });
+    return out;
   }
 
   /** Aborts requests (queued, running or loading); returns their final deltas. */

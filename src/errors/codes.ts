@@ -163,6 +163,13 @@ const CATALOG = {
     SERVER_NOT_IMPLEMENTED: [501, 'The engine behind the server cannot do what the endpoint asks'],
     SERVER_LISTEN_FAILED: [500, 'The server cannot listen on the host and port'],
     INTERNAL_ERROR: [500, 'An unexpected error that is not a KVError (a bug)'],
+    SERVER_STARTING: [503, 'GET /health/ready before --startup-duration has passed'],
+    SERVER_INJECTED_RATE_LIMIT: [429, 'Injected failure rate_limit (--failure-injection-rate)'],
+    SERVER_INJECTED_INVALID_API_KEY: [401, 'Injected failure invalid_api_key (--failure-injection-rate)'],
+    SERVER_INJECTED_CONTEXT_LENGTH: [400, 'Injected failure context_length (--failure-injection-rate)'],
+    SERVER_INJECTED_SERVER_ERROR: [503, 'Injected failure server_error (--failure-injection-rate)'],
+    SERVER_INJECTED_INVALID_REQUEST: [400, 'Injected failure invalid_request (--failure-injection-rate)'],
+    SERVER_INJECTED_MODEL_NOT_FOUND: [404, 'Injected failure model_not_found (--failure-injection-rate)'],
   },
   proxy: {
     PROXY_BAD_REQUEST: [400, 'The client body is not a JSON object'],

@@ -20,6 +20,7 @@ const TYPE_BY_STATUS: Record<number, string> = {
   405: 'BadRequestError',
   413: 'BadRequestError',
   422: 'UnprocessableEntityError',
+  429: 'RateLimitError',
   503: 'ServiceUnavailableError',
 };
 

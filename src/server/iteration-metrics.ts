@@ -17,14 +17,14 @@ const PROMPT_SOURCES = ['local_compute', 'local_cache_hit', 'external_kv_transfe
  */
 const CACHED_SOURCES = ['device', 'cpu', 'disk', 'mixed', 'external'] as const;
 
-const TTFT_BUCKETS = [
+export const TTFT_BUCKETS = [
   0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80, 160, 640,
   2560,
 ];
-const TOKEN_LATENCY_BUCKETS = [
+export const TOKEN_LATENCY_BUCKETS = [
   0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80,
 ];
-const REQUEST_LATENCY_BUCKETS = [
+export const REQUEST_LATENCY_BUCKETS = [
   0.3, 0.5, 0.8, 1, 1.5, 2, 2.5, 5, 10, 15, 20, 30, 40, 50, 60, 120, 240, 480, 960, 1920, 7680,
 ];
 const ITERATION_TOKEN_BUCKETS = [1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384];

@@ -26,15 +26,18 @@ import { cacheConfigInfo, ServerMetrics } from './metrics.ts';
 import { modelList } from './model-card.ts';
 import { handleRender } from './render.ts';
 import { randomizationDisabled } from './request-id.ts';
+import { createSteering, type SteeringOptions } from './steering.ts';
 import { detokenize, tokenize } from './tokenize.ts';
 import { REFERENCE_VLLM_VERSION } from './vllm-version.ts';
 
 const log = getLogger('kvconnect.server.server');
 
 export const DEFAULT_MAX_QUEUE = 1024;
+/** 5xx answers that were asked for (injected, starting up): not logged as server errors. */
+const STEERED = new Set<string>(['SERVER_INJECTED_SERVER_ERROR', 'SERVER_STARTING']);
 export const DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024;
 
-export interface ServerOptions {
+export interface ServerOptions extends SteeringOptions {
   engine: AsyncEngineLike;
   /** Name clients send as `model`; default: the engine config's served model name. */
   servedModelName?: string;
@@ -77,15 +80,20 @@ export function packageVersion(): string {
 
 export function createServer(options: ServerOptions): KVServer {
   const { engine } = options;
+  const startedAt = performance.now();
   const servedModelName = options.servedModelName ?? engine.config.model.servedModelName;
-  const metrics = new ServerMetrics({
+  const metricsInfo = {
     modelName: servedModelName,
     maxModelLen: engine.config.model.maxModelLen,
     cacheInfo: cacheConfigInfo(engine.config.cache, engine.numGpuBlocks ?? null),
+  };
+  const metrics = new ServerMetrics({
+    ...metricsInfo,
     connectorMetrics: engine.kvConnectorMetricSpecs?.() ?? [],
     readStats: () => engine.stats(),
   });
   const unsubscribe = engine.onIterationStats?.((stats) => metrics.recordIteration(stats)) ?? null;
+  const steering = createSteering(engine, options, metricsInfo);
   const gate = new AdmissionGate(
     engine.config.scheduler.maxNumSeqs + (options.maxQueue ?? DEFAULT_MAX_QUEUE),
   );
@@ -115,8 +123,14 @@ export function createServer(options: ServerOptions): KVServer {
     notFound: 'SERVER_ROUTE_NOT_FOUND',
     methodNotAllowed: 'SERVER_METHOD_NOT_ALLOWED',
   })
-    .on('POST', '/v1/completions', (req, res) => handleGenerate(ctx, 'completion', req, res))
-    .on('POST', '/v1/chat/completions', (req, res) => handleGenerate(ctx, 'chat', req, res))
+    .on('POST', '/v1/completions', (req, res) => {
+      steering.injectFailure();
+      return handleGenerate(ctx, 'completion', req, res);
+    })
+    .on('POST', '/v1/chat/completions', (req, res) => {
+      steering.injectFailure();
+      return handleGenerate(ctx, 'chat', req, res);
+    })
     .on('GET', '/v1/models', (_req, res) =>
       sendJson(
         res,
@@ -131,6 +145,16 @@ export function createServer(options: ServerOptions): KVServer {
       sendJson(res, 200, detokenize(await readJson(req, ctx.body), tokenizeCtx)),
     )
     .on('GET', '/health', (_req, res) => sendText(res, 200, '', 'text/plain'))
+    // llm-d-inference-sim's readiness probe: 503 until --startup-duration has passed.
+    .on('GET', '/health/ready', (_req, res) => {
+      const waitMs = (options.startupDurationNs ?? 0) / 1e6 - (performance.now() - startedAt);
+      if (waitMs > 0) {
+        throw new KVError('SERVER_STARTING', 'The server is starting up (--startup-duration).', {
+          hint: `Ready in ${Math.ceil(waitMs)} ms; poll GET /health/ready until it answers 200.`,
+        });
+      }
+      sendJson(res, 200, {});
+    })
     // vLLM's clients read `version` as the vLLM version: the one whose behaviour kvconnect follows.
     .on('GET', '/version', (_req, res) =>
       sendJson(res, 200, { version: REFERENCE_VLLM_VERSION, kvconnect_version: version }),
@@ -139,6 +163,7 @@ export function createServer(options: ServerOptions): KVServer {
     .on('GET', '/ping', (_req, res) => sendText(res, 200, '', 'text/plain'))
     .on('POST', '/ping', (_req, res) => sendText(res, 200, '', 'text/plain'))
     .on('POST', '/invocations', async (req, res) => {
+      steering.injectFailure();
       const body = asBody(await readJson(req, ctx.body));
       const kind = invocationKind(body);
       await handleGenerate(ctx, kind, req, res, body);
@@ -148,7 +173,7 @@ export function createServer(options: ServerOptions): KVServer {
     .on('POST', '/v1/completions/render', (req, res) => handleRender(renderCtx, 'completion', req, res))
     .on('POST', '/v1/chat/completions/render', (req, res) => handleRender(renderCtx, 'chat', req, res))
     .on('GET', '/metrics', async (_req, res) => {
-      const { contentType, body } = await metrics.render();
+      const { contentType, body } = await (steering.fakeMetrics?.metrics ?? metrics).render();
       sendText(res, 200, body, contentType);
     })
     .on('GET', CONNECTOR_INFO_PATH, (_req, res) => sendJson(res, 200, backendInfo(engine, servedModelName)));
@@ -157,6 +182,10 @@ export function createServer(options: ServerOptions): KVServer {
     router.on('POST', '/reset_prefix_cache', (req, res) =>
       handleResetPrefixCache(engine, ctx.body, req, res),
     );
+    const admin = steering.admin();
+    router
+      .on('GET', '/admin/config', (req, res) => admin.handleGet(req, res))
+      .on('POST', '/admin/config', (req, res) => admin.handlePost(ctx.body, req, res));
   }
 
   const apiKey = options.apiKey ?? null;
@@ -170,7 +199,7 @@ export function createServer(options: ServerOptions): KVServer {
       });
     },
     onError: (e, req) => {
-      if (httpStatusOf(e) >= 500)
+      if (httpStatusOf(e) >= 500 && !(e instanceof KVError && STEERED.has(e.code)))
         log.error('Unhandled error on %s %s: %s', req.method, req.url, (e as Error).stack);
     },
   });
@@ -189,6 +218,7 @@ export function createServer(options: ServerOptions): KVServer {
     },
     close() {
       unsubscribe?.();
+      steering.fakeMetrics?.close();
       return listening?.close(1000) ?? Promise.resolve();
     },
   };

@@ -10,12 +10,17 @@ import { buildEngineConfig } from '../../config/engine-config.ts';
 import { kvEventsConfigFromCli } from '../../config/kv-events-config.ts';
 import { KVTransferConfig } from '../../config/kv-transfer-config.ts';
 import { loadSimConfigFile, mergeSimConfig } from '../../config/sim-config-file.ts';
+import { buildSteering, type SteeringConfig } from '../../config/steering-options.ts';
 import type { EngineConfig } from '../../config/types.ts';
 import type { AsyncEngineLike } from '../../engine/api.ts';
 import { formatErrorText, KVError } from '../../errors/index.ts';
 import { type CliContext, EXIT_OK, EXIT_USAGE } from '../context.ts';
 import { localRankConfigs, rankPort } from '../data-parallel.ts';
-import { addEmulationOptions, emulationOptionsFromCommander } from '../emulation-flags.ts';
+import {
+  addEmulationOptions,
+  emulationOptionsFromCommander,
+  steeringOptionsFromCommander,
+} from '../emulation-flags.ts';
 import { addEngineOptions, engineOptionsFromCommander } from '../engine-flags.ts';
 
 /** Same value as src/server DEFAULT_MAX_QUEUE (kept here so --help does not load the server). */
@@ -106,6 +111,7 @@ export function registerServeCommand(program: Command, ctx: CliContext, deps: Se
     let port: number;
     let maxQueue: number;
     let externalRank: boolean;
+    let steering: SteeringConfig;
     try {
       // llm-d-inference-sim's YAML, under the flags the user passed (defaults do not count).
       const file = flags.config ? loadSimConfigFile(flags.config) : null;
@@ -119,6 +125,7 @@ export function registerServeCommand(program: Command, ctx: CliContext, deps: Se
       const options = mergeSimConfig(file, {
         engine: engineOptionsFromCommander(flags),
         emulation: emulationOptionsFromCommander(flags),
+        steering: steeringOptionsFromCommander(flags),
       });
       const kvTransferConfig = KVTransferConfig.fromCli(flags.kvTransferConfig, ctx.dottedKvTransferConfig);
       config = buildEngineConfig({
@@ -127,6 +134,8 @@ export function registerServeCommand(program: Command, ctx: CliContext, deps: Se
         kv_events_config: kvEventsConfigFromCli(flags.kvEventsConfig, ctx.dottedKvEventsConfig),
       });
       config.emulation = buildEmulationConfig(options.emulation, config.model.seed);
+      steering = buildSteering(options.steering);
+      config.kvLoadFaults = steering.kvLoadFaults;
       // --data-parallel-rank makes this process one rank of an external group.
       externalRank = options.engine.data_parallel_rank !== undefined;
     } catch (e) {
@@ -164,6 +173,10 @@ export function registerServeCommand(program: Command, ctx: CliContext, deps: Se
         apiKey: flags.apiKey ?? null,
         maxQueue,
         enablePromptTokensDetails: flags.enablePromptTokensDetails === true,
+        failureInjection: steering.failures,
+        fakeMetrics: steering.fakeMetrics,
+        fakeMetricsRefreshMs: steering.fakeMetricsRefreshMs,
+        startupDurationNs: steering.startupDurationNs,
       });
       const rankPortNumber = rankPort(port, r);
       try {

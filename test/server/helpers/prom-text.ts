@@ -124,7 +124,8 @@ export function assertVllmShape(exp: Exposition, modelName: string): void {
   for (const s of exp.samples) {
     const family = familyOf(exp, s.name);
     assert.ok(family, `sample ${s.name} has no TYPE line`);
-    if (!s.name.startsWith('vllm:')) continue;
+    // vLLM's one vllm:* family without model_name / engine labels.
+    if (!s.name.startsWith('vllm:') || s.name === 'vllm:lora_requests_info') continue;
     assert.equal(s.labels['model_name'] ?? modelName, modelName, `${s.name} model_name`);
     assert.equal(s.labels['engine'], '0', `${s.name} has engine="0"`);
   }

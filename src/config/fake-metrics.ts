@@ -256,8 +256,10 @@ function loraRows(field: string, raw: unknown): FakeLoraRow[] {
       'Write loras as [{"running": "a,b", "waiting": "", "timestamp": 1700000000}].',
     );
   }
-  return raw.map((row, i) => {
+  return raw.map((given, i) => {
     const at = `${field}[${i}]`;
+    // The sim's YAML writes each row as a JSON string.
+    const row = typeof given === 'string' ? parseRow(at, given) : given;
     const r = row as Record<string, unknown>;
     if (typeof row !== 'object' || row === null || Array.isArray(row)) {
       throw configError(
@@ -289,4 +291,17 @@ function loraRows(field: string, raw: unknown): FakeLoraRow[] {
     }
     return { running: text('running'), waiting: text('waiting'), timestamp: ts };
   });
+}
+
+function parseRow(field: string, text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    throw configError(
+      field,
+      'a JSON object {running, waiting, timestamp}',
+      text,
+      'Write \'{"running": "a", "waiting": "", "timestamp": 1700000000}\'.',
+    );
+  }
 }

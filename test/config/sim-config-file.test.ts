@@ -11,6 +11,7 @@ import { test } from 'node:test';
 import { buildEmulationConfig, parseKvLink } from '../../src/config/emulation-config.ts';
 import { parseGoDuration } from '../../src/config/go-duration.ts';
 import { loadSimConfigFile, mergeSimConfig } from '../../src/config/sim-config-file.ts';
+import { buildSteering } from '../../src/config/steering-options.ts';
 import { KVError } from '../../src/errors/kv-error.ts';
 import { captureLogs } from '../../src/logging/logger.ts';
 
@@ -113,9 +114,9 @@ test("flags win over the file; in model mode the sim's model is the model loaded
 
 test('a sim key kvconnect does not implement is an error naming it; ignored ones are logged', async () => {
   assert.throws(
-    () => loadSimConfigFile(yamlFile('model: x\nfailure-injection-rate: 10\n')),
+    () => loadSimConfigFile(yamlFile('model: x\nimage-emission-rate: 10\n')),
     (e: unknown) =>
-      e instanceof KVError && e.code === 'KV_CONFIG_UNKNOWN_KEY' && e.field === 'failure-injection-rate',
+      e instanceof KVError && e.code === 'KV_CONFIG_UNKNOWN_KEY' && e.field === 'image-emission-rate',
   );
   assert.throws(
     () => loadSimConfigFile(yamlFile('inter-token-latncy: 5ms\n')),
@@ -137,4 +138,35 @@ test("--kv-link: the sim's interconnects by name, or bandwidth and setup latency
       bad,
     );
   }
+});
+
+test("the sim's failure-injection, fake-metrics and startup keys load; flags win", () => {
+  const file = loadSimConfigFile(
+    yamlFile(
+      [
+        'failure-injection-rate: 20',
+        'failure-types: [rate_limit, model_not_found]',
+        'startup-duration: 2s',
+        'fake-metrics-refresh-interval: 50ms',
+        'fake-metrics:',
+        '  running-requests: 3',
+        '  kv-cache-usage: "squarewave:0.1:0.9:4s"',
+        '  loras:',
+        '    - \'{"running":"a,b","waiting":"c","timestamp":1257894567}\'',
+        '',
+      ].join('\n'),
+    ),
+  );
+  const merged = mergeSimConfig(file, {
+    engine: {},
+    emulation: {},
+    steering: { 'failure-injection-rate': '5' },
+  });
+  const s = buildSteering(merged.steering);
+  assert.deepEqual(s.failures, { rate: 5, types: ['rate_limit', 'model_not_found'] });
+  assert.equal(s.startupDurationNs, 2e9);
+  assert.equal(s.fakeMetricsRefreshMs, 50);
+  assert.deepEqual(s.fakeMetrics?.gauges['running-requests'], { kind: 'fixed', value: 3 });
+  assert.equal(s.fakeMetrics?.gauges['kv-cache-usage']?.kind, 'function');
+  assert.deepEqual(s.fakeMetrics?.loras, [{ running: 'a,b', waiting: 'c', timestamp: 1257894567 }]);
 });

@@ -11,10 +11,10 @@ import { captureOutput } from '../helpers/captured-child.ts';
 
 const ENTRY = fileURLToPath(new URL('./fixtures/serve-entry.ts', import.meta.url));
 
-function run(args: string[]) {
+function run(args: string[], logLevel = 'error') {
   const child = spawn(process.execPath, ['--import', 'tsx', ENTRY, ...args], {
     stdio: ['ignore', 'pipe', 'pipe'],
-    env: { ...process.env, KVCONNECT_LOG_LEVEL: 'error' },
+    env: { ...process.env, KVCONNECT_LOG_LEVEL: logLevel },
   });
   return { child, ...captureOutput(child) };
 }
@@ -74,5 +74,77 @@ test('serve prints its address, answers, and stops cleanly on SIGTERM', async ()
     assert.equal(await p.exited, 0);
   } finally {
     if (p.child.exitCode === null) p.child.kill('SIGKILL');
+  }
+});
+
+test('serve --failure-injection-rate, --fake-metrics, --startup-duration: warned at startup, in effect', async () => {
+  const p = run(
+    [
+      '--port',
+      '0',
+      '--model',
+      'tiny',
+      '--mode',
+      'random',
+      '--failure-injection-rate',
+      '100',
+      '--failure-types',
+      'rate_limit',
+      'server_error',
+      '--fake-metrics',
+      '{"running-requests": 4, "kv-cache-usage": "oscillate:0:1:10s"}',
+      '--startup-duration',
+      '1500ms',
+    ],
+    'warn',
+  );
+  try {
+    const deadline = Date.now() + 15_000;
+    let url: string | undefined;
+    while (!url && Date.now() < deadline) {
+      url = /listening on (http:\/\/127\.0\.0\.1:\d+)/.exec(p.out())?.[1];
+      if (!url) await new Promise((r) => setTimeout(r, 50));
+    }
+    assert.ok(url, `no address printed; stderr: ${p.err()}`);
+    assert.match(p.err(), /FAILURE INJECTION IS ON: 100% .*\(rate_limit, server_error\)/);
+    assert.match(p.err(), /FAKE METRICS ARE ON/);
+    assert.equal((await fetch(`${url}/health/ready`)).status, 503);
+    const statuses = new Set<number>();
+    for (let i = 0; i < 30; i++) {
+      const res = await fetch(`${url}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'tiny', prompt: 'hi', max_tokens: 2 }),
+      });
+      statuses.add(res.status);
+      await res.arrayBuffer();
+    }
+    assert.deepEqual([...statuses].sort(), [429, 503]);
+    assert.match(await (await fetch(`${url}/metrics`)).text(), /^vllm:num_requests_running\{[^}]*\} 4\.0$/m);
+    while ((await fetch(`${url}/health/ready`)).status !== 200) await new Promise((r) => setTimeout(r, 50));
+    p.child.kill('SIGTERM');
+    assert.equal(await p.exited, 0);
+  } finally {
+    if (p.child.exitCode === null) p.child.kill('SIGKILL');
+  }
+});
+
+test('a bad steering flag exits 2 naming it', async () => {
+  const cases = [
+    [['--failure-injection-rate', '120'], 'failure-injection-rate'],
+    [['--failure-types', 'teapot'], 'failure-types'],
+    [['--fake-metrics', '{"kv-cache-usage": 2}'], 'fake-metrics.kv-cache-usage'],
+    [['--kv-load-stall-rate', '5'], 'kv-load-stall-duration'],
+    [['--startup-duration', '30'], 'startup-duration'],
+  ] as const;
+  const runs = cases.map(([args]) => run(['--port', '0', '--model', 'tiny', ...args]));
+  for (const [i, [, field]] of cases.entries()) {
+    const p = runs[i]!;
+    assert.equal(await p.exited, 2, p.err());
+    assert.match(
+      p.err(),
+      new RegExp(`^error\\[KV_CONFIG_INVALID\\]: Invalid value for ${field.replace('.', '\\.')}:`),
+    );
+    assert.match(p.err(), /\nhint: /);
   }
 });

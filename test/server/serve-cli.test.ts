@@ -19,6 +19,18 @@ function run(args: string[], logLevel = 'error') {
   return { child, ...captureOutput(child) };
 }
 
+/** The address `serve` prints once it listens (fails after 15 s). */
+async function printedAddress(p: ReturnType<typeof run>): Promise<string> {
+  const deadline = Date.now() + 15_000;
+  let url: string | undefined;
+  while (!url && Date.now() < deadline) {
+    url = /listening on (http:\/\/127\.0\.0\.1:\d+)/.exec(p.out())?.[1];
+    if (!url) await new Promise((r) => setTimeout(r, 50));
+  }
+  assert.ok(url, `no address printed; stderr: ${p.err()}`);
+  return url;
+}
+
 test('a bad --kv-transfer-config exits 2 before listening, with the exact message and a hint', async () => {
   const p = run(['--port', '0', '--kv-transfer-config', '{"kv_connector":"NixlConnector"}']);
   const code = await p.exited;
@@ -46,13 +58,7 @@ test('serve prints its address, answers, and stops cleanly on SIGTERM', async ()
     '4',
   ]);
   try {
-    const deadline = Date.now() + 15_000;
-    let url: string | undefined;
-    while (!url && Date.now() < deadline) {
-      url = /listening on (http:\/\/127\.0\.0\.1:\d+)/.exec(p.out())?.[1];
-      if (!url) await new Promise((r) => setTimeout(r, 50));
-    }
-    assert.ok(url, `no address printed; stderr: ${p.err()}`);
+    const url = await printedAddress(p);
     const models = (await (await fetch(`${url}/v1/models`)).json()) as {
       data: Array<{ id: string; max_model_len: number }>;
     };
@@ -99,13 +105,7 @@ test('serve --failure-injection-rate, --fake-metrics, --startup-duration: warned
     'warn',
   );
   try {
-    const deadline = Date.now() + 15_000;
-    let url: string | undefined;
-    while (!url && Date.now() < deadline) {
-      url = /listening on (http:\/\/127\.0\.0\.1:\d+)/.exec(p.out())?.[1];
-      if (!url) await new Promise((r) => setTimeout(r, 50));
-    }
-    assert.ok(url, `no address printed; stderr: ${p.err()}`);
+    const url = await printedAddress(p);
     assert.match(p.err(), /FAILURE INJECTION IS ON: 100% .*\(rate_limit, server_error\)/);
     assert.match(p.err(), /FAKE METRICS ARE ON/);
     assert.equal((await fetch(`${url}/health/ready`)).status, 503);

@@ -203,24 +203,23 @@ describe('--startup-duration', () => {
   let startedAt: number;
   before(async () => {
     startedAt = performance.now();
-    s = await serve({}, { startupDurationNs: 1.2e9 });
+    s = await serve({}, { startupDurationNs: 2e9 });
   });
   after(async () => stop(s));
 
   it('GET /health/ready answers 503 until it has passed, then 200; /health is 200 throughout', async () => {
+    // The server was created moments ago (serve() returns right after it listens).
     const early = await fetch(`${s.url}/health/ready`);
-    if (performance.now() - startedAt < 1000) {
-      assert.equal(early.status, 503);
-      const body = (await early.json()) as AdminJson;
-      assert.equal(body.error.kvconnect_code, 'SERVER_STARTING');
-      assert.match(body.error.hint ?? '', /Ready in \d+ ms/);
-    }
+    assert.equal(early.status, 503);
+    const body = (await early.json()) as AdminJson;
+    assert.equal(body.error.kvconnect_code, 'SERVER_STARTING');
+    assert.match(body.error.hint ?? '', /Ready in \d+ ms/);
     assert.equal((await fetch(`${s.url}/health`)).status, 200);
     let ready = 0;
     while (ready !== 200) {
       ready = (await fetch(`${s.url}/health/ready`)).status;
       if (ready !== 200) await new Promise((r) => setTimeout(r, 50));
     }
-    assert.ok(performance.now() - startedAt >= 1200, 'ready before the startup duration');
+    assert.ok(performance.now() - startedAt >= 2000, 'ready before the startup duration');
   });
 });

@@ -40,7 +40,21 @@ export function promptTokenIds(body: Json, tokenizer: TokenizerLike): number[] |
     const turns = messages
       .filter((m): m is Json => typeof m === 'object' && m !== null)
       .map((m) => ({ role: String(m['role']), content: messageText(m['content']) }));
-    return tokenizer.encode(tokenizer.applyChatTemplate(turns));
+    // Rendered as the server renders it (its chat options; a request template only when it is
+    // a string: a server that refuses it answers 400 anyway).
+    const bool = (key: string, fallback: boolean): boolean =>
+      typeof body[key] === 'boolean' ? (body[key] as boolean) : fallback;
+    const template = body['chat_template'];
+    try {
+      return tokenizer.encodeChat(turns, {
+        addGenerationPrompt: bool('add_generation_prompt', true),
+        continueFinalMessage: bool('continue_final_message', false),
+        chatTemplate: typeof template === 'string' ? template : null,
+      });
+    } catch {
+      // A template the server will refuse too: route without prefix knowledge.
+      return null;
+    }
   }
   return null;
 }

@@ -23,6 +23,7 @@ import {
   usageChunk,
   usageOf,
 } from './openai-response.ts';
+import type { ChatTemplatePolicy } from './chat-options.ts';
 import { type GenerationPlan, parseChatRequest, parseCompletionRequest } from './parse-request.ts';
 import { notifyKvTransferRequestRejected } from './rejection.ts';
 import { externalRequestId, internalRequestId } from './request-id.ts';
@@ -35,6 +36,7 @@ export interface GenerateHandlerContext {
   body: BodyRules;
   disableRandomization: boolean;
   enablePromptTokensDetails?: boolean;
+  chatTemplatePolicy?: ChatTemplatePolicy;
   /** Each prompt that finished: its n and the most tokens one of its choices generated. */
   onPromptFinished?: (n: number, maxGenerationTokens: number) => void;
 }
@@ -107,6 +109,7 @@ function parse(ctx: GenerateHandlerContext, kind: GenerationKind, body: Body): G
     tokenizer: ctx.engine.tokenizer,
     maxModelLen: ctx.engine.config.model.maxModelLen,
     enablePromptTokensDetails: ctx.enablePromptTokensDetails ?? false,
+    ...(ctx.chatTemplatePolicy ? { chatTemplatePolicy: ctx.chatTemplatePolicy } : {}),
   };
   const plan =
     kind === 'completion' ? parseCompletionRequest(body, parseCtx) : parseChatRequest(body, parseCtx);

@@ -214,7 +214,7 @@ export function fullResponse(ctx: ResponseContext, choices: readonly ChoiceState
     choices: choices.map((c) => ({
       index: c.index,
       message: {
-        role: 'assistant',
+        role: ctx.plan.responseRole,
         content: (ctx.plan.chatEchoText ?? '') + c.text,
         refusal: null,
         tool_calls: [],
@@ -292,14 +292,16 @@ export function echoChunk(ctx: ResponseContext, index: number, text: string): Re
   };
 }
 
-/** Chat streams open each choice with the assistant role (and, as vLLM, the prompt's ids under `return_token_ids`). */
+/** Chat streams open each choice with the answer's role (and, as vLLM, the prompt's ids under `return_token_ids`). */
 export function roleChunk(ctx: ResponseContext, index: number): Record<string, unknown> {
   return {
     id: ctx.id,
     object: 'chat.completion.chunk',
     created: ctx.created,
     model: ctx.model,
-    choices: [{ index, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }],
+    choices: [
+      { index, delta: { role: ctx.plan.responseRole, content: '' }, logprobs: null, finish_reason: null },
+    ],
     ...(ctx.plan.returnTokenIds ? { prompt_token_ids: ctx.plan.prompts[0] ?? [] } : {}),
   };
 }

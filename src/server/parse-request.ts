@@ -16,6 +16,7 @@ import {
   optString,
   optTokenIds,
 } from './fields.ts';
+import { type ChatTemplatePolicy, DEFAULT_RESPONSE_ROLE, readChatPromptOptions } from './chat-options.ts';
 import { parseKvTransferParams } from './kv-transfer-params.ts';
 import { refuseUnsupported } from './refused-fields.ts';
 import { readSamplingExtras } from './sampling-fields.ts';
@@ -49,8 +50,10 @@ export interface GenerationPlan {
   continuousUsage: boolean;
   /** --enable-prompt-tokens-details: usage.prompt_tokens_details.cached_tokens. */
   promptTokensDetails: boolean;
-  /** Chat echo: the last message's content when it is the assistant's (prepended to the answer). */
+  /** Chat echo: the last message's content when its role is the answer's (prepended to the answer). */
   chatEchoText: string | null;
+  /** Chat: the role of the answer's message (--response-role, or the last message's role). */
+  responseRole: string;
   /** vLLM's `return_tokens_as_token_ids`: logprobs name tokens `token_id:{id}` instead of their text. */
   returnTokensAsTokenIds: boolean;
 }
@@ -60,6 +63,8 @@ export interface ParseContext {
   maxModelLen: number;
   /** --enable-prompt-tokens-details */
   enablePromptTokensDetails?: boolean;
+  /** --trust-request-chat-template, --response-role */
+  chatTemplatePolicy?: ChatTemplatePolicy;
 }
 
 export function parseCompletionRequest(body: Body, ctx: ParseContext): GenerationPlan {
@@ -115,11 +120,12 @@ function readPromptLogprobs(body: Body): number | null {
 
 export function parseChatRequest(body: Body, ctx: ParseContext): GenerationPlan {
   refuseUnsupported(body, 'chat');
-  refuseTemplateOptions(body);
   const messages = readChatMessages(body);
+  const chat = readChatPromptOptions(body, messages, ctx.chatTemplatePolicy);
   const echo = optBool(body, 'echo') ?? false;
   const last = messages[messages.length - 1];
-  const chatEchoText = echo && last?.role === 'assistant' ? last.content : null;
+  // vLLM echoes the last message when its role is the answer's role.
+  const chatEchoText = echo && last?.role === chat.responseRole ? last.content : null;
   const wantsLogprobs = optBool(body, 'logprobs') ?? false;
   const top = optNumber(body, 'top_logprobs', { integer: true, min: 0, max: MAX_LOGPROBS });
   if (top !== undefined && top > 0 && !wantsLogprobs) {
@@ -137,34 +143,18 @@ export function parseChatRequest(body: Body, ctx: ParseContext): GenerationPlan 
     'chat',
     body,
     ctx,
-    [truncatePrompt(body, ctx.tokenizer.encodeChat(messages), ctx.maxModelLen)],
+    [truncatePrompt(body, ctx.tokenizer.encodeChat(messages, chat.render), ctx.maxModelLen)],
     maxTokens,
     wantsLogprobs ? (top ?? 0) : null,
-    { echo: false, echoOnly: false, promptTexts: [], promptLogprobs: readPromptLogprobs(body), chatEchoText },
+    {
+      echo: false,
+      echoOnly: false,
+      promptTexts: [],
+      promptLogprobs: readPromptLogprobs(body),
+      chatEchoText,
+      responseRole: chat.responseRole,
+    },
   );
-}
-
-/** kvconnect renders chat templates with vLLM's defaults only; other values are a 400 naming the field. */
-function refuseTemplateOptions(body: Body): void {
-  const checks: Array<[string, unknown]> = [
-    ['add_generation_prompt', true],
-    ['continue_final_message', false],
-  ];
-  for (const [field, only] of checks) {
-    const v = optBool(body, field);
-    if (v !== undefined && v !== only)
-      throw badRequest(
-        `${field}=${v ? 'true' : 'false'} is not supported by this server.`,
-        field,
-        `Leave ${field} out: kvconnect renders chat templates with add_generation_prompt true and continue_final_message false.`,
-      );
-  }
-  if (body['chat_template'] !== undefined && body['chat_template'] !== null)
-    throw badRequest(
-      'A per-request chat_template is not supported by this server.',
-      'chat_template',
-      "Leave chat_template out: the model's own template is used.",
-    );
 }
 
 interface PromptOptions {
@@ -173,6 +163,7 @@ interface PromptOptions {
   promptTexts: string[];
   promptLogprobs: number | null;
   chatEchoText: string | null;
+  responseRole?: string;
 }
 
 function buildPlan(
@@ -241,6 +232,7 @@ function buildPlan(
     continuousUsage,
     promptTokensDetails: ctx.enablePromptTokensDetails ?? false,
     chatEchoText: promptOptions.chatEchoText,
+    responseRole: promptOptions.responseRole ?? DEFAULT_RESPONSE_ROLE,
     returnTokensAsTokenIds,
   };
 }

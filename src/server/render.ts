@@ -9,6 +9,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { AsyncEngineLike, SamplingParams } from '../engine/api.ts';
 import { type BodyRules, readJson, sendJson } from '../http/index.ts';
+import type { ChatTemplatePolicy } from './chat-options.ts';
 import { asBody } from './fields.ts';
 import { checkServedModel } from './model-card.ts';
 import { type GenerationPlan, parseChatRequest, parseCompletionRequest } from './parse-request.ts';
@@ -18,6 +19,7 @@ export interface RenderContext {
   engine: AsyncEngineLike;
   servedModelName: string;
   body: BodyRules;
+  chatTemplatePolicy?: ChatTemplatePolicy;
 }
 
 function samplingJson(s: SamplingParams): Record<string, unknown> {
@@ -59,7 +61,11 @@ export async function handleRender(
   res: ServerResponse,
 ): Promise<void> {
   const body = asBody(await readJson(req, ctx.body));
-  const parseCtx = { tokenizer: ctx.engine.tokenizer, maxModelLen: ctx.engine.config.model.maxModelLen };
+  const parseCtx = {
+    tokenizer: ctx.engine.tokenizer,
+    maxModelLen: ctx.engine.config.model.maxModelLen,
+    ...(ctx.chatTemplatePolicy ? { chatTemplatePolicy: ctx.chatTemplatePolicy } : {}),
+  };
   const plan =
     kind === 'completion' ? parseCompletionRequest(body, parseCtx) : parseChatRequest(body, parseCtx);
   checkServedModel(plan.model, ctx.servedModelName);

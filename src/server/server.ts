@@ -17,6 +17,7 @@ import {
 import { getLogger } from '../logging/logger.ts';
 import { CONNECTOR_INFO_PATH } from '../wire/index.ts';
 import { AdmissionGate } from './admission.ts';
+import { type ChatTemplatePolicy, DEFAULT_RESPONSE_ROLE } from './chat-options.ts';
 import { devModeFromEnv, handleResetPrefixCache } from './dev-routes.ts';
 import { asBody, badRequest } from './fields.ts';
 import { type GenerateHandlerContext, handleGenerate } from './generate-handler.ts';
@@ -52,6 +53,10 @@ export interface ServerOptions extends SteeringOptions {
   devMode?: boolean;
   /** --enable-prompt-tokens-details: usage.prompt_tokens_details.cached_tokens. */
   enablePromptTokensDetails?: boolean;
+  /** --trust-request-chat-template: render a chat_template sent with a request. */
+  trustRequestChatTemplate?: boolean;
+  /** --response-role: the answer's role when add_generation_prompt is true (default "assistant"). */
+  responseRole?: string;
 }
 
 export interface ListeningAddress {
@@ -97,6 +102,10 @@ export function createServer(options: ServerOptions): KVServer {
   const gate = new AdmissionGate(
     engine.config.scheduler.maxNumSeqs + (options.maxQueue ?? DEFAULT_MAX_QUEUE),
   );
+  const chatTemplatePolicy: ChatTemplatePolicy = {
+    trustRequestChatTemplate: options.trustRequestChatTemplate ?? false,
+    responseRole: options.responseRole ?? DEFAULT_RESPONSE_ROLE,
+  };
   const ctx: GenerateHandlerContext = {
     engine,
     servedModelName,
@@ -109,14 +118,16 @@ export function createServer(options: ServerOptions): KVServer {
     },
     disableRandomization: options.disableRequestIdRandomization ?? randomizationDisabled(),
     enablePromptTokensDetails: options.enablePromptTokensDetails ?? false,
+    chatTemplatePolicy,
     onPromptFinished: (n, maxGenerationTokens) => metrics.observeFinishedPrompt(n, maxGenerationTokens),
   };
   const version = packageVersion();
-  const renderCtx = { engine, servedModelName, body: ctx.body };
+  const renderCtx = { engine, servedModelName, body: ctx.body, chatTemplatePolicy };
   const tokenizeCtx = {
     tokenizer: engine.tokenizer,
     servedModelName,
     maxModelLen: engine.config.model.maxModelLen,
+    chatTemplatePolicy,
   };
 
   const router = new Router({

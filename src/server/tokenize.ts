@@ -7,12 +7,14 @@
 import type { TokenizerLike } from '../engine/api.ts';
 import { asBody, type Body, badRequest, invalid, isTokenIdArray, optBool, optString } from './fields.ts';
 import { checkServedModel } from './model-card.ts';
+import { type ChatTemplatePolicy, readChatPromptOptions } from './chat-options.ts';
 import { readChatMessages } from './parse-request.ts';
 
 export interface TokenizeContext {
   tokenizer: TokenizerLike;
   servedModelName: string;
   maxModelLen: number;
+  chatTemplatePolicy?: ChatTemplatePolicy;
 }
 
 export interface TokenizeResponse {
@@ -26,7 +28,7 @@ export function tokenize(value: unknown, ctx: TokenizeContext): TokenizeResponse
   const body = asBody(value);
   checkServedModel(optString(body, 'model'), ctx.servedModelName);
   const tokens =
-    body['messages'] !== undefined ? chatTokens(body, ctx.tokenizer) : promptTokens(body, ctx.tokenizer);
+    body['messages'] !== undefined ? chatTokens(body, ctx.tokenizer, ctx.chatTemplatePolicy) : promptTokens(body, ctx.tokenizer);
   checkLength(tokens.length, ctx.maxModelLen);
   const strs = optBool(body, 'return_token_strs') ?? false;
   return {
@@ -68,31 +70,10 @@ function promptTokens(body: Body, tokenizer: TokenizerLike): number[] {
  * TokenizeChatRequest: the ids /v1/chat/completions would use for these messages;
  * add_special_tokens (default false) adds BOS on top, as vLLM does.
  */
-function chatTokens(body: Body, tokenizer: TokenizerLike): number[] {
-  const generationPrompt = optBool(body, 'add_generation_prompt') ?? true;
-  const continueFinal = optBool(body, 'continue_final_message') ?? false;
-  if (generationPrompt && continueFinal) {
-    throw badRequest(
-      'Cannot set both `continue_final_message` and `add_generation_prompt` to True.',
-      'continue_final_message',
-      'Set "add_generation_prompt": false to continue the final message.',
-    );
-  }
-  if (!generationPrompt || continueFinal) {
-    throw badRequest(
-      "This server's chat template always ends with the assistant's generation prompt.",
-      generationPrompt ? 'continue_final_message' : 'add_generation_prompt',
-      'Leave add_generation_prompt at true and continue_final_message at false, or tokenize the text with "prompt".',
-    );
-  }
-  if (body['chat_template'] !== undefined && body['chat_template'] !== null) {
-    throw badRequest(
-      'A per-request chat_template is not supported: the server uses the model tokenizer template.',
-      'chat_template',
-      'Remove chat_template from the request.',
-    );
-  }
-  const ids = tokenizer.encode(tokenizer.applyChatTemplate(readChatMessages(body)));
+function chatTokens(body: Body, tokenizer: TokenizerLike, policy: ChatTemplatePolicy | undefined): number[] {
+  const messages = readChatMessages(body);
+  const { render } = readChatPromptOptions(body, messages, policy);
+  const ids = tokenizer.encodeChat(messages, render);
   const bos = tokenizer.bosTokenId;
   return (optBool(body, 'add_special_tokens') ?? false) && bos !== null ? [bos, ...ids] : ids;
 }

@@ -9,7 +9,12 @@
  */
 
 import { BYTE_BOS_TOKEN_ID, BYTE_EOS_TOKEN_ID, BYTE_VOCAB_SIZE } from '../config/model-presets.ts';
-import { simpleChatTemplate } from './chat-template.ts';
+import {
+  type ChatMessage,
+  type ChatRenderOptions,
+  JinjaChatTemplate,
+  simpleChatTemplate,
+} from './chat-template.ts';
 import type { EncodeOptions, TokenizerLike } from './types.ts';
 
 const encoder = new TextEncoder();
@@ -54,11 +59,16 @@ export class ByteTokenizer implements TokenizerLike {
     return new TextDecoder().decode(bytes.subarray(0, n));
   }
 
-  applyChatTemplate(messages: ReadonlyArray<{ role: string; content: string }>): string {
-    return simpleChatTemplate(messages);
+  /**
+   * A request's own template is rendered as the HF tokenizer renders one; byte ids have no
+   * special-token strings for it to write, so BOS is always added by encode().
+   */
+  applyChatTemplate(messages: ReadonlyArray<ChatMessage>, options: ChatRenderOptions = {}): string {
+    if (options.chatTemplate == null) return simpleChatTemplate(messages, options);
+    return new JinjaChatTemplate(options.chatTemplate, {}, 'the request').render(messages, options);
   }
 
-  encodeChat(messages: ReadonlyArray<{ role: string; content: string }>): number[] {
-    return this.encode(simpleChatTemplate(messages));
+  encodeChat(messages: ReadonlyArray<ChatMessage>, options: ChatRenderOptions = {}): number[] {
+    return this.encode(this.applyChatTemplate(messages, options));
   }
 }

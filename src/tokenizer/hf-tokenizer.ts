@@ -12,6 +12,7 @@ import { Tokenizer } from '@huggingface/tokenizers';
 import { KVError } from '../errors/index.ts';
 import {
   type ChatMessage,
+  type ChatRenderOptions,
   JinjaChatTemplate,
   pickChatTemplate,
   simpleChatTemplate,
@@ -53,6 +54,7 @@ export class HFTokenizer implements TokenizerLike {
   /** BOS/EOS decided by tokenizer_config.json, or null to follow the post-processor. */
   readonly #addSpecial: { bos: boolean; eos: boolean } | null;
   readonly #chat: JinjaChatTemplate | null;
+  readonly #specials: Record<string, string>;
 
   constructor(tokenizerJson: object, options: HFTokenizerOptions = {}) {
     const config = options.tokenizerConfig ?? {};
@@ -86,6 +88,7 @@ export class HFTokenizer implements TokenizerLike {
       const content = tokenContent(config[key]);
       if (content !== null) specials[key] = content;
     }
+    this.#specials = specials;
     this.#chat =
       source === null ? null : new JinjaChatTemplate(source, specials, options.origin ?? 'the tokenizer');
   }
@@ -128,12 +131,20 @@ export class HFTokenizer implements TokenizerLike {
     return this.#tokenizer.decode([...ids], { skip_special_tokens: true });
   }
 
-  applyChatTemplate(messages: ReadonlyArray<ChatMessage>): string {
-    return this.#chat === null ? simpleChatTemplate(messages) : this.#chat.render(messages);
+  /** The template a request renders with: its own (when given), else the model's. */
+  #templateFor(options: ChatRenderOptions): JinjaChatTemplate | null {
+    if (options.chatTemplate == null) return this.#chat;
+    return new JinjaChatTemplate(options.chatTemplate, this.#specials, 'the request');
   }
 
-  encodeChat(messages: ReadonlyArray<ChatMessage>): number[] {
-    if (this.#chat === null) return this.encode(simpleChatTemplate(messages));
-    return this.encode(this.#chat.render(messages), { addSpecialTokens: false });
+  applyChatTemplate(messages: ReadonlyArray<ChatMessage>, options: ChatRenderOptions = {}): string {
+    const template = this.#templateFor(options);
+    return template === null ? simpleChatTemplate(messages, options) : template.render(messages, options);
+  }
+
+  encodeChat(messages: ReadonlyArray<ChatMessage>, options: ChatRenderOptions = {}): number[] {
+    const template = this.#templateFor(options);
+    if (template === null) return this.encode(simpleChatTemplate(messages, options));
+    return this.encode(template.render(messages, options), { addSpecialTokens: false });
   }
 }

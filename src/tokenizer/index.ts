@@ -1,5 +1,5 @@
 export { ByteTokenizer } from './byte-tokenizer.ts';
-export { simpleChatTemplate } from './chat-template.ts';
+export { type ChatRenderOptions, simpleChatTemplate } from './chat-template.ts';
 export { IncrementalDetokenizer } from './detokenizer.ts';
 export { HFTokenizer } from './hf-tokenizer.ts';
 export { loadTokenizer } from './load.ts';

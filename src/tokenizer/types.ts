@@ -1,3 +1,5 @@
+import type { ChatRenderOptions } from './chat-template.ts';
+
 /** What the engine, the server and the proxy need from a tokenizer. */
 export interface EncodeOptions {
   /** Add the tokenizer's special tokens (BOS, ...); default true. */
@@ -11,10 +13,13 @@ export interface TokenizerLike {
   readonly bosTokenId: number | null;
   readonly vocabSize: number;
   /** Chat template application: messages → prompt text. */
-  applyChatTemplate(messages: ReadonlyArray<{ role: string; content: string }>): string;
+  applyChatTemplate(
+    messages: ReadonlyArray<{ role: string; content: string }>,
+    options?: ChatRenderOptions,
+  ): string;
   /**
    * Messages → prompt token ids as the chat endpoint tokenizes them: a model's own
    * template without added special tokens (it writes them), the fallback template with.
    */
-  encodeChat(messages: ReadonlyArray<{ role: string; content: string }>): number[];
+  encodeChat(messages: ReadonlyArray<{ role: string; content: string }>, options?: ChatRenderOptions): number[];
 }

@@ -89,12 +89,6 @@ describe('tokenize, detokenize, models, version', () => {
       ],
       [
         '/tokenize',
-        { messages: [{ role: 'user', content: 'x' }], add_generation_prompt: false },
-        400,
-        'add_generation_prompt',
-      ],
-      [
-        '/tokenize',
         { messages: [{ role: 'user', content: 'x' }], chat_template: '{{x}}' },
         400,
         'chat_template',

@@ -43,6 +43,8 @@ interface ServeFlags {
   maxQueue: string;
   config?: string;
   enablePromptTokensDetails?: boolean;
+  trustRequestChatTemplate?: boolean;
+  responseRole: string;
   [key: string]: unknown;
 }
 
@@ -98,6 +100,15 @@ export function registerServeCommand(program: Command, ctx: CliContext, deps: Se
     .option(
       '--enable-prompt-tokens-details',
       "add usage.prompt_tokens_details.cached_tokens (prompt tokens not computed) to every response, as vLLM's flag does",
+    )
+    .option(
+      '--trust-request-chat-template',
+      'render a chat_template sent with a chat request (or in its chat_template_kwargs); without it such requests are refused with 400, as vLLM does',
+    )
+    .option(
+      '--response-role <role>',
+      'the role of the answer\'s message when the request adds a generation prompt',
+      'assistant',
     )
     .option(
       '--max-queue <n>',
@@ -177,6 +188,8 @@ export function registerServeCommand(program: Command, ctx: CliContext, deps: Se
         fakeMetrics: steering.fakeMetrics,
         fakeMetricsRefreshMs: steering.fakeMetricsRefreshMs,
         startupDurationNs: steering.startupDurationNs,
+        trustRequestChatTemplate: flags.trustRequestChatTemplate === true,
+        responseRole: flags.responseRole,
       });
       const rankPortNumber = rankPort(port, r);
       try {

@@ -10,6 +10,7 @@ import type { KVTransferParams } from '../connector/types.ts';
 import type { TokenizerLike } from '../tokenizer/types.ts';
 import type { ConnectorAdvertisement, KVEventsInfo } from '../wire/index.ts';
 import type { IterationStats } from './iteration-stats.ts';
+import type { PauseMode, SleepLevel, SleepTag } from './sleep-mode.ts';
 
 export type { KVEventsInfo } from '../wire/index.ts';
 export type {
@@ -145,6 +146,8 @@ export interface EngineStats {
   numPreemptionsTotal: number;
   /** Waiting requests parked until their KV arrives from a peer (a subset of the waiting ones). */
   numRequestsWaitingForRemoteKvs: number;
+  /** vLLM's sleep level: 0 awake, 1 weights offloaded, 2 everything discarded. */
+  sleepLevel?: 0 | 1 | 2;
   /** Waiting requests by remote-KV fetch stage (`waiting_to_start`, `in_progress`, `completed_waiting`). */
   kvFetchByStage?: { waiting_to_start: number; in_progress: number; completed_waiting: number };
   /**
@@ -183,6 +186,10 @@ export interface AsyncEngineLike {
    */
   resetPrefixCache?(options?: { resetRunningRequests?: boolean; resetConnector?: boolean }): Promise<boolean>;
   shutdown(): Promise<void>;
+  /** vLLM's sleep mode (engine/sleep-mode.ts); absent when the engine cannot sleep. */
+  sleep?(level: SleepLevel, mode?: PauseMode): Promise<void>;
+  wakeUp?(tags?: readonly SleepTag[] | null): void;
+  isSleeping?(): boolean;
   /** Where this engine publishes KV cache events (snake_case, as /kvconnect/info serves it); null when it does not. */
   kvEventsInfo?(): KVEventsInfo | null;
   /** The connector's class and advertisement for peers and proxies (GET /kvconnect/info); null without one. */

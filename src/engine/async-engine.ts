@@ -6,6 +6,8 @@
  * instead of spinning, cut short as soon as a request or an abort arrives. After a step
  * that finished every running request it briefly waits for the answered clients to come
  * back, so closed-loop clients keep sharing one batch. Aborts are applied between steps.
+ * Sleep mode (sleep-mode.ts) stops the loop; requests that arrive while the engine pauses
+ * or sleeps are held here and added when it wakes.
  */
 import { setImmediate as yieldToEventLoop } from 'node:timers/promises';
 import type { EmulationConfig } from '../config/emulation-config.ts';
@@ -28,6 +30,15 @@ import type {
 import { Engine } from './engine.ts';
 import { rejectedKvTransferRequest } from './sampling-params.ts';
 import type { PrefixCacheReset } from './scheduler/scheduler.ts';
+import {
+  AWAKE,
+  afterWake,
+  type PauseMode,
+  SLEEP_TAGS,
+  type SleepLevel,
+  type SleepState,
+  type SleepTag,
+} from './sleep-mode.ts';
 
 /** Wait between steps that computed nothing (ms). */
 export const IDLE_STEP_INTERVAL_MS = 2;
@@ -57,6 +68,11 @@ export class AsyncEngine implements AsyncEngineLike {
   #lastFinished = 0;
   #arrivalsAtFinish = 0;
   #lastStepMs = 0;
+  #sleep: SleepState = AWAKE;
+  /** A sleep is waiting for in-flight requests to finish (pause mode "wait"). */
+  #pausing = false;
+  /** Requests that arrived while pausing or asleep, added to the engine on waking. */
+  readonly #held = new Map<string, GenerateRequest>();
 
   constructor(engine: Engine) {
     this.engine = engine;
@@ -86,8 +102,13 @@ export class AsyncEngine implements AsyncEngineLike {
         hint: 'Use a unique request id per request.',
       });
     }
-    this.engine.addRequest(request);
     const stream: Stream = { deltas: [], wake: null, finished: false, error: null };
+    if (this.#pausing || this.#sleep.level > 0) {
+      this.#streams.set(request.requestId, stream);
+      this.#held.set(request.requestId, request);
+      return this.#iterate(request.requestId, stream, signal);
+    }
+    this.engine.addRequest(request);
     this.#streams.set(request.requestId, stream);
     this.#arrivals++;
     this.#wakeLoop?.();
@@ -144,10 +165,82 @@ export class AsyncEngine implements AsyncEngineLike {
 
   abort(requestId: string): void {
     if (!this.#streams.has(requestId)) return;
+    const held = this.#held.get(requestId);
+    if (held) {
+      // Added and aborted at once: the engine writes its final "abort" delta.
+      this.#held.delete(requestId);
+      if (this.#admitHeld(held)) this.#dispatch(this.engine.abortRequests([requestId]));
+      return;
+    }
     this.#pendingAborts.add(requestId);
     if (!this.#loop) this.#applyAborts();
     this.#wakeLoop?.();
     this.#ensureLoop();
+  }
+
+  /**
+   * vLLM's sleep: pauses generation per `mode`, stops the loop and discards the KV cache
+   * (the prefix cache is reset and kept requests recompute after waking). Sleeping again
+   * while asleep changes nothing.
+   */
+  async sleep(level: SleepLevel, mode: PauseMode = 'abort'): Promise<void> {
+    if (this.#closed) throw closedError();
+    if (this.#sleep.level > 0 || this.#pausing) return;
+    this.#pausing = true;
+    try {
+      if (mode === 'abort') {
+        for (const id of this.#streams.keys()) if (!this.#held.has(id)) this.#pendingAborts.add(id);
+        if (!this.#loop) this.#applyAborts();
+      } else if (mode === 'wait') {
+        await this.waitIdle();
+      }
+      this.#sleep = { level, asleep: SLEEP_TAGS };
+      this.#wakeLoop?.();
+      await this.#loop;
+      this.#applyAborts();
+      this.engine.resetPrefixCache({ resetRunningRequests: true });
+      // Routers learn of the discarded cache now (AllBlocksCleared), not after waking.
+      this.engine.flushKvEvents();
+    } finally {
+      this.#pausing = false;
+    }
+  }
+
+  /** vLLM's wake_up: brings back `tags` (null = all); generation resumes once all are back. */
+  wakeUp(tags: readonly SleepTag[] | null = null): void {
+    if (this.#sleep.level === 0) return;
+    this.#sleep = afterWake(this.#sleep, tags);
+    if (this.#sleep.level > 0) return;
+    for (const request of [...this.#held.values()]) {
+      this.#held.delete(request.requestId);
+      this.#admitHeld(request);
+    }
+    this.#arrivals++;
+    this.#ensureLoop();
+  }
+
+  isSleeping(): boolean {
+    return this.#sleep.level > 0;
+  }
+
+  sleepState(): SleepState {
+    return this.#sleep;
+  }
+
+  /** Adds a held request to the engine; an invalid one ends its stream with the error. */
+  #admitHeld(request: GenerateRequest): boolean {
+    try {
+      this.engine.addRequest(request);
+      return true;
+    } catch (e) {
+      const stream = this.#streams.get(request.requestId);
+      this.#streams.delete(request.requestId);
+      if (stream) {
+        stream.error = e instanceof Error ? e : new Error(String(e));
+        stream.wake?.();
+      }
+      return false;
+    }
   }
 
   kvEventsInfo(): KVEventsInfo | null {
@@ -168,6 +261,7 @@ export class AsyncEngine implements AsyncEngineLike {
       externalPrefixCacheHitsTotal: s.externalPrefixCacheHits,
       numPreemptionsTotal: s.numPreemptions,
       numRequestsWaitingForRemoteKvs: s.numWaitingForRemoteKvs,
+      sleepLevel: this.#sleep.level,
       kvFetchByStage: s.kvFetchByStage,
       kvConnectorStats: this.engine.takeKvConnectorStats(),
     };
@@ -184,6 +278,7 @@ export class AsyncEngine implements AsyncEngineLike {
 
   async shutdown(): Promise<void> {
     if (this.#closed) return;
+    for (const id of [...this.#held.keys()]) this.abort(id);
     for (const id of this.#streams.keys()) this.#pendingAborts.add(id);
     this.#applyAborts();
     this.#closed = true;
@@ -193,7 +288,7 @@ export class AsyncEngine implements AsyncEngineLike {
   }
 
   #ensureLoop(): void {
-    if (this.#loop || this.#closed) return;
+    if (this.#loop || this.#closed || this.#sleep.level > 0) return;
     this.#loop = this.#run().finally(() => {
       this.#loop = null;
       // A request added after run() made its last check but before this callback would
@@ -209,7 +304,7 @@ export class AsyncEngine implements AsyncEngineLike {
       // Started by the first request after an idle spell: let the requests that arrived in
       // the same event-loop turn (one socket read each) join the first step.
       await yieldToEventLoop();
-      while (!this.#closed && this.engine.hasWork()) {
+      while (!this.#closed && this.#sleep.level === 0 && this.engine.hasWork()) {
         await this.#refillWait();
         this.#applyAborts();
         this.#applyResets();

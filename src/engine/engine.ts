@@ -347,6 +347,12 @@ export class Engine {
     return this.scheduler.resetPrefixCache(options);
   }
 
+  /** Publishes the KV events produced between steps (a prefix-cache reset while asleep) now. */
+  flushKvEvents(): void {
+    this.#assertOpen();
+    this.kvEvents.drain(this.scheduler.takeKvCacheEvents());
+  }
+
   schedulerStats(): SchedulerStats {
     return this.scheduler.stats();
   }

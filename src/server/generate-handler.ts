@@ -8,6 +8,7 @@ import type { AsyncEngineLike } from '../engine/api.ts';
 import { formatErrorJson, KVError, toErrorCode } from '../errors/index.ts';
 import { type BodyRules, readJson, sendError, sendJson } from '../http/index.ts';
 import type { AdmissionGate } from './admission.ts';
+import type { ChatTemplatePolicy } from './chat-options.ts';
 import { asBody, type Body } from './fields.ts';
 import { buildEngineRequests, runChoices } from './generation.ts';
 import { needsRejectionNotice } from './kv-transfer-params.ts';
@@ -23,7 +24,6 @@ import {
   usageChunk,
   usageOf,
 } from './openai-response.ts';
-import type { ChatTemplatePolicy } from './chat-options.ts';
 import { type GenerationPlan, parseChatRequest, parseCompletionRequest } from './parse-request.ts';
 import { notifyKvTransferRequestRejected } from './rejection.ts';
 import { externalRequestId, internalRequestId } from './request-id.ts';

@@ -86,6 +86,7 @@ export class ServerMetrics {
   readonly #kvFetchByStage: Gauge;
   readonly #maxGenerationTokens: Histogram;
   readonly #paramsN: Histogram;
+  readonly #sleep: Gauge;
 
   constructor(options: ServerMetricsOptions) {
     this.#labels = { model_name: options.modelName, engine: '0' };
@@ -135,7 +136,7 @@ export class ServerMetrics {
       registers,
     });
     this.#paramsN.zero(labels);
-    const sleep = new Gauge({
+    this.#sleep = new Gauge({
       name: 'vllm:engine_sleep_state',
       help:
         'Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine is awake; ' +
@@ -143,10 +144,7 @@ export class ServerMetrics {
       labelNames: [...labelNames, 'sleep_state'],
       registers,
     });
-    // kvconnect has no sleep mode: always awake.
-    sleep.set({ ...labels, sleep_state: 'awake' }, 1);
-    sleep.set({ ...labels, sleep_state: 'weights_offloaded' }, 0);
-    sleep.set({ ...labels, sleep_state: 'discard_all' }, 0);
+    this.#setSleepLevel(0);
     for (const [name, help, key] of SCRAPED_COUNTERS) {
       const counter = new Counter({ name, help, labelNames, registers });
       counter.inc(labels, 0);
@@ -181,6 +179,14 @@ export class ServerMetrics {
     this.#paramsN.observe(this.#labels, n);
   }
 
+  /** vLLM's record_sleep_state: awake, or the level the engine sleeps at. */
+  #setSleepLevel(level: 0 | 1 | 2): void {
+    const labels = this.#labels;
+    this.#sleep.set({ ...labels, sleep_state: 'awake' }, level === 0 ? 1 : 0);
+    this.#sleep.set({ ...labels, sleep_state: 'weights_offloaded' }, level === 1 ? 1 : 0);
+    this.#sleep.set({ ...labels, sleep_state: 'discard_all' }, level === 2 ? 1 : 0);
+  }
+
   /** Pulls the engine's gauges and counters into the registry. */
   refresh(): EngineStats {
     const stats = this.#readStats();
@@ -188,6 +194,7 @@ export class ServerMetrics {
     this.#gauges.running.set(labels, stats.numRequestsRunning);
     this.#gauges.waiting.set(labels, stats.numRequestsWaiting);
     this.#gauges.usage.set(labels, stats.kvCacheUsage);
+    this.#setSleepLevel(stats.sleepLevel ?? 0);
     const deferred = Math.min(stats.numRequestsWaitingForRemoteKvs, stats.numRequestsWaiting);
     this.#waitingByReason.set({ ...labels, reason: 'capacity' }, stats.numRequestsWaiting - deferred);
     this.#waitingByReason.set({ ...labels, reason: 'deferred' }, deferred);

@@ -4,6 +4,7 @@
  */
 import type { KVTransferParams } from '../connector/types.ts';
 import type { SamplingParams, TokenizerLike } from '../engine/api.ts';
+import { type ChatTemplatePolicy, DEFAULT_RESPONSE_ROLE, readChatPromptOptions } from './chat-options.ts';
 import {
   type Body,
   badRequest,
@@ -16,7 +17,6 @@ import {
   optString,
   optTokenIds,
 } from './fields.ts';
-import { type ChatTemplatePolicy, DEFAULT_RESPONSE_ROLE, readChatPromptOptions } from './chat-options.ts';
 import { parseKvTransferParams } from './kv-transfer-params.ts';
 import { refuseUnsupported } from './refused-fields.ts';
 import { readSamplingExtras } from './sampling-fields.ts';

@@ -18,7 +18,13 @@ import { getLogger } from '../logging/logger.ts';
 import { CONNECTOR_INFO_PATH } from '../wire/index.ts';
 import { AdmissionGate } from './admission.ts';
 import { type ChatTemplatePolicy, DEFAULT_RESPONSE_ROLE } from './chat-options.ts';
-import { devModeFromEnv, handleResetPrefixCache } from './dev-routes.ts';
+import {
+  devModeFromEnv,
+  handleIsSleeping,
+  handleResetPrefixCache,
+  handleSleep,
+  handleWakeUp,
+} from './dev-routes.ts';
 import { asBody, badRequest } from './fields.ts';
 import { type GenerateHandlerContext, handleGenerate } from './generate-handler.ts';
 import { HttpMetrics } from './http-metrics.ts';
@@ -55,6 +61,8 @@ export interface ServerOptions extends SteeringOptions {
   enablePromptTokensDetails?: boolean;
   /** --trust-request-chat-template: render a chat_template sent with a request. */
   trustRequestChatTemplate?: boolean;
+  /** --enable-sleep-mode: /sleep and /wake_up (dev mode) may put the engine to sleep. */
+  enableSleepMode?: boolean;
   /** --response-role: the answer's role when add_generation_prompt is true (default "assistant"). */
   responseRole?: string;
 }
@@ -197,6 +205,11 @@ export function createServer(options: ServerOptions): KVServer {
     router
       .on('GET', '/admin/config', (req, res) => admin.handleGet(req, res))
       .on('POST', '/admin/config', (req, res) => admin.handlePost(ctx.body, req, res));
+    const sleepMode = options.enableSleepMode ?? false;
+    router
+      .on('POST', '/sleep', (req, res) => handleSleep(engine, sleepMode, ctx.body, req, res))
+      .on('POST', '/wake_up', (req, res) => handleWakeUp(engine, sleepMode, ctx.body, req, res))
+      .on('GET', '/is_sleeping', (_req, res) => handleIsSleeping(engine, res));
   }
 
   const apiKey = options.apiKey ?? null;

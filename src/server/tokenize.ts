@@ -5,9 +5,9 @@
  * `model` and max_model_len like the generation endpoints; every bad field is a 400 naming it.
  */
 import type { TokenizerLike } from '../engine/api.ts';
+import { type ChatTemplatePolicy, readChatPromptOptions } from './chat-options.ts';
 import { asBody, type Body, badRequest, invalid, isTokenIdArray, optBool, optString } from './fields.ts';
 import { checkServedModel } from './model-card.ts';
-import { type ChatTemplatePolicy, readChatPromptOptions } from './chat-options.ts';
 import { readChatMessages } from './parse-request.ts';
 
 export interface TokenizeContext {
@@ -28,7 +28,9 @@ export function tokenize(value: unknown, ctx: TokenizeContext): TokenizeResponse
   const body = asBody(value);
   checkServedModel(optString(body, 'model'), ctx.servedModelName);
   const tokens =
-    body['messages'] !== undefined ? chatTokens(body, ctx.tokenizer, ctx.chatTemplatePolicy) : promptTokens(body, ctx.tokenizer);
+    body['messages'] !== undefined
+      ? chatTokens(body, ctx.tokenizer, ctx.chatTemplatePolicy)
+      : promptTokens(body, ctx.tokenizer);
   checkLength(tokens.length, ctx.maxModelLen);
   const strs = optBool(body, 'return_token_strs') ?? false;
   return {

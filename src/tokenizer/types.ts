@@ -21,5 +21,8 @@ export interface TokenizerLike {
    * Messages → prompt token ids as the chat endpoint tokenizes them: a model's own
    * template without added special tokens (it writes them), the fallback template with.
    */
-  encodeChat(messages: ReadonlyArray<{ role: string; content: string }>, options?: ChatRenderOptions): number[];
+  encodeChat(
+    messages: ReadonlyArray<{ role: string; content: string }>,
+    options?: ChatRenderOptions,
+  ): number[];
 }

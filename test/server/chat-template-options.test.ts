@@ -103,11 +103,11 @@ describe('chat template options (untrusted server)', () => {
     const both = await post(`${s.url}/v1/chat/completions`, { messages, continue_final_message: true });
     assert.equal(both.status, 400);
     assert.deepEqual(
+      [(both.json['error'] as { message: string }).message, (both.json['error'] as { param: string }).param],
       [
-        (both.json['error'] as { message: string }).message,
-        (both.json['error'] as { param: string }).param,
+        'Cannot set both `continue_final_message` and `add_generation_prompt` to True.',
+        'continue_final_message',
       ],
-      ['Cannot set both `continue_final_message` and `add_generation_prompt` to True.', 'continue_final_message'],
     );
     const untrusted =
       'Chat template is passed with request, but --trust-request-chat-template is not set. Refused request with untrusted chat template.';
@@ -141,7 +141,11 @@ describe('chat template options (trusted server, custom response role)', () => {
     ];
     const chat_template =
       '{% for m in messages %}[{{ m.role }}|{{ style }}] {{ m.content }}\n{% endfor %}{% if add_generation_prompt %}[answer]{% endif %}';
-    const r = await promptViaAllRoutes(s, { messages, chat_template, chat_template_kwargs: { style: 'kjv' } });
+    const r = await promptViaAllRoutes(s, {
+      messages,
+      chat_template,
+      chat_template_kwargs: { style: 'kjv' },
+    });
     const expected = idsOf(s, '[system|kjv] Be brief.\n[user|kjv] Hi\n[answer]');
     assert.deepEqual(r.chat.prompt_token_ids, expected);
     assert.deepEqual(r.tokenize, expected);

@@ -44,6 +44,7 @@ interface ServeFlags {
   config?: string;
   enablePromptTokensDetails?: boolean;
   trustRequestChatTemplate?: boolean;
+  enableSleepMode?: boolean;
   responseRole: string;
   [key: string]: unknown;
 }
@@ -106,8 +107,12 @@ export function registerServeCommand(program: Command, ctx: CliContext, deps: Se
       'render a chat_template sent with a chat request (or in its chat_template_kwargs); without it such requests are refused with 400, as vLLM does',
     )
     .option(
+      '--enable-sleep-mode',
+      "let POST /sleep and /wake_up (development endpoints: VLLM_SERVER_DEV_MODE=1) pause the engine and discard its KV cache, as vLLM's sleep mode",
+    )
+    .option(
       '--response-role <role>',
-      'the role of the answer\'s message when the request adds a generation prompt',
+      "the role of the answer's message when the request adds a generation prompt",
       'assistant',
     )
     .option(
@@ -189,6 +194,7 @@ export function registerServeCommand(program: Command, ctx: CliContext, deps: Se
         fakeMetricsRefreshMs: steering.fakeMetricsRefreshMs,
         startupDurationNs: steering.startupDurationNs,
         trustRequestChatTemplate: flags.trustRequestChatTemplate === true,
+        enableSleepMode: flags.enableSleepMode === true,
         responseRole: flags.responseRole,
       });
       const rankPortNumber = rankPort(port, r);

@@ -267,6 +267,11 @@ export class Scheduler {
    * block is in use. `resetRunningRequests` first preempts the running requests (they are
    * recomputed later); `resetConnector` also clears the connector's external cache.
    */
+  /** The KV cache events of the cache and the connector since the last step (outside a step). */
+  takeKvCacheEvents(): KVCacheEvent[] {
+    return [...this.core.kv.takeEvents(), ...(this.core.connector?.takeEvents() ?? [])];
+  }
+
   resetPrefixCache(options: PrefixCacheReset = {}): boolean {
     const core = this.core;
     if (options.resetRunningRequests) {

@@ -34,7 +34,7 @@ import { modelList } from './model-card.ts';
 import { handleRender } from './render.ts';
 import { randomizationDisabled } from './request-id.ts';
 import { createSteering, type SteeringOptions } from './steering.ts';
-import { detokenize, tokenize } from './tokenize.ts';
+import { detokenize, tokenize, tokenizerInfo } from './tokenize.ts';
 import { REFERENCE_VLLM_VERSION } from './vllm-version.ts';
 
 const log = getLogger('kvconnect.server.server');
@@ -61,6 +61,8 @@ export interface ServerOptions extends SteeringOptions {
   enablePromptTokensDetails?: boolean;
   /** --trust-request-chat-template: render a chat_template sent with a request. */
   trustRequestChatTemplate?: boolean;
+  /** --enable-tokenizer-info-endpoint: GET /tokenizer_info. */
+  enableTokenizerInfoEndpoint?: boolean;
   /** --enable-sleep-mode: /sleep and /wake_up (dev mode) may put the engine to sleep. */
   enableSleepMode?: boolean;
   /** --response-role: the answer's role when add_generation_prompt is true (default "assistant"). */
@@ -196,6 +198,10 @@ export function createServer(options: ServerOptions): KVServer {
       sendText(res, 200, body, contentType);
     })
     .on('GET', CONNECTOR_INFO_PATH, (_req, res) => sendJson(res, 200, backendInfo(engine, servedModelName)));
+  // vLLM registers /tokenizer_info only with --enable-tokenizer-info-endpoint (it may expose the chat template).
+  if (options.enableTokenizerInfoEndpoint) {
+    router.on('GET', '/tokenizer_info', (_req, res) => sendJson(res, 200, tokenizerInfo(engine.tokenizer)));
+  }
   if (options.devMode ?? devModeFromEnv()) {
     log.warn('SECURITY WARNING: Development endpoints are enabled! This should NOT be used in production!');
     router.on('POST', '/reset_prefix_cache', (req, res) =>

@@ -93,3 +93,8 @@ function checkLength(count: number, maxModelLen: number): void {
     'SERVER_PROMPT_TOO_LONG',
   );
 }
+
+/** vLLM's TokenizerInfoResponse: the tokenizer's configuration, always with tokenizer_class. */
+export function tokenizerInfo(tokenizer: TokenizerLike): Record<string, unknown> {
+  return tokenizer.describe?.() ?? { tokenizer_class: tokenizer.constructor.name };
+}

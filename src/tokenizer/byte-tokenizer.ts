@@ -60,6 +60,19 @@ export class ByteTokenizer implements TokenizerLike {
   }
 
   /**
+   * /tokenizer_info for a model without tokenizer files: kvconnect's byte mapping has no
+   * transformers configuration, so it names itself and its special ids.
+   */
+  describe(): Record<string, unknown> {
+    return {
+      tokenizer_class: 'ByteTokenizer',
+      vocab_size: this.vocabSize,
+      bos_token_id: this.bosTokenId,
+      eos_token_id: this.eosTokenId,
+    };
+  }
+
+  /**
    * A request's own template is rendered as the HF tokenizer renders one; byte ids have no
    * special-token strings for it to write, so BOS is always added by encode().
    */

@@ -29,6 +29,8 @@ export interface HFTokenizerOptions {
   chatTemplate?: string | null;
   /** Where the files came from, for messages. */
   origin?: string;
+  /** The model as the user named it (transformers' name_or_path). */
+  nameOrPath?: string;
 }
 
 function tokenContent(value: unknown): string | null {
@@ -43,6 +45,16 @@ function tokenContent(value: unknown): string | null {
   return null;
 }
 
+/** AddedToken objects ({content, ...}) as their text, as vLLM serializes init_kwargs. */
+function plainTokens(value: unknown): unknown {
+  const content = tokenContent(value);
+  if (content !== null && typeof value === 'object') return content;
+  if (Array.isArray(value)) return value.map(plainTokens);
+  if (value !== null && typeof value === 'object')
+    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, plainTokens(v)]));
+  return value;
+}
+
 const TEMPLATE_TOKENS = ['bos_token', 'eos_token', 'unk_token', 'pad_token', 'sep_token', 'cls_token'];
 
 export class HFTokenizer implements TokenizerLike {
@@ -55,6 +67,9 @@ export class HFTokenizer implements TokenizerLike {
   readonly #addSpecial: { bos: boolean; eos: boolean } | null;
   readonly #chat: JinjaChatTemplate | null;
   readonly #specials: Record<string, string>;
+  readonly #config: Record<string, unknown>;
+  readonly #templateSource: string | null;
+  readonly #nameOrPath: string | null;
 
   constructor(tokenizerJson: object, options: HFTokenizerOptions = {}) {
     const config = options.tokenizerConfig ?? {};
@@ -89,8 +104,32 @@ export class HFTokenizer implements TokenizerLike {
       if (content !== null) specials[key] = content;
     }
     this.#specials = specials;
+    this.#config = config;
+    this.#templateSource = source;
+    this.#nameOrPath = options.nameOrPath ?? null;
     this.#chat =
       source === null ? null : new JinjaChatTemplate(source, specials, options.origin ?? 'the tokenizer');
+  }
+
+  /**
+   * The tokenizer's configuration as transformers keeps it (init_kwargs: tokenizer_config.json
+   * with added tokens as their text, the chat template, name_or_path) and the class vLLM
+   * reports, `Cached` + the fast tokenizer class AutoTokenizer loads.
+   */
+  describe(): Record<string, unknown> {
+    const { vocab_file: _v, merges_file: _m, ...config } = this.#config;
+    const out = plainTokens(config) as Record<string, unknown>;
+    if (this.#templateSource !== null) out['chat_template'] = this.#templateSource;
+    if (this.#nameOrPath !== null) out['name_or_path'] = this.#nameOrPath;
+    const declared = typeof config['tokenizer_class'] === 'string' ? config['tokenizer_class'] : null;
+    const fast =
+      declared === null
+        ? 'PreTrainedTokenizerFast'
+        : declared.endsWith('Fast')
+          ? declared
+          : `${declared}Fast`;
+    out['tokenizer_class'] = `Cached${fast}`;
+    return out;
   }
 
   /** True when the model ships its own chat template. */

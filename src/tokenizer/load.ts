@@ -59,6 +59,7 @@ export function loadTokenizer(modelNameOrDir: string): TokenizerLike {
       eosTokenId: num(modelConfig.eos_token_id),
       chatTemplate: templateFile === null ? null : readText(templateFile),
       origin: dir,
+      nameOrPath: modelNameOrDir,
     });
   } catch (cause) {
     if (cause instanceof KVError) throw cause;

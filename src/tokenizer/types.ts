@@ -25,4 +25,6 @@ export interface TokenizerLike {
     messages: ReadonlyArray<{ role: string; content: string }>,
     options?: ChatRenderOptions,
   ): number[];
+  /** vLLM's /tokenizer_info: the tokenizer's configuration and class. */
+  describe?(): Record<string, unknown>;
 }

@@ -45,6 +45,7 @@ interface ServeFlags {
   enablePromptTokensDetails?: boolean;
   trustRequestChatTemplate?: boolean;
   enableSleepMode?: boolean;
+  enableTokenizerInfoEndpoint?: boolean;
   responseRole: string;
   [key: string]: unknown;
 }
@@ -105,6 +106,10 @@ export function registerServeCommand(program: Command, ctx: CliContext, deps: Se
     .option(
       '--trust-request-chat-template',
       'render a chat_template sent with a chat request (or in its chat_template_kwargs); without it such requests are refused with 400, as vLLM does',
+    )
+    .option(
+      '--enable-tokenizer-info-endpoint',
+      "serve GET /tokenizer_info (the tokenizer's configuration, including its chat template), as vLLM's flag does",
     )
     .option(
       '--enable-sleep-mode',
@@ -195,6 +200,7 @@ export function registerServeCommand(program: Command, ctx: CliContext, deps: Se
         startupDurationNs: steering.startupDurationNs,
         trustRequestChatTemplate: flags.trustRequestChatTemplate === true,
         enableSleepMode: flags.enableSleepMode === true,
+        enableTokenizerInfoEndpoint: flags.enableTokenizerInfoEndpoint === true,
         responseRole: flags.responseRole,
       });
       const rankPortNumber = rankPort(port, r);

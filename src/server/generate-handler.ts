@@ -24,7 +24,12 @@ import {
   usageChunk,
   usageOf,
 } from './openai-response.ts';
-import { type GenerationPlan, parseChatRequest, parseCompletionRequest } from './parse-request.ts';
+import {
+  type GenerationPlan,
+  parseChatRequest,
+  parseCompletionRequest,
+  parseTokensRequest,
+} from './parse-request.ts';
 import { notifyKvTransferRequestRejected } from './rejection.ts';
 import { externalRequestId, internalRequestId } from './request-id.ts';
 import { SseWriter } from './sse.ts';
@@ -43,6 +48,12 @@ export interface GenerateHandlerContext {
 
 export type GenerationKind = GenerationPlan['kind'];
 
+const RESPONSE_ID_PREFIX: Record<GenerationKind, string> = {
+  completion: 'cmpl',
+  chat: 'chatcmpl',
+  tokens: 'generate-tokens',
+};
+
 export async function handleGenerate(
   ctx: GenerateHandlerContext,
   kind: GenerationKind,
@@ -51,14 +62,20 @@ export async function handleGenerate(
   /** The body when the caller already read it (POST /invocations). */
   preread?: unknown,
 ): Promise<void> {
-  const externalId = externalRequestId(req);
-  const responseId = `${kind === 'completion' ? 'cmpl' : 'chatcmpl'}-${externalId}`;
-  const headers = { 'x-request-id': externalId };
+  let externalId = externalRequestId(req);
+  let responseId = `${RESPONSE_ID_PREFIX[kind]}-${externalId}`;
   res.setHeader('x-request-id', externalId);
   let body: Body | undefined;
   let plan: GenerationPlan;
   try {
     body = asBody(preread ?? (await readJson(req, ctx.body)));
+    // vLLM's tokens endpoint names the request by the header, else by the body's request_id.
+    const bodyId = body['request_id'];
+    if (kind === 'tokens' && req.headers['x-request-id'] === undefined && typeof bodyId === 'string') {
+      externalId = bodyId;
+      responseId = `${RESPONSE_ID_PREFIX[kind]}-${externalId}`;
+      res.setHeader('x-request-id', externalId);
+    }
     plan = parse(ctx, kind, body);
     ctx.gate.acquire(plan.prompts.length * plan.n);
   } catch (e) {
@@ -73,6 +90,7 @@ export async function handleGenerate(
     return;
   }
 
+  const headers = { 'x-request-id': externalId };
   const slots = plan.prompts.length * plan.n;
   const disconnect = new AbortController();
   const onClose = (): void => {
@@ -112,7 +130,11 @@ function parse(ctx: GenerateHandlerContext, kind: GenerationKind, body: Body): G
     ...(ctx.chatTemplatePolicy ? { chatTemplatePolicy: ctx.chatTemplatePolicy } : {}),
   };
   const plan =
-    kind === 'completion' ? parseCompletionRequest(body, parseCtx) : parseChatRequest(body, parseCtx);
+    kind === 'completion'
+      ? parseCompletionRequest(body, parseCtx)
+      : kind === 'chat'
+        ? parseChatRequest(body, parseCtx)
+        : parseTokensRequest(body, parseCtx);
   checkServedModel(plan.model, ctx.servedModelName);
   return plan;
 }
@@ -166,8 +188,10 @@ async function streamResponse(
       const choice = choices[index]!;
       const part = applyDelta(rctx, choice, delta);
       if (delta.finished && delta.finishReason === 'error') throw engineFailure(delta.error);
-      // vLLM skips only increments with neither text nor tokens (a prefill chunk).
-      if (part.text === '' && part.tokenIds.length === 0 && !delta.finished) continue;
+      // vLLM skips only increments with neither text nor tokens (a prefill chunk); its tokens
+      // endpoint skips every increment without tokens.
+      if (part.text === '' && part.tokenIds.length === 0 && (!delta.finished || rctx.plan.kind === 'tokens'))
+        continue;
       await sse.send(chunkOf(rctx, choice, part, delta.finished));
       if (sse.closed) return null;
     }

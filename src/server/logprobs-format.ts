@@ -125,6 +125,32 @@ export function chatLogprobs(
   });
 }
 
+/**
+ * vLLM's tokens endpoint logprobs: chat-shaped content, tokens named `token_id:{id}`, no
+ * bytes, and at least the sampled token's own entry in top_logprobs.
+ */
+export function tokensLogprobs(
+  tokenIds: readonly number[],
+  entries: readonly LogprobEntries[],
+  numTop: number,
+): { content: Array<Record<string, unknown>> } {
+  return {
+    content: tokenIds.map((id, i) => {
+      const position = entries[i] ?? [];
+      return {
+        token: tokenIdLabel(id),
+        logprob: clamp(position[0]?.logprob ?? -9999),
+        bytes: null,
+        top_logprobs: position.slice(0, Math.max(numTop, 1)).map((t) => ({
+          token: tokenIdLabel(t.tokenId),
+          logprob: clamp(t.logprob),
+          bytes: null,
+        })),
+      };
+    }),
+  };
+}
+
 export interface WireLogprob {
   logprob: number;
   rank: number;

@@ -12,6 +12,7 @@ import {
   promptLogprobsJson,
   pyLen,
   sampledEntries,
+  tokensLogprobs,
 } from './logprobs-format.ts';
 import type { GenerationPlan } from './parse-request.ts';
 
@@ -114,16 +115,18 @@ export function applyDelta(ctx: ResponseContext, choice: ChoiceState, delta: Req
   if (wantsLogprobs(ctx)) {
     const asIds = plan.returnTokensAsTokenIds;
     logprobs =
-      plan.kind === 'completion'
-        ? completionLogprobs(
-            ctx.tokenizer,
-            tokenIds,
-            allEntries,
-            plan.logprobs ?? 0,
-            choice.streamedLength,
-            asIds,
-          )
-        : { content: chatLogprobs(ctx.tokenizer, tokenIds, entries, plan.logprobs ?? 0, asIds) };
+      plan.kind === 'tokens'
+        ? tokensLogprobs(tokenIds, entries, plan.logprobs ?? 0)
+        : plan.kind === 'completion'
+          ? completionLogprobs(
+              ctx.tokenizer,
+              tokenIds,
+              allEntries,
+              plan.logprobs ?? 0,
+              choice.streamedLength,
+              asIds,
+            )
+          : { content: chatLogprobs(ctx.tokenizer, tokenIds, entries, plan.logprobs ?? 0, asIds) };
   }
   choice.streamedLength += pyLen(text);
   const promptIndex = Math.floor(choice.index / plan.n);
@@ -172,6 +175,25 @@ export function fullResponse(ctx: ResponseContext, choices: readonly ChoiceState
   const usage = usageOf(ctx, choices);
   const ids = ctx.plan.returnTokenIds;
   const head = { id: ctx.id, created: ctx.created, model: ctx.model };
+  if (ctx.plan.kind === 'tokens') {
+    return {
+      request_id: ctx.id,
+      model: ctx.model,
+      created: ctx.created,
+      choices: choices.map((c) => ({
+        index: c.index,
+        logprobs: wantsLogprobs(ctx) ? tokensLogprobs(c.tokenIds, c.entries, ctx.plan.logprobs ?? 0) : null,
+        finish_reason: wireFinishReason(c.finishReason) ?? 'stop',
+        token_ids: c.tokenIds,
+        routed_experts: null,
+      })),
+      usage,
+      prompt_logprobs: choices[0]?.promptLogprobs
+        ? promptLogprobsJson(ctx.tokenizer, choices[0].promptLogprobs)
+        : null,
+      kv_transfer_params: kvTransferParams,
+    };
+  }
   if (ctx.plan.kind === 'completion') {
     return {
       ...head,
@@ -253,6 +275,23 @@ export function chunkOf(
   const finish = finished ? wireFinishReason(choice.finishReason) : null;
   const stopReason = finished ? choice.stopReason : null;
   const index = choice.index;
+  if (ctx.plan.kind === 'tokens') {
+    const chunk: Record<string, unknown> = {
+      request_id: ctx.id,
+      choices: [
+        {
+          index,
+          logprobs: part.logprobs,
+          finish_reason: finish,
+          token_ids: part.tokenIds,
+          routed_experts: null,
+        },
+      ],
+    };
+    if (ctx.plan.continuousUsage) chunk['usage'] = choiceUsage(ctx, choice);
+    if (finished && choice.kvTransferParams !== null) chunk['kv_transfer_params'] = choice.kvTransferParams;
+    return chunk;
+  }
   const ids = ctx.plan.returnTokenIds;
   const wire: Record<string, unknown> =
     ctx.plan.kind === 'completion'
@@ -307,6 +346,7 @@ export function roleChunk(ctx: ResponseContext, index: number): Record<string, u
 }
 
 export function usageChunk(ctx: ResponseContext, usage: Usage): Record<string, unknown> {
+  if (ctx.plan.kind === 'tokens') return { request_id: ctx.id, choices: [], usage };
   return {
     id: ctx.id,
     object: ctx.plan.kind === 'completion' ? 'text_completion' : 'chat.completion.chunk',

@@ -26,7 +26,8 @@ export const MAX_N = 128;
 const DEFAULT_COMPLETION_MAX_TOKENS = 16;
 
 export interface GenerationPlan {
-  kind: 'completion' | 'chat';
+  /** `tokens`: vLLM's tokens-in, tokens-out POST /inference/v1/generate. */
+  kind: 'completion' | 'chat' | 'tokens';
   model: string | undefined;
   /** Token ids of each prompt (completions may batch several). */
   prompts: number[][];
@@ -87,6 +88,62 @@ export function parseCompletionRequest(body: Body, ctx: ParseContext): Generatio
     promptLogprobs,
     chatEchoText: null,
   });
+}
+
+/**
+ * vLLM's GenerateRequest (POST /inference/v1/generate): `token_ids` and a `sampling_params`
+ * object (vLLM's SamplingParams fields, read as the completion fields of the same names),
+ * `kv_transfer_params` at the top level (or, as llm-d-inference-sim also accepts, under
+ * `sampling_params.extra_args`), `stream`, `stream_options`, `cache_salt`, `model`. Without
+ * max_tokens the request may fill the context (vLLM's server default); priority must be 0
+ * (no priority scheduling). Logprobs name tokens `token_id:{id}`.
+ */
+export function parseTokensRequest(body: Body, ctx: ParseContext): GenerationPlan {
+  const ids = body['token_ids'];
+  const vocab = ctx.tokenizer.vocabSize;
+  if (ids === undefined || ids === null)
+    throw badRequest('Missing input token_ids', 'token_ids', 'Send "token_ids": [<prompt token ids>].');
+  if (!isTokenIdArray(ids, vocab) || ids.length === 0)
+    throw invalid('token_ids', `a non-empty array of integers in [0, ${vocab})`, ids);
+  const sampling = optObject(body, 'sampling_params');
+  if (sampling === undefined)
+    throw badRequest(
+      'Missing sampling_params field',
+      'sampling_params',
+      'Send "sampling_params": {"max_tokens": 16, "temperature": 0} (vLLM\'s SamplingParams fields).',
+    );
+  const priority = optNumber(body, 'priority', { integer: true }) ?? 0;
+  if (priority !== 0)
+    throw badRequest(
+      `Got priority ${priority} but Priority scheduling is not enabled.`,
+      'priority',
+      'Leave priority out (or 0): kvconnect schedules first come, first served.',
+    );
+  const { extra_args: extraArgs, ...fields } = sampling;
+  const extraParams =
+    extraArgs !== null && typeof extraArgs === 'object'
+      ? (extraArgs as Body)['kv_transfer_params']
+      : undefined;
+  const merged: Body = {
+    ...fields,
+    model: body['model'],
+    stream: body['stream'],
+    stream_options: body['stream_options'],
+    cache_salt: body['cache_salt'],
+    kv_transfer_params: body['kv_transfer_params'] ?? extraParams,
+  };
+  refuseUnsupported(merged, 'completion');
+  const prompt = truncatePrompt(merged, ids, ctx.maxModelLen);
+  const logprobs = optNumber(merged, 'logprobs', { integer: true, min: 0, max: MAX_LOGPROBS }) ?? null;
+  const maxTokens = optNumber(merged, 'max_tokens', { integer: true, min: 1 }) ?? null;
+  const plan = buildPlan('tokens', merged, ctx, [prompt], maxTokens, logprobs, {
+    echo: false,
+    echoOnly: false,
+    promptTexts: [],
+    promptLogprobs: readPromptLogprobs(merged),
+    chatEchoText: null,
+  });
+  return { ...plan, returnTokenIds: true, returnTokensAsTokenIds: true };
 }
 
 /**

@@ -152,6 +152,10 @@ export function createServer(options: ServerOptions): KVServer {
       steering.injectFailure();
       return handleGenerate(ctx, 'chat', req, res);
     })
+    .on('POST', '/inference/v1/generate', (req, res) => {
+      steering.injectFailure();
+      return handleGenerate(ctx, 'tokens', req, res);
+    })
     .on('GET', '/v1/models', (_req, res) =>
       sendJson(
         res,

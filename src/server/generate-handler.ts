@@ -4,7 +4,7 @@
  * engine requests, which frees their KV blocks.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { AsyncEngineLike } from '../engine/api.ts';
+import type { AsyncEngineLike, RequestOutputDelta } from '../engine/api.ts';
 import { formatErrorJson, KVError, toErrorCode } from '../errors/index.ts';
 import { type BodyRules, readJson, sendError, sendJson } from '../http/index.ts';
 import type { AdmissionGate } from './admission.ts';
@@ -26,12 +26,14 @@ import {
 } from './openai-response.ts';
 import {
   type GenerationPlan,
+  type ParseContext,
   parseChatRequest,
   parseCompletionRequest,
   parseTokensRequest,
 } from './parse-request.ts';
 import { notifyKvTransferRequestRejected } from './rejection.ts';
 import { externalRequestId, internalRequestId } from './request-id.ts';
+import { fullResponsesObject, parseResponsesRequest, streamResponses } from './responses-api.ts';
 import { SseWriter } from './sse.ts';
 
 export interface GenerateHandlerContext {
@@ -52,6 +54,7 @@ const RESPONSE_ID_PREFIX: Record<GenerationKind, string> = {
   completion: 'cmpl',
   chat: 'chatcmpl',
   tokens: 'generate-tokens',
+  responses: 'resp',
 };
 
 export async function handleGenerate(
@@ -76,7 +79,7 @@ export async function handleGenerate(
       responseId = `${RESPONSE_ID_PREFIX[kind]}-${externalId}`;
       res.setHeader('x-request-id', externalId);
     }
-    plan = parse(ctx, kind, body);
+    plan = kind === 'responses' ? parseResponses(ctx, body, externalId) : parse(ctx, kind, body);
     ctx.gate.acquire(plan.prompts.length * plan.n);
   } catch (e) {
     if (body && needsRejectionNotice(body['kv_transfer_params'])) {
@@ -108,7 +111,9 @@ export async function handleGenerate(
     const requests = buildEngineRequests(plan, responseId, ctx.disableRandomization);
     const events = runChoices(ctx.engine, requests, plan.n, disconnect.signal);
     const choices = plan.stream
-      ? await streamResponse(rctx, events, res, headers)
+      ? kind === 'responses'
+        ? await streamResponses(rctx, events, res, headers, failureOf)
+        : await streamResponse(rctx, events, res, headers)
       : await jsonResponse(rctx, events, res, headers);
     if (choices && ctx.onPromptFinished) {
       for (let p = 0; p < plan.prompts.length; p++) {
@@ -122,13 +127,23 @@ export async function handleGenerate(
   }
 }
 
-function parse(ctx: GenerateHandlerContext, kind: GenerationKind, body: Body): GenerationPlan {
-  const parseCtx = {
+function parseContext(ctx: GenerateHandlerContext): ParseContext {
+  return {
     tokenizer: ctx.engine.tokenizer,
     maxModelLen: ctx.engine.config.model.maxModelLen,
     enablePromptTokensDetails: ctx.enablePromptTokensDetails ?? false,
     ...(ctx.chatTemplatePolicy ? { chatTemplatePolicy: ctx.chatTemplatePolicy } : {}),
   };
+}
+
+function parseResponses(ctx: GenerateHandlerContext, body: Body, externalId: string): GenerationPlan {
+  const plan = parseResponsesRequest(body, parseContext(ctx), externalId);
+  checkServedModel(plan.model, ctx.servedModelName);
+  return plan;
+}
+
+function parse(ctx: GenerateHandlerContext, kind: GenerationKind, body: Body): GenerationPlan {
+  const parseCtx = parseContext(ctx);
   const plan =
     kind === 'completion'
       ? parseCompletionRequest(body, parseCtx)
@@ -162,7 +177,9 @@ async function jsonResponse(
     return null;
   }
   if (res.destroyed) return null;
-  sendJson(res, 200, fullResponse(rctx, choices), headers);
+  const body =
+    rctx.plan.kind === 'responses' ? fullResponsesObject(rctx, choices) : fullResponse(rctx, choices);
+  sendJson(res, 200, body, headers);
   return choices;
 }
 
@@ -205,6 +222,11 @@ async function streamResponse(
   }
   await sse.done();
   return choices;
+}
+
+/** The error an engine-failed final delta carries, else null. */
+function failureOf(delta: RequestOutputDelta): Error | null {
+  return delta.finished && delta.finishReason === 'error' ? engineFailure(delta.error) : null;
 }
 
 function engineFailure(error: { code: string; message: string; hint?: string } | undefined): KVError {

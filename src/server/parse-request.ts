@@ -26,8 +26,8 @@ export const MAX_N = 128;
 const DEFAULT_COMPLETION_MAX_TOKENS = 16;
 
 export interface GenerationPlan {
-  /** `tokens`: vLLM's tokens-in, tokens-out POST /inference/v1/generate. */
-  kind: 'completion' | 'chat' | 'tokens';
+  /** `tokens`: POST /inference/v1/generate; `responses`: POST /v1/responses (run as a chat). */
+  kind: 'completion' | 'chat' | 'tokens' | 'responses';
   model: string | undefined;
   /** Token ids of each prompt (completions may batch several). */
   prompts: number[][];
@@ -57,6 +57,28 @@ export interface GenerationPlan {
   responseRole: string;
   /** vLLM's `return_tokens_as_token_ids`: logprobs name tokens `token_id:{id}` instead of their text. */
   returnTokensAsTokenIds: boolean;
+  /** Responses API: the request fields its Response object repeats. */
+  responses?: ResponsesEcho;
+}
+
+/** The request fields a Responses API Response object repeats (responses-api.ts). */
+export interface ResponsesEcho {
+  id: string;
+  instructions: string | null;
+  metadata: unknown;
+  parallelToolCalls: boolean;
+  toolChoice: unknown;
+  tools: unknown[];
+  background: boolean;
+  maxToolCalls: number | null;
+  previousResponseId: null;
+  reasoning: unknown;
+  serviceTier: string;
+  text: unknown;
+  truncation: string;
+  user: string | null;
+  /** include has message.output_text.logprobs. */
+  logprobs: boolean;
 }
 
 export interface ParseContext {

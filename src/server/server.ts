@@ -156,6 +156,10 @@ export function createServer(options: ServerOptions): KVServer {
       steering.injectFailure();
       return handleGenerate(ctx, 'tokens', req, res);
     })
+    .on('POST', '/v1/responses', (req, res) => {
+      steering.injectFailure();
+      return handleGenerate(ctx, 'responses', req, res);
+    })
     .on('GET', '/v1/models', (_req, res) =>
       sendJson(
         res,

@@ -7,6 +7,7 @@ import type { KvLoadFaultConfig } from '../config/fault-injection.ts';
 import type { EngineConfig } from '../config/types.ts';
 import type { ConnectorMetricSpec } from '../connector/metric-specs.ts';
 import type { KVTransferParams } from '../connector/types.ts';
+import type { ChatRenderOptions } from '../tokenizer/chat-template.ts';
 import type { TokenizerLike } from '../tokenizer/types.ts';
 import type { ConnectorAdvertisement, KVEventsInfo } from '../wire/index.ts';
 import type { IterationStats } from './iteration-stats.ts';
@@ -131,7 +132,7 @@ export interface RequestOutputDelta {
   error?: { code: string; message: string; hint?: string };
 }
 
-export type { TokenizerLike };
+export type { ChatRenderOptions, TokenizerLike };
 
 export interface EngineStats {
   numRequestsRunning: number;

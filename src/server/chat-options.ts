@@ -7,7 +7,7 @@
  * (--response-role, default "assistant") when a generation prompt is added, else the last
  * message's role, as vLLM's get_chat_request_role.
  */
-import type { ChatRenderOptions } from '../tokenizer/index.ts';
+import type { ChatRenderOptions } from '../engine/api.ts';
 import { type Body, badRequest, optBool, optObject, optString } from './fields.ts';
 
 export const DEFAULT_RESPONSE_ROLE = 'assistant';

@@ -182,10 +182,10 @@ test("--config reads llm-d-inference-sim's YAML: a published profile serves in e
 
 test('--config: a sim option kvconnect does not implement, and a duration without a unit, exit 2', async () => {
   const file = join(mkdtempSync(join(tmpdir(), 'kvc-serve-yaml-')), 'sim.yaml');
-  writeFileSync(file, 'model: x\nfake-metrics: "{}"\n');
+  writeFileSync(file, 'model: x\nimage-emission-rate: 2\n');
   const bad = await serve(['--config', file], noEngine);
   assert.equal(bad.code, 2);
-  assert.match(bad.err, /^error\[KV_CONFIG_UNKNOWN_KEY\]: llm-d-inference-sim option 'fake-metrics'/);
+  assert.match(bad.err, /^error\[KV_CONFIG_UNKNOWN_KEY\]: llm-d-inference-sim option 'image-emission-rate'/);
   const unitless = await serve(['--inter-token-latency', '12'], noEngine);
   assert.equal(unitless.code, 2);
   assert.match(unitless.err, /Invalid value for inter-token-latency: expected a duration/);

@@ -4,8 +4,9 @@
  * each stage gets its own directory standing for its filesystem root, and WORKDIR, COPY
  * (with .dockerignore), ENV and RUN happen there. RUN lines that install Debian packages are
  * not run; the packages they name must be installed on this machine (checked with dpkg).
- * Then the final stage's ENTRYPOINT runs `--help`, and `serve` on the bundled model answers a
- * completion: the install the image would hold works.
+ * Then the final stage's ENTRYPOINT runs `--help`, `serve` on the bundled model answers a
+ * completion, and `proxy` in front of it answers the same one: the install the image would
+ * hold works.
  *
  *   node --import tsx scripts/docker-steps.ts [--ref REV] [--keep]
  *
@@ -207,9 +208,7 @@ function waitForLine(child: ChildProcess, re: RegExp, timeoutMs: number): Promis
       }
     };
     child.stdout?.on('data', onData);
-    child.stderr?.on('data', (b: Buffer) => {
-      seen += b.toString();
-    });
+    child.stderr?.on('data', onData);
     child.once('exit', (code) => {
       clearTimeout(timer);
       reject(new Error(`exited with ${code} before ${re}; output: ${seen}`));
@@ -229,15 +228,19 @@ async function smoke(final: {
     throw new Error(`kvconnect --help: exit ${help.status}\n${help.stdout}${help.stderr}`);
   }
   console.log('[smoke] kvconnect --help lists serve and proxy');
-  const child = spawn(cmd, [...pre, 'serve', '--model', 'kjv-llama', '--host', '127.0.0.1', '--port', '0'], {
-    cwd: final.cwd,
-    env: final.env,
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  try {
-    const url = (await waitForLine(child, /listening on (http:\/\/\S+)/, 120_000))[1] as string;
-    const health = await fetch(`${url}/health`);
-    if (health.status !== 200) throw new Error(`GET /health: ${health.status}`);
+  const started: ChildProcess[] = [];
+  const start = async (args: string[], re: RegExp): Promise<string> => {
+    // The image sets no log level: the servers log at info, as they would in a pod.
+    const { KVCONNECT_LOG_LEVEL: _, ...env } = final.env;
+    const child = spawn(cmd, [...pre, ...args], {
+      cwd: final.cwd,
+      env,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    started.push(child);
+    return (await waitForLine(child, re, 120_000))[1] as string;
+  };
+  const complete = async (url: string): Promise<string> => {
     const res = await fetch(`${url}/v1/completions`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
@@ -249,12 +252,35 @@ async function smoke(final: {
     };
     const text = body.choices?.[0]?.text ?? '';
     if (res.status !== 200 || body.usage?.completion_tokens !== 8 || text === '') {
-      throw new Error(`POST /v1/completions: ${res.status} ${JSON.stringify(body)}`);
+      throw new Error(`POST ${url}/v1/completions: ${res.status} ${JSON.stringify(body)}`);
     }
-    console.log(`[smoke] serve on ${url}: /health 200, completion ${JSON.stringify(text)}`);
-    return { url, completion: text };
+    return text;
+  };
+  try {
+    const server = await start(
+      ['serve', '--model', 'kjv-llama', '--host', '127.0.0.1', '--port', '0'],
+      /listening on (http:\/\/\S+)/,
+    );
+    const health = await fetch(`${server}/health`);
+    if (health.status !== 200) throw new Error(`GET /health: ${health.status}`);
+    const direct = await complete(server);
+    console.log(`[smoke] serve on ${server}: /health 200, completion ${JSON.stringify(direct)}`);
+    const proxy = await start(
+      ['proxy', '--port', '0', '--decode', server],
+      /proxy listening on (http:\/\/\S+)/,
+    );
+    const proxied = await complete(proxy);
+    if (proxied !== direct)
+      throw new Error(`through the proxy: ${JSON.stringify(proxied)}, direct: ${JSON.stringify(direct)}`);
+    console.log(`[smoke] proxy on ${proxy} in front of it: the same greedy completion`);
+    return { server, proxy, completion: direct };
   } finally {
-    child.kill('SIGTERM');
+    for (const child of started.reverse()) {
+      if (child.exitCode !== null) continue;
+      const exited = new Promise((r) => child.once('exit', r));
+      child.kill('SIGTERM');
+      await exited;
+    }
   }
 }
 

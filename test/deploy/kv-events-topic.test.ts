@@ -1,13 +1,15 @@
 /**
  * A pod's `kvconnect serve` with POD_IP set (the downward API of deploy/kv-events.yaml) and KV
  * events without a topic publishes every frame under llm-d's topic kv@<pod-ip>:<port>@<model>,
- * on a real ZMQ socket, and reports that topic in GET /kvconnect/info.
+ * on a real ZMQ socket, and reports that topic in GET /kvconnect/info. Each data-parallel rank
+ * names its own port.
  */
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import * as zmq from 'zeromq';
+import { runCli } from '../../src/cli/program.ts';
 import { captureOutput } from '../helpers/captured-child.ts';
 import { freePort } from '../helpers/free-port.ts';
 import { waitUntil } from '../helpers/wait-until.ts';
@@ -83,4 +85,48 @@ test("serve with POD_IP publishes its KV events under llm-d's topic kv@<pod-ip>:
     child.kill('SIGTERM');
     await p.exited;
   }
+});
+
+test('with --data-parallel-size each rank publishes under the topic of its own port', async () => {
+  let out = '';
+  let err = '';
+  const saved = process.env['POD_IP'];
+  process.env['POD_IP'] = '10.244.1.7';
+  try {
+    const code = await runCli(
+      [
+        'serve',
+        '--model',
+        'tiny',
+        '--port',
+        '8000',
+        '--data-parallel-size',
+        '2',
+        '--kv-events-config.enable_kv_cache_events',
+        'true',
+        '--dry-run',
+      ],
+      {
+        out: (t) => {
+          out += t;
+        },
+        err: (t) => {
+          err += t;
+        },
+      },
+    );
+    assert.equal(code, 0, err);
+  } finally {
+    if (saved === undefined) delete process.env['POD_IP'];
+    else process.env['POD_IP'] = saved;
+  }
+  assert.deepEqual(
+    [...out.matchAll(/on 127\.0\.0\.1:(\d+), no KV connector, KV events (\S+) topic (\S+)\n/g)].map((m) =>
+      m.slice(1),
+    ),
+    [
+      ['8000', 'tcp://*:5557', 'kv@10.244.1.7:8000@tiny'],
+      ['8001', 'tcp://*:5558', 'kv@10.244.1.7:8001@tiny'],
+    ],
+  );
 });

@@ -93,6 +93,7 @@ async function dryRun(ctx: CliContext, host: string, port: number, ranks: Engine
     resolveModelInfo(first.model.model);
   }
   const transfer = first.kvTransferConfig;
+  const { offsetEndpointPort } = await import('../../kv-events/endpoint.ts');
   for (const [r, rank] of ranks.entries()) {
     const events = rank.kvEventsConfig;
     const parts = [
@@ -100,7 +101,7 @@ async function dryRun(ctx: CliContext, host: string, port: number, ranks: Engine
       `on ${host}:${rankPort(port, r)}`,
       transfer ? `connector ${transfer.kv_connector} (${transfer.kv_role})` : 'no KV connector',
       events?.enable_kv_cache_events
-        ? `KV events ${events.endpoint}${events.topic ? ` topic ${events.topic}` : ''}`
+        ? `KV events ${offsetEndpointPort(events.endpoint, rank.parallel.dataParallelRank, 'kv_events_config.endpoint')}${events.topic ? ` topic ${events.topic}` : ''}`
         : 'no KV events',
     ];
     ctx.io.out(`kvconnect serve --dry-run: valid; would serve ${parts.join(', ')}\n`);

@@ -123,7 +123,7 @@ export function registerServeCommand(program: Command, ctx: CliContext, deps: Se
     )
     .option(
       '--kv-events-config <json>',
-      'KV cache events (vLLM\'s KVEventsConfig) as JSON, e.g. \'{"enable_kv_cache_events":true,"endpoint":"tcp://*:5557"}\', or the dotted form --kv-events-config.enable_kv_cache_events true (default: none)',
+      'KV cache events (vLLM\'s KVEventsConfig) as JSON, e.g. \'{"enable_kv_cache_events":true,"endpoint":"tcp://*:5557"}\', or the dotted form --kv-events-config.enable_kv_cache_events true; without a topic, env POD_IP gives llm-d\'s kv@<POD_IP>:<port>@<model> (default: none)',
     )
     .option('--api-key <key>', 'require "Authorization: Bearer <key>" on /v1/* (default: none)')
     .option(

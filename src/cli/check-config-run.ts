@@ -82,6 +82,29 @@ async function inspectConnector(
   return report;
 }
 
+/**
+ * The model and connector checks a server makes at startup (connector name or module,
+ * extra config, the HMA rule), for an engine config with a KV transfer config; warnings are
+ * appended to `warnings`.
+ */
+export async function checkConnectorConfig(
+  engineConfig: EngineConfig,
+  warnings: string[] = [],
+): Promise<{
+  model: ModelInfo;
+  connector: ConnectorReport;
+  hma: Awaited<ReturnType<typeof resolveHybridKvCacheManager>>;
+}> {
+  const config = engineConfig.kvTransferConfig;
+  if (config === null) throw new Error('checkConnectorConfig needs an engine config with a kvTransferConfig');
+  const model = resolveModelInfo(engineConfig.model.model);
+  if (config.kv_connector === null) await KVConnectorFactory.getConnectorClass(config);
+  const connector = await inspectConnector(config, engineConfig, warnings);
+  const hma = await resolveHybridKvCacheManager(engineConfig);
+  await KVConnectorFactory.checkHMA(engineConfig, connector.className);
+  return { model, connector, hma };
+}
+
 export async function runCheckConfig(input: CheckConfigInput): Promise<CheckConfigReport> {
   const warnings: string[] = [];
   const off = onLog((r) => {
@@ -104,11 +127,7 @@ export async function runCheckConfig(input: CheckConfigInput): Promise<CheckConf
       );
     }
     const config = engineConfig.kvTransferConfig;
-    const model = resolveModelInfo(engineConfig.model.model);
-    if (config.kv_connector === null) await KVConnectorFactory.getConnectorClass(config);
-    const connector = await inspectConnector(config, engineConfig, warnings);
-    const hma = await resolveHybridKvCacheManager(engineConfig);
-    await KVConnectorFactory.checkHMA(engineConfig, connector.className);
+    const { model, connector, hma } = await checkConnectorConfig(engineConfig, warnings);
     return {
       valid: true,
       connector,

@@ -20,7 +20,7 @@ type RegisterCommand = (program: Command, ctx: CliContext) => void;
 const COMMANDS: readonly RegisterCommand[] = [
   registerCheckConfig,
   (program, ctx) => void registerServeCommand(program, ctx),
-  (program) => void registerProxyCommand(program),
+  (program, ctx) => void registerProxyCommand(program, {}, ctx),
   (program) => void registerBenchServeCommand(program),
   (program) => void registerBenchTraceCommand(program),
   registerDemoCommand,

@@ -3,8 +3,10 @@
  * snake_case fields, defaults and the derived publisher ("zmq" when events are enabled,
  * else "null"). Unknown keys are rejected, as vLLM's config classes forbid extras.
  */
+import { isIP } from 'node:net';
 import { KVError } from '../errors/kv-error.ts';
 import { getLogger } from '../logging/logger.ts';
+import { type Environment, readEnv } from '../util/envs.ts';
 import { configError, describeValue, didYouMean } from './config-error.ts';
 import { type DottedArg, deepMerge, dottedArgsToObject } from './dotted-args.ts';
 import { parseConfigJson } from './kv-transfer-config.ts';
@@ -162,4 +164,46 @@ export function warnKVEventsConfig(config: KVEventsConfigFields | null, enablePr
 /** True when events are collected and published (vLLM: enable_kv_cache_events and a non-null publisher). */
 export function kvEventsPublishing(config: KVEventsConfigFields | null | undefined): boolean {
   return !!config && config.enable_kv_cache_events && config.publisher !== 'null';
+}
+
+/**
+ * llm-d's KV-events topic, `kv@<pod-ip>:<port>@<model>`: its router subscribes to the `kv@`
+ * prefix and reads the pod (as address:port, the way it addresses endpoints) and the model
+ * back from the topic. The address is written as given, IPv6 included, as
+ * llm-d-inference-sim writes it.
+ */
+export function podKVEventsTopic(podIp: string, port: number, model: string): string {
+  return `kv@${podIp}:${port}@${model}`;
+}
+
+/**
+ * The config a server at `port` serving `model` publishes with: when events are published,
+ * the config leaves `topic` empty and `POD_IP` is set (Kubernetes' downward API), the topic
+ * is llm-d's `kv@<POD_IP>:<port>@<model>` (as llm-d-inference-sim derives it). A configured
+ * topic always wins. Port 0 (any free port) cannot be named before the server listens, so
+ * the topic stays empty, with a warning.
+ */
+export function withPodTopic(
+  config: KVEventsConfigFields | null,
+  server: { port: number; model: string },
+  env?: Environment,
+): KVEventsConfigFields | null {
+  if (!config || !kvEventsPublishing(config) || config.topic !== '') return config;
+  const podIp = (env === undefined ? readEnv('POD_IP') : readEnv('POD_IP', env))?.trim();
+  if (!podIp) return config;
+  if (isIP(podIp) === 0) {
+    throw configError(
+      'POD_IP',
+      'an IPv4 or IPv6 address (the pod address Kubernetes sets from status.podIP)',
+      podIp,
+      'Set POD_IP from the downward API (valueFrom.fieldRef.fieldPath: status.podIP), unset it, or set kv_events_config.topic yourself.',
+    );
+  }
+  if (server.port === 0) {
+    log.warn(
+      'POD_IP is set but --port is 0: the KV events topic cannot name the port before the server listens, so it stays empty. Pass --port N or set kv_events_config.topic.',
+    );
+    return config;
+  }
+  return { ...config, topic: podKVEventsTopic(podIp, server.port, server.model) };
 }

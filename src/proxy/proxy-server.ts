@@ -48,7 +48,17 @@ export function resolveProxyOptions(partial: Partial<ProxyOptions> & { port: num
   };
 }
 
-export async function startProxy(options: ProxyOptions): Promise<RunningProxy> {
+/**
+ * Every check startProxy makes before it opens a socket or calls a backend (`kvconnect proxy
+ * --dry-run`): backends given, the connector known, and for kv_aware its weights and a
+ * tokenizer that loads.
+ */
+export function validateProxyOptions(options: ProxyOptions): void {
+  checkBackends(options);
+  if (options.policy === 'kv_aware') kvAwareSettings(options);
+}
+
+function checkBackends(options: ProxyOptions): void {
   if (
     options.discoveryPort === undefined &&
     (options.decode.length === 0 || (options.prefill.length === 0 && !options.prefillFallback))
@@ -64,6 +74,10 @@ export async function startProxy(options: ProxyOptions): Promise<RunningProxy> {
       `Pass one of ${PD_CONNECTORS.join(', ')}, or leave it out to ask each backend GET /kvconnect/info.`,
     );
   }
+}
+
+export async function startProxy(options: ProxyOptions): Promise<RunningProxy> {
+  checkBackends(options);
   const metrics = new ProxyMetrics();
   const kvAware = options.policy === 'kv_aware' ? kvAwareDeps(options, metrics) : null;
   const upstream = new Upstream();
@@ -130,8 +144,11 @@ export async function startProxy(options: ProxyOptions): Promise<RunningProxy> {
   };
 }
 
-/** kv_aware's tokenizer, block index and KV event subscriptions; a bad --tokenizer fails the start-up. */
-function kvAwareDeps(options: ProxyOptions, metrics: ProxyMetrics): KvAwareDeps {
+/** kv_aware's tokenizer and cost weights; a bad --tokenizer or weight fails the start-up. */
+function kvAwareSettings(options: ProxyOptions): {
+  tokenizer: ReturnType<typeof loadTokenizer>;
+  weights: NonNullable<KvAwareDeps['weights']>;
+} {
   if (!options.tokenizer) {
     throw optionsInvalid(
       '--policy kv_aware needs --tokenizer',
@@ -146,12 +163,18 @@ function kvAwareDeps(options: ProxyOptions, metrics: ProxyMetrics): KvAwareDeps 
     ),
     runningCost: costWeight('kvAwareRunningCost', '--kv-aware-running-cost', options.kvAwareRunningCost),
   };
+  return { tokenizer: loadTokenizer(options.tokenizer), weights };
+}
+
+/** kv_aware's tokenizer, block index and KV event subscriptions. */
+function kvAwareDeps(options: ProxyOptions, metrics: ProxyMetrics): KvAwareDeps {
+  const { tokenizer, weights } = kvAwareSettings(options);
   const feed = new KvEventsFeed(new KvBlockIndex(), {
     endpoints: new Map(Object.entries(options.kvEvents ?? {})),
     blockSize: options.kvEventsBlockSize,
     hashAlgo: options.kvEventsHashAlgo,
   });
-  return { feed, hasher: new PromptBlockHasher(loadTokenizer(options.tokenizer)), metrics, weights };
+  return { feed, hasher: new PromptBlockHasher(tokenizer), metrics, weights };
 }
 
 /** A weight of kv_aware's cost: a finite number >= 0. */

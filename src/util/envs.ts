@@ -134,6 +134,11 @@ export const ENV_VARS = {
   VLLM_MORIIO_QP_PER_TRANSFER: deprecated('qp_per_transfer'),
   VLLM_MORIIO_POST_BATCH_SIZE: deprecated('post_batch_size'),
   VLLM_MORIIO_NUM_WORKERS: deprecated('num_workers'),
+  POD_IP: text(
+    'IP address',
+    'unset',
+    "The pod's address (Kubernetes downward API `status.podIP`): `kvconnect serve` publishing KV events without a `topic` uses llm-d's `kv@<POD_IP>:<port>@<served model name>`.",
+  ),
   PYTHONHASHSEED: text(
     'string',
     '`vllm-none-hash` for SHA-256 hashing, else a random per-process seed',

@@ -5,7 +5,9 @@ import {
   KV_EVENTS_CONFIG_FIELDS,
   kvEventsConfigFromCli,
   parseKVEventsConfig,
+  podKVEventsTopic,
   warnKVEventsConfig,
+  withPodTopic,
 } from '../../src/config/kv-events-config.ts';
 import { offsetEndpointPort, shouldBind } from '../../src/kv-events/endpoint.ts';
 import { captureLogs } from '../../src/logging/logger.ts';
@@ -115,4 +117,43 @@ test("endpoints: vLLM's bind-or-connect rule and the data-parallel offset", () =
   const e = kvError(() => offsetEndpointPort('ipc:///tmp/kv', 1, 'kv_events_config.endpoint'));
   assert.equal(e.message, "Invalid endpoint: must contain 'inproc' or 'tcp'");
   assert.equal(e.field, 'kv_events_config.endpoint');
+});
+
+test("POD_IP gives llm-d's topic kv@<pod-ip>:<port>@<model> when events publish without a topic", async () => {
+  const on = parseKVEventsConfig({ enable_kv_cache_events: true });
+  const server = { port: 8000, model: 'Qwen/Qwen3-0.6B' };
+  assert.equal(podKVEventsTopic('10.244.0.5', 8000, 'Qwen/Qwen3-0.6B'), 'kv@10.244.0.5:8000@Qwen/Qwen3-0.6B');
+  assert.equal(
+    withPodTopic(on, server, { POD_IP: '10.244.0.5' })?.topic,
+    'kv@10.244.0.5:8000@Qwen/Qwen3-0.6B',
+  );
+  assert.equal(withPodTopic(on, server, { POD_IP: ' fd00::7 ' })?.topic, 'kv@fd00::7:8000@Qwen/Qwen3-0.6B');
+  // Nothing to derive: POD_IP unset or empty, no config, events off, or a topic configured.
+  assert.equal(withPodTopic(on, server, {})?.topic, '');
+  assert.equal(withPodTopic(on, server, { POD_IP: '' })?.topic, '');
+  assert.equal(withPodTopic(null, server, { POD_IP: '10.0.0.1' }), null);
+  const off = parseKVEventsConfig({ enable_kv_cache_events: false });
+  assert.equal(withPodTopic(off, server, { POD_IP: '10.0.0.1' })?.topic, '');
+  const mine = parseKVEventsConfig({ enable_kv_cache_events: true, topic: 'kv@mine' });
+  assert.equal(withPodTopic(mine, server, { POD_IP: '10.0.0.1' })?.topic, 'kv@mine');
+  // The rest of the config is kept.
+  assert.deepEqual(withPodTopic(on, server, { POD_IP: '10.0.0.1' }), {
+    ...on,
+    topic: 'kv@10.0.0.1:8000@Qwen/Qwen3-0.6B',
+  });
+
+  const e = kvError(() => withPodTopic(on, server, { POD_IP: 'my-pod' }));
+  assert.equal(e.field, 'POD_IP');
+  assert.match(
+    e.message,
+    /^Invalid value for POD_IP: expected an IPv4 or IPv6 address .*, received "my-pod"$/,
+  );
+  assert.match(e.hint ?? '', /status\.podIP/);
+
+  // Port 0 is only known after listen: no topic, and a warning that says so.
+  const { records, result } = await captureLogs(() =>
+    withPodTopic(on, { port: 0, model: 'm' }, { POD_IP: '10.0.0.1' }),
+  );
+  assert.equal(result?.topic, '');
+  assert.match(records.find((r) => r.level === 'warn')?.message ?? '', /POD_IP is set but --port is 0/);
 });

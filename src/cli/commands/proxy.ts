@@ -8,6 +8,7 @@ import { normaliseUrl } from '../../proxy/backend.ts';
 import type { RunningProxy } from '../../proxy/proxy-server.ts';
 import { POLICY_NAMES, PROXY_DEFAULTS, type ProxyOptions } from '../../proxy/types.ts';
 import { PD_CONNECTORS } from '../../wire/index.ts';
+import { type CliContext, EXIT_OK, EXIT_USAGE } from '../context.ts';
 
 const collect = (value: string, previous: string[]): string[] => [...previous, value];
 
@@ -45,7 +46,11 @@ export interface ProxyCommandHooks {
   onStarted?: (proxy: RunningProxy) => void;
 }
 
-export function registerProxyCommand(program: Command, hooks: ProxyCommandHooks = {}): Command {
+export function registerProxyCommand(
+  program: Command,
+  hooks: ProxyCommandHooks = {},
+  ctx?: CliContext,
+): Command {
   return program
     .command('proxy')
     .description(
@@ -186,6 +191,10 @@ export function registerProxyCommand(program: Command, hooks: ProxyCommandHooks 
       weightArg('--kv-aware-running-cost'),
       PROXY_DEFAULTS.kvAwareRunningCost,
     )
+    .option(
+      '--dry-run',
+      'check the options as a start would (backends given, connector, kv_aware tokenizer and weights), print what would run, and exit 0 (2 when invalid) without listening or calling a backend',
+    )
     .action(async (o: Record<string, unknown>) => {
       const push: ProxyOptions['push'] = {};
       if (o['prefillEngineId'] !== undefined) push.engineId = String(o['prefillEngineId']);
@@ -225,6 +234,26 @@ export function registerProxyCommand(program: Command, hooks: ProxyCommandHooks 
         ...(o['discoveryPort'] === undefined ? {} : { discoveryPort: o['discoveryPort'] as number }),
         ...(o['moriioMode'] === undefined ? {} : { moriioMode: o['moriioMode'] as 'READ' | 'WRITE' }),
       };
+      if (o['dryRun'] === true) {
+        const { validateProxyOptions } = await import('../../proxy/proxy-server.ts');
+        const io = ctx?.io ?? {
+          out: (t: string) => void process.stdout.write(t),
+          err: (t: string) => void process.stderr.write(t),
+        };
+        let code = EXIT_OK;
+        try {
+          validateProxyOptions(options);
+          io.out(
+            `kvconnect proxy --dry-run: valid; would listen on ${options.host}:${options.port}, policy ${options.policy}, ${options.prefill.length} prefill, ${options.decode.length} decode\n`,
+          );
+        } catch (e) {
+          io.err(`${formatErrorText(e)}\n`);
+          code = EXIT_USAGE;
+        }
+        if (ctx) ctx.exitCode = code;
+        else process.exitCode = code;
+        return;
+      }
       const { startProxy } = await import('../../proxy/proxy-server.ts');
       let proxy: RunningProxy;
       try {

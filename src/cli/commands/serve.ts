@@ -7,7 +7,7 @@
 import type { Command } from 'commander';
 import { buildEmulationConfig } from '../../config/emulation-config.ts';
 import { buildEngineConfig } from '../../config/engine-config.ts';
-import { kvEventsConfigFromCli } from '../../config/kv-events-config.ts';
+import { kvEventsConfigFromCli, withPodTopic } from '../../config/kv-events-config.ts';
 import { KVTransferConfig } from '../../config/kv-transfer-config.ts';
 import { loadSimConfigFile, mergeSimConfig } from '../../config/sim-config-file.ts';
 import { buildSteering, type SteeringConfig } from '../../config/steering-options.ts';
@@ -47,6 +47,7 @@ interface ServeFlags {
   enableSleepMode?: boolean;
   enableTokenizerInfoEndpoint?: boolean;
   responseRole: string;
+  dryRun?: boolean;
   [key: string]: unknown;
 }
 
@@ -82,6 +83,36 @@ function parseIntFlag(name: string, raw: string, min: number, max: number): numb
   return n;
 }
 
+/**
+ * `serve --dry-run`: the checks a start makes before the engine loads (the model resolves, the
+ * connector and its extra config are valid for it), then one line per rank of what would run.
+ */
+async function dryRun(ctx: CliContext, host: string, port: number, ranks: EngineConfig[]): Promise<void> {
+  const first = ranks[0]!;
+  if (first.kvTransferConfig) {
+    const { checkConnectorConfig } = await import('../check-config-run.ts');
+    await checkConnectorConfig(first);
+  } else {
+    const { resolveModelInfo } = await import('../../config/model-info.ts');
+    resolveModelInfo(first.model.model);
+  }
+  const transfer = first.kvTransferConfig;
+  const { offsetEndpointPort } = await import('../../kv-events/endpoint.ts');
+  for (const [r, rank] of ranks.entries()) {
+    const events = rank.kvEventsConfig;
+    const parts = [
+      `model ${rank.model.servedModelName}`,
+      `on ${host}:${rankPort(port, r)}`,
+      transfer ? `connector ${transfer.kv_connector} (${transfer.kv_role})` : 'no KV connector',
+      events?.enable_kv_cache_events
+        ? `KV events ${offsetEndpointPort(events.endpoint, rank.parallel.dataParallelRank, 'kv_events_config.endpoint')}${events.topic ? ` topic ${events.topic}` : ''}`
+        : 'no KV events',
+    ];
+    ctx.io.out(`kvconnect serve --dry-run: valid; would serve ${parts.join(', ')}\n`);
+  }
+  ctx.exitCode = EXIT_OK;
+}
+
 export function registerServeCommand(program: Command, ctx: CliContext, deps: ServeDeps = {}): Command {
   const command = program
     .command('serve')
@@ -96,7 +127,7 @@ export function registerServeCommand(program: Command, ctx: CliContext, deps: Se
     )
     .option(
       '--kv-events-config <json>',
-      'KV cache events (vLLM\'s KVEventsConfig) as JSON, e.g. \'{"enable_kv_cache_events":true,"endpoint":"tcp://*:5557"}\', or the dotted form --kv-events-config.enable_kv_cache_events true (default: none)',
+      'KV cache events (vLLM\'s KVEventsConfig) as JSON, e.g. \'{"enable_kv_cache_events":true,"endpoint":"tcp://*:5557"}\', or the dotted form --kv-events-config.enable_kv_cache_events true; without a topic, env POD_IP gives llm-d\'s kv@<POD_IP>:<port>@<model> (default: none)',
     )
     .option('--api-key <key>', 'require "Authorization: Bearer <key>" on /v1/* (default: none)')
     .option(
@@ -124,6 +155,10 @@ export function registerServeCommand(program: Command, ctx: CliContext, deps: Se
       '--max-queue <n>',
       'requests accepted beyond --max-num-seqs before answering 503',
       String(DEFAULT_MAX_QUEUE),
+    )
+    .option(
+      '--dry-run',
+      'check the flags and configs as a start would (model, connector, KV events), print what would run, and exit 0 (2 when invalid) without loading the model or opening a port',
     );
   addEngineOptions(command);
   addEmulationOptions(command);
@@ -166,7 +201,18 @@ export function registerServeCommand(program: Command, ctx: CliContext, deps: Se
     }
     let ranks: EngineConfig[];
     try {
-      ranks = localRankConfigs(config, externalRank);
+      // Each rank publishes KV events under its own llm-d topic when POD_IP is set.
+      ranks = localRankConfigs(config, externalRank).map((rankConfig, r) => ({
+        ...rankConfig,
+        kvEventsConfig: withPodTopic(rankConfig.kvEventsConfig ?? null, {
+          port: rankPort(port, r),
+          model: rankConfig.model.servedModelName,
+        }),
+      }));
+      if (flags.dryRun) {
+        await dryRun(ctx, flags.host, port, ranks);
+        return;
+      }
     } catch (e) {
       ctx.io.err(`${formatErrorText(e)}\n`);
       ctx.exitCode = EXIT_USAGE;
@@ -214,7 +260,7 @@ export function registerServeCommand(program: Command, ctx: CliContext, deps: Se
         const events = engine.kvEventsInfo?.();
         if (events) {
           ctx.io.out(
-            `kvconnect serve: KV events on ${events.endpoint}${events.replay_endpoint ? ` (replay ${events.replay_endpoint})` : ''}\n`,
+            `kvconnect serve: KV events on ${events.endpoint}${events.topic ? ` topic ${events.topic}` : ''}${events.replay_endpoint ? ` (replay ${events.replay_endpoint})` : ''}\n`,
           );
         }
       } catch (e) {

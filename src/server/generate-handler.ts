@@ -8,6 +8,7 @@ import type { AsyncEngineLike, RequestOutputDelta } from '../engine/api.ts';
 import { formatErrorJson, KVError, toErrorCode } from '../errors/index.ts';
 import { type BodyRules, readJson, sendError, sendJson } from '../http/index.ts';
 import type { AdmissionGate } from './admission.ts';
+import { beamSearchChoices } from './beam-search.ts';
 import type { ChatTemplatePolicy } from './chat-options.ts';
 import { asBody, type Body } from './fields.ts';
 import { buildEngineRequests, runChoices } from './generation.ts';
@@ -109,7 +110,16 @@ export async function handleGenerate(
       tokenizer: ctx.engine.tokenizer,
     };
     const requests = buildEngineRequests(plan, responseId, ctx.disableRandomization);
-    const events = runChoices(ctx.engine, requests, plan.n, disconnect.signal);
+    const events = plan.beamSearch
+      ? beamSearchChoices(
+          ctx.engine,
+          plan,
+          plan.beamSearch,
+          responseId,
+          ctx.disableRandomization,
+          disconnect.signal,
+        )
+      : runChoices(ctx.engine, requests, plan.n, disconnect.signal);
     const choices = plan.stream
       ? kind === 'responses'
         ? await streamResponses(rctx, events, res, headers, failureOf)

@@ -59,6 +59,46 @@ export interface GenerationPlan {
   returnTokensAsTokenIds: boolean;
   /** Responses API: the request fields its Response object repeats. */
   responses?: ResponsesEcho;
+  /** use_beam_search: the choices are the n best beams (beam-search.ts). */
+  beamSearch: BeamSearchOptions | null;
+}
+
+/** vLLM's max_logprobs: a beam search step asks for 2·width of them. */
+export const MAX_BEAM_WIDTH = 10;
+
+export interface BeamSearchOptions {
+  /** The request's n. */
+  width: number;
+  lengthPenalty: number;
+  /** include_stop_str_in_output: a beam ended by EOS keeps the EOS token. */
+  includeStopStrInOutput: boolean;
+}
+
+/** use_beam_search with n as the width, length_penalty (default 1) and include_stop_str_in_output. */
+function readBeamSearch(body: Body, n: number, promptLogprobs: number | null): BeamSearchOptions | null {
+  if (optBool(body, 'use_beam_search') !== true) return null;
+  if (n > MAX_BEAM_WIDTH)
+    throw invalid(
+      'n',
+      `at most ${MAX_BEAM_WIDTH} with use_beam_search (each step asks for 2·n logprobs, at most 20)`,
+      n,
+    );
+  for (const [field, present] of [
+    ['kv_transfer_params', body['kv_transfer_params'] !== undefined && body['kv_transfer_params'] !== null],
+    ['prompt_logprobs', promptLogprobs !== null],
+  ] as const) {
+    if (present)
+      throw badRequest(
+        `${field} cannot be combined with use_beam_search on this server.`,
+        field,
+        `Drop ${field}, or use_beam_search.`,
+      );
+  }
+  return {
+    width: n,
+    lengthPenalty: optNumber(body, 'length_penalty') ?? 1,
+    includeStopStrInOutput: optBool(body, 'include_stop_str_in_output') ?? false,
+  };
 }
 
 /** The request fields a Responses API Response object repeats (responses-api.ts). */
@@ -313,6 +353,7 @@ function buildPlan(
     chatEchoText: promptOptions.chatEchoText,
     responseRole: promptOptions.responseRole ?? DEFAULT_RESPONSE_ROLE,
     returnTokensAsTokenIds,
+    beamSearch: readBeamSearch(body, n, promptOptions.promptLogprobs),
   };
 }
 

@@ -57,12 +57,6 @@ export function refuseUnsupported(body: Body, kind: 'completion' | 'chat'): void
         `Leave ${field} out; XGrammar does not run under Node here.`,
       );
   }
-  if (body['use_beam_search'] === true)
-    throw badRequest(
-      'use_beam_search is not supported by this server.',
-      'use_beam_search',
-      'Leave use_beam_search out; use n with a seed for several candidates.',
-    );
   if (kind === 'chat') refuseToolCalls(body);
 }
 

@@ -204,7 +204,7 @@ test("vLLM's 400s: suffix, stream_options without stream, seed outside int64, au
   );
   await refused('/v1/completions', { prompt: 'x', guided_json: { type: 'object' } }, 'guided_json');
   await refused('/v1/completions', { prompt: 'x', structured_outputs: { json: {} } }, 'structured_outputs');
-  await refused('/v1/completions', { prompt: 'x', use_beam_search: true }, 'use_beam_search');
+  await refused('/v1/completions', { prompt: 'x', use_beam_search: true, n: 11 }, 'n');
   await refused('/v1/chat/completions', { messages, continue_final_message: true }, 'continue_final_message');
   const none = await postJson(`${served.url}/v1/chat/completions`, {
     messages,

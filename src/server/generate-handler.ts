@@ -10,6 +10,7 @@ import { type BodyRules, readJson, sendError, sendJson } from '../http/index.ts'
 import type { AdmissionGate } from './admission.ts';
 import { beamSearchChoices } from './beam-search.ts';
 import type { ChatTemplatePolicy } from './chat-options.ts';
+import { engineForRequest } from './data-parallel-rank.ts';
 import { asBody, type Body } from './fields.ts';
 import { buildEngineRequests, runChoices } from './generation.ts';
 import { needsRejectionNotice } from './kv-transfer-params.ts';
@@ -39,6 +40,8 @@ import { SseWriter } from './sse.ts';
 
 export interface GenerateHandlerContext {
   engine: AsyncEngineLike;
+  /** The process's in-process data-parallel engines, for `X-data-parallel-rank` ([] or [engine]: none). */
+  dataParallelEngines?: readonly AsyncEngineLike[];
   servedModelName: string;
   gate: AdmissionGate;
   body: BodyRules;
@@ -71,6 +74,7 @@ export async function handleGenerate(
   res.setHeader('x-request-id', externalId);
   let body: Body | undefined;
   let plan: GenerationPlan;
+  let engine = ctx.engine;
   try {
     body = asBody(preread ?? (await readJson(req, ctx.body)));
     // vLLM's tokens endpoint names the request by the header, else by the body's request_id.
@@ -80,12 +84,13 @@ export async function handleGenerate(
       responseId = `${RESPONSE_ID_PREFIX[kind]}-${externalId}`;
       res.setHeader('x-request-id', externalId);
     }
+    engine = engineForRequest(req, ctx.engine, ctx.dataParallelEngines ?? []);
     plan = kind === 'responses' ? parseResponses(ctx, body, externalId) : parse(ctx, kind, body);
     ctx.gate.acquire(plan.prompts.length * plan.n);
   } catch (e) {
     if (body && needsRejectionNotice(body['kv_transfer_params'])) {
       void notifyKvTransferRequestRejected(
-        ctx.engine,
+        engine,
         internalRequestId(responseId, ctx.disableRandomization),
         body['kv_transfer_params'],
       );
@@ -112,14 +117,14 @@ export async function handleGenerate(
     const requests = buildEngineRequests(plan, responseId, ctx.disableRandomization);
     const events = plan.beamSearch
       ? beamSearchChoices(
-          ctx.engine,
+          engine,
           plan,
           plan.beamSearch,
           responseId,
           ctx.disableRandomization,
           disconnect.signal,
         )
-      : runChoices(ctx.engine, requests, plan.n, disconnect.signal);
+      : runChoices(engine, requests, plan.n, disconnect.signal);
     const choices = plan.stream
       ? kind === 'responses'
         ? await streamResponses(rctx, events, res, headers, failureOf)

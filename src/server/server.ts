@@ -67,6 +67,11 @@ export interface ServerOptions extends SteeringOptions {
   enableSleepMode?: boolean;
   /** --response-role: the answer's role when add_generation_prompt is true (default "assistant"). */
   responseRole?: string;
+  /**
+   * `serve --data-parallel-size N`: the process's N engines (this one among them); a request's
+   * `X-data-parallel-rank` header runs it on the engine of that rank (src/server/data-parallel-rank.ts).
+   */
+  dataParallelEngines?: readonly AsyncEngineLike[];
 }
 
 export interface ListeningAddress {
@@ -118,6 +123,7 @@ export function createServer(options: ServerOptions): KVServer {
   };
   const ctx: GenerateHandlerContext = {
     engine,
+    dataParallelEngines: options.dataParallelEngines ?? [],
     servedModelName,
     gate,
     body: {

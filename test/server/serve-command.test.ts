@@ -191,7 +191,7 @@ test('--config: a sim option kvconnect does not implement, and a duration withou
   assert.match(unitless.err, /Invalid value for inter-token-latency: expected a duration/);
 });
 
-test('--data-parallel-size N: N engines in one process, rank r on port + r with KV events on their port + r', async () => {
+test('--data-parallel-size N: N engines in one process, rank r on port + r with KV events on their port + r; X-data-parallel-rank pins', async () => {
   const zmqBase = 23000 + Math.floor(Math.random() * 20000);
   const ranks: number[] = [];
   const events = JSON.stringify({ enable_kv_cache_events: true, endpoint: `tcp://127.0.0.1:${zmqBase}` });
@@ -238,6 +238,42 @@ test('--data-parallel-size N: N engines in one process, rank r on port + r with 
       });
       assert.equal(res.status, 200);
     }
+
+    // X-data-parallel-rank pins a request to that rank's engine, whichever port it reached.
+    const [url0, url1] = urls.map((m) => m[2] as string) as [string, string];
+    const generated = async (url: string): Promise<number> => {
+      const text = await (await fetch(`${url}/metrics`)).text();
+      const line = text.split('\n').find((l) => l.startsWith('vllm:generation_tokens_total{'));
+      return Number(line?.split(' ').at(-1));
+    };
+    const post = (rank: string, maxTokens = 5) =>
+      fetch(`${url0}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'X-data-parallel-rank': rank },
+        body: JSON.stringify({ model: 'tiny', prompt: 'hi', max_tokens: maxTokens, ignore_eos: true }),
+      });
+    const before = [await generated(url0), await generated(url1)];
+    assert.equal((await post('1')).status, 200);
+    assert.deepEqual([await generated(url0), await generated(url1)], [before[0], (before[1] ?? 0) + 5]);
+    assert.equal((await post(' +0 ', 3)).status, 200);
+    assert.deepEqual(
+      [await generated(url0), await generated(url1)],
+      [(before[0] ?? 0) + 3, (before[1] ?? 0) + 5],
+    );
+    // vLLM ignores a value int() cannot parse: the receiving rank serves it.
+    assert.equal((await post('one', 2)).status, 200);
+    assert.equal(await generated(url0), (before[0] ?? 0) + 5);
+    // A rank outside [0, data_parallel_size) is vLLM's 400, and the server keeps serving.
+    for (const rank of ['2', '-1']) {
+      const res = await post(rank);
+      assert.equal(res.status, 400);
+      const body = (await res.json()) as { error: { message: string; type: string; code: number } };
+      assert.equal(body.error.message, `data_parallel_rank ${rank} is out of range [0, 2).`);
+      assert.equal(body.error.type, 'BadRequestError');
+      assert.equal(body.error.code, 400);
+    }
+    assert.equal((await post('1', 1)).status, 200);
+    assert.equal(await generated(url1), (before[1] ?? 0) + 6);
   } finally {
     server.stop();
   }

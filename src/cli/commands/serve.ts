@@ -248,6 +248,7 @@ export function registerServeCommand(program: Command, ctx: CliContext, deps: Se
         enableSleepMode: flags.enableSleepMode === true,
         enableTokenizerInfoEndpoint: flags.enableTokenizerInfoEndpoint === true,
         responseRole: flags.responseRole,
+        dataParallelEngines: engines,
       });
       const rankPortNumber = rankPort(port, r);
       try {

@@ -7,10 +7,12 @@
  */
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import { pythonStr } from '../config/config-error.ts';
+import type { EmulationConfig } from '../config/emulation-config.ts';
 import type { CacheConfig } from '../config/types.ts';
 import type { ConnectorMetricSpec } from '../connector/metric-specs.ts';
 import type { EngineStats, IterationStats } from '../engine/api.ts';
 import { ConnectorMetrics } from './connector-metrics.ts';
+import { registerEmulationMetrics } from './emulation-metrics.ts';
 import { buckets125, IterationMetrics } from './iteration-metrics.ts';
 import { toPythonExposition } from './python-exposition.ts';
 
@@ -56,6 +58,8 @@ export interface ServerMetricsOptions {
   connectorMetrics: readonly ConnectorMetricSpec[];
   /** Reads the engine's stats; called once per scrape. */
   readStats: () => EngineStats;
+  /** The emulated deployment, stated as kvconnect:* series (none when not emulating). */
+  emulation?: EmulationConfig | null;
 }
 
 /** vLLM's cache_config_info labels for kvconnect's cache config (Python str() of each value). */
@@ -158,6 +162,7 @@ export class ServerMetrics {
       labelNames: Object.keys(info),
       registers,
     }).set(info, 1);
+    registerEmulationMetrics(this.registry, labels, options.emulation ?? null);
     this.#connector =
       options.connectorMetrics.length > 0
         ? new ConnectorMetrics(this.registry, options.connectorMetrics, labels)

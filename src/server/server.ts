@@ -111,6 +111,7 @@ export function createServer(options: ServerOptions): KVServer {
     ...metricsInfo,
     connectorMetrics: engine.kvConnectorMetricSpecs?.() ?? [],
     readStats: () => engine.stats(),
+    emulation: engine.config.emulation ?? null,
   });
   const unsubscribe = engine.onIterationStats?.((stats) => metrics.recordIteration(stats)) ?? null;
   const steering = createSteering(engine, options, metricsInfo);

@@ -31,6 +31,8 @@ export class Backend {
   registration: Registration | null = null;
   /** Date.now() when it last answered a proxied request (passive health). */
   answeredAt = 0;
+  /** A request is trying this backend while it is marked down (src/proxy/failover.ts, prefill panic). */
+  trial = false;
   #dpCursor = 0;
 
   constructor(url: string, role: BackendRole, source: 'cli' | 'discovery', healthy = false) {

@@ -152,15 +152,18 @@ export class RequestFailover {
   }
 
   /**
-   * The prefill instances this request may still try. With the fallback on, only healthy
-   * ones: a decode instance prefilling alone is a surer bet than a prefill instance marked
-   * down. Without it, every one is tried before answering 503 (panic routing).
+   * The prefill instances this request may still try: the healthy ones; when every one is
+   * marked down, those too (panic routing), so a restarted server is used by the first
+   * request that reaches it. Without the fallback, every request tries them before answering
+   * 503. With it, a request that finds one refusing falls back to local prefill, but a down
+   * instance may also be a host that does not answer at all (a connect timeout before the
+   * fallback): so only one request at a time tries each, and the others fall back at once.
    */
   #prefills(): Backend[] {
     const { pool, options } = this.#deps;
-    return options.prefillFallback
-      ? pool.healthy('prefill').filter((b) => !this.#failedPrefill.has(b))
-      : pool.candidates('prefill', this.#failedPrefill);
+    const candidates = pool.candidates('prefill', this.#failedPrefill);
+    if (!options.prefillFallback) return candidates;
+    return candidates.filter((b) => b.healthy || !b.trial);
   }
 
   #localSource(): DecodeSource {
@@ -233,10 +236,16 @@ export class RequestFailover {
       const prefills = this.#prefills();
       const prefill = policy.select('prefill', prefills, this.#r.ctx);
       const decode = this.#pickDecode();
-      const result = await this.#planAndPrefill(prefill, decode).catch((e: unknown) => {
-        decode.inFlight -= 1;
-        throw e;
-      });
+      const trial = !prefill.healthy && options.prefillFallback;
+      if (trial) prefill.trial = true;
+      const result = await this.#planAndPrefill(prefill, decode)
+        .catch((e: unknown) => {
+          decode.inFlight -= 1;
+          throw e;
+        })
+        .finally(() => {
+          if (trial) prefill.trial = false;
+        });
       if (result.kind !== 'ok') decode.inFlight -= 1;
       if (result.kind === 'answered') return null;
       if (result.kind === 'ok') return result.leg;

@@ -50,18 +50,42 @@ describe('prefill fallback', () => {
     });
   });
 
-  test('P refuses connections: fallback, and P is marked down (later requests skip it)', async () => {
+  test('P refuses connections: fallback, and P is marked down (a later request tries it again first)', async () => {
     const p = await UpstreamDouble.start(prefillResponder());
     const d = await UpstreamDouble.start(decodeResponder());
-    await withProxy([p], [d], { healthIntervalMs: 60_000 }, async (url) => {
+    await withProxy([p], [d], { healthIntervalMs: 60_000, unhealthyIntervalMs: 0 }, async (url) => {
       await p.close();
       assert.equal((await send(url)).status, 200);
       assert.equal((await send(url)).status, 200);
       assert.equal(d.completions().length, 2);
-      assert.equal(await metric(url, 'kvconnect:proxy_prefill_fallbacks_total', 'reason="connect"'), 1);
-      assert.equal(await metric(url, 'kvconnect:proxy_prefill_fallbacks_total', 'reason="no_prefill"'), 1);
+      // The second request tried the prefill server marked down (panic), was refused, fell back.
+      assert.equal(await metric(url, 'kvconnect:proxy_prefill_fallbacks_total', 'reason="connect"'), 2);
       const health = (await (await fetch(`${url}/health`)).json()) as Record<string, unknown>;
       assert.deepEqual(health, { status: 'ok', prefill_instances: 0, decode_instances: 1 });
+    });
+  });
+
+  test('every P marked down: one request at a time tries it, the others fall back at once', async () => {
+    // P fails its health checks but serves, slowly: the first request's trial is still running
+    // when the next ones arrive.
+    const p = await UpstreamDouble.start(prefillResponder(300));
+    p.healthy = false;
+    const d = await UpstreamDouble.start(decodeResponder());
+    await withProxy([p], [d], { healthIntervalMs: 60_000, unhealthyIntervalMs: 0 }, async (url, proxy) => {
+      await proxy.pool.checkAll();
+      assert.equal(proxy.pool.healthy('prefill').length, 0);
+      const first = send(url);
+      await sleep(50);
+      const rest = await Promise.all([send(url), send(url)]);
+      assert.deepEqual(
+        rest.map((r) => r.status),
+        [200, 200],
+      );
+      assert.equal(p.completions().length, 1, 'only the first request tried the prefill server');
+      assert.equal(await metric(url, 'kvconnect:proxy_prefill_fallbacks_total', 'reason="no_prefill"'), 2);
+      assert.equal((await first).status, 200);
+      assert.equal(proxy.pool.healthy('prefill').length, 1, 'its answer marked it up');
+      assert.equal(await metric(url, 'kvconnect:proxy_requests_total', 'flow="disaggregated"'), 1);
     });
   });
 

@@ -5,7 +5,7 @@
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { resolveProxyOptions, startProxy } from '../../../src/proxy/index.ts';
+import { type RunningProxy, resolveProxyOptions, startProxy } from '../../../src/proxy/index.ts';
 import type { ProxyOptions } from '../../../src/proxy/types.ts';
 
 export interface Received {
@@ -160,13 +160,13 @@ export async function withProxy(
   p: UpstreamDouble[],
   d: UpstreamDouble[],
   extra: Partial<ProxyOptions>,
-  fn: (url: string) => Promise<void>,
+  fn: (url: string, proxy: RunningProxy) => Promise<void>,
 ): Promise<void> {
   const proxy = await startProxy(
     resolveProxyOptions({ prefill: p.map((x) => x.url), decode: d.map((x) => x.url), port: 0, ...extra }),
   );
   try {
-    await fn(proxy.url);
+    await fn(proxy.url, proxy);
   } finally {
     await proxy.close();
     for (const x of [...p, ...d]) await x.close();

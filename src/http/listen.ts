@@ -16,13 +16,32 @@ export interface HttpListener {
 
 /**
  * Idle keep-alive connections stay open this long: longer than any client here keeps one
- * idle (the proxy: 4 s), so a client never sends a request on a socket the server is closing
- * at that moment (Node's default of 5 s races the proxy's reuse under load: "other side closed").
+ * idle (the proxy and Node's fetch: 4 s), so a client never sends a request on a socket the
+ * server is closing at that moment (Node's default of 5 s races the proxy's reuse under load:
+ * "other side closed").
  */
 export const KEEP_ALIVE_TIMEOUT_MS = 65_000;
 
+/**
+ * Node advertises its idle timeout (`Keep-Alive: timeout=N`), and undici (Node's fetch) then
+ * keeps an idle connection until N − 2 s, checked on a coarse timer: the client's last reuse
+ * and the server's close are then a second or two apart, and an event loop that stalls that
+ * long (a loaded machine) lets a request go out on a connection the server is closing — lost
+ * unprocessed, a POST the client cannot retry ("fetch failed"). So keep-alive is granted
+ * without the hint (as uvicorn, vLLM's server, does): clients use their own idle timeout
+ * (undici: 4 s), far below the server's.
+ */
+function withoutKeepAliveHint(listener: Listener): Listener {
+  return (req, res) => {
+    const connection = req.headers.connection;
+    if (req.httpVersion === '1.1' && (connection === undefined || !/\bclose\b/i.test(connection)))
+      res.setHeader('connection', 'keep-alive');
+    listener(req, res);
+  };
+}
+
 export function createHttpServer(listener: Listener): Server {
-  const server = createServer(listener);
+  const server = createServer(withoutKeepAliveHint(listener));
   server.keepAliveTimeout = KEEP_ALIVE_TIMEOUT_MS;
   // Malformed HTTP gets a 400 and the socket closes, instead of Node's silent reset on some errors.
   server.on('clientError', (_err, socket) => {

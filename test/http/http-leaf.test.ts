@@ -160,4 +160,35 @@ describe('src/http: one request/response convention for server and proxy', () =>
     assert.equal(total, CHUNKS * CHUNK);
     assert.equal(written, CHUNKS);
   });
+
+  test('keep-alive is granted without a Keep-Alive hint, so a client idles less than the server', async () => {
+    let connections = 0;
+    const count = (): void => {
+      connections++;
+    };
+    running.server.on('connection', count);
+    try {
+      for (let i = 0; i < 3; i++) {
+        const res = await fetch(`${url}/echo`, { method: 'POST', body: JSON.stringify({ i }) });
+        assert.equal(res.status, 200);
+        await res.json();
+        assert.equal(res.headers.get('connection'), 'keep-alive');
+        // No `Keep-Alive: timeout=65`: undici would then keep an idle connection until 63 s
+        // and reuse it a loaded second or two before the server closes it.
+        assert.equal(res.headers.get('keep-alive'), null);
+      }
+      assert.ok(connections <= 1, `${connections} connections for 3 sequential requests: kept alive`);
+      const closing = await new Promise<{ connection: unknown; keepAlive: unknown }>((resolve, reject) => {
+        const req = request(`${url}/echo`, { method: 'POST', headers: { connection: 'close' } }, (res) => {
+          res.resume();
+          resolve({ connection: res.headers.connection, keepAlive: res.headers['keep-alive'] });
+        });
+        req.on('error', reject);
+        req.end('{}');
+      });
+      assert.deepEqual(closing, { connection: 'close', keepAlive: undefined });
+    } finally {
+      running.server.off('connection', count);
+    }
+  });
 });

@@ -85,7 +85,10 @@ async function send(url: string, r: SoakRequest, check: boolean, checked: Checke
   try {
     return await exchange(url, r, check, checked);
   } catch (e) {
-    return `request failed: ${String(e)}`;
+    // fetch's own message ("fetch failed", "terminated") hides what happened: name the cause.
+    const cause = (e as { cause?: { code?: unknown; message?: unknown } }).cause;
+    const why = cause ? ` (cause: ${String(cause.code ?? '')} ${String(cause.message ?? cause)})` : '';
+    return `request failed: ${String(e)}${why}`;
   }
 }
 

@@ -10,8 +10,9 @@ import type { ServerResponse } from 'node:http';
 import { formatErrorJson } from '../errors/index.ts';
 import { writeChunk } from '../http/index.ts';
 import type { RetryReason } from './proxy-metrics.ts';
+import type { Json } from './request-shaping.ts';
 import type { StreamSplice } from './stream-resume.ts';
-import { sseData } from './stream-resume.ts';
+import { eventError, sseData } from './stream-resume.ts';
 import type { UpstreamResponse } from './upstream.ts';
 
 /** Our servers' code for a failed KV load under kv_load_failure_policy=fail. */
@@ -123,6 +124,14 @@ async function passThrough(up: UpstreamResponse, out: ClientOut): Promise<RelayO
   } catch (e) {
     return failure('interrupted', `its stream broke off before its first byte (${(e as Error).message})`);
   }
+  if (next.done) return failure('interrupted', 'its stream ended before its first event');
+  // A stream that opens with an error event (a failed KV load) has not started: retry it.
+  const opening = firstEventError(next.value);
+  if (opening !== null) {
+    up.body.destroy();
+    const reason = opening.code === KV_LOAD_FAILED ? 'kv_load' : 'status';
+    return failure(reason, `sent an error event: ${opening.message}`);
+  }
   try {
     while (!next.done) {
       await out.events([next.value]);
@@ -134,6 +143,18 @@ async function passThrough(up: UpstreamResponse, out: ClientOut): Promise<RelayO
   }
   out.end();
   return { ok: true };
+}
+
+/** The error of a first chunk that opens with an SSE error event (`data: {"error": ...}`), else null. */
+function firstEventError(chunk: Uint8Array): { code: string | undefined; message: string } | null {
+  const text = Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength).toString();
+  const match = /^data: ?(\{"error".*?)\r?\n\r?\n/s.exec(text);
+  if (!match) return null;
+  try {
+    return eventError(JSON.parse(match[1]!) as Json);
+  } catch {
+    return null;
+  }
 }
 
 async function spliced(up: UpstreamResponse, out: ClientOut, splice: StreamSplice): Promise<RelayOutcome> {

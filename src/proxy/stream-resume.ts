@@ -58,10 +58,17 @@ const COMPLETIONS_DEFAULT_MAX_TOKENS = 16;
 
 export type StreamKind = 'completion' | 'chat';
 
+/** Penalties that count only output tokens: a continuation sees the sent tokens as prompt. */
+const OUTPUT_PENALTY_KEYS = ['presence_penalty', 'frequency_penalty'] as const;
+
 /**
  * Why a stream of this body cannot be resumed, or null when it can: several choices or
- * prompts, a grammar, or chat logprobs (the completions endpoint's logprobs have another
- * shape).
+ * prompts (each choice is its own stream), a grammar or tools (the server's parser state
+ * cannot be carried over), chat logprobs (the completions endpoint names each token by its
+ * text in a dict; the chat shape's ordered entries and bytes cannot be rebuilt exactly from
+ * it), or a presence or frequency penalty (they count only output tokens, so the
+ * continuation would sample from other logits, greedy included). Such a stream is failed
+ * over only before its first event reaches the client.
  */
 export function notResumable(kind: StreamKind, body: Json): string | null {
   if (body['stream'] !== true) return 'not streamed';
@@ -74,8 +81,10 @@ export function notResumable(kind: StreamKind, body: Json): string | null {
   const prompt = body['prompt'];
   if (kind === 'completion' && Array.isArray(prompt) && prompt.some((p) => typeof p !== 'number'))
     return 'several prompts';
-  const minTokens = body['min_tokens'];
-  if (typeof minTokens === 'number' && minTokens > 0) return 'min_tokens is set';
+  for (const key of OUTPUT_PENALTY_KEYS) {
+    const value = body[key];
+    if (typeof value === 'number' && value !== 0) return `${key} is set`;
+  }
   return null;
 }
 
@@ -103,6 +112,16 @@ export async function* sseData(body: AsyncIterable<Uint8Array>): AsyncGenerator<
       end = buffered.search(/\r?\n\r?\n/);
     }
   }
+}
+
+/** The error an SSE event carries (a server ending its stream on a failure), or null. */
+export function eventError(event: Json): { code: string | undefined; message: string } | null {
+  const error = event['error'] as { kvconnect_code?: unknown; message?: unknown } | undefined;
+  if (!error || typeof error !== 'object') return null;
+  return {
+    code: typeof error.kvconnect_code === 'string' ? error.kvconnect_code : undefined,
+    message: typeof error.message === 'string' ? error.message : JSON.stringify(error),
+  };
 }
 
 /** What one upstream event means for the client stream. */
@@ -182,14 +201,8 @@ export class StreamSplice {
       this.#tracked = false;
       return this.#forward(data, true);
     }
-    const error = event['error'] as { kvconnect_code?: unknown; message?: unknown } | undefined;
-    if (error && typeof error === 'object') {
-      return {
-        kind: 'error',
-        code: typeof error.kvconnect_code === 'string' ? error.kvconnect_code : undefined,
-        message: typeof error.message === 'string' ? error.message : JSON.stringify(error),
-      };
-    }
+    const error = eventError(event);
+    if (error) return { kind: 'error', ...error };
     const choices = Array.isArray(event['choices']) ? (event['choices'] as Json[]) : [];
     const choice = choices[0];
     if (choice === undefined) {
@@ -235,8 +248,11 @@ export class StreamSplice {
     const base: Json = {};
     if (this.kind === 'completion') Object.assign(base, this.#body);
     else for (const key of SAMPLING_KEYS) if (this.#body[key] !== undefined) base[key] = this.#body[key];
-    for (const key of ['kv_transfer_params', 'echo', 'max_completion_tokens', 'n', 'suffix'])
+    for (const key of ['kv_transfer_params', 'echo', 'max_completion_tokens', 'n', 'suffix', 'min_tokens'])
       delete base[key];
+    // min_tokens holds back EOS and stop tokens while the output is shorter: what is left of it.
+    const minTokens = numberOr(this.#body['min_tokens'], 0) - this.#emitted.length;
+    if (minTokens > 0) base['min_tokens'] = minTokens;
     return {
       body: { ...base, prompt, max_tokens: remaining, stream: true, return_token_ids: true },
     };

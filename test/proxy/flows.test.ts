@@ -91,6 +91,7 @@ describe('NIXL pull flow', () => {
       max_completion_tokens: 1,
       stream: false,
       temperature: 0,
+      return_token_ids: true,
       kv_transfer_params: {
         do_remote_decode: true,
         do_remote_prefill: false,
@@ -100,7 +101,12 @@ describe('NIXL pull flow', () => {
         remote_port: null,
       },
     });
-    assert.deepEqual(dReq!.body, { ...CLIENT_BODY, kv_transfer_params: P_RETURNED_PARAMS });
+    // A resumable stream asks for token ids (docs/proxy.md#failover); P's leg is a copy.
+    assert.deepEqual(dReq!.body, {
+      ...CLIENT_BODY,
+      return_token_ids: true,
+      kv_transfer_params: P_RETURNED_PARAMS,
+    });
     assert.equal(pReq!.headers['x-request-id'], 'client-id-1');
     assert.equal(dReq!.headers['x-request-id'], 'client-id-1');
     assert.ok(dReq!.at >= pReq!.at, 'D starts after P');

@@ -211,6 +211,91 @@ describe('streams that fail mid-way', () => {
     });
   }
 
+  test('min_tokens: the continuation carries what is left of it', async () => {
+    for (const [minTokens, left] of [
+      [5, 2],
+      [2, undefined],
+    ] as const) {
+      const p = await UpstreamDouble.start(prefillResponder());
+      const dying = await UpstreamDouble.start(tokenStream('completion', 3));
+      const d = await UpstreamDouble.start(tokenStream('completion', null));
+      await withProxy([p], [dying, d], FAULTY_FIRST, async (url) => {
+        const res = await send(url, { prompt: 'Hi', stream: true, temperature: 0, min_tokens: minTokens });
+        assert.equal((await readStream(res)).text, 't0 t1 t2 t3 t4 t5 ');
+        const cont = d.completions()[0]!;
+        assert.deepEqual(cont.body['prompt'], [...PROMPT_IDS, 100, 101, 102]);
+        assert.equal(cont.body['min_tokens'], left, `min_tokens ${minTokens} after 3 tokens`);
+      });
+    }
+  });
+
+  /** Streams the proxy does not resume (docs/proxy.md#failover), and why. */
+  const NOT_RESUMED: Array<[string, 'completion' | 'chat', Record<string, unknown>]> = [
+    ['n > 1', 'completion', { prompt: 'Hi', n: 2 }],
+    ['several prompts', 'completion', { prompt: ['Hi', 'Ho'] }],
+    [
+      'tools',
+      'chat',
+      {
+        messages: [{ role: 'user', content: 'Hi' }],
+        tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object' } } }],
+      },
+    ],
+    ['chat logprobs', 'chat', { messages: [{ role: 'user', content: 'Hi' }], logprobs: true }],
+    ['presence_penalty', 'completion', { prompt: 'Hi', presence_penalty: 0.5 }],
+    ['frequency_penalty', 'chat', { messages: [{ role: 'user', content: 'Hi' }], frequency_penalty: 0.5 }],
+  ];
+  for (const [what, kind, input] of NOT_RESUMED) {
+    test(`not resumed, ${what}: failed over before its first event, cut after it`, async () => {
+      const route = kind === 'chat' ? '/v1/chat/completions' : '/v1/completions';
+      // Before the first event: the first decode instance drops the stream, or opens it with
+      // a failed KV load; either way the other one serves the request whole.
+      // (A failed KV load is the KV's fault, not the instance's: the retry may come back to it.)
+      let failedLoads = 0;
+      const kvLoadFailedOnce = async (rec: Received, res: ServerResponse): Promise<void> => {
+        if (failedLoads++ > 0) return tokenStream(kind, null)(rec, res);
+        const error = {
+          message: 'KV load failed',
+          type: 'InternalServerError',
+          code: 500,
+          kvconnect_code: 'KV_LOAD_FAILED',
+        };
+        await sse(res, [{ error }], true);
+      };
+      for (const first of [tokenStream('completion', 0), kvLoadFailedOnce]) {
+        const p = await UpstreamDouble.start(prefillResponder());
+        const dying = await UpstreamDouble.start(first);
+        const d = await UpstreamDouble.start(tokenStream(kind, null));
+        await withProxy([p], [dying, d], FAULTY_FIRST, async (url) => {
+          const res = await send(url, { ...input, stream: true, temperature: 0 }, route);
+          const read = await readStream(res);
+          assert.match(read.raw, /data: \[DONE\]/);
+          assert.equal(read.text, 't0 t1 t2 t3 t4 t5 ');
+          assert.ok(dying.completions().length > 0, 'the first decode instance was tried');
+          if (first === kvLoadFailedOnce) {
+            assert.equal(dying.completions().length + d.completions().length, 2, 'one failed leg, one retry');
+            assert.equal(await retries(url, 'decode', 'kv_load'), 1);
+          } else {
+            assert.equal(d.completions().length, 1, 'retried on the other decode instance');
+          }
+          assert.equal(dying.completions()[0]!.body['return_token_ids'], undefined, 'no ids asked');
+        });
+      }
+      // After its first event: the client's stream ends where the decode instance's broke.
+      const p = await UpstreamDouble.start(prefillResponder());
+      const dying = await UpstreamDouble.start(tokenStream(kind, 3));
+      const d = await UpstreamDouble.start(tokenStream(kind, null));
+      await withProxy([p], [dying, d], FAULTY_FIRST, async (url) => {
+        const res = await send(url, { ...input, stream: true, temperature: 0 }, route);
+        const raw = await res.text().catch(() => '');
+        assert.match(raw, /t2 /);
+        assert.doesNotMatch(raw, /\[DONE\]|t3 /);
+        assert.equal(d.completions().length, 0, 'no continuation');
+        assert.equal(await retries(url, 'resume', 'interrupted'), 0);
+      });
+    });
+  }
+
   test('--no-stream-resume: the stream ends where the decode instance died', async () => {
     const p = await UpstreamDouble.start(prefillResponder());
     const dying = await UpstreamDouble.start(tokenStream('completion', 3));

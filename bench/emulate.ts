@@ -11,8 +11,9 @@
  * - ITL against batch size at a fixed context (roofline, llama-3.1-8b on h100);
  * - P/D: a decode server's TTFT with an emulated link (--kv-link) against the same pair
  *   without it, alternating, for Llama-3.1-8B-size KV (/16);
- * - replicas per box: N in-process ranks (--data-parallel-size), one closed-loop stream each,
- *   ITL against the model and memory per replica.
+ * - replicas per box: N in-process ranks (--data-parallel-size) behind one port, one
+ *   closed-loop stream each (pinned by X-data-parallel-rank), ITL against the model (±5%)
+ *   and memory per replica.
  *
  *   npm run bench -- emulate [--rounds 5] [--requests 4] [--tokens 24]
  */
@@ -23,7 +24,7 @@ import { Agent } from 'undici';
 import { type RequestResult, sendStreaming } from '../src/bench-serve/sse-client.ts';
 import { buildEmulationConfig } from '../src/config/emulation-config.ts';
 import { loadSimConfigFile } from '../src/config/sim-config-file.ts';
-import { type ServeProcess, startServe, waitHealthy } from '../src/demo/processes.ts';
+import { type ServeProcess, startServe } from '../src/demo/processes.ts';
 import { createStepTimeModel } from '../src/engine/timing/emulation.ts';
 import { type StepBatch, scheduledSeq } from '../src/engine/timing/step-batch.ts';
 import { setLogLevel } from '../src/logging/logger.ts';
@@ -64,6 +65,7 @@ async function stream(
   promptIds: number[],
   maxTokens: number,
   extra: Record<string, unknown> = {},
+  headers: Record<string, string> = {},
 ): Promise<RequestResult> {
   const r = await sendStreaming({
     url: `${baseUrl}/v1/completions`,
@@ -76,7 +78,7 @@ async function stream(
       ...extra,
     },
     chat: false,
-    headers: {},
+    headers,
     dispatcher,
     timeoutMs: 120_000,
     promptLen: promptIds.length,
@@ -131,6 +133,24 @@ async function withServer<T>(args: string[], fn: (s: ServeProcess) => Promise<T>
     await server.stop();
   }
 }
+
+/** The row's verdicts: measured p50 (median over rounds) within ±5% of the model; inside the reference range. */
+function verdicts(row: Row): { within5pct: boolean; inReference: boolean | null } {
+  const median = summarize(row.measured).median;
+  return {
+    within5pct: Math.abs(median / row.modelP50 - 1) <= 0.05,
+    inReference: row.reference ? median >= row.reference[0] && median <= row.reference[1] : null,
+  };
+}
+
+function verdictText(v: { within5pct: boolean; inReference: boolean | null }): string {
+  const parts = [v.within5pct ? '±5% ok' : '±5% MISS'];
+  if (v.inReference !== null) parts.push(v.inReference ? 'in range' : 'OUT OF RANGE');
+  return parts.join(', ');
+}
+
+/** The constant calculator's ITL of the replicas: within ±5% of it keeps a replica's timing. */
+const REPLICA_ITL_MS = 12;
 
 function p50(values: number[]): number {
   return nearestRankPercentile(
@@ -263,6 +283,7 @@ export async function main(args: string[]): Promise<void> {
     'measured p50 ms (min–max)',
     'ratio (min–max)',
     'reference',
+    'verdict',
   ];
   const lines = rows.map((row) => {
     const s = summarize(row.measured);
@@ -274,6 +295,7 @@ export async function main(args: string[]): Promise<void> {
       fmt(s, 1),
       fmt(ratio, 3),
       row.reference ? `${row.reference[0]}–${row.reference[1]}` : '',
+      verdictText(verdicts(row)),
     ];
   });
   const widths = header.map((h, i) => Math.max(h.length, ...lines.map((l) => (l[i] ?? '').length)));
@@ -281,23 +303,31 @@ export async function main(args: string[]): Promise<void> {
     console.log(cells.map((c, i) => c.padEnd(widths[i] ?? 0)).join('  '));
   print(header);
   for (const l of lines) print(l);
-  const within = rows.filter(
-    (row) => Math.abs(summarize(row.measured).median / row.modelP50 - 1) <= 0.05,
-  ).length;
+  const within = rows.filter((row) => verdicts(row).within5pct).length;
+  const referenced = rows.filter((row) => row.reference);
+  const inReference = referenced.filter((row) => verdicts(row).inReference).length;
   console.log(
-    `\n${within} of ${rows.length} rows within ±5% of the model at p50; load average ${loadAverage()}`,
+    `\n${within} of ${rows.length} rows within ±5% of the model at p50; ` +
+      `${inReference} of ${referenced.length} built-in rows inside the reference range; load average ${loadAverage()}`,
   );
+  const linkExtra = pd.withLink.map((v, i) => v - (pd.without[i] ?? 0));
   console.log(
     `\nP/D, ${pd.bytes} bytes of KV per request over --kv-link ${pd.link} (modelled ${pd.linkMs.toFixed(1)} ms): ` +
       `decode TTFT with the link ${fmt(summarize(pd.withLink), 1)} ms, without ${fmt(summarize(pd.without), 1)} ms, ` +
-      `difference ${fmt(summarize(pd.withLink.map((v, i) => v - (pd.without[i] ?? 0))), 1)} ms`,
+      `difference ${fmt(summarize(linkExtra), 1)} ms (${(summarize(linkExtra).median / pd.linkMs).toFixed(3)} of the link model)`,
   );
-  console.log('\nreplicas (one closed-loop stream each, constant 100 ms / 12 ms, no jitter):');
+  const replicaWithin = (r: { itl: number[] }): boolean =>
+    Math.abs(summarize(r.itl).median / REPLICA_ITL_MS - 1) <= 0.05;
+  const sustained = Math.max(0, ...replicas.filter(replicaWithin).map((r) => r.n));
+  console.log(
+    `\nreplicas (one process, --data-parallel-size N, one closed-loop stream per rank, constant 100 ms / ${REPLICA_ITL_MS} ms, no jitter):`,
+  );
   for (const r of replicas) {
     console.log(
-      `  ${String(r.n).padStart(3)} replicas: ITL p50 ${fmt(summarize(r.itl), 1)} ms (model 12), RSS ${r.rssMiB.toFixed(0)} MiB, ${(r.rssMiB / r.n).toFixed(1)} MiB per replica`,
+      `  ${String(r.n).padStart(3)} replicas: ITL p50 ${fmt(summarize(r.itl), 1)} ms (model ${REPLICA_ITL_MS}, ${replicaWithin(r) ? 'within' : 'outside'} ±5%), RSS ${r.rssMiB.toFixed(0)} MiB, ${(r.rssMiB / r.n).toFixed(1)} MiB per replica`,
     );
   }
+  console.log(`  most replicas measured with ITL within ±5%: ${sustained}`);
   console.log(
     JSON.stringify({
       bench: 'emulate',
@@ -305,26 +335,40 @@ export async function main(args: string[]): Promise<void> {
       requests,
       tokens,
       within5pct: within,
+      rows_total: rows.length,
+      in_reference: inReference,
+      reference_rows: referenced.length,
+      load_average: loadAverage(),
       pd: {
         link: pd.link,
         bytes: pd.bytes,
         link_ms: Number(pd.linkMs.toFixed(2)),
         ttft_with_link_ms: json(summarize(pd.withLink), 2),
         ttft_without_ms: json(summarize(pd.without), 2),
+        difference_ms: json(summarize(linkExtra), 2),
+        difference_vs_link_model: Number((summarize(linkExtra).median / pd.linkMs).toFixed(3)),
       },
+      replicas_itl_model_ms: REPLICA_ITL_MS,
+      replicas_sustained_within_5pct: sustained,
       replicas: replicas.map((r) => ({
         n: r.n,
         itl_p50_ms: json(summarize(r.itl), 2),
+        within_5pct: replicaWithin(r),
         rss_mib: Math.round(r.rssMiB),
+        rss_mib_per_replica: Number((r.rssMiB / r.n).toFixed(1)),
       })),
-      rows: rows.map((row) => ({
-        name: row.name,
-        metric: row.metric,
-        model_p50_ms: Number(row.modelP50.toFixed(2)),
-        measured_p50_ms: json(summarize(row.measured), 2),
-        ratio: json(summarize(row.measured.map((m) => m / row.modelP50)), 3),
-        ...(row.reference ? { reference_ms: row.reference } : {}),
-      })),
+      rows: rows.map((row) => {
+        const v = verdicts(row);
+        return {
+          name: row.name,
+          metric: row.metric,
+          model_p50_ms: Number(row.modelP50.toFixed(2)),
+          measured_p50_ms: json(summarize(row.measured), 2),
+          ratio: json(summarize(row.measured.map((m) => m / row.modelP50)), 3),
+          within_5pct: v.within5pct,
+          ...(row.reference ? { reference_ms: row.reference, in_reference: v.inReference } : {}),
+        };
+      }),
     }),
   );
 }
@@ -418,7 +462,6 @@ async function replicasPerBox(
 ): Promise<Array<{ n: number; itl: number[]; rssMiB: number }>> {
   const out: Array<{ n: number; itl: number[]; rssMiB: number }> = [];
   for (const n of [1, 8, 24]) {
-    const base = 31000 + Math.floor(Math.random() * 20000);
     const timing = [
       '--latency-calculator',
       'constant',
@@ -431,7 +474,7 @@ async function replicasPerBox(
       'replicas',
       [
         '--port',
-        String(base),
+        '0',
         '--mode',
         'random',
         '--served-model-name',
@@ -443,13 +486,20 @@ async function replicasPerBox(
       { timeoutMs: 120_000 },
     );
     try {
-      for (let i = 1; i < n; i++) await waitHealthy(`http://127.0.0.1:${base + i}`, 60_000);
+      // Every stream goes to rank 0's port; X-data-parallel-rank runs stream i on rank i.
       const itl: number[] = [];
       const dispatcher = new Agent({ connections: n });
       for (let r = 0; r < rounds; r++) {
         const results = await Promise.all(
           Array.from({ length: n }, (_, i) =>
-            stream(`http://127.0.0.1:${base + i}`, dispatcher, prompt(r * 100 + i, 64), tokens),
+            stream(
+              server.url,
+              dispatcher,
+              prompt(r * 100 + i, 64),
+              tokens,
+              {},
+              { 'X-data-parallel-rank': String(i) },
+            ),
           ),
         );
         const gaps = results.flatMap((x) => x.itlMs);

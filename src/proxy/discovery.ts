@@ -1,17 +1,30 @@
 /**
- * MoRIIO service discovery without ZMQ: instances POST their ping as JSON to
- * http://{proxy}:{discovery-port}/register every few seconds (vLLM pings every 3 s); the
- * proxy turns each into a prefill or decode backend and drops it when pings stop (the ping's
- * shape: src/wire/moriio-discovery.ts). GET /instances lists what is registered.
+ * MoRIIO service discovery as vLLM's MoRIIO proxy runs it: a ZMQ ROUTER on the discovery
+ * port receives each instance's msgpack ping (every 3 s, vLLM's engines and kvconnect's
+ * alike; the shape: src/wire/moriio-discovery.ts); the proxy turns each into a prefill or
+ * decode backend and drops it when pings stop. A malformed ping is logged and skipped (ZMQ
+ * pings get no answer). The proxy's HTTP port lists the registered instances
+ * (GET /instances).
  */
-import { createHttpServer, listen, Router, readJson, sendJson } from '../http/index.ts';
-import { MORIIO_DISCOVERY_PATH, type MoRIIODiscoveryAnswer, parseDiscoveryPing } from '../wire/index.ts';
+import * as zmq from 'zeromq';
+import { formatErrorText } from '../errors/index.ts';
+import { getLogger } from '../logging/logger.ts';
+import { decodeDiscoveryPing } from '../wire/index.ts';
 import type { BackendPool } from './backend-pool.ts';
-import { PROXY_ROUTES, proxyBodyRules } from './proxy-errors.ts';
+
+const log = getLogger('kvconnect.proxy.discovery');
 
 export interface DiscoveryListener {
   port: number;
+  /** Pings that were not valid (skipped). */
+  readonly rejected: number;
   close(): Promise<void>;
+}
+
+function portOf(endpoint: string | null): number {
+  const match = /:(\d+)$/.exec(endpoint ?? '');
+  if (!match) throw new Error(`the discovery socket reports no port (${endpoint})`);
+  return Number(match[1]);
 }
 
 export async function startDiscovery(
@@ -20,30 +33,38 @@ export async function startDiscovery(
   port: number,
   ttlMs: number,
 ): Promise<DiscoveryListener> {
-  const router = new Router(PROXY_ROUTES)
-    .on('POST', MORIIO_DISCOVERY_PATH, async (req, res) => {
-      const raw = await readJson(req, proxyBodyRules(64 * 1024, 'PROXY_DISCOVERY_BAD_PING'));
-      const backend = pool.register(parseDiscoveryPing(raw));
-      const answer: MoRIIODiscoveryAnswer = { ok: true, role: backend.role, url: backend.url, ttl_ms: ttlMs };
-      sendJson(res, 200, answer);
-    })
-    .on('GET', '/instances', (_req, res) => {
-      pool.expire();
-      sendJson(res, 200, {
-        instances: pool
-          .all()
-          .filter((b) => b.source === 'discovery')
-          .map((b) => b.describe()),
-      });
-    });
-  const listening = await listen(createHttpServer(router.listener()), port, host);
+  const router = new zmq.Router({ linger: 0 });
+  const address = host.includes(':') ? `[${host}]` : host;
+  await router.bind(`tcp://${address}:${port === 0 ? '*' : port}`);
+  let rejected = 0;
+  const receiving = (async () => {
+    try {
+      for await (const frames of router) {
+        const payload = frames[frames.length - 1];
+        if (!payload) continue;
+        try {
+          const ping = decodeDiscoveryPing(payload);
+          if (ping) pool.register(ping);
+        } catch (e) {
+          rejected++;
+          log.warn('Skipping a discovery ping: %s', formatErrorText(e));
+        }
+      }
+    } catch (e) {
+      if (!router.closed) log.error('The discovery socket failed: %s', (e as Error).message);
+    }
+  })();
   const sweep = setInterval(() => pool.expire(), Math.max(100, Math.floor(ttlMs / 4)));
   sweep.unref();
   return {
-    port: listening.port,
+    port: portOf(router.lastEndpoint),
+    get rejected() {
+      return rejected;
+    },
     close: async () => {
       clearInterval(sweep);
-      await listening.close();
+      router.close();
+      await receiving;
     },
   };
 }

@@ -210,7 +210,16 @@ function routes(deps: HandlerDeps): Router {
       res.writeHead(200, { 'content-type': contentType });
       res.end(body);
     })
-    .on('GET', '/v1/models', (req, res) => forwardModels(deps, req, res));
+    .on('GET', '/v1/models', (req, res) => forwardModels(deps, req, res))
+    .on('GET', '/instances', (_req, res) => {
+      deps.pool.expire();
+      sendJson(res, 200, {
+        instances: deps.pool
+          .all()
+          .filter((b) => b.source === 'discovery')
+          .map((b) => b.describe()),
+      });
+    });
 }
 
 async function forwardModels(deps: HandlerDeps, req: IncomingMessage, res: ServerResponse): Promise<void> {

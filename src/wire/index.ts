@@ -2,7 +2,7 @@
  * The shapes two kvconnect processes must agree on, each defined once and imported by both
  * sides (connectors, server, engine, proxy): kv_transfer_params of the P/D protocols,
  * GET /kvconnect/info, MoRIIO's discovery ping, addresses and request ids. A leaf layer:
- * it imports only errors/.
+ * it imports only errors/ (and msgpack for the ping).
  */
 
 export {
@@ -34,11 +34,11 @@ export {
   parseMoRIIOZmqAddress,
 } from './moriio-address.ts';
 export {
+  decodeDiscoveryPing,
+  encodeDiscoveryPing,
   formatDiscoveryPing,
   formatMoRIIOHttpAddress,
-  MORIIO_DISCOVERY_PATH,
   MORIIO_PING_INTERVAL_MS,
-  type MoRIIODiscoveryAnswer,
   type MoRIIODiscoveryPing,
   type MoRIIOInstance,
   type MoRIIOTransferMode,

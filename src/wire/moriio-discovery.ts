@@ -1,14 +1,14 @@
 /**
- * MoRIIO service discovery (docs/proxy.md#moriio-discovery-wire-format): each engine's
- * scheduler side POSTs this ping as JSON to `http://{proxy_ip}:{proxy_ping_port}/register`
- * every 3 s (vLLM sends the same fields as msgpack over ZMQ); the proxy turns it into a
- * prefill or decode backend and drops it when the pings stop.
+ * MoRIIO service discovery (docs/proxy.md#moriio-discovery-wire-format), as vLLM speaks it:
+ * each engine's scheduler side sends this ping, a msgpack map, from a ZMQ DEALER to the
+ * proxy's ROUTER at `tcp://{proxy_ip}:{proxy_ping_port}` every 3 s; the proxy turns it into
+ * a prefill or decode backend and drops it when the pings stop. No answer is sent.
  */
+import { decode, encode } from '@msgpack/msgpack';
 import { KVError } from '../errors/kv-error.ts';
 import { formatMoRIIOZmqAddress, isMoRIIOZmqAddress, type MoRIIOZmqAddress } from './moriio-address.ts';
 import { isRecord } from './values.ts';
 
-export const MORIIO_DISCOVERY_PATH = '/register';
 /** vLLM's PING_INTERVAL. */
 export const MORIIO_PING_INTERVAL_MS = 3000;
 
@@ -22,14 +22,6 @@ export interface MoRIIODiscoveryPing {
   dp_size: number;
   tp_size: number;
   transfer_mode: MoRIIOTransferMode;
-}
-
-/** The proxy's answer to an accepted ping. */
-export interface MoRIIODiscoveryAnswer {
-  ok: true;
-  role: 'prefill' | 'decode';
-  url: string;
-  ttl_ms: number;
 }
 
 /** `ip:port` of an instance's OpenAI server, as the ping and GET /kvconnect/info carry it. */
@@ -60,13 +52,33 @@ export function formatDiscoveryPing(i: MoRIIOInstance): MoRIIODiscoveryPing {
 
 function badPing(message: string): KVError {
   return new KVError('PROXY_DISCOVERY_BAD_PING', `Invalid discovery ping: ${message}`, {
-    hint: `POST ${MORIIO_DISCOVERY_PATH} a JSON object {type: "P"|"D", http_address: "ip:port", zmq_address: "host:IP,handshake:PORT,notify:PORT", dp_size, tp_size, transfer_mode: "READ"|"WRITE"}.`,
+    hint: 'Send one msgpack map {type: "P"|"D", http_address: "ip:port", zmq_address: "host:IP,handshake:PORT,notify:PORT", dp_size, tp_size, transfer_mode: "READ"|"WRITE"} per ZMQ message, as vLLM\'s MoRIIO engines do.',
   });
 }
 
-/** Validates a ping's JSON; a bad one is a PROXY_DISCOVERY_BAD_PING naming the field. */
+/** The ping as one ZMQ message: a msgpack map, integers as msgpack integers. */
+export function encodeDiscoveryPing(ping: MoRIIODiscoveryPing): Uint8Array {
+  return encode(ping);
+}
+
+/**
+ * Decodes and validates one ping message; a bad one is a PROXY_DISCOVERY_BAD_PING naming the
+ * field. A `{"type": "HELLO"}` message (which vLLM's proxy also accepts and ignores) is null.
+ */
+export function decodeDiscoveryPing(bytes: Uint8Array): MoRIIODiscoveryPing | null {
+  let raw: unknown;
+  try {
+    raw = decode(bytes);
+  } catch (e) {
+    throw badPing(`not msgpack (${(e as Error).message})`);
+  }
+  if (isRecord(raw) && raw['type'] === 'HELLO') return null;
+  return parseDiscoveryPing(raw);
+}
+
+/** Validates a decoded ping; a bad one is a PROXY_DISCOVERY_BAD_PING naming the field. */
 export function parseDiscoveryPing(raw: unknown): MoRIIODiscoveryPing {
-  if (!isRecord(raw)) throw badPing('the body must be a JSON object');
+  if (!isRecord(raw)) throw badPing('the message must be a map');
   const type = raw['type'];
   if (type !== 'P' && type !== 'D') throw badPing(`type must be "P" or "D", got ${JSON.stringify(type)}`);
   const http = raw['http_address'];

@@ -1,13 +1,15 @@
 /**
  * Service discovery (docs/connectors/moriio.md#service-discovery): TP rank 0 of a MoRIIO
- * engine (here: its scheduler side) tells the proxy every 3 s that it exists. vLLM sends
- * msgpack over ZMQ; the kvconnect proxy takes the same fields as JSON on POST /register at
- * proxy_ip:proxy_ping_port (the ping's shape: src/wire/moriio-discovery.ts).
+ * engine (here: its scheduler side) tells the proxy every 3 s that it exists, as vLLM does:
+ * a msgpack ping from a ZMQ DEALER to the proxy's ROUTER at proxy_ip:proxy_ping_port (the
+ * ping's shape: src/wire/moriio-discovery.ts), so vLLM's MoRIIO proxy and kvconnect's both
+ * see kvconnect engines.
  */
+import * as zmq from 'zeromq';
 import { getLogger } from '../../logging/logger.ts';
 import {
+  encodeDiscoveryPing,
   formatDiscoveryPing,
-  MORIIO_DISCOVERY_PATH,
   MORIIO_PING_INTERVAL_MS,
   type MoRIIODiscoveryPing,
 } from '../../wire/index.ts';
@@ -15,7 +17,7 @@ import type { MoRIIOConfig } from './config.ts';
 
 const log = getLogger('kvconnect.connectors.moriio.discovery');
 
-export const MORIIO_MAX_PING_RETRIES = 100;
+const SEND_TIMEOUT_MS = 2000;
 
 export function buildPing(cfg: MoRIIOConfig, isProducer: boolean, dpSize: number): MoRIIODiscoveryPing {
   return formatDiscoveryPing({
@@ -30,9 +32,10 @@ export function buildPing(cfg: MoRIIOConfig, isProducer: boolean, dpSize: number
 }
 
 export class DiscoveryPinger {
-  readonly #url: string;
-  readonly #ping: MoRIIODiscoveryPing;
+  readonly #endpoint: string;
+  readonly #ping: Uint8Array;
   readonly #intervalMs: number;
+  #socket: zmq.Dealer | null = null;
   #timer: NodeJS.Timeout | null = null;
   #failures = 0;
   #sent = 0;
@@ -44,19 +47,22 @@ export class DiscoveryPinger {
     intervalMs = MORIIO_PING_INTERVAL_MS,
   ) {
     const host = proxyIp.includes(':') ? `[${proxyIp}]` : proxyIp;
-    this.#url = `http://${host}:${proxyPort}${MORIIO_DISCOVERY_PATH}`;
-    this.#ping = ping;
+    this.#endpoint = `tcp://${host}:${proxyPort}`;
+    this.#ping = encodeDiscoveryPing(ping);
     this.#intervalMs = intervalMs;
   }
 
-  /** Pings accepted by the proxy so far. */
+  /** Pings handed to a connected proxy so far. */
   get sent(): number {
     return this.#sent;
   }
 
   start(): void {
     if (this.#timer) return;
-    log.info('MoRIIO registering with the proxy at %s every %ds', this.#url, this.#intervalMs / 1000);
+    // A send with no proxy connected waits at most this long, then counts as a failed ping.
+    this.#socket = new zmq.Dealer({ linger: 0, sendTimeout: SEND_TIMEOUT_MS, reconnectInterval: 500 });
+    this.#socket.connect(this.#endpoint);
+    log.info('MoRIIO registering with the proxy at %s every %ds', this.#endpoint, this.#intervalMs / 1000);
     const tick = (): void => {
       void this.#once().finally(() => {
         if (this.#timer) this.#timer = setTimeout(tick, this.#intervalMs).unref();
@@ -66,29 +72,29 @@ export class DiscoveryPinger {
   }
 
   async #once(): Promise<void> {
+    const socket = this.#socket;
+    if (!socket) return;
     try {
-      const res = await fetch(this.#url, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify(this.#ping),
-        signal: AbortSignal.timeout(2000),
-      });
-      await res.arrayBuffer();
-      if (!res.ok) throw new Error(`HTTP ${res.status}`);
+      await socket.send(this.#ping);
       this.#failures = 0;
       this.#sent++;
     } catch (e) {
+      if (this.#socket === null) return;
+      // vLLM's pinger retries an unreachable proxy for as long as it runs.
       this.#failures++;
-      log.warnOnce('MoRIIO ping to %s failed (will retry): %s', this.#url, (e as Error).message);
-      if (this.#failures >= MORIIO_MAX_PING_RETRIES) {
-        log.error('Ping failed after %d retries', this.#failures);
-        this.stop();
-      }
+      log.warnOnce('MoRIIO ping to %s not delivered (will retry): %s', this.#endpoint, (e as Error).message);
     }
+  }
+
+  /** Consecutive pings not delivered. */
+  get failures(): number {
+    return this.#failures;
   }
 
   stop(): void {
     if (this.#timer) clearTimeout(this.#timer);
     this.#timer = null;
+    this.#socket?.close();
+    this.#socket = null;
   }
 }

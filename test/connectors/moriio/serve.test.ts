@@ -75,7 +75,7 @@ describe('MoRIIO service discovery', () => {
       const deadline = Date.now() + 5000;
       let instances: Record<string, unknown>[] = [];
       while (Date.now() < deadline) {
-        const res = await fetch(`http://127.0.0.1:${proxy.discoveryPort}/instances`);
+        const res = await fetch(`${proxy.url}/instances`);
         instances = ((await res.json()) as { instances: Record<string, unknown>[] }).instances;
         if (instances.length > 0) break;
         await new Promise((r) => setTimeout(r, 50));

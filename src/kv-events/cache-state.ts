@@ -149,8 +149,8 @@ export class KVCacheState {
     };
     for (const tier of this.#tiers.values()) {
       const emitted = new Set<bigint>();
-      const extra: Resident[] = [];
-      for (const r of tier.blocks.values()) {
+      // Latest first: a chain walked up from a leaf announces its blocks together.
+      for (const r of [...tier.blocks.values()].reverse()) {
         if (emitted.has(r.hash)) continue;
         // Walk up to the first ancestor already announced (or not resident), then announce down.
         const chain: Resident[] = [];
@@ -168,10 +168,9 @@ export class KVCacheState {
             start = i;
           }
         }
-        for (let c = 1; c < r.copies; c++) extra.push(r);
       }
       // Further copies of a resident hash, after every parent is announced.
-      for (const r of extra) push([r], tier);
+      for (const r of tier.blocks.values()) for (let c = 1; c < r.copies; c++) push([r], tier);
     }
     return batches;
   }

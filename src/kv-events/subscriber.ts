@@ -95,6 +95,8 @@ export class KVEventSubscriber {
   /** The connection to the publisher dropped since the last reset: it may be a new process now. */
   #publisherLost = false;
   #lastHeardAt = Date.now();
+  /** The silence was reported (the owner forgot); cleared by the next message. */
+  #silent = false;
   readonly #watchdog: NodeJS.Timeout | null = null;
 
   private constructor(opts: KVEventSubscriberOptions, sub: zmq.Subscriber) {
@@ -139,7 +141,7 @@ export class KVEventSubscriber {
   /** Asks the replay socket for everything from `start` on (e.g. 0 to catch up after joining late). */
   replayFrom(start: bigint): Promise<void> {
     return this.#exclusive(async () => {
-      await this.#replay(start);
+      await this.#replay(start, true);
     });
   }
 
@@ -152,7 +154,7 @@ export class KVEventSubscriber {
     return this.#exclusive(async () => {
       if (await this.#resync('requested')) return true;
       this.#forget();
-      await this.#replay(0n);
+      await this.#replay(0n, true);
       return false;
     });
   }
@@ -172,8 +174,9 @@ export class KVEventSubscriber {
 
   /** A publisher heard from before (heartbeats included) went silent: what it held may be gone. */
   #checkHeartbeat(timeoutMs: number): void {
-    if (this.#heartbeats === 0 || this.#publisherLost) return;
+    if (this.#heartbeats === 0 || this.#silent) return;
     if (Date.now() - this.#lastHeardAt < timeoutMs) return;
+    this.#silent = true;
     this.#publisherLost = true;
     void this.#exclusive(async () => {
       log.warn(
@@ -191,6 +194,7 @@ export class KVEventSubscriber {
       for await (const frames of this.#sub) {
         if (frames.length !== 3) continue;
         this.#lastHeardAt = Date.now();
+        this.#silent = false;
         await this.#exclusive(() => this.#onLive(frames[1] as Buffer, frames[2] as Buffer));
       }
     } catch (e) {
@@ -218,16 +222,18 @@ export class KVEventSubscriber {
       }
     } else if (seq <= this.#last) return;
     if (seq > this.#last + 1n) {
-      const covered = await this.#replay(this.#last + 1n);
-      // The buffer no longer holds the gap: only a snapshot makes the view whole again.
-      if (!covered && seq > this.#last + 1n) {
+      const snapshots = this.#servesSnapshots !== false && !!this.#opts.replayEndpoint;
+      // With snapshots, a replay that cannot close the gap is not applied: the snapshot is.
+      if (!(await this.#replay(this.#last + 1n, !snapshots)) && snapshots) {
         log.info(
           'KV event gap from %s beyond the replay buffer (%s..%s)',
           this.#opts.endpoint,
           String(this.#last + 1n),
           String(seq - 1n),
         );
-        if ((await this.#resync('gap')) && seq <= this.#last) return;
+        if (await this.#resync('gap')) {
+          if (seq <= this.#last) return;
+        } else await this.#replay(this.#last + 1n, true);
       }
     }
     if (seq > this.#last) this.#deliver(payload, seq);
@@ -244,9 +250,10 @@ export class KVEventSubscriber {
 
   /**
    * Replays from `start`, handing over what comes after what was seen. True when the buffer
-   * still held `start` (the run continues what was seen without a hole).
+   * still held `start` (the run continues what was seen without a hole); when it did not, the
+   * batches are handed over only if `acceptHole`.
    */
-  async #replay(start: bigint): Promise<boolean> {
+  async #replay(start: bigint, acceptHole: boolean): Promise<boolean> {
     const endpoint = this.#opts.replayEndpoint;
     if (!endpoint) return false;
     const dealer = this.#dealerSocket(endpoint);
@@ -259,7 +266,7 @@ export class KVEventSubscriber {
         if (seq.equals(END_SEQ)) break;
         const s = seq.readBigUInt64BE();
         covered ??= s <= start;
-        if (s > this.#last) this.#deliver(payload, s);
+        if ((covered || acceptHole) && s > this.#last) this.#deliver(payload, s);
       }
       this.#dupFloor = floor;
     } catch (e) {
@@ -337,7 +344,7 @@ export class KVEventSubscriber {
     );
     // What was published since is in the replay buffer; live batches below the resume point
     // that are still on their way are in the snapshot: skipped, not taken for a restart.
-    await this.#replay(snapshot.resume);
+    await this.#replay(snapshot.resume, false);
     this.#dupFloor = -1n;
     return true;
   }

@@ -197,6 +197,11 @@ export class ZmqEventPublisher implements EventPublisher {
     });
   }
 
+  /** The sequence number the next batch takes (one past the last published or dropped). */
+  get nextSeq(): bigint {
+    return this.#nextSeq;
+  }
+
   stats(): PublisherStats {
     return {
       published: this.#published,

@@ -351,7 +351,13 @@ export class KVEventSubscriber {
 
   #dealerSocket(endpoint: string): zmq.Dealer {
     if (!this.#dealer) {
-      this.#dealer = new zmq.Dealer({ linger: 0, receiveTimeout: REPLAY_TIMEOUT_MS, reconnectInterval: 100 });
+      // A replay socket that went away must not hold a request forever (a DEALER waits for a peer).
+      this.#dealer = new zmq.Dealer({
+        linger: 0,
+        sendTimeout: REPLAY_TIMEOUT_MS,
+        receiveTimeout: REPLAY_TIMEOUT_MS,
+        reconnectInterval: 100,
+      });
       this.#dealer.connect(endpoint);
     }
     return this.#dealer;

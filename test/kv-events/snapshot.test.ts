@@ -222,7 +222,13 @@ async function vllmReplayDouble(buffer: [bigint, Uint8Array][]) {
       // closed
     }
   })();
-  return { endpoint: router.lastEndpoint!, close: () => (router.close(), serving) };
+  return {
+    endpoint: router.lastEndpoint!,
+    close: () => {
+      router.close();
+      return serving;
+    },
+  };
 }
 
 test('a publisher without snapshots (vLLM) is followed by replay from 0', async () => {

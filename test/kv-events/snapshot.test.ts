@@ -22,6 +22,15 @@ import { eventStream, stored } from './helpers/event-stream.ts';
 
 const LOOPBACK = { endpoint: 'tcp://127.0.0.1:*', replay_endpoint: 'tcp://127.0.0.1:*' };
 
+/** A publisher on loopback tcp with a replay socket; `heartbeatSeconds` 0 = none. */
+function loopbackPublisher(
+  fields: Record<string, unknown>,
+  heartbeatSeconds: number,
+): Promise<ZmqEventPublisher> {
+  const config = parseKVEventsConfig({ enable_kv_cache_events: true, ...fields, ...LOOPBACK });
+  return ZmqEventPublisher.start(config, 0, 'map', { heartbeatSeconds });
+}
+
 async function until(cond: () => boolean, what: string, timeoutMs = 30_000): Promise<void> {
   const start = Date.now();
   while (!cond()) {
@@ -60,12 +69,7 @@ async function publishAll(pub: ZmqEventPublisher, batches: WireKVEvent[][], watc
 }
 
 test('a subscriber that joins after the replay buffer rolled over rebuilds from the snapshot, then follows live', async () => {
-  const pub = await ZmqEventPublisher.start(
-    parseKVEventsConfig({ enable_kv_cache_events: true, buffer_steps: 20, ...LOOPBACK }),
-    0,
-    'map',
-    { heartbeatSeconds: 0 },
-  );
+  const pub = await loopbackPublisher({ buffer_steps: 20 }, 0);
   const truth = new KvBlockIndex();
   const [before, after] = [eventStream(7, 4000, 0), eventStream(8, 400)];
   const late = router(pub);
@@ -90,12 +94,7 @@ test('a subscriber that joins after the replay buffer rolled over rebuilds from 
 });
 
 test('a snapshot taken while batches are published splices with the live stream without gaps or duplicates', async () => {
-  const pub = await ZmqEventPublisher.start(
-    parseKVEventsConfig({ enable_kv_cache_events: true, buffer_steps: 10_000, ...LOOPBACK }),
-    0,
-    'map',
-    { heartbeatSeconds: 0 },
-  );
+  const pub = await loopbackPublisher({ buffer_steps: 10_000 }, 0);
   const truth = new KvBlockIndex();
   const batches = eventStream(11, 3000);
   const late = router(pub);
@@ -115,12 +114,7 @@ test('a snapshot taken while batches are published splices with the live stream 
 });
 
 test('a gap the replay buffer cannot fill (batches dropped at the publisher) is repaired from a snapshot', async () => {
-  const pub = await ZmqEventPublisher.start(
-    parseKVEventsConfig({ enable_kv_cache_events: true, max_queue_size: 1, ...LOOPBACK }),
-    0,
-    'map',
-    { heartbeatSeconds: 0 },
-  );
+  const pub = await loopbackPublisher({ max_queue_size: 1 }, 0);
   const r = router(pub);
   try {
     await r.sub.resync();
@@ -149,12 +143,7 @@ test('a gap the replay buffer cannot fill (batches dropped at the publisher) is 
 });
 
 test('an idle publisher sends heartbeats (empty batches); their silence makes the subscriber forget', async () => {
-  const pub = await ZmqEventPublisher.start(
-    parseKVEventsConfig({ enable_kv_cache_events: true, ...LOOPBACK }),
-    0,
-    'map',
-    { heartbeatSeconds: 0.05 },
-  );
+  const pub = await loopbackPublisher({}, 0.05);
   const r = router(pub, 400);
   let stopped = false;
   try {
@@ -256,12 +245,7 @@ test('a publisher without snapshots (vLLM) is followed by replay from 0', async 
 });
 
 test('the snapshot reply: ordinary batches with topic and resume sequence, then the end marker with the epoch', async () => {
-  const pub = await ZmqEventPublisher.start(
-    parseKVEventsConfig({ enable_kv_cache_events: true, topic: 'kv@x', ...LOOPBACK }),
-    0,
-    'map',
-    { heartbeatSeconds: 0 },
-  );
+  const pub = await loopbackPublisher({ topic: 'kv@x' }, 0);
   const dealer = new zmq.Dealer({ linger: 0, receiveTimeout: 5000 });
   try {
     pub.publish({ ts: 1, events: [stored([1n, 2n], null, 'GPU')], dataParallelRank: null });

@@ -8,14 +8,10 @@
  * resynchronises and keeps nothing of the old one).
  */
 import assert from 'node:assert/strict';
-import { type ChildProcessByStdio, spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createInterface } from 'node:readline';
-import type { Readable } from 'node:stream';
 import { test } from 'node:test';
-import { fileURLToPath } from 'node:url';
 import * as zmq from 'zeromq';
 import { buildEmulationConfig } from '../../src/config/emulation-config.ts';
 import { buildEngineConfig } from '../../src/config/engine-config.ts';
@@ -34,10 +30,10 @@ import { KvBlockIndex } from '../../src/proxy/kv-index.ts';
 import { PromptBlockHasher } from '../../src/proxy/prompt-blocks.ts';
 import { ProxyMetrics } from '../../src/proxy/proxy-metrics.ts';
 import { loadTokenizer } from '../../src/tokenizer/load.ts';
+import { type ServeProcess, serveProcess } from './helpers/serve-process.ts';
 
 setLogLevel('error');
 
-const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const REQUESTS = 10_000;
 const BATCH = 250;
 const PREFIXES = 200;
@@ -186,49 +182,27 @@ test('a router started after 10 000 requests rebuilds its index from the snapsho
 });
 
 /** `kvconnect serve` in its own process, KV events on ipc endpoints under `dir`. */
-function serve(
-  dir: string,
-  port = 0,
-): Promise<{ url: string; proc: ChildProcessByStdio<null, Readable, null> }> {
+function serve(dir: string, port = 0): ReturnType<typeof serveProcess> {
   const events = {
     enable_kv_cache_events: true,
     endpoint: `ipc://${join(dir, 'pub')}`,
     replay_endpoint: `ipc://${join(dir, 'replay')}`,
     buffer_steps: 5,
   };
-  const proc = spawn(
-    process.execPath,
-    [
-      '--import',
-      'tsx',
-      'src/cli/main.ts',
-      'serve',
-      '--model',
-      'tiny',
-      '--port',
-      String(port),
-      '--num-gpu-blocks',
-      '256',
-      '--max-model-len',
-      '128',
-      '--mode',
-      'echo',
-      '--kv-events-config',
-      JSON.stringify(events),
-    ],
-    {
-      cwd: ROOT,
-      stdio: ['ignore', 'pipe', 'inherit'],
-      env: { ...process.env, KVCONNECT_LOG_LEVEL: 'error' },
-    },
-  );
-  return new Promise((resolve, reject) => {
-    proc.once('exit', (code) => reject(new Error(`server exited early (${code})`)));
-    createInterface({ input: proc.stdout }).on('line', (line) => {
-      const m = /listening on (http:\/\/\S+)/.exec(line);
-      if (m) resolve({ url: m[1]!, proc });
-    });
-  });
+  return serveProcess([
+    '--model',
+    'tiny',
+    '--port',
+    String(port),
+    '--num-gpu-blocks',
+    '256',
+    '--max-model-len',
+    '128',
+    '--mode',
+    'echo',
+    '--kv-events-config',
+    JSON.stringify(events),
+  ]);
 }
 
 async function complete(url: string, prompt: number[]): Promise<void> {
@@ -240,7 +214,7 @@ async function complete(url: string, prompt: number[]): Promise<void> {
   assert.equal(res.status, 200, await res.text());
 }
 
-async function stop(proc: ChildProcessByStdio<null, Readable, null>): Promise<void> {
+async function stop(proc: ServeProcess): Promise<void> {
   if (proc.exitCode !== null) return;
   const exited = new Promise((r) => proc.once('exit', r));
   proc.kill('SIGKILL');

@@ -3,24 +3,13 @@
  * in two media, now and then cleared; deterministic per seed.
  */
 import type { BlockStoredEvent, WireKVEvent } from '../../../src/kv-events/wire.ts';
-
-/** A deterministic PRNG (mulberry32) so a failure can be replayed. */
-export function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 2 ** 32;
-  };
-}
+import { mulberry32 } from '../../../src/util/mulberry32.ts';
 
 const MEDIA = ['GPU', 'CPU'] as const;
 
 /** A stream like an engine's: prompt chains stored (some twice), evicted, offloaded, now and then cleared. */
 export function eventStream(seed: number, steps: number, clearRate = 0.0005): WireKVEvent[][] {
-  const rand = rng(seed);
+  const rand = mulberry32(seed);
   const pick = <T>(xs: readonly T[]) => xs[Math.floor(rand() * xs.length)]!;
   const resident = new Map<string, bigint[]>();
   const batches: WireKVEvent[][] = [];

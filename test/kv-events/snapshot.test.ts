@@ -13,8 +13,9 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import * as zmq from 'zeromq';
 import { parseKVEventsConfig } from '../../src/config/kv-events-config.ts';
+import type { KVError } from '../../src/errors/kv-error.ts';
 import { END_SEQ, SNAPSHOT_REQUEST, seqBytes } from '../../src/kv-events/endpoint.ts';
-import { ZmqEventPublisher } from '../../src/kv-events/publisher.ts';
+import { heartbeatSecondsFromEnv, ZmqEventPublisher } from '../../src/kv-events/publisher.ts';
 import { KVEventSubscriber } from '../../src/kv-events/subscriber.ts';
 import { decodeBatch, encodeBatch, type WireKVEvent } from '../../src/kv-events/wire.ts';
 import { KvBlockIndex } from '../../src/proxy/kv-index.ts';
@@ -284,5 +285,21 @@ test('the snapshot reply: ordinary batches with topic and resume sequence, then 
   } finally {
     dealer.close();
     await pub.shutdown();
+  }
+});
+
+test('KVCONNECT_KV_EVENTS_HEARTBEAT_S: seconds, default 1, 0 for none; anything else names the variable and the fix', () => {
+  assert.equal(heartbeatSecondsFromEnv({}), 1);
+  assert.equal(heartbeatSecondsFromEnv({ KVCONNECT_KV_EVENTS_HEARTBEAT_S: '0.25' }), 0.25);
+  assert.equal(heartbeatSecondsFromEnv({ KVCONNECT_KV_EVENTS_HEARTBEAT_S: '0' }), 0);
+  for (const bad of ['-1', 'soon', 'Infinity']) {
+    assert.throws(
+      () => heartbeatSecondsFromEnv({ KVCONNECT_KV_EVENTS_HEARTBEAT_S: bad }),
+      (e: KVError) =>
+        e.code === 'KV_CONFIG_INVALID' &&
+        e.message ===
+          `Invalid value for KVCONNECT_KV_EVENTS_HEARTBEAT_S: expected a number of seconds >= 0, received ${JSON.stringify(bad)}` &&
+        /0 for none/.test(e.hint ?? ''),
+    );
   }
 });

@@ -73,23 +73,24 @@ test('a subscriber that joins after the replay buffer rolled over rebuilds from 
   const pub = await loopbackPublisher({ buffer_steps: 20 }, 0);
   const truth = new KvBlockIndex();
   const [before, after] = [eventStream(7, 4000, 0), eventStream(8, 400)];
-  const late = router(pub);
+  let late: ReturnType<typeof router> | null = null;
   try {
     await publishAll(pub, before, truth);
     assert.ok(
       pub.stats().trackedBlocks > 1024,
       `a snapshot of several batches (${pub.stats().trackedBlocks})`,
     );
+    late = router(pub);
     assert.ok(await late.sub.resync(), 'a snapshot was applied');
     assert.deepEqual(sorted(late.index.held('b')), sorted(truth.held('b')), 'the snapshot is the state');
     assert.equal(late.sub.stats().snapshots, 1);
     assert.equal(pub.stats().snapshots, 1);
     // Live from the resume point on: nothing missing, nothing twice.
     await publishAll(pub, after, truth);
-    await until(() => late.sub.lastSeq === BigInt(before.length + after.length - 1), 'the live batches');
+    await until(() => late!.sub.lastSeq === BigInt(before.length + after.length - 1), 'the live batches');
     assert.deepEqual(sorted(late.index.held('b')), sorted(truth.held('b')), 'snapshot + live = every event');
   } finally {
-    await late.sub.close();
+    await late?.sub.close();
     await pub.shutdown();
   }
 });
@@ -135,7 +136,7 @@ test('a gap the replay buffer cannot fill (batches dropped at the publisher) is 
     // The gap shows with the next batch; the replay buffer never had the dropped ones.
     await until(() => pub.stats().queued === 0, 'the kept batches sent');
     pub.publish({ ts: 2, events: [], dataParallelRank: null });
-    await until(() => r.sub.stats().snapshots === 2, 'the resync after the gap');
+    await until(() => r.sub.stats().snapshots >= 2, 'the resync after the gap');
     assert.deepEqual(sorted(r.index.held('b')), sorted(truth.held('b')), 'the dropped stores are known');
   } finally {
     await r.sub.close();

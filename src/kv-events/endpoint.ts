@@ -11,6 +11,9 @@ export function seqBytes(seq: bigint): Buffer {
 /** The replay end marker: -1 as a signed 8-byte big-endian integer. */
 export const END_SEQ = Buffer.from([0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]);
 
+/** The replay-socket request for a snapshot of the cache state (vLLM PR #50134's `b"snapshot"`). */
+export const SNAPSHOT_REQUEST = Buffer.from('snapshot', 'latin1');
+
 /** vLLM binds when the endpoint has a wildcard, `::`, or is ipc/inproc; else it connects. */
 export function shouldBind(endpoint: string): boolean {
   return (

@@ -3,13 +3,16 @@
  * publisher's address comes from the backend's GET /kvconnect/info (`kv_events`, kvconnect
  * servers) or from `--kv-events URL=ENDPOINT` (vLLM servers, which do not say where they
  * publish). A wildcard bind address (`*`, 0.0.0.0, ::) is replaced by the backend's host.
- * The subscriber catches up from the replay socket when it joins, and after a backend
- * restart (sequence reset, or new endpoints in its /kvconnect/info, read on every health
+ * The subscriber rebuilds the backend's blocks from its publisher's snapshot when it joins
+ * (a proxy started late) and whenever the stream says its view is stale: a gap beyond the
+ * replay buffer, a publisher restart (a new epoch), a silent publisher
+ * (../kv-events/subscriber.ts); a publisher that serves no snapshot (vLLM) is caught up from
+ * its replay buffer instead. After new endpoints in its /kvconnect/info (read on every health
  * round) or an unhealthy spell its entries are dropped. BlockStored also
  * settles the prefill ledger's tickets (the routed prompts that were still to compute).
  */
 
-import { KVEventSubscriber } from '../kv-events/subscriber.ts';
+import { KVEventSubscriber, type KVEventSubscriberStats } from '../kv-events/subscriber.ts';
 import type { KVEventBatch } from '../kv-events/wire.ts';
 import { getLogger } from '../logging/logger.ts';
 import type { Backend } from './backend.ts';
@@ -106,7 +109,12 @@ export class KvEventsFeed {
     });
     this.#subs.set(url, { sub, source });
     log.info('following KV events of %s on %s', url, source.endpoint);
-    void sub.replayFrom(0n);
+    void sub.resync();
+  }
+
+  /** How the subscription to `url`'s events fares (snapshots, heartbeats, epoch), if followed. */
+  subscriberStats(url: string): KVEventSubscriberStats | null {
+    return this.#subs.get(url)?.sub.stats() ?? null;
   }
 
   /** One batch of `url`'s events: what it holds, and which routed prompts it has prefilled. */

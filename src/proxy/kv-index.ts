@@ -62,6 +62,11 @@ export class KvBlockIndex {
     return n;
   }
 
+  /** `backend`'s reported blocks: hash → copies (what its events said, pending ones aside). */
+  held(backend: string): ReadonlyMap<bigint, number> {
+    return this.#blocks.get(backend) ?? new Map();
+  }
+
   size(backend: string): number {
     return this.#blocks.get(backend)?.size ?? 0;
   }

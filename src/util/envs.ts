@@ -100,6 +100,11 @@ export const ENV_VARS = {
   KVCONNECT_KV_EVENTS_ARRAY_LIKE: flag(
     'KV cache events are published as tagged arrays (vLLM before PR #42892) instead of maps.',
   ),
+  KVCONNECT_KV_EVENTS_HEARTBEAT_S: text(
+    'seconds (a number ≥ 0)',
+    '`1`',
+    'A KV event publisher with a `replay_endpoint` sends an empty batch after this long without one; `0` = no heartbeats.',
+  ),
   VLLM_ALLOW_LONG_MAX_MODEL_LEN: flag(
     "Accept a `--max-model-len` above the model's derived maximum (as vLLM; positions past it are unreliable).",
   ),

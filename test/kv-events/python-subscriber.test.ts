@@ -1,16 +1,22 @@
 /**
  * A subscriber written for vLLM (Python, pyzmq + msgpack, decoding as vLLM's example
  * subscriber does) reads kvconnect's KV events unchanged, in both layouts, including a
- * catch-up through the replay socket.
+ * catch-up through the replay socket; heartbeats and snapshots, which it does not know, do
+ * not disturb it, and a snapshot's batches decode as ordinary batches.
  */
 import assert from 'node:assert/strict';
-import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
+import { type ChildProcessWithoutNullStreams, spawn, spawnSync } from 'node:child_process';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
+import * as zmq from 'zeromq';
+import { parseKVEventsConfig } from '../../src/config/kv-events-config.ts';
 import { Engine } from '../../src/engine/engine.ts';
 import { samplingParams } from '../../src/engine/sampling-params.ts';
 import { externalBlockHash } from '../../src/kv/block-hash.ts';
 import { BlockHasher } from '../../src/kv/block-hasher.ts';
+import { END_SEQ, SNAPSHOT_REQUEST } from '../../src/kv-events/endpoint.ts';
+import { ZmqEventPublisher } from '../../src/kv-events/publisher.ts';
+import type { BlockStoredEvent } from '../../src/kv-events/wire.ts';
 
 const SCRIPT = fileURLToPath(new URL('./fixtures/vllm_kv_events_subscriber.py', import.meta.url));
 const PYTHON = '/usr/bin/python3';
@@ -104,14 +110,17 @@ for (const layout of ['map', 'array'] as const) {
       await run(engine, 'third', range(200, 5));
       const got = await sub.done();
       const h = (tokens: number[]) => hasher.hashTokens(tokens).map((x) => externalBlockHash(x).toString());
+      // Heartbeats (empty batches) may take sequence numbers between the events: they print nothing.
       assert.deepEqual(
-        got.map((e) => [e.seq, e.type, e.layout, e.dp_rank]),
+        got.map((e) => [e.type, e.layout, e.dp_rank]),
         [
-          [0, 'BlockStored', layout, 0],
-          [1, 'BlockStored', layout, 0],
-          [2, 'AllBlocksCleared', layout, 0],
+          ['BlockStored', layout, 0],
+          ['BlockStored', layout, 0],
+          ['AllBlocksCleared', layout, 0],
         ],
       );
+      assert.equal(got[0]!.seq, 0);
+      assert.ok(got[1]!.seq > got[0]!.seq && got[2]!.seq > got[1]!.seq, 'in sequence order');
       assert.deepEqual(got[0]!.block_hashes, h(first));
       assert.equal(got[0]!.parent_block_hash, null);
       assert.deepEqual(got[0]!.token_ids, range(1, 32));
@@ -124,6 +133,88 @@ for (const layout of ['map', 'array'] as const) {
     } finally {
       sub.kill();
       await engine.shutdown();
+    }
+  });
+}
+
+function block(hash: bigint, parent: bigint | null): BlockStoredEvent {
+  return {
+    type: 'BlockStored',
+    blockHashes: [hash],
+    parentBlockHash: parent,
+    tokenIds: range(Number(hash % 100n), 16),
+    blockSize: 16,
+    loraId: null,
+    medium: 'GPU',
+    loraName: null,
+    extraKeys: [null],
+    groupIdx: 0,
+    kvCacheSpecKind: 'full_attention',
+  };
+}
+
+for (const layout of ['map', 'array'] as const) {
+  test(`heartbeats and snapshots leave a vLLM-style subscriber undisturbed; snapshot batches decode (${layout})`, async () => {
+    const pub = await ZmqEventPublisher.start(
+      parseKVEventsConfig({
+        enable_kv_cache_events: true,
+        endpoint: 'tcp://127.0.0.1:*',
+        replay_endpoint: 'tcp://127.0.0.1:*',
+        topic: 'kv-events',
+      }),
+      0,
+      layout,
+      { heartbeatSeconds: 0.02 },
+    );
+    const dealer = new zmq.Dealer({ linger: 0, receiveTimeout: 5000 });
+    // Published before the subscriber exists: it comes by replay, past the heartbeats around it.
+    pub.publish({ ts: 1, events: [block(1n, null)], dataParallelRank: null });
+    const sub = startSubscriber(pub.endpoint, pub.replayEndpoint!, 'kv-events', 3);
+    try {
+      await sub.ready();
+      await new Promise((r) => setTimeout(r, 300));
+      // Another client asks for a snapshot on the same replay socket.
+      dealer.connect(pub.replayEndpoint!);
+      await dealer.send(['', SNAPSHOT_REQUEST]);
+      const payloads: Buffer[] = [];
+      while (true) {
+        const [, , seq, payload] = (await dealer.receive()) as Buffer[];
+        if (seq!.equals(END_SEQ)) break;
+        payloads.push(payload!);
+      }
+      pub.publish({ ts: 2, events: [block(2n, 1n)], dataParallelRank: null });
+      await new Promise((r) => setTimeout(r, 100));
+      pub.publish({ ts: 3, events: [{ type: 'AllBlocksCleared' }], dataParallelRank: null });
+      const got = await sub.done();
+      assert.ok(pub.stats().heartbeats > 3, `heartbeats were sent (${pub.stats().heartbeats})`);
+      assert.deepEqual(
+        got.map((e) => [e.type, e.block_hashes ?? null]),
+        [
+          ['BlockStored', ['1']],
+          ['BlockStored', ['2']],
+          ['AllBlocksCleared', null],
+        ],
+      );
+      assert.ok(got[1]!.seq - got[0]!.seq > 1, 'heartbeats took sequence numbers in between');
+      // The snapshot's batches, through the fixture's strict decoder.
+      const decoded = spawnSync(PYTHON, [SCRIPT, '--decode'], {
+        input: `${payloads.map((p) => p.toString('hex')).join('\n')}\n`,
+        encoding: 'utf8',
+      });
+      assert.equal(decoded.status, 0, decoded.stderr);
+      const lines = decoded.stdout
+        .trim()
+        .split('\n')
+        .map((l) => JSON.parse(l) as { events?: Decoded[]; error?: string });
+      assert.deepEqual(
+        lines.map((l) => l.error ?? l.events!.map((e) => [e.type, e.layout, e.block_hashes ?? null])),
+        [[['AllBlocksCleared', layout, null]], [['BlockStored', layout, ['1']]]],
+        'AllBlocksCleared, then the one resident block',
+      );
+    } finally {
+      sub.kill();
+      dealer.close();
+      await pub.shutdown();
     }
   });
 }

@@ -6,20 +6,16 @@
  * (kv_load_failure_policy=recompute).
  */
 import assert from 'node:assert/strict';
-import { type ChildProcessByStdio, spawn } from 'node:child_process';
-import { createInterface } from 'node:readline';
-import type { Readable } from 'node:stream';
 import { test } from 'node:test';
-import { fileURLToPath } from 'node:url';
 import { AsyncEngine } from '../../src/engine/async-engine.ts';
 import { LLM } from '../../src/engine/llm.ts';
 import { setLogLevel } from '../../src/logging/logger.ts';
 import { resolveProxyOptions, startProxy } from '../../src/proxy/index.ts';
 import { createServer } from '../../src/server/index.ts';
+import { serveProcess } from './helpers/serve-process.ts';
 
 setLogLevel('error');
 
-const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const MAX_TOKENS = 8;
 const WAVE = 10;
 const prompts = Array.from(
@@ -27,44 +23,25 @@ const prompts = Array.from(
   (_, i) => `Request ${i}: disaggregated serving keeps going when the prefill server dies, number ${i * 7}.`,
 );
 
-function startPrefill(): Promise<{ url: string; proc: ChildProcessByStdio<null, Readable, null> }> {
+function startPrefill(): ReturnType<typeof serveProcess> {
   const transfer = {
     kv_connector: 'NixlConnector',
     kv_role: 'kv_producer',
     engine_id: 'kill-p',
     kv_connector_extra_config: { backends: ['TCP'], side_channel_port: 0 },
   };
-  const proc = spawn(
-    process.execPath,
-    [
-      '--import',
-      'tsx',
-      'src/cli/main.ts',
-      'serve',
-      '--model',
-      'tiny',
-      '--port',
-      '0',
-      '--num-gpu-blocks',
-      '256',
-      '--max-model-len',
-      '256',
-      '--kv-transfer-config',
-      JSON.stringify(transfer),
-    ],
-    {
-      cwd: ROOT,
-      stdio: ['ignore', 'pipe', 'inherit'],
-      env: { ...process.env, KVCONNECT_LOG_LEVEL: 'error' },
-    },
-  );
-  return new Promise((resolve, reject) => {
-    proc.once('exit', (code) => reject(new Error(`prefill server exited early (${code})`)));
-    createInterface({ input: proc.stdout }).on('line', (line) => {
-      const m = /listening on (http:\/\/\S+)/.exec(line);
-      if (m) resolve({ url: m[1]!, proc });
-    });
-  });
+  return serveProcess([
+    '--model',
+    'tiny',
+    '--port',
+    '0',
+    '--num-gpu-blocks',
+    '256',
+    '--max-model-len',
+    '256',
+    '--kv-transfer-config',
+    JSON.stringify(transfer),
+  ]);
 }
 
 async function complete(url: string, prompt: string): Promise<{ status: number; text: string }> {

@@ -65,6 +65,8 @@ const NIXL_FAMILIES: ReadonlyArray<[string, string]> = [
   ['vllm:nixl_num_failed_transfers_total', 'counter'],
   ['vllm:nixl_num_failed_notifications_total', 'counter'],
   ['vllm:nixl_num_kv_expired_reqs_total', 'counter'],
+  ['vllm:nixl_num_failed_handshakes_total', 'counter'],
+  ['vllm:nixl_num_notifications_after_expiry_total', 'counter'],
 ];
 
 const OFFLOAD_FAMILIES: ReadonlyArray<[string, string]> = [

@@ -67,4 +67,16 @@ export const NIXL_METRICS: readonly ConnectorMetricSpec<NixlStatsData>[] = [
     type: 'counter',
     key: 'num_kv_expired_reqs',
   },
+  {
+    name: 'vllm:nixl_num_failed_handshakes_total',
+    help: 'Number of failed NIXL handshakes with remote engines.',
+    type: 'counter',
+    key: 'num_failed_handshakes',
+  },
+  {
+    name: 'vllm:nixl_num_notifications_after_expiry_total',
+    help: 'Number of NIXL read notifications received after the KV blocks had expired. NOTE: This metric is tracked on the P instance.',
+    type: 'counter',
+    key: 'num_notifications_after_expiry',
+  },
 ];

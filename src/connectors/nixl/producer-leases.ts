@@ -23,6 +23,10 @@ export class ProducerLeases {
   readonly #early = new Map<string, { worldSize: number; notes: number; at: number }>();
   #done: string[] = [];
   #expired = 0;
+  /** Completions for a request whose lease had expired (vLLM's num_notifications_after_expiry). */
+  #afterExpiry = 0;
+  /** Requests whose lease expired, by expiry time, kept one lease period to recognise late readers. */
+  readonly #recentlyExpired = new Map<string, number>();
 
   constructor(agent: TransferAgent, leaseSeconds: number, tpSize: number) {
     this.#agent = agent;
@@ -65,6 +69,10 @@ export class ProducerLeases {
         'Potentially invalid KV blocks for unrecognized request %s were retrieved by a decode worker. They may have expired.',
         reqId,
       );
+      if (this.#recentlyExpired.has(reqId)) {
+        this.#afterExpiry++;
+        return;
+      }
       // Several consumer ranks may report before the blocks arrive (heterogeneous TP).
       const prev = this.#early.get(reqId);
       this.#early.set(reqId, { worldSize: consumerWorldSize, notes: (prev?.notes ?? 0) + 1, at: Date.now() });
@@ -94,7 +102,10 @@ export class ProducerLeases {
       this.#agent.revokeGrant(id);
       this.#done.push(id);
       this.#expired++;
+      this.#recentlyExpired.set(id, now);
     }
+    for (const [id, at] of this.#recentlyExpired)
+      if (now - at > this.#leaseMs) this.#recentlyExpired.delete(id);
     for (const [id, e] of this.#early) if (now - e.at > this.#leaseMs) this.#early.delete(id);
   }
 
@@ -107,6 +118,13 @@ export class ProducerLeases {
   takeExpiredCount(): number {
     const n = this.#expired;
     this.#expired = 0;
+    return n;
+  }
+
+  /** Completions reported after their request's lease expired, since the last call. */
+  takeAfterExpiryCount(): number {
+    const n = this.#afterExpiry;
+    this.#afterExpiry = 0;
     return n;
   }
 }

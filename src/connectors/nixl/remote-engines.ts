@@ -40,6 +40,15 @@ export class RemoteEngines {
     this.#settings = settings;
   }
 
+  #failedHandshakes = 0;
+
+  /** Handshakes that failed since the last call (vLLM's num_failed_handshakes). */
+  takeFailedHandshakes(): number {
+    const n = this.#failedHandshakes;
+    this.#failedHandshakes = 0;
+    return n;
+  }
+
   /** Resolves with the remote agent name; a failed handshake is retried by the next caller. */
   connect(remote: RemoteEndpoint, tpRank: number): Promise<string> {
     const key = engineKey(remote, tpRank);
@@ -50,7 +59,10 @@ export class RemoteEngines {
       this.#engines.set(key, started);
       started.then(
         () => this.#settled.add(started),
-        () => this.#engines.delete(key),
+        () => {
+          this.#engines.delete(key);
+          this.#failedHandshakes++;
+        },
       );
       p = started;
     }

@@ -14,6 +14,17 @@ export interface NixlStatsData {
   num_failed_transfers: number;
   num_failed_notifications: number;
   num_kv_expired_reqs: number;
+  /** D side: handshakes with a remote engine that failed. */
+  num_failed_handshakes: number;
+  /** P side: a decode worker reported reading blocks whose lease had already expired. */
+  num_notifications_after_expiry: number;
+}
+
+/** The connector's counts that do not come from the transfer agent. */
+export interface NixlLeaseCounts {
+  expired: number;
+  afterExpiry: number;
+  failedHandshakes: number;
 }
 
 export function emptyNixlStats(): NixlStatsData {
@@ -26,10 +37,12 @@ export function emptyNixlStats(): NixlStatsData {
     num_failed_transfers: 0,
     num_failed_notifications: 0,
     num_kv_expired_reqs: 0,
+    num_failed_handshakes: 0,
+    num_notifications_after_expiry: 0,
   };
 }
 
-export function statsFromTransfer(s: TransferStatsSnapshot, expired: number): NixlStatsData {
+export function statsFromTransfer(s: TransferStatsSnapshot, counts: NixlLeaseCounts): NixlStatsData {
   return {
     transfer_duration: [...s.transferDuration],
     wire_duration: [...s.wireDuration],
@@ -38,7 +51,9 @@ export function statsFromTransfer(s: TransferStatsSnapshot, expired: number): Ni
     num_descriptors: [...s.numDescriptors],
     num_failed_transfers: s.numFailedTransfers,
     num_failed_notifications: s.numFailedNotifications,
-    num_kv_expired_reqs: expired,
+    num_kv_expired_reqs: counts.expired,
+    num_failed_handshakes: counts.failedHandshakes,
+    num_notifications_after_expiry: counts.afterExpiry,
   };
 }
 
@@ -47,7 +62,9 @@ export function isEmptyNixlStats(d: NixlStatsData): boolean {
     d.transfer_duration.length === 0 &&
     d.num_failed_transfers === 0 &&
     d.num_failed_notifications === 0 &&
-    d.num_kv_expired_reqs === 0
+    d.num_kv_expired_reqs === 0 &&
+    d.num_failed_handshakes === 0 &&
+    d.num_notifications_after_expiry === 0
   );
 }
 

@@ -187,7 +187,11 @@ export class NixlWorker {
   getStats(): KVConnectorStatsData | null {
     const ctx = this.#ctx;
     if (!ctx) return null;
-    const data = statsFromTransfer(ctx.agent.resetStats(), ctx.leases.takeExpiredCount());
+    const data = statsFromTransfer(ctx.agent.resetStats(), {
+      expired: ctx.leases.takeExpiredCount(),
+      afterExpiry: ctx.leases.takeAfterExpiryCount(),
+      failedHandshakes: ctx.engines.takeFailedHandshakes(),
+    });
     return isEmptyNixlStats(data) ? null : { ...data };
   }
 

@@ -142,6 +142,11 @@ describe('NIXL failure handling', () => {
       const text = records.map((r) => r.message).join('\n');
       assert.match(text, /NIXL compatibility hash mismatch\. Local: [0-9a-f]{64}, Remote: not-the-same\./);
       assert.match(text, /identical configurations\.Disable this check/);
+      assert.equal(
+        (await d.engine()).stats().kvConnectorStats?.['num_failed_handshakes'],
+        1,
+        "counted as vLLM's num_failed_handshakes",
+      );
       await waitForEmptyPool(d);
     } finally {
       await fake.close();

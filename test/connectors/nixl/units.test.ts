@@ -20,12 +20,13 @@ import {
   pushRegistrationNotification,
   routeNotification,
 } from '../../../src/connectors/nixl/notifications.ts';
+import { ProducerLeases } from '../../../src/connectors/nixl/producer-leases.ts';
 import { readRetryDelayMs, shouldReconnect } from '../../../src/connectors/nixl/retry-policy.ts';
 import { LLM } from '../../../src/engine/llm.ts';
 import { isKVError } from '../../../src/errors/index.ts';
 import type { KVCacheConfig } from '../../../src/kv/interfaces.ts';
 import { captureLogs } from '../../../src/logging/logger.ts';
-import type { TransferFailureCause, TransferStatus } from '../../../src/transfer/index.ts';
+import type { TransferAgent, TransferFailureCause, TransferStatus } from '../../../src/transfer/index.ts';
 
 describe('tp mapping (heterogeneous TP, pure)', () => {
   it('ratios, target ranks and notification counts', () => {
@@ -219,11 +220,33 @@ describe('options and startup', () => {
       num_failed_transfers: 0,
       num_failed_notifications: 0,
       num_kv_expired_reqs: 0,
+      num_failed_handshakes: 0,
+      num_notifications_after_expiry: 0,
     });
     assert.equal(r['Num successful transfers'], 2);
     assert.equal(r['Avg xfer time (ms)'], 2);
     assert.equal(r['Avg MB per transfer'], 2);
     assert.equal(r['Throughput (MB/s)'], 1000);
+  });
+});
+
+describe('expired-request accounting', () => {
+  it("a completion after the lease expired counts as vLLM's num_notifications_after_expiry", () => {
+    const calls: string[] = [];
+    const agent = {
+      grantRead: (id: string) => calls.push(`grant ${id}`),
+      renewGrant: () => {},
+      revokeGrant: (id: string) => calls.push(`revoke ${id}`),
+    } as unknown as TransferAgent;
+    const leases = new ProducerLeases(agent, 0.05, 1);
+    leases.add({ reqId: 'r1', blocks: [{ positions: [0], ids: [3] }], leaseSeconds: 0.05 });
+    leases.expire(Date.now() + 1000);
+    assert.deepEqual(calls, ['grant r1', 'revoke r1']);
+    assert.equal(leases.takeExpiredCount(), 1);
+    leases.completion('r1', 1);
+    leases.completion('never-seen', 1);
+    assert.equal(leases.takeAfterExpiryCount(), 1, 'only the expired request counts');
+    assert.equal(leases.takeAfterExpiryCount(), 0, 'taken once');
   });
 });
 

@@ -18,6 +18,7 @@ const AREA_TITLES: Record<ErrorArea, string> = {
   transfer: 'Transfer agent and side channel',
   nixl: 'NixlConnector',
   moriio: 'MoRIIOConnector',
+  lora: 'LoRA adapters',
   server: 'OpenAI-compatible server',
   proxy: 'Proxy and discovery',
   tools: 'Demo and bench',

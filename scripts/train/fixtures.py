@@ -7,6 +7,9 @@
   prompt position), computed by llama_ref.py from the weights as stored.
 - test/engine/model/fixtures/kjv-llama/: the same for the trained default model.
 - test/engine/model/fixtures/kjv-tokenizer-ids.json: the Python BPE encoder's ids of fixture text.
+- test/engine/lora/fixtures/<name>/: random PEFT LoRA adapters for one of the random checkpoints
+  (every target with plain scaling; some targets with rsLoRA, stored BF16), each with the
+  reference logits of the checkpoint with the adapter applied (lora_ref.py).
 
     /usr/bin/python3 scripts/train/fixtures.py
 """
@@ -21,6 +24,7 @@ import torch  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bpe  # noqa: E402
+import lora_ref  # noqa: E402
 import safetensors_io  # noqa: E402
 from export import SAMPLE_PROMPTS, load_exported  # noqa: E402
 from llama_ref import CausalLM  # noqa: E402
@@ -171,6 +175,44 @@ def trained_model_fixtures():
         f.write("\n")
 
 
+LORA_BASE = "llama-gqa3-untied-f32"
+# name → (adapter config, stored dtype)
+LORA_CASES = {
+    "all-targets-r4": ({"r": 4, "lora_alpha": 8, "target_modules": list(lora_ref.TARGETS)}, "F32"),
+    "qv-down-rslora-r8": (
+        {"r": 8, "lora_alpha": 6, "use_rslora": True, "target_modules": ["q_proj", "v_proj", "down_proj"]},
+        "BF16",
+    ),
+}
+
+
+def lora_fixtures():
+    base_dir = os.path.join(FIXTURES, "hf", LORA_BASE)
+    with open(os.path.join(base_dir, "reference.json")) as f:
+        prompts = json.load(f)["prompts"]
+    for name, (config, dtype) in LORA_CASES.items():
+        directory = os.path.join(ROOT, "test", "engine", "lora", "fixtures", name)
+        config = {**config, "base_model_name_or_path": LORA_BASE}
+        for seed in range(100, 150):
+            shutil.rmtree(directory, ignore_errors=True)
+            model, _ = load_exported(base_dir)
+            wrapped = lora_ref.wrap(model, config)
+            torch.manual_seed(seed)
+            with torch.no_grad():
+                for m in wrapped.values():
+                    m.lora_A.copy_(torch.randn_like(m.lora_A) / m.lora_A.shape[1] ** 0.5)
+                    m.lora_B.copy_(torch.randn_like(m.lora_B) * 0.5 / m.lora_B.shape[1] ** 0.5)
+            lora_ref.save_adapter(directory, wrapped, config, dtype)
+            stored, _ = lora_ref.load_adapter(load_exported(base_dir)[0], directory)
+            logits, greedy, margin = reference(stored, prompts)
+            if margin >= MIN_MARGIN:
+                write_reference(directory, prompts, logits, greedy, margin, {"base": LORA_BASE, "seed": seed})
+                print(f"lora {name}: seed {seed}, min greedy margin {margin:.3f}")
+                break
+        else:
+            raise SystemExit(f"lora {name}: no seed gave greedy margins >= {MIN_MARGIN}")
+
+
 def main():
     torch.set_num_threads(2)
     only = sys.argv[1:]
@@ -179,6 +221,8 @@ def main():
             write_case(name, overrides, dtype, shards, lengths)
     if not only or "kjv-llama" in only:
         trained_model_fixtures()
+    if not only or "lora" in only:
+        lora_fixtures()
 
 
 if __name__ == "__main__":

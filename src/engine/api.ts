@@ -11,6 +11,7 @@ import type { ChatRenderOptions } from '../tokenizer/chat-template.ts';
 import type { TokenizerLike } from '../tokenizer/types.ts';
 import type { ConnectorAdvertisement, KVEventsInfo } from '../wire/index.ts';
 import type { IterationStats } from './iteration-stats.ts';
+import type { LoRARequest } from './lora/lora-request.ts';
 import type { PauseMode, SleepLevel, SleepTag } from './sleep-mode.ts';
 
 export type { KVEventsInfo } from '../wire/index.ts';
@@ -79,6 +80,8 @@ export interface GenerateRequest {
   sampling: SamplingParams;
   kvTransferParams?: KVTransferParams | null;
   cacheSalt?: string;
+  /** The LoRA adapter the request runs with (vLLM's lora_request); absent: the base model. */
+  loraRequest?: LoRARequest | null;
 }
 
 export interface RequestMetrics {

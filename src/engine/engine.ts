@@ -31,6 +31,7 @@ import type {
 import { type IterationStats, IterationStatsBuilder } from './iteration-stats.ts';
 import { KVEventSink } from './kv-event-sink.ts';
 import { KvLoadFaults } from './kv-load-faults.ts';
+import type { LoRARequest } from './lora/lora-request.ts';
 import { SyntheticModel } from './model/synthetic-model.ts';
 import { type BlockHashSource, Request } from './request.ts';
 import type { ModelExecutor } from './runner/executor.ts';
@@ -242,6 +243,7 @@ export class Engine {
       eosTokenId: this.tokenizer.eosTokenId,
       kvTransferParams: req.kvTransferParams ?? null,
       cacheSalt: req.cacheSalt,
+      loraRequest: req.loraRequest ?? null,
       arrivalTime,
       blockHasher: this.#blockHasher,
     });
@@ -262,6 +264,7 @@ export class Engine {
     const runnerOutput = await this.executor.execute({
       schedulerOutput,
       newRequestSampling: this.#samplingOfNewRequests(schedulerOutput),
+      newRequestLora: this.#loraOfNewRequests(schedulerOutput),
     });
     // Emulated deployments: the step lasts what the step-time model says it would there.
     if (stepMs > 0) await this.clock.holdStep(startedAt, stepMs);
@@ -426,6 +429,15 @@ export class Engine {
       if (request) sampling[req.reqId] = request.sampling;
     }
     return sampling;
+  }
+
+  #loraOfNewRequests(out: SchedulerOutput): Record<string, LoRARequest> {
+    const lora: Record<string, LoRARequest> = {};
+    for (const req of out.scheduledNewReqs) {
+      const adapter = this.scheduler.getRequest(req.reqId)?.loraRequest;
+      if (adapter) lora[req.reqId] = adapter;
+    }
+    return lora;
   }
 
   #assertOpen(): void {

@@ -8,6 +8,7 @@ import type { EngineOptionsInput } from '../config/engine-config.ts';
 import type { KVTransferParams } from '../connector/types.ts';
 import type { FinishReason, RequestMetrics, RequestOutputDelta, SamplingParams } from './api.ts';
 import { AsyncEngine } from './async-engine.ts';
+import type { LoRARequest } from './lora/lora-request.ts';
 import { samplingParams } from './sampling-params.ts';
 
 export { DEFAULT_SAMPLING_PARAMS, samplingParams } from './sampling-params.ts';
@@ -23,6 +24,8 @@ export interface GenerateOptions {
   /** Per prompt (array) or for all prompts. */
   kvTransferParams?: KVTransferParams | (KVTransferParams | null)[] | null;
   requestIdPrefix?: string;
+  /** The LoRA adapter per prompt (array) or for all prompts (vLLM's lora_request). */
+  loraRequest?: LoRARequest | (LoRARequest | null)[] | null;
 }
 
 export interface RequestOutput {
@@ -73,6 +76,8 @@ export class LLM {
       const sampling = samplingParams(Array.isArray(params) ? params[i] : params);
       const kv = options.kvTransferParams;
       const kvTransferParams = Array.isArray(kv) ? (kv[i] ?? null) : (kv ?? null);
+      const lora = options.loraRequest;
+      const loraRequest = Array.isArray(lora) ? (lora[i] ?? null) : (lora ?? null);
       const requestId = `${prefix}-${i}`;
       const prompt = typeof p === 'string' ? p : 'prompt' in p ? p.prompt : null;
       const stream = engine.generate({
@@ -82,6 +87,7 @@ export class LLM {
           : { promptTokenIds: (p as { promptTokenIds: number[] }).promptTokenIds }),
         sampling,
         kvTransferParams,
+        loraRequest,
       });
       return collect(requestId, prompt, stream);
     });

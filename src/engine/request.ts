@@ -6,6 +6,7 @@
 import type { ConnectorRequest, KVTransferParams, RequestStatus } from '../connector/types.ts';
 import type { BlockHash, CacheRequest } from '../kv/interfaces.ts';
 import type { FinishReason, RequestMetrics, SamplingParams } from './api.ts';
+import type { LoRARequest } from './lora/lora-request.ts';
 import type { LifecycleState } from './request-lifecycle.ts';
 
 /** Hashes of the request's new full blocks: a function, or src/kv's createBlockHasher() object. */
@@ -24,6 +25,7 @@ export interface RequestInit {
   /** Wall-clock ms; defaults to Date.now(). */
   arrivalTime?: number;
   blockHasher?: BlockHashSource | null;
+  loraRequest?: LoRARequest | null;
 }
 
 /** Why a request is waiting on its peer after it finished (see HANDOFF_PENDING). */
@@ -43,6 +45,8 @@ export class Request implements ConnectorRequest, CacheRequest {
   readonly sampling: SamplingParams;
   readonly eosTokenId: number | null;
   readonly cacheSalt: string | undefined;
+  /** The adapter this request runs with, null for the base model. */
+  readonly loraRequest: LoRARequest | null;
   readonly arrivalTime: number;
   readonly blockHashes: BlockHash[] = [];
   readonly metrics: RequestMetrics;
@@ -73,6 +77,7 @@ export class Request implements ConnectorRequest, CacheRequest {
     this.eosTokenId = init.eosTokenId ?? null;
     this.kvTransferParams = init.kvTransferParams ?? null;
     this.cacheSalt = init.cacheSalt;
+    this.loraRequest = init.loraRequest ?? null;
     this.arrivalTime = init.arrivalTime ?? Date.now();
     this.#blockHasher = init.blockHasher ?? null;
     this.metrics = {
@@ -89,6 +94,11 @@ export class Request implements ConnectorRequest, CacheRequest {
       numGeneratedTokens: 0,
     };
     this.#updateBlockHashes();
+  }
+
+  /** The adapter's name: an extra key of every block hash (vLLM's LoRA extra key). */
+  get loraName(): string | undefined {
+    return this.loraRequest?.loraName;
   }
 
   get allTokenIds(): readonly number[] {

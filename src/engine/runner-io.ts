@@ -4,11 +4,14 @@
  */
 import type { KVConnectorOutput, SchedulerOutput } from '../connector/types.ts';
 import type { PositionLogprobs, SamplingParams } from './api.ts';
+import type { LoRARequest } from './lora/lora-request.ts';
 
 export interface RunnerInput {
   schedulerOutput: SchedulerOutput;
   /** Sampling parameters of the requests scheduled for the first time in this step. */
   newRequestSampling: Record<string, SamplingParams>;
+  /** The adapters of the requests scheduled for the first time in this step (absent: none). */
+  newRequestLora?: Record<string, LoRARequest>;
 }
 
 export interface ModelRunnerOutput {

@@ -149,6 +149,13 @@ const CATALOG = {
     MORIIO_NOTIFY_FAILED: [502, 'A notify message could not be delivered to the peer'],
     MORIIO_PORT_IN_USE: [500, 'A MoRIIO handshake or notify port is taken'],
   },
+  lora: {
+    LORA_ADAPTER_NOT_FOUND: [404, 'No PEFT adapter (adapter_config.json) at the path (vLLM message)'],
+    LORA_ADAPTER_INVALID: [500, 'The adapter cannot be applied to this model (vLLM answers 500)'],
+    LORA_RANK_TOO_LARGE: [500, "The adapter's rank exceeds --max-lora-rank (vLLM message)"],
+    LORA_CONFIG_INVALID: [400, 'A LoRA flag (--lora-modules, --max-loras, ...) has a bad value'],
+    LORA_PATH_NOT_ALLOWED: [400, 'An adapter path from a request lies outside the allowed directories'],
+  },
   server: {
     SERVER_INVALID_REQUEST: [400, 'A request body field is missing or invalid (param names it)'],
     SERVER_INVALID_JSON: [400, 'The request body is not valid JSON'],

@@ -4,6 +4,7 @@
  * into the paged cache before attention reads it.
  */
 import type { PagedKVMemory } from '../../kv/interfaces.ts';
+import type { LoRARequest } from '../lora/lora-request.ts';
 
 export interface SequenceInBatch {
   /** Offset of this sequence's new tokens in ForwardBatch.tokenIds. */
@@ -21,6 +22,8 @@ export interface SequenceInBatch {
    * computeLogits says: prompt logprobs need the distribution at each prompt position.
    */
   allLogits?: boolean;
+  /** The adapter applied to this sequence's projections; absent or null: the base model. */
+  lora?: LoRARequest | null;
 }
 
 /** How many logits rows a sequence contributes to the forward's output. */

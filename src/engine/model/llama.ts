@@ -7,6 +7,8 @@
 import { attentionLayerName } from '../../config/model-presets.ts';
 import { KVError } from '../../errors/index.ts';
 import type { PagedKVMemory } from '../../kv/interfaces.ts';
+import { LoraAdapterCache } from '../lora/adapter-cache.ts';
+import { addLoraDelta, type RankLora, type RankLoraPair } from '../lora/rank-lora.ts';
 import { type AttentionShape, allocAttentionScratch, pagedAttention } from './attention.ts';
 import { allocDecodeScratch, pagedDecodeAttention } from './decode-attention.ts';
 import type { ModelDims, RankShard } from './dims.ts';
@@ -31,6 +33,8 @@ export class LlamaModel implements ForwardModel {
   readonly #rt: WasmRuntime;
   readonly #w: PackedWeights;
   readonly #rope: RopeTable;
+  /** The LoRA adapters this rank holds; a sequence names its adapter in the forward batch. */
+  readonly loras: LoraAdapterCache;
   /** 0 sends every sequence through the prefill attention (the benchmark's baseline). */
   decodeAttentionMaxTokens = DECODE_ATTENTION_MAX_TOKENS;
 
@@ -41,6 +45,7 @@ export class LlamaModel implements ForwardModel {
     this.#rt = new WasmRuntime(16 << 20);
     this.#w = packWeights(this.#rt, tensors, dims, shard);
     this.#rope = new RopeTable(ropeInvFreq(dims.headDim, dims.ropeTheta, dims.ropeScaling));
+    this.loras = new LoraAdapterCache(dims, shard);
   }
 
   get vocabSize(): number {
@@ -91,6 +96,24 @@ export class LlamaModel implements ForwardModel {
       );
     }
     this.#rope.ensure(maxContext);
+    const adapters = batch.sequences.map((s) => (s.lora ? this.loras.get(s.lora) : null));
+    const anyLora = adapters.some((a) => a !== null);
+    /** Adds each adapted sequence's delta of one projection (input x, output out at column col). */
+    const lora = (
+      l: number,
+      target: keyof RankLora['layers'][number],
+      x: number,
+      xStride: number,
+      out: number,
+      outStride: number,
+    ): void => {
+      if (!anyLora) return;
+      const f32 = rt.f32;
+      batch.sequences.forEach((s, k) => {
+        const pair: RankLoraPair | undefined = adapters[k]?.layers[l]?.[target];
+        if (pair !== undefined) addLoraDelta(f32, pair, s.start, s.len, x, xStride, out, outStride);
+      });
+    };
     const mark = rt.mark();
     try {
       const x = rt.alloc(rows * h);
@@ -132,6 +155,9 @@ export class LlamaModel implements ForwardModel {
         mem = rt.f32;
         rmsnorm(mem, x, hn, lw.inputNorm, rows, h, dims.rmsNormEps);
         rt.matmul(rows, qkvDim, h, hn, h, lw.qkv, qkvDim, qkv, qkvDim);
+        lora(l, 'q_proj', hn, h, qkv, qkvDim);
+        lora(l, 'k_proj', hn, h, qkv + qDim, qkvDim);
+        lora(l, 'v_proj', hn, h, qkv + qDim + kvDim, qkvDim);
         if (lw.qkvBias !== null) addRowBias(mem, qkv, lw.qkvBias, rows);
         for (let r = 0; r < rows; r++) {
           const pos = positions[r] as number;
@@ -175,13 +201,17 @@ export class LlamaModel implements ForwardModel {
         }
         await hooks.afterLayer?.(l, name);
         rt.matmul(rows, h, qDim, attn, qDim, lw.o, h, proj, h);
+        lora(l, 'o_proj', attn, qDim, proj, h);
         await this.#reduce(hooks, proj, rows * h);
         mem = rt.f32;
         addInPlace(mem, x, proj, rows * h);
         rmsnorm(mem, x, hn, lw.postNorm, rows, h, dims.rmsNormEps);
         rt.matmul(rows, 2 * inter, h, hn, h, lw.gateUp, 2 * inter, gateUp, 2 * inter);
+        lora(l, 'gate_proj', hn, h, gateUp, 2 * inter);
+        lora(l, 'up_proj', hn, h, gateUp + inter, 2 * inter);
         swiglu(rt, gateUp, act, rows, inter);
         rt.matmul(rows, h, inter, act, inter, lw.down, h, proj, h);
+        lora(l, 'down_proj', act, inter, proj, h);
         await this.#reduce(hooks, proj, rows * h);
         mem = rt.f32;
         addInPlace(mem, x, proj, rows * h);

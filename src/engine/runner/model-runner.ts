@@ -87,7 +87,7 @@ export class ModelRunner {
     const steps = this.#connectorSteps;
     if (steps) await steps.handlePreemptions(out);
     for (const id of out.finishedReqIds) this.#generators.delete(id);
-    const scheduled = this.#states.update(out, input.newRequestSampling);
+    const scheduled = this.#states.update(out, input.newRequestSampling, input.newRequestLora);
     const hasForward = out.totalNumScheduledTokens > 0;
     const result: ModelRunnerOutput = {
       reqIds: [],
@@ -219,6 +219,7 @@ export function buildForwardBatch(running: readonly RunnerRequestState[]): Forwa
       blockTables: state.blockTables,
       computeLogits: RunnerRequestStates.completesSequence(state),
       allLogits: RunnerRequestStates.scoresPrompt(state),
+      lora: state.lora ?? null,
     });
     start += state.numScheduledTokens;
   }

@@ -7,6 +7,7 @@
 import type { SchedulerOutput } from '../../connector/types.ts';
 import { KVError } from '../../errors/kv-error.ts';
 import type { PositionLogprobs, SamplingParams } from '../api.ts';
+import type { LoRARequest } from '../lora/lora-request.ts';
 
 export interface RunnerRequestState {
   readonly reqId: string;
@@ -23,6 +24,8 @@ export interface RunnerRequestState {
   readonly numPromptTokens: number;
   /** With sampling.promptLogprobs: each prompt position's logprobs as computed (null until then). */
   promptLogprobs: (PositionLogprobs | null)[] | null;
+  /** The adapter this request runs with, null for the base model. */
+  lora?: LoRARequest | null;
 }
 
 export class RunnerRequestStates {
@@ -40,7 +43,11 @@ export class RunnerRequestStates {
    * Applies one scheduler output and returns the scheduled requests in batch order
    * (new requests first, then running ones, as the scheduler lists them).
    */
-  update(out: SchedulerOutput, newRequestSampling: Record<string, SamplingParams>): RunnerRequestState[] {
+  update(
+    out: SchedulerOutput,
+    newRequestSampling: Record<string, SamplingParams>,
+    newRequestLora: Record<string, LoRARequest> = {},
+  ): RunnerRequestState[] {
     for (const id of out.finishedReqIds) this.#states.delete(id);
     const scheduled: RunnerRequestState[] = [];
     for (const req of out.scheduledNewReqs) {
@@ -55,6 +62,7 @@ export class RunnerRequestStates {
         numScheduledTokens: out.numScheduledTokens[req.reqId] ?? 0,
         sampling,
         sampledInLastStep: false,
+        lora: newRequestLora[req.reqId] ?? previous?.lora ?? null,
         numPromptTokens: req.promptTokenIds.length,
         promptLogprobs:
           (sampling.promptLogprobs ?? null) === null

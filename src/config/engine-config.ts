@@ -193,5 +193,8 @@ export function buildEngineConfig(options: EngineOptionsInput = {}): EngineConfi
       o.kv_offloading_backend,
     ),
     kvEventsConfig: toKVEventsConfig(options.kv_events_config),
+    lora: o.enable_lora
+      ? { maxLoras: o.max_loras, maxCpuLoras: o.max_cpu_loras ?? o.max_loras, maxLoraRank: o.max_lora_rank }
+      : null,
   };
 }

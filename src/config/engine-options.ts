@@ -30,6 +30,10 @@ export interface EngineOptions {
   data_parallel_size: number;
   data_parallel_rank: number;
   data_parallel_size_local: number | null;
+  enable_lora: boolean;
+  max_loras: number;
+  max_cpu_loras: number | null;
+  max_lora_rank: number;
 }
 
 /**
@@ -41,7 +45,7 @@ export type EngineOptionKind = 'int' | 'number' | 'string' | 'choice' | 'bool' |
 
 export interface EngineOptionDef<T> {
   kind: EngineOptionKind;
-  section: 'model' | 'cache' | 'scheduler' | 'parallel';
+  section: 'model' | 'cache' | 'scheduler' | 'parallel' | 'lora';
   default: T;
   help: string;
   choices?: readonly string[];
@@ -53,6 +57,9 @@ export interface EngineOptionDef<T> {
   /** Returns a problem ("must be ...") or null; `all` is the full option set. */
   check?: (value: T, all: EngineOptions) => string | null;
 }
+
+/** vLLM's MaxLoRARanks. */
+export const MAX_LORA_RANKS: readonly number[] = [1, 8, 16, 32, 64, 128, 256, 320, 512];
 
 export const DEFAULT_KV_CACHE_MEMORY_BYTES = 64 * 2 ** 20;
 
@@ -196,6 +203,36 @@ export const ENGINE_OPTIONS: { [K in keyof EngineOptions]: EngineOptionDef<Engin
       v !== null && v > all.data_parallel_size
         ? `must be <= data_parallel_size (${all.data_parallel_size})`
         : null,
+  },
+  enable_lora: {
+    kind: 'bool',
+    section: 'lora',
+    default: false,
+    help: 'serve LoRA adapters (--lora-modules, and POST /v1/load_lora_adapter with VLLM_ALLOW_RUNTIME_LORA_UPDATING)',
+  },
+  max_loras: {
+    kind: 'int',
+    section: 'lora',
+    default: 1,
+    min: 1,
+    help: 'most distinct LoRA adapters in one batch (requests of other adapters wait)',
+  },
+  max_cpu_loras: {
+    kind: 'int',
+    section: 'lora',
+    default: null,
+    nullable: true,
+    min: 1,
+    help: 'most LoRA adapters held in memory (default: --max-loras)',
+    check: (v, all) =>
+      v !== null && v < all.max_loras ? `max_cpu_loras (${v}) must be >= max_loras (${all.max_loras})` : null,
+  },
+  max_lora_rank: {
+    kind: 'int',
+    section: 'lora',
+    default: 16,
+    help: `largest LoRA rank accepted (one of ${MAX_LORA_RANKS.join(', ')})`,
+    check: (v) => (MAX_LORA_RANKS.includes(v) ? null : `must be one of ${MAX_LORA_RANKS.join(', ')}`),
   },
 };
 

@@ -60,6 +60,13 @@ export interface SchedulerConfig {
   disableHybridKvCacheManager: boolean | null;
 }
 
+/** vLLM's LoRAConfig: present only with --enable-lora. */
+export interface LoRAConfig {
+  maxLoras: number;
+  maxCpuLoras: number;
+  maxLoraRank: number;
+}
+
 export interface ParallelConfig {
   tensorParallelSize: number;
   dataParallelSize: number;
@@ -82,6 +89,8 @@ export interface EngineConfig {
   scheduler: SchedulerConfig;
   parallel: ParallelConfig;
   kvTransferConfig: KVTransferConfigLike | null;
+  /** LoRA adapters (--enable-lora); absent or null = off. */
+  lora?: LoRAConfig | null;
   /** `--kv-events-config` (vLLM's KVEventsConfig); absent or null = no KV events. */
   kvEventsConfig?: KVEventsConfigFields | null;
   /** Emulated deployment (step-time model, token mode, speedup); absent or null = none. */

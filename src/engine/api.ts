@@ -189,6 +189,8 @@ export interface AsyncEngineLike {
    * cache (and with resetConnector the connector's cache) was cleared.
    */
   resetPrefixCache?(options?: { resetRunningRequests?: boolean; resetConnector?: boolean }): Promise<boolean>;
+  /** vLLM's add_lora: resolves once the adapter is known to load into this engine, else throws. */
+  addLora?(request: LoRARequest): Promise<void>;
   shutdown(): Promise<void>;
   /** vLLM's sleep mode (engine/sleep-mode.ts); absent when the engine cannot sleep. */
   sleep?(level: SleepLevel, mode?: PauseMode): Promise<void>;

@@ -28,6 +28,8 @@ import type {
   TokenizerLike,
 } from './api.ts';
 import { Engine } from './engine.ts';
+import { checkLoraAdapter } from './lora/check-adapter.ts';
+import type { LoRARequest } from './lora/lora-request.ts';
 import { rejectedKvTransferRequest } from './sampling-params.ts';
 import type { PrefixCacheReset } from './scheduler/scheduler.ts';
 import {
@@ -151,6 +153,11 @@ export class AsyncEngine implements AsyncEngineLike {
 
   setKvLoadFaults(faults: KvLoadFaultConfig): void {
     this.engine.setKvLoadFaults(faults);
+  }
+
+  /** vLLM's add_lora: throws unless the adapter can be served by this engine. */
+  async addLora(request: LoRARequest): Promise<void> {
+    checkLoraAdapter(this.engine.config, request);
   }
 
   /** Applied between steps (at once when the engine is idle). */

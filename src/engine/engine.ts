@@ -331,6 +331,10 @@ export class Engine {
     connectorStats: Record<string, unknown> | null,
   ): void {
     const stats = this.#iterationStats.build(kind, deltas, connectorStats);
+    if (this.config.lora) {
+      const { runningLoraAdapters, waitingLoraAdapters } = this.scheduler.loraAdapters();
+      stats.loraAdapters = { running: runningLoraAdapters, waiting: waitingLoraAdapters };
+    }
     if (this.#iterationListeners.size === 0) {
       if (connectorStats) this.#connectorStats = mergeStats(this.#connectorStats ?? {}, connectorStats);
       return;

@@ -52,6 +52,8 @@ export interface IterationStats {
   finished: FinishedRequestStats[];
   /** The KV connector's stats of this iteration (its own keys), or null. */
   kvConnectorStats: Record<string, unknown> | null;
+  /** With LoRA on: the adapters of the running and waiting requests after this iteration. */
+  loraAdapters?: { running: string[]; waiting: string[] };
 }
 
 interface RequestState {

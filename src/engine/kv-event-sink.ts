@@ -56,7 +56,7 @@ export class KVEventSink {
       parentBlockHash: e.parentBlockHash,
       tokenIds: e.tokenIds,
       blockSize: e.blockSize,
-      loraId: null,
+      loraId: e.loraId ?? null,
       medium: e.medium,
       loraName: e.loraName ?? null,
       extraKeys: e.extraKeys ?? e.blockHashes.map(() => null),

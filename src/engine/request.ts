@@ -101,6 +101,11 @@ export class Request implements ConnectorRequest, CacheRequest {
     return this.loraRequest?.loraName;
   }
 
+  /** The adapter's integer id, carried by the KV events of its blocks. */
+  get loraId(): number | undefined {
+    return this.loraRequest?.loraIntId;
+  }
+
   get allTokenIds(): readonly number[] {
     return this.#tokens;
   }

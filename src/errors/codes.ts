@@ -154,7 +154,12 @@ const CATALOG = {
     LORA_ADAPTER_INVALID: [500, 'The adapter cannot be applied to this model (vLLM answers 500)'],
     LORA_RANK_TOO_LARGE: [500, "The adapter's rank exceeds --max-lora-rank (vLLM message)"],
     LORA_CONFIG_INVALID: [400, 'A LoRA flag (--lora-modules, --max-loras, ...) has a bad value'],
-    LORA_PATH_NOT_ALLOWED: [400, 'An adapter path from a request lies outside the allowed directories'],
+    LORA_PATH_NOT_ALLOWED: [400, 'An adapter path from a request lies outside --lora-allowed-dirs'],
+    LORA_REQUEST_INVALID: [
+      400,
+      'A load/unload request lacks a name or path, or the name is taken (vLLM message)',
+    ],
+    LORA_ADAPTER_UNKNOWN: [404, 'The adapter to unload is not loaded (vLLM message)'],
   },
   server: {
     SERVER_INVALID_REQUEST: [400, 'A request body field is missing or invalid (param names it)'],

@@ -48,7 +48,7 @@ export function formatErrorJson(e: unknown): ErrorJson {
     return {
       error: {
         message: e.message,
-        type,
+        type: e.errorType ?? type,
         param: e.field ?? null,
         code: status,
         kvconnect_code: e.code,

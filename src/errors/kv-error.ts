@@ -11,6 +11,8 @@ export interface KVErrorOptions {
   field?: string;
   /** Extra machine-readable details (expected/received values, ids, ...). */
   details?: Record<string, unknown>;
+  /** The error body's `type` when vLLM names it other than by status (e.g. `InvalidUserInput`). */
+  errorType?: string;
 }
 
 export class KVError extends Error {
@@ -18,6 +20,7 @@ export class KVError extends Error {
   readonly hint: string | undefined;
   readonly field: string | undefined;
   readonly details: Record<string, unknown> | undefined;
+  readonly errorType: string | undefined;
 
   constructor(code: ErrorCode, message: string, options: KVErrorOptions = {}) {
     super(message, options.cause === undefined ? undefined : { cause: options.cause });
@@ -26,6 +29,7 @@ export class KVError extends Error {
     this.hint = options.hint;
     this.field = options.field;
     this.details = options.details;
+    this.errorType = options.errorType;
   }
 
   /** The HTTP status declared for this code in the catalog (src/errors/codes.ts). */

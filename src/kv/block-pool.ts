@@ -40,6 +40,7 @@ export interface CachingRequest {
   readonly allTokenIds: readonly number[];
   readonly blockHashes: readonly BlockHash[];
   readonly loraName?: string | undefined;
+  readonly loraId?: number | undefined;
   readonly cacheSalt?: string | undefined;
 }
 
@@ -199,6 +200,7 @@ export class BlockPool {
         groupIdx: groupId,
         medium: 'GPU',
         loraName: req.loraName ?? null,
+        loraId: req.loraId ?? null,
         extraKeys: extras,
       });
     }

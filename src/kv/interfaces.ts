@@ -50,6 +50,8 @@ export interface CacheRequest {
   readonly blockHashes: readonly BlockHash[];
   readonly cacheSalt?: string | undefined;
   readonly loraName?: string | undefined;
+  /** The adapter's integer id (vLLM's lora_int_id), carried by BlockStored events. */
+  readonly loraId?: number | undefined;
   /** vLLM's request.num_computed_tokens. If absent, the manager assumes every token it gave a
    * slot to in earlier allocateSlots calls has been computed. */
   readonly numComputedTokens?: number | undefined;
@@ -98,6 +100,7 @@ export type KVCacheEvent =
       groupIdx: number;
       medium: 'GPU' | 'CPU' | 'STORAGE';
       loraName?: string | null;
+      loraId?: number | null;
       /** Per block, the extra keys hashed with it (LoRA name, cache salt), or null. */
       extraKeys?: (readonly unknown[] | null)[];
     }

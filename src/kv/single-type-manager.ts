@@ -120,7 +120,7 @@ export class SingleTypeManager {
     const hashes =
       this.#hashScale === 1 ? req.blockHashes : Array.from({ length: numFull }, (_, i) => view.at(i));
     this.#pool.cacheFullBlocks(
-      { allTokenIds: req.allTokenIds, blockHashes: hashes, loraName: req.loraName },
+      { allTokenIds: req.allTokenIds, blockHashes: hashes, loraName: req.loraName, loraId: req.loraId },
       blocks,
       numCached,
       Math.min(numFull, blocks.length),

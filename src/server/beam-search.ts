@@ -12,6 +12,7 @@
  * token as one more candidate.
  */
 import type { AsyncEngineLike, RequestOutputDelta, SamplingParams } from '../engine/api.ts';
+import type { LoRARequest } from '../engine/lora/lora-request.ts';
 import type { ChoiceEvent } from './generation.ts';
 import { type LogprobEntries, sampledEntries } from './logprobs-format.ts';
 import type { BeamSearchOptions, GenerationPlan } from './parse-request.ts';
@@ -56,6 +57,8 @@ interface StepContext {
   engine: AsyncEngineLike;
   prompt: readonly number[];
   cacheSalt: string | undefined;
+  /** The adapter the request names as its model, or null. */
+  lora: LoRARequest | null;
   logprobs: number;
   baseId: string;
   disableRandomization: boolean;
@@ -70,6 +73,7 @@ async function stepOf(ctx: StepContext, beam: Beam, id: string): Promise<Logprob
     promptTokenIds: [...ctx.prompt, ...beam.tokens],
     sampling: stepSampling(ctx.logprobs),
     ...(ctx.cacheSalt === undefined ? {} : { cacheSalt: ctx.cacheSalt }),
+    loraRequest: ctx.lora,
   };
   for await (const delta of ctx.engine.generate(request, ctx.signal)) {
     if (delta.finished && delta.finishReason === 'error')
@@ -170,6 +174,7 @@ export async function* beamSearchChoices(
   baseId: string,
   disableRandomization: boolean,
   signal: AbortSignal,
+  lora: LoRARequest | null = null,
 ): AsyncGenerator<ChoiceEvent> {
   const eos = engine.tokenizer.eosTokenId;
   const logprobs = Math.max(2 * options.width, plan.logprobs ?? 0);
@@ -180,6 +185,7 @@ export async function* beamSearchChoices(
         engine,
         prompt,
         cacheSalt: plan.cacheSalt,
+        lora,
         logprobs,
         baseId: `${baseId}-beam${p}`,
         disableRandomization,

@@ -5,6 +5,7 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { AsyncEngineLike, RequestOutputDelta } from '../engine/api.ts';
+import type { LoRARequest } from '../engine/lora/lora-request.ts';
 import { formatErrorJson, KVError, toErrorCode } from '../errors/index.ts';
 import { type BodyRules, readJson, sendError, sendJson } from '../http/index.ts';
 import type { AdmissionGate } from './admission.ts';
@@ -36,6 +37,7 @@ import {
 import { notifyKvTransferRequestRejected } from './rejection.ts';
 import { externalRequestId, internalRequestId } from './request-id.ts';
 import { fullResponsesObject, parseResponsesRequest, streamResponses } from './responses-api.ts';
+import type { ServedModels } from './served-models.ts';
 import { SseWriter } from './sse.ts';
 
 export interface GenerateHandlerContext {
@@ -43,6 +45,8 @@ export interface GenerateHandlerContext {
   /** The process's in-process data-parallel engines, for `X-data-parallel-rank` ([] or [engine]: none). */
   dataParallelEngines?: readonly AsyncEngineLike[];
   servedModelName: string;
+  /** The base model and its adapters; absent: only servedModelName is known. */
+  models?: ServedModels;
   gate: AdmissionGate;
   body: BodyRules;
   disableRandomization: boolean;
@@ -75,6 +79,7 @@ export async function handleGenerate(
   let body: Body | undefined;
   let plan: GenerationPlan;
   let engine = ctx.engine;
+  let lora: LoRARequest | null = null;
   try {
     body = asBody(preread ?? (await readJson(req, ctx.body)));
     // vLLM's tokens endpoint names the request by the header, else by the body's request_id.
@@ -86,6 +91,7 @@ export async function handleGenerate(
     }
     engine = engineForRequest(req, ctx.engine, ctx.dataParallelEngines ?? []);
     plan = kind === 'responses' ? parseResponses(ctx, body, externalId) : parse(ctx, kind, body);
+    lora = ctx.models?.resolve(plan.model) ?? null;
     ctx.gate.acquire(plan.prompts.length * plan.n);
   } catch (e) {
     if (body && needsRejectionNotice(body['kv_transfer_params'])) {
@@ -115,6 +121,7 @@ export async function handleGenerate(
       tokenizer: ctx.engine.tokenizer,
     };
     const requests = buildEngineRequests(plan, responseId, ctx.disableRandomization);
+    if (lora) for (const r of requests.requests) r.loraRequest = lora;
     const events = plan.beamSearch
       ? beamSearchChoices(
           engine,
@@ -123,6 +130,7 @@ export async function handleGenerate(
           responseId,
           ctx.disableRandomization,
           disconnect.signal,
+          lora,
         )
       : runChoices(engine, requests, plan.n, disconnect.signal);
     const choices = plan.stream
@@ -153,7 +161,7 @@ function parseContext(ctx: GenerateHandlerContext): ParseContext {
 
 function parseResponses(ctx: GenerateHandlerContext, body: Body, externalId: string): GenerationPlan {
   const plan = parseResponsesRequest(body, parseContext(ctx), externalId);
-  checkServedModel(plan.model, ctx.servedModelName);
+  checkServedModel(plan.model, ctx.servedModelName, ctx.models);
   return plan;
 }
 
@@ -165,7 +173,7 @@ function parse(ctx: GenerateHandlerContext, kind: GenerationKind, body: Body): G
       : kind === 'chat'
         ? parseChatRequest(body, parseCtx)
         : parseTokensRequest(body, parseCtx);
-  checkServedModel(plan.model, ctx.servedModelName);
+  checkServedModel(plan.model, ctx.servedModelName, ctx.models);
   return plan;
 }
 

@@ -14,6 +14,7 @@ import type { EngineStats, IterationStats } from '../engine/api.ts';
 import { ConnectorMetrics } from './connector-metrics.ts';
 import { registerEmulationMetrics } from './emulation-metrics.ts';
 import { buckets125, IterationMetrics } from './iteration-metrics.ts';
+import { LoraInfoMetric } from './lora-metrics.ts';
 import { toPythonExposition } from './python-exposition.ts';
 
 const KV_FETCH_STAGES = ['waiting_to_start', 'in_progress', 'completed_waiting'] as const;
@@ -60,6 +61,8 @@ export interface ServerMetricsOptions {
   readStats: () => EngineStats;
   /** The emulated deployment, stated as kvconnect:* series (none when not emulating). */
   emulation?: EmulationConfig | null;
+  /** --max-loras when LoRA is enabled: serves vllm:lora_requests_info. */
+  maxLoras?: number | null;
 }
 
 /** vLLM's cache_config_info labels for kvconnect's cache config (Python str() of each value). */
@@ -91,6 +94,7 @@ export class ServerMetrics {
   readonly #maxGenerationTokens: Histogram;
   readonly #paramsN: Histogram;
   readonly #sleep: Gauge;
+  readonly #lora: LoraInfoMetric | null;
 
   constructor(options: ServerMetricsOptions) {
     this.#labels = { model_name: options.modelName, engine: '0' };
@@ -163,6 +167,10 @@ export class ServerMetrics {
       registers,
     }).set(info, 1);
     registerEmulationMetrics(this.registry, labels, options.emulation ?? null);
+    this.#lora =
+      options.maxLoras !== undefined && options.maxLoras !== null
+        ? new LoraInfoMetric(this.registry, options.maxLoras)
+        : null;
     this.#connector =
       options.connectorMetrics.length > 0
         ? new ConnectorMetrics(this.registry, options.connectorMetrics, labels)
@@ -172,6 +180,7 @@ export class ServerMetrics {
   /** Records one engine iteration (request latencies, token counts, connector stats). */
   recordIteration(stats: IterationStats): void {
     this.#iterations.record(stats);
+    this.#lora?.record(stats);
     this.#observeConnector(stats.kvConnectorStats);
   }
 

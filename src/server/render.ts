@@ -14,10 +14,12 @@ import { asBody } from './fields.ts';
 import { checkServedModel } from './model-card.ts';
 import { type GenerationPlan, parseChatRequest, parseCompletionRequest } from './parse-request.ts';
 import { externalRequestId } from './request-id.ts';
+import type { ServedModels } from './served-models.ts';
 
 export interface RenderContext {
   engine: AsyncEngineLike;
   servedModelName: string;
+  models?: ServedModels;
   body: BodyRules;
   chatTemplatePolicy?: ChatTemplatePolicy;
 }
@@ -68,7 +70,7 @@ export async function handleRender(
   };
   const plan =
     kind === 'completion' ? parseCompletionRequest(body, parseCtx) : parseChatRequest(body, parseCtx);
-  checkServedModel(plan.model, ctx.servedModelName);
+  checkServedModel(plan.model, ctx.servedModelName, ctx.models);
   const model = plan.model ?? ctx.servedModelName;
   const id = externalRequestId(req);
   if (kind === 'chat') {

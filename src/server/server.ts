@@ -3,6 +3,7 @@
  * AsyncEngineLike and shuts it down after close().
  */
 import { readFileSync } from 'node:fs';
+import type { ServerResponse } from 'node:http';
 import type { AsyncEngineLike } from '../engine/api.ts';
 import { httpStatusOf, KVError } from '../errors/index.ts';
 import {
@@ -15,6 +16,7 @@ import {
   sendText,
 } from '../http/index.ts';
 import { getLogger } from '../logging/logger.ts';
+import { readEnv } from '../util/envs.ts';
 import { CONNECTOR_INFO_PATH } from '../wire/index.ts';
 import { AdmissionGate } from './admission.ts';
 import { type ChatTemplatePolicy, DEFAULT_RESPONSE_ROLE } from './chat-options.ts';
@@ -33,6 +35,7 @@ import { cacheConfigInfo, ServerMetrics } from './metrics.ts';
 import { modelList } from './model-card.ts';
 import { handleRender } from './render.ts';
 import { randomizationDisabled } from './request-id.ts';
+import { type LoraServingOptions, ServedModels } from './served-models.ts';
 import { createSteering, type SteeringOptions } from './steering.ts';
 import { detokenize, tokenize, tokenizerInfo } from './tokenize.ts';
 import { REFERENCE_VLLM_VERSION } from './vllm-version.ts';
@@ -72,6 +75,10 @@ export interface ServerOptions extends SteeringOptions {
    * `X-data-parallel-rank` header runs it on the engine of that rank (src/server/data-parallel-rank.ts).
    */
   dataParallelEngines?: readonly AsyncEngineLike[];
+  /** --lora-modules and --lora-allowed-dirs (with --enable-lora in the engine config). */
+  lora?: LoraServingOptions | null;
+  /** POST /v1/load_lora_adapter and /v1/unload_lora_adapter. Default: VLLM_ALLOW_RUNTIME_LORA_UPDATING. */
+  allowRuntimeLoraUpdating?: boolean;
 }
 
 export interface ListeningAddress {
@@ -83,6 +90,8 @@ export interface ListeningAddress {
 export interface KVServer {
   readonly metrics: ServerMetrics;
   readonly gate: AdmissionGate;
+  /** Loads the --lora-modules adapters (once; start() does it too); rejects on the first that fails. */
+  loadStaticLoras(): Promise<void>;
   start(host?: string, port?: number): Promise<ListeningAddress>;
   close(): Promise<void>;
 }
@@ -112,6 +121,7 @@ export function createServer(options: ServerOptions): KVServer {
     connectorMetrics: engine.kvConnectorMetricSpecs?.() ?? [],
     readStats: () => engine.stats(),
     emulation: engine.config.emulation ?? null,
+    maxLoras: engine.config.lora?.maxLoras ?? null,
   });
   const unsubscribe = engine.onIterationStats?.((stats) => metrics.recordIteration(stats)) ?? null;
   const steering = createSteering(engine, options, metricsInfo);
@@ -122,10 +132,12 @@ export function createServer(options: ServerOptions): KVServer {
     trustRequestChatTemplate: options.trustRequestChatTemplate ?? false,
     responseRole: options.responseRole ?? DEFAULT_RESPONSE_ROLE,
   };
+  const models = new ServedModels(engine, servedModelName, options.lora ?? null);
   const ctx: GenerateHandlerContext = {
     engine,
     dataParallelEngines: options.dataParallelEngines ?? [],
     servedModelName,
+    models,
     gate,
     body: {
       maxBytes: options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES,
@@ -139,10 +151,11 @@ export function createServer(options: ServerOptions): KVServer {
     onPromptFinished: (n, maxGenerationTokens) => metrics.observeFinishedPrompt(n, maxGenerationTokens),
   };
   const version = packageVersion();
-  const renderCtx = { engine, servedModelName, body: ctx.body, chatTemplatePolicy };
+  const renderCtx = { engine, servedModelName, models, body: ctx.body, chatTemplatePolicy };
   const tokenizeCtx = {
     tokenizer: engine.tokenizer,
     servedModelName,
+    models,
     maxModelLen: engine.config.model.maxModelLen,
     chatTemplatePolicy,
   };
@@ -171,7 +184,12 @@ export function createServer(options: ServerOptions): KVServer {
       sendJson(
         res,
         200,
-        modelList(servedModelName, engine.config.model.model, engine.config.model.maxModelLen),
+        modelList(
+          servedModelName,
+          engine.config.model.model,
+          engine.config.model.maxModelLen,
+          models.adapterCards(),
+        ),
       ),
     )
     .on('POST', '/tokenize', async (req, res) =>
@@ -233,6 +251,23 @@ export function createServer(options: ServerOptions): KVServer {
       .on('GET', '/is_sleeping', (_req, res) => handleIsSleeping(engine, res));
   }
 
+  if (options.allowRuntimeLoraUpdating ?? readEnv('VLLM_ALLOW_RUNTIME_LORA_UPDATING')) {
+    log.warn(
+      'LoRA dynamic loading & unloading is enabled in the API server. This should ONLY be used for local development!',
+    );
+    const reply = (res: ServerResponse, text: string): void => {
+      res.writeHead(200, { 'content-length': Buffer.byteLength(text) });
+      res.end(text);
+    };
+    router
+      .on('POST', '/v1/load_lora_adapter', async (req, res) =>
+        reply(res, await models.loadFromRequest(asBody(await readJson(req, ctx.body)))),
+      )
+      .on('POST', '/v1/unload_lora_adapter', async (req, res) =>
+        reply(res, await models.unloadFromRequest(asBody(await readJson(req, ctx.body)))),
+      );
+  }
+
   const apiKey = options.apiKey ?? null;
   const httpMetrics = new HttpMetrics(metrics.registry, (url) => router.routeOf(url));
   const listener = router.listener({
@@ -253,11 +288,18 @@ export function createServer(options: ServerOptions): KVServer {
     listener(req, res);
   });
   let listening: HttpListener | null = null;
+  let staticLoras: Promise<void> | null = null;
+  const loadStaticLoras = (): Promise<void> => {
+    staticLoras ??= models.initStaticLoras();
+    return staticLoras;
+  };
 
   return {
     metrics,
     gate,
+    loadStaticLoras,
     async start(host = '127.0.0.1', port = 8000) {
+      await loadStaticLoras();
       listening = await listen(server, port, host);
       return { host: listening.host, port: listening.port, url: listening.url };
     },

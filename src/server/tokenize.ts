@@ -9,10 +9,12 @@ import { type ChatTemplatePolicy, readChatPromptOptions } from './chat-options.t
 import { asBody, type Body, badRequest, invalid, isTokenIdArray, optBool, optString } from './fields.ts';
 import { checkServedModel } from './model-card.ts';
 import { readChatMessages } from './parse-request.ts';
+import type { ServedModels } from './served-models.ts';
 
 export interface TokenizeContext {
   tokenizer: TokenizerLike;
   servedModelName: string;
+  models?: ServedModels;
   maxModelLen: number;
   chatTemplatePolicy?: ChatTemplatePolicy;
 }
@@ -26,7 +28,7 @@ export interface TokenizeResponse {
 
 export function tokenize(value: unknown, ctx: TokenizeContext): TokenizeResponse {
   const body = asBody(value);
-  checkServedModel(optString(body, 'model'), ctx.servedModelName);
+  checkServedModel(optString(body, 'model'), ctx.servedModelName, ctx.models);
   const tokens =
     body['messages'] !== undefined
       ? chatTokens(body, ctx.tokenizer, ctx.chatTemplatePolicy)
@@ -43,7 +45,7 @@ export function tokenize(value: unknown, ctx: TokenizeContext): TokenizeResponse
 
 export function detokenize(value: unknown, ctx: TokenizeContext): { prompt: string } {
   const body = asBody(value);
-  checkServedModel(optString(body, 'model'), ctx.servedModelName);
+  checkServedModel(optString(body, 'model'), ctx.servedModelName, ctx.models);
   const tokens = body['tokens'];
   const vocab = ctx.tokenizer.vocabSize;
   if (!isTokenIdArray(tokens, vocab)) {

@@ -117,6 +117,12 @@ export const ENV_VARS = {
       return Number.isFinite(n) && n !== 0;
     },
   },
+  VLLM_ALLOW_RUNTIME_LORA_UPDATING: {
+    type: '`1`/`true` or unset',
+    default: 'off',
+    doc: 'Serves `POST /v1/load_lora_adapter` and `/v1/unload_lora_adapter` (as vLLM; paths only under `--lora-allowed-dirs`).',
+    parse: (raw: string | undefined): boolean => ['1', 'true'].includes((raw ?? '0').trim().toLowerCase()),
+  },
   VLLM_DISABLE_REQUEST_ID_RANDOMIZATION: flag(
     "Internal request ids are the client's, without vLLM's random suffix.",
   ),

@@ -28,6 +28,7 @@ test('null block is block 0, never handed out; LRU eviction; free in reverse ord
     groupIdx: 0,
     medium: 'GPU',
     loraName: null,
+    loraId: null,
     extraKeys: [null, null, null],
   });
   pool.freeBlocksReversed(a);

@@ -9,11 +9,13 @@ import { buildEmulationConfig } from '../../config/emulation-config.ts';
 import { buildEngineConfig } from '../../config/engine-config.ts';
 import { kvEventsConfigFromCli, withPodTopic } from '../../config/kv-events-config.ts';
 import { KVTransferConfig } from '../../config/kv-transfer-config.ts';
+import { parseLoraModules } from '../../config/lora-modules.ts';
 import { loadSimConfigFile, mergeSimConfig } from '../../config/sim-config-file.ts';
 import { buildSteering, type SteeringConfig } from '../../config/steering-options.ts';
 import type { EngineConfig } from '../../config/types.ts';
 import type { AsyncEngineLike } from '../../engine/api.ts';
 import { formatErrorText, KVError } from '../../errors/index.ts';
+import type { LoraServingOptions } from '../../server/served-models.ts';
 import { type CliContext, EXIT_OK, EXIT_USAGE } from '../context.ts';
 import { localRankConfigs, rankPort } from '../data-parallel.ts';
 import {
@@ -48,6 +50,8 @@ interface ServeFlags {
   enableTokenizerInfoEndpoint?: boolean;
   responseRole: string;
   dryRun?: boolean;
+  loraModules?: string[];
+  loraAllowedDirs?: string[];
   [key: string]: unknown;
 }
 
@@ -113,6 +117,19 @@ async function dryRun(ctx: CliContext, host: string, port: number, ranks: Engine
   ctx.exitCode = EXIT_OK;
 }
 
+/** --lora-modules / --lora-allowed-dirs, checked against --enable-lora. */
+function loraServingFromFlags(flags: ServeFlags, config: EngineConfig): LoraServingOptions | null {
+  const modules = parseLoraModules(flags.loraModules ?? []);
+  const allowedDirs = flags.loraAllowedDirs ?? [];
+  if (!config.lora && (modules.length > 0 || allowedDirs.length > 0)) {
+    throw new KVError('LORA_CONFIG_INVALID', '--lora-modules and --lora-allowed-dirs need --enable-lora', {
+      field: 'enable_lora',
+      hint: 'Add --enable-lora (and --max-lora-rank if an adapter has a rank above 16).',
+    });
+  }
+  return config.lora ? { modules, allowedDirs } : null;
+}
+
 export function registerServeCommand(program: Command, ctx: CliContext, deps: ServeDeps = {}): Command {
   const command = program
     .command('serve')
@@ -152,6 +169,14 @@ export function registerServeCommand(program: Command, ctx: CliContext, deps: Se
       'assistant',
     )
     .option(
+      '--lora-modules <spec...>',
+      'LoRA adapters to serve (with --enable-lora): name=path, or JSON \'{"name": ..., "path": ..., "base_model_name": ...}\'; a request names one as its model',
+    )
+    .option(
+      '--lora-allowed-dirs <dir...>',
+      'directories below which POST /v1/load_lora_adapter may read adapters (VLLM_ALLOW_RUNTIME_LORA_UPDATING=1); none: runtime loading is refused',
+    )
+    .option(
       '--max-queue <n>',
       'requests accepted beyond --max-num-seqs before answering 503',
       String(DEFAULT_MAX_QUEUE),
@@ -168,6 +193,7 @@ export function registerServeCommand(program: Command, ctx: CliContext, deps: Se
     let maxQueue: number;
     let externalRank: boolean;
     let steering: SteeringConfig;
+    let lora: LoraServingOptions | null = null;
     try {
       // llm-d-inference-sim's YAML, under the flags the user passed (defaults do not count).
       const file = flags.config ? loadSimConfigFile(flags.config) : null;
@@ -192,6 +218,7 @@ export function registerServeCommand(program: Command, ctx: CliContext, deps: Se
       config.emulation = buildEmulationConfig(options.emulation, config.model.seed);
       steering = buildSteering(options.steering);
       config.kvLoadFaults = steering.kvLoadFaults;
+      lora = loraServingFromFlags(flags, config);
       // --data-parallel-rank makes this process one rank of an external group.
       externalRank = options.engine.data_parallel_rank !== undefined;
     } catch (e) {
@@ -249,8 +276,19 @@ export function registerServeCommand(program: Command, ctx: CliContext, deps: Se
         enableTokenizerInfoEndpoint: flags.enableTokenizerInfoEndpoint === true,
         responseRole: flags.responseRole,
         dataParallelEngines: engines,
+        lora,
       });
       const rankPortNumber = rankPort(port, r);
+      try {
+        // vLLM's init_static_loras: an adapter that does not load stops serve before it listens.
+        await server.loadStaticLoras();
+      } catch (e) {
+        ctx.io.err(`${formatErrorText(e)}\n`);
+        await server.close();
+        await stopAll();
+        ctx.exitCode = EXIT_USAGE;
+        return;
+      }
       try {
         const address = await server.start(flags.host, rankPortNumber);
         servers.push(server);

@@ -11,7 +11,7 @@ import { type RankLora, rankLora } from './rank-lora.ts';
 export class LoraAdapterCache {
   readonly #dims: ModelDims;
   readonly #shard: RankShard;
-  readonly #entries = new Map<number, RankLora>();
+  readonly #entries = new Map<number, { key: string; lora: RankLora }>();
   /** Most adapters held at once (vLLM's max_cpu_loras). */
   capacity: number;
   /** Adapters with a larger rank are refused (vLLM's max_lora_rank); undefined: no limit. */
@@ -34,20 +34,21 @@ export class LoraAdapterCache {
 
   /** The adapter, read from its directory if this rank does not hold it. */
   get(request: LoRARequest): RankLora {
+    const key = `${request.loraPath}\u0000${request.revision ?? 0}`;
     let entry = this.#entries.get(request.loraIntId);
-    if (entry !== undefined) {
-      this.#entries.delete(request.loraIntId);
+    this.#entries.delete(request.loraIntId);
+    if (entry?.key === key) {
       this.#entries.set(request.loraIntId, entry);
-      return entry;
+      return entry.lora;
     }
     const adapter = readPeftAdapter(request.loraPath, request.loraName, this.#dims, this.maxLoraRank);
-    entry = rankLora(adapter, this.#dims, this.#shard);
+    entry = { key, lora: rankLora(adapter, this.#dims, this.#shard) };
     this.#entries.set(request.loraIntId, entry);
     while (this.#entries.size > Math.max(1, this.capacity)) {
       const oldest = this.#entries.keys().next().value as number;
       this.#entries.delete(oldest);
     }
-    return entry;
+    return entry.lora;
   }
 
   remove(loraIntId: number): boolean {

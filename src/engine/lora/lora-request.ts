@@ -8,4 +8,6 @@ export interface LoRARequest {
   loraName: string;
   loraIntId: number;
   loraPath: string;
+  /** Bumped when the adapter is loaded again in place (load_inplace): ranks re-read it. */
+  revision?: number;
 }

@@ -33,6 +33,10 @@ export async function setUpRank(
   synthetic?: SyntheticRank,
 ): Promise<RankSetup> {
   const model = synthetic?.model ?? loadModel(engineConfig.model.model, { tpRank, tpSize });
+  if (engineConfig.lora && 'loras' in model) {
+    model.loras.capacity = engineConfig.lora.maxCpuLoras;
+    model.loras.maxLoraRank = engineConfig.lora.maxLoraRank;
+  }
   const kv = createPagedKVMemory(kvCacheConfig, engineConfig.cache.cacheDtype);
   const connector = engineConfig.kvTransferConfig
     ? await KVConnectorFactory.createConnector(engineConfig, 'worker', kvCacheConfig)

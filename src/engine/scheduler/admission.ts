@@ -26,6 +26,10 @@ export function admitWaiting(core: SchedulerCore, plan: StepPlan): void {
   // Set once a request could not get blocks: from then on only requests whose KV already
   // arrived are admitted (see below), the others keep their place.
   let blocked = false;
+  // vLLM's max_loras: the adapters of the running requests, and of those admitted now.
+  const maxLoras = core.options.maxLoras;
+  const loras = new Set<number>();
+  for (const r of core.running) if (r.loraRequest) loras.add(r.loraRequest.loraIntId);
   let index = 0;
   for (; index < queue.length && plan.tokenBudget > 0; index++) {
     if (core.running.length >= core.options.maxNumSeqs) break;
@@ -35,6 +39,11 @@ export function admitWaiting(core: SchedulerCore, plan: StepPlan): void {
       continue;
     }
     if (req.status === 'WAITING_FOR_REMOTE_KVS' && !promote(core, req)) {
+      keep.push(req);
+      continue;
+    }
+    const lora = req.loraRequest?.loraIntId;
+    if (maxLoras !== null && lora !== undefined && !loras.has(lora) && loras.size >= maxLoras) {
       keep.push(req);
       continue;
     }
@@ -83,6 +92,7 @@ export function admitWaiting(core: SchedulerCore, plan: StepPlan): void {
     if (req.status === 'PREEMPTED') plan.scheduledResumed.push(req);
     else plan.scheduledNew.push(req);
     core.running.push(req);
+    if (lora !== undefined) loras.add(lora);
     req.status = 'RUNNING';
     transition(req, 'RUNNING');
     plan.newBlocks.set(req.requestId, blocks);

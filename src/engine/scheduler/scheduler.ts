@@ -50,6 +50,7 @@ export class Scheduler {
       maxNumSeqs: engineConfig.scheduler.maxNumSeqs,
       maxNumBatchedTokens: engineConfig.scheduler.maxNumBatchedTokens,
       enableChunkedPrefill: engineConfig.scheduler.enableChunkedPrefill,
+      maxLoras: engineConfig.lora?.maxLoras ?? null,
       kvLoadFailurePolicy:
         options.kvLoadFailurePolicy ?? engineConfig.kvTransferConfig?.kv_load_failure_policy ?? 'fail',
       abortedLoadReclaimMs: options.abortedLoadReclaimMs ?? null,
@@ -295,8 +296,23 @@ export class Scheduler {
       numHandoffPending: handoff,
       kvCacheUsage: core.kv.usage,
       ...core.counters,
+      ...this.loraAdapters(),
     };
   }
+
+  /** Distinct adapter names of the running and waiting requests (vLLM's LoRA stats). */
+  loraAdapters(): { runningLoraAdapters: string[]; waitingLoraAdapters: string[] } {
+    return {
+      runningLoraAdapters: adapterNames(this.core.running),
+      waitingLoraAdapters: adapterNames(this.core.waiting),
+    };
+  }
+}
+
+function adapterNames(requests: readonly Request[]): string[] {
+  const names = new Set<string>();
+  for (const r of requests) if (r.loraRequest) names.add(r.loraRequest.loraName);
+  return [...names];
 }
 
 /**

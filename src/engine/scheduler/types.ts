@@ -64,6 +64,9 @@ export interface SchedulerStats {
   numPreemptions: number;
   promptTokensTotal: number;
   generationTokensTotal: number;
+  /** Distinct adapter names of the running / waiting requests, first seen first (vLLM's lora stats). */
+  runningLoraAdapters: string[];
+  waitingLoraAdapters: string[];
 }
 
 export interface SchedulerOptions {
@@ -89,6 +92,8 @@ export interface ResolvedSchedulerOptions {
   maxNumSeqs: number;
   maxNumBatchedTokens: number;
   enableChunkedPrefill: boolean;
+  /** Most distinct LoRA adapters among the running requests (--max-loras); null: LoRA is off. */
+  maxLoras: number | null;
   kvLoadFailurePolicy: KVLoadFailurePolicy;
   abortedLoadReclaimMs: number | null;
   clock: () => number;

@@ -3,7 +3,9 @@
  * the prefix it has cached (its own KV events, the precise scorer of llm-d / Dynamo's KV
  * router) against the work already routed there (./kv-cost.ts). The prompt is tokenized and
  * hashed as that instance's engine hashes it (its block size and algorithm come with its KV
- * events address); instances whose events are unknown count as holding nothing.
+ * events address); instances whose events are unknown count as holding nothing. A request
+ * whose `model` is not the instance's served model names a LoRA adapter there: its blocks
+ * carry the adapter's name as an extra key, so prefixes never match across adapters.
  *
  * Events arrive only once a prefill has been scheduled, so a follow-up that comes while the
  * first request is still queued would see nothing cached. As Dynamo's router does with its
@@ -54,12 +56,17 @@ export class KvAwarePolicy implements RoutingPolicy {
     const tokens = hasher.tokens(body);
     const promptTokens = tokens?.length ?? 0;
     const byKey = new Map<string, bigint[]>();
+    const model = typeof body['model'] === 'string' ? body['model'] : undefined;
     return candidates.map((b) => {
       const source = feed.sourceOf(b);
       let hashes: bigint[] = [];
       if (source && tokens) {
-        const key = `${source.blockSize}:${source.hashAlgo}`;
-        hashes = byKey.get(key) ?? hasher.hashes(body, source.blockSize, source.hashAlgo as HashAlgo, tokens);
+        const base = b.info?.served_model_name;
+        const lora = model !== undefined && base !== undefined && model !== base ? model : undefined;
+        const key = `${source.blockSize}:${source.hashAlgo}:${lora ?? ''}`;
+        hashes =
+          byKey.get(key) ??
+          hasher.hashes(body, source.blockSize, source.hashAlgo as HashAlgo, tokens, lora);
         byKey.set(key, hashes);
       }
       const blockSize = source?.blockSize ?? 0;

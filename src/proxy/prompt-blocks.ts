@@ -2,7 +2,7 @@
  * The block hashes an engine will compute for a request, computed in the proxy: the prompt
  * tokenized with the model's tokenizer (as the server does: a string is encoded, token ids
  * are taken as they are, chat messages go through the chat template), then hashed with
- * src/kv's block hasher (same algorithm, NONE_HASH, block size and cache-salt extra key),
+ * src/kv's block hasher (same algorithm, NONE_HASH, block size, LoRA and cache-salt extra keys),
  * in the external 64-bit form KV events carry.
  */
 
@@ -72,8 +72,17 @@ export class PromptBlockHasher {
     return promptTokenIds(body, this.tokenizer);
   }
 
-  /** External hashes of the prompt's full blocks for engines with this block size and algorithm. */
-  hashes(body: Json, blockSize: number, algo: HashAlgo, tokens = this.tokens(body)): bigint[] {
+  /**
+   * External hashes of the prompt's full blocks for engines with this block size and
+   * algorithm; `loraName`: the adapter the request runs with there (an extra key of every block).
+   */
+  hashes(
+    body: Json,
+    blockSize: number,
+    algo: HashAlgo,
+    tokens = this.tokens(body),
+    loraName?: string,
+  ): bigint[] {
     if (!tokens || tokens.length < blockSize) return [];
     const key = `${blockSize}:${algo}`;
     let hasher = this.#hashers.get(key);
@@ -87,6 +96,7 @@ export class PromptBlockHasher {
         allTokenIds: tokens,
         blockHashes: [],
         cacheSalt: typeof salt === 'string' ? salt : undefined,
+        loraName,
       })
       .map(externalBlockHash);
   }

@@ -115,6 +115,8 @@ export interface BackendInfo {
   connector: string | null;
   kv_role?: string;
   engine_id?: string;
+  /** The base model's served name (a request naming another model names a LoRA adapter). */
+  served_model_name?: string;
   tp_size?: number;
   pp_size?: number;
   dp_size?: number;
@@ -126,7 +128,7 @@ export interface BackendInfo {
   kv_events?: (Pick<KVEventsInfo, 'endpoint'> & Partial<KVEventsInfo>) | null;
 }
 
-const STRING_KEYS = ['kv_role', 'engine_id', 'side_channel_host', 'transfer_mode'] as const;
+const STRING_KEYS = ['kv_role', 'engine_id', 'served_model_name', 'side_channel_host', 'transfer_mode'] as const;
 const POSITIVE_KEYS = ['tp_size', 'pp_size', 'dp_size', 'side_channel_port'] as const;
 
 /**

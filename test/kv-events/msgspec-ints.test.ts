@@ -126,7 +126,7 @@ const eventArb: fc.Arbitrary<WireKVEvent> = fc.oneof(
     parentBlockHash: fc.option(uint64),
     tokenIds: fc.array(fc.integer({ min: 0, max: 2 ** 32 - 1 }), { maxLength: 8 }),
     blockSize: fc.integer({ min: 1, max: 2 ** 20 }),
-    loraId: fc.constant(null),
+    loraId: fc.option(fc.integer({ min: 0, max: 2 ** 31 - 1 })),
     medium: fc.constantFrom('GPU', 'CPU', 'STORAGE'),
     loraName: fc.option(fc.string()),
     groupIdx: fc.option(fc.integer({ min: 0, max: 1000 })),

@@ -65,8 +65,7 @@ export class KvAwarePolicy implements RoutingPolicy {
         const lora = model !== undefined && base !== undefined && model !== base ? model : undefined;
         const key = `${source.blockSize}:${source.hashAlgo}:${lora ?? ''}`;
         hashes =
-          byKey.get(key) ??
-          hasher.hashes(body, source.blockSize, source.hashAlgo as HashAlgo, tokens, lora);
+          byKey.get(key) ?? hasher.hashes(body, source.blockSize, source.hashAlgo as HashAlgo, tokens, lora);
         byKey.set(key, hashes);
       }
       const blockSize = source?.blockSize ?? 0;

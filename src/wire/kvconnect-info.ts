@@ -128,7 +128,13 @@ export interface BackendInfo {
   kv_events?: (Pick<KVEventsInfo, 'endpoint'> & Partial<KVEventsInfo>) | null;
 }
 
-const STRING_KEYS = ['kv_role', 'engine_id', 'served_model_name', 'side_channel_host', 'transfer_mode'] as const;
+const STRING_KEYS = [
+  'kv_role',
+  'engine_id',
+  'served_model_name',
+  'side_channel_host',
+  'transfer_mode',
+] as const;
 const POSITIVE_KEYS = ['tp_size', 'pp_size', 'dp_size', 'side_channel_port'] as const;
 
 /**

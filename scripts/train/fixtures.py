@@ -9,7 +9,8 @@
 - test/engine/model/fixtures/kjv-tokenizer-ids.json: the Python BPE encoder's ids of fixture text.
 - test/engine/lora/fixtures/<name>/: random PEFT LoRA adapters for one of the random checkpoints
   (every target with plain scaling; some targets with rsLoRA, stored BF16), each with the
-  reference logits of the checkpoint with the adapter applied (lora_ref.py).
+  reference logits of the checkpoint with the adapter applied (lora_ref.py); and the adapters
+  shipped with kjv-llama (models/kjv-llama/adapters/) applied to it.
 
     /usr/bin/python3 scripts/train/fixtures.py
 """
@@ -213,6 +214,23 @@ def lora_fixtures():
             raise SystemExit(f"lora {name}: no seed gave greedy margins >= {MIN_MARGIN}")
 
 
+SHIPPED_ADAPTERS = ("kjv-modern", "kjv-verses")
+
+
+def trained_lora_fixtures():
+    """The adapters shipped with kjv-llama (scripts/train/train_lora.py), applied to it."""
+    src = os.path.join(ROOT, "models", "kjv-llama")
+    with open(os.path.join(FIXTURES, "kjv-llama", "reference.json")) as f:
+        prompts = json.load(f)["prompts"]
+    for name in SHIPPED_ADAPTERS:
+        directory = os.path.join(ROOT, "test", "engine", "lora", "fixtures", name)
+        os.makedirs(directory, exist_ok=True)
+        model, _ = lora_ref.load_adapter(load_exported(src)[0], os.path.join(src, "adapters", name))
+        logits, greedy, margin = reference(model, prompts)
+        write_reference(directory, prompts, logits, greedy, margin, {"base": "kjv-llama", "texts": SAMPLE_PROMPTS})
+        print(f"lora {name}: min greedy margin {margin:.3f}")
+
+
 def main():
     torch.set_num_threads(2)
     only = sys.argv[1:]
@@ -223,6 +241,8 @@ def main():
         trained_model_fixtures()
     if not only or "lora" in only:
         lora_fixtures()
+    if not only or "kjv-lora" in only:
+        trained_lora_fixtures()
 
 
 if __name__ == "__main__":

@@ -154,7 +154,7 @@ def train(name, args, enc, chapters):
         "val_loss_base": round(before, 4),
         "val_loss_adapted": round(after, 4),
         "train_seconds": round(time.time() - started),
-        "command": "/usr/bin/python3 scripts/train/train_lora.py " + " ".join(sys.argv[1:]),
+        "command": " ".join(["/usr/bin/python3 scripts/train/train_lora.py", *sys.argv[1:]]),
     }
     with open(os.path.join(out, "training-summary.json"), "w") as f:
         json.dump(summary, f, indent=2)

@@ -32,10 +32,10 @@ import bpe  # noqa: E402
 import corpus  # noqa: E402
 import lora_ref  # noqa: E402
 from export import load_exported  # noqa: E402
+from train import BOS, stream  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 BASE = os.path.join(ROOT, "models", "kjv-llama")
-BOS, EOS = "<|begin_of_text|>", "<|end_of_text|>"
 
 MODERN = {
     "thee": "you", "thou": "you", "ye": "you", "thy": "your", "thine": "your", "hath": "has",
@@ -92,14 +92,6 @@ def encoder():
     return bpe.Encoder(tok["model"]["vocab"], merges, BOS)
 
 
-def token_stream(enc, docs):
-    ids = []
-    for d in docs:
-        ids.extend(enc.encode(d, add_bos=True))
-        ids.append(enc.vocab[EOS])
-    return torch.tensor(ids, dtype=torch.long)
-
-
 @torch.no_grad()
 def loss_on(model, data, seq_len, limit=24):
     model.eval()
@@ -115,7 +107,7 @@ def loss_on(model, data, seq_len, limit=24):
 def train(name, args, enc, chapters):
     transform, config, effect = ADAPTERS[name]
     train_docs, val_docs = corpus.split([transform(c) for c in chapters])
-    train_ids, val_ids = token_stream(enc, train_docs), token_stream(enc, val_docs)
+    train_ids, val_ids = stream(enc, train_docs), stream(enc, val_docs)
     model, _ = load_exported(BASE)
     for p in model.parameters():
         p.requires_grad_(False)

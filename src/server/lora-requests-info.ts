@@ -21,7 +21,8 @@ export function loraRequestsInfoGauge(registry: Registry): Gauge {
   return new Gauge({
     name: LORA_REQUESTS_INFO,
     help: 'Running stats on lora requests.',
-    labelNames: ['max_lora', 'running_lora_adapters', 'waiting_lora_adapters'],
+    // vLLM's label order.
+    labelNames: ['max_lora', 'waiting_lora_adapters', 'running_lora_adapters'],
     registers: [registry],
   });
 }
@@ -35,8 +36,8 @@ export function setLoraRequestsInfo(gauge: Gauge, maxLora: number, rows: readonl
     gauge.set(
       {
         max_lora: String(maxLora),
-        running_lora_adapters: joined(row.running),
         waiting_lora_adapters: joined(row.waiting),
+        running_lora_adapters: joined(row.running),
       },
       row.timestamp,
     );

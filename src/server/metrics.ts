@@ -14,7 +14,7 @@ import type { EngineStats, IterationStats } from '../engine/api.ts';
 import { ConnectorMetrics } from './connector-metrics.ts';
 import { registerEmulationMetrics } from './emulation-metrics.ts';
 import { buckets125, IterationMetrics } from './iteration-metrics.ts';
-import { LoraInfoMetric } from './lora-metrics.ts';
+import { loraRequestsInfoGauge, setLoraRequestsInfo } from './lora-requests-info.ts';
 import { toPythonExposition } from './python-exposition.ts';
 
 const KV_FETCH_STAGES = ['waiting_to_start', 'in_progress', 'completed_waiting'] as const;
@@ -94,7 +94,8 @@ export class ServerMetrics {
   readonly #maxGenerationTokens: Histogram;
   readonly #paramsN: Histogram;
   readonly #sleep: Gauge;
-  readonly #lora: LoraInfoMetric | null;
+  /** vllm:lora_requests_info and its max_lora, with --enable-lora. */
+  readonly #lora: { gauge: Gauge; maxLora: number } | null;
 
   constructor(options: ServerMetricsOptions) {
     this.#labels = { model_name: options.modelName, engine: '0' };
@@ -169,7 +170,7 @@ export class ServerMetrics {
     registerEmulationMetrics(this.registry, labels, options.emulation ?? null);
     this.#lora =
       options.maxLoras !== undefined && options.maxLoras !== null
-        ? new LoraInfoMetric(this.registry, options.maxLoras)
+        ? { gauge: loraRequestsInfoGauge(this.registry), maxLora: options.maxLoras }
         : null;
     this.#connector =
       options.connectorMetrics.length > 0
@@ -180,7 +181,13 @@ export class ServerMetrics {
   /** Records one engine iteration (request latencies, token counts, connector stats). */
   recordIteration(stats: IterationStats): void {
     this.#iterations.record(stats);
-    this.#lora?.record(stats);
+    // vLLM's logger sets the row of the current adapters to the current time every iteration.
+    if (this.#lora && stats.loraAdapters) {
+      const { running, waiting } = stats.loraAdapters;
+      setLoraRequestsInfo(this.#lora.gauge, this.#lora.maxLora, [
+        { running, waiting, timestamp: Date.now() / 1000 },
+      ]);
+    }
     this.#observeConnector(stats.kvConnectorStats);
   }
 

@@ -124,7 +124,11 @@ export function createServer(options: ServerOptions): KVServer {
     maxLoras: engine.config.lora?.maxLoras ?? null,
   });
   const unsubscribe = engine.onIterationStats?.((stats) => metrics.recordIteration(stats)) ?? null;
-  const steering = createSteering(engine, options, metricsInfo);
+  const steering = createSteering(
+    engine,
+    { ...options, maxLoras: options.maxLoras ?? engine.config.lora?.maxLoras ?? 1 },
+    metricsInfo,
+  );
   const gate = new AdmissionGate(
     engine.config.scheduler.maxNumSeqs + (options.maxQueue ?? DEFAULT_MAX_QUEUE),
   );

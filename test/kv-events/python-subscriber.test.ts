@@ -2,15 +2,19 @@
  * A subscriber written for vLLM (Python, pyzmq + msgpack, decoding as vLLM's example
  * subscriber does) reads kvconnect's KV events unchanged, in both layouts, including a
  * catch-up through the replay socket; heartbeats and snapshots, which it does not know, do
- * not disturb it, and a snapshot's batches decode as ordinary batches.
+ * not disturb it, a snapshot's batches decode as ordinary batches, and a LoRA request's blocks
+ * carry lora_id / lora_name.
  */
 import assert from 'node:assert/strict';
 import { type ChildProcessWithoutNullStreams, spawn, spawnSync } from 'node:child_process';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import * as zmq from 'zeromq';
+import { buildEmulationConfig } from '../../src/config/emulation-config.ts';
+import { buildEngineConfig } from '../../src/config/engine-config.ts';
 import { parseKVEventsConfig } from '../../src/config/kv-events-config.ts';
 import { Engine } from '../../src/engine/engine.ts';
+import type { LoRARequest } from '../../src/engine/lora/lora-request.ts';
 import { samplingParams } from '../../src/engine/sampling-params.ts';
 import { externalBlockHash } from '../../src/kv/block-hash.ts';
 import { BlockHasher } from '../../src/kv/block-hasher.ts';
@@ -69,8 +73,13 @@ function startSubscriber(endpoint: string, replay: string, topic: string, maxEve
   return { ready, done, kill: () => child.kill('SIGKILL') };
 }
 
-async function run(engine: Engine, id: string, prompt: number[]): Promise<void> {
-  engine.addRequest({ requestId: id, promptTokenIds: prompt, sampling: samplingParams({ maxTokens: 1 }) });
+async function run(engine: Engine, id: string, prompt: number[], lora?: LoRARequest): Promise<void> {
+  engine.addRequest({
+    requestId: id,
+    promptTokenIds: prompt,
+    sampling: samplingParams({ maxTokens: 1 }),
+    ...(lora ? { loraRequest: lora } : {}),
+  });
   while (engine.hasWork()) await engine.step();
 }
 
@@ -81,7 +90,7 @@ for (const layout of ['map', 'array'] as const) {
     if (layout === 'array') process.env['KVCONNECT_KV_EVENTS_ARRAY_LIKE'] = '1';
     let engine: Engine;
     try {
-      engine = await Engine.create({
+      const config = buildEngineConfig({
         model: 'tiny',
         num_gpu_blocks: 16,
         max_model_len: 128,
@@ -92,6 +101,9 @@ for (const layout of ['map', 'array'] as const) {
           topic: 'kv-events',
         },
       });
+      // Without weights (adapters are names), so the LoRA request below needs no adapter file.
+      config.emulation = buildEmulationConfig({ mode: 'random' }, config.model.seed);
+      engine = await Engine.create(config);
     } finally {
       delete process.env['KVCONNECT_KV_EVENTS_ARRAY_LIKE'];
     }
@@ -101,13 +113,14 @@ for (const layout of ['map', 'array'] as const) {
     const second = range(1, 50);
     // The first batch is published before the subscriber exists: it must come by replay.
     await run(engine, 'first', first);
-    const sub = startSubscriber(info.endpoint, info.replay_endpoint!, 'kv-events', 3);
+    const sub = startSubscriber(info.endpoint, info.replay_endpoint!, 'kv-events', 4);
     try {
       await sub.ready();
       await new Promise((r) => setTimeout(r, 200));
       await run(engine, 'second', second);
       assert.ok(engine.scheduler.resetPrefixCache());
       await run(engine, 'third', range(200, 5));
+      await run(engine, 'lora', first, { loraName: 'sql-lora', loraIntId: 3, loraPath: '/unused' });
       const got = await sub.done();
       const h = (tokens: number[]) => hasher.hashTokens(tokens).map((x) => externalBlockHash(x).toString());
       // Heartbeats (empty batches) may take sequence numbers between the events: they print nothing.
@@ -117,6 +130,7 @@ for (const layout of ['map', 'array'] as const) {
           ['BlockStored', layout, 0],
           ['BlockStored', layout, 0],
           ['AllBlocksCleared', layout, 0],
+          ['BlockStored', layout, 0],
         ],
       );
       assert.equal(got[0]!.seq, 0);
@@ -130,6 +144,16 @@ for (const layout of ['map', 'array'] as const) {
       assert.deepEqual(got[1]!.block_hashes, h(second).slice(2));
       assert.equal(got[1]!.parent_block_hash, h(first)[1]);
       assert.deepEqual(got[1]!.token_ids, range(33, 16));
+      assert.equal(got[0]!['lora_id'], null);
+      assert.equal(got[0]!['lora_name'], null);
+      // A LoRA request's blocks: the adapter's id and name, hashes keyed by its name.
+      assert.equal(got[3]!['lora_id'], 3);
+      assert.equal(got[3]!['lora_name'], 'sql-lora');
+      const keyed = hasher.newHashes({ allTokenIds: first, blockHashes: [], loraName: 'sql-lora' });
+      assert.deepEqual(
+        got[3]!.block_hashes,
+        keyed.map((x) => externalBlockHash(x).toString()),
+      );
     } finally {
       sub.kill();
       await engine.shutdown();

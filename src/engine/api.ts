@@ -152,6 +152,8 @@ export interface EngineStats {
   numRequestsWaitingForRemoteKvs: number;
   /** vLLM's sleep level: 0 awake, 1 weights offloaded, 2 everything discarded. */
   sleepLevel?: 0 | 1 | 2;
+  /** Waiting requests held back by --max-loras (vLLM counts them as `deferred`). */
+  numRequestsWaitingForLora?: number;
   /** Waiting requests by remote-KV fetch stage (`waiting_to_start`, `in_progress`, `completed_waiting`). */
   kvFetchByStage?: { waiting_to_start: number; in_progress: number; completed_waiting: number };
   /**

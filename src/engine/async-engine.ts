@@ -269,6 +269,7 @@ export class AsyncEngine implements AsyncEngineLike {
       numPreemptionsTotal: s.numPreemptions,
       numRequestsWaitingForRemoteKvs: s.numWaitingForRemoteKvs,
       sleepLevel: this.#sleep.level,
+      numRequestsWaitingForLora: s.numWaitingForLora,
       kvFetchByStage: s.kvFetchByStage,
       kvConnectorStats: this.engine.takeKvConnectorStats(),
     };

@@ -216,7 +216,10 @@ export class ServerMetrics {
     this.#gauges.waiting.set(labels, stats.numRequestsWaiting);
     this.#gauges.usage.set(labels, stats.kvCacheUsage);
     this.#setSleepLevel(stats.sleepLevel ?? 0);
-    const deferred = Math.min(stats.numRequestsWaitingForRemoteKvs, stats.numRequestsWaiting);
+    const deferred = Math.min(
+      stats.numRequestsWaitingForRemoteKvs + (stats.numRequestsWaitingForLora ?? 0),
+      stats.numRequestsWaiting,
+    );
     this.#waitingByReason.set({ ...labels, reason: 'capacity' }, stats.numRequestsWaiting - deferred);
     this.#waitingByReason.set({ ...labels, reason: 'deferred' }, deferred);
     for (const stage of KV_FETCH_STAGES)

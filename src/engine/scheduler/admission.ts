@@ -30,6 +30,7 @@ export function admitWaiting(core: SchedulerCore, plan: StepPlan): void {
   const maxLoras = core.options.maxLoras;
   const loras = new Set<number>();
   for (const r of core.running) if (r.loraRequest) loras.add(r.loraRequest.loraIntId);
+  core.loraDeferred = 0;
   let index = 0;
   for (; index < queue.length && plan.tokenBudget > 0; index++) {
     if (core.running.length >= core.options.maxNumSeqs) break;
@@ -44,6 +45,7 @@ export function admitWaiting(core: SchedulerCore, plan: StepPlan): void {
     }
     const lora = req.loraRequest?.loraIntId;
     if (maxLoras !== null && lora !== undefined && !loras.has(lora) && loras.size >= maxLoras) {
+      core.loraDeferred += 1;
       keep.push(req);
       continue;
     }

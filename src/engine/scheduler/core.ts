@@ -37,6 +37,8 @@ export class SchedulerCore {
   running: Request[] = [];
   /** Async loads in flight and prefills still in progress (their blocks are reserved). */
   readonly inflightPrefills = new Set<Request>();
+  /** Waiting requests the last admission held back for --max-loras (vLLM's LoRA budget). */
+  loraDeferred = 0;
   /** Async loads the workers reported done, not yet promoted. */
   readonly finishedRecving = new Set<string>();
   /** Async loads that failed under the recompute policy, not yet promoted. */

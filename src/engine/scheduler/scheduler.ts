@@ -291,6 +291,7 @@ export class Scheduler {
     return {
       numRunningReqs: core.running.length,
       numWaitingReqs: core.waiting.length,
+      numWaitingForLora: core.loraDeferred,
       numWaitingForRemoteKvs: core.waiting.filter((r) => r.status === 'WAITING_FOR_REMOTE_KVS').length,
       kvFetchByStage: kvFetchStages(core),
       numHandoffPending: handoff,

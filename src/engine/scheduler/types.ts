@@ -45,6 +45,8 @@ export interface KVFetchStages {
 export interface SchedulerStats {
   numRunningReqs: number;
   numWaitingReqs: number;
+  /** Waiting requests the last step held back for --max-loras (a subset of the waiting ones). */
+  numWaitingForLora: number;
   /** Requests parked in WAITING_FOR_REMOTE_KVS (a subset of the waiting ones). */
   numWaitingForRemoteKvs: number;
   /** Waiting requests by remote-KV fetch stage (vllm:num_requests_kv_fetch_by_stage). */

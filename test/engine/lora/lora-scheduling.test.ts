@@ -60,6 +60,7 @@ test('max_loras 1: the second adapter waits while the first runs; base requests 
       runningLoraAdapters: ['a'],
       waitingLoraAdapters: ['b'],
     });
+    assert.equal(engine.scheduler.stats().numWaitingForLora, 1, 'b is deferred by the LoRA budget');
     let ranB = false;
     while (engine.hasWork()) {
       await engine.step();

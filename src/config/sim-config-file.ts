@@ -24,6 +24,8 @@ const ENGINE_KEYS: Record<string, string> = {
   'enable-prefix-caching': 'enable_prefix_caching',
   'data-parallel-rank': 'data_parallel_rank',
   'data-parallel-size': 'data_parallel_size',
+  'max-loras': 'max_loras',
+  'max-cpu-loras': 'max_cpu_loras',
 };
 
 /** Keys the sim accepts and ignores; ignoring them here changes nothing either. */
@@ -49,6 +51,8 @@ export interface SimConfigFile {
   servedModelName: string | undefined;
   port: number | undefined;
   maxQueue: number | undefined;
+  /** The sim's `lora-modules` (JSON strings or objects), as --lora-modules values; they turn LoRA on. */
+  loraModules: string[] | undefined;
 }
 
 export function loadSimConfigFile(path: string): SimConfigFile {
@@ -88,6 +92,7 @@ export function readSimKeys(doc: Record<string, unknown>, path: string): SimConf
     servedModelName: undefined,
     port: undefined,
     maxQueue: undefined,
+    loraModules: undefined,
   };
   const known = [
     ...Object.keys(ENGINE_KEYS),
@@ -106,6 +111,7 @@ export function readSimKeys(doc: Record<string, unknown>, path: string): SimConf
     else if (key === 'served-model-name') out.servedModelName = servedName(value, path);
     else if (key === 'port') out.port = intKey(key, value, path, 0, 65535);
     else if (key === 'max-waiting-queue-length') out.maxQueue = intKey(key, value, path, 0, 1_000_000);
+    else if (key === 'lora-modules') out.loraModules = loraModules(value, path);
     else {
       const suggestion = didYouMean(key, [
         ...known,
@@ -113,6 +119,7 @@ export function readSimKeys(doc: Record<string, unknown>, path: string): SimConf
         'served-model-name',
         'port',
         'max-waiting-queue-length',
+        'lora-modules',
       ]);
       throw unimplemented(
         key,
@@ -146,6 +153,9 @@ export function mergeSimConfig(
   const emulation = { ...file.emulation, ...cli.emulation };
   const steering = { ...file.steering, ...(cli.steering ?? {}) };
   const mode = emulation.mode ?? 'model';
+  if (file.loraModules !== undefined && file.loraModules.length > 0 && engine.enable_lora === undefined) {
+    engine.enable_lora = true;
+  }
   if (file.servedModelName !== undefined && engine.served_model_name === undefined) {
     engine.served_model_name = file.servedModelName;
   }
@@ -196,4 +206,17 @@ function servedName(value: unknown, path: string): string {
     );
   }
   return stringKey('served-model-name', names[0], path);
+}
+
+/** `lora-modules`: a list of the sim's JSON strings (or mappings) → --lora-modules values. */
+function loraModules(value: unknown, path: string): string[] {
+  if (!Array.isArray(value)) {
+    throw configError(
+      'lora-modules',
+      'a list of adapters',
+      value,
+      `Write lora-modules in ${path} as a list of '{"name": ..., "path": ...}' entries.`,
+    );
+  }
+  return value.map((m) => (typeof m === 'string' ? m : JSON.stringify(m)));
 }

@@ -170,3 +170,35 @@ test("the sim's failure-injection, fake-metrics and startup keys load; flags win
   assert.equal(s.fakeMetrics?.gauges['kv-cache-usage']?.kind, 'function');
   assert.deepEqual(s.fakeMetrics?.loras, [{ running: 'a,b', waiting: 'c', timestamp: 1257894567 }]);
 });
+
+test("the sim's lora-modules, max-loras and max-cpu-loras: adapters served, LoRA turned on", () => {
+  const dir = mkdtempSync(join(tmpdir(), 'kvc-sim-lora-'));
+  const path = join(dir, 'sim.yaml');
+  writeFileSync(
+    path,
+    [
+      'max-loras: 2',
+      'max-cpu-loras: 5',
+      'lora-modules:',
+      `- '{"name":"lora1","path":"/path/to/lora1"}'`,
+      '- name: lora2',
+      '  path: /path/to/lora2',
+      '  base_model_name: base',
+    ].join('\n'),
+  );
+  const file = loadSimConfigFile(path);
+  assert.deepEqual(file.loraModules, [
+    '{"name":"lora1","path":"/path/to/lora1"}',
+    '{"name":"lora2","path":"/path/to/lora2","base_model_name":"base"}',
+  ]);
+  const merged = mergeSimConfig(file, { engine: {}, emulation: {} });
+  assert.deepEqual(
+    [merged.engine.enable_lora, merged.engine.max_loras, merged.engine.max_cpu_loras],
+    [true, 2, 5],
+  );
+  writeFileSync(path, 'lora-modules: lora1=/x\n');
+  assert.throws(
+    () => loadSimConfigFile(path),
+    (e) => e instanceof KVError && e.field === 'lora-modules',
+  );
+});

@@ -8,7 +8,7 @@
  */
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { cpSync, mkdirSync, mkdtempSync, rmSync, symlinkSync } from 'node:fs';
+import { cpSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -269,6 +269,45 @@ describe('kvconnect serve refuses what vLLM refuses', () => {
     p = run(['--port', '0', '--model', BASE, '--enable-lora', '--lora-modules', 'no-equals-sign']);
     assert.equal(await p.exited, 2);
     assert.match(p.err(), /Invalid format for --lora-modules/);
+  });
+
+  test("emulation without weights (--mode random, the sim's YAML): adapters are names, served alike", async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'kvconnect-lora-sim-'));
+    const yaml = join(dir, 'sim.yaml');
+    writeFileSync(
+      yaml,
+      ['max-loras: 1', 'lora-modules:', `- '{"name":"tweets","path":"/nowhere/tweets"}'`, ''].join('\n'),
+    );
+    const p = run(['--port', '0', '--model', 'tiny', '--mode', 'random', '--config', yaml]);
+    try {
+      const url = await address(p);
+      const models = (await (await fetch(`${url}/v1/models`)).json()) as {
+        data: Array<Record<string, unknown>>;
+      };
+      assert.deepEqual(
+        models.data.map((m) => [m.id, m.parent, m.root]),
+        [
+          ['tiny', null, 'tiny'],
+          ['tweets', 'tiny', '/nowhere/tweets'],
+        ],
+      );
+      const res = await post(`${url}/v1/completions`, {
+        model: 'tweets',
+        prompt: 'hello there',
+        max_tokens: 3,
+      });
+      assert.equal(res.status, 200, res.text);
+      assert.equal(res.json().model, 'tweets');
+      const text = await (await fetch(`${url}/metrics`)).text();
+      assert.match(
+        text,
+        /vllm:lora_requests_info\{max_lora="1",waiting_lora_adapters="",running_lora_adapters="tweets"\}/,
+      );
+    } finally {
+      p.child.kill('SIGTERM');
+      await p.exited;
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   test('without VLLM_ALLOW_RUNTIME_LORA_UPDATING the load route does not exist', async () => {

@@ -118,8 +118,12 @@ async function dryRun(ctx: CliContext, host: string, port: number, ranks: Engine
 }
 
 /** --lora-modules / --lora-allowed-dirs, checked against --enable-lora. */
-function loraServingFromFlags(flags: ServeFlags, config: EngineConfig): LoraServingOptions | null {
-  const modules = parseLoraModules(flags.loraModules ?? []);
+function loraServingFromFlags(
+  flags: ServeFlags,
+  config: EngineConfig,
+  fileModules: readonly string[] | undefined,
+): LoraServingOptions | null {
+  const modules = parseLoraModules(flags.loraModules ?? fileModules ?? []);
   const allowedDirs = flags.loraAllowedDirs ?? [];
   if (!config.lora && (modules.length > 0 || allowedDirs.length > 0)) {
     throw new KVError('LORA_CONFIG_INVALID', '--lora-modules and --lora-allowed-dirs need --enable-lora', {
@@ -218,7 +222,7 @@ export function registerServeCommand(program: Command, ctx: CliContext, deps: Se
       config.emulation = buildEmulationConfig(options.emulation, config.model.seed);
       steering = buildSteering(options.steering);
       config.kvLoadFaults = steering.kvLoadFaults;
-      lora = loraServingFromFlags(flags, config);
+      lora = loraServingFromFlags(flags, config, passed('loraModules') ? undefined : file?.loraModules);
       // --data-parallel-rank makes this process one rank of an external group.
       externalRank = options.engine.data_parallel_rank !== undefined;
     } catch (e) {

@@ -223,7 +223,7 @@ export const ENGINE_OPTIONS: { [K in keyof EngineOptions]: EngineOptionDef<Engin
     default: null,
     nullable: true,
     min: 1,
-    help: 'most LoRA adapters held in memory (default: --max-loras)',
+    help: 'most LoRA adapters held in memory; unset: --max-loras',
     check: (v, all) =>
       v !== null && v < all.max_loras ? `max_cpu_loras (${v}) must be >= max_loras (${all.max_loras})` : null,
   },

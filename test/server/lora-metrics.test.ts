@@ -40,15 +40,18 @@ function iteration(running: string[], waiting: string[]): IterationStats {
   };
 }
 
-test('vllm:lora_requests_info rows per iteration, and LoRA-deferred waiting requests', async (t) => {
-  const metrics = new ServerMetrics({
+const metricsWith = (maxLoras: number | null) =>
+  new ServerMetrics({
     modelName: 'm',
     maxModelLen: 128,
     cacheInfo: {},
     connectorMetrics: [],
     readStats: () => stats,
-    maxLoras: 2,
+    maxLoras,
   });
+
+test('vllm:lora_requests_info rows per iteration, and LoRA-deferred waiting requests', async (t) => {
+  const metrics = metricsWith(2);
   const before = Date.now() / 1000;
   metrics.recordIteration(iteration(['sql'], ['poetry', 'math']));
   metrics.recordIteration(iteration(['sql', 'poetry'], []));
@@ -72,13 +75,7 @@ test('vllm:lora_requests_info rows per iteration, and LoRA-deferred waiting requ
 });
 
 test('without --enable-lora the family is absent', async () => {
-  const metrics = new ServerMetrics({
-    modelName: 'm',
-    maxModelLen: 128,
-    cacheInfo: {},
-    connectorMetrics: [],
-    readStats: () => stats,
-  });
+  const metrics = metricsWith(null);
   metrics.recordIteration(iteration(['x'], []));
   assert.doesNotMatch((await metrics.render()).body, /lora_requests_info/);
 });

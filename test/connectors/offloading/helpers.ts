@@ -6,12 +6,14 @@
 import assert from 'node:assert/strict';
 import { buildEngineConfig } from '../../../src/config/engine-config.ts';
 import { resolveModelInfo } from '../../../src/config/model-info.ts';
+import type { EngineConfig } from '../../../src/config/types.ts';
 import { parseOffloadingConfig } from '../../../src/connectors/offloading/config.ts';
 import { OffloadLayout } from '../../../src/connectors/offloading/layout.ts';
 import type { RequestOutputDelta } from '../../../src/engine/api.ts';
 import { AsyncEngine } from '../../../src/engine/async-engine.ts';
 import { samplingParams } from '../../../src/engine/llm.ts';
 import { BlockHashFunction } from '../../../src/kv/block-hash.ts';
+import type { KVCacheConfig } from '../../../src/kv/interfaces.ts';
 import { buildKVCacheConfig } from '../../../src/kv/kv-cache-config.ts';
 import type { ConformanceContext, ConformanceModel } from '../helpers/conformance.ts';
 
@@ -138,4 +140,20 @@ async function computePlainTokens(model: ConformanceModel, prompt: number[]): Pr
   } finally {
     await engine.shutdown();
   }
+}
+
+/** The engine config of `tiny` (block size 16) as the tier tests build it. */
+export function tinyEngineConfig(model = 'tiny'): EngineConfig {
+  return buildEngineConfig({ model, block_size: 16, num_gpu_blocks: 32, max_model_len: 128 });
+}
+
+/** The KV cache config of an engine config from tinyEngineConfig. */
+export function tinyKvCacheConfig(engineConfig: EngineConfig, hybrid = false): KVCacheConfig {
+  return buildKVCacheConfig({
+    hfConfig: resolveModelInfo(engineConfig.model.model).hfConfig,
+    blockSize: engineConfig.cache.blockSize,
+    numBlocks: 32,
+    hybridEnabled: hybrid,
+    maxModelLen: 128,
+  });
 }

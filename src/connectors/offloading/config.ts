@@ -148,7 +148,7 @@ export function parseOffloadingConfig(
         `${FIELD}.secondary_tiers`,
         'a list of tier objects',
         tiersRaw,
-        'Use e.g. [{"type": "fs", "path": "/var/kv"}].',
+        'Use e.g. [{"type": "fs", "root_dir": "/mnt/kv_cache"}].',
       );
     }
     tiersRaw.forEach((t, i) => {

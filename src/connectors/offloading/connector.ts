@@ -27,6 +27,7 @@ import { OFFLOAD_METRICS } from './metrics.ts';
 import { OffloadScheduler } from './scheduler.ts';
 import { type OffloadMetadata, WORKER_META_KEY } from './step-metadata.ts';
 import { createSecondaryTiers } from './tier-factory.ts';
+import { runLayoutFor } from './vllm-key-layout.ts';
 import { OffloadWorker } from './worker.ts';
 
 const log = getLogger('kvconnect.connectors.offloading.connector');
@@ -56,7 +57,9 @@ export class OffloadingConnector extends KVConnectorBase {
     super(engineConfig, role, kvCacheConfig);
     this.offloadConfig = parseOffloadingConfig(this.kvTransferConfig.kv_connector_extra_config, engineConfig);
     this.layout = new OffloadLayout(engineConfig, kvCacheConfig, this.offloadConfig);
-    const tiers = createSecondaryTiers(this.offloadConfig.secondaryTiers);
+    const tiers = createSecondaryTiers(this.offloadConfig.secondaryTiers, {
+      run: runLayoutFor(engineConfig, kvCacheConfig, this.offloadConfig.blocksPerChunk),
+    });
     if (role === 'scheduler') {
       this.scheduler = new OffloadScheduler(this.layout, this.offloadConfig, tiers);
       log.info(

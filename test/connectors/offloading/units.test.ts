@@ -28,6 +28,7 @@ import { BlockHashFunction } from '../../../src/kv/block-hash.ts';
 import type { BlockHash, KVCacheBlocks } from '../../../src/kv/interfaces.ts';
 import { buildKVCacheConfig } from '../../../src/kv/kv-cache-config.ts';
 import { waitUntil } from '../../helpers/wait-until.ts';
+import { tinyRunLayout } from './helpers.ts';
 
 const engineConfig = buildEngineConfig({
   model: 'tiny',
@@ -103,7 +104,7 @@ describe('config', () => {
       [{ cpu_bytes_to_use: 1, eviction_policy: 'mru' }, 'eviction_policy'],
       [{ cpu_bytes_to_use: 1, store_threshold: 1.5 }, 'store_threshold'],
       [{ cpu_bytes_to_use: 1, offload_prompt_only: 'yes' }, 'offload_prompt_only'],
-      [{ cpu_bytes_to_use: 1, secondary_tiers: [{ type: 'fs', path: '/x' }] }, 'secondary_tiers'],
+      [{ cpu_bytes_to_use: 1, secondary_tiers: [{ type: 'fs', root_dir: '/x' }] }, 'secondary_tiers'],
       [{ cpu_bytes_to_use: 1, spec_name: 'TieringOffloadingSpec' }, 'secondary_tiers'],
       [
         { cpu_bytes_to_use: 1, spec_name: 'TieringOffloadingSpec', secondary_tiers: [{ type: 's3' }] },
@@ -119,14 +120,46 @@ describe('config', () => {
       ],
       [
         { cpu_bytes_to_use: 1, spec_name: 'TieringOffloadingSpec', secondary_tiers: [{ type: 'fs' }] },
+        'secondary_tiers[0].root_dir',
+      ],
+      [
+        {
+          cpu_bytes_to_use: 1,
+          spec_name: 'TieringOffloadingSpec',
+          secondary_tiers: [{ type: 'fs', path: '/x' }],
+        },
         'secondary_tiers[0].path',
       ],
       [
         {
           cpu_bytes_to_use: 1,
           spec_name: 'TieringOffloadingSpec',
+          secondary_tiers: [{ type: 'fs', root_dir: '/x', n_read_threads: 0 }],
+        },
+        'secondary_tiers[0].n_read_threads',
+      ],
+      [
+        {
+          cpu_bytes_to_use: 1,
+          spec_name: 'TieringOffloadingSpec',
+          secondary_tiers: [{ type: 'fs', root_dir: '/x', locality: 'local' }],
+        },
+        'secondary_tiers[0].locality',
+      ],
+      [
+        {
+          cpu_bytes_to_use: 1,
+          spec_name: 'TieringOffloadingSpec',
+          secondary_tiers: [{ type: 'fs', root_dir: '/x', n_io_threads: 4 }],
+        },
+        'secondary_tiers[0].n_io_threads',
+      ],
+      [
+        {
+          cpu_bytes_to_use: 1,
+          spec_name: 'TieringOffloadingSpec',
           store_threshold: 2,
-          secondary_tiers: [{ type: 'fs', path: '/x' }],
+          secondary_tiers: [{ type: 'fs', root_dir: '/x' }],
         },
         'store_threshold',
       ],
@@ -149,20 +182,31 @@ describe('config', () => {
       eviction_policy: 'arc',
       spec_name: 'TieringOffloadingSpec',
       secondary_tiers: [
-        { type: 'fs', path: '/var/kv', capacity_bytes: 4096 },
+        { type: 'fs', root_dir: '/var/kv', capacity_bytes: 4096, n_read_threads: 32, locality: 'LOCAL' },
         { type: 'redis', url: 'redis://127.0.0.1:6379' },
         { type: 'redis', cluster_nodes: ['redis://a:1', 'redis://b:2'], timeout_ms: 50, key_prefix: 'p' },
       ],
     });
     assert.equal(c.cpuBytesToUse, 1024);
     assert.deepEqual(c.secondaryTiers, [
-      { type: 'fs', path: '/var/kv', capacityBytes: 4096, timeoutMs: 200 },
+      {
+        type: 'fs',
+        rootDir: '/var/kv',
+        nReadThreads: 32,
+        nWriteThreads: 16,
+        capacityBytes: 4096,
+        timeoutMs: 200,
+        enableKvEvents: false,
+        locality: 'LOCAL',
+      },
       {
         type: 'redis',
         url: 'redis://127.0.0.1:6379',
         clusterNodes: [],
         timeoutMs: 200,
         keyPrefix: 'kvconnect',
+        enableKvEvents: false,
+        locality: null,
       },
       {
         type: 'redis',
@@ -170,6 +214,8 @@ describe('config', () => {
         clusterNodes: ['redis://a:1', 'redis://b:2'],
         timeoutMs: 50,
         keyPrefix: 'p',
+        enableKvEvents: false,
+        locality: null,
       },
     ]);
   });
@@ -497,12 +543,12 @@ describe('scheduler half', () => {
     const dir = mkdtempSync(path.join(os.tmpdir(), 'kvconnect-offload-units-'));
     try {
       // Generous bounds: on a loaded machine a file read can take longer than the 200 ms default.
-      const tier = new FsTier({ path: dir, capacityBytes: null, timeoutMs: 5000 });
+      const tier = new FsTier({ rootDir: dir, run: tinyRunLayout(), capacityBytes: null, timeoutMs: 5000 });
       const { s } = schedulerWith(
         {
           cpu_bytes_to_use: 1 << 22,
           spec_name: 'TieringOffloadingSpec',
-          secondary_tiers: [{ type: 'fs', path: dir, timeout_ms: 5000 }],
+          secondary_tiers: [{ type: 'fs', root_dir: dir, timeout_ms: 5000 }],
         },
         [tier],
       );

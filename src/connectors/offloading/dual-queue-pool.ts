@@ -1,0 +1,89 @@
+/**
+ * The fs tier's I/O workers (`n_read_threads`, `n_write_threads`), scheduled as vLLM's
+ * DualQueueThreadPool schedules its threads: read-priority workers take queued reads
+ * first, write-priority workers take queued writes first, and a worker whose own queue is
+ * empty takes from the other one, so neither direction starves and a burst of write-through
+ * never keeps a load waiting while a read worker is free. Each worker runs one operation at
+ * a time; the file system calls themselves run on Node's libuv thread pool.
+ */
+
+type Task = () => Promise<void>;
+
+export class DualQueuePool {
+  readonly readWorkers: number;
+  readonly writeWorkers: number;
+  readonly #reads: Task[] = [];
+  readonly #writes: Task[] = [];
+  #idleRead: number;
+  #idleWrite: number;
+  #idleWaiters: (() => void)[] = [];
+
+  constructor(readWorkers: number, writeWorkers: number) {
+    if (!(readWorkers >= 1 && writeWorkers >= 1)) {
+      throw new RangeError(
+        `DualQueuePool needs at least one worker of each kind, got ${readWorkers}/${writeWorkers}`,
+      );
+    }
+    this.readWorkers = readWorkers;
+    this.writeWorkers = writeWorkers;
+    this.#idleRead = readWorkers;
+    this.#idleWrite = writeWorkers;
+  }
+
+  /** Operations waiting for a worker. */
+  get queued(): { reads: number; writes: number } {
+    return { reads: this.#reads.length, writes: this.#writes.length };
+  }
+
+  /** Operations running now. */
+  get running(): number {
+    return this.readWorkers - this.#idleRead + this.writeWorkers - this.#idleWrite;
+  }
+
+  read<T>(op: () => Promise<T>): Promise<T> {
+    return this.#enqueue(this.#reads, op);
+  }
+
+  write<T>(op: () => Promise<T>): Promise<T> {
+    return this.#enqueue(this.#writes, op);
+  }
+
+  /** Resolves once nothing is queued or running. */
+  idle(): Promise<void> {
+    if (this.running === 0 && this.#reads.length === 0 && this.#writes.length === 0) return Promise.resolve();
+    return new Promise((resolve) => this.#idleWaiters.push(resolve));
+  }
+
+  #enqueue<T>(queue: Task[], op: () => Promise<T>): Promise<T> {
+    return new Promise<T>((resolve, reject) => {
+      queue.push(() => op().then(resolve, reject));
+      this.#pump();
+    });
+  }
+
+  #pump(): void {
+    while (this.#idleRead > 0) {
+      const task = this.#reads.shift() ?? this.#writes.shift();
+      if (!task) break;
+      this.#idleRead--;
+      void task().finally(() => {
+        this.#idleRead++;
+        this.#pump();
+      });
+    }
+    while (this.#idleWrite > 0) {
+      const task = this.#writes.shift() ?? this.#reads.shift();
+      if (!task) break;
+      this.#idleWrite--;
+      void task().finally(() => {
+        this.#idleWrite++;
+        this.#pump();
+      });
+    }
+    if (this.running === 0 && this.#reads.length === 0 && this.#writes.length === 0) {
+      const waiters = this.#idleWaiters;
+      this.#idleWaiters = [];
+      for (const w of waiters) w();
+    }
+  }
+}

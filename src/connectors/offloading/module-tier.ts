@@ -8,6 +8,7 @@
  * "miss", like a built-in tier that is down.
  */
 import { emptyTierStats, type KVTier, type TierEntry, type TierStats } from './kv-tier.ts';
+import { checkPluginShape } from './plugin-module.ts';
 import type { ModuleTierSpec } from './tier-config.ts';
 import { TierHealth } from './tier-health.ts';
 import type { RunLayout } from './vllm-key-layout.ts';
@@ -32,15 +33,32 @@ export class ModuleTier implements KVTier {
   readonly impl: ModuleTierInstance;
   readonly #stats = emptyTierStats();
 
-  constructor(spec: ModuleTierSpec, run: RunLayout) {
+  /** `name` names the tier in logs; `origin` says where it came from (its module). */
+  constructor(impl: ModuleTierInstance, name: string, origin: string, timeoutMs: number) {
+    checkPluginShape(
+      impl,
+      MODULE_TIER_METHODS,
+      `Tier ${name} (${origin})`,
+      'kv_connector_extra_config.secondary_tiers',
+    );
+    this.impl = impl;
+    this.kind = name;
+    this.medium = impl.medium === 'CPU' ? 'CPU' : 'STORAGE';
+    this.health = new TierHealth(`${name} tier (${origin})`, timeoutMs);
+  }
+
+  /** The tier of a `secondary_tiers` entry with `module_path`. */
+  static fromSpec(spec: ModuleTierSpec, run: RunLayout): ModuleTier {
     const Impl = spec.tierClass as unknown as new (args: {
       options: Record<string, unknown>;
       run: RunLayout;
     }) => ModuleTierInstance;
-    this.impl = new Impl({ options: spec.options, run });
-    this.kind = spec.className;
-    this.medium = this.impl.medium === 'CPU' ? 'CPU' : 'STORAGE';
-    this.health = new TierHealth(`${spec.className} tier (${spec.modulePath})`, spec.timeoutMs);
+    return new ModuleTier(
+      new Impl({ options: spec.options, run }),
+      spec.className,
+      spec.modulePath,
+      spec.timeoutMs,
+    );
   }
 
   get timeoutMs(): number {

@@ -23,7 +23,7 @@ export function createSecondaryTier(spec: SecondaryTierSpec, ctx: TierContext): 
       nWriteThreads: spec.nWriteThreads,
     });
   }
-  if (spec.type === 'module') return new ModuleTier(spec, ctx.run);
+  if (spec.type === 'module') return ModuleTier.fromSpec(spec, ctx.run);
   return new RedisTier({
     url: spec.url,
     clusterNodes: spec.clusterNodes,

@@ -54,6 +54,24 @@ export class DualQueuePool {
     return new Promise((resolve) => this.#idleWaiters.push(resolve));
   }
 
+  /** Starts queued operations on idle workers of `kind`: their own queue first, then the other. */
+  #drain(kind: 'read' | 'write', own: Task[], other: Task[]): void {
+    while ((kind === 'read' ? this.#idleRead : this.#idleWrite) > 0) {
+      const task = own.shift() ?? other.shift();
+      if (!task) break;
+      this.#setIdle(kind, -1);
+      void task().finally(() => {
+        this.#setIdle(kind, 1);
+        this.#pump();
+      });
+    }
+  }
+
+  #setIdle(kind: 'read' | 'write', delta: number): void {
+    if (kind === 'read') this.#idleRead += delta;
+    else this.#idleWrite += delta;
+  }
+
   #enqueue<T>(queue: Task[], op: () => Promise<T>): Promise<T> {
     return new Promise<T>((resolve, reject) => {
       queue.push(() => op().then(resolve, reject));
@@ -62,24 +80,8 @@ export class DualQueuePool {
   }
 
   #pump(): void {
-    while (this.#idleRead > 0) {
-      const task = this.#reads.shift() ?? this.#writes.shift();
-      if (!task) break;
-      this.#idleRead--;
-      void task().finally(() => {
-        this.#idleRead++;
-        this.#pump();
-      });
-    }
-    while (this.#idleWrite > 0) {
-      const task = this.#writes.shift() ?? this.#reads.shift();
-      if (!task) break;
-      this.#idleWrite--;
-      void task().finally(() => {
-        this.#idleWrite++;
-        this.#pump();
-      });
-    }
+    this.#drain('read', this.#reads, this.#writes);
+    this.#drain('write', this.#writes, this.#reads);
     if (this.running === 0 && this.#reads.length === 0 && this.#writes.length === 0) {
       const waiters = this.#idleWaiters;
       this.#idleWaiters = [];

@@ -48,10 +48,24 @@ export class LoadTierFilter {
 const MEDIUMS: readonly TierMedium[] = ['CPU', 'STORAGE'];
 const LOCALITIES: readonly TierLocality[] = ['LOCAL', 'REMOTE'];
 
-function upperOneOf<T extends string>(raw: unknown, allowed: readonly T[]): T | undefined {
-  if (typeof raw !== 'string') return undefined;
-  const up = raw.toUpperCase() as T;
-  return allowed.includes(up) ? up : undefined;
+/** A matcher's field: null when unset, undefined (with a warning) when not one of `allowed` in any case. */
+function matcherField<T extends string>(
+  entry: Record<string, unknown>,
+  field: string,
+  allowed: readonly T[],
+  requestId: string,
+): T | null | undefined {
+  const raw = entry[field];
+  if (raw === undefined || raw === null) return null;
+  const up = typeof raw === 'string' ? (raw.toUpperCase() as T) : undefined;
+  if (up !== undefined && allowed.includes(up)) return up;
+  log.warn(
+    'request %s: kv_load_tiers: unknown %s %s; skipping the entry',
+    requestId,
+    field,
+    JSON.stringify(raw),
+  );
+  return undefined;
 }
 
 /**
@@ -76,26 +90,9 @@ export function parseLoadTierFilter(raw: unknown, requestId: string): LoadTierFi
       continue;
     }
     const e = entry as Record<string, unknown>;
-    const medium =
-      e['medium'] === undefined || e['medium'] === null ? null : upperOneOf(e['medium'], MEDIUMS);
-    if (medium === undefined) {
-      log.warn(
-        'request %s: kv_load_tiers: unknown medium %s; skipping the entry',
-        requestId,
-        JSON.stringify(e['medium']),
-      );
-      continue;
-    }
-    const locality =
-      e['locality'] === undefined || e['locality'] === null ? null : upperOneOf(e['locality'], LOCALITIES);
-    if (locality === undefined) {
-      log.warn(
-        'request %s: kv_load_tiers: unknown locality %s; skipping the entry',
-        requestId,
-        JSON.stringify(e['locality']),
-      );
-      continue;
-    }
+    const medium = matcherField(e, 'medium', MEDIUMS, requestId);
+    const locality = matcherField(e, 'locality', LOCALITIES, requestId);
+    if (medium === undefined || locality === undefined) continue;
     matchers.push({ medium, locality });
   }
   if (matchers.length === 0) return raw.length === 0 ? new LoadTierFilter([]) : LoadTierFilter.ALL;

@@ -284,11 +284,7 @@ export class OffloadScheduler {
           const b = c * L.blocksPerChunk + p;
           blockIds.push(b * L.gpuBlockSize < startToken ? 0 : (st.blockIds[g]?.[b] ?? 0));
         }
-        const cpuSlot = this.index.peek(key);
-        if (cpuSlot !== null) {
-          this.index.pin(key);
-          this.index.touch(key);
-          // A ready CPU hit backfills the chunk's event metadata (for its later removal).
+        const describe = () =>
           this.events.describe(
             key,
             g,
@@ -297,6 +293,12 @@ export class OffloadScheduler {
             L.blocksPerChunk,
             st.req.allTokenIds,
           );
+        const cpuSlot = this.index.peek(key);
+        if (cpuSlot !== null) {
+          this.index.pin(key);
+          this.index.touch(key);
+          // A ready CPU hit backfills the chunk's event metadata (for its later removal).
+          describe();
           items.push({ key, group: g, slot: cpuSlot, source: 'cpu', blockIds });
           return;
         }
@@ -305,14 +307,7 @@ export class OffloadScheduler {
         if (alloc) {
           this.#evicted(alloc.evicted);
           this.index.pin(key);
-          this.events.describe(
-            key,
-            g,
-            st.req.blockHashes,
-            c * L.blocksPerChunk,
-            L.blocksPerChunk,
-            st.req.allTokenIds,
-          );
+          describe();
         }
         items.push({
           key,

@@ -18,7 +18,6 @@ import {
   plainTokens,
   run,
   tieredEngineOptions,
-  tinyEngineConfig,
   tinyKvCacheConfig,
 } from './helpers.ts';
 

@@ -12,14 +12,7 @@ import { parseOffloadingConfig } from '../../../src/connectors/offloading/config
 import { OffloadingConnector } from '../../../src/connectors/offloading/index.ts';
 import { AsyncEngine } from '../../../src/engine/async-engine.ts';
 import { KVError } from '../../../src/errors/kv-error.ts';
-import {
-  MiB,
-  PROMPTS,
-  plainTokens,
-  run,
-  tieredEngineOptions,
-  tinyKvCacheConfig,
-} from './helpers.ts';
+import { MiB, PROMPTS, plainTokens, run, tieredEngineOptions, tinyKvCacheConfig } from './helpers.ts';
 
 const fixture = (name: string) => fileURLToPath(new URL(`./fixtures/${name}`, import.meta.url));
 const TIER = fixture('memory-tier.mjs');

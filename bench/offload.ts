@@ -60,10 +60,10 @@ function engineOptions(promptLen: number, extra: Record<string, unknown> | null)
   };
 }
 
-/** Files of the fs tier (DIR/ab/abcd….kv). */
+/** Chunk files of the fs tier (DIR/<model>_<digest>_r0/hhh/hh_gN/<hash>.bin). */
 function tierFiles(dir: string): string[] {
   return readdirSync(dir, { recursive: true, encoding: 'utf8' })
-    .filter((f) => f.endsWith('.kv'))
+    .filter((f) => f.endsWith('.bin'))
     .map((f) => path.join(dir, f));
 }
 
@@ -125,7 +125,7 @@ export async function main(args: string[]): Promise<void> {
     return engine;
   };
   try {
-    const fsTier = { type: 'fs', path: dir, timeout_ms: 10_000 };
+    const fsTier = { type: 'fs', root_dir: dir, timeout_ms: 10_000 };
     const redisTier = { type: 'redis', url: redis.url, timeout_ms: 10_000 };
     const reader = (tier: Record<string, unknown>) => ({
       cpu_bytes_to_use: 1,

@@ -47,7 +47,13 @@ export class KVEventSink {
   #toWire(e: KVCacheEvent): WireKVEvent {
     if (e.type === 'AllBlocksCleared') return e;
     if (e.type === 'BlockRemoved') {
-      return { type: 'BlockRemoved', blockHashes: e.blockHashes, medium: e.medium, groupIdx: e.groupIdx };
+      return {
+        type: 'BlockRemoved',
+        blockHashes: e.blockHashes,
+        medium: e.medium,
+        groupIdx: e.groupIdx,
+        locality: e.locality ?? null,
+      };
     }
     const spec = this.#groups[e.groupIdx]?.spec;
     return {
@@ -63,6 +69,7 @@ export class KVEventSink {
       groupIdx: e.groupIdx,
       kvCacheSpecKind: spec?.kind ?? null,
       kvCacheSpecSlidingWindow: spec?.kind === 'sliding_window' ? spec.slidingWindow : null,
+      locality: e.locality ?? null,
     };
   }
 }

@@ -103,8 +103,16 @@ export type KVCacheEvent =
       loraId?: number | null;
       /** Per block, the extra keys hashed with it (LoRA name, cache salt), or null. */
       extraKeys?: (readonly unknown[] | null)[];
+      /** An offload tier's configured locality; absent when unspecified. */
+      locality?: 'LOCAL' | 'REMOTE';
     }
-  | { type: 'BlockRemoved'; blockHashes: bigint[]; groupIdx: number; medium: 'GPU' | 'CPU' | 'STORAGE' }
+  | {
+      type: 'BlockRemoved';
+      blockHashes: bigint[];
+      groupIdx: number;
+      medium: 'GPU' | 'CPU' | 'STORAGE';
+      locality?: 'LOCAL' | 'REMOTE';
+    }
   | { type: 'AllBlocksCleared' };
 
 export interface KVCacheManager {

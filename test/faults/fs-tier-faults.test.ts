@@ -45,16 +45,21 @@ function scratch(name: string): string {
 }
 
 function options(dir: string): LLMOptions {
-  return tieredEngineOptions({ type: 'fs', path: dir, timeout_ms: 5000 }, 'fail') as LLMOptions;
+  return tieredEngineOptions({ type: 'fs', root_dir: dir, timeout_ms: 5000 }, 'fail') as LLMOptions;
 }
 
+/** The tier's chunk files and temp files (`<root>/<run>_r0/hhh/hh_gN/*`). */
 function files(dir: string): string[] {
-  const out: string[] = [];
-  for (const sub of readdirSync(dir)) {
-    const p = path.join(dir, sub);
-    if (statSync(p).isDirectory()) out.push(...readdirSync(p).map((n) => path.join(p, n)));
-  }
-  return out;
+  return readdirSync(dir, { recursive: true, encoding: 'utf8' })
+    .filter((f) => f.endsWith('.bin') || f.endsWith('.tmp'))
+    .map((f) => path.join(dir, f));
+}
+
+/** Every directory below `dir`. */
+function dirs(dir: string): string[] {
+  return readdirSync(dir, { recursive: true, encoding: 'utf8' })
+    .map((f) => path.join(dir, f))
+    .filter((p) => statSync(p).isDirectory());
 }
 
 /** Collects warnings of this process while `fn` runs. */
@@ -106,7 +111,7 @@ describe('fs tier on a failing filesystem', () => {
     );
     const stored = files(dir);
     assert.ok(stored.length >= 4, 'what fitted was stored');
-    assert.equal(stored.filter((f) => f.includes('.tmp-')).length, 0, 'no half-written temp file is left');
+    assert.equal(stored.filter((f) => f.endsWith('.tmp')).length, 0, 'no half-written temp file is left');
     for (const f of stored) assert.equal(statSync(f).size, CHUNK_FILE_BYTES, `${f} is whole`);
 
     const hits = await withEngine(dir, async (e) => {
@@ -130,7 +135,7 @@ describe('fs tier on a failing filesystem', () => {
     await withEngine(dir, (e) => expectPlain(e, prompt(20), 'stored'));
     await waitUntil('the chunk files', () => files(dir).length >= 4);
     for (const f of files(dir)) chmodSync(f, 0o000);
-    for (const sub of readdirSync(dir)) chmodSync(path.join(dir, sub), 0o555);
+    for (const sub of dirs(dir)) chmodSync(sub, 0o555);
     chmodSync(dir, 0o555);
     cleanups.push(() => chmodSync(dir, 0o755));
     const child = await new EngineChild(options(dir), (argv) =>

@@ -8,6 +8,9 @@ import { CONFIG_INVALID, configError } from '../../config/config-error.ts';
 import { type ExtraConfigSchema, type ExtraValues, readExtraConfig } from '../../config/extra-config.ts';
 import type { EngineConfig } from '../../config/types.ts';
 import { KVError } from '../../errors/kv-error.ts';
+import { EVICTION_POLICY_METHODS } from './eviction-policy.ts';
+import { checkPluginShape, loadPluginClass, type PluginClass } from './plugin-module.ts';
+import { SPEC_METHODS } from './spec-module.ts';
 import { parseTier, type SecondaryTierSpec } from './tier-config.ts';
 
 export const OFFLOADING_SPECS = ['CPUOffloadingSpec', 'TieringOffloadingSpec'] as const;
@@ -18,14 +21,24 @@ export const STORE_THRESHOLD_TRACKER_SIZE = 64_000;
 
 export interface OffloadingConfig {
   cpuBytesToUse: number;
+  /** The class of an out-of-tree spec (`spec_name` + `spec_module_path`), else null. */
+  specClass: PluginClass | null;
+  /** The class of an out-of-tree eviction policy (`cache_policy_module_path`), else null. */
+  evictionPolicyClass: PluginClass | null;
+  /** Entries of the store_threshold tracker (`max_tracker_size`). */
+  maxTrackerSize: number;
+  /** `self_describing_kv_events`: full BlockStored payloads instead of vLLM's placeholders. */
+  selfDescribingKvEvents: boolean;
   /** GPU blocks per offloaded chunk. */
   blocksPerChunk: number;
   /** Tokens per offloaded chunk (blocksPerChunk × GPU block size). */
   offloadBlockSize: number;
-  evictionPolicy: EvictionPolicyName;
+  /** 'lru', 'arc', or an out-of-tree policy's class name. */
+  evictionPolicy: string;
   storeThreshold: number;
   offloadPromptOnly: boolean;
-  specName: OffloadingSpecName;
+  /** A built-in spec, or an out-of-tree spec's class name. */
+  specName: string;
   secondaryTiers: SecondaryTierSpec[];
 }
 
@@ -44,21 +57,19 @@ export const OFFLOADING_EXTRA_CONFIG = {
     spec_name: { type: 'custom' },
     block_size: { type: 'integer', min: 1, hint: 'block_size is a token count, e.g. 64.' },
     blocks_per_chunk: { type: 'integer', hint: 'Use e.g. "blocks_per_chunk": 4.' },
-    eviction_policy: {
-      type: 'string',
-      default: 'lru',
-      oneOf: EVICTION_POLICIES,
-      hint: 'kvconnect implements lru (default) and arc.',
-    },
+    eviction_policy: { type: 'string', default: 'lru', nonEmpty: true },
+    cache_policy_module_path: { type: 'string', nonEmpty: true },
     store_threshold: { type: 'integer', default: 0, min: 0, hint: 'Use 0 (store everything) or N >= 2.' },
+    max_tracker_size: {
+      type: 'integer',
+      default: STORE_THRESHOLD_TRACKER_SIZE,
+      min: 1,
+      hint: 'The number of keys the store_threshold tracker remembers, e.g. 64000 (the default).',
+    },
     offload_prompt_only: { type: 'boolean', default: true },
     secondary_tiers: { type: 'custom' },
-    self_describing_kv_events: {
-      type: 'ignored',
-      why: 'KV events always carry the medium; the block hashes are the engine-wide ones',
-    },
-    spec_module_path: { type: 'ignored', why: 'only the built-in specs (spec_name) are available' },
-    cache_policy_module_path: { type: 'ignored', why: 'only the built-in eviction policies are available' },
+    self_describing_kv_events: { type: 'boolean', default: false },
+    spec_module_path: { type: 'string', nonEmpty: true },
   },
 } as const satisfies ExtraConfigSchema;
 
@@ -107,6 +118,72 @@ function parseChunking(v: OffloadingValues, gpuBlockSize: number): number {
   return 1;
 }
 
+/**
+ * `spec_name`: a built-in spec, else (as vLLM does) the class `spec_name` of
+ * `spec_module_path` (spec-module.ts).
+ */
+function parseSpec(
+  raw: unknown,
+  modulePath: string | undefined,
+): { specName: string; specClass: PluginClass | null } {
+  if (typeof raw === 'string' && (OFFLOADING_SPECS as readonly string[]).includes(raw)) {
+    return { specName: raw, specClass: null };
+  }
+  if (typeof raw !== 'string' || raw === '' || modulePath === undefined) {
+    throw new KVError(CONFIG_INVALID, `Unsupported spec type: ${String(raw)}`, {
+      field: `${FIELD}.spec_name`,
+      hint: `Use one of ${OFFLOADING_SPECS.join(', ')}, or the class name of an out-of-tree spec with "spec_module_path": "./my-spec.js".`,
+      details: {
+        expected: `${OFFLOADING_SPECS.join(' | ')} | a class with spec_module_path`,
+        received: String(raw),
+      },
+    });
+  }
+  const specClass = loadPluginClass(modulePath, raw, `${FIELD}.spec_module_path`, `${FIELD}.spec_name`);
+  if (!SPEC_METHODS.some((m) => typeof (specClass.prototype as Record<string, unknown>)[m] === 'function')) {
+    checkPluginShape(
+      specClass.prototype,
+      SPEC_METHODS,
+      `Spec class ${raw} (${modulePath})`,
+      `${FIELD}.spec_name`,
+    );
+  }
+  return { specName: raw, specClass };
+}
+
+/**
+ * `eviction_policy`: a built-in policy, else (as vLLM does) the class of that name in
+ * `cache_policy_module_path`.
+ */
+function parseEvictionPolicy(
+  name: string,
+  modulePath: string | undefined,
+): { evictionPolicy: string; evictionPolicyClass: PluginClass | null } {
+  if ((EVICTION_POLICIES as readonly string[]).includes(name))
+    return { evictionPolicy: name, evictionPolicyClass: null };
+  if (modulePath === undefined) {
+    throw configError(
+      `${FIELD}.eviction_policy`,
+      `${EVICTION_POLICIES.map((p) => `'${p}'`).join(' or ')}, or a class name with cache_policy_module_path`,
+      name,
+      'kvconnect implements lru (default) and arc; an out-of-tree policy needs "cache_policy_module_path": "./my-policy.js".',
+    );
+  }
+  const cls = loadPluginClass(
+    modulePath,
+    name,
+    `${FIELD}.cache_policy_module_path`,
+    `${FIELD}.eviction_policy`,
+  );
+  checkPluginShape(
+    cls.prototype,
+    EVICTION_POLICY_METHODS,
+    `Eviction policy class ${name} (${modulePath})`,
+    `${FIELD}.eviction_policy`,
+  );
+  return { evictionPolicy: name, evictionPolicyClass: cls };
+}
+
 /** Parses and validates the extra config; throws KVError with vLLM's messages. */
 export function parseOffloadingConfig(
   extra: Record<string, unknown>,
@@ -121,21 +198,18 @@ export function parseOffloadingConfig(
   }
   const v = readExtraConfig(OFFLOADING_EXTRA_CONFIG, extra);
   const cpuBytesToUse = v.cpu_bytes_to_use!;
-  const specName = extra['spec_name'] ?? 'CPUOffloadingSpec';
-  if (typeof specName !== 'string' || !(OFFLOADING_SPECS as readonly string[]).includes(specName)) {
-    throw new KVError(CONFIG_INVALID, `Unsupported spec type: ${String(specName)}`, {
-      field: `${FIELD}.spec_name`,
-      hint: `Use one of ${OFFLOADING_SPECS.join(', ')} (spec_module_path is not supported by kvconnect).`,
-      details: { expected: OFFLOADING_SPECS.join(' | '), received: String(specName) },
-    });
-  }
+  const { specName, specClass } = parseSpec(extra['spec_name'] ?? 'CPUOffloadingSpec', v.spec_module_path);
+  const { evictionPolicy, evictionPolicyClass } = parseEvictionPolicy(
+    v.eviction_policy,
+    v.cache_policy_module_path,
+  );
   const gpuBlockSize = engineConfig.cache.blockSize;
   const blocksPerChunk = parseChunking(v, gpuBlockSize);
   const storeThreshold = v.store_threshold;
   const tiersRaw = v.secondary_tiers;
   const secondaryTiers: SecondaryTierSpec[] = [];
   if (tiersRaw !== undefined && tiersRaw !== null) {
-    if (specName !== 'TieringOffloadingSpec') {
+    if (specName === 'CPUOffloadingSpec') {
       throw configError(
         `${FIELD}.secondary_tiers`,
         'no secondary_tiers with CPUOffloadingSpec',
@@ -148,15 +222,15 @@ export function parseOffloadingConfig(
         `${FIELD}.secondary_tiers`,
         'a list of tier objects',
         tiersRaw,
-        'Use e.g. [{"type": "fs", "path": "/var/kv"}].',
+        'Use e.g. [{"type": "fs", "root_dir": "/mnt/kv_cache"}].',
       );
     }
     tiersRaw.forEach((t, i) => {
       secondaryTiers.push(parseTier(t, i));
     });
   }
-  if (specName === 'TieringOffloadingSpec') {
-    if (secondaryTiers.length === 0) {
+  if (specName === 'TieringOffloadingSpec' || specClass !== null) {
+    if (secondaryTiers.length === 0 && specClass === null) {
       throw configError(
         `${FIELD}.secondary_tiers`,
         'at least one tier',
@@ -185,10 +259,14 @@ export function parseOffloadingConfig(
     cpuBytesToUse,
     blocksPerChunk,
     offloadBlockSize: blocksPerChunk * gpuBlockSize,
-    evictionPolicy: v.eviction_policy as EvictionPolicyName,
+    evictionPolicy,
+    evictionPolicyClass,
     storeThreshold,
+    maxTrackerSize: v.max_tracker_size,
+    selfDescribingKvEvents: v.self_describing_kv_events,
     offloadPromptOnly: v.offload_prompt_only,
-    specName: specName as OffloadingSpecName,
+    specName,
+    specClass,
     secondaryTiers,
   };
 }

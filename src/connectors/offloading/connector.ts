@@ -25,8 +25,10 @@ import { OFFLOADING_EXTRA_CONFIG, type OffloadingConfig, parseOffloadingConfig }
 import { OffloadLayout } from './layout.ts';
 import { OFFLOAD_METRICS } from './metrics.ts';
 import { OffloadScheduler } from './scheduler.ts';
+import { OutOfTreeSpec } from './spec-module.ts';
 import { type OffloadMetadata, WORKER_META_KEY } from './step-metadata.ts';
 import { createSecondaryTiers } from './tier-factory.ts';
+import { runLayoutFor } from './vllm-key-layout.ts';
 import { OffloadWorker } from './worker.ts';
 
 const log = getLogger('kvconnect.connectors.offloading.connector');
@@ -56,9 +58,40 @@ export class OffloadingConnector extends KVConnectorBase {
     super(engineConfig, role, kvCacheConfig);
     this.offloadConfig = parseOffloadingConfig(this.kvTransferConfig.kv_connector_extra_config, engineConfig);
     this.layout = new OffloadLayout(engineConfig, kvCacheConfig, this.offloadConfig);
-    const tiers = createSecondaryTiers(this.offloadConfig.secondaryTiers);
+    const run = runLayoutFor(engineConfig, kvCacheConfig, this.offloadConfig.blocksPerChunk);
+    const spec = this.offloadConfig.specClass
+      ? new OutOfTreeSpec(
+          this.offloadConfig.specName,
+          this.offloadConfig.specClass,
+          this.kvTransferConfig.kv_connector_extra_config,
+          run,
+        )
+      : null;
+    const specTiers = spec?.tiers() ?? [];
+    const tiers = [...specTiers, ...createSecondaryTiers(this.offloadConfig.secondaryTiers, { run })];
+    const tierInfo = [
+      ...specTiers.map((t) => ({ medium: t.medium, locality: null, enableKvEvents: false })),
+      ...this.offloadConfig.secondaryTiers.map((t, i) => ({
+        medium: tiers[specTiers.length + i]?.medium ?? ('STORAGE' as const),
+        locality: t.locality,
+        enableKvEvents: t.enableKvEvents,
+      })),
+    ];
+    const eventsOn = engineConfig.kvEventsConfig?.enable_kv_cache_events === true;
+    this.offloadConfig.secondaryTiers.forEach((t, i) => {
+      if (t.enableKvEvents && !eventsOn && role === 'scheduler') {
+        log.warnOnce(
+          "enable_kv_events is set on secondary tier %d ('%s') but KV cache events are disabled globally; the tier will not emit events (enable them with --kv-events-config).",
+          i,
+          t.type === 'module' ? t.className : t.type,
+        );
+      }
+    });
     if (role === 'scheduler') {
-      this.scheduler = new OffloadScheduler(this.layout, this.offloadConfig, tiers);
+      this.scheduler = new OffloadScheduler(this.layout, this.offloadConfig, tiers, {
+        tierInfo,
+        policyClass: spec?.policyClass() ?? null,
+      });
       log.info(
         'OffloadingConnector: %d CPU slots of %d bytes (%d tokens per chunk, %s eviction)%s',
         this.layout.numSlots,

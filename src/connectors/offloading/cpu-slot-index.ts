@@ -3,8 +3,8 @@
  * worker's CpuSlotBuffers). A new entry is pending until the worker has written it, and
  * pinned entries (being loaded or promoted) are never evicted.
  */
-import type { EvictionPolicyName } from './config.ts';
 import { createEvictionPolicy, type EvictionPolicy } from './eviction-policy.ts';
+import type { PluginClass } from './plugin-module.ts';
 
 interface SlotEntry {
   slot: number;
@@ -23,9 +23,9 @@ export class CpuSlotIndex {
   readonly #entries = new Map<string, SlotEntry>();
   readonly #free: number[] = [];
 
-  constructor(numSlots: number, policyName: EvictionPolicyName) {
+  constructor(numSlots: number, policyName: string, policyClass: PluginClass | null = null) {
     this.numSlots = numSlots;
-    this.policy = createEvictionPolicy(policyName, Math.max(1, numSlots));
+    this.policy = createEvictionPolicy(policyName, Math.max(1, numSlots), policyClass);
     for (let s = numSlots - 1; s >= 0; s--) this.#free.push(s);
   }
 

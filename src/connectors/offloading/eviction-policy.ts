@@ -6,8 +6,8 @@
  */
 
 import { ArcPolicy } from './arc-policy.ts';
-import type { EvictionPolicyName } from './config.ts';
 import { LruPolicy } from './lru-policy.ts';
+import { checkPluginShape, type PluginClass } from './plugin-module.ts';
 
 export interface InsertResult {
   /** False when the tier is full and every resident key is pinned. */
@@ -17,7 +17,8 @@ export interface InsertResult {
 }
 
 export interface EvictionPolicy {
-  readonly name: EvictionPolicyName;
+  /** 'lru', 'arc', or an out-of-tree policy's class name. */
+  readonly name: string;
   readonly capacity: number;
   /** Resident keys. */
   readonly size: number;
@@ -33,6 +34,26 @@ export interface EvictionPolicy {
   residentKeys(): string[];
 }
 
-export function createEvictionPolicy(name: EvictionPolicyName, capacity: number): EvictionPolicy {
-  return name === 'arc' ? new ArcPolicy(capacity) : new LruPolicy(capacity);
+/** What an out-of-tree policy class (`cache_policy_module_path`) implements; `new Cls(capacity)`. */
+export const EVICTION_POLICY_METHODS = ['has', 'touch', 'insert', 'remove', 'clear', 'residentKeys'] as const;
+
+/**
+ * The built-in policy `name`, or an instance of `policyClass` (an out-of-tree policy,
+ * constructed with the capacity in slots; `name` and `capacity` default to the class name
+ * and that capacity when the instance does not set them).
+ */
+export function createEvictionPolicy(
+  name: string,
+  capacity: number,
+  policyClass: PluginClass | null = null,
+): EvictionPolicy {
+  if (policyClass === null) return name === 'arc' ? new ArcPolicy(capacity) : new LruPolicy(capacity);
+  const policy = new (policyClass as unknown as new (capacity: number) => EvictionPolicy)(capacity);
+  checkPluginShape(
+    policy,
+    EVICTION_POLICY_METHODS,
+    `Eviction policy ${name}`,
+    'kv_connector_extra_config.eviction_policy',
+  );
+  return policy;
 }

@@ -1,39 +1,73 @@
 /**
- * The `fs` secondary tier: one file per chunk, named by the SHA-256 of its key
- * (content-addressed), written atomically (temp file + rename) so a crash never leaves a
- * half file under a real name. A byte bound evicts the least recently used files. Files
- * that are truncated or fail their checksum are deleted and count as misses. A lookup
- * reads the file's header rather than only stat-ing it, so a file the disk cannot read
- * (EIO) or this process may not read (EACCES) is a miss before any load is promised.
+ * The `fs` secondary tier (docs/connectors/offloading.md#fs): one file per chunk under
+ * `root_dir`, laid out as vLLM lays them out (vllm-key-layout.ts), so engines with the same
+ * run configuration that share a directory share blocks. Each file is our frame (integrity
+ * header + KV bytes), written atomically (temp file + rename) and skipped when the file
+ * already exists, as vLLM does. Reads and writes run on their own workers with read
+ * priority (dual-queue-pool.ts). Files that are truncated or fail their checksum are deleted
+ * and count as misses. A lookup reads the file's header rather than only stat-ing it, so a
+ * file the disk cannot read (EIO) or this process may not read (EACCES) is a miss before any
+ * load is promised; a failed write (ENOSPC) stores nothing. A byte bound (`capacity_bytes`)
+ * evicts the least recently used files.
  */
 import { createHash, randomBytes } from 'node:crypto';
 import { mkdir, open, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { decodeFrame, encodeFrame, FRAME_HEADER_BYTES, frameHeaderMatches } from './block-frame.ts';
+import { DualQueuePool } from './dual-queue-pool.ts';
 import { emptyTierStats, type KVTier, type TierEntry, type TierStats } from './kv-tier.ts';
+import { parseChunkKey } from './layout.ts';
+import { DEFAULT_FS_READ_THREADS, DEFAULT_FS_WRITE_THREADS } from './tier-config.ts';
 import { TierHealth } from './tier-health.ts';
+import {
+  BLOCK_FILE_SUFFIX,
+  blockSubPath,
+  configDir,
+  configFilePath,
+  parseBlockSubPath,
+  type RunLayout,
+  rankDirName,
+  runConfigFileText,
+} from './vllm-key-layout.ts';
 
 export interface FsTierOptions {
-  path: string;
+  rootDir: string;
+  /** The run configuration and rank the files are named for. */
+  run: RunLayout;
   capacityBytes: number | null;
   timeoutMs: number;
+  nReadThreads?: number;
+  nWriteThreads?: number;
 }
 
-const SUFFIX = '.kv';
+const TEMP_SUFFIX = '.tmp';
 /** Temp files older than this were left by a crashed writer. */
 const STALE_TEMP_MS = 60_000;
+
+/**
+ * The (group, hash) a key is filed under: chunk keys name both; any other key (a caller
+ * that uses the tier as a plain store) is filed by the SHA-256 of the key in group 0.
+ */
+function fileIdOf(key: string): { group: number; hashHex: string } {
+  return parseChunkKey(key) ?? { group: 0, hashHex: createHash('sha256').update(key).digest('hex') };
+}
 
 export class FsTier implements KVTier {
   readonly kind = 'fs' as const;
   readonly medium = 'STORAGE' as const;
-  readonly root: string;
+  readonly rootDir: string;
+  /** `<root>/<model>_<digest>_r<rank>`: where this engine's block files live. */
+  readonly blockDir: string;
+  readonly configFile: string;
   readonly capacityBytes: number | null;
   readonly health: TierHealth;
+  readonly pool: DualQueuePool;
+  readonly #run: RunLayout;
 
   get timeoutMs(): number {
     return this.health.timeoutMs;
   }
-  /** file name → size, least recently used first. */
+  /** Block file path relative to blockDir → size, least recently used first. */
   readonly #files = new Map<string, number>();
   readonly #keyOfFile = new Map<string, string>();
   readonly #stats = emptyTierStats();
@@ -42,19 +76,27 @@ export class FsTier implements KVTier {
   #evicted: string[] = [];
 
   constructor(options: FsTierOptions) {
-    this.root = options.path;
+    this.rootDir = options.rootDir;
+    this.#run = options.run;
+    this.blockDir = `${options.rootDir}/${rankDirName(options.run)}`;
+    this.configFile = configFilePath(options.rootDir, options.run.fields);
     this.capacityBytes = options.capacityBytes;
-    this.health = new TierHealth(`fs tier ${options.path}`, options.timeoutMs);
-    this.#ready = this.#scan().catch((err) => this.health.failed(err));
+    this.health = new TierHealth(`fs tier ${options.rootDir}`, options.timeoutMs);
+    this.pool = new DualQueuePool(
+      options.nReadThreads ?? DEFAULT_FS_READ_THREADS,
+      options.nWriteThreads ?? DEFAULT_FS_WRITE_THREADS,
+    );
+    this.#ready = this.#start().catch((err) => this.health.failed(err));
   }
 
   get usedBytes(): number {
     return this.#bytes;
   }
 
+  /** The file a key is stored in. */
   fileOf(key: string): string {
-    const name = createHash('sha256').update(key).digest('hex') + SUFFIX;
-    return path.join(this.root, name.slice(0, 2), name);
+    const { group, hashHex } = fileIdOf(key);
+    return `${this.blockDir}/${blockSubPath(hashHex, group)}`;
   }
 
   async putMany(entries: readonly TierEntry[]): Promise<string[]> {
@@ -63,12 +105,13 @@ export class FsTier implements KVTier {
       entries.map((e) =>
         this.health.run(
           'put',
-          async () => {
-            await this.#writeAtomic(e.key, encodeFrame(e.key, e.value));
-            this.#stats.puts++;
-            this.#stats.putBytes += e.value.byteLength;
-            return e.key;
-          },
+          () =>
+            this.pool.write(async () => {
+              await this.#writeAtomic(e.key, e.value);
+              this.#stats.puts++;
+              this.#stats.putBytes += e.value.byteLength;
+              return e.key;
+            }),
           () => null,
         ),
       ),
@@ -83,7 +126,7 @@ export class FsTier implements KVTier {
       keys.map((key) =>
         this.health.run(
           'get',
-          () => this.#read(key),
+          () => this.pool.read(() => this.#read(key)),
           () => null,
         ),
       ),
@@ -96,7 +139,7 @@ export class FsTier implements KVTier {
       keys.map((key) =>
         this.health.run(
           'has',
-          () => this.#readable(key),
+          () => this.pool.read(() => this.#readable(key)),
           () => false,
         ),
       ),
@@ -109,7 +152,7 @@ export class FsTier implements KVTier {
       keys.map((k) =>
         this.health.run(
           'delete',
-          () => this.#remove(this.fileOf(k)),
+          () => this.pool.write(() => this.#remove(this.#rel(k))),
           () => undefined,
         ),
       ),
@@ -128,6 +171,12 @@ export class FsTier implements KVTier {
 
   async close(): Promise<void> {
     await this.#ready;
+    await this.pool.idle();
+  }
+
+  #rel(key: string): string {
+    const { group, hashHex } = fileIdOf(key);
+    return blockSubPath(hashHex, group);
   }
 
   /** The file exists and its header, read from disk, is this key's with the file's length. */
@@ -151,10 +200,10 @@ export class FsTier implements KVTier {
 
   async #read(key: string): Promise<Uint8Array | null> {
     this.#stats.gets++;
-    const file = this.fileOf(key);
+    const rel = this.#rel(key);
     let bytes: Buffer;
     try {
-      bytes = await readFile(file);
+      bytes = await readFile(`${this.blockDir}/${rel}`);
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null;
       throw err;
@@ -162,49 +211,56 @@ export class FsTier implements KVTier {
     const payload = decodeFrame(key, bytes);
     if (payload === null) {
       this.#stats.corrupt++;
-      await this.#remove(file);
+      await this.#remove(rel);
       return null;
     }
-    this.#touch(path.basename(file), bytes.byteLength, key);
+    this.#touch(rel, bytes.byteLength, key);
     this.#stats.hits++;
     this.#stats.getBytes += payload.byteLength;
     return payload;
   }
 
-  async #writeAtomic(key: string, frame: Buffer): Promise<void> {
-    const file = this.fileOf(key);
+  /** Writes the frame unless a complete file is already there (another engine stored it). */
+  async #writeAtomic(key: string, value: Uint8Array): Promise<void> {
+    const rel = this.#rel(key);
+    const file = `${this.blockDir}/${rel}`;
+    const frameBytes = FRAME_HEADER_BYTES + value.byteLength;
+    const existing = await stat(file).catch(() => null);
+    if (existing?.isFile() && existing.size === frameBytes) {
+      this.#touch(rel, frameBytes, key);
+      return;
+    }
     await mkdir(path.dirname(file), { recursive: true });
-    const tmp = `${file}.tmp-${process.pid}-${randomBytes(4).toString('hex')}`;
+    const tmp = `${file}_${process.pid}${randomBytes(4).toString('hex')}${TEMP_SUFFIX}`;
     try {
-      await writeFile(tmp, frame);
+      await writeFile(tmp, encodeFrame(key, value));
       await rename(tmp, file);
     } catch (err) {
       await rm(tmp, { force: true });
       throw err;
     }
-    this.#touch(path.basename(file), frame.byteLength, key);
+    this.#touch(rel, frameBytes, key);
   }
 
-  #touch(name: string, size: number, key: string | null): void {
-    const old = this.#files.get(name);
+  #touch(rel: string, size: number, key: string | null): void {
+    const old = this.#files.get(rel);
     if (old !== undefined) {
       this.#bytes -= old;
-      this.#files.delete(name);
+      this.#files.delete(rel);
     }
-    this.#files.set(name, size);
+    this.#files.set(rel, size);
     this.#bytes += size;
-    if (key !== null) this.#keyOfFile.set(name, key);
+    if (key !== null) this.#keyOfFile.set(rel, key);
   }
 
-  async #remove(file: string): Promise<void> {
-    const name = path.basename(file);
-    const size = this.#files.get(name);
+  async #remove(rel: string): Promise<void> {
+    const size = this.#files.get(rel);
     if (size !== undefined) {
       this.#bytes -= size;
-      this.#files.delete(name);
+      this.#files.delete(rel);
     }
-    this.#keyOfFile.delete(name);
-    await rm(file, { force: true });
+    this.#keyOfFile.delete(rel);
+    await rm(`${this.blockDir}/${rel}`, { force: true });
   }
 
   async #enforceCapacity(): Promise<void> {
@@ -212,39 +268,50 @@ export class FsTier implements KVTier {
     while (this.#bytes > this.capacityBytes && this.#files.size > 0) {
       const oldest = this.#files.keys().next().value as string;
       const key = this.#keyOfFile.get(oldest);
-      await this.#remove(path.join(this.root, oldest.slice(0, 2), oldest));
+      await this.#remove(oldest);
       this.#stats.evictions++;
       if (key !== undefined) this.#evicted.push(key);
     }
   }
 
-  /** Learns the files already in the directory (oldest modification first) and drops stale temp files. */
-  async #scan(): Promise<void> {
-    await mkdir(this.root, { recursive: true });
-    const found: { name: string; size: number; mtime: number }[] = [];
-    for (const dir of await readdir(this.root)) {
-      const sub = path.join(this.root, dir);
-      if (dir.length !== 2) continue;
-      let names: string[];
-      try {
-        names = await readdir(sub);
-      } catch {
+  /** Writes config.json (first writer wins), learns the files already stored, drops stale temp files. */
+  async #start(): Promise<void> {
+    await mkdir(configDir(this.rootDir, this.#run.fields), { recursive: true });
+    try {
+      await writeFile(this.configFile, `${runConfigFileText(this.#run.fields)}`, { flag: 'wx' });
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+    }
+    await mkdir(this.blockDir, { recursive: true });
+    const found: { rel: string; size: number; mtime: number }[] = [];
+    for (const rel of await this.#walk()) {
+      const file = `${this.blockDir}/${rel}`;
+      const st = await stat(file).catch(() => null);
+      if (!st?.isFile()) continue;
+      if (rel.endsWith(TEMP_SUFFIX)) {
+        if (Date.now() - st.mtimeMs > STALE_TEMP_MS) await rm(file, { force: true });
         continue;
       }
-      for (const name of names) {
-        const file = path.join(sub, name);
-        if (name.includes('.tmp-')) {
-          const st = await stat(file).catch(() => null);
-          if (st && Date.now() - st.mtimeMs > STALE_TEMP_MS) await rm(file, { force: true });
-          continue;
-        }
-        if (!name.endsWith(SUFFIX)) continue;
-        const st = await stat(file).catch(() => null);
-        if (st?.isFile()) found.push({ name, size: st.size, mtime: st.mtimeMs });
-      }
+      if (parseBlockSubPath(rel)) found.push({ rel, size: st.size, mtime: st.mtimeMs });
     }
     found.sort((a, b) => a.mtime - b.mtime);
-    for (const f of found) if (!this.#files.has(f.name)) this.#touch(f.name, f.size, null);
+    for (const f of found) if (!this.#files.has(f.rel)) this.#touch(f.rel, f.size, null);
     await this.#enforceCapacity();
+  }
+
+  /** Relative paths of the files two directory levels below blockDir (`hhh/hh_gN/*`). */
+  async #walk(): Promise<string[]> {
+    const out: string[] = [];
+    const list = (dir: string) => readdir(dir).catch(() => [] as string[]);
+    for (const a of await list(this.blockDir)) {
+      if (!/^[0-9a-f]{3}$/.test(a)) continue;
+      for (const b of await list(`${this.blockDir}/${a}`)) {
+        if (!/^[0-9a-f]{2}_g\d+$/.test(b)) continue;
+        for (const name of await list(`${this.blockDir}/${a}/${b}`)) {
+          if (name.endsWith(BLOCK_FILE_SUFFIX) || name.endsWith(TEMP_SUFFIX)) out.push(`${a}/${b}/${name}`);
+        }
+      }
+    }
+    return out;
   }
 }

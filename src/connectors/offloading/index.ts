@@ -10,4 +10,5 @@ export { FsTier, type FsTierOptions } from './fs-tier.ts';
 export { emptyTierStats, type KVTier, type TierEntry, type TierStats } from './kv-tier.ts';
 export { RedisTier, type RedisTierOptions } from './redis-tier.ts';
 export type * from './stats.ts';
-export { createSecondaryTier, createSecondaryTiers } from './tier-factory.ts';
+export { createSecondaryTier, createSecondaryTiers, type TierContext } from './tier-factory.ts';
+export * from './vllm-key-layout.ts';

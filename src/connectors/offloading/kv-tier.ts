@@ -28,7 +28,8 @@ export function emptyTierStats(): TierStats {
 }
 
 export interface KVTier {
-  readonly kind: 'cpu' | 'fs' | 'redis';
+  /** 'cpu', 'fs', 'redis', or an out-of-tree tier's class name. */
+  readonly kind: string;
   readonly medium: 'CPU' | 'STORAGE';
   /** Upper bound of one operation in ms (0 = in memory). */
   readonly timeoutMs: number;

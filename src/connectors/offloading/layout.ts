@@ -90,3 +90,9 @@ export class OffloadLayout {
     return this.groups.map((g) => this.chunkKey(g.index, h));
   }
 }
+
+/** The KV cache group and block hash (hex) a chunk key names, or null for another string. */
+export function parseChunkKey(key: string): { group: number; hashHex: string } | null {
+  const m = /:g(\d+)-[a-z_]+-l\d+:([0-9a-f]+)$/.exec(key);
+  return m ? { group: Number(m[1]), hashHex: m[2] as string } : null;
+}

@@ -17,13 +17,27 @@ import type { KVTier } from './kv-tier.ts';
 import type { OffloadLayout } from './layout.ts';
 import { LookupTracker } from './lookup-tracker.ts';
 import { OffloadEvents } from './offload-events.ts';
-import { SecondaryLookup } from './secondary-lookup.ts';
+import type { PluginClass } from './plugin-module.ts';
+import { type OffloadRequestParams, offloadRequestParams, type TierTraits } from './request-params.ts';
+import { SecondaryLookup, type TierAllowed } from './secondary-lookup.ts';
 import type { OffloadSchedulerStatsData } from './stats.ts';
 import type { LoadItem, LoadJob, OffloadMetadata, OffloadWorkerMeta, StoreOp } from './step-metadata.ts';
 import { WORKER_META_KEY } from './step-metadata.ts';
 
 /** Slack on top of the tiers' own timeouts before an unanswered lookup counts as a miss. */
 const LOOKUP_MARGIN_MS = 50;
+
+/** What the scheduler knows of a secondary tier: its traits for `kv_load_tiers` and its event settings. */
+export interface SecondaryTierInfo extends TierTraits {
+  enableKvEvents: boolean;
+}
+
+export interface OffloadSchedulerOptions {
+  /** One per tier; by default each tier's medium, no locality, no events. */
+  tierInfo?: readonly SecondaryTierInfo[];
+  /** The CPU tier's eviction policy class when it is not config.evictionPolicyClass (a spec's). */
+  policyClass?: PluginClass | null;
+}
 
 interface RequestState {
   req: ConnectorRequest;
@@ -43,7 +57,10 @@ export class OffloadScheduler {
   readonly lookup: SecondaryLookup | null;
   readonly events: OffloadEvents;
   readonly tiers: readonly KVTier[];
+  readonly tierInfo: readonly SecondaryTierInfo[];
   readonly #requests = new Map<string, RequestState>();
+  /** Each live request's kv_transfer_params settings, read once. */
+  readonly #params = new Map<string, OffloadRequestParams>();
   /** The numComputedTokens each request's last lookup answered for. */
   readonly #lastLookup = new Map<string, number>();
   #pendingLoads: LoadJob[] = [];
@@ -54,15 +71,45 @@ export class OffloadScheduler {
   #reportedTierErrors = 0;
   #stats = { storedChunks: 0, loadedChunks: 0, promotedChunks: 0, failedChunks: 0, evictedChunks: 0 };
 
-  constructor(layout: OffloadLayout, config: OffloadingConfig, tiers: readonly KVTier[]) {
+  constructor(
+    layout: OffloadLayout,
+    config: OffloadingConfig,
+    tiers: readonly KVTier[],
+    options: OffloadSchedulerOptions = {},
+  ) {
     this.layout = layout;
     this.config = config;
     this.tiers = tiers;
-    this.index = new CpuSlotIndex(layout.numSlots, config.evictionPolicy);
-    this.tracker = new LookupTracker(config.storeThreshold);
+    this.tierInfo =
+      options.tierInfo ?? tiers.map((t) => ({ medium: t.medium, locality: null, enableKvEvents: false }));
+    this.index = new CpuSlotIndex(
+      layout.numSlots,
+      config.evictionPolicy,
+      options.policyClass ?? config.evictionPolicyClass,
+    );
+    this.tracker = new LookupTracker(config.storeThreshold, config.maxTrackerSize);
     const bound = tiers.reduce((ms, t) => ms + t.timeoutMs, LOOKUP_MARGIN_MS);
     this.lookup = tiers.length > 0 ? new SecondaryLookup(tiers, bound) : null;
-    this.events = new OffloadEvents(layout.gpuBlockSize);
+    this.events = new OffloadEvents(layout.gpuBlockSize, config.selfDescribingKvEvents);
+  }
+
+  /** The request's kv_transfer_params settings (read on first use). */
+  #paramsOf(req: ConnectorRequest): OffloadRequestParams {
+    let p = this.#params.get(req.requestId);
+    if (!p) {
+      p = offloadRequestParams(req.kvTransferParams, req.requestId);
+      this.#params.set(req.requestId, p);
+    }
+    return p;
+  }
+
+  /** The secondary tiers the request may load from (`kv_load_tiers`). */
+  #allowedTiers(req: ConnectorRequest): TierAllowed {
+    const filter = this.#paramsOf(req).loadTierFilter;
+    return (t) => {
+      const info = this.tierInfo[t];
+      return info !== undefined && filter.allows(info);
+    };
   }
 
   getNumNewMatchedTokens(req: ConnectorRequest, numComputedTokens: number): MatchedTokens {
@@ -76,6 +123,7 @@ export class OffloadScheduler {
     const chunkKeys: string[][] = [];
     for (let c = start; c < maxChunks; c++) chunkKeys.push(L.chunkKeys(req.blockHashes, c) ?? []);
     if (this.lookup) this.lookup.prefetch(chunkKeys.flat().filter((k) => !this.index.isReady(k)));
+    const allowed = this.#allowedTiers(req);
     let end = start;
     let loadAsync = false;
     for (const keys of chunkKeys) {
@@ -86,7 +134,7 @@ export class OffloadScheduler {
       }
       if (!this.lookup) break;
       const where = keys.map((k) =>
-        this.index.isReady(k) ? 'cpu' : (this.lookup as SecondaryLookup).locate(k),
+        this.index.isReady(k) ? 'cpu' : (this.lookup as SecondaryLookup).locate(k, Date.now(), allowed),
       );
       if (where.includes('unknown')) return { count: null, loadAsync: false };
       if (where.includes(-1)) break;
@@ -168,6 +216,7 @@ export class OffloadScheduler {
 
   requestFinished(req: ConnectorRequest): void {
     this.#requests.delete(req.requestId);
+    this.#params.delete(req.requestId);
     this.#lastLookup.delete(req.requestId);
     this.#forgetLookups(req);
   }
@@ -226,6 +275,7 @@ export class OffloadScheduler {
   #planLoad(st: RequestState, startToken: number, endToken: number): LoadJob {
     const L = this.layout;
     const items: LoadItem[] = [];
+    const allowed = this.#allowedTiers(st.req);
     for (let c = Math.floor(startToken / L.chunkTokens); c < endToken / L.chunkTokens; c++) {
       const keys = L.chunkKeys(st.req.blockHashes, c) ?? [];
       keys.forEach((key, g) => {
@@ -234,18 +284,7 @@ export class OffloadScheduler {
           const b = c * L.blocksPerChunk + p;
           blockIds.push(b * L.gpuBlockSize < startToken ? 0 : (st.blockIds[g]?.[b] ?? 0));
         }
-        const cpuSlot = this.index.peek(key);
-        if (cpuSlot !== null) {
-          this.index.pin(key);
-          this.index.touch(key);
-          items.push({ key, group: g, slot: cpuSlot, source: 'cpu', blockIds });
-          return;
-        }
-        const where = this.lookup?.locate(key);
-        const alloc = this.index.allocate(key);
-        if (alloc) {
-          this.#evicted(alloc.evicted);
-          this.index.pin(key);
+        const describe = () =>
           this.events.describe(
             key,
             g,
@@ -254,6 +293,21 @@ export class OffloadScheduler {
             L.blocksPerChunk,
             st.req.allTokenIds,
           );
+        const cpuSlot = this.index.peek(key);
+        if (cpuSlot !== null) {
+          this.index.pin(key);
+          this.index.touch(key);
+          // A ready CPU hit backfills the chunk's event metadata (for its later removal).
+          describe();
+          items.push({ key, group: g, slot: cpuSlot, source: 'cpu', blockIds });
+          return;
+        }
+        const where = this.lookup?.locate(key, Date.now(), allowed);
+        const alloc = this.index.allocate(key);
+        if (alloc) {
+          this.#evicted(alloc.evicted);
+          this.index.pin(key);
+          describe();
         }
         items.push({
           key,
@@ -272,7 +326,11 @@ export class OffloadScheduler {
   #planStores(st: RequestState, computedAfter: number): StoreOp[] {
     const L = this.layout;
     const req = st.req;
-    const limit = this.config.offloadPromptOnly ? req.numPromptTokens : req.numTokens;
+    const cap = this.#paramsOf(req).maxOffloadTokens;
+    const limit = Math.min(
+      this.config.offloadPromptOnly ? req.numPromptTokens : req.numTokens,
+      cap ?? Number.POSITIVE_INFINITY,
+    );
     const done = Math.min(
       Math.floor(Math.min(computedAfter, limit) / L.chunkTokens),
       Math.floor(req.blockHashes.length / L.blocksPerChunk),
@@ -326,7 +384,13 @@ export class OffloadScheduler {
     for (const key of meta.promoted) this.index.markReady(key);
     this.#stats.promotedChunks += meta.promoted.length;
     this.events.stored(meta.promoted, 'CPU');
-    for (const s of meta.storedSecondary) this.events.stored(s.keys, 'STORAGE');
-    for (const s of meta.evictedSecondary) this.events.removed(s.keys, 'STORAGE');
+    for (const s of meta.storedSecondary) {
+      const info = this.tierInfo[s.tier];
+      if (info?.enableKvEvents) this.events.stored(s.keys, 'STORAGE', info.locality, `tier${s.tier}`);
+    }
+    for (const s of meta.evictedSecondary) {
+      const info = this.tierInfo[s.tier];
+      if (info?.enableKvEvents) this.events.removed(s.keys, 'STORAGE', info.locality, `tier${s.tier}`);
+    }
   }
 }

@@ -6,8 +6,11 @@
  */
 import type { KVTier } from './kv-tier.ts';
 
-/** Where a key was found: the index of the first tier that has it, or -1. */
+/** Where a key was found: the index of the first (allowed) tier that has it, or -1. */
 export type TierLocation = number;
+
+/** Which tiers a caller may load from (all when omitted). */
+export type TierAllowed = (tier: number) => boolean;
 
 interface Pending {
   deadline: number;
@@ -17,7 +20,8 @@ interface Pending {
 export class SecondaryLookup {
   readonly tiers: readonly KVTier[];
   readonly boundMs: number;
-  readonly #found = new Map<string, TierLocation>();
+  /** Key → the tiers that hold it, in tier order. */
+  readonly #found = new Map<string, number[]>();
   readonly #pending = new Map<string, Pending>();
   readonly #maxEntries: number;
   lookups = 0;
@@ -29,9 +33,9 @@ export class SecondaryLookup {
   }
 
   /** The known location, 'unknown' while the check runs (it starts one if needed). */
-  locate(key: string, now = Date.now()): TierLocation | 'unknown' {
+  locate(key: string, now = Date.now(), allowed?: TierAllowed): TierLocation | 'unknown' {
     const known = this.#found.get(key);
-    if (known !== undefined) return known;
+    if (known !== undefined) return known.find((t) => allowed?.(t) ?? true) ?? -1;
     const p = this.#pending.get(key);
     if (p) return p.done || now >= p.deadline ? -1 : 'unknown';
     this.#start([key], now);
@@ -66,7 +70,7 @@ export class SecondaryLookup {
       keys.forEach((k, i) => {
         if (this.#pending.get(k) !== state) return;
         this.#pending.delete(k);
-        this.#found.set(k, where[i] ?? -1);
+        this.#found.set(k, where[i] ?? []);
       });
       while (this.#found.size > this.#maxEntries) {
         const oldest = this.#found.keys().next();
@@ -76,18 +80,14 @@ export class SecondaryLookup {
     });
   }
 
-  async #check(keys: string[]): Promise<TierLocation[]> {
-    const where: TierLocation[] = keys.map(() => -1);
-    let remaining = keys.map((_, i) => i);
-    for (let t = 0; t < this.tiers.length && remaining.length > 0; t++) {
-      const tier = this.tiers[t] as KVTier;
-      const has = await tier.hasMany(remaining.map((i) => keys[i] as string));
-      const next: number[] = [];
-      remaining.forEach((i, j) => {
-        if (has[j]) where[i] = t;
-        else next.push(i);
+  /** Per key, every tier that holds it (each tier is asked once, for all keys, in one batch). */
+  async #check(keys: string[]): Promise<number[][]> {
+    const where: number[][] = keys.map(() => []);
+    for (let t = 0; t < this.tiers.length; t++) {
+      const has = await (this.tiers[t] as KVTier).hasMany(keys);
+      keys.forEach((_, i) => {
+        if (has[i]) where[i]!.push(t);
       });
-      remaining = next;
     }
     return where;
   }

@@ -2,13 +2,28 @@
 
 import { FsTier } from './fs-tier.ts';
 import type { KVTier } from './kv-tier.ts';
+import { ModuleTier } from './module-tier.ts';
 import { RedisTier } from './redis-tier.ts';
 import type { SecondaryTierSpec } from './tier-config.ts';
+import type { RunLayout } from './vllm-key-layout.ts';
 
-export function createSecondaryTier(spec: SecondaryTierSpec): KVTier {
+/** What a tier needs to know about the engine: the run layout its keys are named by. */
+export interface TierContext {
+  run: RunLayout;
+}
+
+export function createSecondaryTier(spec: SecondaryTierSpec, ctx: TierContext): KVTier {
   if (spec.type === 'fs') {
-    return new FsTier({ path: spec.path, capacityBytes: spec.capacityBytes, timeoutMs: spec.timeoutMs });
+    return new FsTier({
+      rootDir: spec.rootDir,
+      run: ctx.run,
+      capacityBytes: spec.capacityBytes,
+      timeoutMs: spec.timeoutMs,
+      nReadThreads: spec.nReadThreads,
+      nWriteThreads: spec.nWriteThreads,
+    });
   }
+  if (spec.type === 'module') return ModuleTier.fromSpec(spec, ctx.run);
   return new RedisTier({
     url: spec.url,
     clusterNodes: spec.clusterNodes,
@@ -17,6 +32,6 @@ export function createSecondaryTier(spec: SecondaryTierSpec): KVTier {
   });
 }
 
-export function createSecondaryTiers(specs: readonly SecondaryTierSpec[]): KVTier[] {
-  return specs.map(createSecondaryTier);
+export function createSecondaryTiers(specs: readonly SecondaryTierSpec[], ctx: TierContext): KVTier[] {
+  return specs.map((s) => createSecondaryTier(s, ctx));
 }

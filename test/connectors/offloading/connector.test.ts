@@ -13,6 +13,7 @@ import { AsyncEngine } from '../../../src/engine/async-engine.ts';
 import { type ConformanceContext, runConnectorConformance } from '../helpers/conformance.ts';
 import {
   chunkKeys,
+  contextRunLayout,
   createSmallOffloadEngine,
   offloadConfig,
   PROMPTS,
@@ -24,7 +25,7 @@ import {
 // ---- fs tier ----
 const fsExtra = (ctx: ConformanceContext) => ({
   spec_name: 'TieringOffloadingSpec',
-  secondary_tiers: [{ type: 'fs', path: `${ctx.dir}/tier`, timeout_ms: 2000 }],
+  secondary_tiers: [{ type: 'fs', root_dir: `${ctx.dir}/tier`, timeout_ms: 2000 }],
 });
 
 runConnectorConformance({
@@ -35,7 +36,12 @@ runConnectorConformance({
   makeConsumerConfig: (ctx) => offloadConfig(fsExtra(ctx)),
   corruptionKinds: ['corrupt'],
   corrupt: (ctx, target) => {
-    const tier = new FsTier({ path: `${ctx.dir}/tier`, capacityBytes: null, timeoutMs: 2000 });
+    const tier = new FsTier({
+      rootDir: `${ctx.dir}/tier`,
+      run: contextRunLayout(ctx, fsExtra(ctx)),
+      capacityBytes: null,
+      timeoutMs: 2000,
+    });
     // A flipped payload byte keeps the header valid, so the lookup promises the chunk and the
     // load finds the damage (a truncated file is already a miss at the lookup).
     for (const key of chunkKeys(ctx, fsExtra(ctx), target.promptTokenIds, 0)) {
@@ -96,7 +102,7 @@ test('CPU tier too small for the prompt: a secondary fs tier serves the evicted 
     const engine = await createSmallOffloadEngine({
       cpu_bytes_to_use: 3 * 32768,
       spec_name: 'TieringOffloadingSpec',
-      secondary_tiers: [{ type: 'fs', path: dir }],
+      secondary_tiers: [{ type: 'fs', root_dir: dir }],
     });
     try {
       const { again } = await evictAndRepeat(engine);

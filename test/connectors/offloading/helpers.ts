@@ -6,12 +6,15 @@
 import assert from 'node:assert/strict';
 import { buildEngineConfig } from '../../../src/config/engine-config.ts';
 import { resolveModelInfo } from '../../../src/config/model-info.ts';
+import type { EngineConfig } from '../../../src/config/types.ts';
 import { parseOffloadingConfig } from '../../../src/connectors/offloading/config.ts';
 import { OffloadLayout } from '../../../src/connectors/offloading/layout.ts';
+import { type RunLayout, runLayoutFor } from '../../../src/connectors/offloading/vllm-key-layout.ts';
 import type { RequestOutputDelta } from '../../../src/engine/api.ts';
 import { AsyncEngine } from '../../../src/engine/async-engine.ts';
 import { samplingParams } from '../../../src/engine/llm.ts';
 import { BlockHashFunction } from '../../../src/kv/block-hash.ts';
+import type { KVCacheConfig } from '../../../src/kv/interfaces.ts';
 import { buildKVCacheConfig } from '../../../src/kv/kv-cache-config.ts';
 import type { ConformanceContext, ConformanceModel } from '../helpers/conformance.ts';
 
@@ -63,13 +66,11 @@ export function createSmallOffloadEngine(extra: Record<string, unknown>): Promis
   });
 }
 
-/** The tier keys of one chunk of a prompt, computed the way the engine does. */
-export function chunkKeys(
-  ctx: ConformanceContext,
-  extra: Record<string, unknown>,
-  prompt: number[],
-  chunk: number,
-): string[] {
+/** The engine and KV cache config of a conformance context, as its engines build them. */
+function contextConfigs(ctx: ConformanceContext): {
+  engineConfig: EngineConfig;
+  kvCacheConfig: KVCacheConfig;
+} {
   const engineConfig = buildEngineConfig({
     model: ctx.model,
     block_size: ctx.blockSize,
@@ -83,6 +84,24 @@ export function chunkKeys(
     hybridEnabled: ctx.hybridKvCacheManager,
     maxModelLen: 256,
   });
+  return { engineConfig, kvCacheConfig };
+}
+
+/** The run layout (file names) of a conformance context's engines with `extra` config. */
+export function contextRunLayout(ctx: ConformanceContext, extra: Record<string, unknown>): RunLayout {
+  const { engineConfig, kvCacheConfig } = contextConfigs(ctx);
+  const config = parseOffloadingConfig({ cpu_bytes_to_use: 16 * MiB, ...extra }, engineConfig);
+  return runLayoutFor(engineConfig, kvCacheConfig, config.blocksPerChunk);
+}
+
+/** The tier keys of one chunk of a prompt, computed the way the engine does. */
+export function chunkKeys(
+  ctx: ConformanceContext,
+  extra: Record<string, unknown>,
+  prompt: number[],
+  chunk: number,
+): string[] {
+  const { engineConfig, kvCacheConfig } = contextConfigs(ctx);
   const config = parseOffloadingConfig({ cpu_bytes_to_use: 16 * MiB, ...extra }, engineConfig);
   const layout = new OffloadLayout(engineConfig, kvCacheConfig, config);
   const hasher = new BlockHashFunction('sha256_cbor');
@@ -138,4 +157,26 @@ async function computePlainTokens(model: ConformanceModel, prompt: number[]): Pr
   } finally {
     await engine.shutdown();
   }
+}
+
+/** The engine config of `tiny` (block size 16) as the tier tests build it. */
+export function tinyEngineConfig(model = 'tiny'): EngineConfig {
+  return buildEngineConfig({ model, block_size: 16, num_gpu_blocks: 32, max_model_len: 128 });
+}
+
+/** The KV cache config of an engine config from tinyEngineConfig. */
+export function tinyKvCacheConfig(engineConfig: EngineConfig, hybrid = false): KVCacheConfig {
+  return buildKVCacheConfig({
+    hfConfig: resolveModelInfo(engineConfig.model.model).hfConfig,
+    blockSize: engineConfig.cache.blockSize,
+    numBlocks: 32,
+    hybridEnabled: hybrid,
+    maxModelLen: 128,
+  });
+}
+
+/** The run layout of `tiny` with one-block chunks: file names for standalone FsTier tests. */
+export function tinyRunLayout(): RunLayout {
+  const engineConfig = tinyEngineConfig();
+  return runLayoutFor(engineConfig, tinyKvCacheConfig(engineConfig), 1);
 }

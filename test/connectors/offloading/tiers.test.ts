@@ -5,7 +5,7 @@
  */
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { mkdirSync, mkdtempSync, readdirSync, rmSync, truncateSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, rmSync, statSync, truncateSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -24,6 +24,9 @@ import {
   startRedisCluster,
 } from '../../helpers/redis.ts';
 import { waitUntil } from '../../helpers/wait-until.ts';
+import { tinyRunLayout } from './helpers.ts';
+
+const RUN = tinyRunLayout();
 
 const SLOT = 64 * 1024;
 
@@ -126,11 +129,14 @@ after(() => {
   for (const d of fsDirs) rmSync(d, { recursive: true, force: true });
 });
 
-tierConformance('fs', async () => new FsTier({ path: tempDir(), capacityBytes: null, timeoutMs: 2000 }));
+tierConformance(
+  'fs',
+  async () => new FsTier({ rootDir: tempDir(), run: RUN, capacityBytes: null, timeoutMs: 2000 }),
+);
 
 describe('fs tier failures', () => {
   test('a truncated or overwritten file is a miss (never trusted) and is deleted', async () => {
-    const tier = new FsTier({ path: tempDir(), capacityBytes: null, timeoutMs: 2000 });
+    const tier = new FsTier({ rootDir: tempDir(), run: RUN, capacityBytes: null, timeoutMs: 2000 });
     await tier.putMany([
       { key: 'trunc', value: bytes(4096, 1) },
       { key: 'flip', value: bytes(4096, 2) },
@@ -149,19 +155,30 @@ describe('fs tier failures', () => {
 
   test('writes are atomic: no temp files remain, and a stale temp file is never read', async () => {
     const dir = tempDir();
-    const tier = new FsTier({ path: dir, capacityBytes: null, timeoutMs: 2000 });
+    const tier = new FsTier({ rootDir: dir, run: RUN, capacityBytes: null, timeoutMs: 2000 });
     await tier.putMany([{ key: 'k', value: bytes(1000, 1) }]);
-    const sub = readdirSync(dir);
-    const all = sub.flatMap((s) => readdirSync(path.join(dir, s)));
-    assert.equal(all.filter((n) => n.includes('.tmp-')).length, 0);
-    assert.equal(all.length, 1);
+    const all = readdirSync(dir, { recursive: true, encoding: 'utf8' }).filter((f) =>
+      statSync(path.join(dir, f)).isFile(),
+    );
+    assert.equal(all.filter((n) => n.endsWith('.tmp')).length, 0);
+    assert.equal(all.filter((n) => n.endsWith('.bin')).length, 1);
+    assert.deepEqual(
+      all.filter((n) => !n.endsWith('.bin')),
+      [path.relative(dir, tier.configFile)],
+      'besides the chunk, only config.json',
+    );
     mkdirSync(path.dirname(tier.fileOf('other')), { recursive: true });
-    writeFileSync(`${tier.fileOf('other')}.tmp-1-abcd`, bytes(100, 1));
+    writeFileSync(`${tier.fileOf('other')}_1abcd.tmp`, bytes(100, 1));
     assert.deepEqual(await tier.getMany(['other']), [null]);
   });
 
   test('capacity bound evicts least recently used files and reports them', async () => {
-    const tier = new FsTier({ path: tempDir(), capacityBytes: 3 * (1000 + 16), timeoutMs: 2000 });
+    const tier = new FsTier({
+      rootDir: tempDir(),
+      run: RUN,
+      capacityBytes: 3 * (1000 + 16),
+      timeoutMs: 2000,
+    });
     await tier.putMany([{ key: 'a', value: bytes(1000, 1) }]);
     await tier.putMany([{ key: 'b', value: bytes(1000, 2) }]);
     await tier.putMany([{ key: 'c', value: bytes(1000, 3) }]);
@@ -174,9 +191,9 @@ describe('fs tier failures', () => {
 
   test('a second tier on the same directory sees the files (shared store)', async () => {
     const dir = tempDir();
-    const a = new FsTier({ path: dir, capacityBytes: null, timeoutMs: 2000 });
+    const a = new FsTier({ rootDir: dir, run: RUN, capacityBytes: null, timeoutMs: 2000 });
     await a.putMany([{ key: 'shared', value: bytes(300, 5) }]);
-    const b = new FsTier({ path: dir, capacityBytes: null, timeoutMs: 2000 });
+    const b = new FsTier({ rootDir: dir, run: RUN, capacityBytes: null, timeoutMs: 2000 });
     const [v] = await b.getMany(['shared']);
     assert.deepEqual(Buffer.from(v!), Buffer.from(bytes(300, 5)));
     assert.equal(b.usedBytes, 316);

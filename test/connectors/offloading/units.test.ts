@@ -21,13 +21,18 @@ import { OffloadingConnector } from '../../../src/connectors/offloading/index.ts
 import { OffloadLayout } from '../../../src/connectors/offloading/layout.ts';
 import { LookupTracker } from '../../../src/connectors/offloading/lookup-tracker.ts';
 import { LruPolicy } from '../../../src/connectors/offloading/lru-policy.ts';
-import { OffloadScheduler } from '../../../src/connectors/offloading/scheduler.ts';
+import { LoadTierFilter, parseLoadTierFilter } from '../../../src/connectors/offloading/request-params.ts';
+import {
+  OffloadScheduler,
+  type OffloadSchedulerOptions,
+} from '../../../src/connectors/offloading/scheduler.ts';
 import { WORKER_META_KEY } from '../../../src/connectors/offloading/step-metadata.ts';
 import { KVError } from '../../../src/errors/kv-error.ts';
-import { BlockHashFunction } from '../../../src/kv/block-hash.ts';
+import { BlockHashFunction, externalBlockHash } from '../../../src/kv/block-hash.ts';
 import type { BlockHash, KVCacheBlocks } from '../../../src/kv/interfaces.ts';
 import { buildKVCacheConfig } from '../../../src/kv/kv-cache-config.ts';
 import { waitUntil } from '../../helpers/wait-until.ts';
+import { tinyRunLayout } from './helpers.ts';
 
 const engineConfig = buildEngineConfig({
   model: 'tiny',
@@ -56,9 +61,13 @@ describe('config', () => {
       blocksPerChunk: 1,
       offloadBlockSize: 16,
       evictionPolicy: 'lru',
+      evictionPolicyClass: null,
       storeThreshold: 0,
+      maxTrackerSize: 64_000,
+      selfDescribingKvEvents: false,
       offloadPromptOnly: true,
       specName: 'CPUOffloadingSpec',
+      specClass: null,
       secondaryTiers: [],
     });
   });
@@ -103,7 +112,7 @@ describe('config', () => {
       [{ cpu_bytes_to_use: 1, eviction_policy: 'mru' }, 'eviction_policy'],
       [{ cpu_bytes_to_use: 1, store_threshold: 1.5 }, 'store_threshold'],
       [{ cpu_bytes_to_use: 1, offload_prompt_only: 'yes' }, 'offload_prompt_only'],
-      [{ cpu_bytes_to_use: 1, secondary_tiers: [{ type: 'fs', path: '/x' }] }, 'secondary_tiers'],
+      [{ cpu_bytes_to_use: 1, secondary_tiers: [{ type: 'fs', root_dir: '/x' }] }, 'secondary_tiers'],
       [{ cpu_bytes_to_use: 1, spec_name: 'TieringOffloadingSpec' }, 'secondary_tiers'],
       [
         { cpu_bytes_to_use: 1, spec_name: 'TieringOffloadingSpec', secondary_tiers: [{ type: 's3' }] },
@@ -119,14 +128,46 @@ describe('config', () => {
       ],
       [
         { cpu_bytes_to_use: 1, spec_name: 'TieringOffloadingSpec', secondary_tiers: [{ type: 'fs' }] },
+        'secondary_tiers[0].root_dir',
+      ],
+      [
+        {
+          cpu_bytes_to_use: 1,
+          spec_name: 'TieringOffloadingSpec',
+          secondary_tiers: [{ type: 'fs', path: '/x' }],
+        },
         'secondary_tiers[0].path',
       ],
       [
         {
           cpu_bytes_to_use: 1,
           spec_name: 'TieringOffloadingSpec',
+          secondary_tiers: [{ type: 'fs', root_dir: '/x', n_read_threads: 0 }],
+        },
+        'secondary_tiers[0].n_read_threads',
+      ],
+      [
+        {
+          cpu_bytes_to_use: 1,
+          spec_name: 'TieringOffloadingSpec',
+          secondary_tiers: [{ type: 'fs', root_dir: '/x', locality: 'local' }],
+        },
+        'secondary_tiers[0].locality',
+      ],
+      [
+        {
+          cpu_bytes_to_use: 1,
+          spec_name: 'TieringOffloadingSpec',
+          secondary_tiers: [{ type: 'fs', root_dir: '/x', n_io_threads: 4 }],
+        },
+        'secondary_tiers[0].n_io_threads',
+      ],
+      [
+        {
+          cpu_bytes_to_use: 1,
+          spec_name: 'TieringOffloadingSpec',
           store_threshold: 2,
-          secondary_tiers: [{ type: 'fs', path: '/x' }],
+          secondary_tiers: [{ type: 'fs', root_dir: '/x' }],
         },
         'store_threshold',
       ],
@@ -149,20 +190,31 @@ describe('config', () => {
       eviction_policy: 'arc',
       spec_name: 'TieringOffloadingSpec',
       secondary_tiers: [
-        { type: 'fs', path: '/var/kv', capacity_bytes: 4096 },
+        { type: 'fs', root_dir: '/var/kv', capacity_bytes: 4096, n_read_threads: 32, locality: 'LOCAL' },
         { type: 'redis', url: 'redis://127.0.0.1:6379' },
         { type: 'redis', cluster_nodes: ['redis://a:1', 'redis://b:2'], timeout_ms: 50, key_prefix: 'p' },
       ],
     });
     assert.equal(c.cpuBytesToUse, 1024);
     assert.deepEqual(c.secondaryTiers, [
-      { type: 'fs', path: '/var/kv', capacityBytes: 4096, timeoutMs: 200 },
+      {
+        type: 'fs',
+        rootDir: '/var/kv',
+        nReadThreads: 32,
+        nWriteThreads: 16,
+        capacityBytes: 4096,
+        timeoutMs: 200,
+        enableKvEvents: false,
+        locality: 'LOCAL',
+      },
       {
         type: 'redis',
         url: 'redis://127.0.0.1:6379',
         clusterNodes: [],
         timeoutMs: 200,
         keyPrefix: 'kvconnect',
+        enableKvEvents: false,
+        locality: null,
       },
       {
         type: 'redis',
@@ -170,6 +222,8 @@ describe('config', () => {
         clusterNodes: ['redis://a:1', 'redis://b:2'],
         timeoutMs: 50,
         keyPrefix: 'p',
+        enableKvEvents: false,
+        locality: null,
       },
     ]);
   });
@@ -340,6 +394,7 @@ function output(
 function schedulerWith(
   extra: Record<string, unknown>,
   tiers: FsTier[] = [],
+  options: OffloadSchedulerOptions = {},
 ): { s: OffloadScheduler; config: OffloadingConfig } {
   const kvCacheConfig = buildKVCacheConfig({
     hfConfig: resolveModelInfo('tiny').hfConfig,
@@ -349,7 +404,7 @@ function schedulerWith(
   });
   const config = parse(extra);
   return {
-    s: new OffloadScheduler(new OffloadLayout(engineConfig, kvCacheConfig, config), config, tiers),
+    s: new OffloadScheduler(new OffloadLayout(engineConfig, kvCacheConfig, config), config, tiers, options),
     config,
   };
 }
@@ -380,7 +435,11 @@ const PROMPT = Array.from({ length: 70 }, (_, i) => (i * 7 + 3) % 256);
 
 describe('scheduler half', () => {
   test('lookups are chunk-aligned, leave one token to compute, and have no side effects', () => {
-    const { s } = schedulerWith({ cpu_bytes_to_use: 1 << 22, blocks_per_chunk: 2 });
+    const { s } = schedulerWith({
+      cpu_bytes_to_use: 1 << 22,
+      blocks_per_chunk: 2,
+      self_describing_kv_events: true,
+    });
     assert.deepEqual(s.getNumNewMatchedTokens(request('r0', PROMPT), 0), { count: 0, loadAsync: false });
     assert.equal(
       computeAndStore(s, request('r1', PROMPT), [1, 2, 3, 4, 5]),
@@ -462,7 +521,9 @@ describe('scheduler half', () => {
   });
 
   test('write-through and fs evictions become STORAGE events; failed promotions free their slot', () => {
-    const { s } = schedulerWith({ cpu_bytes_to_use: 1 << 22 });
+    const { s } = schedulerWith({ cpu_bytes_to_use: 1 << 22, self_describing_kv_events: true }, [], {
+      tierInfo: [{ medium: 'STORAGE', locality: 'LOCAL', enableKvEvents: true }],
+    });
     const req = request('w', PROMPT.slice(0, 40));
     computeAndStore(s, req, [1, 2, 3]);
     s.takeEvents();
@@ -488,6 +549,7 @@ describe('scheduler half', () => {
     assert.ok(first?.type === 'BlockStored');
     assert.equal(first.parentBlockHash, null);
     assert.deepEqual(first.tokenIds, PROMPT.slice(0, 16));
+    assert.equal(first.locality, 'LOCAL', "the tier's locality");
     const second = events[1];
     assert.ok(second?.type === 'BlockStored');
     assert.equal(second.parentBlockHash, first.blockHashes[0]);
@@ -497,12 +559,12 @@ describe('scheduler half', () => {
     const dir = mkdtempSync(path.join(os.tmpdir(), 'kvconnect-offload-units-'));
     try {
       // Generous bounds: on a loaded machine a file read can take longer than the 200 ms default.
-      const tier = new FsTier({ path: dir, capacityBytes: null, timeoutMs: 5000 });
+      const tier = new FsTier({ rootDir: dir, run: tinyRunLayout(), capacityBytes: null, timeoutMs: 5000 });
       const { s } = schedulerWith(
         {
           cpu_bytes_to_use: 1 << 22,
           spec_name: 'TieringOffloadingSpec',
-          secondary_tiers: [{ type: 'fs', path: dir, timeout_ms: 5000 }],
+          secondary_tiers: [{ type: 'fs', root_dir: dir, timeout_ms: 5000 }],
         },
         [tier],
       );
@@ -529,5 +591,178 @@ describe('scheduler half', () => {
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
+  });
+});
+
+function reqWith(id: string, tokens: number[], params: Record<string, unknown>): ConnectorRequest {
+  return { ...request(id, tokens), kvTransferParams: params };
+}
+
+function workerMeta(step: number, extra: Partial<Record<string, unknown>> = {}) {
+  return {
+    ...emptyConnectorOutput(),
+    kvConnectorWorkerMeta: {
+      [WORKER_META_KEY]: {
+        step,
+        promoted: [],
+        failed: [],
+        storedSecondary: [],
+        evictedSecondary: [],
+        ...extra,
+      },
+    },
+  };
+}
+
+describe('KV events as vLLM emits them', () => {
+  test('by default every offload event is the placeholder: the chunk hash, no tokens, block_size 0', () => {
+    const { s } = schedulerWith({ cpu_bytes_to_use: 1 << 22, blocks_per_chunk: 2 });
+    const req = request('p', PROMPT);
+    computeAndStore(s, req, [1, 2, 3, 4, 5]);
+    const events = s.takeEvents();
+    const hashes64 = req.blockHashes.map(externalBlockHash);
+    assert.deepEqual(events, [
+      {
+        type: 'BlockStored',
+        blockHashes: [hashes64[1]],
+        parentBlockHash: null,
+        tokenIds: [],
+        blockSize: 0,
+        groupIdx: 0,
+        medium: 'CPU',
+      },
+      {
+        type: 'BlockStored',
+        blockHashes: [hashes64[3]],
+        parentBlockHash: null,
+        tokenIds: [],
+        blockSize: 0,
+        groupIdx: 0,
+        medium: 'CPU',
+      },
+    ]);
+    s.resetCache();
+    assert.deepEqual(s.takeEvents(), [
+      { type: 'BlockRemoved', blockHashes: [hashes64[1], hashes64[3]], groupIdx: 0, medium: 'CPU' },
+    ]);
+  });
+
+  test('self-describing payloads live while any tier holds the chunk (reference-counted residencies)', () => {
+    const { s } = schedulerWith({ cpu_bytes_to_use: 1 << 22, self_describing_kv_events: true }, [], {
+      tierInfo: [{ medium: 'STORAGE', locality: null, enableKvEvents: true }],
+    });
+    const req = request('rc', PROMPT.slice(0, 40));
+    computeAndStore(s, req, [1, 2, 3]);
+    const key = s.layout.chunkKeys(req.blockHashes, 1)![0]!;
+    s.updateConnectorOutput(workerMeta(0, { storedSecondary: [{ tier: 0, keys: [key] }] }));
+    s.takeEvents();
+    const full = [externalBlockHash(req.blockHashes[1]!)];
+    s.resetCache(); // the CPU copy goes; the STORAGE copy keeps the payload alive
+    const cpuRemoved = s.takeEvents().find((e) => e.type === 'BlockRemoved');
+    assert.ok(cpuRemoved?.type === 'BlockRemoved');
+    assert.ok(cpuRemoved.blockHashes.includes(full[0]!));
+    s.updateConnectorOutput(workerMeta(0, { evictedSecondary: [{ tier: 0, keys: [key] }] }));
+    assert.deepEqual(s.takeEvents(), [
+      { type: 'BlockRemoved', blockHashes: full, groupIdx: 0, medium: 'STORAGE' },
+    ]);
+    assert.equal(s.events.described, 0, 'no payload is kept once no tier holds the chunk');
+  });
+
+  test('a tier without enable_kv_events publishes nothing; locality is sent only when configured', () => {
+    const { s } = schedulerWith({ cpu_bytes_to_use: 1 << 22 }, [], {
+      tierInfo: [
+        { medium: 'STORAGE', locality: 'REMOTE', enableKvEvents: false },
+        { medium: 'STORAGE', locality: null, enableKvEvents: true },
+      ],
+    });
+    const req = request('ev', PROMPT.slice(0, 40));
+    computeAndStore(s, req, [1, 2, 3]);
+    s.takeEvents();
+    const key = s.layout.chunkKeys(req.blockHashes, 0)![0]!;
+    s.updateConnectorOutput(
+      workerMeta(0, {
+        storedSecondary: [
+          { tier: 0, keys: [key] },
+          { tier: 1, keys: [key] },
+        ],
+      }),
+    );
+    const events = s.takeEvents();
+    assert.equal(events.length, 1);
+    assert.ok(events[0]?.type === 'BlockStored' && events[0].medium === 'STORAGE');
+    assert.equal('locality' in events[0]!, false);
+  });
+});
+
+describe('per-request kv_transfer_params', () => {
+  test('max_offload_tokens caps what is stored; 0 stores nothing; a bad value is no cap', () => {
+    const stores = (params: Record<string, unknown>) => {
+      const { s } = schedulerWith({ cpu_bytes_to_use: 1 << 22 });
+      return computeAndStore(s, reqWith('m', PROMPT, params), [1, 2, 3, 4, 5]);
+    };
+    assert.equal(stores({}), 4, 'four full chunks of 70 tokens');
+    assert.equal(stores({ max_offload_tokens: 40 }), 2, 'the first 40 tokens: two full chunks');
+    assert.equal(stores({ max_offload_tokens: 0 }), 0);
+    for (const bad of [-1, 1.5, true, '32'])
+      assert.equal(stores({ max_offload_tokens: bad }), 4, String(bad));
+  });
+
+  test('kv_load_tiers parses as vLLM parses it', () => {
+    const fs = { medium: 'STORAGE', locality: 'LOCAL' } as const;
+    const unspecified = { medium: 'STORAGE', locality: null } as const;
+    const f = (raw: unknown) => parseLoadTierFilter(raw, 'r');
+    assert.equal(f(undefined), LoadTierFilter.ALL);
+    assert.equal(f({ medium: 'STORAGE' }), LoadTierFilter.ALL, 'not a list: every tier');
+    assert.equal(f([]).allows(fs), false, '[]: no secondary tier');
+    assert.equal(f([{ medium: 'storage' }]).allows(fs), true, 'case-insensitive');
+    assert.equal(f([{ medium: 'CPU' }]).allows(fs), false);
+    assert.equal(f([{ locality: 'REMOTE' }]).allows(fs), false);
+    assert.equal(f([{ locality: 'REMOTE' }]).allows(unspecified), true, 'an unspecified locality matches');
+    assert.equal(f([{ medium: 'TAPE' }, 'x']), LoadTierFilter.ALL, 'every entry invalid: every tier');
+    assert.equal(f([{ medium: 'TAPE' }, { locality: 'LOCAL' }]).allows(fs), true, 'invalid entries skipped');
+  });
+
+  test('kv_load_tiers excludes secondary tiers from a load; the CPU tier is always used', async () => {
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'kvconnect-offload-filter-'));
+    try {
+      const tier = new FsTier({ rootDir: dir, run: tinyRunLayout(), capacityBytes: null, timeoutMs: 5000 });
+      const { s } = schedulerWith({ cpu_bytes_to_use: 1 << 22 }, [tier], {
+        tierInfo: [{ medium: 'STORAGE', locality: 'LOCAL', enableKvEvents: false }],
+      });
+      const keys = [0, 1, 2].map((c) => s.layout.chunkKeys(hashes(PROMPT), c)![0]!);
+      await tier.putMany(keys.map((key) => ({ key, value: new Uint8Array(10) })));
+      const answer = (params: Record<string, unknown>, id: string) =>
+        waitUntil(`the lookup of ${id}`, () => {
+          const a = s.getNumNewMatchedTokens(reqWith(id, PROMPT, params), 0);
+          return a.count === null ? null : { count: a.count };
+        }).then((a) => a.count);
+      assert.equal(await answer({}, 'all'), 48);
+      assert.equal(await answer({ kv_load_tiers: [{ medium: 'STORAGE', locality: 'LOCAL' }] }, 'local'), 48);
+      assert.equal(await answer({ kv_load_tiers: [{ locality: 'REMOTE' }] }, 'remote'), 0);
+      assert.equal(await answer({ kv_load_tiers: [] }, 'none'), 0);
+      const { s: s2 } = schedulerWith({ cpu_bytes_to_use: 1 << 22 });
+      computeAndStore(s2, request('cpu', PROMPT), [1, 2, 3, 4, 5]);
+      assert.equal(
+        s2.getNumNewMatchedTokens(reqWith('cpu2', PROMPT, { kv_load_tiers: [] }), 0).count,
+        64,
+        'CPU hits ignore the filter',
+      );
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  test('max_tracker_size bounds the store_threshold tracker', () => {
+    const c = parse({ cpu_bytes_to_use: 1, store_threshold: 2, max_tracker_size: 3 });
+    assert.equal(c.maxTrackerSize, 3);
+    const { s } = schedulerWith({ cpu_bytes_to_use: 1 << 22, store_threshold: 2, max_tracker_size: 3 });
+    assert.equal(s.tracker.maxSize, 3);
+    for (const k of ['a', 'b', 'c', 'd']) s.tracker.record(k);
+    assert.equal(s.tracker.size, 3);
+    throwsKV(
+      () => parse({ cpu_bytes_to_use: 1, max_tracker_size: 0 }),
+      /max_tracker_size/,
+      'kv_connector_extra_config.max_tracker_size',
+    );
   });
 });

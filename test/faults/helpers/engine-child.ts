@@ -14,6 +14,8 @@ export interface Generated {
   tokenIds: number[];
   finishReason: string | null;
   localTokens: number;
+  /** Prompt tokens loaded by the KV connector. */
+  externalTokens: number;
   startedAt: number;
   doneAt: number;
 }

@@ -70,6 +70,12 @@ const NIXL_FAMILIES: ReadonlyArray<[string, string]> = [
 ];
 
 const OFFLOAD_FAMILIES: ReadonlyArray<[string, string]> = [
+  ['vllm:kv_offload_load_bytes_total', 'counter'],
+  ['vllm:kv_offload_load_time_total', 'counter'],
+  ['vllm:kv_offload_load_size', 'histogram'],
+  ['vllm:kv_offload_store_bytes_total', 'counter'],
+  ['vllm:kv_offload_store_time_total', 'counter'],
+  ['vllm:kv_offload_store_size', 'histogram'],
   ['vllm:kv_offload_total_bytes_total', 'counter'],
   ['vllm:kv_offload_total_time_total', 'counter'],
   ['vllm:kv_offload_size', 'histogram'],
@@ -163,7 +169,7 @@ describe('/metrics with each connector, checked by promtool', () => {
     }
   });
 
-  it('OffloadingConnector: GPU_to_CPU stores and CPU_to_GPU loads by transfer_type', async (t) => {
+  it("OffloadingConnector: vLLM's flat load/store families, and the deprecated ones by transfer_type", async (t) => {
     // Without the local prefix cache the repeat can only come back from the CPU tier.
     const s = await serveWith(offload, { enable_prefix_caching: false });
     try {
@@ -175,6 +181,15 @@ describe('/metrics with each connector, checked by promtool', () => {
       assert.ok(stored > 0 && loaded > 0, `stored ${stored}, loaded ${loaded}`);
       assert.equal(sampleValue(exp, 'vllm:kv_offload_size_sum', { transfer_type: 'CPU_to_GPU' }), loaded);
       assert.ok(sampleValue(exp, 'vllm:kv_offload_total_time_total', { transfer_type: 'CPU_to_GPU' }) > 0);
+      // The flat families count the same transfers: loads into GPU, stores out of it.
+      assert.equal(sampleValue(exp, 'vllm:kv_offload_load_bytes_total'), loaded);
+      assert.equal(sampleValue(exp, 'vllm:kv_offload_store_bytes_total'), stored);
+      assert.equal(sampleValue(exp, 'vllm:kv_offload_load_size_sum'), loaded);
+      assert.equal(sampleValue(exp, 'vllm:kv_offload_store_size_sum'), stored);
+      assert.equal(
+        sampleValue(exp, 'vllm:kv_offload_load_time_total'),
+        sampleValue(exp, 'vllm:kv_offload_total_time_total', { transfer_type: 'CPU_to_GPU' }),
+      );
       assert.equal(
         sampleValue(exp, 'vllm:prompt_tokens_by_source_total', { source: 'external_kv_transfer' }),
         sampleValue(exp, 'vllm:external_prefix_cache_hits_total'),

@@ -26,6 +26,10 @@ export interface OffloadSchedulerStatsData {
 
 export interface OffloadWorkerStatsData {
   offload_transfers: Partial<Record<OffloadTransferType, OffloadTransferOp[]>>;
+  /** vLLM's flat names: loads are transfers into the engine's KV memory (`*_to_GPU`)... */
+  offload_load_ops: OffloadTransferOp[];
+  /** ...and stores transfers out of it (`GPU_to_*`). */
+  offload_store_ops: OffloadTransferOp[];
   offload_store_bytes: number;
   offload_load_bytes: number;
   offload_secondary_hits: number;
@@ -35,4 +39,18 @@ export interface OffloadWorkerStatsData {
   offload_tier_errors: number;
   offload_tier_corrupt: number;
   offload_tier_outages: number;
+}
+
+/** The transfers of an interval split as vLLM's flat metrics count them: loads into GPU, stores out of it. */
+export function splitLoadsAndStores(transfers: Partial<Record<OffloadTransferType, OffloadTransferOp[]>>): {
+  loads: OffloadTransferOp[];
+  stores: OffloadTransferOp[];
+} {
+  const loads: OffloadTransferOp[] = [];
+  const stores: OffloadTransferOp[] = [];
+  for (const [type, ops] of Object.entries(transfers) as Array<[OffloadTransferType, OffloadTransferOp[]]>) {
+    if (type.endsWith('_to_GPU')) loads.push(...ops);
+    else if (type.startsWith('GPU_to_')) stores.push(...ops);
+  }
+  return { loads, stores };
 }

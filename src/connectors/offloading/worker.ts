@@ -11,7 +11,12 @@ import { CpuSlotBuffers } from './cpu-slot-buffers.ts';
 import { copyBlocksToChunk, copyChunkToBlocks } from './kv-copy.ts';
 import type { KVTier, TierEntry } from './kv-tier.ts';
 import type { OffloadLayout } from './layout.ts';
-import type { OffloadTransferOp, OffloadTransferType, OffloadWorkerStatsData } from './stats.ts';
+import {
+  type OffloadTransferOp,
+  type OffloadTransferType,
+  type OffloadWorkerStatsData,
+  splitLoadsAndStores,
+} from './stats.ts';
 import type { LoadItem, LoadJob, OffloadMetadata, OffloadWorkerMeta } from './step-metadata.ts';
 
 interface CompletedJob {
@@ -129,9 +134,12 @@ export class OffloadWorker {
     this.#reportedTiers = tiers;
     const transfers = this.#transfers;
     this.#transfers = {};
+    const { loads, stores } = splitLoadsAndStores(transfers);
     // Counters since the last call: the engine sums what connectors report.
     return {
       offload_transfers: transfers,
+      offload_load_ops: loads,
+      offload_store_ops: stores,
       offload_store_bytes: s.storeBytes,
       offload_load_bytes: s.loadBytes,
       offload_secondary_hits: s.secondaryHits,

@@ -9,18 +9,9 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { setLogLevel } from '../../src/logging/logger.ts';
 import { beamScore } from '../../src/server/beam-search.ts';
-import { type Served, serve, stop } from './helpers/served.ts';
+import { postForJson, type Served, serve, stop } from './helpers/served.ts';
 
 setLogLevel('error');
-
-async function post(url: string, body: unknown): Promise<{ status: number; json: Record<string, unknown> }> {
-  const res = await fetch(url, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify(body),
-  });
-  return { status: res.status, json: (await res.json()) as Record<string, unknown> };
-}
 
 interface Choice {
   index: number;
@@ -41,7 +32,7 @@ describe('use_beam_search', () => {
   after(() => stop(s));
 
   async function beams(extra: Record<string, unknown>): Promise<Choice[]> {
-    const r = await post(`${s.url}/v1/completions`, {
+    const r = await postForJson(`${s.url}/v1/completions`, {
       prompt,
       max_tokens: 5,
       ignore_eos: true,
@@ -55,7 +46,7 @@ describe('use_beam_search', () => {
 
   /** Sum of the logprobs of `tokens` after the prompt, from a prefill's prompt_logprobs. */
   async function cumLogprob(tokens: number[]): Promise<number> {
-    const r = await post(`${s.url}/v1/completions`, {
+    const r = await postForJson(`${s.url}/v1/completions`, {
       prompt: [...promptIds, ...tokens],
       max_tokens: 1,
       prompt_logprobs: 0,
@@ -69,7 +60,7 @@ describe('use_beam_search', () => {
   }
 
   it('width 1 is greedy decoding', async () => {
-    const greedy = await post(`${s.url}/v1/completions`, {
+    const greedy = await postForJson(`${s.url}/v1/completions`, {
       prompt,
       max_tokens: 5,
       ignore_eos: true,
@@ -130,7 +121,7 @@ describe('use_beam_search', () => {
   });
 
   it('chat takes beam search too', async () => {
-    const r = await post(`${s.url}/v1/chat/completions`, {
+    const r = await postForJson(`${s.url}/v1/chat/completions`, {
       messages: [{ role: 'user', content: prompt }],
       max_tokens: 4,
       ignore_eos: true,
@@ -150,7 +141,7 @@ describe('use_beam_search', () => {
       [{ n: 2, kv_transfer_params: { do_remote_decode: true } }, 'kv_transfer_params'],
       [{ n: 2, prompt_logprobs: 1 }, 'prompt_logprobs'],
     ] as const) {
-      const r = await post(`${s.url}/v1/completions`, {
+      const r = await postForJson(`${s.url}/v1/completions`, {
         prompt,
         max_tokens: 2,
         use_beam_search: true,

@@ -10,18 +10,9 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { setLogLevel } from '../../src/logging/logger.ts';
-import { type Served, serve, stop } from './helpers/served.ts';
+import { postForJson, type Served, serve, stop } from './helpers/served.ts';
 
 setLogLevel('error');
-
-async function post(url: string, body: unknown): Promise<{ status: number; json: Record<string, unknown> }> {
-  const res = await fetch(url, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify(body),
-  });
-  return { status: res.status, json: (await res.json()) as Record<string, unknown> };
-}
 
 function idsOf(served: Served, text: string): number[] {
   return [served.engine.tokenizer.bosTokenId as number, ...new TextEncoder().encode(text)];
@@ -37,16 +28,16 @@ async function promptViaAllRoutes(
   served: Served,
   body: Record<string, unknown>,
 ): Promise<{ chat: Chat; tokenize: number[]; render: number[] }> {
-  const chat = await post(`${served.url}/v1/chat/completions`, {
+  const chat = await postForJson(`${served.url}/v1/chat/completions`, {
     ...body,
     max_tokens: 3,
     temperature: 0,
     return_token_ids: true,
   });
   assert.equal(chat.status, 200, JSON.stringify(chat.json));
-  const tok = await post(`${served.url}/tokenize`, body);
+  const tok = await postForJson(`${served.url}/tokenize`, body);
   assert.equal(tok.status, 200, JSON.stringify(tok.json));
-  const render = await post(`${served.url}/v1/chat/completions/render`, body);
+  const render = await postForJson(`${served.url}/v1/chat/completions/render`, body);
   assert.equal(render.status, 200, JSON.stringify(render.json));
   return {
     chat: chat.json as unknown as Chat,
@@ -87,7 +78,7 @@ describe('chat template options (untrusted server)', () => {
     assert.deepEqual(r.tokenize, expected);
     assert.deepEqual(r.render, expected);
     assert.equal(r.chat.choices[0]?.message.role, 'assistant');
-    const echoed = await post(`${s.url}/v1/chat/completions`, {
+    const echoed = await postForJson(`${s.url}/v1/chat/completions`, {
       ...body,
       echo: true,
       max_tokens: 3,
@@ -100,7 +91,10 @@ describe('chat template options (untrusted server)', () => {
 
   it('refuses both flags, an untrusted template and a malformed kwarg template; keeps serving', async () => {
     const messages = [{ role: 'user', content: 'x' }];
-    const both = await post(`${s.url}/v1/chat/completions`, { messages, continue_final_message: true });
+    const both = await postForJson(`${s.url}/v1/chat/completions`, {
+      messages,
+      continue_final_message: true,
+    });
     assert.equal(both.status, 400);
     assert.deepEqual(
       [(both.json['error'] as { message: string }).message, (both.json['error'] as { param: string }).param],
@@ -116,13 +110,13 @@ describe('chat template options (untrusted server)', () => {
       [{ messages, chat_template_kwargs: { chat_template: '{{ 1 }}' } }, 'chat_template_kwargs'],
     ] as const) {
       for (const route of ['/v1/chat/completions', '/tokenize', '/v1/chat/completions/render']) {
-        const r = await post(`${s.url}${route}`, body);
+        const r = await postForJson(`${s.url}${route}`, body);
         assert.equal(r.status, 400, route);
         const error = r.json['error'] as { message: string; param: string; code: number };
         assert.deepEqual([error.message, error.param, error.code], [untrusted, param, 400], route);
       }
     }
-    const ok = await post(`${s.url}/v1/chat/completions`, { messages, max_tokens: 1 });
+    const ok = await postForJson(`${s.url}/v1/chat/completions`, { messages, max_tokens: 1 });
     assert.equal(ok.status, 200);
   });
 });
@@ -154,7 +148,7 @@ describe('chat template options (trusted server, custom response role)', () => {
   });
 
   it('a template that drops the final message cannot be continued: 400 naming the field', async () => {
-    const r = await post(`${s.url}/v1/chat/completions`, {
+    const r = await postForJson(`${s.url}/v1/chat/completions`, {
       messages: [
         { role: 'user', content: 'Hi' },
         { role: 'assistant', content: 'Verily' },

@@ -12,18 +12,9 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import OpenAI from 'openai';
 import { setLogLevel } from '../../src/logging/logger.ts';
-import { type Served, serve, stop } from './helpers/served.ts';
+import { postForJson, type Served, serve, servePdTrio, stop } from './helpers/served.ts';
 
 setLogLevel('error');
-
-async function post(url: string, body: unknown): Promise<{ status: number; json: Record<string, unknown> }> {
-  const res = await fetch(url, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify(body),
-  });
-  return { status: res.status, json: (await res.json()) as Record<string, unknown> };
-}
 
 interface Chat {
   choices: Array<{ message: { content: string } }>;
@@ -41,7 +32,7 @@ describe('POST /v1/responses', () => {
     s = await serve({ max_model_len: 256, num_gpu_blocks: 64 });
     client = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: 'unused', maxRetries: 0 });
     chat = (
-      await post(`${s.url}/v1/chat/completions`, {
+      await postForJson(`${s.url}/v1/chat/completions`, {
         messages: [
           { role: 'system', content: instructions },
           { role: 'user', content: input },
@@ -120,7 +111,7 @@ describe('POST /v1/responses', () => {
   });
 
   it('returns output logprobs when include asks for them', async () => {
-    const r = await post(`${s.url}/v1/responses`, {
+    const r = await postForJson(`${s.url}/v1/responses`, {
       input,
       max_output_tokens: 3,
       temperature: 0,
@@ -147,11 +138,11 @@ describe('POST /v1/responses', () => {
       [{ input: [] }, 'input'],
     ];
     for (const [body, param] of cases) {
-      const r = await post(`${s.url}/v1/responses`, body);
+      const r = await postForJson(`${s.url}/v1/responses`, body);
       assert.equal(r.status, 400, JSON.stringify(body));
       assert.equal((r.json['error'] as { param: string }).param, param);
     }
-    const ok = await post(`${s.url}/v1/responses`, { input: 'still up', max_output_tokens: 1 });
+    const ok = await postForJson(`${s.url}/v1/responses`, { input: 'still up', max_output_tokens: 1 });
     assert.equal(ok.status, 200);
   });
 });
@@ -160,15 +151,8 @@ describe('prefill/decode through /v1/responses', () => {
   let plain: Served;
   let prefill: Served;
   let decode: Served;
-  const nixl = (role: string) => ({
-    kv_connector: 'NixlConnector',
-    kv_role: role,
-    kv_connector_extra_config: { backends: ['TCP'], side_channel_port: 0 },
-  });
   before(async () => {
-    plain = await serve({ num_gpu_blocks: 64 });
-    prefill = await serve({ num_gpu_blocks: 64, kv_transfer_config: nixl('kv_producer') });
-    decode = await serve({ num_gpu_blocks: 64, kv_transfer_config: nixl('kv_consumer') });
+    ({ plain, prefill, decode } = await servePdTrio());
   });
   after(() => stop(plain, prefill, decode));
 
@@ -179,8 +163,8 @@ describe('prefill/decode through /v1/responses', () => {
       max_output_tokens: 10,
       temperature: 0,
     };
-    const reference = await post(`${plain.url}/v1/responses`, body);
-    const p = await post(`${prefill.url}/v1/responses`, {
+    const reference = await postForJson(`${plain.url}/v1/responses`, body);
+    const p = await postForJson(`${prefill.url}/v1/responses`, {
       ...body,
       max_output_tokens: 1,
       kv_transfer_params: { do_remote_decode: true },
@@ -189,7 +173,7 @@ describe('prefill/decode through /v1/responses', () => {
     const params = p.json['kv_transfer_params'] as Record<string, unknown>;
     assert.equal(params['do_remote_prefill'], true);
     const before = decode.engine.stats().externalPrefixCacheHitsTotal;
-    const d = await post(`${decode.url}/v1/responses`, { ...body, kv_transfer_params: params });
+    const d = await postForJson(`${decode.url}/v1/responses`, { ...body, kv_transfer_params: params });
     assert.equal(d.status, 200);
     assert.ok(
       decode.engine.stats().externalPrefixCacheHitsTotal > before,

@@ -11,24 +11,11 @@ import type { AsyncEngine } from '../../src/engine/async-engine.ts';
 import { KVEventSubscriber } from '../../src/kv-events/subscriber.ts';
 import { setLogLevel } from '../../src/logging/logger.ts';
 import { parseExposition, sampleValue } from './helpers/prom-text.ts';
-import { type Served, serve, stop } from './helpers/served.ts';
+import { postForJson, type Served, serve, stop } from './helpers/served.ts';
 
 setLogLevel('error');
 
 const engineOptions = { max_model_len: 256, num_gpu_blocks: 64 };
-
-async function post(
-  url: string,
-  body: unknown = undefined,
-): Promise<{ status: number; json: Record<string, unknown> }> {
-  const res = await fetch(url, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-  });
-  const text = await res.text();
-  return { status: res.status, json: text === '' ? {} : (JSON.parse(text) as Record<string, unknown>) };
-}
 
 async function sleepState(s: Served): Promise<Record<string, number>> {
   const exp = parseExposition(await (await fetch(`${s.url}/metrics`)).text());
@@ -84,7 +71,7 @@ describe('sleep mode endpoints', () => {
       },
       { devMode: true, enableSleepMode: true },
     );
-    const reference = await post(`${plain.url}/v1/completions`, greedy);
+    const reference = await postForJson(`${plain.url}/v1/completions`, greedy);
     assert.equal(reference.status, 200);
     expected = (reference.json['choices'] as Array<{ text: string }>)[0]?.text;
   });
@@ -93,12 +80,12 @@ describe('sleep mode endpoints', () => {
   it('are development endpoints, and sleeping needs --enable-sleep-mode', async () => {
     const prod = await serve(engineOptions, { devMode: false, enableSleepMode: true });
     try {
-      assert.equal((await post(`${prod.url}/sleep`)).status, 404);
+      assert.equal((await postForJson(`${prod.url}/sleep`)).status, 404);
       assert.equal((await fetch(`${prod.url}/is_sleeping`)).status, 404);
     } finally {
       await stop(prod);
     }
-    const refused = await post(`${plain.url}/sleep?level=1`);
+    const refused = await postForJson(`${plain.url}/sleep?level=1`);
     assert.equal(refused.status, 400);
     assert.equal((refused.json['error'] as { param: string }).param, 'enable_sleep_mode');
     assert.equal(await isSleeping(plain), false);
@@ -107,27 +94,27 @@ describe('sleep mode endpoints', () => {
       ['level=x', 'level'],
       ['mode=later', 'mode'],
     ]) {
-      const r = await post(`${sleepy.url}/sleep?${query}`);
+      const r = await postForJson(`${sleepy.url}/sleep?${query}`);
       assert.equal(r.status, 400, query);
       assert.equal((r.json['error'] as { param: string }).param, param);
     }
-    const badTag = await post(`${sleepy.url}/wake_up?tags=gpu`);
+    const badTag = await postForJson(`${sleepy.url}/wake_up?tags=gpu`);
     assert.equal(badTag.status, 400);
     assert.equal(await isSleeping(sleepy), false);
   });
 
   it('level 1: requests wait while asleep, partial wake keeps sleeping, full wake answers them', async () => {
     assert.deepEqual(await sleepState(sleepy), { awake: 1, weights_offloaded: 0, discard_all: 0 });
-    const slept = await post(`${sleepy.url}/sleep?level=1`);
+    const slept = await postForJson(`${sleepy.url}/sleep?level=1`);
     assert.deepEqual(slept, { status: 200, json: {} });
     assert.equal(await isSleeping(sleepy), true);
     assert.deepEqual(await sleepState(sleepy), { awake: 0, weights_offloaded: 1, discard_all: 0 });
-    const waiting = post(`${sleepy.url}/v1/completions`, greedy);
+    const waiting = postForJson(`${sleepy.url}/v1/completions`, greedy);
     assert.ok(await stillPending(waiting, 300), 'a request does not run while the engine sleeps');
-    assert.equal((await post(`${sleepy.url}/wake_up?tags=weights`)).status, 200);
+    assert.equal((await postForJson(`${sleepy.url}/wake_up?tags=weights`)).status, 200);
     assert.equal(await isSleeping(sleepy), true, 'the KV cache is still asleep');
     assert.ok(await stillPending(waiting, 100));
-    assert.equal((await post(`${sleepy.url}/wake_up?tags=kv_cache`)).status, 200);
+    assert.equal((await postForJson(`${sleepy.url}/wake_up?tags=kv_cache`)).status, 200);
     assert.equal(await isSleeping(sleepy), false);
     const answered = await waiting;
     assert.equal(answered.status, 200);
@@ -137,7 +124,7 @@ describe('sleep mode endpoints', () => {
 
   it('level 2 in abort mode finishes in-flight requests as aborted; the prefix cache is discarded', async () => {
     const prompt = 'A prompt long enough to fill a couple of sixteen-token blocks of the prefix cache.';
-    await post(`${sleepy.url}/v1/completions`, { prompt, max_tokens: 1 });
+    await postForJson(`${sleepy.url}/v1/completions`, { prompt, max_tokens: 1 });
     const info = sleepy.engine.kvEventsInfo();
     assert.ok(info);
     const events: string[] = [];
@@ -147,13 +134,13 @@ describe('sleep mode endpoints', () => {
       topic: 'kv',
       onBatch: (batch) => events.push(...batch.events.map((e) => e.type)),
     });
-    const long = post(`${sleepy.url}/v1/completions`, { ...greedy, max_tokens: 200 });
+    const long = postForJson(`${sleepy.url}/v1/completions`, { ...greedy, max_tokens: 200 });
     await waitRunning(sleepy.engine);
     try {
       await sub.replayFrom(0n);
       // Only what is published from here on: the replayed history has older clears.
       events.length = 0;
-      assert.equal((await post(`${sleepy.url}/sleep?level=2&mode=abort`)).status, 200);
+      assert.equal((await postForJson(`${sleepy.url}/sleep?level=2&mode=abort`)).status, 200);
       const deadline = Date.now() + 10_000;
       while (!events.includes('AllBlocksCleared')) {
         assert.ok(Date.now() < deadline, 'AllBlocksCleared published while asleep');
@@ -166,22 +153,22 @@ describe('sleep mode endpoints', () => {
     assert.equal(aborted.status, 200);
     assert.equal((aborted.json['choices'] as Array<{ finish_reason: string }>)[0]?.finish_reason, 'abort');
     assert.deepEqual(await sleepState(sleepy), { awake: 0, weights_offloaded: 0, discard_all: 1 });
-    assert.equal((await post(`${sleepy.url}/sleep?level=1`)).status, 200, 'sleeping again is a no-op');
+    assert.equal((await postForJson(`${sleepy.url}/sleep?level=1`)).status, 200, 'sleeping again is a no-op');
     assert.deepEqual(await sleepState(sleepy), { awake: 0, weights_offloaded: 0, discard_all: 1 });
-    assert.equal((await post(`${sleepy.url}/wake_up`)).status, 200);
+    assert.equal((await postForJson(`${sleepy.url}/wake_up`)).status, 200);
     const hitsBefore = sleepy.engine.stats().prefixCacheHitsTotal;
-    await post(`${sleepy.url}/v1/completions`, { prompt, max_tokens: 1 });
+    await postForJson(`${sleepy.url}/v1/completions`, { prompt, max_tokens: 1 });
     assert.equal(sleepy.engine.stats().prefixCacheHitsTotal, hitsBefore, 'the cached prefix was discarded');
   });
 
   it('keep mode freezes an in-flight request; after waking it finishes with unchanged tokens', async () => {
     const body = { ...greedy, max_tokens: 60 };
-    const reference = await post(`${plain.url}/v1/completions`, body);
-    const running = post(`${sleepy.url}/v1/completions`, body);
+    const reference = await postForJson(`${plain.url}/v1/completions`, body);
+    const running = postForJson(`${sleepy.url}/v1/completions`, body);
     await waitRunning(sleepy.engine);
-    assert.equal((await post(`${sleepy.url}/sleep?level=1&mode=keep`)).status, 200);
+    assert.equal((await postForJson(`${sleepy.url}/sleep?level=1&mode=keep`)).status, 200);
     assert.ok(await stillPending(running, 200), 'the kept request is frozen');
-    assert.equal((await post(`${sleepy.url}/wake_up`)).status, 200);
+    assert.equal((await postForJson(`${sleepy.url}/wake_up`)).status, 200);
     const out = await running;
     assert.equal(out.status, 200);
     assert.deepEqual(

@@ -9,7 +9,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { setLogLevel } from '../../src/logging/logger.ts';
-import { type Served, serve, stop } from './helpers/served.ts';
+import { type Served, serve, servePdTrio, stop } from './helpers/served.ts';
 
 setLogLevel('error');
 
@@ -172,15 +172,8 @@ describe('prefill/decode through /inference/v1/generate', () => {
   let plain: Served;
   let prefill: Served;
   let decode: Served;
-  const nixl = (role: string) => ({
-    kv_connector: 'NixlConnector',
-    kv_role: role,
-    kv_connector_extra_config: { backends: ['TCP'], side_channel_port: 0 },
-  });
   before(async () => {
-    plain = await serve({ num_gpu_blocks: 64 });
-    prefill = await serve({ num_gpu_blocks: 64, kv_transfer_config: nixl('kv_producer') });
-    decode = await serve({ num_gpu_blocks: 64, kv_transfer_config: nixl('kv_consumer') });
+    ({ plain, prefill, decode } = await servePdTrio());
   });
   after(() => stop(plain, prefill, decode));
 

@@ -11,11 +11,9 @@ import { describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { LLM } from '../../../src/engine/llm.ts';
 import { setLogLevel } from '../../../src/logging/logger.ts';
-import { startProxy } from '../../../src/proxy/index.ts';
-import { PROXY_DEFAULTS } from '../../../src/proxy/types.ts';
 import { freePort } from '../../helpers/free-port.ts';
 import { waitFor } from '../../server/helpers/harness.ts';
-import { moriioOptions, moriioPorts } from './helpers.ts';
+import { moriioOptions, moriioPorts, startDiscoveryProxy } from './helpers.ts';
 
 setLogLevel('error');
 
@@ -102,15 +100,7 @@ describe('MoRIIO discovery with vLLM', () => {
   });
 
   it("a ping sent as vLLM's engines send it registers with kvconnect proxy", async () => {
-    const proxy = await startProxy({
-      ...PROXY_DEFAULTS,
-      prefill: [],
-      decode: [],
-      port: 0,
-      discoveryPort: 0,
-      discoveryHost: '127.0.0.1',
-      push: {},
-    } as Parameters<typeof startProxy>[0]);
+    const proxy = await startDiscoveryProxy();
     try {
       const hello = runFixture(['ping', String(proxy.discoveryPort), JSON.stringify({ type: 'HELLO' }), '1']);
       await hello.done;

@@ -1,6 +1,8 @@
 /** Shared helpers of the MoRIIO tests: free port ranges, engine options, P/D runs in one process. */
 import { randomUUID } from 'node:crypto';
 import type { LLM, LLMOptions } from '../../../src/engine/llm.ts';
+import { startProxy } from '../../../src/proxy/index.ts';
+import { PROXY_DEFAULTS } from '../../../src/proxy/types.ts';
 import { freePortRange } from '../../helpers/free-port.ts';
 import { GREEDY, PROMPTS } from '../../helpers/llm.ts';
 
@@ -133,4 +135,17 @@ export async function runPair(
   });
   const results = await Promise.all(runs);
   return { tokens: results.map((r) => r.tokens), pParams: results.map((r) => r.pParams) };
+}
+
+/** `kvconnect proxy` with no backends, waiting for MoRIIO discovery pings on a free port. */
+export function startDiscoveryProxy(): ReturnType<typeof startProxy> {
+  return startProxy({
+    ...PROXY_DEFAULTS,
+    prefill: [],
+    decode: [],
+    port: 0,
+    discoveryPort: 0,
+    discoveryHost: '127.0.0.1',
+    push: {},
+  } as Parameters<typeof startProxy>[0]);
 }

@@ -3,9 +3,7 @@ import { spawn } from 'node:child_process';
 import { describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { LLM } from '../../../src/engine/llm.ts';
-import { startProxy } from '../../../src/proxy/index.ts';
-import { PROXY_DEFAULTS } from '../../../src/proxy/types.ts';
-import { moriioOptions, moriioPorts } from './helpers.ts';
+import { moriioOptions, moriioPorts, startDiscoveryProxy } from './helpers.ts';
 
 const CLI = fileURLToPath(new URL('../../../src/cli/main.ts', import.meta.url));
 
@@ -54,15 +52,7 @@ describe('MoRIIO config errors end to end (seed 004)', () => {
 
 describe('MoRIIO service discovery', () => {
   it('the scheduler pings a real proxy discovery port; the proxy registers the instance', async () => {
-    const proxy = await startProxy({
-      ...PROXY_DEFAULTS,
-      prefill: [],
-      decode: [],
-      port: 0,
-      discoveryPort: 0,
-      discoveryHost: '127.0.0.1',
-      push: {},
-    } as Parameters<typeof startProxy>[0]);
+    const proxy = await startDiscoveryProxy();
     const ports = await moriioPorts();
     const llm = await LLM.create(
       moriioOptions({ readMode: true, backend: 'xgmi' }, 'kv_producer', ports, {

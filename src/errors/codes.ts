@@ -60,6 +60,7 @@ const CATALOG = {
       'Two MultiConnector children returned the same kv_transfer_params key',
     ],
     KV_OFFLOAD_LAYOUT: [400, 'The KV cache layout cannot be offloaded'],
+    KV_OFFLOAD_TIER_UNREACHABLE: [400, 'A secondary offload tier failed its startup probe'],
   },
   kv: {
     KV_INVALID_SPEC: [400, 'A KV cache spec has a non-positive size'],

@@ -111,8 +111,16 @@ export class OffloadingConnector extends KVConnectorBase {
 
   // ---- worker side ----
 
-  override registerKvCaches(memory: PagedKVMemory): void {
-    this.#worker().register(memory);
+  /** Also probes the secondary tiers that can be misconfigured (obj): startup fails with the field to fix. */
+  override async registerKvCaches(memory: PagedKVMemory): Promise<void> {
+    const worker = this.#worker();
+    try {
+      await Promise.all(worker.tiers.map((t) => t.probe?.()));
+    } catch (err) {
+      await worker.shutdown();
+      throw err;
+    }
+    worker.register(memory);
   }
 
   /** Stores copy synchronously in waitForSave, so no preempted block is still being read. */

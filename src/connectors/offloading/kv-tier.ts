@@ -39,6 +39,8 @@ export interface KVTier {
   getMany(keys: readonly string[]): Promise<(Uint8Array | null)[]>;
   hasMany(keys: readonly string[]): Promise<boolean[]>;
   deleteMany(keys: readonly string[]): Promise<void>;
+  /** Startup check (a tier that can be misconfigured): throws a KVError naming the field to fix. */
+  probe?(): Promise<void>;
   /** Counters since the tier was created. */
   stats(): TierStats;
   /** Keys evicted by the tier itself since the last call (for BlockRemoved events). */

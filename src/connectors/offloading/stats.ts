@@ -10,7 +10,7 @@ export interface OffloadTransferOp {
   op_time: number;
 }
 
-/** `src_to_dst` by medium (GPU = the engine's KV memory, CPU tier, STORAGE = fs/redis tiers). */
+/** `src_to_dst` by medium (GPU = the engine's KV memory, CPU tier, STORAGE = fs/redis/obj tiers). */
 export type OffloadTransferType = 'GPU_to_CPU' | 'CPU_to_GPU' | 'STORAGE_to_GPU' | 'CPU_to_STORAGE';
 
 export interface OffloadSchedulerStatsData {

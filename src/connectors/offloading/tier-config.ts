@@ -1,12 +1,14 @@
 /**
  * The secondary tiers of TieringOffloadingSpec (`kv_connector_extra_config.secondary_tiers`,
  * docs/connectors/offloading.md#secondary-tiers): vLLM's `fs` tier with vLLM's keys,
- * kvconnect's Redis (single or Cluster) tier, and out-of-tree tiers by `type` +
- * `module_path`. Every tier takes vLLM's `enable_kv_events` and `locality`.
+ * kvconnect's Redis (single or Cluster) tier, vLLM's `obj` (S3) tier (obj-tier-config.ts),
+ * and out-of-tree tiers by `type` + `module_path`. Every tier takes vLLM's
+ * `enable_kv_events` and `locality`.
  */
 import { configError } from '../../config/config-error.ts';
 import { parseExtraBoolean, parseExtraNumber } from '../../config/extra-config.ts';
 import { MODULE_TIER_METHODS } from './module-tier.ts';
+import { type ObjTierSpec, parseObjTier } from './obj-tier-config.ts';
 import { checkPluginShape, loadPluginClass, type PluginClass } from './plugin-module.ts';
 
 export const DEFAULT_TIER_TIMEOUT_MS = 200;
@@ -58,9 +60,13 @@ export interface ModuleTierSpec extends TierEventSettings {
   timeoutMs: number;
 }
 
-export type SecondaryTierSpec = FsTierSpec | RedisTierSpec | ModuleTierSpec;
+export type SecondaryTierSpec =
+  | FsTierSpec
+  | RedisTierSpec
+  | ModuleTierSpec
+  | (ObjTierSpec & TierEventSettings);
 
-const BUILT_IN_TIERS = ['fs', 'redis'] as const;
+const BUILT_IN_TIERS = ['fs', 'redis', 'obj'] as const;
 
 const COMMON_KEYS = ['type', 'enable_kv_events', 'locality', 'timeout_ms'];
 const FS_KEYS = [...COMMON_KEYS, 'root_dir', 'n_read_threads', 'n_write_threads', 'capacity_bytes'];
@@ -212,7 +218,7 @@ function parseModuleTier(tier: Record<string, unknown>, where: string): ModuleTi
       `${where}.type`,
       `one of ${BUILT_IN_TIERS.map((t) => `'${t}'`).join(', ')}, or a class name with module_path`,
       type,
-      'kvconnect ships the fs and redis tiers; an out-of-tree tier needs "module_path": "./my-tier.js".',
+      'kvconnect ships the fs, redis and obj tiers; an out-of-tree tier needs "module_path": "./my-tier.js".',
     );
   }
   const tierClass = loadPluginClass(modulePath, type, `${where}.module_path`, `${where}.type`);
@@ -246,5 +252,6 @@ export function parseTier(raw: unknown, index: number): SecondaryTierSpec {
   const tier = raw as Record<string, unknown>;
   if (tier['type'] === 'fs') return parseFsTier(tier, where);
   if (tier['type'] === 'redis') return parseRedisTier(tier, where);
+  if (tier['type'] === 'obj') return { ...parseObjTier(tier, where), ...parseTierEventSettings(tier, where) };
   return parseModuleTier(tier, where);
 }

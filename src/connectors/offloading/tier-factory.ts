@@ -3,6 +3,8 @@
 import { FsTier } from './fs-tier.ts';
 import type { KVTier } from './kv-tier.ts';
 import { ModuleTier } from './module-tier.ts';
+import { objKeysOf } from './obj-keys.ts';
+import { ObjTier } from './obj-tier.ts';
 import { RedisTier } from './redis-tier.ts';
 import type { SecondaryTierSpec } from './tier-config.ts';
 import type { RunLayout } from './vllm-key-layout.ts';
@@ -24,6 +26,7 @@ export function createSecondaryTier(spec: SecondaryTierSpec, ctx: TierContext): 
     });
   }
   if (spec.type === 'module') return ModuleTier.fromSpec(spec, ctx.run);
+  if (spec.type === 'obj') return new ObjTier({ spec, ...objKeysOf(ctx.run, spec.prefix) });
   return new RedisTier({
     url: spec.url,
     clusterNodes: spec.clusterNodes,

@@ -16,6 +16,7 @@ import { samplingParams } from '../../../src/engine/llm.ts';
 import { BlockHashFunction } from '../../../src/kv/block-hash.ts';
 import type { KVCacheConfig } from '../../../src/kv/interfaces.ts';
 import { buildKVCacheConfig } from '../../../src/kv/kv-cache-config.ts';
+import type { LogRecord } from '../../../src/logging/logger.ts';
 import type { ConformanceContext, ConformanceModel } from '../helpers/conformance.ts';
 
 export const MiB = 1 << 20;
@@ -179,4 +180,26 @@ export function tinyKvCacheConfig(engineConfig: EngineConfig, hybrid = false): K
 export function tinyRunLayout(): RunLayout {
   const engineConfig = tinyEngineConfig();
   return runLayoutFor(engineConfig, tinyKvCacheConfig(engineConfig), 1);
+}
+
+/** After a secondary tier went down under a running engine: failed operations and the outage were counted. */
+export async function assertTierOutageCounted(engine: AsyncEngine): Promise<void> {
+  await engine.waitIdle();
+  const stats = engine.stats().kvConnectorStats ?? {};
+  assert.ok(
+    Number(stats['offload_lookup_tier_errors']) + Number(stats['offload_tier_errors']) > 0,
+    JSON.stringify(stats),
+  );
+  assert.ok(Number(stats['offload_tier_outages']) >= 1, JSON.stringify(stats));
+}
+
+/** The outage was warned about once per tier client (scheduler and worker each hold one), naming `where`. */
+export function assertOneOutageWarning(records: readonly LogRecord[], where: string): void {
+  const warnings = records.filter(
+    (r) => r.level === 'warn' && r.message.includes(where) && r.message.includes('unavailable'),
+  );
+  assert.ok(
+    warnings.length >= 1 && warnings.length <= 2,
+    `one warning per tier client and outage, got ${warnings.length}`,
+  );
 }

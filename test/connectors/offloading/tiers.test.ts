@@ -1,18 +1,23 @@
 /**
  * One conformance suite for every offload tier (cpu, fs, redis single server, redis
- * cluster), plus the failure cases each tier must turn into a miss: corrupt or truncated
- * values, and (redis) a server that is down.
+ * cluster, obj against a real S3 server), plus the failure cases each tier must turn into a
+ * miss: corrupt, truncated or foreign values, and (redis, obj) a server that is down.
  */
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { mkdirSync, mkdtempSync, readdirSync, rmSync, statSync, truncateSync, writeFileSync } from 'node:fs';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
+import { GetObjectCommand, PutObjectCommand, S3Client } from '@aws-sdk/client-s3';
 import { CpuTier } from '../../../src/connectors/offloading/cpu-tier.ts';
 import { FsTier } from '../../../src/connectors/offloading/fs-tier.ts';
 import type { KVTier } from '../../../src/connectors/offloading/kv-tier.ts';
+import { ObjTier } from '../../../src/connectors/offloading/obj-tier.ts';
+import { parseObjTier } from '../../../src/connectors/offloading/obj-tier-config.ts';
 import { RedisTier } from '../../../src/connectors/offloading/redis-tier.ts';
+import { KVError } from '../../../src/errors/kv-error.ts';
 import { captureLogs } from '../../../src/logging/logger.ts';
 import { freePort } from '../../helpers/free-port.ts';
 import {
@@ -23,6 +28,7 @@ import {
   startRedis,
   startRedisCluster,
 } from '../../helpers/redis.ts';
+import { S3RVER_ACCESS_KEY, S3RVER_SECRET_KEY, type S3Server, startS3Server } from '../../helpers/s3.ts';
 import { waitUntil } from '../../helpers/wait-until.ts';
 import { tinyRunLayout } from './helpers.ts';
 
@@ -371,4 +377,200 @@ test('without redis-server on PATH the Redis tests fail with an install hint (ne
   } finally {
     process.env['PATH'] = saved;
   }
+});
+
+// ---- obj (S3) ----
+describe('obj (s3rver)', () => {
+  let s3: S3Server;
+  const tiers: ObjTier[] = [];
+  function objTier(prefix: string, timeoutMs = 3000): ObjTier {
+    const spec = parseObjTier(
+      {
+        type: 'obj',
+        store_config: {
+          bucket: 'tiers',
+          endpoint_override: s3.endpoint,
+          access_key: S3RVER_ACCESS_KEY,
+          secret_key: S3RVER_SECRET_KEY,
+        },
+        prefix,
+        timeout_ms: timeoutMs,
+      },
+      'secondary_tiers[0]',
+    );
+    const tier = new ObjTier({ spec, objectKeyOf: (key) => `${prefix}/${key}.bin` });
+    tiers.push(tier);
+    return tier;
+  }
+  before(async () => {
+    s3 = await startS3Server(['tiers']);
+  });
+  after(async () => {
+    for (const t of tiers) await t.close();
+    await s3?.stop();
+  });
+  tierConformance('obj', async () => objTier(`t${randomBytes(3).toString('hex')}`));
+
+  test("a foreign object (another key's frame, or raw bytes as vLLM writes them) or a damaged one is a miss, counted, deleted", async () => {
+    const tier = objTier('bad');
+    const client = new S3Client({
+      endpoint: s3.endpoint,
+      region: 'us-east-1',
+      forcePathStyle: true,
+      credentials: { accessKeyId: S3RVER_ACCESS_KEY, secretAccessKey: S3RVER_SECRET_KEY },
+    });
+    const read = async (key: string) =>
+      Buffer.from(
+        await (
+          await client.send(new GetObjectCommand({ Bucket: 'tiers', Key: key }))
+        ).Body!.transformToByteArray(),
+      );
+    const write = (key: string, body: Uint8Array) =>
+      client.send(new PutObjectCommand({ Bucket: 'tiers', Key: key, Body: body }));
+    try {
+      await tier.putMany([
+        { key: 'other', value: bytes(4096, 1) },
+        { key: 'ok', value: bytes(4096, 3) },
+      ]);
+      await write('bad/v.bin', await read('bad/other.bin'));
+      await write('bad/raw.bin', bytes(4096, 7));
+      const damaged = await read('bad/ok.bin');
+      damaged[20] = (damaged[20] ?? 0) ^ 0xff;
+      await write('bad/ok.bin', damaged);
+    } finally {
+      client.destroy();
+    }
+    // A lookup reads only the header: a foreign frame and raw bytes are misses; a damaged payload is found by its CRC on load.
+    assert.deepEqual(await tier.hasMany(['v', 'raw', 'ok', 'none']), [false, false, true, false]);
+    assert.deepEqual(await tier.getMany(['v', 'raw', 'ok']), [null, null, null]);
+    const st = tier.stats();
+    assert.equal(st.corrupt, 3);
+    assert.equal(st.hits, 0);
+    assert.equal(st.errors, 0);
+    assert.deepEqual(await tier.hasMany(['ok']), [false], 'the damaged object was deleted');
+  });
+
+  test('https: the probe trusts the server only with ca_bundle, then bytes round-trip; https to a plain server names scheme', async () => {
+    const tls = await startS3Server(['tiers'], { tls: true });
+    const make = (endpoint: string, extra: Record<string, unknown>) =>
+      new ObjTier({
+        spec: parseObjTier(
+          {
+            type: 'obj',
+            store_config: {
+              bucket: 'tiers',
+              endpoint_override: endpoint,
+              access_key: S3RVER_ACCESS_KEY,
+              secret_key: S3RVER_SECRET_KEY,
+              ...extra,
+            },
+          },
+          'secondary_tiers[0]',
+        ),
+        objectKeyOf: (key) => `tls/${key}.bin`,
+      });
+    const untrusted = make(tls.endpoint, {});
+    const trusted = make(tls.endpoint, { ca_bundle: tls.certFile });
+    const wrongScheme = make(s3.endpoint.replace('http://', 'https://'), {});
+    try {
+      await assert.rejects(untrusted.probe(), (err: unknown) => {
+        assert.ok(err instanceof KVError);
+        assert.equal(err.field, 'secondary_tiers[0].store_config.ca_bundle');
+        return true;
+      });
+      await assert.rejects(wrongScheme.probe(), (err: unknown) => {
+        assert.ok(err instanceof KVError);
+        assert.equal(err.field, 'secondary_tiers[0].store_config.scheme');
+        return true;
+      });
+      await trusted.probe();
+      assert.deepEqual(await trusted.putMany([{ key: 'k', value: bytes(1000, 4) }]), ['k']);
+      assert.deepEqual(Buffer.from((await trusted.getMany(['k']))[0]!), Buffer.from(bytes(1000, 4)));
+    } finally {
+      for (const t of [untrusted, trusted, wrongScheme]) await t.close();
+      await tls.stop();
+    }
+  });
+
+  test('io_threads bounds the connections in flight to the server', async () => {
+    // A counting TCP relay in front of s3rver: each client connection is one socket of the tier.
+    let open = 0;
+    let peak = 0;
+    const relay = net.createServer((client) => {
+      open++;
+      peak = Math.max(peak, open);
+      const upstream = net.connect(s3.port, '127.0.0.1');
+      client.pipe(upstream).pipe(client);
+      const done = () => {
+        client.destroy();
+        upstream.destroy();
+      };
+      client.once('close', () => {
+        open--;
+        done();
+      });
+      client.on('error', done);
+      upstream.on('error', done);
+    });
+    await new Promise<void>((resolve) => relay.listen(0, '127.0.0.1', resolve));
+    const port = (relay.address() as net.AddressInfo).port;
+    const tier = new ObjTier({
+      spec: parseObjTier(
+        {
+          type: 'obj',
+          store_config: {
+            bucket: 'tiers',
+            endpoint_override: `127.0.0.1:${port}`,
+            access_key: S3RVER_ACCESS_KEY,
+            secret_key: S3RVER_SECRET_KEY,
+          },
+          io_threads: 2,
+        },
+        'secondary_tiers[0]',
+      ),
+      objectKeyOf: (key) => `threads/${key}.bin`,
+    });
+    try {
+      const entries = Array.from({ length: 16 }, (_, i) => ({ key: `k${i}`, value: bytes(64 * 1024, i) }));
+      assert.equal((await tier.putMany(entries)).length, 16);
+      assert.equal((await tier.getMany(entries.map((e) => e.key))).filter((v) => v !== null).length, 16);
+      assert.ok(peak >= 1 && peak <= 2, `at most io_threads=2 connections at once, saw ${peak}`);
+    } finally {
+      await tier.close();
+      await new Promise((resolve) => relay.close(resolve));
+    }
+  });
+
+  test('S3 down: every operation answers a miss within its bound and counts an error', async () => {
+    const own = await startS3Server(['tiers']);
+    const spec = parseObjTier(
+      {
+        type: 'obj',
+        store_config: {
+          bucket: 'tiers',
+          endpoint_override: own.endpoint,
+          access_key: S3RVER_ACCESS_KEY,
+          secret_key: S3RVER_SECRET_KEY,
+        },
+        timeout_ms: 300,
+      },
+      'secondary_tiers[0]',
+    );
+    const tier = new ObjTier({ spec, objectKeyOf: (key) => `down/${key}.bin` });
+    try {
+      assert.deepEqual(await tier.putMany([{ key: 'a', value: bytes(64, 1) }]), ['a']);
+      await own.kill();
+      const t0 = performance.now();
+      assert.deepEqual(await tier.hasMany(['a']), [false]);
+      assert.deepEqual(await tier.getMany(['a']), [null]);
+      assert.deepEqual(await tier.putMany([{ key: 'b', value: bytes(64, 2) }]), []);
+      await tier.deleteMany(['a']);
+      assert.ok(performance.now() - t0 < 5000, `took ${performance.now() - t0} ms`);
+      assert.equal(tier.stats().errors, 4);
+      assert.equal(tier.health.outages, 1);
+    } finally {
+      await tier.close();
+      await own.stop();
+    }
+  });
 });

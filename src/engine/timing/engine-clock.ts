@@ -7,10 +7,12 @@
  * modelled time and, when the timer cannot wait that little (under a millisecond), the
  * emulated clock jumps forward instead, so a step never takes less emulated time than modelled.
  *
- * Timers fire late (a millisecond or more on a busy machine). The lateness of one hold is
- * credited (up to half a step) to the next step when that step starts right after it, so
- * steps run back to back keep the modelled rate on average instead of drifting by the
- * timer's lateness; the first step after an idle spell gets no credit.
+ * Timers fire late (a millisecond or more on a busy machine), and the engine works between
+ * one hold and the next step (outputs, events, the next schedule). The real time from one
+ * hold's deadline to the start of the next step is credited (up to half a step) to that step
+ * when it starts right after the hold, so steps run back to back keep the modelled period
+ * instead of drifting by the timer's lateness and the host's per-step work; the first step
+ * after an idle spell gets no credit.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { wallClockMs } from '../iteration-stats.ts';
@@ -70,8 +72,9 @@ export class EngineClock {
     // Credit the last timer's lateness only to a step that followed it at once (not to the
     // first step after an idle spell), and at most half a step, so a late timer is made up
     // for over the next steps instead of in one burst.
-    const followed = startedAt - (this.#lastDeadline + this.#lastLateness) <= CONTINUATION_MS;
-    const credit = followed ? Math.min(this.#lastLateness, realMs / 2) : 0;
+    const sinceDeadline = startedAt - this.#lastDeadline;
+    const followed = sinceDeadline - this.#lastLateness <= CONTINUATION_MS;
+    const credit = followed ? Math.min(sinceDeadline, realMs / 2) : 0;
     const deadline = startedAt - credit + realMs;
     const floor = this.speedup === 1 ? EARLY_SLACK_MS : MIN_TIMER_MS;
     let remaining = deadline - this.#realNow();

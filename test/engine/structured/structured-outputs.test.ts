@@ -1,0 +1,101 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { LLM } from '../../../src/engine/llm.ts';
+import { StructuredOutputBackend } from '../../../src/engine/structured/backend.ts';
+import type { StructuredOutputsParams } from '../../../src/engine/structured/params.ts';
+import { ByteTokenizer } from '../../../src/tokenizer/byte-tokenizer.ts';
+import { loadTokenizer } from '../../../src/tokenizer/load.ts';
+
+function allowed(mask: Int32Array, vocabSize: number): number[] {
+  const ids: number[] = [];
+  for (let i = 0; i < vocabSize; i++) if (((mask[i >> 5] as number) >>> (i & 31)) & 1) ids.push(i);
+  return ids;
+}
+
+test('byte tokenizer: the mask allows exactly the bytes the grammar allows, EOS only at the end', async () => {
+  const tokenizer = new ByteTokenizer();
+  const backend = new StructuredOutputBackend(() => tokenizer, tokenizer.vocabSize);
+  const grammar = await backend.matcher({ choice: ['ab', 'cé'] }, []);
+  assert.deepEqual(allowed(await grammar.nextMask(), tokenizer.vocabSize), [0x61, 0x63]);
+  assert.equal(grammar.accept(0x63), true);
+  // 'é' is two UTF-8 bytes: the grammar walks them one token at a time.
+  assert.deepEqual(allowed(await grammar.nextMask(), tokenizer.vocabSize), [0xc3]);
+  grammar.accept(0xc3);
+  assert.deepEqual(allowed(await grammar.nextMask(), tokenizer.vocabSize), [0xa9]);
+  grammar.accept(0xa9);
+  assert.deepEqual(allowed(await grammar.nextMask(), tokenizer.vocabSize), [tokenizer.eosTokenId]);
+  const logits = new Float32Array(tokenizer.vocabSize).fill(1);
+  grammar.maskLogits(logits, await grammar.nextMask());
+  assert.deepEqual(
+    [...logits.keys()].filter((i) => logits[i] === 1),
+    [tokenizer.eosTokenId],
+  );
+  grammar.dispose();
+});
+
+test('a matcher replays the output a request already has', async () => {
+  const tokenizer = new ByteTokenizer();
+  const backend = new StructuredOutputBackend(() => tokenizer, tokenizer.vocabSize);
+  const grammar = await backend.matcher({ regex: '[0-9]{2}x' }, [0x31, 0x32]);
+  assert.deepEqual(allowed(await grammar.nextMask(), tokenizer.vocabSize), [0x78]);
+  grammar.dispose();
+});
+
+test('byte-level BPE (kjv-llama): vocabulary typed from the decoder, multi-byte tokens masked', async () => {
+  const tokenizer = loadTokenizer('kjv-llama');
+  const vocabulary = tokenizer.grammarVocabulary?.();
+  assert.equal(vocabulary?.kind, 'byte_level');
+  assert.equal(vocabulary?.tokens[tokenizer.eosTokenId], '', 'special tokens are empty');
+  const backend = new StructuredOutputBackend(() => tokenizer, tokenizer.vocabSize);
+  const choices = [' thereof', ' them'];
+  const grammar = await backend.matcher({ choice: choices }, []);
+  const first = allowed(await grammar.nextMask(), tokenizer.vocabSize).map((id) => tokenizer.decode([id]));
+  // 'Ġ' of the byte-level alphabet is the space: whole-word tokens start a choice.
+  assert.ok(first.includes(' thereof') && first.includes(' them') && first.includes(' the'), first.join('|'));
+  for (const text of first) assert.ok(choices.some((c) => c.startsWith(text)), text);
+  grammar.dispose();
+});
+
+test('an invalid constraint is a 400 that names it', async () => {
+  const tokenizer = new ByteTokenizer();
+  const backend = new StructuredOutputBackend(() => tokenizer, tokenizer.vocabSize);
+  await assert.rejects(backend.compile({ grammar: 'root ::= (' }), /Invalid grammar specification/);
+  await assert.rejects(backend.compile({ json: { type: 5 } }), /Invalid JSON schema/);
+  // The backend keeps working after XGrammar refused an input.
+  await backend.compile({ grammar: 'root ::= "ok"' });
+});
+
+test('engine: constrained greedy outputs follow the constraint and repeat exactly', async () => {
+  const llm = await LLM.create({ model: 'kjv-llama', num_gpu_blocks: 64, max_model_len: 256 });
+  try {
+    const cases: Array<[StructuredOutputsParams, (text: string) => void]> = [
+      [{ regex: '[0-9]{3}-[a-z]{2}' }, (t) => assert.match(t, /^[0-9]{3}-[a-z]{2}$/)],
+      [
+        { choice: ['Genesis', 'Exodus', 'Leviticus'] },
+        (t) => assert.ok(['Genesis', 'Exodus', 'Leviticus'].includes(t)),
+      ],
+      [
+        {
+          json: { type: 'object', properties: { ok: { type: 'boolean' } }, required: ['ok'] },
+          disableAnyWhitespace: true,
+        },
+        (t) => assert.equal(typeof JSON.parse(t).ok, 'boolean'),
+      ],
+    ];
+    for (const [params, check] of cases) {
+      const run = () =>
+        llm.generate('In the beginning God created', {
+          maxTokens: 40,
+          temperature: 0,
+          structuredOutputs: params,
+        });
+      const [a] = await run();
+      const [b] = await run();
+      assert.equal(a?.finishReason, 'stop', JSON.stringify(a?.text));
+      check(a?.text ?? '');
+      assert.deepEqual(b?.tokenIds, a?.tokenIds);
+    }
+  } finally {
+    await llm.shutdown();
+  }
+});

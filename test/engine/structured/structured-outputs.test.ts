@@ -52,7 +52,11 @@ test('byte-level BPE (kjv-llama): vocabulary typed from the decoder, multi-byte 
   const first = allowed(await grammar.nextMask(), tokenizer.vocabSize).map((id) => tokenizer.decode([id]));
   // 'Ġ' of the byte-level alphabet is the space: whole-word tokens start a choice.
   assert.ok(first.includes(' thereof') && first.includes(' them') && first.includes(' the'), first.join('|'));
-  for (const text of first) assert.ok(choices.some((c) => c.startsWith(text)), text);
+  for (const text of first)
+    assert.ok(
+      choices.some((c) => c.startsWith(text)),
+      text,
+    );
   grammar.dispose();
 });
 

@@ -20,6 +20,7 @@ import {
 import { parseKvTransferParams } from './kv-transfer-params.ts';
 import { refuseUnsupported } from './refused-fields.ts';
 import { readSamplingExtras } from './sampling-fields.ts';
+import { readStructuredOutputs } from './structured-fields.ts';
 
 export const MAX_LOGPROBS = 20;
 export const MAX_N = 128;
@@ -317,6 +318,7 @@ function buildPlan(
   const cacheSalt = optString(body, 'cache_salt');
   const kvTransferParams = parseKvTransferParams(body['kv_transfer_params']);
   const returnTokensAsTokenIds = optBool(body, 'return_tokens_as_token_ids') ?? false;
+  const structuredOutputs = readStructuredOutputs(body);
   const sampling = prompts.map((prompt): SamplingParams => {
     const maxTokens = checkLength(prompt.length, requestedMaxTokens, ctx.maxModelLen);
     return {
@@ -331,6 +333,7 @@ function buildPlan(
       logprobs,
       promptLogprobs: promptOptions.promptLogprobs,
       ...extras,
+      ...(structuredOutputs ? { structuredOutputs } : {}),
     };
   });
   return {

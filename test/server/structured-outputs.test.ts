@@ -1,0 +1,180 @@
+/**
+ * Structured outputs on a real server (kjv-llama): response_format json_object / json_schema,
+ * structured_outputs regex / choice / grammar and the guided_* fields constrain the output;
+ * streaming yields the same tokens; greedy outputs equal an engine run of the same
+ * constraint; conflicting or invalid constraints are 400s naming the field, as in vLLM.
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { LLM } from '../../src/engine/llm.ts';
+import { setLogLevel } from '../../src/logging/logger.ts';
+import { type Served, serve, stop } from './helpers/served.ts';
+
+setLogLevel('error');
+
+const PROMPT = 'In the beginning God created';
+const SCHEMA = {
+  type: 'object',
+  properties: {
+    book: { type: 'string', enum: ['Genesis', 'Exodus'] },
+    chapter: { type: 'integer', minimum: 1, maximum: 50 },
+  },
+  required: ['book', 'chapter'],
+  additionalProperties: false,
+};
+
+async function post(url: string, body: unknown): Promise<{ status: number; json: Record<string, unknown> }> {
+  const res = await fetch(url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
+  return { status: res.status, json: (await res.json()) as Record<string, unknown> };
+}
+
+interface Choice {
+  text?: string;
+  message?: { content: string };
+  finish_reason: string;
+  token_ids?: number[];
+}
+
+describe('structured outputs', () => {
+  let s: Served;
+  before(async () => {
+    s = await serve({ model: 'kjv-llama', max_model_len: 256, num_gpu_blocks: 64 });
+  });
+  after(() => stop(s));
+
+  async function complete(extra: Record<string, unknown>): Promise<Choice> {
+    const r = await post(`${s.url}/v1/completions`, {
+      prompt: PROMPT,
+      max_tokens: 48,
+      temperature: 0,
+      return_token_ids: true,
+      ...extra,
+    });
+    assert.equal(r.status, 200, JSON.stringify(r.json));
+    const choice = (r.json['choices'] as Choice[])[0] as Choice;
+    assert.equal(choice.finish_reason, 'stop', `the constraint completed: ${JSON.stringify(choice.text)}`);
+    return choice;
+  }
+
+  it('response_format json_object: the output parses as a JSON object', async () => {
+    const choice = await complete({ max_tokens: 64, response_format: { type: 'json_object' } });
+    const value = JSON.parse(choice.text ?? '') as unknown;
+    assert.ok(typeof value === 'object' && value !== null && !Array.isArray(value), choice.text);
+  });
+
+  it('chat response_format json_schema: the answer validates against the schema', async () => {
+    const r = await post(`${s.url}/v1/chat/completions`, {
+      messages: [{ role: 'user', content: 'And God said' }],
+      max_tokens: 48,
+      temperature: 0,
+      response_format: { type: 'json_schema', json_schema: { name: 'ref', schema: SCHEMA } },
+      structured_outputs: { disable_any_whitespace: true },
+    });
+    assert.equal(r.status, 200, JSON.stringify(r.json));
+    const choice = (r.json['choices'] as Choice[])[0] as Choice;
+    assert.equal(choice.finish_reason, 'stop', choice.message?.content);
+    const value = JSON.parse(choice.message?.content ?? '') as Record<string, unknown>;
+    assert.deepEqual(Object.keys(value).sort(), ['book', 'chapter']);
+    assert.ok(['Genesis', 'Exodus'].includes(value['book'] as string));
+    const chapter = value['chapter'] as number;
+    assert.ok(Number.isInteger(chapter) && chapter >= 1 && chapter <= 50, String(chapter));
+  });
+
+  it('regex, choice, grammar and the guided_* fields', async () => {
+    assert.match(
+      (await complete({ structured_outputs: { regex: '[0-9]{3}-[a-z]{2}' } })).text ?? '',
+      /^[0-9]{3}-[a-z]{2}$/,
+    );
+    const choices = ['light', 'darkness', 'waters'];
+    assert.ok(choices.includes((await complete({ structured_outputs: { choice: choices } })).text ?? ''));
+    const grammar = 'root ::= "(" word (" " word)? ")"\nword ::= [a-z]{1,6}';
+    assert.match(
+      (await complete({ structured_outputs: { grammar } })).text ?? '',
+      /^\([a-z]{1,6}( [a-z]{1,6})?\)$/,
+    );
+    assert.match((await complete({ guided_regex: '[A-Z][a-z]{1,8}' })).text ?? '', /^[A-Z][a-z]{1,8}$/);
+    assert.ok(choices.includes((await complete({ guided_choice: choices })).text ?? ''));
+  });
+
+  it('streaming gives the same tokens; greedy output equals the engine run of the same constraint', async () => {
+    const body = { structured_outputs: { regex: '[a-z]{1,6}( [a-z]{1,6}){2}' } };
+    const plain = await complete(body);
+    const res = await fetch(`${s.url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({
+        prompt: PROMPT,
+        max_tokens: 48,
+        temperature: 0,
+        return_token_ids: true,
+        stream: true,
+        ...body,
+      }),
+    });
+    const streamed: number[] = [];
+    for (const line of (await res.text()).split('\n')) {
+      if (!line.startsWith('data: ') || line === 'data: [DONE]') continue;
+      const chunk = JSON.parse(line.slice(6)) as { choices: Choice[] };
+      streamed.push(...(chunk.choices[0]?.token_ids ?? []));
+    }
+    assert.deepEqual(streamed, plain.token_ids);
+    const llm = await LLM.create({ model: 'kjv-llama', max_model_len: 256, num_gpu_blocks: 32 });
+    try {
+      const [engine] = await llm.generate(PROMPT, {
+        maxTokens: 48,
+        temperature: 0,
+        structuredOutputs: { regex: '[a-z]{1,6}( [a-z]{1,6}){2}' },
+      });
+      assert.deepEqual(engine?.tokenIds, plain.token_ids);
+    } finally {
+      await llm.shutdown();
+    }
+  });
+
+  it('400s as vLLM: conflicting constraints, invalid ones, unsupported options; the server keeps serving', async () => {
+    const cases: Array<[Record<string, unknown>, string, RegExp]> = [
+      [
+        { structured_outputs: { json: SCHEMA, choice: ['a'] } },
+        'structured_outputs',
+        /only use one kind of constraints/,
+      ],
+      [
+        { structured_outputs: { regex: 'a' }, response_format: { type: 'json_object' } },
+        'response_format',
+        /multiple are specified/,
+      ],
+      [{ guided_json: SCHEMA, guided_choice: ['a'] }, 'guided_json', /only use one kind of guided decoding/],
+      [
+        { structured_outputs: { grammar: 'root ::= (' } },
+        'structured_outputs',
+        /Invalid grammar specification/,
+      ],
+      [{ guided_regex: '(' }, 'guided_regex', /Invalid regular expression/],
+      [
+        { response_format: { type: 'json_schema', json_schema: { name: 'x' } } },
+        'response_format.json_schema.schema',
+        /schema/,
+      ],
+      [
+        { structured_outputs: { whitespace_pattern: ' ', json_object: true } },
+        'structured_outputs.whitespace_pattern',
+        /not supported/,
+      ],
+      [{ structural_tag: '{}' }, 'structural_tag', /not supported/],
+      [{ guided_decoding_backend: 'outlines', guided_regex: 'a' }, 'guided_decoding_backend', /xgrammar/],
+    ];
+    for (const [extra, param, message] of cases) {
+      const r = await post(`${s.url}/v1/completions`, { prompt: PROMPT, max_tokens: 4, ...extra });
+      assert.equal(r.status, 400, JSON.stringify(extra));
+      const error = r.json['error'] as { param: string; message: string; code: number };
+      assert.equal(error.code, 400);
+      assert.equal(error.param, param, JSON.stringify(extra));
+      assert.match(error.message, message);
+    }
+    assert.match((await complete({ structured_outputs: { regex: 'ok' } })).text ?? '', /^ok$/);
+  });
+});

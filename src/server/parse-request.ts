@@ -319,6 +319,13 @@ function buildPlan(
   const kvTransferParams = parseKvTransferParams(body['kv_transfer_params']);
   const returnTokensAsTokenIds = optBool(body, 'return_tokens_as_token_ids') ?? false;
   const structuredOutputs = readStructuredOutputs(body);
+  const beamSearch = readBeamSearch(body, n, promptOptions.promptLogprobs);
+  if (beamSearch && structuredOutputs)
+    throw badRequest(
+      'Beam search does not apply structured outputs on this server.',
+      'use_beam_search',
+      'Send the constrained request without use_beam_search.',
+    );
   const sampling = prompts.map((prompt): SamplingParams => {
     const maxTokens = checkLength(prompt.length, requestedMaxTokens, ctx.maxModelLen);
     return {
@@ -356,7 +363,7 @@ function buildPlan(
     chatEchoText: promptOptions.chatEchoText,
     responseRole: promptOptions.responseRole ?? DEFAULT_RESPONSE_ROLE,
     returnTokensAsTokenIds,
-    beamSearch: readBeamSearch(body, n, promptOptions.promptLogprobs),
+    beamSearch,
   };
 }
 

@@ -164,6 +164,8 @@ function toParams(raw: Body, field: string): StructuredOutputsParams {
 
 /** The field a request's constraint came from, for the 400 of a constraint XGrammar refuses. */
 export function structuredOutputsField(body: Body): string {
+  const text = body['text'];
+  if (text !== null && typeof text === 'object' && present((text as Body)['format'])) return 'text';
   if (present(body['response_format']) && (body['response_format'] as Body)['type'] !== 'text')
     return 'response_format';
   return Object.keys(GUIDED).find((k) => present(body[k])) ?? 'structured_outputs';

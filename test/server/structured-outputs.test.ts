@@ -84,6 +84,32 @@ describe('structured outputs', () => {
     assert.ok(Number.isInteger(chapter) && chapter >= 1 && chapter <= 50, String(chapter));
   });
 
+  it('Responses API: text.format json_schema and structured_outputs constrain the output', async () => {
+    const respond = async (extra: Record<string, unknown>): Promise<{ status: number; text: string }> => {
+      const r = await post(`${s.url}/v1/responses`, {
+        input: 'And God said',
+        max_output_tokens: 64,
+        temperature: 0,
+        ...extra,
+      });
+      const output = r.json['output'] as Array<{ content: Array<{ text: string }> }> | undefined;
+      return { status: r.status, text: output?.[0]?.content[0]?.text ?? JSON.stringify(r.json) };
+    };
+    const choices = ['light', 'darkness'];
+    const chosen = await respond({ structured_outputs: { choice: choices } });
+    assert.ok(choices.includes(chosen.text), chosen.text);
+    // Any whitespace between JSON elements: this model pads with it, so only the start is checked.
+    const json = await respond({ text: { format: { type: 'json_schema', name: 'ref', schema: SCHEMA } } });
+    assert.equal(json.status, 200);
+    assert.match(json.text, /^\{\s*"(book|chapter)"/);
+    const both = await respond({
+      text: { format: { type: 'json_schema', schema: SCHEMA } },
+      structured_outputs: { choice: choices },
+    });
+    assert.equal(both.status, 400);
+    assert.match(both.text, /Cannot specify both structured_outputs and text.format/);
+  });
+
   it('regex, choice, grammar and the guided_* fields', async () => {
     assert.match(
       (await complete({ structured_outputs: { regex: '[0-9]{3}-[a-z]{2}' } })).text ?? '',
@@ -165,6 +191,7 @@ describe('structured outputs', () => {
         /not supported/,
       ],
       [{ structural_tag: '{}' }, 'structural_tag', /not supported/],
+      [{ use_beam_search: true, n: 2, guided_choice: ['a', 'b'] }, 'use_beam_search', /Beam search/],
       [{ guided_decoding_backend: 'outlines', guided_regex: 'a' }, 'guided_decoding_backend', /xgrammar/],
     ];
     for (const [extra, param, message] of cases) {

@@ -124,6 +124,13 @@ describe('structured outputs', () => {
     );
     assert.match((await complete({ guided_regex: '[A-Z][a-z]{1,8}' })).text ?? '', /^[A-Z][a-z]{1,8}$/);
     assert.ok(choices.includes((await complete({ guided_choice: choices })).text ?? ''));
+    const tokens = await post(`${s.url}/inference/v1/generate`, {
+      token_ids: s.engine.tokenizer.encode(PROMPT),
+      sampling_params: { max_tokens: 16, temperature: 0, structured_outputs: { choice: choices } },
+    });
+    assert.equal(tokens.status, 200, JSON.stringify(tokens.json));
+    const ids = (tokens.json['choices'] as Choice[])[0]?.token_ids ?? [];
+    assert.ok(choices.includes(s.engine.tokenizer.decode(ids)), JSON.stringify(ids));
   });
 
   it('streaming gives the same tokens; greedy output equals the engine run of the same constraint', async () => {

@@ -1,5 +1,8 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { buildEmulationConfig } from '../../../src/config/emulation-config.ts';
+import { buildEngineConfig } from '../../../src/config/engine-config.ts';
+import { AsyncEngine } from '../../../src/engine/async-engine.ts';
 import { LLM } from '../../../src/engine/llm.ts';
 import { StructuredOutputBackend } from '../../../src/engine/structured/backend.ts';
 import type { StructuredOutputsParams } from '../../../src/engine/structured/params.ts';
@@ -101,5 +104,49 @@ test('engine: constrained greedy outputs follow the constraint and repeat exactl
     }
   } finally {
     await llm.shutdown();
+  }
+});
+
+test('tensor parallel: every rank applies the grammar in its worker thread, same tokens as tp = 1', async () => {
+  const params = {
+    maxTokens: 40,
+    temperature: 0,
+    structuredOutputs: { regex: '[a-z]{1,6}( [a-z]{1,6}){2}' },
+  };
+  const outputs: number[][] = [];
+  for (const tp of [1, 2]) {
+    const llm = await LLM.create({
+      model: 'kjv-llama',
+      num_gpu_blocks: 64,
+      max_model_len: 256,
+      tensor_parallel_size: tp,
+    });
+    try {
+      const [o] = await llm.generate('In the beginning God created', params);
+      assert.equal(o?.finishReason, 'stop');
+      assert.match(o?.text ?? '', /^[a-z]{1,6}( [a-z]{1,6}){2}$/);
+      outputs.push(o?.tokenIds ?? []);
+    } finally {
+      await llm.shutdown();
+    }
+  }
+  assert.deepEqual(outputs[1], outputs[0]);
+});
+
+test('an engine without a model (--mode random) refuses a constraint with a 400', async () => {
+  const config = buildEngineConfig({ model: 'tiny', num_gpu_blocks: 16, max_model_len: 128 });
+  config.emulation = buildEmulationConfig({ mode: 'random' }, config.model.seed);
+  const engine = await AsyncEngine.create(config);
+  try {
+    await assert.rejects(
+      engine.validateStructuredOutputs({ regex: 'a' }),
+      (e: Error & { field?: string }) => {
+        assert.match(e.message, /Structured outputs need the model's logits/);
+        assert.equal(e.field, 'structured_outputs');
+        return true;
+      },
+    );
+  } finally {
+    await engine.shutdown();
   }
 });

@@ -8,6 +8,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { LLM } from '../../src/engine/llm.ts';
 import { setLogLevel } from '../../src/logging/logger.ts';
+import { postJson } from './helpers/harness.ts';
 import { type Served, serve, stop } from './helpers/served.ts';
 
 setLogLevel('error');
@@ -24,11 +25,7 @@ const SCHEMA = {
 };
 
 async function post(url: string, body: unknown): Promise<{ status: number; json: Record<string, unknown> }> {
-  const res = await fetch(url, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify(body),
-  });
+  const res = await postJson(url, body);
   return { status: res.status, json: (await res.json()) as Record<string, unknown> };
 }
 
@@ -136,17 +133,13 @@ describe('structured outputs', () => {
   it('streaming gives the same tokens; greedy output equals the engine run of the same constraint', async () => {
     const body = { structured_outputs: { regex: '[a-z]{1,6}( [a-z]{1,6}){2}' } };
     const plain = await complete(body);
-    const res = await fetch(`${s.url}/v1/completions`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({
-        prompt: PROMPT,
-        max_tokens: 48,
-        temperature: 0,
-        return_token_ids: true,
-        stream: true,
-        ...body,
-      }),
+    const res = await postJson(`${s.url}/v1/completions`, {
+      prompt: PROMPT,
+      max_tokens: 48,
+      temperature: 0,
+      return_token_ids: true,
+      stream: true,
+      ...body,
     });
     const streamed: number[] = [];
     for (const line of (await res.text()).split('\n')) {

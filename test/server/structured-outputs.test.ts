@@ -9,7 +9,7 @@ import { after, before, describe, it } from 'node:test';
 import { LLM } from '../../src/engine/llm.ts';
 import { setLogLevel } from '../../src/logging/logger.ts';
 import { postJson } from './helpers/harness.ts';
-import { type Served, serve, stop } from './helpers/served.ts';
+import { postForJson as post, type Served, serve, stop } from './helpers/served.ts';
 
 setLogLevel('error');
 
@@ -23,11 +23,6 @@ const SCHEMA = {
   required: ['book', 'chapter'],
   additionalProperties: false,
 };
-
-async function post(url: string, body: unknown): Promise<{ status: number; json: Record<string, unknown> }> {
-  const res = await postJson(url, body);
-  return { status: res.status, json: (await res.json()) as Record<string, unknown> };
-}
 
 interface Choice {
   text?: string;

@@ -2,14 +2,15 @@
  * Structured outputs on a real server (kjv-llama): response_format json_object / json_schema,
  * structured_outputs regex / choice / grammar and the guided_* fields constrain the output;
  * streaming yields the same tokens; greedy outputs equal an engine run of the same
- * constraint; conflicting or invalid constraints are 400s naming the field, as in vLLM.
+ * constraint; conflicting or invalid constraints are 400s naming the field, as in vLLM; a
+ * P/D pair gives the token ids of one plain engine.
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { LLM } from '../../src/engine/llm.ts';
 import { setLogLevel } from '../../src/logging/logger.ts';
 import { postJson } from './helpers/harness.ts';
-import { postForJson as post, type Served, serve, stop } from './helpers/served.ts';
+import { postForJson as post, type Served, serve, servePdTrio, stop } from './helpers/served.ts';
 
 setLogLevel('error');
 
@@ -198,5 +199,46 @@ describe('structured outputs', () => {
       assert.match(error.message, message);
     }
     assert.match((await complete({ structured_outputs: { regex: 'ok' } })).text ?? '', /^ok$/);
+  });
+});
+
+describe('structured outputs disaggregated (NixlConnector over TCP)', () => {
+  let plain: Served;
+  let prefill: Served;
+  let decode: Served;
+  before(async () => {
+    ({ plain, prefill, decode } = await servePdTrio());
+  });
+  after(() => stop(plain, prefill, decode));
+
+  it('the decode server applies the constraint from its first token: same ids as one plain engine', async () => {
+    const body = {
+      prompt: 'In the beginning God created the heaven',
+      max_tokens: 24,
+      temperature: 0,
+      return_token_ids: true,
+      structured_outputs: { regex: '[0-9]{3}-[a-z]{2}' },
+    };
+    const ids = (r: { json: Record<string, unknown> }) => (r.json['choices'] as Choice[])[0]?.token_ids;
+    const reference = await post(`${plain.url}/v1/completions`, body);
+    assert.equal(reference.status, 200, JSON.stringify(reference.json));
+    const p = await post(`${prefill.url}/v1/completions`, {
+      ...body,
+      max_tokens: 1,
+      kv_transfer_params: { do_remote_decode: true },
+    });
+    assert.equal(p.status, 200, JSON.stringify(p.json));
+    const before = decode.engine.stats().externalPrefixCacheHitsTotal;
+    const d = await post(`${decode.url}/v1/completions`, {
+      ...body,
+      kv_transfer_params: p.json['kv_transfer_params'],
+    });
+    assert.equal(d.status, 200, JSON.stringify(d.json));
+    assert.ok(
+      decode.engine.stats().externalPrefixCacheHitsTotal > before,
+      'the KV came from the prefill server',
+    );
+    assert.deepEqual(ids(d), ids(reference));
+    assert.match(plain.engine.tokenizer.decode(ids(reference) ?? []), /^[0-9]{3}-[a-z]{2}$/);
   });
 });

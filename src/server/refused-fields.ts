@@ -27,9 +27,9 @@ export function refuseUnsupported(body: Body, kind: 'completion' | 'chat'): void
     );
   if (present(body['structural_tag']))
     throw badRequest(
-      'structural_tag is not supported by this server.',
+      'structural_tag is not a request field.',
       'structural_tag',
-      'Use response_format json_schema, or structured_outputs json/regex/choice/grammar.',
+      'Send it as structured_outputs.structural_tag (JSON text) or as response_format {"type": "structural_tag", ...}.',
     );
   if (kind === 'chat') refuseToolCalls(body);
 }

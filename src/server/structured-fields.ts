@@ -4,8 +4,9 @@
  * ...}), `response_format` ({"type": "json_object"} or {"type": "json_schema", "json_schema":
  * {"schema": ...}}, which replace the matching keys of structured_outputs), and the older
  * `guided_json` / `guided_regex` / `guided_choice` / `guided_grammar` fields (mapped as vLLM
- * 0.10–0.11 mapped them; current vLLM dropped them). What XGrammar cannot serve here is a 400
- * naming the field.
+ * 0.10–0.11 mapped them; current vLLM dropped them). A `response_format` of type
+ * `structural_tag` is the structural tag itself, as vLLM passes it on. What cannot be served
+ * here is a 400 naming the field.
  */
 import type { StructuredOutputsParams } from '../engine/api.ts';
 import { type Body, badRequest, invalid } from './fields.ts';
@@ -65,12 +66,7 @@ export function readStructuredOutputs(body: Body): StructuredOutputsParams | nul
       if (!present(schema) || typeof schema !== 'object' || Array.isArray(schema))
         throw invalid('response_format.json_schema.schema', 'a JSON schema object', schema);
       raw['json'] = schema;
-    } else if (f['type'] === 'structural_tag')
-      throw badRequest(
-        'response_format "structural_tag" is not supported by this server.',
-        'response_format',
-        'Use response_format json_schema or json_object, or structured_outputs json/regex/choice/grammar.',
-      );
+    } else if (f['type'] === 'structural_tag') raw['structural_tag'] = JSON.stringify(f);
     else if (f['type'] !== 'text')
       throw invalid(
         'response_format.type',
@@ -111,11 +107,7 @@ function toParams(raw: Body, field: string): StructuredOutputsParams {
       field,
       'Add one of json, regex, choice, grammar or json_object to structured_outputs.',
     );
-  for (const unsupported of [
-    'structural_tag',
-    'whitespace_pattern',
-    'disable_additional_properties',
-  ] as const) {
+  for (const unsupported of ['whitespace_pattern', 'disable_additional_properties'] as const) {
     const v = raw[unsupported];
     if (present(v) && v !== false)
       throw badRequest(
@@ -123,9 +115,7 @@ function toParams(raw: Body, field: string): StructuredOutputsParams {
         field === 'structured_outputs' ? `structured_outputs.${unsupported}` : field,
         unsupported === 'whitespace_pattern'
           ? 'Leave the whitespace pattern out; use disable_any_whitespace for compact JSON.'
-          : unsupported === 'structural_tag'
-            ? 'Use json, regex, choice or grammar.'
-            : 'Put "additionalProperties": false in the schema itself.',
+          : 'Put "additionalProperties": false in the schema itself.',
       );
   }
   const out: StructuredOutputsParams = {};
@@ -141,6 +131,12 @@ function toParams(raw: Body, field: string): StructuredOutputsParams {
     if (!present(v)) continue;
     if (typeof v !== 'string' || v === '') throw invalid(name(k), 'a non-empty string', v);
     out[k] = v;
+  }
+  const tag = raw['structural_tag'];
+  if (present(tag)) {
+    if (typeof tag !== 'string' || !isJsonObjectText(tag))
+      throw invalid(name('structural_tag'), 'a structural tag as JSON text (an object)', tag);
+    out.structuralTag = tag;
   }
   const choice = raw['choice'];
   if (present(choice)) {
@@ -169,4 +165,13 @@ export function structuredOutputsField(body: Body): string {
   if (present(body['response_format']) && (body['response_format'] as Body)['type'] !== 'text')
     return 'response_format';
   return Object.keys(GUIDED).find((k) => present(body[k])) ?? 'structured_outputs';
+}
+
+function isJsonObjectText(text: string): boolean {
+  try {
+    const v = JSON.parse(text) as unknown;
+    return typeof v === 'object' && v !== null && !Array.isArray(v);
+  } catch {
+    return false;
+  }
 }

@@ -199,8 +199,8 @@ test("vLLM's 400s: suffix, stream_options without stream, seed outside int64, au
   await refused('/v1/chat/completions', { messages, tools, tool_choice: 'auto' }, 'tool_choice');
   await refused(
     '/v1/chat/completions',
-    { messages, response_format: { type: 'structural_tag', format: { type: 'any_text' } } },
-    'response_format',
+    { messages, response_format: { type: 'json_schema', json_schema: { name: 'x' } } },
+    'response_format.json_schema.schema',
   );
   await refused(
     '/v1/completions',

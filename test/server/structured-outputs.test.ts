@@ -103,7 +103,7 @@ describe('structured outputs', () => {
     assert.match(both.text, /Cannot specify both structured_outputs and text.format/);
   });
 
-  it('regex, choice, grammar and the guided_* fields', async () => {
+  it('regex, choice, grammar, structural tags and the guided_* fields', async () => {
     assert.match(
       (await complete({ structured_outputs: { regex: '[0-9]{3}-[a-z]{2}' } })).text ?? '',
       /^[0-9]{3}-[a-z]{2}$/,
@@ -117,6 +117,21 @@ describe('structured outputs', () => {
     );
     assert.match((await complete({ guided_regex: '[A-Z][a-z]{1,8}' })).text ?? '', /^[A-Z][a-z]{1,8}$/);
     assert.ok(choices.includes((await complete({ guided_choice: choices })).text ?? ''));
+    const tag = {
+      type: 'structural_tag',
+      format: {
+        type: 'sequence',
+        elements: [
+          { type: 'const_string', value: 'Chapter ' },
+          { type: 'regex', pattern: '[1-9][0-9]?' },
+        ],
+      },
+    };
+    assert.match((await complete({ response_format: tag })).text ?? '', /^Chapter [1-9][0-9]?$/);
+    assert.match(
+      (await complete({ structured_outputs: { structural_tag: JSON.stringify(tag) } })).text ?? '',
+      /^Chapter [1-9][0-9]?$/,
+    );
     const tokens = await post(`${s.url}/inference/v1/generate`, {
       token_ids: s.engine.tokenizer.encode(PROMPT),
       sampling_params: { max_tokens: 16, temperature: 0, structured_outputs: { choice: choices } },
@@ -186,7 +201,12 @@ describe('structured outputs', () => {
         'structured_outputs.whitespace_pattern',
         /not supported/,
       ],
-      [{ structural_tag: '{}' }, 'structural_tag', /not supported/],
+      [{ structural_tag: '{}' }, 'structural_tag', /not a request field/],
+      [
+        { structured_outputs: { structural_tag: '[1]' } },
+        'structured_outputs.structural_tag',
+        /structural tag/,
+      ],
       [{ use_beam_search: true, n: 2, guided_choice: ['a', 'b'] }, 'use_beam_search', /Beam search/],
       [{ guided_decoding_backend: 'outlines', guided_regex: 'a' }, 'guided_decoding_backend', /xgrammar/],
     ];

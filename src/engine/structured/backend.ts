@@ -69,6 +69,8 @@ export class StructuredOutputBackend {
           return await compiler.compileGrammar(choiceGrammar(params.choice as string[]));
         case 'grammar':
           return await compiler.compileGrammar(params.grammar as string);
+        case 'structural_tag':
+          return await compileStructuralTag(compiler, params.structuralTag as string);
         default:
           throw new Error('no structured-output constraint given');
       }
@@ -105,6 +107,18 @@ export class StructuredOutputBackend {
   }
 }
 
+/** vLLM's xgrammar backend: the legacy form (structures + triggers) or the format object. */
+function compileStructuralTag(compiler: GrammarCompiler, text: string): Promise<CompiledGrammar> {
+  const tag = JSON.parse(text) as Record<string, unknown>;
+  if (!Array.isArray(tag['structures'])) return compiler.compileStructuralTag(text);
+  const xg = loadXGrammar();
+  const items = (tag['structures'] as Array<Record<string, unknown>>).map(
+    (s) =>
+      new xg.StructuralTagItem(String(s['begin']), s['schema'] as Record<string, unknown>, String(s['end'])),
+  );
+  return compiler.compileStructuralTag(items, (tag['triggers'] as string[] | undefined) ?? []);
+}
+
 /** vLLM's choice → grammar: one alternative per choice, each a quoted literal. */
 export function choiceGrammar(choices: readonly string[]): string {
   return `root ::= ${choices.map((c) => JSON.stringify(c)).join(' | ')}`;
@@ -116,6 +130,7 @@ const WHAT: Record<string, string> = {
   regex: 'regular expression',
   choice: 'choice list',
   grammar: 'grammar specification',
+  structural_tag: 'structural tag',
 };
 
 function invalidConstraint(kind: string, cause: unknown): KVError {

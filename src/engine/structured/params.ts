@@ -11,11 +11,16 @@ export interface StructuredOutputsParams {
   grammar?: string;
   /** Any JSON object. */
   jsonObject?: boolean;
+  /**
+   * XGrammar's structural tag as JSON text: `{"type": "structural_tag", "format": {...}}`, or
+   * the legacy `{"structures": [{begin, schema, end}], "triggers": [...]}`.
+   */
+  structuralTag?: string;
   /** JSON without free whitespace between elements. */
   disableAnyWhitespace?: boolean;
 }
 
-export type StructuredOutputKind = 'json' | 'regex' | 'choice' | 'grammar' | 'json_object';
+export type StructuredOutputKind = 'json' | 'regex' | 'choice' | 'grammar' | 'json_object' | 'structural_tag';
 
 /** The constraints a params object names (valid params name exactly one). */
 export function constraintKinds(p: StructuredOutputsParams): StructuredOutputKind[] {
@@ -25,5 +30,6 @@ export function constraintKinds(p: StructuredOutputsParams): StructuredOutputKin
   if (p.choice !== undefined) kinds.push('choice');
   if (p.grammar !== undefined) kinds.push('grammar');
   if (p.jsonObject === true) kinds.push('json_object');
+  if (p.structuralTag !== undefined) kinds.push('structural_tag');
   return kinds;
 }

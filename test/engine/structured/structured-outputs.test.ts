@@ -63,6 +63,33 @@ test('byte-level BPE (kjv-llama): vocabulary typed from the decoder, multi-byte 
   grammar.dispose();
 });
 
+test('structural tags: the format object and the legacy structures with triggers', async () => {
+  const tokenizer = new ByteTokenizer();
+  const backend = new StructuredOutputBackend(() => tokenizer, tokenizer.vocabSize);
+  const bytes = (text: string) => [...new TextEncoder().encode(text)];
+  const sequence = {
+    type: 'structural_tag',
+    format: {
+      type: 'sequence',
+      elements: [
+        { type: 'const_string', value: 'n=' },
+        { type: 'regex', pattern: '[0-9]' },
+      ],
+    },
+  };
+  const fixed = await backend.matcher({ structuralTag: JSON.stringify(sequence) }, []);
+  assert.deepEqual(allowed(await fixed.nextMask(), tokenizer.vocabSize), bytes('n'));
+  fixed.dispose();
+  const legacy = {
+    structures: [{ begin: '<n>', schema: { type: 'integer' }, end: '</n>' }],
+    triggers: ['<n>'],
+  };
+  const triggered = await backend.matcher({ structuralTag: JSON.stringify(legacy) }, bytes('free text <n>'));
+  const next = allowed(await triggered.nextMask(), tokenizer.vocabSize);
+  assert.ok(next.length > 0 && next.every((id) => bytes('-0123456789').includes(id)), String(next));
+  triggered.dispose();
+});
+
 test('an invalid constraint is a 400 that names it', async () => {
   const tokenizer = new ByteTokenizer();
   const backend = new StructuredOutputBackend(() => tokenizer, tokenizer.vocabSize);

@@ -109,7 +109,19 @@ describe('structured outputs', () => {
       /^[0-9]{3}-[a-z]{2}$/,
     );
     const choices = ['light', 'darkness', 'waters'];
-    assert.ok(choices.includes((await complete({ structured_outputs: { choice: choices } })).text ?? ''));
+    assert.ok(
+      choices.includes(
+        (
+          await complete({
+            structured_outputs: {
+              choice: choices,
+              disable_additional_properties: true,
+              disable_fallback: true,
+            },
+          })
+        ).text ?? '',
+      ),
+    );
     const grammar = 'root ::= "(" word (" " word)? ")"\nword ::= [a-z]{1,6}';
     assert.match(
       (await complete({ structured_outputs: { grammar } })).text ?? '',

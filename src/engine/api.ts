@@ -13,6 +13,7 @@ import type { ConnectorAdvertisement, KVEventsInfo } from '../wire/index.ts';
 import type { IterationStats } from './iteration-stats.ts';
 import type { LoRARequest } from './lora/lora-request.ts';
 import type { PauseMode, SleepLevel, SleepTag } from './sleep-mode.ts';
+import type { StructuredOutputsParams } from './structured/params.ts';
 
 export type { KVEventsInfo } from '../wire/index.ts';
 export type {
@@ -57,6 +58,8 @@ export interface SamplingParams {
   badWordsTokenIds?: number[][];
   /** The model's EOS id, set by the engine (vLLM's SamplingParams.eos_token_id), for min_tokens. */
   eosTokenId?: number | null;
+  /** The constraint the output follows (vLLM's structured_outputs), applied with XGrammar. */
+  structuredOutputs?: StructuredOutputsParams | null;
 }
 
 /** One position's logprobs (vLLM's `dict[int, Logprob]` of that position, in its order). */
@@ -135,7 +138,7 @@ export interface RequestOutputDelta {
   error?: { code: string; message: string; hint?: string };
 }
 
-export type { ChatRenderOptions, TokenizerLike };
+export type { ChatRenderOptions, StructuredOutputsParams, TokenizerLike };
 
 export interface EngineStats {
   numRequestsRunning: number;
@@ -212,6 +215,11 @@ export interface AsyncEngineLike {
   notifyKvTransferRequestRejected?(requestId: string, params: KVTransferParams): void;
   /** POST /admin/config: the step-time model from the next step on (config.emulation is not changed). */
   setEmulation?(emulation: EmulationConfig | null): void;
+  /**
+   * Compiles a structured-output constraint (cached for the request that follows); throws a
+   * 400 KVError naming what is wrong. Absent when the engine cannot serve structured outputs.
+   */
+  validateStructuredOutputs?(params: StructuredOutputsParams): Promise<void>;
   /** POST /admin/config: the injected KV-load faults from the next load on. */
   setKvLoadFaults?(faults: KvLoadFaultConfig): void;
 }

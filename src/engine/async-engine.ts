@@ -25,6 +25,7 @@ import type {
   KVConnectorDescription,
   KVEventsInfo,
   RequestOutputDelta,
+  StructuredOutputsParams,
   TokenizerLike,
 } from './api.ts';
 import { Engine } from './engine.ts';
@@ -168,6 +169,10 @@ export class AsyncEngine implements AsyncEngineLike {
       if (this.#loop) this.#wakeLoop?.();
       else this.#applyResets();
     });
+  }
+
+  validateStructuredOutputs(params: StructuredOutputsParams): Promise<void> {
+    return this.engine.validateStructuredOutputs(params);
   }
 
   abort(requestId: string): void {

@@ -43,6 +43,8 @@ import { ThreadExecutor } from './runner/thread-executor.ts';
 import { KVOutputAggregator } from './scheduler/kv-output-aggregator.ts';
 import { type PrefixCacheReset, Scheduler } from './scheduler/scheduler.ts';
 import type { EngineCoreOutput, SchedulerStats } from './scheduler/types.ts';
+import { StructuredOutputBackend } from './structured/backend.ts';
+import type { StructuredOutputsParams } from './structured/params.ts';
 import {
   createEngineClock,
   createStepTimeModel,
@@ -84,6 +86,7 @@ export class Engine {
   readonly #iterationListeners = new Set<(stats: IterationStats) => void>();
   #connectorStats: Record<string, unknown> | null = null;
   #closed = false;
+  readonly #structured: StructuredOutputBackend | null;
 
   private constructor(parts: {
     config: EngineConfig;
@@ -96,7 +99,9 @@ export class Engine {
     kvEvents: KVEventSink;
     connectorMetricSpecs: readonly ConnectorMetricSpec[];
     clock: EngineClock;
+    structured: StructuredOutputBackend | null;
   }) {
+    this.#structured = parts.structured;
     this.config = parts.config;
     this.kvCacheConfig = parts.kvCacheConfig;
     this.hma = parts.hma;
@@ -160,6 +165,8 @@ export class Engine {
     // vLLM's KVOutputAggregator: a request is finished only when every rank reported it.
     const aggregator = connector ? new KVOutputAggregator(connector.getFinishedCount() ?? tpSize) : null;
     let executor: ModelExecutor;
+    // Compiles constraints before admission (400s); null when tokens come without a model.
+    let structured: StructuredOutputBackend | null = null;
     try {
       const lookup = (id: string): Request | undefined => scheduler.getRequest(id);
       const nextToken = syntheticTokenSource(config, tokenizer, lookup);
@@ -170,10 +177,15 @@ export class Engine {
         const rank = await setUpRank(config, kvCacheConfig, 0, 1, undefined, synthetic);
         executor = new LocalExecutor(rank.runner, rank.handshake, aggregator);
       } else if (tpSize === 1) {
-        const rank = await setUpRank(config, kvCacheConfig, 0, 1);
+        const rank = await setUpRank(config, kvCacheConfig, 0, 1, undefined, undefined, tokenizer);
         executor = new LocalExecutor(rank.runner, rank.handshake, aggregator);
+        structured = rank.runner.structured;
       } else {
         executor = await ThreadExecutor.start(config, kvCacheConfig, aggregator);
+        structured = new StructuredOutputBackend(
+          () => tokenizer,
+          Math.max(tokenizer.vocabSize, model.hfConfig.vocab_size),
+        );
       }
     } catch (e) {
       await connector?.shutdown();
@@ -214,6 +226,7 @@ export class Engine {
       clock,
       executor,
       blockHashSize: kvCacheManager.hashBlockSize,
+      structured,
       connectorMetricSpecs,
     });
   }
@@ -385,6 +398,20 @@ export class Engine {
     const stats = this.#connectorStats;
     this.#connectorStats = null;
     return stats;
+  }
+
+  /** Compiles a request's constraint before admission; a 400 KVError when it cannot be served. */
+  async validateStructuredOutputs(params: StructuredOutputsParams): Promise<void> {
+    if (!this.#structured)
+      throw new KVError(
+        'SERVER_INVALID_REQUEST',
+        "Structured outputs need the model's logits; this engine generates tokens without a model (--mode random/echo or simulation).",
+        {
+          field: 'structured_outputs',
+          hint: 'Serve a model with weights, or leave the structured-output fields out.',
+        },
+      );
+    await this.#structured.compile(params);
   }
 
   async shutdown(): Promise<void> {

@@ -12,7 +12,7 @@ import type { AdmissionGate } from './admission.ts';
 import { beamSearchChoices } from './beam-search.ts';
 import type { ChatTemplatePolicy } from './chat-options.ts';
 import { engineForRequest } from './data-parallel-rank.ts';
-import { asBody, type Body } from './fields.ts';
+import { asBody, type Body, badRequest } from './fields.ts';
 import { buildEngineRequests, runChoices } from './generation.ts';
 import { needsRejectionNotice } from './kv-transfer-params.ts';
 import { checkServedModel } from './model-card.ts';
@@ -39,6 +39,7 @@ import { externalRequestId, internalRequestId } from './request-id.ts';
 import { fullResponsesObject, parseResponsesRequest, streamResponses } from './responses-api.ts';
 import type { ServedModels } from './served-models.ts';
 import { SseWriter } from './sse.ts';
+import { structuredOutputsField } from './structured-fields.ts';
 
 export interface GenerateHandlerContext {
   engine: AsyncEngineLike;
@@ -92,6 +93,7 @@ export async function handleGenerate(
     engine = engineForRequest(req, ctx.engine, ctx.dataParallelEngines ?? []);
     plan = kind === 'responses' ? parseResponses(ctx, body, externalId) : parse(ctx, kind, body);
     lora = ctx.models?.resolve(plan.model) ?? null;
+    await validateStructuredOutputs(engine, plan, body);
     ctx.gate.acquire(plan.prompts.length * plan.n);
   } catch (e) {
     if (body && needsRejectionNotice(body['kv_transfer_params'])) {
@@ -157,6 +159,33 @@ function parseContext(ctx: GenerateHandlerContext): ParseContext {
     enablePromptTokensDetails: ctx.enablePromptTokensDetails ?? false,
     ...(ctx.chatTemplatePolicy ? { chatTemplatePolicy: ctx.chatTemplatePolicy } : {}),
   };
+}
+
+/** Compiles the request's constraint before admission: an invalid one is a 400 naming its field. */
+async function validateStructuredOutputs(
+  engine: AsyncEngineLike,
+  plan: GenerationPlan,
+  body: Body,
+): Promise<void> {
+  const params = plan.sampling[0]?.structuredOutputs;
+  if (!params) return;
+  if (!engine.validateStructuredOutputs)
+    throw badRequest(
+      'Structured outputs are not supported by this engine.',
+      structuredOutputsField(body),
+      'Leave the structured-output fields out.',
+    );
+  try {
+    await engine.validateStructuredOutputs(params);
+  } catch (e) {
+    if (e instanceof KVError && e.field === 'structured_outputs')
+      throw new KVError(e.code, e.message, {
+        field: structuredOutputsField(body),
+        ...(e.hint ? { hint: e.hint } : {}),
+        cause: e,
+      });
+    throw e;
+  }
 }
 
 function parseResponses(ctx: GenerateHandlerContext, body: Body, externalId: string): GenerationPlan {

@@ -20,6 +20,7 @@ import {
 import { parseKvTransferParams } from './kv-transfer-params.ts';
 import { refuseUnsupported } from './refused-fields.ts';
 import { readSamplingExtras } from './sampling-fields.ts';
+import { readStructuredOutputs } from './structured-fields.ts';
 
 export const MAX_LOGPROBS = 20;
 export const MAX_N = 128;
@@ -317,6 +318,14 @@ function buildPlan(
   const cacheSalt = optString(body, 'cache_salt');
   const kvTransferParams = parseKvTransferParams(body['kv_transfer_params']);
   const returnTokensAsTokenIds = optBool(body, 'return_tokens_as_token_ids') ?? false;
+  const structuredOutputs = readStructuredOutputs(body);
+  const beamSearch = readBeamSearch(body, n, promptOptions.promptLogprobs);
+  if (beamSearch && structuredOutputs)
+    throw badRequest(
+      'Beam search does not apply structured outputs on this server.',
+      'use_beam_search',
+      'Send the constrained request without use_beam_search.',
+    );
   const sampling = prompts.map((prompt): SamplingParams => {
     const maxTokens = checkLength(prompt.length, requestedMaxTokens, ctx.maxModelLen);
     return {
@@ -331,6 +340,7 @@ function buildPlan(
       logprobs,
       promptLogprobs: promptOptions.promptLogprobs,
       ...extras,
+      ...(structuredOutputs ? { structuredOutputs } : {}),
     };
   });
   return {
@@ -353,7 +363,7 @@ function buildPlan(
     chatEchoText: promptOptions.chatEchoText,
     responseRole: promptOptions.responseRole ?? DEFAULT_RESPONSE_ROLE,
     returnTokensAsTokenIds,
-    beamSearch: readBeamSearch(body, n, promptOptions.promptLogprobs),
+    beamSearch,
   };
 }
 

@@ -2,25 +2,11 @@
  * Request fields vLLM answers with a 400, and fields kvconnect cannot serve: each is a 400
  * naming the field, never silently ignored.
  *
- * Structured outputs (response_format json_object / json_schema / structural_tag,
- * structured_outputs, the guided_* fields) are refused: vLLM applies them with XGrammar, and
- * `@mlc-ai/web-xgrammar` (the npm build of XGrammar) does not load under Node 20 as published
- * (its ES module entry is an Emscripten bundle that calls `require`, which ES modules lack;
- * with `require` provided it loads but exports nothing).
+ * Structured outputs are read in ./structured-fields.ts (what cannot be served there is a 400
+ * naming its field).
  */
 import type { Body } from './fields.ts';
 import { badRequest } from './fields.ts';
-
-const STRUCTURED_OUTPUT_FIELDS = [
-  'structured_outputs',
-  'guided_json',
-  'guided_regex',
-  'guided_choice',
-  'guided_grammar',
-  'guided_whitespace_pattern',
-  'guided_decoding_backend',
-  'structural_tag',
-] as const;
 
 function present(v: unknown): boolean {
   return v !== undefined && v !== null;
@@ -39,24 +25,12 @@ export function refuseUnsupported(body: Body, kind: 'completion' | 'chat'): void
       'stream_options',
       'Send "stream": true, or leave stream_options out.',
     );
-  const format = body['response_format'];
-  if (present(format)) {
-    const type = (format as Body)?.['type'];
-    if (type !== 'text')
-      throw badRequest(
-        `response_format ${JSON.stringify(type)} is not supported by this server: it has no structured-output backend.`,
-        'response_format',
-        'Leave response_format out (or use {"type": "text"}); XGrammar does not run under Node here.',
-      );
-  }
-  for (const field of STRUCTURED_OUTPUT_FIELDS) {
-    if (present(body[field]))
-      throw badRequest(
-        `${field} is not supported by this server: it has no structured-output backend.`,
-        field,
-        `Leave ${field} out; XGrammar does not run under Node here.`,
-      );
-  }
+  if (present(body['structural_tag']))
+    throw badRequest(
+      'structural_tag is not a request field.',
+      'structural_tag',
+      'Send it as structured_outputs.structural_tag (JSON text) or as response_format {"type": "structural_tag", ...}.',
+    );
   if (kind === 'chat') refuseToolCalls(body);
 }
 
@@ -73,7 +47,7 @@ function refuseToolCalls(body: Body): void {
       'kvconnect has no tool-call parser: send tool_choice "none" or leave tools out.',
     );
   throw badRequest(
-    `tool_choice ${JSON.stringify(choice)} is not supported by this server: it has no structured-output backend.`,
+    `tool_choice ${JSON.stringify(choice)} is not supported by this server: it has no tool-call parser.`,
     'tool_choice',
     'Send tool_choice "none" or leave tools out.',
   );

@@ -95,11 +95,17 @@ function refuse(body: Body): void {
       'Leave priority out (or 0).',
     );
   const format = (optObject(body, 'text')?.['format'] as Body | undefined)?.['type'];
-  if (format !== undefined && format !== 'text')
+  if (format !== undefined && format !== 'text' && format !== 'json_schema')
     throw badRequest(
-      `text.format ${JSON.stringify(format)} is not supported by this server: it has no structured-output backend.`,
+      `text.format ${JSON.stringify(format)} is not supported by this server.`,
       'text',
-      'Leave text.format out (or {"type": "text"}).',
+      'Send text.format "text" or "json_schema" (or leave it out).',
+    );
+  if (format !== undefined && body['structured_outputs'] !== undefined && body['structured_outputs'] !== null)
+    throw badRequest(
+      'Cannot specify both structured_outputs and text.format',
+      'structured_outputs',
+      'Keep one: text.format json_schema, or structured_outputs.',
     );
   const salt = body['cache_salt'];
   if (salt !== undefined && salt !== null && (typeof salt !== 'string' || salt === ''))
@@ -116,6 +122,14 @@ function readIncludes(body: Body): string[] {
   if (!Array.isArray(include) || !include.every((v) => typeof v === 'string' && KNOWN_INCLUDES.has(v)))
     throw invalid('include', `a list of ${[...KNOWN_INCLUDES].join(', ')}`, include);
   return include as string[];
+}
+
+/** vLLM: structured_outputs as in chat, or text.format json_schema as its `json` constraint. */
+function textFormat(body: Body): Body {
+  const format = optObject(body, 'text')?.['format'] as Body | undefined;
+  if (format?.['type'] === 'json_schema' && format['schema'] !== undefined && format['schema'] !== null)
+    return { structured_outputs: { json: format['schema'] } };
+  return { structured_outputs: body['structured_outputs'] };
 }
 
 /** A Responses request as a GenerationPlan of kind `responses`. */
@@ -146,6 +160,7 @@ export function parseResponsesRequest(body: Body, ctx: ParseContext, externalId:
     tools: body['tools'],
     tool_choice: body['tool_choice'],
     ...(logprobs ? { logprobs: true, top_logprobs: body['top_logprobs'] ?? 0 } : {}),
+    ...textFormat(body),
   };
   const plan = parseChatRequest(chatBody, ctx);
   // vLLM: max_output_tokens caps what the context leaves (never an error).

@@ -15,7 +15,7 @@ import {
   JinjaChatTemplate,
   simpleChatTemplate,
 } from './chat-template.ts';
-import type { EncodeOptions, TokenizerLike } from './types.ts';
+import type { EncodeOptions, GrammarVocabulary, TokenizerLike } from './types.ts';
 
 const encoder = new TextEncoder();
 
@@ -47,6 +47,16 @@ export class ByteTokenizer implements TokenizerLike {
     return (options.addSpecialTokens ?? true) && this.bosTokenId !== null
       ? [this.bosTokenId, ...bytes]
       : bytes;
+  }
+
+  /** Ids 0–255 are the bytes (XGrammar's `<0xNN>` byte tokens); every other id is special. */
+  grammarVocabulary(): GrammarVocabulary {
+    const tokens = Array.from({ length: this.vocabSize }, (_, id) =>
+      id < 256 && id !== this.bosTokenId && id !== this.eosTokenId
+        ? `<0x${id.toString(16).toUpperCase().padStart(2, '0')}>`
+        : '',
+    );
+    return { tokens, kind: 'byte_fallback', prependSpace: false };
   }
 
   /** Invalid UTF-8 (e.g. a sequence cut inside a character) decodes to U+FFFD. */

@@ -17,7 +17,7 @@ import {
   pickChatTemplate,
   simpleChatTemplate,
 } from './chat-template.ts';
-import type { EncodeOptions, TokenizerLike } from './types.ts';
+import type { EncodeOptions, GrammarVocabulary, TokenizerLike } from './types.ts';
 
 export interface HFTokenizerOptions {
   /** Parsed tokenizer_config.json ({} when absent). */
@@ -31,6 +31,14 @@ export interface HFTokenizerOptions {
   origin?: string;
   /** The model as the user named it (transformers' name_or_path). */
   nameOrPath?: string;
+}
+
+/** A decoder and, for a `Sequence`, its steps, as plain objects. */
+function decoderSteps(decoder: unknown): Record<string, unknown>[] {
+  if (decoder === null || typeof decoder !== 'object') return [];
+  const d = decoder as Record<string, unknown>;
+  if (d['type'] === 'Sequence' && Array.isArray(d['decoders'])) return d['decoders'].flatMap(decoderSteps);
+  return [d];
 }
 
 function tokenContent(value: unknown): string | null {
@@ -70,10 +78,12 @@ export class HFTokenizer implements TokenizerLike {
   readonly #config: Record<string, unknown>;
   readonly #templateSource: string | null;
   readonly #nameOrPath: string | null;
+  readonly #decoder: unknown;
 
   constructor(tokenizerJson: object, options: HFTokenizerOptions = {}) {
     const config = options.tokenizerConfig ?? {};
     this.#tokenizer = new Tokenizer(tokenizerJson, config);
+    this.#decoder = (tokenizerJson as { decoder?: unknown }).decoder ?? null;
     const idOf = (key: string): number | null => {
       const content = tokenContent(config[key]);
       return content === null ? null : (this.#tokenizer.token_to_id(content) ?? null);
@@ -109,6 +119,37 @@ export class HFTokenizer implements TokenizerLike {
     this.#nameOrPath = options.nameOrPath ?? null;
     this.#chat =
       source === null ? null : new JinjaChatTemplate(source, specials, options.origin ?? 'the tokenizer');
+  }
+
+  /**
+   * The vocabulary for XGrammar, typed as its `TokenizerInfo.from_huggingface` does: a
+   * `ByteFallback` decoder step means byte-fallback tokens, a `ByteLevel` one GPT-2's byte
+   * alphabet, anything else raw text; a `Strip` of one leading character after `▁` → space
+   * replacement means the tokenizer prepends a space. Added special tokens are empty.
+   */
+  grammarVocabulary(): GrammarVocabulary {
+    const tokens: string[] = new Array(this.vocabSize).fill('');
+    for (const [token, id] of this.#tokenizer.get_vocab(true)) tokens[id] = token;
+    for (const added of this.#specialTokenIds()) tokens[added] = '';
+    const steps = decoderSteps(this.#decoder);
+    const types = steps.map((d) => d['type']);
+    const kind = types.includes('ByteFallback')
+      ? 'byte_fallback'
+      : types.includes('ByteLevel')
+        ? 'byte_level'
+        : 'raw';
+    const prependSpace = steps.some(
+      (d) =>
+        (d['type'] === 'Strip' && d['start'] === 1) ||
+        (d['type'] === 'Metaspace' && d['prepend_scheme'] !== 'never' && d['add_prefix_space'] !== false),
+    );
+    return { tokens, kind, prependSpace };
+  }
+
+  #specialTokenIds(): number[] {
+    const ids: number[] = [];
+    for (const [id, token] of this.#tokenizer.get_added_tokens_decoder()) if (token.special) ids.push(id);
+    return ids;
   }
 
   /**

@@ -6,6 +6,19 @@ export interface EncodeOptions {
   addSpecialTokens?: boolean;
 }
 
+/**
+ * A vocabulary in XGrammar's terms: every id's token as stored in the tokenizer, and how those
+ * strings map to bytes (`byte_level`: GPT-2's byte-to-unicode alphabet; `byte_fallback`:
+ * `<0xNN>` byte tokens and `▁` for spaces; `raw`: the text itself). Special tokens are empty
+ * strings, which XGrammar never lets a grammar produce.
+ */
+export interface GrammarVocabulary {
+  tokens: string[];
+  kind: 'raw' | 'byte_fallback' | 'byte_level';
+  /** The tokenizer prepends a space to the text (SentencePiece's add_dummy_prefix). */
+  prependSpace: boolean;
+}
+
 export interface TokenizerLike {
   encode(text: string, options?: EncodeOptions): number[];
   decode(ids: readonly number[]): string;
@@ -25,6 +38,8 @@ export interface TokenizerLike {
     messages: ReadonlyArray<{ role: string; content: string }>,
     options?: ChatRenderOptions,
   ): number[];
+  /** The vocabulary as XGrammar's TokenizerInfo reads it (grammar-constrained decoding). */
+  grammarVocabulary?(): GrammarVocabulary;
   /** vLLM's /tokenizer_info: the tokenizer's configuration and class. */
   describe?(): Record<string, unknown>;
 }

@@ -199,11 +199,21 @@ test("vLLM's 400s: suffix, stream_options without stream, seed outside int64, au
   await refused('/v1/chat/completions', { messages, tools, tool_choice: 'auto' }, 'tool_choice');
   await refused(
     '/v1/chat/completions',
-    { messages, response_format: { type: 'json_object' } },
-    'response_format',
+    { messages, response_format: { type: 'json_schema', json_schema: { name: 'x' } } },
+    'response_format.json_schema.schema',
   );
-  await refused('/v1/completions', { prompt: 'x', guided_json: { type: 'object' } }, 'guided_json');
-  await refused('/v1/completions', { prompt: 'x', structured_outputs: { json: {} } }, 'structured_outputs');
+  await refused(
+    '/v1/completions',
+    { prompt: 'x', structured_outputs: {} },
+    'structured_outputs',
+    /You must use one kind of structured outputs constraint but none are specified/,
+  );
+  await refused(
+    '/v1/completions',
+    { prompt: 'x', structured_outputs: { regex: 'a', choice: ['a'] } },
+    'structured_outputs',
+    /You can only use one kind of constraints for structured outputs/,
+  );
   await refused('/v1/completions', { prompt: 'x', use_beam_search: true, n: 11 }, 'n');
   await refused('/v1/chat/completions', { messages, continue_final_message: true }, 'continue_final_message');
   const none = await postJson(`${served.url}/v1/chat/completions`, {

@@ -131,7 +131,7 @@ describe('POST /v1/responses', () => {
       [{ input, previous_response_id: 'resp_1' }, 'previous_response_id'],
       [{ input, background: true }, 'background'],
       [{ input: [{ type: 'function_call', call_id: 'c', name: 'f', arguments: '{}' }] }, 'input[0].type'],
-      [{ input, text: { format: { type: 'json_schema', name: 'x', schema: {} } } }, 'text'],
+      [{ input, text: { format: { type: 'json_object' } } }, 'text'],
       [{ input, include: ['everything'] }, 'include'],
       [{ input, priority: 3 }, 'priority'],
       [{ input, cache_salt: '' }, 'cache_salt'],

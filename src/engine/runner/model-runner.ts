@@ -22,6 +22,8 @@ import type { ModelRunnerOutput, RunnerInput } from '../runner-io.ts';
 import { needsLogitsProcessing, processLogits } from '../sampler/logits-processors.ts';
 import type { SampledToken } from '../sampler/sampler.ts';
 import { positionLogprobs } from '../sampler/sampler.ts';
+import type { StructuredOutputBackend } from '../structured/backend.ts';
+import type { RequestGrammar } from '../structured/matcher.ts';
 import { WorkerConnectorSteps } from './connector-steps.ts';
 import { type RunnerRequestState, RunnerRequestStates, runnerError } from './request-states.ts';
 
@@ -47,6 +49,8 @@ export interface ModelRunnerParts {
   allReduce?: (x: Float32Array) => void | Promise<void>;
   /** Emulation without weights: the token each completed sequence gets instead of sampling. */
   nextToken?: (reqId: string) => number;
+  /** Applies requests' structured-output constraints (absent: a constrained request is an error). */
+  structured?: StructuredOutputBackend;
 }
 
 export class ModelRunner {
@@ -59,6 +63,9 @@ export class ModelRunner {
   readonly #allReduce: ((x: Float32Array) => void | Promise<void>) | undefined;
   readonly #nextToken: ((reqId: string) => number) | undefined;
   readonly #states = new RunnerRequestStates();
+  readonly structured: StructuredOutputBackend | null;
+  /** Grammar state of the running requests with a structured-output constraint. */
+  readonly #grammars = new Map<string, RequestGrammar>();
   readonly #generators = new Map<string, SeededRandom>();
   readonly #sharedGenerator: SeededRandom;
   /** Block size of each KV cache group (which blocks a step fills). */
@@ -73,6 +80,7 @@ export class ModelRunner {
     this.#vocabSize = parts.vocabSize;
     this.#allReduce = parts.allReduce;
     this.#nextToken = parts.nextToken;
+    this.structured = parts.structured ?? null;
     this.#connectorSteps = parts.connector ? new WorkerConnectorSteps(parts.connector) : null;
     this.#sharedGenerator = new SeededRandom(parts.seed);
   }
@@ -86,7 +94,11 @@ export class ModelRunner {
     const out = input.schedulerOutput;
     const steps = this.#connectorSteps;
     if (steps) await steps.handlePreemptions(out);
-    for (const id of out.finishedReqIds) this.#generators.delete(id);
+    for (const id of out.finishedReqIds) {
+      this.#generators.delete(id);
+      this.#grammars.get(id)?.dispose();
+      this.#grammars.delete(id);
+    }
     const scheduled = this.#states.update(out, input.newRequestSampling, input.newRequestLora);
     const hasForward = out.totalNumScheduledTokens > 0;
     const result: ModelRunnerOutput = {
@@ -143,19 +155,27 @@ export class ModelRunner {
         continue;
       }
       const rowLogits = logits.subarray((row - 1) * this.#vocabSize, row * this.#vocabSize);
-      const processed =
+      const outputTokenIds = state.tokenIds.slice(
+        state.numPromptTokens,
+        state.numComputedTokens + state.numScheduledTokens,
+      );
+      let processed =
         !this.#nextToken && needsLogitsProcessing(state.sampling)
           ? processLogits(rowLogits, state.sampling, {
               promptTokenIds: state.tokenIds.slice(0, state.numPromptTokens),
-              outputTokenIds: state.tokenIds.slice(
-                state.numPromptTokens,
-                state.numComputedTokens + state.numScheduledTokens,
-              ),
+              outputTokenIds,
             })
           : null;
+      const grammar = this.#nextToken ? null : await this.#grammarFor(state, outputTokenIds);
+      if (grammar && !grammar.terminated) {
+        const mask = await grammar.nextMask();
+        processed ??= Float32Array.from(rowLogits);
+        grammar.maskLogits(processed, mask);
+      }
       const token = this.#nextToken
         ? { tokenId: this.#nextToken(state.reqId), logprob: 0, topLogprobs: null }
         : this.#sampler.sample(rowLogits, state.sampling, this.#generatorFor(state), processed);
+      grammar?.accept(token.tokenId);
       RunnerRequestStates.appendSampled(state, token.tokenId);
       const wantsLogprobs = state.sampling.logprobs !== null;
       result.sampledTokenIds.push([token.tokenId]);
@@ -179,6 +199,25 @@ export class ModelRunner {
         state.sampling.promptLogprobs ?? 0,
       );
     }
+  }
+
+  /** The request's grammar state, created on its first sampled token (past any output it has). */
+  async #grammarFor(
+    state: RunnerRequestState,
+    outputTokenIds: readonly number[],
+  ): Promise<RequestGrammar | null> {
+    const params = state.sampling.structuredOutputs;
+    if (!params) return null;
+    let grammar = this.#grammars.get(state.reqId);
+    if (!grammar) {
+      if (!this.structured)
+        throw runnerError(
+          `Request ${state.reqId} has a structured-output constraint but this runner has no grammar backend`,
+        );
+      grammar = await this.structured.matcher(params, outputTokenIds);
+      this.#grammars.set(state.reqId, grammar);
+    }
+    return grammar;
   }
 
   #generatorFor(state: RunnerRequestState): SeededRandom {

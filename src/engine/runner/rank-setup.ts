@@ -8,8 +8,11 @@ import { KVConnectorFactory } from '../../connector/factory.ts';
 import type { KVConnectorHandshakeMetadata } from '../../connector/types.ts';
 import type { KVCacheConfig } from '../../kv/interfaces.ts';
 import { createPagedKVMemory } from '../../kv/paged-memory.ts';
+import { loadTokenizer } from '../../tokenizer/load.ts';
+import type { TokenizerLike } from '../../tokenizer/types.ts';
 import type { ForwardModel } from '../model/forward-batch.ts';
 import { loadModel } from '../model/load.ts';
+import { StructuredOutputBackend } from '../structured/backend.ts';
 import { ModelRunner } from './model-runner.ts';
 import { createTokenSampler } from './token-sampler.ts';
 
@@ -31,6 +34,7 @@ export async function setUpRank(
   tpSize: number,
   allReduce?: (x: Float32Array) => void | Promise<void>,
   synthetic?: SyntheticRank,
+  tokenizer?: TokenizerLike,
 ): Promise<RankSetup> {
   const model = synthetic?.model ?? loadModel(engineConfig.model.model, { tpRank, tpSize });
   if (engineConfig.lora && 'loras' in model) {
@@ -50,7 +54,14 @@ export async function setUpRank(
     vocabSize: model.vocabSize,
     seed: engineConfig.model.seed,
     ...(allReduce ? { allReduce } : {}),
-    ...(synthetic ? { nextToken: synthetic.nextToken } : {}),
+    ...(synthetic
+      ? { nextToken: synthetic.nextToken }
+      : {
+          structured: new StructuredOutputBackend(
+            () => tokenizer ?? loadTokenizer(engineConfig.model.model),
+            model.vocabSize,
+          ),
+        }),
   });
   return { runner, handshake: connector?.getHandshakeMetadata() ?? null };
 }

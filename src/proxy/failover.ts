@@ -234,6 +234,12 @@ export class RequestFailover {
         return { decode, response: this.#sendDecode(decode, source), source };
       }
       const prefills = this.#prefills();
+      if (prefills.length === 0) {
+        // Every prefill instance is down and another request is trying the one left.
+        if (!options.prefillFallback) throw noBackend('prefill');
+        this.#fallBack('no_prefill', 'no healthy prefill instance');
+        continue;
+      }
       const prefill = policy.select('prefill', prefills, this.#r.ctx);
       const decode = this.#pickDecode();
       const trial = !prefill.healthy && options.prefillFallback;

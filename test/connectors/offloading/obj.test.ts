@@ -14,6 +14,7 @@ import { AsyncEngine } from '../../../src/engine/async-engine.ts';
 import { KVError } from '../../../src/errors/kv-error.ts';
 import { captureLogs } from '../../../src/logging/logger.ts';
 import { freePort } from '../../helpers/free-port.ts';
+import { waitUntil } from '../../helpers/wait-until.ts';
 import { S3RVER_ACCESS_KEY, S3RVER_SECRET_KEY, type S3Server, startS3Server } from '../../helpers/s3.ts';
 import { type ConformanceContext, runConnectorConformance } from '../helpers/conformance.ts';
 import {
@@ -133,7 +134,12 @@ describe('obj tier', () => {
     try {
       assert.deepEqual((await run(a, PROMPTS[2]!, 'a')).tokens, reference);
       await a.waitIdle();
-      const all = await listKeys(c, 'shared');
+      // The tier writes in the background: wait for the prompt's four 16-token chunks.
+      let all: string[] = [];
+      await waitUntil('four chunks in the bucket', async () => {
+        all = await listKeys(c, 'shared');
+        return all.filter((k) => k.endsWith('.bin')).length >= 4;
+      });
       const keys = all.filter((k) => k.endsWith('.bin'));
       assert.equal(keys.length, 4, `four 16-token chunks of the prompt are in the bucket: ${all.join(', ')}`);
       const run0 = /^shared\/(tiny_[0-9a-f]{12})_r0\//.exec(keys[0] ?? '')?.[1];

@@ -1,10 +1,9 @@
 /**
  * Emulated deployments (docs/emulation.md): how closely a `kvconnect serve --mode random`
  * server keeps the time its step-time model says, as a streaming client sees it. The
- * baseline of each row is the configured model itself: its draws on the same batches put
- * through the same estimator as the measurement (per-request p50, p50 over a round's
- * requests, median over rounds), the median of many simulated runs. The figure is the ratio
- * of the measured value to the model's, median over rounds with min–max; the goal is ±5%.
+ * baseline of each row is the configured model itself, evaluated as a function on the same
+ * batches (with its jitter, sampled many times): the figure is the ratio of the measured p50
+ * to the model's p50, median over rounds with min–max; the goal is within ±5%.
  *
  * - the three published llm-d-inference-sim profiles, each with its constant and per-token
  *   file: batch-1 TTFT (256-token prompt) and ITL;
@@ -32,7 +31,7 @@ import { setLogLevel } from '../src/logging/logger.ts';
 import { mulberry32 } from '../src/util/mulberry32.ts';
 import { nearestRankPercentile } from '../src/util/percentile.ts';
 import { benchArgs, positiveInteger } from './_args.ts';
-import { fmt, json, loadAverage, median, summarize } from './_rounds.ts';
+import { fmt, json, loadAverage, summarize } from './_rounds.ts';
 
 const PROFILE_DIR = new URL('../test/fixtures/sim-latency-profiles/', import.meta.url).pathname;
 const PROFILES = ['8b-h100-balanced', '70b-h100-tp8-throughput', 'small-l40s-edge'];
@@ -57,34 +56,12 @@ function prompt(seed: number, len: number): number[] {
 
 const seq = scheduledSeq;
 
-/** How the bench reduces one row's samples: per request, per round, over rounds. */
-interface Estimator {
-  /** Samples per request (1 for TTFT, the token gaps for ITL), reduced by their p50. */
-  perRequest: number;
-  /** Requests per round, reduced by their p50. */
-  requests: number;
-  /** Rounds, reduced by their median. */
-  rounds: number;
-}
-
-/**
- * The model's value of a row: the model's draws on one batch shape put through the same
- * estimator as the measurement, the median over many simulated runs. The sim's jitter is
- * whole milliseconds, so a jittered distribution's p50 sits on a step between two integers
- * and a p50 of a few samples lands on either side: the model must be read the same way.
- */
-function modelValue(options: Record<string, unknown>, batch: StepBatch, est: Estimator): number {
+/** p50 of the model on one batch shape, over many draws of its jitter. */
+function modelP50(options: Record<string, unknown>, batch: StepBatch): number {
   const model = createStepTimeModel(buildEmulationConfig(options, 12345));
   if (!model) throw new Error('no step-time model');
-  const draw = (): number => model.stepMs(batch);
-  const runs = Array.from({ length: 401 }, () =>
-    median(
-      Array.from({ length: est.rounds }, () =>
-        p50(Array.from({ length: est.requests }, () => p50(Array.from({ length: est.perRequest }, draw)))),
-      ),
-    ),
-  );
-  return median(runs);
+  const draws = Array.from({ length: 2001 }, () => model.stepMs(batch)).sort((a, b) => a - b);
+  return nearestRankPercentile(draws, 50);
 }
 
 /** One streaming completion of `promptIds` with ignore_eos; throws when it fails. */
@@ -215,18 +192,14 @@ export async function main(args: string[]): Promise<void> {
     const ttftRow: Row = {
       name,
       metric: 'TTFT',
-      modelP50: modelValue(options, { seqs: [prefill], maxNumSeqs: 64 }, { perRequest: 1, requests, rounds }),
+      modelP50: modelP50(options, { seqs: [prefill], maxNumSeqs: 64 }),
       measured: [],
       ...(refs ? { reference: refs.ttft } : {}),
     };
     const itlRow: Row = {
       name,
       metric: 'ITL',
-      modelP50: modelValue(
-        options,
-        { seqs: [decode], maxNumSeqs: 64 },
-        { perRequest: tokens - 1, requests, rounds },
-      ),
+      modelP50: modelP50(options, { seqs: [decode], maxNumSeqs: 64 }),
       measured: [],
       ...(refs ? { reference: refs.itl } : {}),
     };
@@ -290,16 +263,10 @@ export async function main(args: string[]): Promise<void> {
         const row: Row = {
           name: `roofline llama-3.1-8b, batch ${batch}, context 512`,
           metric: 'ITL',
-          modelP50: modelValue(
-            options8b,
-            {
-              seqs: Array.from({ length: batch }, () =>
-                seq({ contextBefore: 512 + tokens / 2, decode: true }),
-              ),
-              maxNumSeqs: 64,
-            },
-            { perRequest: tokens - 1, requests: batch, rounds },
-          ),
+          modelP50: modelP50(options8b, {
+            seqs: Array.from({ length: batch }, () => seq({ contextBefore: 512 + tokens / 2, decode: true })),
+            maxNumSeqs: 64,
+          }),
           measured: [],
         };
         for (let r = 0; r < rounds; r++) {
@@ -318,7 +285,7 @@ export async function main(args: string[]): Promise<void> {
   const header = [
     'configuration',
     'metric',
-    'model ms',
+    'model p50 ms',
     'measured p50 ms (min–max)',
     'ratio (min–max)',
     'reference',

@@ -176,4 +176,23 @@ describe('sleep mode endpoints', () => {
       (reference.json['choices'] as Array<{ text: string }>)[0]?.text,
     );
   });
+
+  it('wait mode lets an in-flight request finish before sleeping; a later one waits for the wake-up', async () => {
+    const body = { ...greedy, max_tokens: 40 };
+    const reference = await postForJson(`${plain.url}/v1/completions`, body);
+    const running = postForJson(`${sleepy.url}/v1/completions`, body);
+    await waitRunning(sleepy.engine);
+    const sleeping = postForJson(`${sleepy.url}/sleep?level=1&mode=wait`);
+    const out = await running;
+    assert.equal(out.status, 200);
+    const choice = (out.json['choices'] as Array<{ text: string; finish_reason: string }>)[0];
+    assert.equal(choice?.finish_reason, 'length', 'not aborted');
+    assert.equal(choice?.text, (reference.json['choices'] as Array<{ text: string }>)[0]?.text);
+    assert.equal((await sleeping).status, 200);
+    assert.equal(await isSleeping(sleepy), true);
+    const later = postForJson(`${sleepy.url}/v1/completions`, greedy);
+    assert.ok(await stillPending(later, 200), 'a request sent while asleep waits');
+    assert.equal((await postForJson(`${sleepy.url}/wake_up`)).status, 200);
+    assert.equal((await later).status, 200);
+  });
 });

@@ -31,6 +31,7 @@ import { setLogLevel } from '../src/logging/logger.ts';
 import { mulberry32 } from '../src/util/mulberry32.ts';
 import { nearestRankPercentile } from '../src/util/percentile.ts';
 import { benchArgs, positiveInteger } from './_args.ts';
+import { nixlTcpTransferConfig } from './_nixl.ts';
 import { fmt, json, loadAverage, summarize } from './_rounds.ts';
 
 const PROFILE_DIR = new URL('../test/fixtures/sim-latency-profiles/', import.meta.url).pathname;
@@ -383,15 +384,6 @@ const TARGET_KV = ['--mode', 'random', '--target-model', 'llama-3.1-8b', '--kv-b
 // Slower than this machine's real transfer of the request's KV, so the link's hold shows.
 const LINK = '0.05,60ms';
 
-function nixl(role: string, engineId: string): string {
-  return JSON.stringify({
-    kv_connector: 'NixlConnector',
-    kv_role: role,
-    engine_id: engineId,
-    kv_connector_extra_config: { backends: ['TCP'], side_channel_port: 0 },
-  });
-}
-
 /** D's TTFT for prompts P prefilled, with and without an emulated link, alternating. */
 async function pdLink(
   rounds: number,
@@ -406,14 +398,14 @@ async function pdLink(
     return s;
   };
   try {
-    const p = await start(['--kv-transfer-config', nixl('kv_producer', 'bench-p')]);
+    const p = await start(['--kv-transfer-config', nixlTcpTransferConfig('kv_producer', 'bench-p')]);
     const dLink = await start([
       '--kv-transfer-config',
-      nixl('kv_consumer', 'bench-d-link'),
+      nixlTcpTransferConfig('kv_consumer', 'bench-d-link'),
       '--kv-link',
       LINK,
     ]);
-    const dPlain = await start(['--kv-transfer-config', nixl('kv_consumer', 'bench-d')]);
+    const dPlain = await start(['--kv-transfer-config', nixlTcpTransferConfig('kv_consumer', 'bench-d')]);
     const dispatcher = new Agent({ connections: 2 });
     let n = 0;
     const once = async (d: ServeProcess): Promise<number> => {

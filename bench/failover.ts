@@ -25,19 +25,10 @@ import { ProcessGroup, startServe } from '../src/demo/processes.ts';
 import { setLogLevel } from '../src/logging/logger.ts';
 import { type RunningProxy, resolveProxyOptions, startProxy } from '../src/proxy/index.ts';
 import { benchArgs, positiveInteger } from './_args.ts';
+import { nixlTcpTransferConfig } from './_nixl.ts';
 import { fmt, json, loadAverage, median, summarize } from './_rounds.ts';
 
 const ENGINE = ['--model', 'tiny', '--num-gpu-blocks', '512', '--max-model-len', '512', '--port', '0'];
-
-function transfer(role: 'kv_producer' | 'kv_consumer', engineId: string): string[] {
-  const config = {
-    kv_connector: 'NixlConnector',
-    kv_role: role,
-    engine_id: engineId,
-    kv_connector_extra_config: { backends: ['TCP'], side_channel_port: 0 },
-  };
-  return ['--kv-transfer-config', JSON.stringify(config)];
-}
 
 /**
  * A decode front on 127.0.0.1:0: GET requests (health, models) go to the decode server;
@@ -101,16 +92,24 @@ export async function main(args: string[]): Promise<void> {
   try {
     const env = { KVCONNECT_LOG_LEVEL: 'error' };
     const [p, d] = await Promise.all([
-      startServe('prefill', [...ENGINE, ...transfer('kv_producer', 'bench-fo-p')], {
-        timeoutMs: 60_000,
-        group,
-        env,
-      }),
-      startServe('decode', [...ENGINE, ...transfer('kv_consumer', 'bench-fo-d')], {
-        timeoutMs: 60_000,
-        group,
-        env,
-      }),
+      startServe(
+        'prefill',
+        [...ENGINE, '--kv-transfer-config', nixlTcpTransferConfig('kv_producer', 'bench-fo-p')],
+        {
+          timeoutMs: 60_000,
+          group,
+          env,
+        },
+      ),
+      startServe(
+        'decode',
+        [...ENGINE, '--kv-transfer-config', nixlTcpTransferConfig('kv_consumer', 'bench-fo-d')],
+        {
+          timeoutMs: 60_000,
+          group,
+          env,
+        },
+      ),
     ]);
     const reset = await front(d.url, null, agent);
     // The first event of a completions stream carries the first token: cut after half of them.

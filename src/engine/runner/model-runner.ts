@@ -155,18 +155,14 @@ export class ModelRunner {
         continue;
       }
       const rowLogits = logits.subarray((row - 1) * this.#vocabSize, row * this.#vocabSize);
-      const outputTokenIds = state.tokenIds.slice(
-        state.numPromptTokens,
-        state.numComputedTokens + state.numScheduledTokens,
-      );
       let processed =
         !this.#nextToken && needsLogitsProcessing(state.sampling)
           ? processLogits(rowLogits, state.sampling, {
               promptTokenIds: state.tokenIds.slice(0, state.numPromptTokens),
-              outputTokenIds,
+              outputTokenIds: outputTokenIds(state),
             })
           : null;
-      const grammar = this.#nextToken ? null : await this.#grammarFor(state, outputTokenIds);
+      const grammar = this.#nextToken ? null : await this.#grammarFor(state);
       if (grammar && !grammar.terminated) {
         const mask = await grammar.nextMask();
         processed ??= Float32Array.from(rowLogits);
@@ -202,10 +198,7 @@ export class ModelRunner {
   }
 
   /** The request's grammar state, created on its first sampled token (past any output it has). */
-  async #grammarFor(
-    state: RunnerRequestState,
-    outputTokenIds: readonly number[],
-  ): Promise<RequestGrammar | null> {
+  async #grammarFor(state: RunnerRequestState): Promise<RequestGrammar | null> {
     const params = state.sampling.structuredOutputs;
     if (!params) return null;
     let grammar = this.#grammars.get(state.reqId);
@@ -214,7 +207,7 @@ export class ModelRunner {
         throw runnerError(
           `Request ${state.reqId} has a structured-output constraint but this runner has no grammar backend`,
         );
-      grammar = await this.structured.matcher(params, outputTokenIds);
+      grammar = await this.structured.matcher(params, outputTokenIds(state));
       this.#grammars.set(state.reqId, grammar);
     }
     return grammar;
@@ -237,6 +230,14 @@ export class ModelRunner {
 }
 
 /** The forward batch of the scheduled requests: their new tokens, back to back. */
+/**
+ * The request's output tokens up to this step's end (a copy: built only for a logits
+ * processor or a new grammar, not on every decode step).
+ */
+function outputTokenIds(state: RunnerRequestState): number[] {
+  return state.tokenIds.slice(state.numPromptTokens, state.numComputedTokens + state.numScheduledTokens);
+}
+
 export function buildForwardBatch(running: readonly RunnerRequestState[]): ForwardBatch {
   const total = running.reduce((n, s) => n + s.numScheduledTokens, 0);
   const tokenIds = new Int32Array(total);

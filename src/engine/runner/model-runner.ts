@@ -154,30 +154,37 @@ export class ModelRunner {
         result.topLogprobs.push(null);
         continue;
       }
-      const rowLogits = logits.subarray((row - 1) * this.#vocabSize, row * this.#vocabSize);
-      let processed =
-        !this.#nextToken && needsLogitsProcessing(state.sampling)
-          ? processLogits(rowLogits, state.sampling, {
-              promptTokenIds: state.tokenIds.slice(0, state.numPromptTokens),
-              outputTokenIds: outputTokenIds(state),
-            })
-          : null;
-      const grammar = this.#nextToken ? null : await this.#grammarFor(state);
-      if (grammar && !grammar.terminated) {
-        const mask = await grammar.nextMask();
-        processed ??= Float32Array.from(rowLogits);
-        grammar.maskLogits(processed, mask);
-      }
       const token = this.#nextToken
         ? { tokenId: this.#nextToken(state.reqId), logprob: 0, topLogprobs: null }
-        : this.#sampler.sample(rowLogits, state.sampling, this.#generatorFor(state), processed);
-      grammar?.accept(token.tokenId);
+        : await this.#sampleRow(state, logits.subarray((row - 1) * this.#vocabSize, row * this.#vocabSize));
       RunnerRequestStates.appendSampled(state, token.tokenId);
       const wantsLogprobs = state.sampling.logprobs !== null;
       result.sampledTokenIds.push([token.tokenId]);
       result.logprobs.push(wantsLogprobs ? [token.logprob] : null);
       result.topLogprobs.push(wantsLogprobs ? [token.topLogprobs ?? []] : null);
     }
+  }
+
+  /**
+   * Samples the request's next token from its row of logits: after its logits processors
+   * and its grammar's mask, when it has them (the grammar then advances past the token).
+   */
+  async #sampleRow(state: RunnerRequestState, rowLogits: Float32Array): Promise<SampledToken> {
+    let processed = needsLogitsProcessing(state.sampling)
+      ? processLogits(rowLogits, state.sampling, {
+          promptTokenIds: state.tokenIds.slice(0, state.numPromptTokens),
+          outputTokenIds: outputTokenIds(state),
+        })
+      : null;
+    const grammar = await this.#grammarFor(state);
+    if (grammar && !grammar.terminated) {
+      const mask = await grammar.nextMask();
+      processed ??= Float32Array.from(rowLogits);
+      grammar.maskLogits(processed, mask);
+    }
+    const token = this.#sampler.sample(rowLogits, state.sampling, this.#generatorFor(state), processed);
+    grammar?.accept(token.tokenId);
+    return token;
   }
 
   /** Logprobs of the prompt tokens these rows predict (row i predicts the token after position from + i). */

@@ -276,8 +276,7 @@ export class Engine {
     const stepMs = this.#modelledStepMs(schedulerOutput);
     const runnerOutput = await this.executor.execute({
       schedulerOutput,
-      newRequestSampling: this.#samplingOfNewRequests(schedulerOutput),
-      newRequestLora: this.#loraOfNewRequests(schedulerOutput),
+      ...this.#newRequestInputs(schedulerOutput),
     });
     // Emulated deployments: the step lasts what the step-time model says it would there.
     if (stepMs > 0) await this.clock.holdStep(startedAt, stepMs);
@@ -453,22 +452,20 @@ export class Engine {
     return this.#stepTime.stepMs(batch);
   }
 
-  #samplingOfNewRequests(out: SchedulerOutput): Record<string, SamplingParams> {
-    const sampling: Record<string, SamplingParams> = {};
-    for (const req of out.scheduledNewReqs) {
-      const request = this.scheduler.getRequest(req.reqId);
-      if (request) sampling[req.reqId] = request.sampling;
+  /** The sampling params and LoRA adapters of the requests the step schedules for the first time. */
+  #newRequestInputs(out: SchedulerOutput): {
+    newRequestSampling: Record<string, SamplingParams>;
+    newRequestLora: Record<string, LoRARequest>;
+  } {
+    const newRequestSampling: Record<string, SamplingParams> = {};
+    const newRequestLora: Record<string, LoRARequest> = {};
+    for (const { reqId } of out.scheduledNewReqs) {
+      const request = this.scheduler.getRequest(reqId);
+      if (!request) continue;
+      newRequestSampling[reqId] = request.sampling;
+      if (request.loraRequest) newRequestLora[reqId] = request.loraRequest;
     }
-    return sampling;
-  }
-
-  #loraOfNewRequests(out: SchedulerOutput): Record<string, LoRARequest> {
-    const lora: Record<string, LoRARequest> = {};
-    for (const req of out.scheduledNewReqs) {
-      const adapter = this.scheduler.getRequest(req.reqId)?.loraRequest;
-      if (adapter) lora[req.reqId] = adapter;
-    }
-    return lora;
+    return { newRequestSampling, newRequestLora };
   }
 
   #assertOpen(): void {

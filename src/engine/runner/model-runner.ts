@@ -154,34 +154,37 @@ export class ModelRunner {
         result.topLogprobs.push(null);
         continue;
       }
-      const rowLogits = logits.subarray((row - 1) * this.#vocabSize, row * this.#vocabSize);
-      const outputTokenIds = state.tokenIds.slice(
-        state.numPromptTokens,
-        state.numComputedTokens + state.numScheduledTokens,
-      );
-      let processed =
-        !this.#nextToken && needsLogitsProcessing(state.sampling)
-          ? processLogits(rowLogits, state.sampling, {
-              promptTokenIds: state.tokenIds.slice(0, state.numPromptTokens),
-              outputTokenIds,
-            })
-          : null;
-      const grammar = this.#nextToken ? null : await this.#grammarFor(state, outputTokenIds);
-      if (grammar && !grammar.terminated) {
-        const mask = await grammar.nextMask();
-        processed ??= Float32Array.from(rowLogits);
-        grammar.maskLogits(processed, mask);
-      }
       const token = this.#nextToken
         ? { tokenId: this.#nextToken(state.reqId), logprob: 0, topLogprobs: null }
-        : this.#sampler.sample(rowLogits, state.sampling, this.#generatorFor(state), processed);
-      grammar?.accept(token.tokenId);
+        : await this.#sampleRow(state, logits.subarray((row - 1) * this.#vocabSize, row * this.#vocabSize));
       RunnerRequestStates.appendSampled(state, token.tokenId);
       const wantsLogprobs = state.sampling.logprobs !== null;
       result.sampledTokenIds.push([token.tokenId]);
       result.logprobs.push(wantsLogprobs ? [token.logprob] : null);
       result.topLogprobs.push(wantsLogprobs ? [token.topLogprobs ?? []] : null);
     }
+  }
+
+  /**
+   * Samples the request's next token from its row of logits: after its logits processors
+   * and its grammar's mask, when it has them (the grammar then advances past the token).
+   */
+  async #sampleRow(state: RunnerRequestState, rowLogits: Float32Array): Promise<SampledToken> {
+    let processed = needsLogitsProcessing(state.sampling)
+      ? processLogits(rowLogits, state.sampling, {
+          promptTokenIds: state.tokenIds.slice(0, state.numPromptTokens),
+          outputTokenIds: outputTokenIds(state),
+        })
+      : null;
+    const grammar = await this.#grammarFor(state);
+    if (grammar && !grammar.terminated) {
+      const mask = await grammar.nextMask();
+      processed ??= Float32Array.from(rowLogits);
+      grammar.maskLogits(processed, mask);
+    }
+    const token = this.#sampler.sample(rowLogits, state.sampling, this.#generatorFor(state), processed);
+    grammar?.accept(token.tokenId);
+    return token;
   }
 
   /** Logprobs of the prompt tokens these rows predict (row i predicts the token after position from + i). */
@@ -202,10 +205,7 @@ export class ModelRunner {
   }
 
   /** The request's grammar state, created on its first sampled token (past any output it has). */
-  async #grammarFor(
-    state: RunnerRequestState,
-    outputTokenIds: readonly number[],
-  ): Promise<RequestGrammar | null> {
+  async #grammarFor(state: RunnerRequestState): Promise<RequestGrammar | null> {
     const params = state.sampling.structuredOutputs;
     if (!params) return null;
     let grammar = this.#grammars.get(state.reqId);
@@ -214,7 +214,7 @@ export class ModelRunner {
         throw runnerError(
           `Request ${state.reqId} has a structured-output constraint but this runner has no grammar backend`,
         );
-      grammar = await this.structured.matcher(params, outputTokenIds);
+      grammar = await this.structured.matcher(params, outputTokenIds(state));
       this.#grammars.set(state.reqId, grammar);
     }
     return grammar;
@@ -237,6 +237,14 @@ export class ModelRunner {
 }
 
 /** The forward batch of the scheduled requests: their new tokens, back to back. */
+/**
+ * The request's output tokens up to this step's end (a copy: built only for a logits
+ * processor or a new grammar, not on every decode step).
+ */
+function outputTokenIds(state: RunnerRequestState): number[] {
+  return state.tokenIds.slice(state.numPromptTokens, state.numComputedTokens + state.numScheduledTokens);
+}
+
 export function buildForwardBatch(running: readonly RunnerRequestState[]): ForwardBatch {
   const total = running.reduce((n, s) => n + s.numScheduledTokens, 0);
   const tokenIds = new Int32Array(total);

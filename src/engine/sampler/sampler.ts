@@ -49,32 +49,8 @@ export class Sampler {
     rng: SeededRandom,
     processed: Float32Array | null = null,
   ): SampledToken {
-    if (processed !== null) {
-      const tokenId = this.#choose(processed, params, rng);
-      const logZ = logSumExp(logits);
-      return {
-        tokenId,
-        logprob: (logits[tokenId] as number) - logZ,
-        topLogprobs:
-          params.logprobs === null || params.logprobs <= 0
-            ? null
-            : topLogprobs(logits, logZ, params.logprobs),
-      };
-    }
-    const n = logits.length;
-    let max = Number.NEGATIVE_INFINITY;
-    let argmax = 0;
-    for (let i = 0; i < n; i++) {
-      const v = logits[i] as number;
-      if (v > max) {
-        max = v;
-        argmax = i;
-      }
-    }
-    let sumRaw = 0;
-    for (let i = 0; i < n; i++) sumRaw += Math.exp((logits[i] as number) - max);
-    const logZ = max + Math.log(sumRaw);
-    const tokenId = params.temperature <= 1e-5 ? argmax : this.#sampleRandom(logits, max, params, rng);
+    const tokenId = this.#choose(processed ?? logits, params, rng);
+    const logZ = logSumExp(logits);
     return {
       tokenId,
       logprob: (logits[tokenId] as number) - logZ,

@@ -30,15 +30,14 @@ export class Router {
 
   /** The registered path a request URL matches (trailing slash ignored), or null. */
   routeOf(url: string): string | null {
-    const path = pathOf(url);
-    const key = path.length > 1 && path.endsWith('/') ? path.slice(0, -1) : path;
+    const key = routeKey(pathOf(url));
     return this.#routes.has(key) ? key : null;
   }
 
   /** The handler for the request (GET's for HEAD), or throws the 404/405 error. */
   resolve(method: string, url: string): Handler {
     const path = pathOf(url);
-    const byMethod = this.#routes.get(path.length > 1 && path.endsWith('/') ? path.slice(0, -1) : path);
+    const byMethod = this.#routes.get(routeKey(path));
     if (!byMethod) {
       throw new KVError(this.#codes.notFound, `Not Found: ${method} ${path}`, {
         hint: `Known routes: ${this.describe()}.`,
@@ -88,4 +87,9 @@ export class Router {
 
 export function pathOf(url: string): string {
   return url.split('?', 1)[0] || '/';
+}
+
+/** The key a path's route is registered under: the path without a trailing slash ("/" stays). */
+function routeKey(path: string): string {
+  return path.length > 1 && path.endsWith('/') ? path.slice(0, -1) : path;
 }

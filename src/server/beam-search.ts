@@ -90,8 +90,16 @@ async function searchPrompt(
   options: BeamSearchOptions,
   eos: number,
 ): Promise<Beam[]> {
-  const key = (b: Beam): number =>
-    beamScore([...ctx.prompt, ...b.tokens], b.cumLogprob, eos, options.lengthPenalty);
+  // Best first, each beam scored once (not per comparison: a score copies prompt and tokens).
+  const best = (list: Beam[]): Beam[] =>
+    list
+      .map((beam) => ({
+        beam,
+        score: beamScore([...ctx.prompt, ...beam.tokens], beam.cumLogprob, eos, options.lengthPenalty),
+      }))
+      .sort((a, b) => b.score - a.score)
+      .slice(0, options.width)
+      .map((s) => s.beam);
   let beams: Beam[] = [{ tokens: [], cumLogprob: 0, entries: [], finishReason: 'length', stopReason: null }];
   const completed: Beam[] = [];
   for (let step = 0; step < sampling.maxTokens && beams.length > 0; step++) {
@@ -121,9 +129,9 @@ async function searchPrompt(
         }
       }
     }
-    beams = next.sort((a, b) => key(b) - key(a)).slice(0, options.width);
+    beams = best(next);
   }
-  return [...completed, ...beams].sort((a, b) => key(b) - key(a)).slice(0, options.width);
+  return best([...completed, ...beams]);
 }
 
 function beamDelta(

@@ -13,7 +13,7 @@ import { KVError } from '../errors/index.ts';
 import { type BodyRules, readBody, sendJson } from '../http/index.ts';
 import { getLogger } from '../logging/logger.ts';
 import { type Environment, readEnv } from '../util/envs.ts';
-import { badRequest } from './fields.ts';
+import { badRequest, boolWord } from './fields.ts';
 
 const log = getLogger('kvconnect.server.dev-routes');
 
@@ -22,16 +22,12 @@ export function devModeFromEnv(env?: Environment): boolean {
   return readEnv('VLLM_SERVER_DEV_MODE', env);
 }
 
-const TRUE = new Set(['1', 'true', 'yes', 'on', 't', 'y']);
-const FALSE = new Set(['0', 'false', 'no', 'off', 'f', 'n']);
-
 /** A boolean query parameter as FastAPI parses one; anything else is a 400 naming it. */
 export function queryBool(url: string, name: string): boolean {
   const value = new URL(url, 'http://server').searchParams.get(name);
   if (value === null) return false;
-  const v = value.toLowerCase();
-  if (TRUE.has(v)) return true;
-  if (FALSE.has(v)) return false;
+  const b = boolWord(value);
+  if (b !== undefined) return b;
   throw badRequest(
     `Invalid value for query parameter '${name}': expected a boolean, received ${JSON.stringify(value)}.`,
     name,

@@ -68,14 +68,23 @@ function laxNumber(v: unknown): unknown {
   return /^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$/.test(t) ? Number(t) : v;
 }
 
-/** pydantic's lax booleans: "true"/"false", "1"/"0", "yes"/"no", "on"/"off", "t"/"f", "y"/"n", and 0/1. */
 const LAX_TRUE = new Set(['1', 'on', 't', 'true', 'y', 'yes']);
 const LAX_FALSE = new Set(['0', 'off', 'f', 'false', 'n', 'no']);
+
+/**
+ * pydantic's boolean words in any case ("true"/"false", "1"/"0", "yes"/"no", "on"/"off",
+ * "t"/"f", "y"/"n"), else undefined.
+ */
+export function boolWord(text: string): boolean | undefined {
+  const t = text.toLowerCase();
+  return LAX_TRUE.has(t) ? true : LAX_FALSE.has(t) ? false : undefined;
+}
+
+/** pydantic's lax booleans: a boolean word (boolWord, surrounding spaces ignored), and 0/1. */
 function laxBool(v: unknown): unknown {
   if (v === 0 || v === 1) return v === 1;
   if (typeof v !== 'string') return v;
-  const t = v.trim().toLowerCase();
-  return LAX_TRUE.has(t) ? true : LAX_FALSE.has(t) ? false : v;
+  return boolWord(v.trim()) ?? v;
 }
 
 export function optNumber(body: Body, key: string, range: NumberRange = {}): number | undefined {

@@ -23,6 +23,7 @@ import {
   echoChunk,
   fullResponse,
   type ResponseContext,
+  recordDelta,
   roleChunk,
   usageChunk,
   usageOf,
@@ -221,7 +222,7 @@ async function jsonResponse(
   const choices = choicesFor(rctx.plan);
   try {
     for await (const { index, delta } of events) {
-      applyDelta(rctx, choices[index]!, delta);
+      recordDelta(rctx, choices[index]!, delta);
       if (delta.finished && delta.finishReason === 'error') throw engineFailure(delta.error);
     }
   } catch (e) {

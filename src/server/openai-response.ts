@@ -84,12 +84,17 @@ function echoOf(
   return { text: plan.returnTokenIds ? '' : (plan.promptTexts[p] ?? ''), tokenIds, entries };
 }
 
-/** Applies one delta to its choice; returns the wire fields of this increment (for streams). */
-export function applyDelta(ctx: ResponseContext, choice: ChoiceState, delta: RequestOutputDelta): ChoicePart {
-  const plan = ctx.plan;
+/**
+ * Accumulates one delta into its choice: all a full response needs. Returns the logprob
+ * dicts of the delta's tokens (empty without logprobs).
+ */
+export function recordDelta(
+  ctx: ResponseContext,
+  choice: ChoiceState,
+  delta: RequestOutputDelta,
+): LogprobEntries[] {
   if (delta.promptLogprobs) choice.promptLogprobs = delta.promptLogprobs;
   choice.cachedTokens = delta.metrics.numCachedTokens;
-  const firstPart = choice.numTokens === 0 && !choice.echoed;
   const entries = wantsLogprobs(ctx) ? sampledEntries(delta) : [];
   choice.text += delta.newText;
   choice.numTokens += delta.newTokenIds.length;
@@ -100,6 +105,14 @@ export function applyDelta(ctx: ResponseContext, choice: ChoiceState, delta: Req
     choice.stopReason = delta.stopReason ?? null;
     choice.kvTransferParams = delta.kvTransferParams;
   }
+  return entries;
+}
+
+/** Records one delta (recordDelta) and returns the wire fields of this increment, for streams. */
+export function applyDelta(ctx: ResponseContext, choice: ChoiceState, delta: RequestOutputDelta): ChoicePart {
+  const plan = ctx.plan;
+  const firstPart = choice.numTokens === 0 && !choice.echoed;
+  const entries = recordDelta(ctx, choice, delta);
   // vLLM streams the echoed prompt with the first output; with max_tokens 0, the prompt alone.
   let text = plan.echoOnly ? '' : delta.newText;
   let tokenIds = plan.echoOnly ? [] : delta.newTokenIds;

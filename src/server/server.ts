@@ -8,6 +8,7 @@ import type { AsyncEngineLike } from '../engine/api.ts';
 import { httpStatusOf, KVError } from '../errors/index.ts';
 import {
   createHttpServer,
+  type Handler,
   type HttpListener,
   listen,
   Router,
@@ -28,7 +29,7 @@ import {
   handleWakeUp,
 } from './dev-routes.ts';
 import { asBody, badRequest } from './fields.ts';
-import { type GenerateHandlerContext, handleGenerate } from './generate-handler.ts';
+import { type GenerateHandlerContext, type GenerationKind, handleGenerate } from './generate-handler.ts';
 import { HttpMetrics } from './http-metrics.ts';
 import { backendInfo } from './info.ts';
 import { cacheConfigInfo, ServerMetrics } from './metrics.ts';
@@ -164,26 +165,22 @@ export function createServer(options: ServerOptions): KVServer {
     chatTemplatePolicy,
   };
 
+  /** A generation route: the injected failure (--failure-injection-rate) first, then the request. */
+  const generate =
+    (kind: GenerationKind): Handler =>
+    (req, res) => {
+      steering.injectFailure();
+      return handleGenerate(ctx, kind, req, res);
+    };
+
   const router = new Router({
     notFound: 'SERVER_ROUTE_NOT_FOUND',
     methodNotAllowed: 'SERVER_METHOD_NOT_ALLOWED',
   })
-    .on('POST', '/v1/completions', (req, res) => {
-      steering.injectFailure();
-      return handleGenerate(ctx, 'completion', req, res);
-    })
-    .on('POST', '/v1/chat/completions', (req, res) => {
-      steering.injectFailure();
-      return handleGenerate(ctx, 'chat', req, res);
-    })
-    .on('POST', '/inference/v1/generate', (req, res) => {
-      steering.injectFailure();
-      return handleGenerate(ctx, 'tokens', req, res);
-    })
-    .on('POST', '/v1/responses', (req, res) => {
-      steering.injectFailure();
-      return handleGenerate(ctx, 'responses', req, res);
-    })
+    .on('POST', '/v1/completions', generate('completion'))
+    .on('POST', '/v1/chat/completions', generate('chat'))
+    .on('POST', '/inference/v1/generate', generate('tokens'))
+    .on('POST', '/v1/responses', generate('responses'))
     .on('GET', '/v1/models', (_req, res) =>
       sendJson(
         res,

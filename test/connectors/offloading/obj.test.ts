@@ -14,8 +14,8 @@ import { AsyncEngine } from '../../../src/engine/async-engine.ts';
 import { KVError } from '../../../src/errors/kv-error.ts';
 import { captureLogs } from '../../../src/logging/logger.ts';
 import { freePort } from '../../helpers/free-port.ts';
-import { waitUntil } from '../../helpers/wait-until.ts';
 import { S3RVER_ACCESS_KEY, S3RVER_SECRET_KEY, type S3Server, startS3Server } from '../../helpers/s3.ts';
+import { waitUntil } from '../../helpers/wait-until.ts';
 import { type ConformanceContext, runConnectorConformance } from '../helpers/conformance.ts';
 import {
   assertOneOutageWarning,

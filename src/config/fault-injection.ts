@@ -116,7 +116,3 @@ export function buildKvLoadFaults(values: Record<string, unknown>): KvLoadFaultC
   }
   return { failureRate, stallRate, stallNs };
 }
-
-export function kvLoadFaultsActive(c: KvLoadFaultConfig | null | undefined): boolean {
-  return !!c && (c.failureRate > 0 || c.stallRate > 0);
-}

@@ -189,7 +189,7 @@ export function withPodTopic(
   env?: Environment,
 ): KVEventsConfigFields | null {
   if (!config || !kvEventsPublishing(config) || config.topic !== '') return config;
-  const podIp = (env === undefined ? readEnv('POD_IP') : readEnv('POD_IP', env))?.trim();
+  const podIp = readEnv('POD_IP', env)?.trim();
   if (!podIp) return config;
   if (isIP(podIp) === 0) {
     throw configError(

@@ -95,8 +95,7 @@ export class FsTier implements KVTier {
 
   /** The file a key is stored in. */
   fileOf(key: string): string {
-    const { group, hashHex } = fileIdOf(key);
-    return `${this.blockDir}/${blockSubPath(hashHex, group)}`;
+    return `${this.blockDir}/${this.#rel(key)}`;
   }
 
   async putMany(entries: readonly TierEntry[]): Promise<string[]> {

@@ -7,7 +7,8 @@
  */
 import { readFileSync } from 'node:fs';
 import { configError } from '../../config/config-error.ts';
-import { parseExtraBoolean, parseExtraNumber } from '../../config/extra-config.ts';
+import { parseExtraBoolean } from '../../config/extra-config.ts';
+import { parseCount, parseTimeoutMs } from './tier-fields.ts';
 
 /** S3 answers within tens of milliseconds, a chunk of several MiB takes longer than a disk read. */
 export const DEFAULT_OBJ_TIMEOUT_MS = 2000;
@@ -246,27 +247,8 @@ export function parseObjTier(tier: Record<string, unknown>, where: string): ObjT
     '',
   );
 
-  let ioThreads = DEFAULT_OBJ_IO_THREADS;
-  if (tier['io_threads'] !== undefined && tier['io_threads'] !== null) {
-    const n = parseExtraNumber(tier['io_threads']);
-    if (n === null || !Number.isInteger(n) || n <= 0) {
-      throw configError(`${where}.io_threads`, 'a positive integer', tier['io_threads'], 'Omit it for 4.');
-    }
-    ioThreads = n;
-  }
-  let timeoutMs = DEFAULT_OBJ_TIMEOUT_MS;
-  if (tier['timeout_ms'] !== undefined && tier['timeout_ms'] !== null) {
-    const n = parseExtraNumber(tier['timeout_ms']);
-    if (n === null || n <= 0) {
-      throw configError(
-        `${where}.timeout_ms`,
-        'a positive number of milliseconds',
-        tier['timeout_ms'],
-        'Use e.g. 2000.',
-      );
-    }
-    timeoutMs = n;
-  }
+  const ioThreads = parseCount(tier, 'io_threads', where, DEFAULT_OBJ_IO_THREADS);
+  const timeoutMs = parseTimeoutMs(tier, where, DEFAULT_OBJ_TIMEOUT_MS);
   return {
     type: 'obj',
     storeConfigPath: swhere,

@@ -80,15 +80,12 @@ export class SecondaryLookup {
     });
   }
 
-  /** Per key, every tier that holds it (each tier is asked once, for all keys, in one batch). */
+  /**
+   * Per key, every tier that holds it. Each tier is asked once, for all keys, in one batch;
+   * every tier is asked (a request may be barred from some), so they are asked at once.
+   */
   async #check(keys: string[]): Promise<number[][]> {
-    const where: number[][] = keys.map(() => []);
-    for (let t = 0; t < this.tiers.length; t++) {
-      const has = await (this.tiers[t] as KVTier).hasMany(keys);
-      keys.forEach((_, i) => {
-        if (has[i]) where[i]!.push(t);
-      });
-    }
-    return where;
+    const has = await Promise.all(this.tiers.map((tier) => tier.hasMany(keys)));
+    return keys.map((_, i) => has.flatMap((h, t) => (h[i] ? [t] : [])));
   }
 }

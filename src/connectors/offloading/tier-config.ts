@@ -10,6 +10,7 @@ import { parseExtraBoolean, parseExtraNumber } from '../../config/extra-config.t
 import { MODULE_TIER_METHODS } from './module-tier.ts';
 import { type ObjTierSpec, parseObjTier } from './obj-tier-config.ts';
 import { checkPluginShape, loadPluginClass, type PluginClass } from './plugin-module.ts';
+import { parseCount, parseTimeoutMs } from './tier-fields.ts';
 
 export const DEFAULT_TIER_TIMEOUT_MS = 200;
 /** vLLM's defaults for the fs tier's `n_read_threads` / `n_write_threads`. */
@@ -70,26 +71,6 @@ const BUILT_IN_TIERS = ['fs', 'redis', 'obj'] as const;
 
 const COMMON_KEYS = ['type', 'enable_kv_events', 'locality', 'timeout_ms'];
 const FS_KEYS = [...COMMON_KEYS, 'root_dir', 'n_read_threads', 'n_write_threads', 'capacity_bytes'];
-
-function parseTimeout(tier: Record<string, unknown>, where: string): number {
-  const raw = tier['timeout_ms'];
-  if (raw === undefined || raw === null) return DEFAULT_TIER_TIMEOUT_MS;
-  const n = parseExtraNumber(raw);
-  if (n === null || n <= 0) {
-    throw configError(`${where}.timeout_ms`, 'a positive number of milliseconds', raw, 'Use e.g. 200.');
-  }
-  return n;
-}
-
-function parseCount(tier: Record<string, unknown>, key: string, where: string, fallback: number): number {
-  const raw = tier[key];
-  if (raw === undefined || raw === null) return fallback;
-  const n = parseExtraNumber(raw);
-  if (n === null || !Number.isInteger(n) || n < 1) {
-    throw configError(`${where}.${key}`, 'a positive integer', raw, `Use e.g. ${fallback} (the default).`);
-  }
-  return n;
-}
 
 /** `enable_kv_events` and `locality`, as vLLM reads them for its fs and obj tiers. */
 export function parseTierEventSettings(tier: Record<string, unknown>, where: string): TierEventSettings {
@@ -168,7 +149,7 @@ function parseFsTier(tier: Record<string, unknown>, where: string): FsTierSpec {
     nReadThreads: parseCount(tier, 'n_read_threads', where, DEFAULT_FS_READ_THREADS),
     nWriteThreads: parseCount(tier, 'n_write_threads', where, DEFAULT_FS_WRITE_THREADS),
     capacityBytes,
-    timeoutMs: parseTimeout(tier, where),
+    timeoutMs: parseTimeoutMs(tier, where, DEFAULT_TIER_TIMEOUT_MS),
     ...parseTierEventSettings(tier, where),
   };
 }
@@ -203,7 +184,7 @@ function parseRedisTier(tier: Record<string, unknown>, where: string): RedisTier
     type: 'redis',
     url: clusterNodes.length > 0 ? null : (url as string),
     clusterNodes,
-    timeoutMs: parseTimeout(tier, where),
+    timeoutMs: parseTimeoutMs(tier, where, DEFAULT_TIER_TIMEOUT_MS),
     keyPrefix: prefix,
     ...parseTierEventSettings(tier, where),
   };
@@ -234,7 +215,7 @@ function parseModuleTier(tier: Record<string, unknown>, where: string): ModuleTi
     modulePath,
     tierClass,
     options: { ...tier },
-    timeoutMs: parseTimeout(tier, where),
+    timeoutMs: parseTimeoutMs(tier, where, DEFAULT_TIER_TIMEOUT_MS),
     ...parseTierEventSettings(tier, where),
   };
 }

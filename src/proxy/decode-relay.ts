@@ -78,6 +78,11 @@ function failure(
   return { ok: false, reason, why, ...extra };
 }
 
+/** The retry reason of a backend's error: a failed KV load, else its error status. */
+function reasonOf(code: string | undefined): RetryReason {
+  return code === KV_LOAD_FAILED ? 'kv_load' : 'status';
+}
+
 /** The stable error code of a server's error body (`kvconnect_code`; `code` is the HTTP status, as vLLM's). */
 function errorCodeOf(text: string): string | undefined {
   try {
@@ -99,8 +104,7 @@ export async function relayDecode(
 ): Promise<RelayOutcome> {
   if (up.status >= 500) {
     const text = await up.body.text().catch(() => '');
-    const reason = errorCodeOf(text) === KV_LOAD_FAILED ? 'kv_load' : 'status';
-    return failure(reason, `answered ${up.status}`, { status: up.status, text });
+    return failure(reasonOf(errorCodeOf(text)), `answered ${up.status}`, { status: up.status, text });
   }
   const contentType = String(up.headers['content-type'] ?? 'application/json');
   if (!contentType.startsWith('text/event-stream')) {
@@ -129,8 +133,7 @@ async function passThrough(up: UpstreamResponse, out: ClientOut): Promise<RelayO
   const opening = firstEventError(next.value);
   if (opening !== null) {
     up.body.destroy();
-    const reason = opening.code === KV_LOAD_FAILED ? 'kv_load' : 'status';
-    return failure(reason, `sent an error event: ${opening.message}`);
+    return failure(reasonOf(opening.code), `sent an error event: ${opening.message}`);
   }
   try {
     while (!next.done) {
@@ -166,8 +169,7 @@ async function spliced(up: UpstreamResponse, out: ClientOut, splice: StreamSplic
         if (out.gone) return { ok: true };
       } else if (step.kind === 'error') {
         up.body.destroy();
-        const reason = step.code === KV_LOAD_FAILED ? 'kv_load' : 'status';
-        return failure(reason, `sent an error event: ${step.message}`);
+        return failure(reasonOf(step.code), `sent an error event: ${step.message}`);
       } else if (step.kind === 'done') {
         await out.events([...splice.flushHeld(), 'data: [DONE]\n\n']);
         out.end();

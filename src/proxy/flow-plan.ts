@@ -110,7 +110,7 @@ function planNixlPush({ body, requestId, prefill, push }: PlanInput): FlowPlan {
 }
 
 /** A backend's MoRIIO address: its discovery ping, its /kvconnect/info, or vLLM's default ports. */
-export function zmqAddressOf(backend: Backend): MoRIIOZmqAddress {
+function zmqAddressOf(backend: Backend): MoRIIOZmqAddress {
   const reported = backend.info?.zmq_address;
   const known =
     backend.registration?.zmqAddress ??
@@ -129,7 +129,7 @@ export function zmqAddressOf(backend: Backend): MoRIIOZmqAddress {
   };
 }
 
-export function moriioModeOf(backend: Backend, forced: MoRIIOTransferMode | undefined): MoRIIOTransferMode {
+function moriioModeOf(backend: Backend, forced: MoRIIOTransferMode | undefined): MoRIIOTransferMode {
   if (forced !== undefined) return forced;
   const reported = backend.registration?.transferMode ?? backend.info?.transfer_mode;
   return typeof reported === 'string' && reported.toUpperCase() === 'READ' ? 'READ' : 'WRITE';

@@ -212,7 +212,7 @@ export class StreamSplice {
     }
     if (!this.#continuation) this.#readOriginal(event, choice);
     const ids = choice['token_ids'];
-    const hasText = this.#carriesText(choice);
+    const hasText = textOf(choice).length > 0;
     if (Array.isArray(ids)) this.#pendingIds.push(...(ids as number[]));
     else if (hasText) this.#tracked = false;
     if (choice['finish_reason'] !== null && choice['finish_reason'] !== undefined) this.#finished = true;
@@ -278,11 +278,6 @@ export class StreamSplice {
     this.#held = [];
     this.#sent = true;
     return { kind: 'forward', events };
-  }
-
-  #carriesText(choice: Json): boolean {
-    const text = choice['text'] ?? (choice['delta'] as Json | undefined)?.['content'];
-    return typeof text === 'string' && text.length > 0;
   }
 
   /** The original stream's id, created and model, and the prompt's ids (first chunk). */

@@ -7,7 +7,6 @@
 
 export {
   invalidKvTransferParam,
-  KV_TRANSFER_PARAM_TYPES,
   type KVTransferParams,
 } from './kv-transfer-params.ts';
 export {
@@ -37,7 +36,6 @@ export {
   decodeDiscoveryPing,
   encodeDiscoveryPing,
   formatDiscoveryPing,
-  formatMoRIIOHttpAddress,
   MORIIO_PING_INTERVAL_MS,
   type MoRIIODiscoveryPing,
   type MoRIIOInstance,
@@ -45,7 +43,6 @@ export {
   parseDiscoveryPing,
 } from './moriio-discovery.ts';
 export {
-  MORIIO_RELAYED_KEYS,
   type MoRIIOPeerLayout,
   type MoRIIOPrefillPeer,
   moriioDecodeParams,

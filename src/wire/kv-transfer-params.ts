@@ -20,7 +20,7 @@ const isBlockIds: Check = (v) =>
 const isPositiveInt: Check = (v) => isNonNegInt(v) && (v as number) >= 1;
 
 /** The known keys: what each must be (null is always allowed: "not set"). */
-export const KV_TRANSFER_PARAM_TYPES: Readonly<Record<string, { check: Check; expected: string }>> = {
+const KV_TRANSFER_PARAM_TYPES: Readonly<Record<string, { check: Check; expected: string }>> = {
   do_remote_prefill: { check: orNull((v) => typeof v === 'boolean'), expected: 'a boolean' },
   do_remote_decode: { check: orNull((v) => typeof v === 'boolean'), expected: 'a boolean' },
   remote_engine_id: { check: orNull((v) => typeof v === 'string'), expected: 'a string' },

@@ -25,7 +25,7 @@ export interface MoRIIODiscoveryPing {
 }
 
 /** `ip:port` of an instance's OpenAI server, as the ping and GET /kvconnect/info carry it. */
-export function formatMoRIIOHttpAddress(host: string, port: number): string {
+function formatMoRIIOHttpAddress(host: string, port: number): string {
   return `${host}:${port}`;
 }
 

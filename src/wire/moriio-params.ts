@@ -37,7 +37,7 @@ export function moriioPrefillParams(
 }
 
 /** The keys of P's answer the proxy copies into D's params in READ mode. */
-export const MORIIO_RELAYED_KEYS = ['remote_engine_id', 'remote_block_ids', 'transfer_id'] as const;
+const MORIIO_RELAYED_KEYS = ['remote_engine_id', 'remote_block_ids', 'transfer_id'] as const;
 
 /**
  * What D receives. WRITE: sent before P answers, so no P block ids. READ: P's

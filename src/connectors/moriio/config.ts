@@ -22,7 +22,7 @@ export const MORIIO_BACKENDS = ['rdma', 'xgmi'] as const;
 export type MoRIIOBackend = (typeof MORIIO_BACKENDS)[number];
 
 /** Deprecated environment variables and the extra-config key that replaced each. */
-export const MORIIO_DEPRECATED_ENV = {
+const MORIIO_DEPRECATED_ENV = {
   VLLM_MORIIO_CONNECTOR_READ_MODE: 'read_mode',
   VLLM_MORIIO_QP_PER_TRANSFER: 'qp_per_transfer',
   VLLM_MORIIO_POST_BATCH_SIZE: 'post_batch_size',

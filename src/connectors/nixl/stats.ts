@@ -3,6 +3,7 @@
  * its logger prints. The server maps the data keys to the vllm:nixl_* metrics.
  */
 import type { TransferStatsSnapshot } from '../../transfer/index.ts';
+import { nearestRankPercentile } from '../../util/percentile.ts';
 
 export interface NixlStatsData {
   transfer_duration: number[];
@@ -71,7 +72,7 @@ export function isEmptyNixlStats(d: NixlStatsData): boolean {
 function percentile(values: readonly number[], p: number): number {
   if (values.length === 0) return 0;
   const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)]!;
+  return nearestRankPercentile(sorted, p);
 }
 
 const mean = (v: readonly number[]): number => (v.length === 0 ? 0 : v.reduce((a, b) => a + b, 0) / v.length);

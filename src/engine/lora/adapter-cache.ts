@@ -1,7 +1,8 @@
 /**
  * The adapters one model rank holds in memory (vLLM's CPU LoRA cache, `max_cpu_loras`):
  * loaded from their directory on first use, least recently used evicted beyond the
- * capacity, dropped on unload. An evicted adapter is read again when a request needs it.
+ * capacity (an unloaded adapter's weights stay until evicted). An evicted adapter is read
+ * again when a request needs it.
  */
 import type { ModelDims, RankShard } from '../model/dims.ts';
 import type { LoRARequest } from './lora-request.ts';

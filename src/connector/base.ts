@@ -13,6 +13,7 @@ import type { EngineConfig, KVTransferConfigLike } from '../config/types.ts';
 import { KVError } from '../errors/kv-error.ts';
 import type { KVCacheBlocks, KVCacheConfig, KVCacheEvent, PagedKVMemory } from '../kv/interfaces.ts';
 import type { ConnectorAdvertisement } from '../wire/index.ts';
+import type { CachedTokensBySource } from './cache-hit-source.ts';
 import type { ConnectorMetricSpec } from './metric-specs.ts';
 import type {
   ConnectorRequest,
@@ -197,6 +198,15 @@ export abstract class KVConnectorBase {
     blocks: KVCacheBlocks,
     numExternalTokens: number,
   ): void;
+
+  /**
+   * Where the `numExternalTokens` a request was just admitted with come from (after
+   * updateStateAfterAlloc), for vllm:prompt_tokens_cached_by_source. A connector that
+   * cannot tell counts them all as `external_unspecified`, as vLLM's default does.
+   */
+  getExternalCacheHitSources(_request: ConnectorRequest, numExternalTokens: number): CachedTokensBySource {
+    return numExternalTokens > 0 ? { external_unspecified: numExternalTokens } : {};
+  }
 
   /** Once per step, at the end of schedule(); resets per-step state. */
   abstract buildConnectorMeta(schedulerOutput: SchedulerOutput): KVConnectorMetadata;

@@ -1,4 +1,12 @@
 export { KVConnectorBase, type KVConnectorClass, type MaybePromise } from './base.ts';
+export {
+  addCachedTokens,
+  CACHE_HIT_SOURCES,
+  type CachedTokensBySource,
+  type CacheHitSource,
+  slowestSource,
+  trimCachedTokens,
+} from './cache-hit-source.ts';
 export { importConnectorModule, KVConnectorFactory, resolveModuleSpecifier } from './factory.ts';
 export {
   applyHMADecision,

@@ -25,6 +25,8 @@ interface MetricSpecBase {
    * class name, as its stats are `{childClassName: stats}`).
    */
   within?: readonly string[];
+  /** Fixed labels of this spec's series, which exist (at 0) from the start. */
+  labels?: Readonly<Record<string, string>>;
 }
 
 /** Members of E that are numbers. */

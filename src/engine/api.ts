@@ -5,6 +5,7 @@
 import type { EmulationConfig } from '../config/emulation-config.ts';
 import type { KvLoadFaultConfig } from '../config/fault-injection.ts';
 import type { EngineConfig } from '../config/types.ts';
+import type { CachedTokensBySource } from '../connector/cache-hit-source.ts';
 import type { ConnectorMetricSpec } from '../connector/metric-specs.ts';
 import type { KVTransferParams } from '../connector/types.ts';
 import type { ChatRenderOptions } from '../tokenizer/chat-template.ts';
@@ -110,6 +111,8 @@ export interface RequestMetrics {
   numLocalCachedTokens: number;
   /** Prompt tokens loaded through the KV connector. */
   numExternalTokens: number;
+  /** The connector's tokens by where they came from (sums to numExternalTokens). */
+  externalCacheHitSources: CachedTokensBySource;
   numGeneratedTokens: number;
 }
 

@@ -5,6 +5,7 @@
  * timings (queued → scheduled → first token → last token). The server turns them into the
  * vllm:* histograms and counters. Times are seconds, as vLLM reports them.
  */
+import { addCachedTokens, CACHE_HIT_SOURCES, type CacheHitSource } from '../connector/cache-hit-source.ts';
 import type { FinishReason, RequestOutputDelta } from './api.ts';
 
 /**
@@ -19,6 +20,8 @@ export interface PromptTokenStats {
   cached: number;
   recomputed: number;
   total: number;
+  /** The cached tokens by physical source (sums to `cached`): the local prefix cache is `device`. */
+  cachedBySource: Record<CacheHitSource, number>;
 }
 
 /** Phase timings of a request that generated at least one token. */
@@ -69,7 +72,15 @@ interface RequestState {
 export const wallClockMs = (): number => performance.timeOrigin + performance.now();
 
 export function emptyPromptTokenStats(): PromptTokenStats {
-  return { computed: 0, localCacheHit: 0, externalKvTransfer: 0, cached: 0, recomputed: 0, total: 0 };
+  return {
+    computed: 0,
+    localCacheHit: 0,
+    externalKvTransfer: 0,
+    cached: 0,
+    recomputed: 0,
+    total: 0,
+    cachedBySource: { device: 0, host: 0, p2p: 0, disk: 0, external_unspecified: 0 },
+  };
 }
 
 /** Builds one IterationStats per call from the deltas of that iteration. */
@@ -149,6 +160,10 @@ function addPrompt(p: PromptTokenStats, m: RequestOutputDelta['metrics']): void 
   p.cached += cached;
   p.recomputed += recomputed;
   p.total += promptLen;
+  const bySource = p.cachedBySource;
+  addCachedTokens(bySource, 'device', cached - m.numExternalTokens);
+  const external = m.externalCacheHitSources;
+  for (const source of CACHE_HIT_SOURCES) addCachedTokens(bySource, source, external[source] ?? 0);
 }
 
 function finishedStats(delta: RequestOutputDelta, state: RequestState, now: number): FinishedRequestStats {

@@ -91,6 +91,7 @@ export class Request implements ConnectorRequest, CacheRequest {
       numLocalComputedTokens: 0,
       numLocalCachedTokens: 0,
       numExternalTokens: 0,
+      externalCacheHitSources: {},
       numGeneratedTokens: 0,
     };
     this.#updateBlockHashes();

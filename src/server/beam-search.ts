@@ -169,6 +169,7 @@ function beamDelta(
       numLocalComputedTokens: numPromptTokens,
       numLocalCachedTokens: 0,
       numExternalTokens: 0,
+      externalCacheHitSources: {},
       numGeneratedTokens: beam.tokens.length,
     },
   };

@@ -5,17 +5,12 @@
  * suffix in their names: the text on the wire is the same.
  */
 import { Counter, Histogram, type Registry } from 'prom-client';
+import { CACHE_HIT_SOURCES, type CacheHitSource } from '../connector/cache-hit-source.ts';
 import type { IterationStats } from '../engine/api.ts';
 
 /** vLLM's FINISH_REASON_STRINGS; every reason's series exists from the start, at 0. */
 export const FINISH_REASONS: readonly string[] = ['stop', 'length', 'abort', 'error', 'repetition'];
 const PROMPT_SOURCES = ['local_compute', 'local_cache_hit', 'external_kv_transfer'] as const;
-/**
- * vllm:prompt_tokens_cached_by_source: where cached prompt tokens physically came from.
- * kvconnect counts its own prefix cache as `device` and every token a connector loaded as
- * `external` (it does not tell CPU, disk or peer tiers apart); `cpu`, `disk` and `mixed` stay 0.
- */
-const CACHED_SOURCES = ['device', 'cpu', 'disk', 'mixed', 'external'] as const;
 
 export const TTFT_BUCKETS = [
   0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80, 160, 640,
@@ -62,7 +57,7 @@ export class IterationMetrics {
   readonly #promptBySource: Counter;
   readonly #promptCached: Counter;
   readonly #cachedBySource: Counter;
-  readonly #cachedSourceLabels: Record<(typeof CACHED_SOURCES)[number], Labels>;
+  readonly #cachedSourceLabels: Record<CacheHitSource, Labels>;
   readonly #promptRecomputed: Counter;
   readonly #generationTokens: Counter;
   readonly #success: Counter;
@@ -92,10 +87,11 @@ export class IterationMetrics {
       'Number of cached prompt tokens by physical source.',
       ['source'],
     );
+    // vllm:prompt_tokens_cached_by_source: one series per CacheHitSource, from the start.
     this.#cachedSourceLabels = Object.fromEntries(
-      CACHED_SOURCES.map((s): [string, Labels] => [s, { ...labels, source: s }]),
-    ) as Record<(typeof CACHED_SOURCES)[number], Labels>;
-    for (const source of CACHED_SOURCES) this.#cachedBySource.inc(this.#cachedSourceLabels[source], 0);
+      CACHE_HIT_SOURCES.map((s): [string, Labels] => [s, { ...labels, source: s }]),
+    ) as Record<CacheHitSource, Labels>;
+    for (const source of CACHE_HIT_SOURCES) this.#cachedBySource.inc(this.#cachedSourceLabels[source], 0);
     this.#promptRecomputed = counter(
       'vllm:prompt_tokens_recomputed_total',
       'Number of cached tokens recomputed for forward pass.',
@@ -198,8 +194,8 @@ export class IterationMetrics {
     this.#promptBySource.inc(this.#sourceLabels.local_cache_hit, p.localCacheHit);
     this.#promptBySource.inc(this.#sourceLabels.external_kv_transfer, p.externalKvTransfer);
     this.#promptCached.inc(labels, p.cached);
-    this.#cachedBySource.inc(this.#cachedSourceLabels.device, p.localCacheHit);
-    this.#cachedBySource.inc(this.#cachedSourceLabels.external, p.externalKvTransfer);
+    for (const source of CACHE_HIT_SOURCES)
+      this.#cachedBySource.inc(this.#cachedSourceLabels[source], p.cachedBySource[source]);
     this.#promptRecomputed.inc(labels, p.recomputed);
     this.#generationTokens.inc(labels, stats.numGenerationTokens);
     if (stats.kind === 'step') h.iterationTokens.observe(labels, p.total + stats.numGenerationTokens);

@@ -8,6 +8,7 @@
 import type { ExtraConfigSchema } from '../../config/extra-config.ts';
 import type { EngineConfig, KVTransferConfigLike } from '../../config/types.ts';
 import { KVConnectorBase, type KVConnectorClass } from '../../connector/base.ts';
+import type { CachedTokensBySource } from '../../connector/cache-hit-source.ts';
 import type { ConnectorMetricSpec } from '../../connector/metric-specs.ts';
 import type {
   ConnectorRequest,
@@ -138,6 +139,17 @@ export class MultiConnector extends KVConnectorBase {
 
   updateStateAfterAlloc(request: ConnectorRequest, blocks: KVCacheBlocks, numExternalTokens: number): void {
     this.#scheduler.updateStateAfterAlloc(this.#live() ?? [], request, blocks, numExternalTokens);
+  }
+
+  /** The loading child's answer, as vLLM's MultiConnector delegates it. */
+  override getExternalCacheHitSources(
+    request: ConnectorRequest,
+    numExternalTokens: number,
+  ): CachedTokensBySource {
+    const child = this.#scheduler.loaderOf(this.#live(), request);
+    return child
+      ? child.getExternalCacheHitSources(request, numExternalTokens)
+      : super.getExternalCacheHitSources(request, numExternalTokens);
   }
 
   buildConnectorMeta(schedulerOutput: SchedulerOutput): MultiConnectorMetadata {

@@ -45,6 +45,12 @@ export class MultiScheduler {
     return result;
   }
 
+  /** The child that loads the request, if one had a hit. */
+  loaderOf(children: readonly KVConnectorBase[] | null, request: ConnectorRequest): KVConnectorBase | null {
+    const chosen = this.#loader.get(request.requestId);
+    return chosen === undefined ? null : (children?.[chosen] ?? null);
+  }
+
   /** The loading child gets the external count; every other child the real blocks with 0. */
   updateStateAfterAlloc(
     children: readonly KVConnectorBase[],

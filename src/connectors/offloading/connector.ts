@@ -5,8 +5,9 @@
  * synchronously in startLoadKv, secondary-tier hits asynchronously (WAITING_FOR_REMOTE_KVS).
  */
 import type { ExtraConfigSchema } from '../../config/extra-config.ts';
-import type { EngineConfig } from '../../config/types.ts';
+import type { EngineConfig, KVTransferConfigLike } from '../../config/types.ts';
 import { KVConnectorBase } from '../../connector/base.ts';
+import type { CachedTokensBySource } from '../../connector/cache-hit-source.ts';
 import type { ConnectorMetricSpec } from '../../connector/metric-specs.ts';
 import type {
   ConnectorRequest,
@@ -23,7 +24,7 @@ import type { KVCacheBlocks, KVCacheConfig, KVCacheEvent, PagedKVMemory } from '
 import { getLogger } from '../../logging/logger.ts';
 import { OFFLOADING_EXTRA_CONFIG, type OffloadingConfig, parseOffloadingConfig } from './config.ts';
 import { OffloadLayout } from './layout.ts';
-import { OFFLOAD_METRICS } from './metrics.ts';
+import { offloadMetricSpecs } from './metrics.ts';
 import { OffloadScheduler } from './scheduler.ts';
 import { OutOfTreeSpec } from './spec-module.ts';
 import { type OffloadMetadata, WORKER_META_KEY } from './step-metadata.ts';
@@ -45,8 +46,8 @@ export class OffloadingConnector extends KVConnectorBase {
     return parseOffloadingConfig(extra, engineConfig);
   }
 
-  static override metricSpecs(): readonly ConnectorMetricSpec[] {
-    return OFFLOAD_METRICS;
+  static override metricSpecs(config: KVTransferConfigLike): readonly ConnectorMetricSpec[] {
+    return offloadMetricSpecs(config);
   }
 
   readonly offloadConfig: OffloadingConfig;
@@ -170,6 +171,13 @@ export class OffloadingConnector extends KVConnectorBase {
 
   updateStateAfterAlloc(request: ConnectorRequest, blocks: KVCacheBlocks, numExternalTokens: number): void {
     this.#scheduler().updateStateAfterAlloc(request, blocks, numExternalTokens);
+  }
+
+  override getExternalCacheHitSources(
+    request: ConnectorRequest,
+    numExternalTokens: number,
+  ): CachedTokensBySource {
+    return this.#scheduler().externalCacheHitSources(request, numExternalTokens);
   }
 
   buildConnectorMeta(schedulerOutput: SchedulerOutput): OffloadMetadata {

@@ -113,6 +113,13 @@ export class CpuSlotIndex {
     return dropped;
   }
 
+  /** Entries that cannot be evicted now: not written yet, or pinned. */
+  numBusy(): number {
+    let n = 0;
+    for (const e of this.#entries.values()) if (!e.ready || e.pins > 0) n++;
+    return n;
+  }
+
   keys(): string[] {
     return [...this.#entries.keys()];
   }

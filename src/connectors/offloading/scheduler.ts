@@ -4,6 +4,13 @@
  * decides which computed chunks to store and which to load, and turns the workers'
  * reports into KV events. It never touches KV bytes and never awaits.
  */
+import {
+  addCachedTokens,
+  type CachedTokensBySource,
+  type CacheHitSource,
+  slowestSource,
+  trimCachedTokens,
+} from '../../connector/cache-hit-source.ts';
 import type {
   ConnectorRequest,
   KVConnectorOutput,
@@ -20,9 +27,24 @@ import { OffloadEvents } from './offload-events.ts';
 import type { PluginClass } from './plugin-module.ts';
 import { type OffloadRequestParams, offloadRequestParams, type TierTraits } from './request-params.ts';
 import { SecondaryLookup, type TierAllowed } from './secondary-lookup.ts';
-import type { OffloadSchedulerStatsData } from './stats.ts';
+import { type OffloadSchedulerStatsData, tierCacheHitSource } from './stats.ts';
 import type { LoadItem, LoadJob, OffloadMetadata, OffloadWorkerMeta, StoreOp } from './step-metadata.ts';
 import { WORKER_META_KEY } from './step-metadata.ts';
+
+/** What the scheduler counts between two stats() calls. */
+function emptySchedulerCounts() {
+  return {
+    storedChunks: 0,
+    loadedChunks: 0,
+    promotedChunks: 0,
+    failedChunks: 0,
+    evictedChunks: 0,
+    allocationFailures: 0,
+    storesSkipped: 0,
+    lookupSyncDelays: [] as number[],
+    lookupAsyncDelays: [] as number[],
+  };
+}
 
 /** Slack on top of the tiers' own timeouts before an unanswered lookup counts as a miss. */
 const LOOKUP_MARGIN_MS = 50;
@@ -63,13 +85,17 @@ export class OffloadScheduler {
   readonly #params = new Map<string, OffloadRequestParams>();
   /** The numComputedTokens each request's last lookup answered for. */
   readonly #lastLookup = new Map<string, number>();
+  /** Where each just-admitted request's loaded tokens come from, until the engine asks. */
+  readonly #hitSources = new Map<string, CachedTokensBySource>();
   #pendingLoads: LoadJob[] = [];
   readonly #asyncLoads = new Map<string, LoadJob>();
   readonly #syncLoadsByStep = new Map<number, LoadJob[]>();
   readonly #storesByStep = new Map<number, StoreOp[]>();
   #step = 0;
   #reportedTierErrors = 0;
-  #stats = { storedChunks: 0, loadedChunks: 0, promotedChunks: 0, failedChunks: 0, evictedChunks: 0 };
+  #stats = emptySchedulerCounts();
+  /** performance.now() of each request's first deferred lookup, until one answers. */
+  readonly #deferredSince = new Map<string, number>();
 
   constructor(
     layout: OffloadLayout,
@@ -112,7 +138,29 @@ export class OffloadScheduler {
     };
   }
 
+  /** vLLM's lookup: timed, and a deferred answer timed until the lookup that resolves it. */
   getNumNewMatchedTokens(req: ConnectorRequest, numComputedTokens: number): MatchedTokens {
+    const start = performance.now();
+    const matched = this.#match(req, numComputedTokens);
+    const now = performance.now();
+    this.#stats.lookupSyncDelays.push((now - start) / 1000);
+    const id = req.requestId;
+    if (matched.count === null) {
+      if (!this.#deferredSince.has(id)) this.#deferredSince.set(id, start);
+    } else {
+      this.#observeAsyncDelay(id, now);
+    }
+    return matched;
+  }
+
+  #observeAsyncDelay(reqId: string, now: number): void {
+    const since = this.#deferredSince.get(reqId);
+    if (since === undefined) return;
+    this.#deferredSince.delete(reqId);
+    this.#stats.lookupAsyncDelays.push((now - since) / 1000);
+  }
+
+  #match(req: ConnectorRequest, numComputedTokens: number): MatchedTokens {
     const L = this.layout;
     const maxChunks = Math.min(
       Math.floor((req.numTokens - 1) / L.chunkTokens),
@@ -214,8 +262,17 @@ export class OffloadScheduler {
     }
   }
 
+  /** The sources of the tokens the request was admitted with (read once, after updateStateAfterAlloc). */
+  externalCacheHitSources(req: ConnectorRequest, numExternalTokens: number): CachedTokensBySource {
+    const planned = this.#hitSources.get(req.requestId) ?? { external_unspecified: numExternalTokens };
+    this.#hitSources.delete(req.requestId);
+    return trimCachedTokens(planned, numExternalTokens);
+  }
+
   requestFinished(req: ConnectorRequest): void {
+    this.#observeAsyncDelay(req.requestId, performance.now());
     this.#requests.delete(req.requestId);
+    this.#hitSources.delete(req.requestId);
     this.#params.delete(req.requestId);
     this.#lastLookup.delete(req.requestId);
     this.#forgetLookups(req);
@@ -232,8 +289,8 @@ export class OffloadScheduler {
   }
 
   stats(): OffloadSchedulerStatsData {
-    const s = { ...this.#stats };
-    this.#stats = { storedChunks: 0, loadedChunks: 0, promotedChunks: 0, failedChunks: 0, evictedChunks: 0 };
+    const s = this.#stats;
+    this.#stats = emptySchedulerCounts();
     const tierErrors = this.tiers.reduce((n, t) => n + t.stats().errors, 0);
     const newErrors = tierErrors - this.#reportedTierErrors;
     this.#reportedTierErrors = tierErrors;
@@ -244,6 +301,11 @@ export class OffloadScheduler {
       offload_failed_chunks: s.failedChunks,
       offload_cpu_evicted_chunks: s.evictedChunks,
       offload_lookup_tier_errors: newErrors,
+      offload_lookup_sync_delays: s.lookupSyncDelays,
+      offload_lookup_async_delays: s.lookupAsyncDelays,
+      offload_allocation_failures: s.allocationFailures,
+      offload_cpu_cache_usage: [this.index.numSlots > 0 ? this.index.numBusy() / this.index.numSlots : 0],
+      offload_stores_skipped: s.storesSkipped,
     };
   }
 
@@ -276,8 +338,10 @@ export class OffloadScheduler {
     const L = this.layout;
     const items: LoadItem[] = [];
     const allowed = this.#allowedTiers(st.req);
+    const sources: CachedTokensBySource = {};
     for (let c = Math.floor(startToken / L.chunkTokens); c < endToken / L.chunkTokens; c++) {
       const keys = L.chunkKeys(st.req.blockHashes, c) ?? [];
+      const chunkStart = items.length;
       keys.forEach((key, g) => {
         const blockIds: number[] = [];
         for (let p = 0; p < L.blocksPerChunk; p++) {
@@ -318,9 +382,19 @@ export class OffloadScheduler {
         });
       });
       this.lookup?.forget(keys);
+      const tokens = Math.min(endToken, (c + 1) * L.chunkTokens) - Math.max(startToken, c * L.chunkTokens);
+      addCachedTokens(sources, this.#chunkSource(items.slice(chunkStart)), tokens);
     }
+    this.#hitSources.set(st.req.requestId, sources);
     this.#stats.loadedChunks += items.length;
     return { reqId: st.req.requestId, async: items.some((i) => i.source !== 'cpu'), items };
+  }
+
+  /** A chunk's KV is there once every group's part is: it counts under the slowest source. */
+  #chunkSource(items: readonly LoadItem[]): CacheHitSource {
+    return slowestSource(
+      items.map((i) => (i.source === 'cpu' ? 'host' : tierCacheHitSource(this.tiers[i.source]?.kind ?? ''))),
+    );
   }
 
   #planStores(st: RequestState, computedAfter: number): StoreOp[] {
@@ -336,15 +410,23 @@ export class OffloadScheduler {
       Math.floor(req.blockHashes.length / L.blocksPerChunk),
     );
     const ops: StoreOp[] = [];
+    let allocationFailed = false;
     for (let c = st.storeCursor; c < done; c++) {
       if (c >= st.loaded.from && c < st.loaded.to) continue;
       const keys = L.chunkKeys(req.blockHashes, c) ?? [];
       keys.forEach((key, g) => {
-        if (this.index.has(key) || !this.tracker.shouldStore(key)) return;
+        if (this.index.has(key)) return;
+        if (!this.tracker.shouldStore(key)) {
+          this.#stats.storesSkipped++;
+          return;
+        }
         const blockIds = (st.blockIds[g] ?? []).slice(c * L.blocksPerChunk, (c + 1) * L.blocksPerChunk);
         if (blockIds.length < L.blocksPerChunk || blockIds.includes(0)) return;
         const alloc = this.index.allocate(key);
-        if (!alloc) return;
+        if (!alloc) {
+          allocationFailed = true;
+          return;
+        }
         this.#evicted(alloc.evicted);
         this.events.describe(
           key,
@@ -359,6 +441,8 @@ export class OffloadScheduler {
     }
     st.storeCursor = Math.max(st.storeCursor, done);
     this.#stats.storedChunks += ops.length;
+    // vLLM counts a failed prepare_store: one per request and step.
+    if (allocationFailed) this.#stats.allocationFailures++;
     return ops;
   }
 

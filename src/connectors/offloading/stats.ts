@@ -3,6 +3,7 @@
  * report, from the scheduler half (chunks decided) and the worker half (bytes moved, tier
  * failures), summed per interval by the engine.
  */
+import type { CacheHitSource } from '../../connector/cache-hit-source.ts';
 
 /** One transfer as vLLM's OffloadingConnectorStats records it: bytes and seconds. */
 export interface OffloadTransferOp {
@@ -22,6 +23,16 @@ export interface OffloadSchedulerStatsData {
   offload_cpu_evicted_chunks: number;
   /** Secondary-tier lookups that failed or timed out. */
   offload_lookup_tier_errors: number;
+  /** Seconds each getNumNewMatchedTokens call took. */
+  offload_lookup_sync_delays: number[];
+  /** Seconds from a request's lookup first deferring to the lookup that answered (or its finish). */
+  offload_lookup_async_delays: number[];
+  /** Store decisions (one per request and step) that found no CPU slot for a chunk. */
+  offload_allocation_failures: number;
+  /** The CPU slots that cannot be evicted (being written, or pinned by a load), as a fraction; one sample. */
+  offload_cpu_cache_usage: number[];
+  /** Chunks not stored because store_threshold lookups were not reached yet. */
+  offload_stores_skipped: number;
 }
 
 export interface OffloadWorkerStatsData {
@@ -53,4 +64,22 @@ export function splitLoadsAndStores(transfers: Partial<Record<OffloadTransferTyp
     else if (type.startsWith('GPU_to_')) stores.push(...ops);
   }
   return { loads, stores };
+}
+
+/**
+ * The vllm:prompt_tokens_cached_by_source label of a chunk loaded from a tier: the CPU tier
+ * is host memory, the fs tier local disk, a peer tier p2p; remote stores (redis, obj) and
+ * out-of-tree tiers are `external_unspecified`, as vLLM labels stores it cannot place.
+ */
+export function tierCacheHitSource(kind: string): CacheHitSource {
+  switch (kind) {
+    case 'cpu':
+      return 'host';
+    case 'fs':
+      return 'disk';
+    case 'p2p':
+      return 'p2p';
+    default:
+      return 'external_unspecified';
+  }
 }

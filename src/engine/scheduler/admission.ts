@@ -179,6 +179,10 @@ function recordAdmission(core: SchedulerCore, req: Request, lookup: Lookup): voi
   if (req.numPreemptions === 0) {
     req.metrics.numLocalCachedTokens = lookup.numLocal;
     req.metrics.numExternalTokens = lookup.numExternal;
+    req.metrics.externalCacheHitSources =
+      core.connector && lookup.numExternal > 0
+        ? core.connector.getExternalCacheHitSources(req, lookup.numExternal)
+        : {};
   }
 }
 

@@ -9,6 +9,7 @@
  * Beyond vLLM: every KV cache group is checked (vLLM reads group 0 only); the truncation
  * point is the earliest over the groups.
  */
+import { trimCachedTokens } from '../../connector/cache-hit-source.ts';
 import { getLogger } from '../../logging/logger.ts';
 import type { Request } from '../request.ts';
 import { transition } from '../request-lifecycle.ts';
@@ -59,6 +60,10 @@ function truncateRequests(
     result.affectedTokens += computedBefore - newComputed;
     if (truncateAt !== null && req.metrics.numExternalTokens > 0) {
       req.metrics.numExternalTokens = Math.max(0, newComputed - req.metrics.numLocalCachedTokens);
+      req.metrics.externalCacheHitSources = trimCachedTokens(
+        req.metrics.externalCacheHitSources,
+        req.metrics.numExternalTokens,
+      );
     }
     if (evict) for (const e of evictFrom) for (const id of e.ids.slice(e.from)) result.blocksToEvict.add(id);
   }

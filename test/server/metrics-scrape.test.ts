@@ -79,7 +79,25 @@ const OFFLOAD_FAMILIES: ReadonlyArray<[string, string]> = [
   ['vllm:kv_offload_total_bytes_total', 'counter'],
   ['vllm:kv_offload_total_time_total', 'counter'],
   ['vllm:kv_offload_size', 'histogram'],
+  ['vllm:kv_offload_lookup_sync_delay_seconds', 'histogram'],
+  ['vllm:kv_offload_lookup_async_delay_seconds', 'histogram'],
+  ['vllm:kv_offload_allocation_failure_total', 'counter'],
+  ['vllm:kv_offload_cpu_cache_usage_perc', 'gauge'],
 ];
+
+/** vllm:prompt_tokens_cached_by_source_total by source; the sources sum to vllm:prompt_tokens_cached_total. */
+function cachedBySource(exp: Exposition): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const source of ['device', 'host', 'p2p', 'disk', 'external_unspecified'])
+    out[source] = sampleValue(exp, 'vllm:prompt_tokens_cached_by_source_total', { source });
+  const sum = Object.values(out).reduce((a, v) => a + v, 0);
+  assert.equal(
+    sum,
+    sampleValue(exp, 'vllm:prompt_tokens_cached_total'),
+    'the sources sum to the cached tokens',
+  );
+  return out;
+}
 
 const PROMPT = 'The quick brown fox jumps over the lazy dog and keeps running far away from the hunters.';
 
@@ -195,8 +213,99 @@ describe('/metrics with each connector, checked by promtool', () => {
         sampleValue(exp, 'vllm:external_prefix_cache_hits_total'),
         'the offloaded prefix counts as external, as in vLLM',
       );
+      // Its physical source is the CPU tier: host memory.
+      const sources = cachedBySource(exp);
+      assert.equal(sources['host'], sampleValue(exp, 'vllm:external_prefix_cache_hits_total'));
+      assert.ok((sources['host'] ?? 0) > 0);
+      assert.equal(sources['device'], 0, 'no local prefix cache');
+      // Two admissions, each looked up once, answered at once; the CPU tier had room.
+      assert.equal(sampleValue(exp, 'vllm:kv_offload_lookup_sync_delay_seconds_count'), 2);
+      assert.equal(sampleValue(exp, 'vllm:kv_offload_lookup_async_delay_seconds_count'), 0);
+      assert.equal(sampleValue(exp, 'vllm:kv_offload_allocation_failure_total'), 0);
+      assert.equal(
+        sampleValue(exp, 'vllm:kv_offload_cpu_cache_usage_perc'),
+        0,
+        'every slot written and unpinned',
+      );
     } finally {
       await stop(s);
+    }
+  });
+
+  it('OffloadingConnector tiers: disk hits after the CPU tier is dropped, a full CPU tier, store_threshold', async (t) => {
+    const dir = await mkdtemp(join(tmpdir(), 'kvc-metrics-fs-'));
+    const fs = await serveWith(
+      {
+        ...offload,
+        kv_connector_extra_config: {
+          cpu_bytes_to_use: 16 << 20,
+          spec_name: 'TieringOffloadingSpec',
+          secondary_tiers: [{ type: 'fs', root_dir: dir, timeout_ms: 2000 }],
+        },
+      },
+      { enable_prefix_caching: false },
+    );
+    try {
+      await complete(fs.url, {});
+      // Drop the CPU tier until the chunks come back from the fs tier (its writes land asynchronously).
+      let exp: Exposition | null = null;
+      for (let attempt = 0; attempt < 20; attempt++) {
+        assert.ok(await fs.engine.resetPrefixCache({ resetConnector: true }));
+        await complete(fs.url, {});
+        exp = parseExposition(await (await fetch(`${fs.url}/metrics`)).text());
+        if (sampleValue(exp, 'vllm:prompt_tokens_cached_by_source_total', { source: 'disk' }) > 0) break;
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      exp = await scrape(t, fs, OFFLOAD_FAMILIES);
+      const sources = cachedBySource(exp);
+      assert.ok((sources['disk'] ?? 0) > 0, `disk hits: ${JSON.stringify(sources)}`);
+      assert.ok(
+        sampleValue(exp, 'vllm:kv_offload_lookup_async_delay_seconds_count') >= 1,
+        'the fs lookup was deferred, then answered',
+      );
+    } finally {
+      await stop(fs);
+      await rm(dir, { recursive: true, force: true });
+    }
+
+    // Two CPU slots for a prompt of several chunks: the rest find no slot.
+    const full = await serveWith(
+      { ...offload, kv_connector_extra_config: { cpu_bytes_to_use: 2 * 32768 } },
+      { enable_prefix_caching: false },
+    );
+    try {
+      await complete(full.url, {});
+      const exp = await scrape(t, full, OFFLOAD_FAMILIES);
+      assert.ok(sampleValue(exp, 'vllm:kv_offload_allocation_failure_total') >= 1);
+      assert.equal(
+        sampleValue(exp, 'vllm:kv_offload_store_bytes_total'),
+        2 * 32768,
+        'the two slots were stored',
+      );
+    } finally {
+      await stop(full);
+    }
+
+    // store_threshold 2: the first sight of a chunk skips its store, the second stores it.
+    const threshold = await serveWith(
+      { ...offload, kv_connector_extra_config: { cpu_bytes_to_use: 16 << 20, store_threshold: 2 } },
+      { enable_prefix_caching: false },
+    );
+    try {
+      await complete(threshold.url, {});
+      const first = await scrape(t, threshold, [
+        ...OFFLOAD_FAMILIES,
+        ['vllm:kv_offload_stores_skipped_total', 'counter'],
+      ]);
+      const skipped = sampleValue(first, 'vllm:kv_offload_stores_skipped_total');
+      assert.ok(skipped > 0);
+      assert.equal(sampleValue(first, 'vllm:kv_offload_store_bytes_total'), 0);
+      await complete(threshold.url, {});
+      const second = parseExposition(await (await fetch(`${threshold.url}/metrics`)).text());
+      assert.equal(sampleValue(second, 'vllm:kv_offload_stores_skipped_total'), skipped);
+      assert.ok(sampleValue(second, 'vllm:kv_offload_store_bytes_total') > 0);
+    } finally {
+      await stop(threshold);
     }
   });
 

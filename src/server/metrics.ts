@@ -13,6 +13,7 @@ import type { ConnectorMetricSpec } from '../connector/metric-specs.ts';
 import type { EngineStats, IterationStats } from '../engine/api.ts';
 import { ConnectorMetrics } from './connector-metrics.ts';
 import { registerEmulationMetrics } from './emulation-metrics.ts';
+import { HIDDEN_METRICS, showHiddenMetrics } from './hidden-metrics.ts';
 import { buckets125, IterationMetrics } from './iteration-metrics.ts';
 import { loraRequestsInfoGauge, setLoraRequestsInfo } from './lora-requests-info.ts';
 import { toPythonExposition } from './python-exposition.ts';
@@ -63,6 +64,10 @@ export interface ServerMetricsOptions {
   emulation?: EmulationConfig | null;
   /** --max-loras when LoRA is enabled: serves vllm:lora_requests_info. */
   maxLoras?: number | null;
+  /** --show-hidden-metrics-for-version (checked); null: hidden metrics stay hidden. */
+  showHiddenMetricsForVersion?: string | null;
+  /** The families the flag shows (vLLM's list by default). */
+  hiddenMetrics?: readonly string[];
 }
 
 /** vLLM's cache_config_info labels for kvconnect's cache config (Python str() of each value). */
@@ -176,6 +181,8 @@ export class ServerMetrics {
       options.connectorMetrics.length > 0
         ? new ConnectorMetrics(this.registry, options.connectorMetrics, labels)
         : null;
+    if (!showHiddenMetrics(options.showHiddenMetricsForVersion ?? null))
+      for (const name of options.hiddenMetrics ?? HIDDEN_METRICS) this.registry.removeSingleMetric(name);
   }
 
   /** Records one engine iteration (request latencies, token counts, connector stats). */

@@ -63,6 +63,8 @@ export interface ServerOptions extends SteeringOptions {
   devMode?: boolean;
   /** --enable-prompt-tokens-details: usage.prompt_tokens_details.cached_tokens. */
   enablePromptTokensDetails?: boolean;
+  /** --show-hidden-metrics-for-version, already checked (hidden-metrics.ts). */
+  showHiddenMetricsForVersion?: string | null;
   /** --trust-request-chat-template: render a chat_template sent with a request. */
   trustRequestChatTemplate?: boolean;
   /** --enable-tokenizer-info-endpoint: GET /tokenizer_info. */
@@ -123,6 +125,7 @@ export function createServer(options: ServerOptions): KVServer {
     readStats: () => engine.stats(),
     emulation: engine.config.emulation ?? null,
     maxLoras: engine.config.lora?.maxLoras ?? null,
+    showHiddenMetricsForVersion: options.showHiddenMetricsForVersion ?? null,
   });
   const unsubscribe = engine.onIterationStats?.((stats) => metrics.recordIteration(stats)) ?? null;
   const steering = createSteering(

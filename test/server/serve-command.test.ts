@@ -95,6 +95,10 @@ test('invalid flags exit 2 with the message and a hint, before creating the engi
       ['--kv-transfer-config.kv_connector', 'NixlConnector'],
       /^error\[KV_ROLE_REQUIRED\]: Please specify kv_role when kv_connector is set/,
     ],
+    [
+      ['--show-hidden-metrics-for-version', 'latest'],
+      /^error\[KV_CONFIG_INVALID\]: Invalid version: 'latest' \(show_hidden_metrics_for_version expects a version such as 0\.31\)\nhint: /,
+    ],
   ];
   for (const [argv, expected] of cases) {
     const r = await serve(argv, noEngine);

@@ -15,6 +15,7 @@ import { buildSteering, type SteeringConfig } from '../../config/steering-option
 import type { EngineConfig } from '../../config/types.ts';
 import type { AsyncEngineLike } from '../../engine/api.ts';
 import { formatErrorText, KVError } from '../../errors/index.ts';
+import { parseShowHiddenMetricsForVersion } from '../../server/hidden-metrics.ts';
 import type { LoraServingOptions } from '../../server/served-models.ts';
 import { type CliContext, EXIT_OK, EXIT_USAGE } from '../context.ts';
 import { localRankConfigs, rankPort } from '../data-parallel.ts';
@@ -45,6 +46,7 @@ interface ServeFlags {
   maxQueue: string;
   config?: string;
   enablePromptTokensDetails?: boolean;
+  showHiddenMetricsForVersion?: string;
   trustRequestChatTemplate?: boolean;
   enableSleepMode?: boolean;
   enableTokenizerInfoEndpoint?: boolean;
@@ -156,6 +158,10 @@ export function registerServeCommand(program: Command, ctx: CliContext, deps: Se
       "add usage.prompt_tokens_details.cached_tokens (prompt tokens not computed) to every response, as vLLM's flag does",
     )
     .option(
+      '--show-hidden-metrics-for-version <version>',
+      "serve the metrics vLLM hid after deprecating them, when <version> is the minor release before the one kvconnect follows (as vLLM's flag; its current release hides none)",
+    )
+    .option(
       '--trust-request-chat-template',
       'render a chat_template sent with a chat request (or in its chat_template_kwargs); without it such requests are refused with 400, as vLLM does',
     )
@@ -198,7 +204,9 @@ export function registerServeCommand(program: Command, ctx: CliContext, deps: Se
     let externalRank: boolean;
     let steering: SteeringConfig;
     let lora: LoraServingOptions | null = null;
+    let showHiddenMetricsForVersion: string | null;
     try {
+      showHiddenMetricsForVersion = parseShowHiddenMetricsForVersion(flags.showHiddenMetricsForVersion);
       // llm-d-inference-sim's YAML, under the flags the user passed (defaults do not count).
       const file = flags.config ? loadSimConfigFile(flags.config) : null;
       const passed = (name: string): boolean => command.getOptionValueSource(name) === 'cli';
@@ -271,6 +279,7 @@ export function registerServeCommand(program: Command, ctx: CliContext, deps: Se
         apiKey: flags.apiKey ?? null,
         maxQueue,
         enablePromptTokensDetails: flags.enablePromptTokensDetails === true,
+        showHiddenMetricsForVersion,
         failureInjection: steering.failures,
         fakeMetrics: steering.fakeMetrics,
         fakeMetricsRefreshMs: steering.fakeMetricsRefreshMs,

@@ -5,8 +5,9 @@
  * {"schema": ...}}, which replace the matching keys of structured_outputs), and the older
  * `guided_json` / `guided_regex` / `guided_choice` / `guided_grammar` fields (mapped as vLLM
  * 0.10–0.11 mapped them; current vLLM dropped them). A `response_format` of type
- * `structural_tag` is the structural tag itself, as vLLM passes it on. What cannot be served
- * here is a 400 naming the field.
+ * `structural_tag` is the structural tag itself, as vLLM passes it on. A backend the request
+ * names (`structured_outputs.backend` / `_backend`, `guided_decoding_backend`) must be the
+ * engine's, as vLLM checks. What cannot be served here is a 400 naming the field.
  */
 import type { StructuredOutputsParams } from '../engine/api.ts';
 import { type Body, badRequest, invalid } from './fields.ts';
@@ -32,6 +33,8 @@ export function readStructuredOutputs(body: Body): StructuredOutputsParams | nul
   if (present(so)) {
     if (typeof so !== 'object' || Array.isArray(so)) throw invalid('structured_outputs', 'an object', so);
     Object.assign(raw, so);
+    for (const key of ['backend', '_backend'])
+      checkBackend(raw[key], `structured_outputs.${key}`, key === 'backend' ? 'backend' : '_backend');
     // vLLM's check_structured_outputs_count, before the params object is built.
     if (['json', 'regex', 'choice'].filter((k) => present(raw[k])).length > 1)
       throw badRequest(
@@ -51,7 +54,7 @@ export function readStructuredOutputs(body: Body): StructuredOutputsParams | nul
     for (const k of guided) raw[GUIDED[k] as string] = body[k];
     field = guided[0] as string;
   }
-  readGuidedOptions(body, raw);
+  readGuidedOptions(body);
   const format = body['response_format'];
   if (present(format)) {
     if (typeof format !== 'object' || Array.isArray(format))
@@ -80,17 +83,42 @@ export function readStructuredOutputs(body: Body): StructuredOutputsParams | nul
   return toParams(raw, field);
 }
 
+/**
+ * The engine's structured-output backend, as vLLM's default `--structured-outputs-config`
+ * names it; `auto` runs XGrammar here for every constraint served.
+ */
+const ENGINE_BACKEND = 'auto';
+/** Backends a request may name: the engine's, and the one it picks. */
+const SERVED_BACKENDS: readonly unknown[] = [ENGINE_BACKEND, 'xgrammar'];
+
+/**
+ * A backend named in the request: vLLM's check that it is the engine's (request-level
+ * backend selection is not supported), with vLLM's message.
+ */
+function checkBackend(value: unknown, field: string, key: string): void {
+  if (!present(value) || SERVED_BACKENDS.includes(value)) return;
+  throw badRequest(
+    'Request-level structured output backend selection is not supported. ' +
+      `The request specified '${String(value)}', but vLLM was initialised with '${ENGINE_BACKEND}'. ` +
+      `This error can be resolved by removing '${key}' from the request.`,
+    field,
+    `Leave ${field} out: this server's structured outputs run on XGrammar (backend "${ENGINE_BACKEND}").`,
+  );
+}
+
 /** guided_whitespace_pattern and guided_decoding_backend, as vLLM 0.10–0.11 took them. */
-function readGuidedOptions(body: Body, raw: Body): void {
-  if (present(body['guided_whitespace_pattern']))
-    raw['whitespace_pattern'] = body['guided_whitespace_pattern'];
-  const backend = body['guided_decoding_backend'];
-  if (present(backend) && backend !== 'xgrammar' && backend !== 'auto')
-    throw badRequest(
-      `guided_decoding_backend ${JSON.stringify(backend)} is not available: this server's structured-output backend is xgrammar.`,
-      'guided_decoding_backend',
-      'Leave guided_decoding_backend out, or send "xgrammar".',
-    );
+function readGuidedOptions(body: Body): void {
+  checkBackend(body['guided_decoding_backend'], 'guided_decoding_backend', 'guided_decoding_backend');
+  if (present(body['guided_whitespace_pattern'])) throw whitespacePatternRefused('guided_whitespace_pattern');
+}
+
+/** XGrammar takes no whitespace pattern (vLLM's xgrammar backend drops it): refused, never ignored. */
+function whitespacePatternRefused(field: string): Error {
+  return badRequest(
+    `${field} is not supported by this server.`,
+    field,
+    'Leave the whitespace pattern out; use disable_any_whitespace for compact JSON.',
+  );
 }
 
 function toParams(raw: Body, field: string): StructuredOutputsParams {
@@ -108,13 +136,9 @@ function toParams(raw: Body, field: string): StructuredOutputsParams {
       'Add one of json, regex, choice, grammar or json_object to structured_outputs.',
     );
   // disable_additional_properties needs nothing: XGrammar's JSON schemas are strict already
-  // (vLLM applies the flag to its guidance backend only). A whitespace pattern XGrammar cannot take.
+  // (vLLM applies the flag to its guidance backend only).
   if (present(raw['whitespace_pattern']))
-    throw badRequest(
-      'structured_outputs.whitespace_pattern is not supported by this server.',
-      field === 'structured_outputs' ? 'structured_outputs.whitespace_pattern' : field,
-      'Leave the whitespace pattern out; use disable_any_whitespace for compact JSON.',
-    );
+    throw whitespacePatternRefused('structured_outputs.whitespace_pattern');
   const out: StructuredOutputsParams = {};
   const name = (k: string) => (field === 'structured_outputs' ? `structured_outputs.${k}` : field);
   const json = raw['json'];

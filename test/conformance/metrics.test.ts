@@ -101,7 +101,7 @@ test('vllm:prompt_tokens_cached_by_source_total: local prefix hits are device, m
   const cached = delta('vllm:prompt_tokens_cached_total');
   assert.ok(cached >= 16, `the repeated prompt hit the prefix cache (${cached} tokens)`);
   assert.equal(delta('vllm:prompt_tokens_cached_by_source_total', { source: 'device' }), cached);
-  for (const source of ['cpu', 'disk', 'mixed', 'external'])
+  for (const source of ['host', 'p2p', 'disk', 'external_unspecified'])
     assert.equal(sampleValue(afterExp, 'vllm:prompt_tokens_cached_by_source_total', { source }), 0);
   for (const stage of ['waiting_to_start', 'in_progress', 'completed_waiting'])
     assert.equal(sampleValue(afterExp, 'vllm:num_requests_kv_fetch_by_stage', { stage }), 0);

@@ -220,7 +220,26 @@ describe('structured outputs', () => {
         /structural tag/,
       ],
       [{ use_beam_search: true, n: 2, guided_choice: ['a', 'b'] }, 'use_beam_search', /Beam search/],
-      [{ guided_decoding_backend: 'outlines', guided_regex: 'a' }, 'guided_decoding_backend', /xgrammar/],
+      [
+        { guided_decoding_backend: 'outlines', guided_regex: 'a' },
+        'guided_decoding_backend',
+        /^Request-level structured output backend selection is not supported\. The request specified 'outlines', but vLLM was initialised with 'auto'\. This error can be resolved by removing 'guided_decoding_backend' from the request\.$/,
+      ],
+      [
+        { structured_outputs: { regex: 'a', _backend: 'guidance' } },
+        'structured_outputs._backend',
+        /The request specified 'guidance', but vLLM was initialised with 'auto'.*removing '_backend'/,
+      ],
+      [
+        { structured_outputs: { regex: 'a', backend: 'lm-format-enforcer' } },
+        'structured_outputs.backend',
+        /The request specified 'lm-format-enforcer'/,
+      ],
+      [
+        { guided_json: SCHEMA, guided_whitespace_pattern: '[ ]?' },
+        'guided_whitespace_pattern',
+        /guided_whitespace_pattern is not supported/,
+      ],
     ];
     for (const [extra, param, message] of cases) {
       const r = await post(`${s.url}/v1/completions`, { prompt: PROMPT, max_tokens: 4, ...extra });
@@ -231,6 +250,15 @@ describe('structured outputs', () => {
       assert.match(error.message, message);
     }
     assert.match((await complete({ structured_outputs: { regex: 'ok' } })).text ?? '', /^ok$/);
+    // The engine's backend (auto) and the one it runs (xgrammar) may be named.
+    assert.match(
+      (await complete({ structured_outputs: { regex: 'ok', backend: 'xgrammar' } })).text ?? '',
+      /^ok$/,
+    );
+    assert.match(
+      (await complete({ guided_regex: 'ok', guided_decoding_backend: 'auto' })).text ?? '',
+      /^ok$/,
+    );
   });
 });
 

@@ -263,6 +263,15 @@ describe('/metrics with each connector, checked by promtool', () => {
         sampleValue(exp, 'vllm:kv_offload_lookup_async_delay_seconds_count') >= 1,
         'the fs lookup was deferred, then answered',
       );
+      // Only the prompt's head back in the CPU tier: the next full prompt is split host + disk.
+      assert.ok(await fs.engine.resetPrefixCache({ resetConnector: true }));
+      await complete(fs.url, { prompt: PROMPT.slice(0, 40) });
+      const before = cachedBySource(parseExposition(await (await fetch(`${fs.url}/metrics`)).text()));
+      await complete(fs.url, {});
+      const after = cachedBySource(await scrape(t, fs, OFFLOAD_FAMILIES));
+      const host = (after['host'] ?? 0) - (before['host'] ?? 0);
+      const disk = (after['disk'] ?? 0) - (before['disk'] ?? 0);
+      assert.ok(host > 0 && disk > 0, `one request from both tiers: host ${host}, disk ${disk}`);
     } finally {
       await stop(fs);
       await rm(dir, { recursive: true, force: true });

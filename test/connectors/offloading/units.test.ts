@@ -26,6 +26,7 @@ import {
   OffloadScheduler,
   type OffloadSchedulerOptions,
 } from '../../../src/connectors/offloading/scheduler.ts';
+import { tierCacheHitSource } from '../../../src/connectors/offloading/stats.ts';
 import { WORKER_META_KEY } from '../../../src/connectors/offloading/step-metadata.ts';
 import { KVError } from '../../../src/errors/kv-error.ts';
 import { BlockHashFunction, externalBlockHash } from '../../../src/kv/block-hash.ts';
@@ -765,4 +766,15 @@ describe('per-request kv_transfer_params', () => {
       'kv_connector_extra_config.max_tracker_size',
     );
   });
+});
+
+test("the OffloadingConnector's tiers: CPU is host, fs is disk, a peer is p2p, remote stores unspecified", () => {
+  assert.deepEqual(['cpu', 'fs', 'p2p', 'redis', 'obj', 'MyTier'].map(tierCacheHitSource), [
+    'host',
+    'disk',
+    'p2p',
+    'external_unspecified',
+    'external_unspecified',
+    'external_unspecified',
+  ]);
 });

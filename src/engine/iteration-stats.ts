@@ -5,7 +5,12 @@
  * timings (queued → scheduled → first token → last token). The server turns them into the
  * vllm:* histograms and counters. Times are seconds, as vLLM reports them.
  */
-import { addCachedTokens, CACHE_HIT_SOURCES, type CacheHitSource } from '../connector/cache-hit-source.ts';
+import {
+  addCachedTokens,
+  CACHE_HIT_SOURCES,
+  type CacheHitSource,
+  trimCachedTokens,
+} from '../connector/cache-hit-source.ts';
 import type { FinishReason, RequestOutputDelta } from './api.ts';
 
 /**
@@ -160,10 +165,13 @@ function addPrompt(p: PromptTokenStats, m: RequestOutputDelta['metrics']): void 
   p.cached += cached;
   p.recomputed += recomputed;
   p.total += promptLen;
+  // By source the counts sum to `cached`: a recomputed last token of a full external hit
+  // is not cached, and comes off the connector's slowest source.
   const bySource = p.cachedBySource;
-  addCachedTokens(bySource, 'device', cached - m.numExternalTokens);
-  const external = m.externalCacheHitSources;
-  for (const source of CACHE_HIT_SOURCES) addCachedTokens(bySource, source, external[source] ?? 0);
+  const external = Math.min(m.numExternalTokens, cached);
+  addCachedTokens(bySource, 'device', cached - external);
+  const sources = trimCachedTokens(m.externalCacheHitSources, external);
+  for (const source of CACHE_HIT_SOURCES) addCachedTokens(bySource, source, sources[source] ?? 0);
 }
 
 function finishedStats(delta: RequestOutputDelta, state: RequestState, now: number): FinishedRequestStats {

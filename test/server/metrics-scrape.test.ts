@@ -177,6 +177,13 @@ describe('/metrics with each connector, checked by promtool', () => {
       });
       assert.ok(external > 0, 'D loaded prompt tokens from P');
       assert.equal(external, sampleValue(dExp, 'vllm:external_prefix_cache_hits_total'));
+      // NIXL does not say where P's KV lived: vLLM's default source, for every cached token
+      // (the last prompt token, recomputed for its logits, is loaded but not cached).
+      assert.equal(
+        cachedBySource(dExp)['external_unspecified'],
+        sampleValue(dExp, 'vllm:prompt_tokens_cached_total'),
+      );
+      assert.ok((cachedBySource(dExp)['external_unspecified'] ?? 0) > 0);
       const pExp = await scrape(t, p, NIXL_FAMILIES);
       assert.equal(
         sampleValue(pExp, 'vllm:prompt_tokens_by_source_total', { source: 'external_kv_transfer' }),

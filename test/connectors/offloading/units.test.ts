@@ -16,6 +16,7 @@ import { emptyConnectorOutput } from '../../../src/connector/types.ts';
 import { ArcPolicy } from '../../../src/connectors/offloading/arc-policy.ts';
 import { decodeFrame, encodeFrame } from '../../../src/connectors/offloading/block-frame.ts';
 import { type OffloadingConfig, parseOffloadingConfig } from '../../../src/connectors/offloading/config.ts';
+import { CpuSlotIndex } from '../../../src/connectors/offloading/cpu-slot-index.ts';
 import { FsTier } from '../../../src/connectors/offloading/fs-tier.ts';
 import { OffloadingConnector } from '../../../src/connectors/offloading/index.ts';
 import { OffloadLayout } from '../../../src/connectors/offloading/layout.ts';
@@ -777,4 +778,17 @@ test("the OffloadingConnector's tiers: CPU is host, fs is disk, a peer is p2p, r
     'external_unspecified',
     'external_unspecified',
   ]);
+});
+
+test('CpuSlotIndex.numBusy: slots being written or pinned by a load (the CPU cache usage gauge)', () => {
+  const index = new CpuSlotIndex(4, 'lru');
+  assert.ok(index.allocate('a') && index.allocate('b'));
+  assert.equal(index.numBusy(), 2, 'both pending their write');
+  index.markReady('a');
+  index.markReady('b');
+  assert.equal(index.numBusy(), 0);
+  index.pin('a');
+  assert.equal(index.numBusy(), 1, 'pinned by a load');
+  index.unpin('a');
+  assert.equal(index.numBusy(), 0);
 });

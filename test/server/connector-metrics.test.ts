@@ -14,6 +14,7 @@ import type { ConnectorMetricSpec } from '../../src/connector/metric-specs.ts';
 import { MultiConnector } from '../../src/connectors/multi/index.ts';
 import { NixlConnector } from '../../src/connectors/nixl/index.ts';
 import type { NixlStatsData } from '../../src/connectors/nixl/stats.ts';
+import { OffloadingConnector } from '../../src/connectors/offloading/index.ts';
 import { AdmissionGate } from '../../src/server/admission.ts';
 import { ConnectorMetrics } from '../../src/server/connector-metrics.ts';
 import { needsRejectionNotice, parseKvTransferParams } from '../../src/server/kv-transfer-params.ts';
@@ -44,6 +45,49 @@ test("NIXL stats feed the vLLM-named histograms and counters NixlConnector's cla
   assert.equal(sampleLine(text, 'vllm:nixl_bytes_transferred_sum{model_name="tiny",engine="0"}'), 12288);
   assert.equal(sampleLine(text, 'vllm:nixl_num_failed_transfers_total{model_name="tiny",engine="0"}'), 3);
   assert.equal(sampleLine(text, 'vllm:nixl_num_failed_notifications_total{model_name="tiny",engine="0"}'), 0);
+});
+
+test("OffloadingConnector's specs as vLLM builds them: the CPU spec's families and fixed transfer_type series", async () => {
+  const specsOf = (extra: Record<string, unknown>) =>
+    OffloadingConnector.metricSpecs(
+      KVTransferConfig.fromObject({
+        kv_connector: 'OffloadingConnector',
+        kv_role: 'kv_both',
+        kv_connector_extra_config: { cpu_bytes_to_use: 1 << 20, ...extra },
+      }),
+    ).map((s) => s.name);
+  const plain = specsOf({});
+  assert.ok(plain.includes('vllm:kv_offload_cpu_cache_usage_perc'));
+  assert.ok(!plain.includes('vllm:kv_offload_stores_skipped_total'), 'only with store_threshold >= 2');
+  assert.ok(specsOf({ store_threshold: 2 }).includes('vllm:kv_offload_stores_skipped_total'));
+  const registry = new Registry();
+  const specs = OffloadingConnector.metricSpecs(
+    KVTransferConfig.fromObject({
+      kv_connector: 'OffloadingConnector',
+      kv_role: 'kv_both',
+      kv_connector_extra_config: { cpu_bytes_to_use: 1 << 20 },
+    }),
+  );
+  const metrics = new ConnectorMetrics(registry, specs, labels);
+  const series = (type: string) =>
+    `vllm:kv_offload_total_bytes_total{model_name="tiny",engine="0",transfer_type="${type}"}`;
+  // Both directions exist before any transfer, as vLLM binds them at start.
+  let text = await registry.metrics();
+  assert.equal(sampleLine(text, series('CPU_to_GPU')), 0);
+  assert.equal(sampleLine(text, series('GPU_to_CPU')), 0);
+  metrics.observe({
+    offload_load_ops: [{ op_size: 100, op_time: 0.5 }],
+    offload_store_ops: [
+      { op_size: 7, op_time: 0.1 },
+      { op_size: 3, op_time: 0.1 },
+    ],
+    offload_cpu_cache_usage: [0.5, 0.25],
+  });
+  text = await registry.metrics();
+  assert.equal(sampleLine(text, series('CPU_to_GPU')), 100);
+  assert.equal(sampleLine(text, series('GPU_to_CPU')), 10);
+  assert.equal(sampleLine(text, 'vllm:kv_offload_load_bytes_total{model_name="tiny",engine="0"}'), 100);
+  assert.equal(sampleLine(text, 'vllm:kv_offload_cpu_cache_usage_perc{model_name="tiny",engine="0"}'), 0.25);
 });
 
 test("MultiConnector declares the union of its children's metrics, each fed from its child's stats", async () => {

@@ -23,7 +23,8 @@ export function parseKvTransferParams(value: unknown): KVTransferParams | null {
     throw badRequest(
       `Invalid kv_transfer_params.${bad.key}: expected ${bad.expected}, received ${JSON.stringify(bad.received)?.slice(0, 60)}.`,
       `kv_transfer_params.${bad.key}`,
-      'Forward the kv_transfer_params of the prefill response unchanged; do not edit them by hand.',
+      bad.hint ??
+        'Forward the kv_transfer_params of the prefill response unchanged; do not edit them by hand.',
       'SERVER_INVALID_KV_TRANSFER_PARAMS',
     );
   }

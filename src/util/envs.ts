@@ -141,6 +141,16 @@ export const ENV_VARS = {
     '`5600`',
     "NixlConnector's side-channel base port (plus the data-parallel rank) when `side_channel_port` is not set.",
   ),
+  VLLM_P2P_SIDE_CHANNEL_HOST: text(
+    'host name or address',
+    '`localhost`',
+    "The OffloadingConnector p2p tier's control-socket host (bound and announced verbatim) when the tier's `host` is not set.",
+  ),
+  VLLM_P2P_SIDE_CHANNEL_PORT: text(
+    'port, 0 to 65535',
+    '`5710`',
+    "The OffloadingConnector p2p tier's control-socket base port (plus the data-parallel rank) when the tier's `port` is not set.",
+  ),
   VLLM_MORIIO_CONNECTOR_READ_MODE: deprecated('read_mode'),
   VLLM_MORIIO_QP_PER_TRANSFER: deprecated('qp_per_transfer'),
   VLLM_MORIIO_POST_BATCH_SIZE: deprecated('post_batch_size'),

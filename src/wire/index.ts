@@ -60,3 +60,21 @@ export {
   readNixlRemote,
   readRemoteNumTokens,
 } from './nixl-params.ts';
+export {
+  formatP2PFrame,
+  P2P_MAX_FRAME_BYTES,
+  type P2PConnectMsg,
+  P2PFrameReader,
+  type P2PMessage,
+  parseP2PMessage,
+} from './p2p-messages.ts';
+export {
+  formatP2PParams,
+  invalidP2PParams,
+  P2P_ROLE_KEYS,
+  type P2PParamError,
+  type P2PRoleKey,
+  type P2PRoles,
+  type P2PSource,
+  readP2PRoles,
+} from './p2p-params.ts';

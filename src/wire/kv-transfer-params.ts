@@ -5,6 +5,8 @@
  * ./nixl-params.ts and ./moriio-params.ts.
  */
 
+import { invalidP2PParams } from './p2p-params.ts';
+
 /** Per-request connector parameters: JSON, connector-specific beyond the keys below. */
 export type KVTransferParams = Record<string, unknown>;
 
@@ -44,10 +46,10 @@ const KV_TRANSFER_PARAM_TYPES: Readonly<Record<string, { check: Check; expected:
 /** The first known key whose value has the wrong type, or null when all are well-typed. */
 export function invalidKvTransferParam(
   params: KVTransferParams,
-): { key: string; expected: string; received: unknown } | null {
+): { key: string; expected: string; received: unknown; hint?: string } | null {
   for (const [key, spec] of Object.entries(KV_TRANSFER_PARAM_TYPES)) {
     if (Object.hasOwn(params, key) && !spec.check(params[key]))
       return { key, expected: spec.expected, received: params[key] };
   }
-  return null;
+  return invalidP2PParams(params);
 }

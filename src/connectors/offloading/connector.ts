@@ -20,11 +20,13 @@ import type {
   RequestFinishedResult,
   SchedulerOutput,
 } from '../../connector/types.ts';
+import { noneHash } from '../../kv/block-hash.ts';
 import type { KVCacheBlocks, KVCacheConfig, KVCacheEvent, PagedKVMemory } from '../../kv/interfaces.ts';
 import { getLogger } from '../../logging/logger.ts';
 import { OFFLOADING_EXTRA_CONFIG, type OffloadingConfig, parseOffloadingConfig } from './config.ts';
 import { OffloadLayout } from './layout.ts';
 import { offloadMetricSpecs } from './metrics.ts';
+import { P2PTier } from './p2p-tier.ts';
 import { OffloadScheduler } from './scheduler.ts';
 import { OutOfTreeSpec } from './spec-module.ts';
 import { type OffloadMetadata, WORKER_META_KEY } from './step-metadata.ts';
@@ -69,7 +71,14 @@ export class OffloadingConnector extends KVConnectorBase {
         )
       : null;
     const specTiers = spec?.tiers() ?? [];
-    const tiers = [...specTiers, ...createSecondaryTiers(this.offloadConfig.secondaryTiers, { run })];
+    const p2p = {
+      dataParallelRank: engineConfig.parallel.dataParallelRank,
+      slotBytes: this.layout.slotBytes,
+      numSlots: this.layout.numSlots,
+      hashSeed: Buffer.from(noneHash(engineConfig.cache.prefixCachingHashAlgo)).toString('hex'),
+    };
+    const tiers = [...specTiers, ...createSecondaryTiers(this.offloadConfig.secondaryTiers, { run, p2p })];
+    const p2pTier = tiers.findIndex((t) => t instanceof P2PTier);
     const tierInfo = [
       ...specTiers.map((t) => ({ medium: t.medium, locality: null, enableKvEvents: false })),
       ...this.offloadConfig.secondaryTiers.map((t, i) => ({
@@ -92,6 +101,7 @@ export class OffloadingConnector extends KVConnectorBase {
       this.scheduler = new OffloadScheduler(this.layout, this.offloadConfig, tiers, {
         tierInfo,
         policyClass: spec?.policyClass() ?? null,
+        p2p: p2pTier >= 0 ? { tier: p2pTier, hub: (tiers[p2pTier] as P2PTier).hub } : null,
       });
       log.info(
         'OffloadingConnector: %d CPU slots of %d bytes (%d tokens per chunk, %s eviction)%s',

@@ -5,6 +5,16 @@
  * it in its stats, so the engine recomputes instead of failing.
  */
 
+import type { P2PSource } from '../../wire/index.ts';
+
+/** What a load knows beyond its keys: the p2p tier pulls per request, from the request's peer. */
+export interface TierLoadContext {
+  /** The request's remote_prefiller / remote_kv_source. */
+  p2p?: P2PSource;
+  /** Expected bytes of each key's value. */
+  lengths?: readonly number[];
+}
+
 export interface TierEntry {
   key: string;
   value: Uint8Array;
@@ -28,7 +38,7 @@ export function emptyTierStats(): TierStats {
 }
 
 export interface KVTier {
-  /** 'cpu', 'fs', 'redis', or an out-of-tree tier's class name. */
+  /** 'cpu', 'fs', 'redis', 'obj', 'p2p', or an out-of-tree tier's class name. */
   readonly kind: string;
   readonly medium: 'CPU' | 'STORAGE';
   /** Upper bound of one operation in ms (0 = in memory). */
@@ -36,7 +46,7 @@ export interface KVTier {
   /** Stores each value; returns the keys actually stored. */
   putMany(entries: readonly TierEntry[]): Promise<string[]>;
   /** One result per key: the value, or null (missing, corrupt, or the tier is unavailable). */
-  getMany(keys: readonly string[]): Promise<(Uint8Array | null)[]>;
+  getMany(keys: readonly string[], ctx?: TierLoadContext): Promise<(Uint8Array | null)[]>;
   hasMany(keys: readonly string[]): Promise<boolean[]>;
   deleteMany(keys: readonly string[]): Promise<void>;
   /** Startup check (a tier that can be misconfigured): throws a KVError naming the field to fix. */

@@ -5,9 +5,13 @@
  * - `max_offload_tokens`: store at most the request's first N tokens (0: store nothing).
  * - `kv_load_tiers`: which secondary tiers a load may come from, as a list of matchers
  *   `{"medium": "STORAGE", "locality": "LOCAL"}`; the CPU tier is always used.
+ * - the p2p tier's roles (`remote_decoder`, `remote_prefiller`, `remote_kv_source`): the
+ *   server refuses a bad combination with a 400; one that reaches the engine otherwise
+ *   (an embedding caller) is a warning and no p2p role.
  */
 import type { KVTransferParams } from '../../connector/types.ts';
 import { getLogger } from '../../logging/logger.ts';
+import { invalidP2PParams, type P2PRoles, readP2PRoles } from '../../wire/index.ts';
 import type { TierLocality } from './tier-config.ts';
 
 const log = getLogger('kvconnect.connectors.offloading.request-params');
@@ -115,6 +119,25 @@ export function parseMaxOffloadTokens(raw: unknown, requestId: string): number |
 export interface OffloadRequestParams {
   maxOffloadTokens: number | null;
   loadTierFilter: LoadTierFilter;
+  p2p: P2PRoles | null;
+}
+
+/** The request's p2p roles, or null (none, or refused with a warning). */
+export function parseP2PRoles(params: KVTransferParams | null, requestId: string): P2PRoles | null {
+  if (!params) return null;
+  const bad = invalidP2PParams(params);
+  if (bad) {
+    log.warn(
+      'request %s: kv_transfer_params.%s: expected %s, received %s; the p2p tier ignores the request (%s)',
+      requestId,
+      bad.key,
+      bad.expected,
+      JSON.stringify(bad.received),
+      bad.hint,
+    );
+    return null;
+  }
+  return readP2PRoles(params);
 }
 
 export function offloadRequestParams(
@@ -125,5 +148,6 @@ export function offloadRequestParams(
   return {
     maxOffloadTokens: parseMaxOffloadTokens(p['max_offload_tokens'], requestId),
     loadTierFilter: parseLoadTierFilter(p['kv_load_tiers'], requestId),
+    p2p: parseP2PRoles(params, requestId),
   };
 }

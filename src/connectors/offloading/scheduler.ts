@@ -18,17 +18,26 @@ import type {
   SchedulerOutput,
 } from '../../connector/types.ts';
 import type { KVCacheBlocks, KVCacheEvent } from '../../kv/interfaces.ts';
+import type { P2PSource } from '../../wire/index.ts';
 import type { OffloadingConfig } from './config.ts';
 import { CpuSlotIndex } from './cpu-slot-index.ts';
 import type { KVTier } from './kv-tier.ts';
 import type { OffloadLayout } from './layout.ts';
 import { LookupTracker } from './lookup-tracker.ts';
 import { OffloadEvents } from './offload-events.ts';
+import type { P2PHub } from './p2p-hub.ts';
 import type { PluginClass } from './plugin-module.ts';
 import { type OffloadRequestParams, offloadRequestParams, type TierTraits } from './request-params.ts';
 import { SecondaryLookup, type TierAllowed } from './secondary-lookup.ts';
 import { type OffloadSchedulerStatsData, tierCacheHitSource } from './stats.ts';
-import type { LoadItem, LoadJob, OffloadMetadata, OffloadWorkerMeta, StoreOp } from './step-metadata.ts';
+import type {
+  LoadItem,
+  LoadJob,
+  OffloadMetadata,
+  OffloadWorkerMeta,
+  ParkOp,
+  StoreOp,
+} from './step-metadata.ts';
 import { WORKER_META_KEY } from './step-metadata.ts';
 
 /** What the scheduler counts between two stats() calls. */
@@ -59,6 +68,8 @@ export interface OffloadSchedulerOptions {
   tierInfo?: readonly SecondaryTierInfo[];
   /** The CPU tier's eviction policy class when it is not config.evictionPolicyClass (a spec's). */
   policyClass?: PluginClass | null;
+  /** The p2p tier: its index in `tiers` and the engine's hub. */
+  p2p?: { tier: number; hub: P2PHub } | null;
 }
 
 interface RequestState {
@@ -69,6 +80,8 @@ interface RequestState {
   counted: boolean;
   /** Chunks [from, to) came from the tiers: they are stored already, never store them again. */
   loaded: { from: number; to: number };
+  /** p2p producer: chunks before this index were parked for the remote decoder. */
+  parkCursor: number;
 }
 
 export class OffloadScheduler {
@@ -80,6 +93,7 @@ export class OffloadScheduler {
   readonly events: OffloadEvents;
   readonly tiers: readonly KVTier[];
   readonly tierInfo: readonly SecondaryTierInfo[];
+  readonly p2p: { tier: number; hub: P2PHub } | null;
   readonly #requests = new Map<string, RequestState>();
   /** Each live request's kv_transfer_params settings, read once. */
   readonly #params = new Map<string, OffloadRequestParams>();
@@ -117,6 +131,35 @@ export class OffloadScheduler {
     const bound = tiers.reduce((ms, t) => ms + t.timeoutMs, LOOKUP_MARGIN_MS);
     this.lookup = tiers.length > 0 ? new SecondaryLookup(tiers, bound) : null;
     this.events = new OffloadEvents(layout.gpuBlockSize, config.selfDescribingKvEvents);
+    this.p2p = options.p2p ?? null;
+    this.p2p?.hub.attachIndex((key) => this.index.peek(key));
+  }
+
+  /** The peer a consumer request pulls from (remote_prefiller, else remote_kv_source), if a p2p tier exists. */
+  #p2pSource(req: ConnectorRequest): { source: P2PSource; probe: boolean } | null {
+    if (!this.p2p) return null;
+    const roles = this.#paramsOf(req).p2p;
+    if (roles?.prefiller) return { source: roles.prefiller, probe: false };
+    if (roles?.kvSource) return { source: roles.kvSource, probe: true };
+    return null;
+  }
+
+  /**
+   * Per key, whether the request's p2p peer holds it: true for every key of a P/D consumer
+   * (vLLM: the prefiller holds the whole prompt, no lookup round trip), the peer's answer for
+   * a peer pull (undefined while it is on its way), null without a p2p source.
+   */
+  #p2pHits(
+    req: ConnectorRequest,
+    keys: readonly string[],
+    allowed: TierAllowed,
+  ): (boolean | undefined)[] | null {
+    const p = this.#p2pSource(req);
+    if (!p || !this.p2p || !allowed(this.p2p.tier)) return null;
+    // A failed fetch or a refused lookup: the rest is computed locally (vLLM's _failed_req_ids).
+    if (this.p2p.hub.hasFailed(p.source.kvRequestId)) return keys.map(() => false);
+    if (!p.probe) return keys.map(() => true);
+    return this.p2p.hub.lookup(p.source, keys);
   }
 
   /** The request's kv_transfer_params settings (read on first use). */
@@ -181,9 +224,13 @@ export class OffloadScheduler {
         continue;
       }
       if (!this.lookup) break;
-      const where = keys.map((k) =>
-        this.index.isReady(k) ? 'cpu' : (this.lookup as SecondaryLookup).locate(k, Date.now(), allowed),
-      );
+      const p2p = this.#p2pHits(req, keys, allowed);
+      const where = keys.map((k, i) => {
+        if (this.index.isReady(k)) return 'cpu';
+        if (p2p && p2p[i] === undefined) return 'unknown';
+        if (p2p?.[i] && this.p2p) return this.p2p.tier;
+        return (this.lookup as SecondaryLookup).locate(k, Date.now(), allowed);
+      });
       if (where.includes('unknown')) return { count: null, loadAsync: false };
       if (where.includes(-1)) break;
       loadAsync = true;
@@ -236,10 +283,14 @@ export class OffloadScheduler {
         });
     });
     const stores: StoreOp[] = [];
+    const parks: ParkOp[] = [];
     for (const [id, before] of computedBefore) {
       const n = so.numScheduledTokens[id] ?? 0;
       const st = this.#requests.get(id);
-      if (n > 0 && st) stores.push(...this.#planStores(st, before + n));
+      if (n > 0 && st) {
+        stores.push(...this.#planStores(st, before + n));
+        if (this.p2p) parks.push(...this.#planParks(st, before + n));
+      }
     }
     const loads = this.#pendingLoads;
     this.#pendingLoads = [];
@@ -248,7 +299,7 @@ export class OffloadScheduler {
       else this.#syncLoadsByStep.set(step, [...(this.#syncLoadsByStep.get(step) ?? []), job]);
     }
     if (stores.length > 0) this.#storesByStep.set(step, stores);
-    return { step, stores, loads };
+    return this.p2p ? { step, stores, loads, parks } : { step, stores, loads };
   }
 
   updateConnectorOutput(out: KVConnectorOutput): void {
@@ -271,6 +322,10 @@ export class OffloadScheduler {
 
   requestFinished(req: ConnectorRequest): void {
     this.#observeAsyncDelay(req.requestId, performance.now());
+    const roles = this.p2p ? this.#paramsOf(req).p2p : null;
+    if (roles?.decoder) this.p2p?.hub.closeParking(roles.decoder.kvRequestId);
+    const source = roles?.prefiller ?? roles?.kvSource;
+    if (source) this.p2p?.hub.forgetRequest(source.kvRequestId);
     this.#requests.delete(req.requestId);
     this.#hitSources.delete(req.requestId);
     this.#params.delete(req.requestId);
@@ -312,7 +367,7 @@ export class OffloadScheduler {
   #state(req: ConnectorRequest): RequestState {
     let st = this.#requests.get(req.requestId);
     if (!st) {
-      st = { req, blockIds: [], storeCursor: 0, counted: false, loaded: { from: 0, to: 0 } };
+      st = { req, blockIds: [], storeCursor: 0, counted: false, loaded: { from: 0, to: 0 }, parkCursor: 0 };
       this.#requests.set(req.requestId, st);
     }
     st.req = req;
@@ -366,7 +421,8 @@ export class OffloadScheduler {
           items.push({ key, group: g, slot: cpuSlot, source: 'cpu', blockIds });
           return;
         }
-        const where = this.lookup?.locate(key, Date.now(), allowed);
+        const onPeer = this.#p2pHits(st.req, [key], allowed)?.[0] === true && this.p2p !== null;
+        const where = onPeer ? this.p2p?.tier : this.lookup?.locate(key, Date.now(), allowed);
         const alloc = this.index.allocate(key);
         if (alloc) {
           this.#evicted(alloc.evicted);
@@ -387,7 +443,36 @@ export class OffloadScheduler {
     }
     this.#hitSources.set(st.req.requestId, sources);
     this.#stats.loadedChunks += items.length;
-    return { reqId: st.req.requestId, async: items.some((i) => i.source !== 'cpu'), items };
+    const job: LoadJob = { reqId: st.req.requestId, async: items.some((i) => i.source !== 'cpu'), items };
+    const p2p = this.#p2pSource(st.req);
+    if (p2p && items.some((i) => i.source === this.p2p?.tier)) job.p2p = p2p.source;
+    return job;
+  }
+
+  /**
+   * p2p producer (`remote_decoder`): every full prompt chunk computed so far, local prefix
+   * hits and loaded chunks included, is parked for the decoder; max_offload_tokens and the
+   * CPU tier's admission do not apply (the decoder needs the whole prompt).
+   */
+  #planParks(st: RequestState, computedAfter: number): ParkOp[] {
+    const decoder = this.#paramsOf(st.req).p2p?.decoder;
+    if (!decoder) return [];
+    const L = this.layout;
+    const req = st.req;
+    const done = Math.min(
+      Math.floor(Math.min(computedAfter, req.numPromptTokens) / L.chunkTokens),
+      Math.floor(req.blockHashes.length / L.blocksPerChunk),
+    );
+    const ops: ParkOp[] = [];
+    for (let c = st.parkCursor; c < done; c++) {
+      (L.chunkKeys(req.blockHashes, c) ?? []).forEach((key, g) => {
+        const blockIds = (st.blockIds[g] ?? []).slice(c * L.blocksPerChunk, (c + 1) * L.blocksPerChunk);
+        if (blockIds.length < L.blocksPerChunk || blockIds.includes(0)) return;
+        ops.push({ kvRequestId: decoder.kvRequestId, key, group: g, blockIds });
+      });
+    }
+    st.parkCursor = Math.max(st.parkCursor, done);
+    return ops;
   }
 
   /** A chunk's KV is there once every group's part is: it counts under the slowest source. */

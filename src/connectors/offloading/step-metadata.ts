@@ -1,4 +1,5 @@
 /** Scheduler → worker and worker → scheduler payloads of the OffloadingConnector (plain data). */
+import type { P2PSource } from '../../wire/index.ts';
 
 /** Copy one chunk of one group from GPU blocks into a CPU slot (and on to the secondary tiers). */
 export interface StoreOp {
@@ -26,12 +27,24 @@ export interface LoadJob {
   reqId: string;
   async: boolean;
   items: LoadItem[];
+  /** Where the request's p2p items come from (remote_prefiller / remote_kv_source). */
+  p2p?: P2PSource;
+}
+
+/** Keep one computed chunk of a `remote_decoder` request for the decoder that fetches it (p2p tier). */
+export interface ParkOp {
+  kvRequestId: string;
+  key: string;
+  group: number;
+  blockIds: number[];
 }
 
 export interface OffloadMetadata extends Record<string, unknown> {
   step: number;
   stores: StoreOp[];
   loads: LoadJob[];
+  /** Present when a p2p tier is configured. */
+  parks?: ParkOp[];
 }
 
 export interface OffloadWorkerMeta {

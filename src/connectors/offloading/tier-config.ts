@@ -9,6 +9,7 @@ import { configError } from '../../config/config-error.ts';
 import { parseExtraBoolean, parseExtraNumber } from '../../config/extra-config.ts';
 import { MODULE_TIER_METHODS } from './module-tier.ts';
 import { type ObjTierSpec, parseObjTier } from './obj-tier-config.ts';
+import { type P2PTierSpec, parseP2PTier } from './p2p-tier-config.ts';
 import { checkPluginShape, loadPluginClass, type PluginClass } from './plugin-module.ts';
 import { parseCount, parseTimeoutMs } from './tier-fields.ts';
 
@@ -65,9 +66,10 @@ export type SecondaryTierSpec =
   | FsTierSpec
   | RedisTierSpec
   | ModuleTierSpec
-  | (ObjTierSpec & TierEventSettings);
+  | (ObjTierSpec & TierEventSettings)
+  | (P2PTierSpec & TierEventSettings);
 
-const BUILT_IN_TIERS = ['fs', 'redis', 'obj'] as const;
+const BUILT_IN_TIERS = ['fs', 'redis', 'obj', 'p2p'] as const;
 
 const COMMON_KEYS = ['type', 'enable_kv_events', 'locality', 'timeout_ms'];
 const FS_KEYS = [...COMMON_KEYS, 'root_dir', 'n_read_threads', 'n_write_threads', 'capacity_bytes'];
@@ -199,7 +201,7 @@ function parseModuleTier(tier: Record<string, unknown>, where: string): ModuleTi
       `${where}.type`,
       `one of ${BUILT_IN_TIERS.map((t) => `'${t}'`).join(', ')}, or a class name with module_path`,
       type,
-      'kvconnect ships the fs, redis and obj tiers; an out-of-tree tier needs "module_path": "./my-tier.js".',
+      'kvconnect ships the fs, redis, obj and p2p tiers; an out-of-tree tier needs "module_path": "./my-tier.js".',
     );
   }
   const tierClass = loadPluginClass(modulePath, type, `${where}.module_path`, `${where}.type`);
@@ -234,5 +236,6 @@ export function parseTier(raw: unknown, index: number): SecondaryTierSpec {
   if (tier['type'] === 'fs') return parseFsTier(tier, where);
   if (tier['type'] === 'redis') return parseRedisTier(tier, where);
   if (tier['type'] === 'obj') return { ...parseObjTier(tier, where), ...parseTierEventSettings(tier, where) };
+  if (tier['type'] === 'p2p') return { ...parseP2PTier(tier, where), ...parseTierEventSettings(tier, where) };
   return parseModuleTier(tier, where);
 }

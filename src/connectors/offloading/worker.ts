@@ -11,6 +11,8 @@ import { CpuSlotBuffers } from './cpu-slot-buffers.ts';
 import { copyBlocksToChunk, copyChunkToBlocks } from './kv-copy.ts';
 import type { KVTier, TierEntry } from './kv-tier.ts';
 import type { OffloadLayout } from './layout.ts';
+import type { P2PHub } from './p2p-hub.ts';
+import { P2PTier } from './p2p-tier.ts';
 import {
   type OffloadTransferOp,
   type OffloadTransferType,
@@ -48,9 +50,17 @@ export class OffloadWorker {
     this.tiers = tiers;
   }
 
+  /** The engine's p2p hub, when a p2p tier is configured. */
+  get #p2p(): P2PHub | null {
+    const tier = this.tiers.find((t) => t instanceof P2PTier);
+    return tier ? (tier as P2PTier).hub : null;
+  }
+
   register(memory: PagedKVMemory): void {
     this.#memory = memory;
-    this.#buffers = new CpuSlotBuffers(this.layout.numSlots, this.layout.slotBytes);
+    const buffers = new CpuSlotBuffers(this.layout.numSlots, this.layout.slotBytes);
+    this.#buffers = buffers;
+    this.#p2p?.attachSlots((slot) => buffers.read(slot));
   }
 
   startLoads(meta: OffloadMetadata): void {
@@ -79,6 +89,14 @@ export class OffloadWorker {
       buffers.setLength(op.slot, group.chunkBytes);
       bytes += group.chunkBytes;
       if (op.writeThrough) writeThrough.push({ key: op.key, value: Buffer.from(chunk) });
+    }
+    const hub = meta.parks && meta.parks.length > 0 ? this.#p2p : null;
+    for (const op of hub ? (meta.parks ?? []) : []) {
+      const group = this.layout.groups[op.group];
+      if (!group) continue;
+      hub?.park(op.kvRequestId, op.key, group.chunkBytes, (into) =>
+        copyBlocksToChunk(memory, group, op.blockIds, into, this.layout.blocksPerChunk),
+      );
     }
     this.#stats.storeBytes += bytes;
     this.#recordTransfer('GPU_to_CPU', bytes, started);
@@ -210,7 +228,14 @@ export class OffloadWorker {
         [...bySource].map(async ([tierIndex, items]) => {
           const started = performance.now();
           const tier = this.tiers[tierIndex];
-          const values = tier ? await tier.getMany(items.map((i) => i.key)) : items.map(() => null);
+          const lengths = items.map((i) => this.layout.groups[i.group]?.chunkBytes ?? 0);
+          const ctx = job.p2p ? { p2p: job.p2p, lengths } : { lengths };
+          const values = tier
+            ? await tier.getMany(
+                items.map((i) => i.key),
+                ctx,
+              )
+            : items.map(() => null);
           let loaded = 0;
           items.forEach((item, i) => {
             loaded += this.#promote(item, values[i] ?? null, errors);

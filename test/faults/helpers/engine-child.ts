@@ -51,7 +51,7 @@ export class EngineChild {
         nl = buf.indexOf('\n');
         if (msg['ready']) resolveReady();
         const key =
-          typeof msg['id'] === 'string' ? msg['id'] : 'usage' in msg ? 'usage' : 'logs' in msg ? 'logs' : '';
+          typeof msg['id'] === 'string' ? msg['id'] : (['usage', 'logs', 'p2p'].find((k) => k in msg) ?? '');
         this.#waiting.get(key)?.(msg);
         this.#waiting.delete(key);
       }
@@ -98,6 +98,11 @@ export class EngineChild {
 
   async usage(): Promise<number> {
     return (await this.#ask({ op: 'usage' }, 'usage'))['usage'] as number;
+  }
+
+  /** Staging blocks the child's p2p tier holds (parked chunks, fetches in flight). */
+  async p2pHeld(): Promise<number> {
+    return (await this.#ask({ op: 'p2p' }, 'p2p'))['p2p'] as number;
   }
 
   /** Warnings and errors the child logged since the last call (`at` on its clock, as doneAt). */

@@ -71,3 +71,53 @@ test('the examples naming a Python module fail clearly and pass with a JavaScrip
   );
   assert.equal(withTier.code, 0, withTier.err);
 });
+
+test('the p2p example: refused for the missing cpu_bytes_to_use as vLLM refuses it, accepted with it', async () => {
+  const example = read('p2p-unbound-timeout.json');
+  const r = await checkConfig(example);
+  assert.equal(r.code, 2);
+  assert.match(r.err, /cpu_bytes_to_use/);
+  const extra = example['kv_connector_extra_config'] as Record<string, unknown>;
+  const ok = await checkConfig({
+    ...example,
+    kv_connector_extra_config: { ...extra, cpu_bytes_to_use: 1 << 24 },
+  });
+  assert.equal(ok.code, 0, ok.err);
+  // llm-d's offloading sidecar configuration: the pod's own host and the sidecar's p2p port.
+  const llmd = await checkConfig(
+    wrap({
+      spec_name: 'TieringOffloadingSpec',
+      cpu_bytes_to_use: 1 << 24,
+      secondary_tiers: [{ type: 'p2p', host: '10.0.0.7', port: 7777 }],
+    }),
+  );
+  assert.equal(llmd.code, 0, llmd.err);
+});
+
+test('p2p tier keys: a bad value names the field, what was expected and the fix', async () => {
+  const cases: [Record<string, unknown>, RegExp][] = [
+    [{ port: 70000 }, /secondary_tiers\[0\]\.port: expected an integer port in 1\.\.65535/],
+    [
+      { backends: ['MOONCAKE'] },
+      /secondary_tiers\[0\]\.backends: expected a non-empty list of TCP, SHM, UCX/,
+    ],
+    [
+      { unbound_store_timeout_s: 0 },
+      /secondary_tiers\[0\]\.unbound_store_timeout_s: expected a positive number of seconds/,
+    ],
+    [{ num_threads: -1 }, /secondary_tiers\[0\]\.num_threads: expected a positive integer/],
+    [{ root_dir: '/tmp' }, /secondary_tiers\[0\]\.root_dir: expected one of the p2p tier's keys/],
+  ];
+  for (const [keys, message] of cases) {
+    const r = await checkConfig(
+      wrap({
+        spec_name: 'TieringOffloadingSpec',
+        cpu_bytes_to_use: 1 << 24,
+        secondary_tiers: [{ type: 'p2p', ...keys }],
+      }),
+    );
+    assert.equal(r.code, 2, JSON.stringify(keys));
+    assert.match(r.err, message);
+    assert.match(r.err, /hint: /);
+  }
+});

@@ -8,6 +8,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { headerValue, readJson } from '../http/index.ts';
 import { readEnv } from '../util/envs.ts';
 import { type FailoverDeps, RequestFailover } from './failover.ts';
+import { KV_CACHE_SOURCE_HEADER } from './offloading-flow.ts';
 import { chainedPrefixHashes, promptText } from './prefix-hash.ts';
 import { badRequest, proxyBodyRules } from './proxy-errors.ts';
 import type { Json } from './request-shaping.ts';
@@ -53,6 +54,7 @@ export async function handleCompletion(
       requestId,
       headers,
       ctx,
+      kvCacheSource: headerValue(req, KV_CACHE_SOURCE_HEADER),
       signal: abort.signal,
       res,
     }).serve();

@@ -21,6 +21,7 @@ import type { Backend } from './backend.ts';
 import type { BackendPool } from './backend-pool.ts';
 import { ClientOut, type RelayOutcome, relayDecode } from './decode-relay.ts';
 import { type FlowPlan, planFlow } from './flow-plan.ts';
+import { kvCacheSourceOf } from './offloading-flow.ts';
 import type { RouteContext, RoutingPolicy } from './policies.ts';
 import { noBackend, upstreamBadResponse, upstreamUnreachable } from './proxy-errors.ts';
 import type { FallbackReason, ProxyMetrics, RetryReason } from './proxy-metrics.ts';
@@ -48,6 +49,8 @@ export interface ClientRequest {
   /** Headers every leg carries (the client's Authorization). */
   headers: Record<string, string>;
   ctx: RouteContext;
+  /** The client's x-kv-cache-source-host-port header (OffloadingConnector peer pulls). */
+  kvCacheSource?: string | undefined;
   /** Aborted when the client leaves. */
   signal: AbortSignal;
   res: ServerResponse;
@@ -290,6 +293,12 @@ export class RequestFailover {
       push: options.push,
       moriioMode: options.moriioMode,
       moriioDecrementMaxTokens: options.moriioDecrementMaxTokens,
+      p2pConnectorPort: options.p2pConnectorPort,
+      kvCacheSource: kvCacheSourceOf(
+        this.#r.kvCacheSource,
+        [...this.#deps.pool.all('prefill'), ...this.#deps.pool.all('decode')],
+        options.p2pConnectorPort,
+      ),
     });
     return this.#prefillLeg(prefill, decode, plan);
   }

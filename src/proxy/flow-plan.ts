@@ -20,6 +20,7 @@ import {
   parseMoRIIOZmqAddress,
 } from '../wire/index.ts';
 import type { Backend } from './backend.ts';
+import { planOffloading } from './offloading-flow.ts';
 import { connectorUnsupported, pushCoordinatesMissing } from './proxy-errors.ts';
 import { decrementMaxTokens, type Json, nixlPullDecodeBody, prefillBody } from './request-shaping.ts';
 import type { PushCoordinates } from './types.ts';
@@ -49,6 +50,10 @@ export interface PlanInput {
   push: PushCoordinates;
   moriioMode: MoRIIOTransferMode | undefined;
   moriioDecrementMaxTokens: boolean;
+  /** OffloadingConnector: the prefill engines' p2p base port (--p2p-connector-port), else /kvconnect/info's. */
+  p2pConnectorPort?: number | undefined;
+  /** OffloadingConnector: a peer that holds the prompt's prefix (x-kv-cache-source-host-port), pulled by P. */
+  kvCacheSource?: { host: string; port: number } | null;
 }
 
 /** Throws PROXY_CONNECTOR_UNSUPPORTED for a connector without a P/D flow. */
@@ -62,6 +67,8 @@ export function planFlow(input: PlanInput): FlowPlan {
       return planNixlPush(input);
     case 'MoRIIOConnector':
       return planMoriio(input);
+    case 'OffloadingConnector':
+      return planOffloading(input);
   }
 }
 

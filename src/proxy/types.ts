@@ -41,6 +41,8 @@ export interface ProxyOptions {
   prefixCacheEntries: number;
   /** Applied to every prefill instance for NIXL push when given (overrides /kvconnect/info). */
   push: PushCoordinates;
+  /** OffloadingConnector: the p2p base port of the prefill engines (llm-d's --p2p-connector-port); else from /kvconnect/info. */
+  p2pConnectorPort?: number;
   /** Forces MoRIIO READ or WRITE; otherwise from discovery pings or backend info (default WRITE). */
   moriioMode?: MoRIIOTransferMode;
   /** vLLM's MoRIIO toy proxy sends D `max_tokens - 1`; off by default (token-identical outputs). */

@@ -10,7 +10,12 @@ import { isRecord } from './values.ts';
 export const CONNECTOR_INFO_PATH = '/kvconnect/info';
 
 /** The P/D protocols a proxy drives (docs/proxy.md#flows-and-their-exact-parameters). */
-export const PD_CONNECTORS = ['NixlConnector', 'NixlPushConnector', 'MoRIIOConnector'] as const;
+export const PD_CONNECTORS = [
+  'NixlConnector',
+  'NixlPushConnector',
+  'MoRIIOConnector',
+  'OffloadingConnector',
+] as const;
 export type PdConnector = (typeof PD_CONNECTORS)[number];
 
 export function isPdConnector(name: unknown): name is PdConnector {
@@ -125,6 +130,10 @@ export interface BackendInfo {
   /** A valid MoRIIO zmq address (./moriio-address.ts). */
   zmq_address?: string;
   transfer_mode?: string;
+  /** OffloadingConnector: the p2p tier's control host and ports (docs/connectors/offloading.md#p2p). */
+  p2p_host?: string;
+  p2p_port?: number;
+  p2p_base_port?: number;
   kv_events?: (Pick<KVEventsInfo, 'endpoint'> & Partial<KVEventsInfo>) | null;
 }
 
@@ -134,8 +143,16 @@ const STRING_KEYS = [
   'served_model_name',
   'side_channel_host',
   'transfer_mode',
+  'p2p_host',
 ] as const;
-const POSITIVE_KEYS = ['tp_size', 'pp_size', 'dp_size', 'side_channel_port'] as const;
+const POSITIVE_KEYS = [
+  'tp_size',
+  'pp_size',
+  'dp_size',
+  'side_channel_port',
+  'p2p_port',
+  'p2p_base_port',
+] as const;
 
 /**
  * Reads an answer of GET /kvconnect/info: null unless it is an object whose `connector` is a

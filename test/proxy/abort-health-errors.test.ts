@@ -209,7 +209,7 @@ describe('errors', () => {
   });
 
   test('a backend running a connector without a P/D flow is logged at start and its requests refused (502)', async () => {
-    const info = { connector: 'OffloadingConnector', kv_connector: 'OffloadingConnector' };
+    const info = { connector: 'LMCacheConnectorV1', kv_connector: 'LMCacheConnectorV1' };
     const p = await UpstreamDouble.start(prefillResponder(), info);
     const d = await UpstreamDouble.start(decodeResponder(), info);
     const { result: proxy, records } = await captureLogs(() =>
@@ -220,15 +220,18 @@ describe('errors', () => {
     try {
       const logged = records.find((r) => r.level === 'error' && r.message.includes(p.url));
       assert.ok(logged, records.map((r) => r.message).join('\n'));
-      assert.match(logged.message, /runs OffloadingConnector, for which the proxy has no P\/D flow/);
-      assert.match(logged.message, /supported: NixlConnector, NixlPushConnector, MoRIIOConnector/);
+      assert.match(logged.message, /runs LMCacheConnectorV1, for which the proxy has no P\/D flow/);
+      assert.match(
+        logged.message,
+        /supported: NixlConnector, NixlPushConnector, MoRIIOConnector, OffloadingConnector/,
+      );
       const res = await send(proxy.url, body);
       assert.equal(res.status, 502);
       const err = (await res.json()) as { error: { kvconnect_code: string; message: string; hint: string } };
       assert.equal(err.error.kvconnect_code, 'PROXY_CONNECTOR_UNSUPPORTED');
       assert.equal(
         err.error.message,
-        `The prefill instance ${p.url} runs OffloadingConnector, for which the proxy has no P/D flow (supported: NixlConnector, NixlPushConnector, MoRIIOConnector)`,
+        `The prefill instance ${p.url} runs LMCacheConnectorV1, for which the proxy has no P/D flow (supported: NixlConnector, NixlPushConnector, MoRIIOConnector, OffloadingConnector)`,
       );
       assert.match(err.error.hint, /--kv-connector/);
       assert.equal(p.completions().length + d.completions().length, 0, 'neither leg was sent');

@@ -121,6 +121,11 @@ export function registerProxyCommand(
       'NIXL push: the prefill pipeline-parallel size',
       intArg('--prefill-pp-size', 1),
     )
+    .option(
+      '--p2p-connector-port <n>',
+      "OffloadingConnector: the prefill engines' p2p tier base port (llm-d's flag; else from /kvconnect/info)",
+      intArg('--p2p-connector-port', 1),
+    )
     .addOption(new Option('--moriio-mode <mode>', 'MoRIIO: force READ or WRITE').choices(['READ', 'WRITE']))
     .option('--moriio-decrement-max-tokens', "MoRIIO: send D max_tokens - 1 as vLLM's toy proxy does", false)
     .option(
@@ -233,6 +238,7 @@ export function registerProxyCommand(
           : { kvConnector: o['kvConnector'] as ProxyOptions['kvConnector'] & string }),
         ...(o['discoveryPort'] === undefined ? {} : { discoveryPort: o['discoveryPort'] as number }),
         ...(o['moriioMode'] === undefined ? {} : { moriioMode: o['moriioMode'] as 'READ' | 'WRITE' }),
+        ...(o['p2pConnectorPort'] === undefined ? {} : { p2pConnectorPort: o['p2pConnectorPort'] as number }),
       };
       if (o['dryRun'] === true) {
         const { validateProxyOptions } = await import('../../proxy/proxy-server.ts');

@@ -23,6 +23,7 @@ import type {
 import { noneHash } from '../../kv/block-hash.ts';
 import type { KVCacheBlocks, KVCacheConfig, KVCacheEvent, PagedKVMemory } from '../../kv/interfaces.ts';
 import { getLogger } from '../../logging/logger.ts';
+import type { ConnectorAdvertisement } from '../../wire/index.ts';
 import { OFFLOADING_EXTRA_CONFIG, type OffloadingConfig, parseOffloadingConfig } from './config.ts';
 import { OffloadLayout } from './layout.ts';
 import { offloadMetricSpecs } from './metrics.ts';
@@ -114,6 +115,22 @@ export class OffloadingConnector extends KVConnectorBase {
     } else {
       this.worker = new OffloadWorker(this.layout, tiers);
     }
+  }
+
+  /**
+   * With a p2p tier: the P/D flow a proxy drives and where peers reach the tier's control
+   * socket (the base port; a data-parallel engine binds base + its rank).
+   */
+  override advertise(): ConnectorAdvertisement {
+    const hub = this.scheduler?.p2p?.hub;
+    if (!hub) return {};
+    const { host, port } = hub.options;
+    return {
+      connector: 'OffloadingConnector',
+      p2p_host: host,
+      p2p_port: port,
+      p2p_base_port: port - this.engineConfig.parallel.dataParallelRank,
+    };
   }
 
   override get requiresKvDelivery(): boolean {

@@ -1,0 +1,140 @@
+/**
+ * `kvconnect proxy` drives the OffloadingConnector p2p flow against real `kvconnect serve`
+ * processes, as llm-d's sidecar does with `--kv-connector=offloading`: the flow comes from
+ * GET /kvconnect/info, P and D get their roles at once and D pulls the prompt from P's p2p
+ * tier; with `x-kv-cache-source-host-port` naming a peer that holds the prefix, P pulls it
+ * from that peer instead of computing it. Token ids equal one plain engine's.
+ */
+import assert from 'node:assert/strict';
+import net from 'node:net';
+import { after, before, test } from 'node:test';
+import { LLM } from '../../src/engine/llm.ts';
+import { setLogLevel } from '../../src/logging/logger.ts';
+import { type RunningProxy, resolveProxyOptions, startProxy } from '../../src/proxy/index.ts';
+import { type ServeProcess, serveProcess } from './helpers/serve-process.ts';
+
+setLogLevel('error');
+
+const MAX_TOKENS = 6;
+const PROMPTS = [
+  'The p2p tier moves the prompt from the prefill server to the decode server over the transfer agent.',
+  'A peer that already holds this long shared prefix in its CPU tier serves it to the prefill server.',
+];
+
+async function freePort(): Promise<number> {
+  const srv = net.createServer();
+  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', () => r()));
+  const port = (srv.address() as net.AddressInfo).port;
+  await new Promise<void>((r) => srv.close(() => r()));
+  return port;
+}
+
+async function serveP2P(): Promise<{ url: string; proc: ServeProcess }> {
+  const port = await freePort();
+  const transfer = {
+    kv_connector: 'OffloadingConnector',
+    kv_role: 'kv_both',
+    kv_load_failure_policy: 'recompute',
+    kv_connector_extra_config: {
+      spec_name: 'TieringOffloadingSpec',
+      cpu_bytes_to_use: 16 << 20,
+      secondary_tiers: [{ type: 'p2p', host: '127.0.0.1', port, timeout_ms: 10_000 }],
+    },
+  };
+  return serveProcess([
+    '--model',
+    'tiny',
+    '--port',
+    '0',
+    '--num-gpu-blocks',
+    '64',
+    '--max-model-len',
+    '256',
+    '--kv-transfer-config',
+    JSON.stringify(transfer),
+  ]);
+}
+
+async function complete(
+  url: string,
+  prompt: string,
+  headers: Record<string, string> = {},
+): Promise<number[]> {
+  const res = await fetch(`${url}/v1/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body: JSON.stringify({
+      model: 'tiny',
+      prompt,
+      max_tokens: MAX_TOKENS,
+      temperature: 0,
+      ignore_eos: true,
+      return_token_ids: true,
+    }),
+  });
+  const json = (await res.json()) as { choices?: { token_ids?: number[] }[] };
+  assert.equal(res.status, 200, JSON.stringify(json));
+  return json.choices?.[0]?.token_ids ?? [];
+}
+
+/** A counter of a server's /metrics (summed over its label sets). */
+async function counter(url: string, name: string): Promise<number> {
+  const text = await (await fetch(`${url}/metrics`)).text();
+  let sum = 0;
+  for (const line of text.split('\n')) {
+    if (line.startsWith(`${name}{`) || line.startsWith(`${name} `)) sum += Number(line.split(' ').at(-1));
+  }
+  return sum;
+}
+
+let expected: number[][];
+const servers: { url: string; proc: ServeProcess }[] = [];
+let proxy: RunningProxy;
+
+before(async () => {
+  const llm = await LLM.create({ model: 'tiny', num_gpu_blocks: 64, max_model_len: 256 });
+  expected = (await llm.generate(PROMPTS, { maxTokens: MAX_TOKENS, temperature: 0, ignoreEos: true })).map(
+    (o) => o.tokenIds,
+  );
+  await llm.shutdown();
+  servers.push(...(await Promise.all([serveP2P(), serveP2P(), serveP2P()])));
+  const [p, d, source] = servers as unknown as [{ url: string }, { url: string }, { url: string }];
+  // The third server decodes too: a peer named by x-kv-cache-source-host-port is one of the pool's.
+  proxy = await startProxy(
+    resolveProxyOptions({ prefill: [p.url], decode: [d.url, source.url], port: 0, policy: 'round_robin' }),
+  );
+});
+
+after(async () => {
+  await proxy?.close();
+  for (const s of servers) s.proc.kill('SIGKILL');
+});
+
+test('P/D through the p2p tier: the flow from /kvconnect/info, D loads the prompt from P', async () => {
+  const decoders = servers.slice(1);
+  const info = (await (await fetch(`${servers[0]!.url}/kvconnect/info`)).json()) as Record<string, unknown>;
+  assert.equal(info['connector'], 'OffloadingConnector');
+  assert.equal(typeof info['p2p_base_port'], 'number');
+  const hits = async () =>
+    (await Promise.all(decoders.map((d) => counter(d.url, 'vllm:external_prefix_cache_hits_total')))).reduce(
+      (a, b) => a + b,
+    );
+  const before = await hits();
+  assert.deepEqual(await complete(proxy.url, PROMPTS[0]!), expected[0]);
+  const loaded = (await hits()) - before;
+  assert.ok(loaded >= 16, `D loaded the prompt from P's p2p tier (${loaded} tokens)`);
+});
+
+test('peer pull: x-kv-cache-source-host-port makes P pull the prefix from the peer that holds it', async () => {
+  const [p, , source] = servers as unknown as [{ url: string }, { url: string }, { url: string }];
+  // The source computes the prompt once: its CPU tier holds the prefix.
+  assert.deepEqual(await complete(source.url, PROMPTS[1]!), expected[1]);
+  const hitsBefore = await counter(p.url, 'vllm:external_prefix_cache_hits_total');
+  const header = new URL(source.url).host;
+  assert.deepEqual(
+    await complete(proxy.url, PROMPTS[1]!, { 'x-kv-cache-source-host-port': header }),
+    expected[1],
+  );
+  const hits = (await counter(p.url, 'vllm:external_prefix_cache_hits_total')) - hitsBefore;
+  assert.ok(hits >= 16, `P pulled the prefix from the source (${hits} tokens)`);
+});

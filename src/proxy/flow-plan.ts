@@ -20,7 +20,7 @@ import {
   parseMoRIIOZmqAddress,
 } from '../wire/index.ts';
 import type { Backend } from './backend.ts';
-import { planOffloading } from './offloading-flow.ts';
+import { planOffloading, withSourcePull } from './offloading-flow.ts';
 import { connectorUnsupported, pushCoordinatesMissing } from './proxy-errors.ts';
 import { decrementMaxTokens, type Json, nixlPullDecodeBody, prefillBody } from './request-shaping.ts';
 import type { PushCoordinates } from './types.ts';
@@ -62,9 +62,9 @@ export function planFlow(input: PlanInput): FlowPlan {
   if (!isPdConnector(connector)) throw connectorUnsupported(input.prefill.url, connector);
   switch (connector) {
     case 'NixlConnector':
-      return planNixlPull(input);
+      return withSourcePull(planNixlPull(input), input);
     case 'NixlPushConnector':
-      return planNixlPush(input);
+      return withSourcePull(planNixlPush(input), input);
     case 'MoRIIOConnector':
       return planMoriio(input);
     case 'OffloadingConnector':

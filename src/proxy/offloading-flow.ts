@@ -105,3 +105,30 @@ export function planOffloading(input: PlanInput): FlowPlan {
     }),
   };
 }
+
+/**
+ * NIXL P/D on engines that also run the OffloadingConnector's p2p tier (a MultiConnector of
+ * NixlConnector and OffloadingConnector; llm-d's `nixlv2` with `--enable-p2p-pull`): with a
+ * source peer named, P's leg also gets `remote_kv_source`, so P pulls the cached prefix over
+ * the p2p tier while NIXL moves the prompt to D. Only when P has a p2p tier (it advertises
+ * `p2p_base_port`, or `--p2p-connector-port` is given); otherwise the header is ignored.
+ */
+export function withSourcePull(plan: FlowPlan, input: PlanInput): FlowPlan {
+  const src = input.kvCacheSource;
+  if (!src) return plan;
+  if (input.prefill.info?.p2p_base_port === undefined && input.p2pConnectorPort === undefined) {
+    log.warnOnce(
+      'ignoring %s: prefill %s has no p2p tier (run NixlConnector and OffloadingConnector with a p2p tier in a MultiConnector)',
+      KV_CACHE_SOURCE_HEADER,
+      input.prefill.url,
+    );
+    return plan;
+  }
+  const params = (plan.prefillBody['kv_transfer_params'] ?? {}) as Record<string, unknown>;
+  const pull = formatP2PParams({
+    decoder: null,
+    prefiller: null,
+    kvSource: { kvRequestId: `${plan.requestId}-src`, ...src },
+  });
+  return { ...plan, prefillBody: { ...plan.prefillBody, kv_transfer_params: { ...params, ...pull } } };
+}

@@ -3,7 +3,8 @@
  * processes, as llm-d's sidecar does with `--kv-connector=offloading`: the flow comes from
  * GET /kvconnect/info, P and D get their roles at once and D pulls the prompt from P's p2p
  * tier; with `x-kv-cache-source-host-port` naming a peer that holds the prefix, P pulls it
- * from that peer instead of computing it. Token ids equal one plain engine's.
+ * from that peer instead of computing it. Engines running NixlConnector and the p2p tier in a
+ * MultiConnector get the NIXL flow plus the pull. Token ids equal one plain engine's.
  */
 import assert from 'node:assert/strict';
 import net from 'node:net';
@@ -19,6 +20,7 @@ const MAX_TOKENS = 6;
 const PROMPTS = [
   'The p2p tier moves the prompt from the prefill server to the decode server over the transfer agent.',
   'A peer that already holds this long shared prefix in its CPU tier serves it to the prefill server.',
+  'NIXL moves this prompt from prefill to decode while the p2p tier pulls its cached prefix from a peer.',
 ];
 
 async function freePort(): Promise<number> {
@@ -29,9 +31,9 @@ async function freePort(): Promise<number> {
   return port;
 }
 
-async function serveP2P(): Promise<{ url: string; proc: ServeProcess }> {
+async function offloadingP2P(): Promise<Record<string, unknown>> {
   const port = await freePort();
-  const transfer = {
+  return {
     kv_connector: 'OffloadingConnector',
     kv_role: 'kv_both',
     kv_load_failure_policy: 'recompute',
@@ -41,6 +43,28 @@ async function serveP2P(): Promise<{ url: string; proc: ServeProcess }> {
       secondary_tiers: [{ type: 'p2p', host: '127.0.0.1', port, timeout_ms: 10_000 }],
     },
   };
+}
+
+/** NixlConnector for P/D and the OffloadingConnector's p2p tier for prefix pulls. */
+async function nixlAndP2P(): Promise<Record<string, unknown>> {
+  return {
+    kv_connector: 'MultiConnector',
+    kv_role: 'kv_both',
+    kv_load_failure_policy: 'recompute',
+    kv_connector_extra_config: {
+      connectors: [
+        {
+          kv_connector: 'NixlConnector',
+          kv_role: 'kv_both',
+          kv_connector_extra_config: { backends: ['TCP'], side_channel_port: 0 },
+        },
+        await offloadingP2P(),
+      ],
+    },
+  };
+}
+
+async function serveWith(transfer: Record<string, unknown>): Promise<{ url: string; proc: ServeProcess }> {
   return serveProcess([
     '--model',
     'tiny',
@@ -97,11 +121,25 @@ before(async () => {
     (o) => o.tokenIds,
   );
   await llm.shutdown();
-  servers.push(...(await Promise.all([serveP2P(), serveP2P(), serveP2P()])));
+  // Every server runs NixlConnector and the p2p tier (a MultiConnector): one proxy is told to
+  // drive the OffloadingConnector flow, the other follows /kvconnect/info (NixlConnector).
+  servers.push(
+    ...(await Promise.all([
+      serveWith(await nixlAndP2P()),
+      serveWith(await nixlAndP2P()),
+      serveWith(await nixlAndP2P()),
+    ])),
+  );
   const [p, d, source] = servers as unknown as [{ url: string }, { url: string }, { url: string }];
   // The third server decodes too: a peer named by x-kv-cache-source-host-port is one of the pool's.
   proxy = await startProxy(
-    resolveProxyOptions({ prefill: [p.url], decode: [d.url, source.url], port: 0, policy: 'round_robin' }),
+    resolveProxyOptions({
+      prefill: [p.url],
+      decode: [d.url, source.url],
+      port: 0,
+      policy: 'round_robin',
+      kvConnector: 'OffloadingConnector',
+    }),
   );
 });
 
@@ -110,11 +148,8 @@ after(async () => {
   for (const s of servers) s.proc.kill('SIGKILL');
 });
 
-test('P/D through the p2p tier: the flow from /kvconnect/info, D loads the prompt from P', async () => {
+test('P/D through the p2p tier: D loads the prompt from P', async () => {
   const decoders = servers.slice(1);
-  const info = (await (await fetch(`${servers[0]!.url}/kvconnect/info`)).json()) as Record<string, unknown>;
-  assert.equal(info['connector'], 'OffloadingConnector');
-  assert.equal(typeof info['p2p_base_port'], 'number');
   const hits = async () =>
     (await Promise.all(decoders.map((d) => counter(d.url, 'vllm:external_prefix_cache_hits_total')))).reduce(
       (a, b) => a + b,
@@ -137,4 +172,30 @@ test('peer pull: x-kv-cache-source-host-port makes P pull the prefix from the pe
   );
   const hits = (await counter(p.url, 'vllm:external_prefix_cache_hits_total')) - hitsBefore;
   assert.ok(hits >= 16, `P pulled the prefix from the source (${hits} tokens)`);
+});
+
+test('NixlConnector + p2p tier in a MultiConnector: NIXL P/D, and P pulls the prefix from the named peer', async () => {
+  const [p, d, source] = servers as unknown as [{ url: string }, { url: string }, { url: string }];
+  const nixlProxy = await startProxy(
+    resolveProxyOptions({ prefill: [p.url], decode: [d.url, source.url], port: 0 }),
+  );
+  try {
+    const info = (await (await fetch(`${p.url}/kvconnect/info`)).json()) as Record<string, unknown>;
+    assert.equal(info['connector'], 'NixlConnector', "the MultiConnector advertises its P/D child's flow");
+    assert.equal(typeof info['p2p_base_port'], 'number', "and the p2p child's address");
+    assert.deepEqual(await complete(source.url, PROMPTS[2]!), expected[2]);
+    const hits = (url: string) => counter(url, 'vllm:external_prefix_cache_hits_total');
+    const [pBefore, dBefore, sBefore] = await Promise.all([hits(p.url), hits(d.url), hits(source.url)]);
+    const header = new URL(source.url).host;
+    assert.deepEqual(
+      await complete(nixlProxy.url, PROMPTS[2]!, { 'x-kv-cache-source-host-port': header }),
+      expected[2],
+    );
+    const pulled = (await hits(p.url)) - pBefore;
+    assert.ok(pulled >= 16, `P pulled the prefix from the source over the p2p tier (${pulled} tokens)`);
+    const moved = (await hits(d.url)) - dBefore + (await hits(source.url)) - sBefore;
+    assert.ok(moved >= 16, `D loaded the prompt from P over NIXL (${moved} tokens)`);
+  } finally {
+    await nixlProxy.close();
+  }
 });

@@ -235,7 +235,7 @@ export function parseOffloadingConfig(
         `${FIELD}.secondary_tiers`,
         'at least one tier',
         tiersRaw,
-        'List fs, redis and/or obj tiers, or use CPUOffloadingSpec.',
+        'List fs, redis, obj and/or p2p tiers, or use CPUOffloadingSpec.',
       );
     }
     if (storeThreshold >= 2) {

@@ -106,7 +106,7 @@ describe('secondary tier by type + module_path', () => {
     refused(
       tiers({ type: 's3' }),
       'secondary_tiers[0].type',
-      /expected one of 'fs', 'redis', 'obj', or a class name/,
+      /expected one of 'fs', 'redis', 'obj', 'p2p', or a class name/,
     );
   });
 });

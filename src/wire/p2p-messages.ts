@@ -94,88 +94,92 @@ export const P2P_MAX_FRAME_BYTES = 16 << 20;
 
 type Rec = Record<string, unknown>;
 
-function need(m: Rec, key: string, ok: (v: unknown) => boolean, expected: string): void {
-  if (!ok(m[key])) {
-    throw new TypeError(
-      `p2p ${String(m['type'])} message: ${key}: expected ${expected}, got ${JSON.stringify(m[key]) ?? 'nothing'}`,
-    );
-  }
-}
+/** One field's check: its key, the test, and what it must be (for the error). */
+type Field = readonly [key: string, ok: (v: unknown) => boolean, expected: string];
 
-const isStr = (v: unknown): boolean => typeof v === 'string';
-const isPosInt = (v: unknown): boolean => typeof v === 'number' && Number.isInteger(v) && v > 0;
-const isStrList = (v: unknown): boolean => Array.isArray(v) && v.every(isStr);
-const isObj = (v: unknown): boolean => typeof v === 'object' && v !== null && !Array.isArray(v);
+const STR: (key: string) => Field = (key) => [key, (v) => typeof v === 'string', 'a string'];
+const MAP: (key: string) => Field = (key) => [
+  key,
+  (v) => typeof v === 'object' && v !== null && !Array.isArray(v),
+  'a map',
+];
+const POS_INT: (key: string) => Field = (key) => [
+  key,
+  (v) => typeof v === 'number' && Number.isInteger(v) && v > 0,
+  'a positive integer',
+];
+const LIST = (key: string, item: (v: unknown) => boolean, expected: string): Field => [
+  key,
+  (v) => Array.isArray(v) && v.every(item),
+  expected,
+];
+const HASHES = LIST('block_hashes', (v) => typeof v === 'string', 'a list of strings');
 
-function sameLength(m: Rec, a: string, b: string): void {
-  const x = m[a] as unknown[];
-  const y = m[b] as unknown[];
-  if (x.length !== y.length) {
-    throw new TypeError(
-      `p2p ${String(m['type'])} message: ${a}/${b} length mismatch: ${x.length} vs ${y.length}`,
-    );
-  }
-}
+/** Each message type's fields, and the pair of lists that must have one length. */
+const SHAPES: Record<P2PMessage['type'], { fields: readonly Field[]; parallel?: readonly [string, string] }> =
+  {
+    connect: {
+      fields: [
+        STR('peer_id'),
+        MAP('agent_metadata'),
+        POS_INT('block_len'),
+        POS_INT('num_blocks'),
+        STR('config_fingerprint'),
+        STR('hash_seed'),
+      ],
+    },
+    connect_ack: { fields: [STR('peer_id'), MAP('agent_metadata')] },
+    connect_reject: { fields: [STR('peer_id'), STR('reason')] },
+    disconnect: { fields: [] },
+    lookup: { fields: [STR('kv_request_id'), HASHES] },
+    lookup_resp: {
+      fields: [
+        STR('kv_request_id'),
+        HASHES,
+        LIST('hits', (v) => typeof v === 'boolean', 'a list of booleans'),
+      ],
+      parallel: ['block_hashes', 'hits'],
+    },
+    fetch: {
+      fields: [
+        STR('kv_request_id'),
+        HASHES,
+        LIST(
+          'block_indexes',
+          (v) => typeof v === 'number' && Number.isInteger(v) && v >= 0,
+          'a list of non-negative integers',
+        ),
+      ],
+      parallel: ['block_hashes', 'block_indexes'],
+    },
+    transfer_done: {
+      fields: [STR('kv_request_id'), ['success', (v) => typeof v === 'boolean', 'a boolean']],
+    },
+    abort_fetch: { fields: [STR('kv_request_id')] },
+    abort_ack: { fields: [STR('kv_request_id')] },
+  };
 
 /** Checks a decoded message; throws a TypeError naming the bad field. */
 export function parseP2PMessage(raw: unknown): P2PMessage {
-  if (!isObj(raw)) throw new TypeError(`p2p message: expected a map, got ${typeof raw}`);
+  if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) {
+    throw new TypeError(`p2p message: expected a map, got ${typeof raw}`);
+  }
   const m = raw as Rec;
-  switch (m['type']) {
-    case 'connect':
-      need(m, 'peer_id', isStr, 'a string');
-      need(m, 'agent_metadata', isObj, 'a map');
-      need(m, 'block_len', isPosInt, 'a positive integer');
-      need(m, 'num_blocks', isPosInt, 'a positive integer');
-      need(m, 'config_fingerprint', isStr, 'a string');
-      need(m, 'hash_seed', isStr, 'a string');
-      break;
-    case 'connect_ack':
-      need(m, 'peer_id', isStr, 'a string');
-      need(m, 'agent_metadata', isObj, 'a map');
-      break;
-    case 'connect_reject':
-      need(m, 'peer_id', isStr, 'a string');
-      need(m, 'reason', isStr, 'a string');
-      break;
-    case 'disconnect':
-      break;
-    case 'lookup':
-      need(m, 'kv_request_id', isStr, 'a string');
-      need(m, 'block_hashes', isStrList, 'a list of strings');
-      break;
-    case 'lookup_resp':
-      need(m, 'kv_request_id', isStr, 'a string');
-      need(m, 'block_hashes', isStrList, 'a list of strings');
-      need(
-        m,
-        'hits',
-        (v) => Array.isArray(v) && v.every((h) => typeof h === 'boolean'),
-        'a list of booleans',
+  const type = m['type'];
+  const shape =
+    typeof type === 'string' && Object.hasOwn(SHAPES, type) ? SHAPES[type as P2PMessage['type']] : null;
+  if (!shape) throw new TypeError(`p2p message: unknown type ${JSON.stringify(type)}`);
+  for (const [key, ok, expected] of shape.fields) {
+    if (!ok(m[key])) {
+      throw new TypeError(
+        `p2p ${type} message: ${key}: expected ${expected}, got ${JSON.stringify(m[key]) ?? 'nothing'}`,
       );
-      sameLength(m, 'block_hashes', 'hits');
-      break;
-    case 'fetch':
-      need(m, 'kv_request_id', isStr, 'a string');
-      need(m, 'block_hashes', isStrList, 'a list of strings');
-      need(
-        m,
-        'block_indexes',
-        (v) => Array.isArray(v) && v.every((i) => typeof i === 'number' && Number.isInteger(i) && i >= 0),
-        'a list of non-negative integers',
-      );
-      sameLength(m, 'block_hashes', 'block_indexes');
-      break;
-    case 'transfer_done':
-      need(m, 'kv_request_id', isStr, 'a string');
-      need(m, 'success', (v) => typeof v === 'boolean', 'a boolean');
-      break;
-    case 'abort_fetch':
-    case 'abort_ack':
-      need(m, 'kv_request_id', isStr, 'a string');
-      break;
-    default:
-      throw new TypeError(`p2p message: unknown type ${JSON.stringify(m['type'])}`);
+    }
+  }
+  if (shape.parallel) {
+    const [a, b] = shape.parallel;
+    const [x, y] = [(m[a] as unknown[]).length, (m[b] as unknown[]).length];
+    if (x !== y) throw new TypeError(`p2p ${type} message: ${a}/${b} length mismatch: ${x} vs ${y}`);
   }
   return m as unknown as P2PMessage;
 }

@@ -7,11 +7,11 @@
  * MultiConnector get the NIXL flow plus the pull. Token ids equal one plain engine's.
  */
 import assert from 'node:assert/strict';
-import net from 'node:net';
 import { after, before, test } from 'node:test';
 import { LLM } from '../../src/engine/llm.ts';
 import { setLogLevel } from '../../src/logging/logger.ts';
 import { type RunningProxy, resolveProxyOptions, startProxy } from '../../src/proxy/index.ts';
+import { freePort } from '../helpers/free-port.ts';
 import { type ServeProcess, serveProcess } from './helpers/serve-process.ts';
 
 setLogLevel('error');
@@ -22,14 +22,6 @@ const PROMPTS = [
   'A peer that already holds this long shared prefix in its CPU tier serves it to the prefill server.',
   'NIXL moves this prompt from prefill to decode while the p2p tier pulls its cached prefix from a peer.',
 ];
-
-async function freePort(): Promise<number> {
-  const srv = net.createServer();
-  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', () => r()));
-  const port = (srv.address() as net.AddressInfo).port;
-  await new Promise<void>((r) => srv.close(() => r()));
-  return port;
-}
 
 async function offloadingP2P(): Promise<Record<string, unknown>> {
   const port = await freePort();

@@ -112,6 +112,21 @@ test('malformed roles are a 400 naming the exact field', () => {
 });
 
 const hashes = fc.array(fc.string({ maxLength: 64 }), { maxLength: 8 });
+
+/** A message whose `key` list runs parallel to its block_hashes. */
+function parallel<T>(
+  type: 'lookup_resp' | 'fetch',
+  key: string,
+  item: fc.Arbitrary<T>,
+): fc.Arbitrary<P2PMessage> {
+  return hashes.chain((h) =>
+    fc
+      .array(item, { minLength: h.length, maxLength: h.length })
+      .chain((list) =>
+        fc.constant({ type, kv_request_id: 'k', block_hashes: h, [key]: list } as unknown as P2PMessage),
+      ),
+  );
+}
 const messages: fc.Arbitrary<P2PMessage> = fc.oneof(
   fc.record(
     {
@@ -126,28 +141,8 @@ const messages: fc.Arbitrary<P2PMessage> = fc.oneof(
     PLAIN,
   ),
   fc.record({ type: fc.constant('lookup' as const), kv_request_id: id, block_hashes: hashes }, PLAIN),
-  hashes.chain((h) =>
-    fc.record(
-      {
-        type: fc.constant('lookup_resp' as const),
-        kv_request_id: id,
-        block_hashes: fc.constant(h),
-        hits: fc.array(fc.boolean(), { minLength: h.length, maxLength: h.length }),
-      },
-      PLAIN,
-    ),
-  ),
-  hashes.chain((h) =>
-    fc.record(
-      {
-        type: fc.constant('fetch' as const),
-        kv_request_id: id,
-        block_hashes: fc.constant(h),
-        block_indexes: fc.array(fc.nat(), { minLength: h.length, maxLength: h.length }),
-      },
-      PLAIN,
-    ),
-  ),
+  parallel('lookup_resp', 'hits', fc.boolean()),
+  parallel('fetch', 'block_indexes', fc.nat()),
   fc.record({ type: fc.constant('transfer_done' as const), kv_request_id: id, success: fc.boolean() }, PLAIN),
   fc.record({ type: fc.constant('abort_fetch' as const), kv_request_id: id }, PLAIN),
 );

@@ -5,10 +5,10 @@
  * chunks at once.
  */
 import assert from 'node:assert/strict';
-import net from 'node:net';
 import { after, test } from 'node:test';
 import { P2PHub, type P2PHubOptions } from '../../../src/connectors/offloading/p2p-hub.ts';
 import { captureLogs, setLogLevel } from '../../../src/logging/logger.ts';
+import { freePort } from '../../helpers/free-port.ts';
 import { waitUntil } from '../../helpers/wait-until.ts';
 
 setLogLevel('warn');
@@ -17,14 +17,6 @@ const hubs: P2PHub[] = [];
 after(async () => {
   for (const h of hubs) await h.release();
 });
-
-async function freePort(): Promise<number> {
-  const srv = net.createServer();
-  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', () => r()));
-  const port = (srv.address() as net.AddressInfo).port;
-  await new Promise<void>((r) => srv.close(() => r()));
-  return port;
-}
 
 async function hub(extra: Partial<P2PHubOptions> = {}): Promise<P2PHub> {
   const h = P2PHub.acquire({

@@ -7,20 +7,12 @@
  * recomputes. Afterwards no process holds staging or KV blocks.
  */
 import assert from 'node:assert/strict';
-import net from 'node:net';
 import { after, before, test } from 'node:test';
 import type { LLMOptions } from '../../../src/engine/llm.ts';
 import { EngineChild } from '../../faults/helpers/engine-child.ts';
+import { freePort } from '../../helpers/free-port.ts';
 import { waitUntil } from '../../helpers/wait-until.ts';
 import { PROMPTS, plainTokens, tieredEngineOptions } from './helpers.ts';
-
-async function freePort(): Promise<number> {
-  const srv = net.createServer();
-  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', () => r()));
-  const port = (srv.address() as net.AddressInfo).port;
-  await new Promise<void>((r) => srv.close(() => r()));
-  return port;
-}
 
 function p2pEngine(port: number, extra: Record<string, unknown> = {}): LLMOptions {
   return tieredEngineOptions(

@@ -179,6 +179,27 @@ describe('errors', () => {
     });
   });
 
+  test("a backend's non-JSON error body reaches the client as vLLM's error body, code the status", async () => {
+    const p = await UpstreamDouble.start((_rec, res) => {
+      res.writeHead(503, { 'content-type': 'text/plain' });
+      res.end('upstream overloaded');
+    });
+    const d = await UpstreamDouble.start(decodeResponder());
+    await withPd([p], [d], { prefillFallback: false }, async (url) => {
+      const res = await send(url, body);
+      assert.equal(res.status, 503);
+      assert.deepEqual(await res.json(), {
+        error: {
+          message: 'upstream overloaded',
+          type: 'ServiceUnavailableError',
+          param: null,
+          code: 503,
+          kvconnect_code: 'PROXY_UPSTREAM_ERROR',
+        },
+      });
+    });
+  });
+
   test('bad client bodies get 400 JSON; unknown routes 404; an unreachable P gives 502 with --no-prefill-fallback', async () => {
     const p = await UpstreamDouble.start(prefillResponder());
     const d = await UpstreamDouble.start(decodeResponder());

@@ -60,3 +60,4 @@ export {
   readNixlRemote,
   readRemoteNumTokens,
 } from './nixl-params.ts';
+export { isRecord } from './values.ts';

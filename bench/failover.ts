@@ -221,6 +221,12 @@ export async function main(args: string[]): Promise<void> {
         .split('\n')
         .filter((l) => l.startsWith(`kvconnect:proxy_retries_total{leg="${leg}"`))
         .reduce((n, l) => n + Number(l.split(' ').at(-1)), 0);
+    const decodeRetries = retryCount(counts[0]!, 'decode');
+    const resumes = retryCount(counts[1]!, 'resume');
+    // A side whose fault never fired measured undisturbed requests under another name.
+    if (decodeRetries === 0)
+      throw new Error('the retried side took no decode retry: its figures measure nothing');
+    if (resumes === 0) throw new Error('the resumed side resumed no stream: its figures measure nothing');
 
     const of = (name: SideName) => summarize(perSide[name]);
     const added = (name: SideName) => summarize(perSide[name].map((v, r) => v - perSide.undisturbed[r]!));
@@ -249,8 +255,8 @@ export async function main(args: string[]): Promise<void> {
         resumed_ms: json(of('resumed'), 2),
         retried_added_ms: json(added('retried'), 2),
         resumed_added_ms: json(added('resumed'), 2),
-        decode_retries: retryCount(counts[0]!, 'decode'),
-        resumes: retryCount(counts[1]!, 'resume'),
+        decode_retries: decodeRetries,
+        resumes,
         errors,
       }),
     );

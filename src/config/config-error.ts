@@ -36,8 +36,6 @@ export function configError(
   );
 }
 
-export { pythonRepr } from '../errors/python-repr.ts';
-
 /** Python's `str()` of a JSON-ish value (None/True/False spelled as Python does). */
 export function pythonStr(value: unknown): string {
   if (value === null || value === undefined) return 'None';

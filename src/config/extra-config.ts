@@ -5,8 +5,9 @@
  * docs/configuration.md ("kv_connector_extra_config values").
  */
 import type { ErrorCode } from '../errors/codes.ts';
+import { pythonRepr } from '../errors/index.ts';
 import { getLogger } from '../logging/logger.ts';
-import { CONFIG_INVALID, configError, didYouMean, pythonRepr } from './config-error.ts';
+import { CONFIG_INVALID, configError, didYouMean } from './config-error.ts';
 
 const log = getLogger('kvconnect.config.extra-config');
 

@@ -3,7 +3,6 @@ export {
   configError,
   describeValue,
   didYouMean,
-  pythonRepr,
   pythonStr,
 } from './config-error.ts';
 export {

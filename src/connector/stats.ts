@@ -1,9 +1,6 @@
 /** Combining connector stats: the engine sums them over ranks and steps, MultiConnector per child class. */
+import { isRecord } from '../wire/index.ts';
 import type { KVConnectorStatsData } from './types.ts';
-
-function isRecord(v: unknown): v is Record<string, unknown> {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
-}
 
 /** Numbers add up, arrays concatenate, objects merge recursively, anything else: the later wins. */
 export function mergeStats(into: KVConnectorStatsData, from: KVConnectorStatsData): KVConnectorStatsData {

@@ -40,10 +40,15 @@ export interface ErrorJson {
   };
 }
 
+/** The body's `type` for an HTTP status, as OpenAI's clients name it. */
+export function errorTypeOfStatus(status: number): string {
+  return TYPE_BY_STATUS[status] ?? (status >= 500 ? 'InternalServerError' : 'BadRequestError');
+}
+
 /** The same error as an OpenAI-style JSON error body (HTTP replies, SSE error events, check-config --json). */
 export function formatErrorJson(e: unknown): ErrorJson {
   const status = httpStatusOf(e);
-  const type = TYPE_BY_STATUS[status] ?? (status >= 500 ? 'InternalServerError' : 'BadRequestError');
+  const type = errorTypeOfStatus(status);
   if (isKVError(e)) {
     return {
       error: {

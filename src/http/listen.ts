@@ -1,6 +1,7 @@
 /** Starting and stopping a node:http server: listen (rejecting on EADDRINUSE etc.), report the address, close. */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { bracketHost } from '../util/host.ts';
 
 export type Listener = (req: IncomingMessage, res: ServerResponse) => void;
 
@@ -57,12 +58,11 @@ export function listen(server: Server, port: number, host: string): Promise<Http
     server.listen(port, host, () => {
       server.off('error', reject);
       const addr = server.address() as AddressInfo;
-      const shownHost = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
       resolve({
         server,
         host: addr.address,
         port: addr.port,
-        url: `http://${shownHost}:${addr.port}`,
+        url: `http://${bracketHost(addr.address)}:${addr.port}`,
         close: (graceMs = 0) => closeServer(server, graceMs),
       });
     });

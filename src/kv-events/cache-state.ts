@@ -1,6 +1,6 @@
 /**
  * What a publisher's cache holds right now, kept from the events it publishes, so a snapshot
- * can be served on request: every resident block per (medium, group), with what a BlockStored
+ * can be served on request: every resident block per (medium, locality, group), with what a BlockStored
  * needs to announce it again (parent, tokens, block size, extra keys, spec) and how many
  * copies are resident (a hash stored twice without a removal). BlockRemoved drops a copy,
  * AllBlocksCleared everything, so the table holds exactly the resident blocks: it is bounded
@@ -28,9 +28,10 @@ interface Resident {
   copies: number;
 }
 
-/** The blocks of one (medium, group), by hash, in the order they were stored. */
+/** The blocks of one (medium, locality, group), by hash, in the order they were stored. */
 interface Tier {
   readonly medium: string | null;
+  readonly locality: string | null;
   readonly groupIdx: number | null;
   readonly blocks: Map<bigint, Resident>;
 }
@@ -40,8 +41,9 @@ export const DEFAULT_MAX_TRACKED_BLOCKS = 1 << 22;
 /** Blocks per snapshot batch: large snapshots go out in many bounded messages. */
 export const SNAPSHOT_BLOCKS_PER_BATCH = 1024;
 
-const tierKey = (medium: string | null, groupIdx: number | null | undefined) =>
-  `${medium ?? ''}\u0000${groupIdx ?? ''}`;
+/** Two tiers of one medium (an fs and an obj tier, say) differ by locality: separate buckets. */
+const tierKey = (e: { medium: string | null; locality?: string | null; groupIdx?: number | null }) =>
+  JSON.stringify([e.medium, e.locality ?? null, e.groupIdx ?? null]);
 
 export class KVCacheState {
   readonly #tiers = new Map<string, Tier>();
@@ -53,7 +55,7 @@ export class KVCacheState {
     this.#maxBlocks = maxBlocks;
   }
 
-  /** Resident blocks (distinct per medium and group). */
+  /** Resident blocks (distinct per medium, locality and group). */
   get size(): number {
     return this.#size;
   }
@@ -71,7 +73,7 @@ export class KVCacheState {
         this.#overflowed = false;
       } else if (this.#overflowed) {
       } else if (e.type === 'BlockRemoved') {
-        const tier = this.#tiers.get(tierKey(e.medium, e.groupIdx));
+        const tier = this.#tiers.get(tierKey(e));
         if (!tier) continue;
         for (const h of e.blockHashes) {
           const r = tier.blocks.get(h);
@@ -86,10 +88,15 @@ export class KVCacheState {
   }
 
   #store(e: BlockStoredEvent): void {
-    const key = tierKey(e.medium, e.groupIdx);
+    const key = tierKey(e);
     let tier = this.#tiers.get(key);
     if (!tier) {
-      tier = { medium: e.medium, groupIdx: e.groupIdx ?? null, blocks: new Map() };
+      tier = {
+        medium: e.medium,
+        locality: e.locality ?? null,
+        groupIdx: e.groupIdx ?? null,
+        blocks: new Map(),
+      };
       this.#tiers.set(key, tier);
     }
     const n = e.blockHashes.length;
@@ -206,5 +213,6 @@ function storedEvent(chain: readonly Resident[], tier: Tier): BlockStoredEvent {
     kvCacheSpecKind: first.specKind,
     kvCacheSpecSlidingWindow: first.slidingWindow,
   };
+  if (tier.locality !== null) event.locality = tier.locality;
   return event;
 }

@@ -9,6 +9,7 @@
 import * as zmq from 'zeromq';
 import { formatErrorText } from '../errors/index.ts';
 import { getLogger } from '../logging/logger.ts';
+import { bracketHost } from '../util/host.ts';
 import { decodeDiscoveryPing } from '../wire/index.ts';
 import type { BackendPool } from './backend-pool.ts';
 
@@ -34,8 +35,7 @@ export async function startDiscovery(
   ttlMs: number,
 ): Promise<DiscoveryListener> {
   const router = new zmq.Router({ linger: 0 });
-  const address = host.includes(':') ? `[${host}]` : host;
-  await router.bind(`tcp://${address}:${port === 0 ? '*' : port}`);
+  await router.bind(`tcp://${bracketHost(host)}:${port === 0 ? '*' : port}`);
   let rejected = 0;
   const receiving = (async () => {
     try {

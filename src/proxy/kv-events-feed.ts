@@ -15,6 +15,7 @@
 import { KVEventSubscriber, type KVEventSubscriberStats } from '../kv-events/subscriber.ts';
 import type { KVEventBatch } from '../kv-events/wire.ts';
 import { getLogger } from '../logging/logger.ts';
+import { bracketHost } from '../util/host.ts';
 import type { Backend } from './backend.ts';
 import type { KvBlockIndex } from './kv-index.ts';
 import { PrefillLedger } from './prefill-ledger.ts';
@@ -38,8 +39,7 @@ export interface KvEventsDefaults {
 
 /** `tcp://*:5557` or `tcp://0.0.0.0:5557` as published by `host`. */
 export function reachableEndpoint(endpoint: string, host: string): string {
-  const h = host.includes(':') && !host.startsWith('[') ? `[${host}]` : host;
-  return endpoint.replace(/^tcp:\/\/(\*|0\.0\.0\.0|\[::\]|::)(?=:\d+$)/, `tcp://${h}`);
+  return endpoint.replace(/^tcp:\/\/(\*|0\.0\.0\.0|\[::\]|::)(?=:\d+$)/, `tcp://${bracketHost(host)}`);
 }
 
 function sameSource(a: KvEventsSource, b: KvEventsSource): boolean {

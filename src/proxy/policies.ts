@@ -8,9 +8,9 @@
  *   routed request records its hashes → backend in a bounded LRU map.
  * - kv_aware: the backend whose KV events show the longest cached prefix (./kv-aware-policy.ts).
  */
+import { LruMap } from '../util/lru-map.ts';
 import type { Backend } from './backend.ts';
 import { type KvAwareDeps, KvAwarePolicy } from './kv-aware-policy.ts';
-import { LruMap } from './prefix-hash.ts';
 import type { BackendRole, PolicyName } from './types.ts';
 
 export interface RouteContext {

@@ -41,39 +41,3 @@ export function promptText(body: Record<string, unknown>): string {
   }
   return '';
 }
-
-/** A bounded map in least-recently-used order (Map keeps insertion order). */
-export class LruMap<K, V> {
-  readonly #capacity: number;
-  readonly #map = new Map<K, V>();
-
-  constructor(capacity: number) {
-    this.#capacity = Math.max(1, capacity);
-  }
-
-  get size(): number {
-    return this.#map.size;
-  }
-
-  get(key: K): V | undefined {
-    const value = this.#map.get(key);
-    if (value === undefined) return undefined;
-    this.#map.delete(key);
-    this.#map.set(key, value);
-    return value;
-  }
-
-  set(key: K, value: V): void {
-    this.#map.delete(key);
-    this.#map.set(key, value);
-    while (this.#map.size > this.#capacity) {
-      const oldest = this.#map.keys().next();
-      if (oldest.done) break;
-      this.#map.delete(oldest.value);
-    }
-  }
-
-  has(key: K): boolean {
-    return this.#map.has(key);
-  }
-}

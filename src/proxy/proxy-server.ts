@@ -8,6 +8,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { createHttpServer, type HttpListener, listen, Router, sendJson, writeChunk } from '../http/index.ts';
 import { getLogger } from '../logging/logger.ts';
 import { loadTokenizer } from '../tokenizer/load.ts';
+import { bracketHost } from '../util/host.ts';
 import { isPdConnector, PD_CONNECTORS } from '../wire/index.ts';
 import type { Backend } from './backend.ts';
 import { BackendPool } from './backend-pool.ts';
@@ -118,7 +119,7 @@ export async function startProxy(options: ProxyOptions): Promise<RunningProxy> {
     throw e;
   }
   const { port } = listening;
-  const url = `http://${options.host.includes(':') ? `[${options.host}]` : options.host}:${port}`;
+  const url = `http://${bracketHost(options.host)}:${port}`;
   log.info(
     'proxy listening on %s (policy %s, connector %s, %d prefill, %d decode%s)',
     url,

@@ -3,7 +3,7 @@
  * once, an answer marks it up), and a backend's error relayed to the client as it came.
  */
 import type { ServerResponse } from 'node:http';
-import type { ErrorCode } from '../errors/index.ts';
+import { type ErrorCode, type ErrorJson, errorTypeOfStatus } from '../errors/index.ts';
 import { sendJson } from '../http/index.ts';
 import { getLogger } from '../logging/logger.ts';
 import type { Backend } from './backend.ts';
@@ -52,7 +52,10 @@ export async function sendLeg(
   }
 }
 
-/** The backend's error status and JSON body reach the client as they are. */
+/**
+ * The backend's error status and JSON body reach the client as they are; a body that is not
+ * JSON is wrapped in vLLM's error body (`code` the status, ours in `kvconnect_code`).
+ */
 export function relayError(res: ServerResponse, status: number, text: string, backend: Backend): void {
   let json: unknown;
   try {
@@ -61,10 +64,12 @@ export function relayError(res: ServerResponse, status: number, text: string, ba
     json = {
       error: {
         message: text || `HTTP ${status}`,
-        type: 'UpstreamError',
-        code: 'PROXY_UPSTREAM_ERROR' satisfies ErrorCode,
+        type: errorTypeOfStatus(status),
+        param: null,
+        code: status,
+        kvconnect_code: 'PROXY_UPSTREAM_ERROR' satisfies ErrorCode,
       },
-    };
+    } satisfies ErrorJson;
   }
   log.warn('%s instance %s answered %d', backend.role, backend.url, status);
   sendJson(res, status, json);

@@ -9,6 +9,7 @@
  */
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import type { ConnectorMetricSpec } from '../connector/metric-specs.ts';
+import { isRecord } from '../wire/index.ts';
 
 type LabelValues = Record<string, string>;
 
@@ -23,10 +24,6 @@ interface BoundSpec {
   sink: Sink;
   /** The engine's labels and the spec's fixed ones. */
   labels: LabelValues;
-}
-
-function isRecord(v: unknown): v is Record<string, unknown> {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
 
 function samples(value: unknown, spec: ConnectorMetricSpec): number[] {

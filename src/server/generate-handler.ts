@@ -92,7 +92,7 @@ export async function handleGenerate(
       res.setHeader('x-request-id', externalId);
     }
     engine = engineForRequest(req, ctx.engine, ctx.dataParallelEngines ?? []);
-    plan = kind === 'responses' ? parseResponses(ctx, body, externalId) : parse(ctx, kind, body);
+    plan = kind === 'responses' ? parseResponses(ctx, body, externalId) : parsePlan(ctx, kind, body);
     lora = ctx.models?.resolve(plan.model) ?? null;
     await validateStructuredOutputs(engine, plan, body);
     ctx.gate.acquire(plan.prompts.length * plan.n);
@@ -153,7 +153,13 @@ export async function handleGenerate(
   }
 }
 
-function parseContext(ctx: GenerateHandlerContext): ParseContext {
+/** What parsing a generation request needs of the server (the render routes parse with it too). */
+export type ParsePlanContext = Pick<
+  GenerateHandlerContext,
+  'engine' | 'servedModelName' | 'models' | 'enablePromptTokensDetails' | 'chatTemplatePolicy'
+>;
+
+function parseContext(ctx: ParsePlanContext): ParseContext {
   return {
     tokenizer: ctx.engine.tokenizer,
     maxModelLen: ctx.engine.config.model.maxModelLen,
@@ -195,7 +201,12 @@ function parseResponses(ctx: GenerateHandlerContext, body: Body, externalId: str
   return plan;
 }
 
-function parse(ctx: GenerateHandlerContext, kind: GenerationKind, body: Body): GenerationPlan {
+/** A completion, chat or tokens request parsed and checked against the served models. */
+export function parsePlan(
+  ctx: ParsePlanContext,
+  kind: Exclude<GenerationKind, 'responses'>,
+  body: Body,
+): GenerationPlan {
   const parseCtx = parseContext(ctx);
   const plan =
     kind === 'completion'

@@ -7,21 +7,15 @@
  * validated as the generation route would validate it.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { AsyncEngineLike, SamplingParams } from '../engine/api.ts';
+import type { SamplingParams } from '../engine/api.ts';
 import { type BodyRules, readJson, sendJson } from '../http/index.ts';
-import type { ChatTemplatePolicy } from './chat-options.ts';
 import { asBody } from './fields.ts';
-import { checkServedModel } from './model-card.ts';
-import { type GenerationPlan, parseChatRequest, parseCompletionRequest } from './parse-request.ts';
+import { type ParsePlanContext, parsePlan } from './generate-handler.ts';
+import type { GenerationPlan } from './parse-request.ts';
 import { externalRequestId } from './request-id.ts';
-import type { ServedModels } from './served-models.ts';
 
-export interface RenderContext {
-  engine: AsyncEngineLike;
-  servedModelName: string;
-  models?: ServedModels;
+export interface RenderContext extends ParsePlanContext {
   body: BodyRules;
-  chatTemplatePolicy?: ChatTemplatePolicy;
 }
 
 function samplingJson(s: SamplingParams): Record<string, unknown> {
@@ -62,15 +56,7 @@ export async function handleRender(
   req: IncomingMessage,
   res: ServerResponse,
 ): Promise<void> {
-  const body = asBody(await readJson(req, ctx.body));
-  const parseCtx = {
-    tokenizer: ctx.engine.tokenizer,
-    maxModelLen: ctx.engine.config.model.maxModelLen,
-    ...(ctx.chatTemplatePolicy ? { chatTemplatePolicy: ctx.chatTemplatePolicy } : {}),
-  };
-  const plan =
-    kind === 'completion' ? parseCompletionRequest(body, parseCtx) : parseChatRequest(body, parseCtx);
-  checkServedModel(plan.model, ctx.servedModelName, ctx.models);
+  const plan = parsePlan(ctx, kind, asBody(await readJson(req, ctx.body)));
   const model = plan.model ?? ctx.servedModelName;
   const id = externalRequestId(req);
   if (kind === 'chat') {

@@ -78,3 +78,4 @@ export {
   type P2PSource,
   readP2PRoles,
 } from './p2p-params.ts';
+export { isRecord } from './values.ts';

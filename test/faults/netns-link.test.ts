@@ -93,8 +93,11 @@ describe('NIXL over a veth link between two network namespaces', { skip }, () =>
   it(`a link limited to ${RATE_KBIT} kbit/s: the READ is slowed by back-pressure, completes token-identical, and D keeps stepping`, async () => {
     pair = createNetnsPair();
     pair.limit(pair.a, RATE_KBIT);
-    const p = await engineIn(pair.a, nixl('kv_producer', pair.a, 'slow-prefill', { kv_lease_duration: 60 }));
-    const d = await engineIn(pair.b, nixl('kv_consumer', pair.b, 'slow-decode', { transfer_timeout: 60 }));
+    // Started together: neither needs the other until the first request.
+    const [p, d] = await Promise.all([
+      engineIn(pair.a, nixl('kv_producer', pair.a, 'slow-prefill', { kv_lease_duration: 60 })),
+      engineIn(pair.b, nixl('kv_consumer', pair.b, 'slow-decode', { transfer_timeout: 60 })),
+    ]);
     const params = await p.prefill(LONG);
     const txBefore = pair.txBytes(pair.a);
     const remote = d.generate(LONG, MAX_TOKENS, params);
@@ -139,11 +142,13 @@ describe('NIXL over a veth link between two network namespaces', { skip }, () =>
 
   it('the link unplugged after the handshake: the load fails within transfer_timeout while D keeps stepping', async () => {
     pair = createNetnsPair();
-    const p = await engineIn(pair.a, nixl('kv_producer', pair.a, 'cut-prefill', { kv_lease_duration: 3 }));
-    const d = await engineIn(
-      pair.b,
-      nixl('kv_consumer', pair.b, 'cut-decode', { transfer_timeout: 2, handshake_timeout: 2 }),
-    );
+    const [p, d] = await Promise.all([
+      engineIn(pair.a, nixl('kv_producer', pair.a, 'cut-prefill', { kv_lease_duration: 3 })),
+      engineIn(
+        pair.b,
+        nixl('kv_consumer', pair.b, 'cut-decode', { transfer_timeout: 2, handshake_timeout: 2 }),
+      ),
+    ]);
     const first = await p.prefill(SHORT[0]!);
     const second = await p.prefill(SHORT[1]!);
     const warm = await d.generate(SHORT[0]!, MAX_TOKENS, first);

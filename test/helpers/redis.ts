@@ -174,6 +174,9 @@ export async function startRedisCluster(size = 3, options: ClusterOptions = {}):
             path.join(dir, `nodes-${port}.conf`),
             '--cluster-node-timeout',
             String(options.nodeTimeoutMs ?? 5000),
+            // A replica syncs at once (Redis waits 5 s by default for more replicas to join a sync).
+            '--repl-diskless-sync-delay',
+            '0',
             '--dir',
             dir,
           ],

@@ -7,8 +7,9 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { KVCacheState } from '../../src/kv-events/cache-state.ts';
-import { decodeBatch, encodeBatch } from '../../src/kv-events/wire.ts';
+import { decodeBatch, encodeBatch, type WireKVEvent } from '../../src/kv-events/wire.ts';
 import { KvBlockIndex } from '../../src/proxy/kv-index.ts';
+import { mulberry32 } from '../../src/util/mulberry32.ts';
 import { eventStream, stored } from './helpers/event-stream.ts';
 
 for (const seed of [1, 2, 3, 4, 5]) {
@@ -65,4 +66,61 @@ test('the table holds resident blocks only, and past its cap refuses snapshots u
   assert.equal(state.size, 0, 'nothing kept while over the cap');
   state.apply([{ type: 'AllBlocksCleared' }]);
   assert.deepEqual(state.snapshot(), [[{ type: 'AllBlocksCleared' }]]);
+});
+
+/** What a subscriber holds after applying `batches`: copies per (medium, locality, group, hash). */
+function replay(batches: readonly (readonly WireKVEvent[])[]): Map<string, number> {
+  const held = new Map<string, number>();
+  const key = (e: { medium: string | null; locality?: string | null; groupIdx?: number | null }, h: bigint) =>
+    JSON.stringify([e.medium, e.locality ?? null, e.groupIdx ?? null, String(h)]);
+  for (const events of batches)
+    for (const e of events) {
+      if (e.type === 'AllBlocksCleared') held.clear();
+      else if (e.type === 'BlockStored')
+        for (const h of e.blockHashes) held.set(key(e, h), (held.get(key(e, h)) ?? 0) + 1);
+      else
+        for (const h of e.blockHashes) {
+          const n = held.get(key(e, h)) ?? 0;
+          if (n <= 1) held.delete(key(e, h));
+          else held.set(key(e, h), n - 1);
+        }
+    }
+  return held;
+}
+
+test('two tiers of one medium stay apart by locality: the snapshot is the replay', () => {
+  const state = new KVCacheState();
+  const all: WireKVEvent[][] = [];
+  const rand = mulberry32(7);
+  const localities = [undefined, 'LOCAL', 'REMOTE'] as const;
+  const held: { h: bigint; locality: string | undefined }[] = [];
+  for (let s = 0; s < 400; s++) {
+    const locality = localities[Math.floor(rand() * 3)];
+    const at = locality === undefined ? {} : { locality };
+    let events: WireKVEvent[];
+    if (held.length > 0 && rand() < 0.4) {
+      const [gone] = held.splice(Math.floor(rand() * held.length), 1);
+      const where = gone!.locality === undefined ? {} : { locality: gone!.locality };
+      events = [{ type: 'BlockRemoved', blockHashes: [gone!.h], medium: 'STORAGE', groupIdx: 0, ...where }];
+    } else {
+      // Few distinct hashes, so one hash is often resident under two localities at once.
+      const h = BigInt(1 + Math.floor(rand() * 12));
+      events = [{ ...stored([h], null, 'STORAGE'), ...at }];
+      held.push({ h, locality });
+    }
+    state.apply(events);
+    all.push(events);
+  }
+  const snapshot = state.snapshot(8)!;
+  const expected = replay(all);
+  assert.ok(
+    [...expected.keys()].some((k) => k.includes('"REMOTE"')),
+    'the stream keeps remote blocks',
+  );
+  assert.deepEqual(new Map([...replay(snapshot)].sort()), new Map([...expected].sort()));
+  // And through the wire, as a subscriber decodes it.
+  const decoded = snapshot.map(
+    (events) => decodeBatch(encodeBatch({ ts: 1, events, dataParallelRank: 0 })).events,
+  );
+  assert.deepEqual(new Map([...replay(decoded)].sort()), new Map([...expected].sort()));
 });

@@ -1,8 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { captureLogs, setLogLevel } from '../../src/logging/logger.ts';
-import { type RunningProxy, resolveProxyOptions, startProxy } from '../../src/proxy/index.ts';
-import type { ProxyOptions } from '../../src/proxy/types.ts';
+import { resolveProxyOptions, startProxy } from '../../src/proxy/index.ts';
 import type { PdConnector } from '../../src/wire/index.ts';
 import {
   decodeResponder,
@@ -12,28 +11,12 @@ import {
   sleep,
   UpstreamDouble,
   waitFor,
+  withProxy,
 } from './helpers/upstream-double.ts';
 
 setLogLevel('silent');
 
 const body = { model: 'tiny', prompt: 'hello', max_tokens: 4, stream: true };
-
-async function withPd(
-  p: UpstreamDouble[],
-  d: UpstreamDouble[],
-  extra: Partial<ProxyOptions>,
-  fn: (url: string, proxy: RunningProxy) => Promise<void>,
-): Promise<void> {
-  const proxy = await startProxy(
-    resolveProxyOptions({ prefill: p.map((x) => x.url), decode: d.map((x) => x.url), port: 0, ...extra }),
-  );
-  try {
-    await fn(proxy.url, proxy);
-  } finally {
-    await proxy.close();
-    for (const x of [...p, ...d]) await x.close();
-  }
-}
 
 /** Runs `then` only once the caller hung up (a backend still busy when the client aborts). */
 function afterHangUp(then: Responder): Responder {
@@ -57,7 +40,7 @@ describe('client aborts', () => {
     // P answers only once its caller hung up: the prefill is in progress when the client aborts.
     const p = await UpstreamDouble.start(afterHangUp(prefillResponder()));
     const d = await UpstreamDouble.start(decodeResponder());
-    await withPd([p], [d], {}, async (url, proxy) => {
+    await withProxy([p], [d], {}, async (url, proxy) => {
       const ac = new AbortController();
       const pending = send(url, body, ac.signal).catch(() => 'aborted');
       await waitFor(() => p.completions().length === 1, 10_000, 'P leg');
@@ -73,7 +56,7 @@ describe('client aborts', () => {
   test('pull: abort while D streams closes the D leg', async () => {
     const p = await UpstreamDouble.start(prefillResponder());
     const d = await UpstreamDouble.start(decodeResponder(50, 50));
-    await withPd([p], [d], {}, async (url) => {
+    await withProxy([p], [d], {}, async (url) => {
       const ac = new AbortController();
       const res = await send(url, body, ac.signal);
       const reader = res.body!.getReader();
@@ -90,7 +73,7 @@ describe('client aborts', () => {
       afterHangUp(() => {}),
       { connector: 'NixlPushConnector' },
     );
-    await withPd([p], [d], {}, async (url) => {
+    await withProxy([p], [d], {}, async (url) => {
       const ac = new AbortController();
       const pending = send(url, body, ac.signal).catch(() => 'aborted');
       await waitFor(() => p.completions().length === 1 && d.completions().length === 1, 10_000, 'both legs');
@@ -110,7 +93,7 @@ describe('health checks', () => {
     const p1 = await UpstreamDouble.start(prefillResponder());
     const p2 = await UpstreamDouble.start(prefillResponder());
     const d = await UpstreamDouble.start(decodeResponder());
-    await withPd([p1, p2], [d], { healthIntervalMs: 40, healthTimeoutMs: 500 }, async (url) => {
+    await withProxy([p1, p2], [d], { healthIntervalMs: 40, healthTimeoutMs: 500 }, async (url) => {
       const health = async () =>
         (await (await fetch(`${url}/health`)).json()) as { prefill_instances: number };
       assert.equal((await health()).prefill_instances, 2);
@@ -133,7 +116,7 @@ describe('health checks', () => {
     const p = await UpstreamDouble.start(prefillResponder());
     const d = await UpstreamDouble.start(decodeResponder());
     d.healthy = false; // its GET /health fails, but it serves
-    await withPd([p], [d], { healthIntervalMs: 60_000, unhealthyIntervalMs: 0 }, async (url) => {
+    await withProxy([p], [d], { healthIntervalMs: 60_000, unhealthyIntervalMs: 0 }, async (url) => {
       const h = await fetch(`${url}/healthcheck`);
       assert.equal(h.status, 503);
       assert.deepEqual(await h.json(), { status: 'unavailable', prefill_instances: 1, decode_instances: 0 });
@@ -171,7 +154,7 @@ describe('errors', () => {
     const pErr = { error: { message: 'max_tokens must be at least 1', type: 'BadRequestError', code: 400 } };
     const p = await UpstreamDouble.start((_rec, res) => json(res, 400, pErr));
     const d = await UpstreamDouble.start(decodeResponder());
-    await withPd([p], [d], {}, async (url) => {
+    await withProxy([p], [d], {}, async (url) => {
       const res = await send(url, body);
       assert.equal(res.status, 400);
       assert.deepEqual(await res.json(), pErr);
@@ -179,10 +162,31 @@ describe('errors', () => {
     });
   });
 
+  test("a backend's non-JSON error body reaches the client as vLLM's error body, code the status", async () => {
+    const p = await UpstreamDouble.start((_rec, res) => {
+      res.writeHead(503, { 'content-type': 'text/plain' });
+      res.end('upstream overloaded');
+    });
+    const d = await UpstreamDouble.start(decodeResponder());
+    await withProxy([p], [d], { prefillFallback: false }, async (url) => {
+      const res = await send(url, body);
+      assert.equal(res.status, 503);
+      assert.deepEqual(await res.json(), {
+        error: {
+          message: 'upstream overloaded',
+          type: 'ServiceUnavailableError',
+          param: null,
+          code: 503,
+          kvconnect_code: 'PROXY_UPSTREAM_ERROR',
+        },
+      });
+    });
+  });
+
   test('bad client bodies get 400 JSON; unknown routes 404; an unreachable P gives 502 with --no-prefill-fallback', async () => {
     const p = await UpstreamDouble.start(prefillResponder());
     const d = await UpstreamDouble.start(decodeResponder());
-    await withPd([p], [d], { healthIntervalMs: 60_000, prefillFallback: false }, async (url) => {
+    await withProxy([p], [d], { healthIntervalMs: 60_000, prefillFallback: false }, async (url) => {
       for (const bad of ['{not json', '[1,2]', '"text"']) {
         const res = await send(url, bad);
         assert.equal(res.status, 400, bad);

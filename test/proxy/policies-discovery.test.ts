@@ -7,7 +7,6 @@ import {
   Backend,
   chainedPrefixHashes,
   createPolicy,
-  LruMap,
   resolveProxyOptions,
   startProxy,
 } from '../../src/proxy/index.ts';
@@ -55,17 +54,6 @@ describe('routing policies', () => {
     assert.equal(a[0], b[0]);
     assert.notEqual(a[1], b[1]);
     assert.notEqual(a[1], c[0], 'the same chunk after a different prefix hashes differently');
-  });
-
-  test('LRU map evicts the least recently used entry', () => {
-    const m = new LruMap<string, number>(2);
-    m.set('a', 1);
-    m.set('b', 2);
-    m.get('a');
-    m.set('c', 3);
-    assert.equal(m.has('b'), false);
-    assert.equal(m.get('a'), 1);
-    assert.equal(m.size, 2);
   });
 
   test('prefix_aware sends shared-prefix requests to the backend that served the prefix (through the proxy)', async () => {

@@ -7,6 +7,7 @@ import {
   prefillResponder,
   sleep,
   UpstreamDouble,
+  waitFor,
   withProxy,
 } from './helpers/upstream-double.ts';
 
@@ -86,6 +87,46 @@ describe('prefill fallback', () => {
       assert.equal((await first).status, 200);
       assert.equal(proxy.pool.healthy('prefill').length, 1, 'its answer marked it up');
       assert.equal(await metric(url, 'kvconnect:proxy_requests_total', 'flow="disaggregated"'), 1);
+    });
+  });
+
+  test('a retry that finds the only P down and on trial for another request falls back, not a 500', async () => {
+    // A's decode leg fails (a KV load, retried by prefilling again) only once P was marked down
+    // and B took it on trial: A's second prefill finds no candidate left.
+    const gate = () => {
+      let resolve = () => {};
+      const promise = new Promise<void>((r) => {
+        resolve = r;
+      });
+      return { promise, resolve };
+    };
+    const gates = { a: gate(), b: gate() };
+    const pServe = prefillResponder();
+    const p = await UpstreamDouble.start(async (rec, res) => {
+      if (p.completions().length === 2) await gates.b.promise; // B's trial holds P
+      await pServe(rec, res);
+    });
+    const dServe = decodeResponder();
+    const d = await UpstreamDouble.start(async (rec, res) => {
+      if (d.completions().length > 1) return dServe(rec, res);
+      await gates.a.promise;
+      json(res, 500, { error: { message: 'load failed', code: 500, kvconnect_code: 'KV_LOAD_FAILED' } });
+    });
+    await withProxy([p], [d], { healthIntervalMs: 60_000, unhealthyIntervalMs: 0 }, async (url, proxy) => {
+      const a = send(url);
+      await waitFor(() => d.completions().length === 1, 10_000, "A's decode leg");
+      proxy.pool.markDown(proxy.pool.all('prefill')[0]!, 'test');
+      const b = send(url);
+      await waitFor(() => p.completions().length === 2, 10_000, "B's trial on P");
+      gates.a.resolve();
+      const answer = await a;
+      assert.equal(answer.status, 200, await answer.clone().text());
+      assert.deepEqual(await answer.json(), { id: 'cmpl-d', choices: [{ index: 0, text: 'decoded' }] });
+      assert.equal(p.completions().length, 2, 'A did not prefill again');
+      assert.deepEqual(d.completions()[1]!.body, body, 'A went to D alone, plainly');
+      assert.equal(await metric(url, 'kvconnect:proxy_prefill_fallbacks_total', 'reason="no_prefill"'), 1);
+      gates.b.resolve();
+      assert.equal((await b).status, 200);
     });
   });
 

@@ -5,9 +5,10 @@
  * one port formula used for every listener and every dial.
  */
 import { networkInterfaces } from 'node:os';
-import { CONFIG_INVALID, pythonRepr, pythonStr } from '../../config/config-error.ts';
+import { CONFIG_INVALID, pythonStr } from '../../config/config-error.ts';
 import { type ExtraConfigSchema, readExtraConfig } from '../../config/extra-config.ts';
 import type { EngineConfig } from '../../config/types.ts';
+import { pythonRepr } from '../../errors/index.ts';
 import { KVError } from '../../errors/kv-error.ts';
 import { getLogger } from '../../logging/logger.ts';
 import { MAX_BUSY_POLL_US } from '../../transfer/index.ts';

@@ -7,6 +7,7 @@
  */
 import * as zmq from 'zeromq';
 import { getLogger } from '../../logging/logger.ts';
+import { bracketHost } from '../../util/host.ts';
 import {
   encodeDiscoveryPing,
   formatDiscoveryPing,
@@ -46,8 +47,7 @@ export class DiscoveryPinger {
     ping: MoRIIODiscoveryPing,
     intervalMs = MORIIO_PING_INTERVAL_MS,
   ) {
-    const host = proxyIp.includes(':') ? `[${proxyIp}]` : proxyIp;
-    this.#endpoint = `tcp://${host}:${proxyPort}`;
+    this.#endpoint = `tcp://${bracketHost(proxyIp)}:${proxyPort}`;
     this.#ping = encodeDiscoveryPing(ping);
     this.#intervalMs = intervalMs;
   }

@@ -2,8 +2,9 @@
  * How MultiConnector combines its children's kv_transfer_params: disjoint keys, or vLLM's
  * exact key-clash error.
  */
-import { pythonRepr } from '../../config/config-error.ts';
+
 import type { KVTransferParams } from '../../connector/types.ts';
+import { pythonRepr } from '../../errors/index.ts';
 import { KVError } from '../../errors/kv-error.ts';
 
 /** Python's repr of a set of strings; elements sorted so the message is deterministic. */

@@ -24,6 +24,8 @@ import {
   blockSubPath,
   configDir,
   configFilePath,
+  isBlockGroupDir,
+  isBlockPrefixDir,
   parseBlockSubPath,
   type RunLayout,
   rankDirName,
@@ -303,9 +305,9 @@ export class FsTier implements KVTier {
     const out: string[] = [];
     const list = (dir: string) => readdir(dir).catch(() => [] as string[]);
     for (const a of await list(this.blockDir)) {
-      if (!/^[0-9a-f]{3}$/.test(a)) continue;
+      if (!isBlockPrefixDir(a)) continue;
       for (const b of await list(`${this.blockDir}/${a}`)) {
-        if (!/^[0-9a-f]{2}_g\d+$/.test(b)) continue;
+        if (!isBlockGroupDir(b)) continue;
         for (const name of await list(`${this.blockDir}/${a}/${b}`)) {
           if (name.endsWith(BLOCK_FILE_SUFFIX) || name.endsWith(TEMP_SUFFIX)) out.push(`${a}/${b}/${name}`);
         }

@@ -135,9 +135,26 @@ export function blockKey(root: string, layout: RunLayout, hashHex: string, group
   return `${root}/${rankDirName(layout)}/${blockSubPath(hashHex, group)}`;
 }
 
+/** The two directory levels of blockSubPath: `<hhh>`, then `<hh>_g<group>`. */
+const PREFIX_DIR = '([0-9a-f]{3})';
+const GROUP_DIR = '([0-9a-f]{2})_g(\\d+)';
+const PREFIX_DIR_RE = new RegExp(`^${PREFIX_DIR}$`);
+const GROUP_DIR_RE = new RegExp(`^${GROUP_DIR}$`);
+const BLOCK_SUB_PATH_RE = new RegExp(`^${PREFIX_DIR}/${GROUP_DIR}/([0-9a-f]+)\\.bin$`);
+
+/** True for a directory name blockSubPath gives at its first level (`<hhh>`). */
+export function isBlockPrefixDir(name: string): boolean {
+  return PREFIX_DIR_RE.test(name);
+}
+
+/** True for a directory name blockSubPath gives at its second level (`<hh>_g<group>`). */
+export function isBlockGroupDir(name: string): boolean {
+  return GROUP_DIR_RE.test(name);
+}
+
 /** The (group, hash) a block file name stands for, or null for any other name. */
 export function parseBlockSubPath(subPath: string): { group: number; hashHex: string } | null {
-  const m = /^([0-9a-f]{3})\/([0-9a-f]{2})_g(\d+)\/([0-9a-f]+)\.bin$/.exec(subPath);
+  const m = BLOCK_SUB_PATH_RE.exec(subPath);
   if (!m) return null;
   const [, h3, h2, group, hashHex] = m as unknown as [string, string, string, string, string];
   if (!hashHex.startsWith(h3 + h2)) return null;

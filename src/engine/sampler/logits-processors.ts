@@ -27,6 +27,9 @@ export function needsLogitsProcessing(p: SamplingParams): boolean {
 /** A processed copy of one row of logits (the raw row is left as it is). */
 export function processLogits(raw: Float32Array, p: SamplingParams, ctx: LogitsContext): Float32Array {
   const logits = Float32Array.from(raw);
+  // vLLM's float32 steps (a bias in float32, a scale of 1 / r, then two subtractions), so that
+  // the processed logits are vLLM's to the bit.
+  const f = Math.fround;
   const out = ctx.outputTokenIds;
   if (p.allowedTokenIds && p.allowedTokenIds.length > 0) {
     const allowed = new Set(p.allowedTokenIds);
@@ -46,14 +49,16 @@ export function processLogits(raw: Float32Array, p: SamplingParams, ctx: LogitsC
   }
   for (const [id, bias] of Object.entries(p.logitBias ?? {})) {
     const i = Number(id);
-    if (i >= 0 && i < logits.length) logits[i] = (logits[i] as number) + Math.min(100, Math.max(-100, bias));
+    if (i >= 0 && i < logits.length)
+      logits[i] = (logits[i] as number) + f(Math.min(100, Math.max(-100, bias)));
   }
-  const rep = p.repetitionPenalty ?? 1;
+  const rep = f(p.repetitionPenalty ?? 1);
   if (rep !== 1) {
+    const inverse = f(1 / rep);
     const seen = new Set([...ctx.promptTokenIds, ...out]);
     for (const id of seen) {
       const v = logits[id];
-      if (v !== undefined) logits[id] = v > 0 ? v / rep : v * rep;
+      if (v !== undefined) logits[id] = v * (v > 0 ? inverse : rep);
     }
   }
   const freq = p.frequencyPenalty ?? 0;
@@ -63,7 +68,7 @@ export function processLogits(raw: Float32Array, p: SamplingParams, ctx: LogitsC
     for (const id of out) counts.set(id, (counts.get(id) ?? 0) + 1);
     for (const [id, n] of counts) {
       const v = logits[id];
-      if (v !== undefined) logits[id] = v - freq * n - presence;
+      if (v !== undefined) logits[id] = f(v - f(f(freq) * n)) - f(presence);
     }
   }
   return logits;

@@ -22,23 +22,33 @@ import { InThreadTransferAgent } from '../../../src/transfer/index.ts';
 import { GREEDY, PROMPTS, plainOutputs, waitForEmptyPool } from '../../helpers/llm.ts';
 import { engineOptions, P_PARAMS, type PairOptions } from './helpers.ts';
 
+/** One plain engine's outputs per model and prompts, shared by the tests that need them. */
+const plain = new Map<string, Promise<number[][]>>();
+
 async function hetero(o: PairOptions, producerTp: number, consumerTp: number, prompts: string[]) {
-  const expected = await plainOutputs(o.model, prompts);
-  const p = await LLM.create({
-    ...engineOptions(o, 'kv_producer', 'prefill-engine'),
-    tensor_parallel_size: producerTp,
-  });
-  const d = await LLM.create({
-    ...engineOptions(o, 'kv_consumer', 'decode-engine'),
-    tensor_parallel_size: consumerTp,
-  });
+  const key = JSON.stringify([o.model, prompts]);
+  if (!plain.has(key)) plain.set(key, plainOutputs(o.model, prompts));
+  const expected = plain.get(key)!;
+  // The reference and both engines start together (ranks are threads: they overlap).
+  const created = await Promise.allSettled([
+    expected,
+    LLM.create({ ...engineOptions(o, 'kv_producer', 'prefill-engine'), tensor_parallel_size: producerTp }),
+    LLM.create({ ...engineOptions(o, 'kv_consumer', 'decode-engine'), tensor_parallel_size: consumerTp }),
+  ] as const);
+  const [, pc, dc] = created;
+  if (created.some((c) => c.status === 'rejected')) {
+    for (const c of [pc, dc]) if (c.status === 'fulfilled') await c.value.shutdown();
+    throw (created.find((c) => c.status === 'rejected') as PromiseRejectedResult).reason;
+  }
+  const p = (pc as PromiseFulfilledResult<LLM>).value;
+  const d = (dc as PromiseFulfilledResult<LLM>).value;
   try {
     const pOut = await p.generate(prompts, { ...GREEDY, maxTokens: 1 }, { kvTransferParams: P_PARAMS });
     for (const out of pOut) assert.equal(out.kvTransferParams?.['tp_size'], producerTp);
     const dOut = await d.generate(prompts, GREEDY, { kvTransferParams: pOut.map((x) => x.kvTransferParams) });
     assert.deepEqual(
       dOut.map((x) => x.tokenIds),
-      expected,
+      await expected,
     );
     for (const out of dOut) {
       assert.equal(out.finishReason, 'length');

@@ -13,6 +13,8 @@ import {
   configDigest,
   configDir,
   configFilePath,
+  isBlockGroupDir,
+  isBlockPrefixDir,
   parseBlockSubPath,
   type RunConfigFields,
   runConfigFileText,
@@ -73,6 +75,13 @@ test('directory, config file and block names follow the documented layout', () =
   assert.deepEqual(parseBlockSubPath(blockSubPath(hash, 2)), { group: 2, hashHex: hash });
   assert.equal(parseBlockSubPath(`abc/df_g2/${hash}.bin`), null, 'a file in the wrong shard is not a block');
   assert.equal(parseBlockSubPath(`abc/de_g2/${hash}.bin_1.tmp`), null);
+  // The directory levels a scan of the store walks are blockSubPath's, and only those.
+  const [prefix, group] = blockSubPath(hash, 12).split('/') as [string, string];
+  assert.deepEqual([isBlockPrefixDir(prefix), isBlockGroupDir(group)], [true, true]);
+  assert.deepEqual(
+    [isBlockPrefixDir('abcd'), isBlockGroupDir('de_g'), isBlockGroupDir('dex_g1')],
+    [false, false, false],
+  );
 });
 
 test("kvconnect's run configuration: vLLM's fields, its own engine name, one digest per layout", () => {

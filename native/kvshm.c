@@ -27,8 +27,10 @@
  *   hashBlocks(bytes, blockBytes, count, out)   (kvhash.c)
  *                    writes the checksums of `count` consecutive blocks into the Float64Array
  *                    `out`, in one call.
- *   matmulF32(memory, m, n4, k, a, lda, b, ldb, c, ldc)   (kvmatmul.c, only with AVX2)
- *                    the engine's float32 matmul, bit-identical to its WebAssembly kernel.
+ *   matmulF32(memory, m, n4, k, a, lda, b, ldb, c, ldc[, threads])   (kvmatmul.c, only with AVX2)
+ *   matmulWeight(memory, m, n, k, a, lda, w, c, ldc, format, threads)
+ *                    the engine's matmuls (float32, or float16/bfloat16 weights), on a pool
+ *                    of threads, bit-identical to its WebAssembly kernel.
  * The addon is named after its first job; it holds every native piece of kvconnect.
  */
 #define _GNU_SOURCE
@@ -246,12 +248,14 @@ static napi_value init(napi_env env, napi_value exports) {
   };
   napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
   if (matmul) {
-    /* Exported only where the CPU has AVX2: elsewhere the engine keeps its WebAssembly matmul. */
+    /* Exported only where the CPU has AVX2 and F16C: elsewhere the engine keeps its WebAssembly matmul. */
     napi_property_descriptor mm[] = {
         {"matmulF32", NULL, kv_matmul_f32, NULL, NULL, NULL, napi_enumerable, NULL},
+        {"matmulWeight", NULL, kv_matmul_weight, NULL, NULL, NULL, napi_enumerable, NULL},
         {"matmulIsa", NULL, kv_matmul_isa, NULL, NULL, NULL, napi_enumerable, NULL},
+        {"matmulPoolSize", NULL, kv_matmul_pool_size, NULL, NULL, NULL, napi_enumerable, NULL},
     };
-    napi_define_properties(env, exports, 2, mm);
+    napi_define_properties(env, exports, sizeof mm / sizeof mm[0], mm);
   }
   return exports;
 }

@@ -164,6 +164,7 @@ export function buildEngineConfig(options: EngineOptionsInput = {}): EngineConfi
       servedModelName: o.served_model_name ?? o.model,
       maxModelLen: o.max_model_len,
       seed: o.seed,
+      dtype: o.dtype === 'half' ? 'float16' : o.dtype === 'float' ? 'float32' : o.dtype,
     },
     cache: {
       blockSize: o.block_size,
@@ -183,6 +184,7 @@ export function buildEngineConfig(options: EngineOptionsInput = {}): EngineConfi
     },
     parallel: {
       tensorParallelSize: o.tensor_parallel_size,
+      numThreads: o.num_threads,
       dataParallelSize: o.data_parallel_size,
       dataParallelRank: o.data_parallel_rank,
       dataParallelSizeLocal: o.data_parallel_size_local ?? o.data_parallel_size,

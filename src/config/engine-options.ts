@@ -5,7 +5,7 @@
  * a type error.
  */
 import { DEFAULT_MODEL } from './model-presets.ts';
-import type { HashAlgo, KVCacheDtype } from './types.ts';
+import type { HashAlgo, KVCacheDtype, ModelDtypeName } from './types.ts';
 
 /** Flat engine options, snake_case as vLLM's engine arguments. */
 export interface EngineOptions {
@@ -14,6 +14,7 @@ export interface EngineOptions {
   /** null (the default) = the model's max_position_embeddings; resolved before checks. */
   max_model_len: number;
   seed: number;
+  dtype: ModelDtypeName;
   block_size: number;
   num_gpu_blocks: number | null;
   kv_cache_memory_bytes: number | null;
@@ -27,6 +28,7 @@ export interface EngineOptions {
   enable_chunked_prefill: boolean;
   disable_hybrid_kv_cache_manager: boolean | null;
   tensor_parallel_size: number;
+  num_threads: number | null;
   data_parallel_size: number;
   data_parallel_rank: number;
   data_parallel_size_local: number | null;
@@ -63,6 +65,9 @@ export const MAX_LORA_RANKS: readonly number[] = [1, 8, 16, 32, 64, 128, 256, 32
 
 export const DEFAULT_KV_CACHE_MEMORY_BYTES = 64 * 2 ** 20;
 
+/** Most threads one engine rank's matmuls may use (the native pool's size limit). */
+export const MAX_NUM_THREADS = 64;
+
 export const ENGINE_OPTIONS: { [K in keyof EngineOptions]: EngineOptionDef<EngineOptions[K]> } = {
   model: {
     kind: 'string',
@@ -86,6 +91,13 @@ export const ENGINE_OPTIONS: { [K in keyof EngineOptions]: EngineOptionDef<Engin
     help: "maximum tokens per request (prompt + output); default: the model's max_position_embeddings",
   },
   seed: { kind: 'int', section: 'model', default: 0, min: 0, help: 'random seed of the sampler' },
+  dtype: {
+    kind: 'choice',
+    section: 'model',
+    default: 'auto',
+    choices: ['auto', 'half', 'float16', 'bfloat16', 'float', 'float32'],
+    help: 'data type of the weights (activations and sums stay float32): auto = each tensor as the checkpoint stores it (a float32 checkpoint stays float32); half = float16, float = float32; a half type rounds float32 weights once at load',
+  },
   block_size: { kind: 'int', section: 'cache', default: 16, min: 1, help: 'tokens per KV cache block' },
   num_gpu_blocks: {
     kind: 'int',
@@ -175,6 +187,15 @@ export const ENGINE_OPTIONS: { [K in keyof EngineOptions]: EngineOptionDef<Engin
     default: 1,
     min: 1,
     help: 'tensor-parallel workers per engine',
+  },
+  num_threads: {
+    kind: 'int',
+    section: 'parallel',
+    default: null,
+    nullable: true,
+    min: 1,
+    help: "threads computing one rank's matmuls (llama.cpp's --threads); default: the machine's available parallelism divided by tensor_parallel_size × data_parallel_size_local; the logits do not depend on it",
+    check: (v) => (v !== null && v > MAX_NUM_THREADS ? `must be at most ${MAX_NUM_THREADS}` : null),
   },
   data_parallel_size: {
     kind: 'int',

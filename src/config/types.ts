@@ -8,6 +8,10 @@ import type { KVEventsConfigFields } from './kv-events-config.ts';
 
 /** The KV cache's element type once `cache_dtype` is resolved (`auto` → the model's dtype). */
 export type KVCacheDtype = 'float32' | 'float16' | 'bfloat16';
+/** vLLM's `--dtype` names (half = float16, float = float32). */
+export type ModelDtypeName = 'auto' | 'half' | 'float16' | 'bfloat16' | 'float' | 'float32';
+/** `--dtype` with vLLM's aliases resolved; auto = as the checkpoint stores each tensor. */
+export type ModelDtype = 'auto' | 'float16' | 'bfloat16' | 'float32';
 /** vLLM's `prefix_caching_hash_algo` names (see docs/kv-cache.md). */
 export type HashAlgo = 'sha256' | 'sha256_cbor' | 'xxhash' | 'xxhash_cbor';
 
@@ -37,6 +41,8 @@ export interface ModelConfig {
   servedModelName: string;
   maxModelLen: number;
   seed: number;
+  /** The weights' dtype (`--dtype`); absent = auto. */
+  dtype?: ModelDtype;
 }
 
 export interface CacheConfig {
@@ -69,6 +75,8 @@ export interface LoRAConfig {
 
 export interface ParallelConfig {
   tensorParallelSize: number;
+  /** `--num-threads`: threads of one rank's matmuls; absent or null = sized by the machine. */
+  numThreads?: number | null;
   dataParallelSize: number;
   dataParallelRank: number;
   dataParallelSizeLocal: number;

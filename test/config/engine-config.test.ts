@@ -16,7 +16,13 @@ import { buildKVCacheConfig } from '../../src/kv/kv-cache-config.ts';
 test('defaults: vLLM-style engine config with a 64 MiB KV budget and auto HMA', () => {
   const c = buildEngineConfig();
   // The default model is the bundled kjv-llama; max_model_len is its max_position_embeddings.
-  assert.deepEqual(c.model, { model: 'kjv-llama', servedModelName: 'kjv-llama', maxModelLen: 1024, seed: 0 });
+  assert.deepEqual(c.model, {
+    model: 'kjv-llama',
+    servedModelName: 'kjv-llama',
+    maxModelLen: 1024,
+    seed: 0,
+    dtype: 'auto',
+  });
   assert.equal(buildEngineConfig({ model: 'tiny' }).model.maxModelLen, 4096);
   assert.deepEqual(c.cache, {
     blockSize: 16,
@@ -36,6 +42,7 @@ test('defaults: vLLM-style engine config with a 64 MiB KV budget and auto HMA', 
   });
   assert.deepEqual(c.parallel, {
     tensorParallelSize: 1,
+    numThreads: null,
     dataParallelSize: 1,
     dataParallelRank: 0,
     dataParallelSizeLocal: 1,
@@ -50,6 +57,10 @@ test('options are validated with the option name, the expectation and a hint', (
     [{ block_size: 0 }, 'block_size'],
     [{ block_size: 'big' }, 'block_size'],
     [{ cache_dtype: 'fp8' }, 'cache_dtype'],
+    [{ dtype: 'fp8' }, 'dtype'],
+    [{ num_threads: 0 }, 'num_threads'],
+    [{ num_threads: 'all' }, 'num_threads'],
+    [{ num_threads: 65 }, 'num_threads'],
     [{ data_parallel_rank: 2, data_parallel_size: 2 }, 'data_parallel_rank'],
     [{ enable_chunked_prefill: false, max_num_batched_tokens: 512 }, 'max_num_batched_tokens'],
     [{ blocksize: 16 }, 'blocksize'],
@@ -70,6 +81,30 @@ test('options are validated with the option name, the expectation and a hint', (
     }
   })();
   assert.match(unknown?.hint ?? '', /did you mean 'block_size'\?/);
+});
+
+test("--dtype takes vLLM's names and aliases; --num-threads errors say what is expected", () => {
+  assert.equal(buildEngineConfig({ dtype: 'half' }).model.dtype, 'float16');
+  assert.equal(buildEngineConfig({ dtype: 'float' }).model.dtype, 'float32');
+  assert.equal(buildEngineConfig({ dtype: 'bfloat16' }).model.dtype, 'bfloat16');
+  assert.equal(buildEngineConfig({ num_threads: '2' }).parallel.numThreads, 2);
+  const error = (input: Record<string, unknown>): KVError => {
+    try {
+      buildEngineConfig(input);
+    } catch (e) {
+      return e as KVError;
+    }
+    throw new Error(`${JSON.stringify(input)} was accepted`);
+  };
+  const zero = error({ num_threads: 0 });
+  assert.match(zero.message, /num_threads: expected an integer >= 1, received 0/);
+  assert.match(zero.hint ?? '', /--num-threads/);
+  const many = error({ num_threads: 65 });
+  assert.match(many.message, /num_threads: must be at most 64, received 65/);
+  assert.match(many.hint ?? '', /--num-threads/);
+  const dtype = error({ dtype: 'fp8' });
+  assert.match(dtype.message, /"bfloat16"/);
+  assert.match(dtype.message, /fp8/);
 });
 
 test('the transfer config is accepted as JSON, object or instance', () => {

@@ -120,6 +120,7 @@ export function readCheckpointTensors(dir: string, dims: ModelDims): TensorMap {
       }
       tensors.set(name, {
         shape,
+        dtype: entry.dtype,
         get data() {
           return read();
         },

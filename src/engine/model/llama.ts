@@ -1,10 +1,12 @@
 /**
  * A Llama-family decoder on CPU: embedding → per layer (RMSNorm, q/k/v, RoPE, paged
  * attention, o_proj, residual, RMSNorm, SwiGLU MLP, residual) → final norm → LM head.
- * All projections run on the WASM SIMD matmul; one instance holds one tensor-parallel
- * rank's shard and must not run two forwards at once.
+ * All projections run on the WASM SIMD matmul (or the native one, on `threads` threads),
+ * with weights in `dtype` and float32 activations and accumulation; one instance holds one
+ * tensor-parallel rank's shard and must not run two forwards at once.
  */
 import { attentionLayerName } from '../../config/model-presets.ts';
+import type { ModelDtype } from '../../config/types.ts';
 import { KVError } from '../../errors/index.ts';
 import type { PagedKVMemory } from '../../kv/interfaces.ts';
 import { LoraAdapterCache } from '../lora/adapter-cache.ts';
@@ -13,11 +15,11 @@ import { type AttentionShape, allocAttentionScratch, pagedAttention } from './at
 import { allocDecodeScratch, pagedDecodeAttention } from './decode-attention.ts';
 import type { ModelDims, RankShard } from './dims.ts';
 import { type ForwardBatch, type ForwardHooks, type ForwardModel, logitsRows } from './forward-batch.ts';
-import { WasmRuntime } from './kernels/wasm-matmul.ts';
-import { type PackedWeights, packWeights } from './packed-weights.ts';
+import { WasmRuntime, type WeightDtype } from './kernels/wasm-matmul.ts';
+import { type PackedWeights, packWeights, tensorDtype } from './packed-weights.ts';
 import { kRowOffset, layerKV, writeRow } from './paged-kv.ts';
 import { RopeTable, ropeInvFreq } from './rope.ts';
-import type { TensorMap } from './weights.ts';
+import { expectedTensorShapes, type TensorMap } from './weights.ts';
 
 /**
  * Default of LlamaModel.decodeAttentionMaxTokens: sequences with at most this many new
@@ -26,10 +28,22 @@ import type { TensorMap } from './weights.ts';
  */
 export const DECODE_ATTENTION_MAX_TOKENS = 4;
 
+export interface LlamaModelOptions {
+  /**
+   * The element type of the weights (default auto: each as the checkpoint stores it; a
+   * generated preset is float32). A half type rounds float32 weights once, at load.
+   */
+  dtype?: ModelDtype;
+  /** Threads of one forward's matmuls (default 1); the logits do not depend on it. */
+  threads?: number;
+}
+
 export class LlamaModel implements ForwardModel {
   readonly dims: ModelDims;
   readonly shard: RankShard;
   readonly layerNames: readonly string[];
+  /** The weights' dtype (auto resolved; float32 when a checkpoint mixes dtypes). */
+  readonly dtype: WeightDtype;
   readonly #rt: WasmRuntime;
   readonly #w: PackedWeights;
   readonly #rope: RopeTable;
@@ -38,14 +52,29 @@ export class LlamaModel implements ForwardModel {
   /** 0 sends every sequence through the prefill attention (the benchmark's baseline). */
   decodeAttentionMaxTokens = DECODE_ATTENTION_MAX_TOKENS;
 
-  constructor(dims: ModelDims, shard: RankShard, tensors: TensorMap) {
+  constructor(dims: ModelDims, shard: RankShard, tensors: TensorMap, options: LlamaModelOptions = {}) {
     this.dims = dims;
     this.shard = shard;
+    const modelDtype = options.dtype ?? 'auto';
+    const matrices = [...expectedTensorShapes(dims)]
+      .filter(([, shape]) => shape.length === 2)
+      .map(([n]) => n);
+    this.dtype = tensorDtype(tensors, modelDtype, ...matrices);
     this.layerNames = Array.from({ length: dims.numLayers }, (_, l) => attentionLayerName(l));
     this.#rt = new WasmRuntime(16 << 20);
-    this.#w = packWeights(this.#rt, tensors, dims, shard);
+    this.#rt.threads = options.threads ?? 1;
+    this.#w = packWeights(this.#rt, tensors, dims, shard, modelDtype);
     this.#rope = new RopeTable(ropeInvFreq(dims.headDim, dims.ropeTheta, dims.ropeScaling));
     this.loras = new LoraAdapterCache(dims, shard);
+  }
+
+  /** Threads of one forward's matmuls. */
+  get threads(): number {
+    return this.#rt.threads;
+  }
+
+  set threads(n: number) {
+    this.#rt.threads = n;
   }
 
   get vocabSize(): number {
@@ -145,7 +174,7 @@ export class LlamaModel implements ForwardModel {
             },
           );
         }
-        mem.set(w.embedding.subarray(tok * h, (tok + 1) * h), x + r * h);
+        w.embedding.copyRow(tok, mem, x + r * h);
       }
       for (let l = 0; l < dims.numLayers; l++) {
         const name = this.layerNames[l] as string;
@@ -154,7 +183,7 @@ export class LlamaModel implements ForwardModel {
         await hooks.beforeLayer?.(l, name);
         mem = rt.f32;
         rmsnorm(mem, x, hn, lw.inputNorm, rows, h, dims.rmsNormEps);
-        rt.matmul(rows, qkvDim, h, hn, h, lw.qkv, qkvDim, qkv, qkvDim);
+        rt.matmulWeight(rows, hn, h, lw.qkv, qkv, qkvDim);
         lora(l, 'q_proj', hn, h, qkv, qkvDim);
         lora(l, 'k_proj', hn, h, qkv + qDim, qkvDim);
         lora(l, 'v_proj', hn, h, qkv + qDim + kvDim, qkvDim);
@@ -200,17 +229,17 @@ export class LlamaModel implements ForwardModel {
           else pagedAttention(rt, shape, layer, scratch, call);
         }
         await hooks.afterLayer?.(l, name);
-        rt.matmul(rows, h, qDim, attn, qDim, lw.o, h, proj, h);
+        rt.matmulWeight(rows, attn, qDim, lw.o, proj, h);
         lora(l, 'o_proj', attn, qDim, proj, h);
         await this.#reduce(hooks, proj, rows * h);
         mem = rt.f32;
         addInPlace(mem, x, proj, rows * h);
         rmsnorm(mem, x, hn, lw.postNorm, rows, h, dims.rmsNormEps);
-        rt.matmul(rows, 2 * inter, h, hn, h, lw.gateUp, 2 * inter, gateUp, 2 * inter);
+        rt.matmulWeight(rows, hn, h, lw.gateUp, gateUp, 2 * inter);
         lora(l, 'gate_proj', hn, h, gateUp, 2 * inter);
         lora(l, 'up_proj', hn, h, gateUp + inter, 2 * inter);
         swiglu(rt, gateUp, act, rows, inter);
-        rt.matmul(rows, h, inter, act, inter, lw.down, h, proj, h);
+        rt.matmulWeight(rows, act, inter, lw.down, proj, h);
         lora(l, 'down_proj', act, inter, proj, h);
         await this.#reduce(hooks, proj, rows * h);
         mem = rt.f32;
@@ -225,7 +254,7 @@ export class LlamaModel implements ForwardModel {
         n += count;
       }
       rmsnorm(mem, logitsIn, logitsIn, w.finalNorm, n, h, dims.rmsNormEps);
-      rt.matmul(n, dims.vocabSize, h, logitsIn, h, w.lmHead, dims.vocabSize, logitsOut, dims.vocabSize);
+      rt.matmulWeight(n, logitsIn, h, w.lmHead, logitsOut, dims.vocabSize);
       return rt.f32.slice(logitsOut, logitsOut + n * dims.vocabSize);
     } finally {
       rt.release(mark);

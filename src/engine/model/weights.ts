@@ -13,7 +13,10 @@ import { type SafetensorsDtype, writeSafetensorsFile } from './safetensors.ts';
 
 export interface Tensor {
   shape: number[];
+  /** The values, widened to float32. */
   data: Float32Array;
+  /** How the checkpoint stores them (absent: float32, e.g. generated weights). */
+  dtype?: SafetensorsDtype;
 }
 
 export type TensorMap = Map<string, Tensor>;

@@ -11,7 +11,7 @@ import { createPagedKVMemory } from '../../kv/paged-memory.ts';
 import { loadTokenizer } from '../../tokenizer/load.ts';
 import type { TokenizerLike } from '../../tokenizer/types.ts';
 import type { ForwardModel } from '../model/forward-batch.ts';
-import { loadModel } from '../model/load.ts';
+import { loadModel, rankThreads } from '../model/load.ts';
 import { StructuredOutputBackend } from '../structured/backend.ts';
 import { ModelRunner } from './model-runner.ts';
 import { createTokenSampler } from './token-sampler.ts';
@@ -36,7 +36,14 @@ export async function setUpRank(
   synthetic?: SyntheticRank,
   tokenizer?: TokenizerLike,
 ): Promise<RankSetup> {
-  const model = synthetic?.model ?? loadModel(engineConfig.model.model, { tpRank, tpSize });
+  const model =
+    synthetic?.model ??
+    loadModel(engineConfig.model.model, {
+      tpRank,
+      tpSize,
+      dtype: engineConfig.model.dtype ?? 'auto',
+      threads: rankThreads(engineConfig.parallel),
+    });
   if (engineConfig.lora && 'loras' in model) {
     model.loras.capacity = engineConfig.lora.maxCpuLoras;
     model.loras.maxLoraRank = engineConfig.lora.maxLoraRank;

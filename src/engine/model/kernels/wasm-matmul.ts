@@ -1,13 +1,17 @@
 /**
  * The fast matmul: C[M,N] = A[M,K] · B[K,N], all row-major float32 in one WebAssembly
  * memory, computed by the module from wasm-assembler.ts, or by the native addon's
- * `matmulF32` (AVX-512/AVX2, bit-identical, see native/kvmatmul.c) when it is loaded and
- * KVCONNECT_DISABLE_NATIVE_MATMUL is not 1. A bump arena hands out 16-byte aligned regions
- * of that memory; `mark`/`release` recycle scratch space per forward.
+ * `matmulF32` (AVX-512/AVX2 on a pool of `threads` threads, bit-identical, see
+ * native/kvmatmul.c) when it is loaded and KVCONNECT_DISABLE_NATIVE_MATMUL is not 1. Weight
+ * matrices (`WeightMatrix`) may be stored in float16 or bfloat16 where the native addon
+ * computes (`matmulHalf`, the same bits as float32 on the widened values); the WebAssembly
+ * kernel has no half-precision loads, so without the addon they are stored widened to
+ * float32 (the same values, so the same results, at twice the size). A bump arena hands out
+ * 16-byte aligned regions of that memory; `mark`/`release` recycle scratch space per forward.
  */
 import { KVError } from '../../../errors/index.ts';
 import { readEnv } from '../../../util/envs.ts';
-import { nativeAddon } from '../../../util/native-addon.ts';
+import { nativeAddon, nativeFunctions } from '../../../util/native-addon.ts';
 import { type WasmMemory, type WasmModule, wasmApi } from './wasm-api.ts';
 import { assembleMatmulModule } from './wasm-assembler.ts';
 import { assembleSoftmaxModule } from './wasm-softmax.ts';
@@ -35,15 +39,62 @@ type NativeMatmul = (
   ldb: number,
   c: number,
   ldc: number,
+  threads: number,
 ) => void;
 
-function nativeMatmul(): NativeMatmul | null {
-  if (readEnv('KVCONNECT_DISABLE_NATIVE_MATMUL')) return null;
-  const fn = nativeAddon?.['matmulF32'];
-  return typeof fn === 'function' ? (fn as NativeMatmul) : null;
+type NativeMatmulWeight = (
+  memory: ArrayBuffer,
+  m: number,
+  n: number,
+  k: number,
+  a: number,
+  lda: number,
+  w: number,
+  c: number,
+  ldc: number,
+  format: number,
+  threads: number,
+) => void;
+
+interface NativeKernels {
+  matmulF32: NativeMatmul;
+  matmulWeight: NativeMatmulWeight;
 }
 
-const native = nativeMatmul();
+function nativeKernels(): NativeKernels | null {
+  if (readEnv('KVCONNECT_DISABLE_NATIVE_MATMUL')) return null;
+  return nativeFunctions<NativeKernels>('matmulF32', 'matmulWeight');
+}
+
+const native = nativeKernels();
+
+/** The element type weights are computed in: the checkpoint's, or the one `--dtype` asks for. */
+export type WeightDtype = 'float32' | 'float16' | 'bfloat16';
+
+/** `matmulWeight`'s format argument. */
+const WEIGHT_FORMAT: Record<WeightDtype, number> = { float32: 0, float16: 1, bfloat16: 2 };
+
+/** Columns per panel of a weight matrix (native/kvmatmul.c's WEIGHT_PANEL). */
+export const WEIGHT_PANEL = 64;
+
+/**
+ * A [k, n] weight matrix in the runtime's memory, panel-major: panel q holds columns
+ * [64q, 64q + 64) as k rows of 64 contiguous elements (the last panel is as wide as the
+ * columns left), so a matmul streams each panel contiguously. `storage` is how its elements
+ * are held: float32 (offset in floats) or the half type itself (offset in 2-byte elements).
+ */
+export interface WeightMatrix {
+  readonly offset: number;
+  readonly k: number;
+  readonly n: number;
+  readonly storage: WeightDtype;
+}
+
+/** Where element (row i, column j) of `w` lies, in elements from w.offset. */
+export function weightIndex(w: WeightMatrix, i: number, j: number): number {
+  const first = j - (j % WEIGHT_PANEL);
+  return first * w.k + i * Math.min(WEIGHT_PANEL, w.n - first) + (j - first);
+}
 
 /** Which kernel computes the engine's matmuls in this process: 'avx512' or 'avx2' (native), or 'wasm-simd'. */
 export const matmulImplementation: string = native
@@ -95,7 +146,13 @@ export class WasmRuntime {
   readonly #softmaxKernel: (ptr: number, count: number) => void;
   #top = 16;
   #view: Float32Array;
-  readonly #native: NativeMatmul | null;
+  #view16: Uint16Array;
+  readonly #native: NativeKernels | null;
+  /**
+   * Threads a native matmul may use (this one and threads - 1 pool helpers); results do not
+   * depend on it. The WebAssembly kernel computes on this thread alone.
+   */
+  threads = 1;
 
   /** `useNative: false` keeps this runtime on the WebAssembly kernel (tests compare the two). */
   constructor(initialBytes = 1 << 20, useNative = true) {
@@ -108,6 +165,7 @@ export class WasmRuntime {
     const e = instance.exports as Record<string, Kernel>;
     this.#kernels = [e.mm1 as Kernel, e.mm2 as Kernel, e.mm3 as Kernel, e.mm4 as Kernel];
     this.#view = new Float32Array(this.memory.buffer);
+    this.#view16 = new Uint16Array(this.memory.buffer);
     const helper = (assemble: () => Uint8Array, fn: string): unknown =>
       new wasmApi.Instance(helperModule(assemble), { env: { memory: this.memory } }).exports[fn];
     this.#swigluKernel = helper(assembleSwigluModule, 'swiglu') as Activation;
@@ -134,6 +192,49 @@ export class WasmRuntime {
   get f32(): Float32Array {
     if (this.#view.buffer !== this.memory.buffer) this.#view = new Float32Array(this.memory.buffer);
     return this.#view;
+  }
+
+  /** 16-bit view of the whole memory (half-precision weights; re-created after the memory grows). */
+  get u16(): Uint16Array {
+    if (this.#view16.buffer !== this.memory.buffer) this.#view16 = new Uint16Array(this.memory.buffer);
+    return this.#view16;
+  }
+
+  /** How this runtime stores weights of `dtype`: the half type where the native kernel reads it, else float32. */
+  weightStorage(dtype: WeightDtype): WeightDtype {
+    return this.#native !== null ? dtype : 'float32';
+  }
+
+  /** Allocates a [k, n] weight matrix stored as `storage` (its elements are left to the caller). */
+  allocWeight(k: number, n: number, storage: WeightDtype): WeightMatrix {
+    if (storage === 'float32') return { offset: this.alloc(k * n), k, n, storage };
+    return { offset: this.alloc(Math.ceil((k * n) / 2)) * 2, k, n, storage };
+  }
+
+  /** C[m, w.n] = A[m, w.k] · W, A and C float32 with row strides lda and ldc (in floats). */
+  matmulWeight(m: number, a: number, lda: number, w: WeightMatrix, c: number, ldc: number): void {
+    if (m === 0 || w.n === 0) return;
+    if (this.#native !== null) {
+      this.#native.matmulWeight(
+        this.memory.buffer,
+        m,
+        w.n,
+        w.k,
+        a,
+        lda,
+        w.offset,
+        c,
+        ldc,
+        WEIGHT_FORMAT[w.storage],
+        this.threads,
+      );
+      return;
+    }
+    if (w.storage !== 'float32') throw new Error(`internal: a ${w.storage} weight without the native kernel`);
+    for (let first = 0; first < w.n; first += WEIGHT_PANEL) {
+      const width = Math.min(WEIGHT_PANEL, w.n - first);
+      this.matmul(m, width, w.k, a, lda, w.offset + first * w.k, width, c + first, ldc);
+    }
   }
 
   /** Allocates `count` floats; returns their offset in floats (16-byte aligned). */
@@ -186,7 +287,7 @@ export class WasmRuntime {
   ): void {
     if (this.#native !== null && m > 0 && k > 0) {
       const n4 = n & ~3;
-      if (n4 > 0) this.#native(this.memory.buffer, m, n4, k, a, lda, b, ldb, c, ldc);
+      if (n4 > 0) this.#native.matmulF32(this.memory.buffer, m, n4, k, a, lda, b, ldb, c, ldc, this.threads);
       if (n4 < n) this.#matmulPanel(m, n - n4, k, a, lda, b + n4, ldb, c + n4, ldc);
       return;
     }

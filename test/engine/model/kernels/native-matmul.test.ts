@@ -7,7 +7,7 @@ import { promisify } from 'node:util';
 import { matmulImplementation, WasmRuntime } from '../../../../src/engine/model/kernels/wasm-matmul.ts';
 import { nativeAddon } from '../../../../src/util/native-addon.ts';
 import { generateOnce } from '../../fixtures/generate-once.ts';
-import { matmulDigest } from './fixtures/matmul-digest.ts';
+import { matmulDigest, WEIGHT_DTYPES, weightDigest } from './fixtures/matmul-digest.ts';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const run = promisify(execFile);
@@ -45,6 +45,29 @@ describe('native matmul (native/kvmatmul.c)', () => {
     assert.equal(off['digest'], wasm);
     if (matmulImplementation !== 'wasm-simd') assert.equal(avx2['kernel'], 'avx2');
     assert.equal(avx2['digest'], wasm);
+    // Weights: float16/bfloat16 in the native kernels (AVX-512 and AVX2) give the bits the
+    // WebAssembly kernel gives on the same values widened to float32.
+    const weights = WEIGHT_DTYPES.map((d) => weightDigest(false, d));
+    assert.deepEqual(
+      WEIGHT_DTYPES.map((d) => weightDigest(true, d)),
+      weights,
+    );
+    assert.deepEqual(off['weights'], weights);
+    assert.deepEqual(avx2['weights'], weights);
+  });
+
+  it('gives the same bits on 1, 2 and 3 threads (the split never cuts the sum over k)', () => {
+    const one = matmulDigest(true, 1);
+    const poolSize = nativeAddon?.['matmulPoolSize'] as (() => number) | undefined;
+    assert.equal(matmulDigest(true, 2), one);
+    assert.equal(matmulDigest(true, 3), one);
+    for (const dtype of WEIGHT_DTYPES) {
+      const w1 = weightDigest(true, dtype, 1);
+      assert.equal(weightDigest(true, dtype, 2), w1, dtype);
+      assert.equal(weightDigest(true, dtype, 3), w1, dtype);
+    }
+    // The threaded runs really ran on the pool (two helpers for three threads).
+    if (matmulImplementation !== 'wasm-simd') assert.ok((poolSize?.() ?? 0) >= 2);
   });
 
   it('the engine generates the same tokens with and without it (greedy and seeded sampling)', async () => {

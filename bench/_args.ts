@@ -16,7 +16,7 @@ export const BENCH_SUMMARIES = {
   emulate:
     "an emulating server's TTFT and ITL against its step-time model: the sim's profiles, roofline built-ins, ITL vs batch",
   engine:
-    "the matmul kernel's peak against the `tiny` model's prefill and paged decode (vs gather attention)",
+    "the matmul kernel's peak against the `tiny` model's prefill and paged decode (vs gather attention, 1 thread, float32 weights)",
   failover:
     'added latency of a request retried after its decode server vanished, and of a stream resumed mid-way, vs an undisturbed one',
   kv: 'block hashing of a 128k-token prompt (sha256_cbor vs plain SHA-256) and the cache manager allocate + free',

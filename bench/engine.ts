@@ -1,13 +1,17 @@
 /**
- * `npm run bench -- engine [--prompt 512] [--decode-steps 32] [--rounds 5]`: the matmul
- * kernel's peak (the baseline), the `tiny` model's prefill and its decode throughput
- * through paged KV (against the gathering attention as a decode baseline), measured once
- * each per round. Ratios (achieved GFLOPS / that round's kernel peak, paged / gather) are
- * per round; every figure is the median of the rounds with min–max.
+ * `npm run bench -- engine [--prompt 512] [--decode-steps 32] [--rounds 5] [--threads N]`:
+ * the matmul kernel's peak (the baseline), the `tiny` model's prefill and its decode
+ * throughput through paged KV (against the gathering attention as a decode baseline), on
+ * N threads (default: the machine's available parallelism), measured once each per round;
+ * then prefill and decode on 1 thread and decode with bfloat16 weights, alternating with the
+ * N-thread float32 runs. Ratios (achieved GFLOPS / that round's kernel peak, paged / gather,
+ * N threads / 1, bfloat16 / float32) are per round; every figure is the median of the rounds
+ * with min–max.
  */
+import { availableParallelism } from 'node:os';
 import { getModelPreset } from '../src/config/model-presets.ts';
-import { WasmRuntime } from '../src/engine/model/kernels/wasm-matmul.ts';
-import { DECODE_ATTENTION_MAX_TOKENS } from '../src/engine/model/llama.ts';
+import { matmulImplementation, WasmRuntime } from '../src/engine/model/kernels/wasm-matmul.ts';
+import { DECODE_ATTENTION_MAX_TOKENS, type LlamaModel } from '../src/engine/model/llama.ts';
 import { loadModel } from '../src/engine/model/load.ts';
 import { buildKVCacheConfig } from '../src/kv/kv-cache-config.ts';
 import { SharedPagedKVMemory } from '../src/kv/paged-memory.ts';
@@ -15,8 +19,9 @@ import { benchArgs, positiveInteger } from './_args.ts';
 import { fmt, json, loadAverage, type Summary, summarize } from './_rounds.ts';
 
 /** GFLOPS of repeated m×k · k×n products for `ms` milliseconds. */
-function kernelGflops(m: number, n: number, k: number, ms = 750): number {
+function kernelGflops(m: number, n: number, k: number, threads: number, ms = 750): number {
   const rt = new WasmRuntime();
+  rt.threads = threads;
   const a = rt.alloc(m * k);
   const b = rt.alloc(k * n);
   const c = rt.alloc(m * n);
@@ -36,18 +41,21 @@ export async function main(args: string[]): Promise<void> {
     prompt: promptLen,
     'decode-steps': decodeSteps,
     rounds,
+    threads,
   } = benchArgs(
     'engine',
     {
       prompt: positiveInteger(512, 'prompt tokens of the prefill'),
       'decode-steps': positiveInteger(32, 'decode steps per measurement, after the prompt'),
       rounds: positiveInteger(5, 'rounds; each figure is their median with min-max'),
+      threads: positiveInteger(availableParallelism(), 'threads of the matmuls (--num-threads)'),
     },
     args,
   );
 
   const config = getModelPreset('tiny')!.config;
-  const model = loadModel('tiny');
+  const model = loadModel('tiny', { threads });
+  const halfModel = loadModel('tiny', { threads, dtype: 'bfloat16' });
   const {
     hiddenSize: h,
     intermediateSize: inter,
@@ -74,9 +82,9 @@ export async function main(args: string[]): Promise<void> {
   const table = (seq: number) => [Array.from({ length: blocksPerSeq }, (_, i) => 1 + seq * blocksPerSeq + i)];
   const prompt = Int32Array.from({ length: promptLen }, (_, i) => (i * 37) % 256);
 
-  const prefill = async (seq: number) => {
+  const prefill = async (seq: number, m: LlamaModel = model) => {
     const t0 = performance.now();
-    await model.forward(
+    await m.forward(
       {
         tokenIds: prompt,
         sequences: [
@@ -90,9 +98,9 @@ export async function main(args: string[]): Promise<void> {
   let prefillFlops = matmulFlopsPerToken * promptLen + headFlops;
   for (let p = 0; p < promptLen; p++) prefillFlops += attnFlops(p + 1);
 
-  const decodeOnce = async (batch: number, maxTokens: number) => {
-    model.decodeAttentionMaxTokens = maxTokens;
-    for (let s = 0; s < batch; s++) await prefill(s);
+  const decodeOnce = async (batch: number, maxTokens: number, m: LlamaModel = model) => {
+    m.decodeAttentionMaxTokens = maxTokens;
+    for (let s = 0; s < batch; s++) await prefill(s, m);
     let flops = 0;
     const t0 = performance.now();
     for (let step = 0; step < decodeSteps; step++) {
@@ -103,7 +111,7 @@ export async function main(args: string[]): Promise<void> {
         blockTables: table(s),
         computeLogits: true,
       }));
-      await model.forward(
+      await m.forward(
         { tokenIds: Int32Array.from({ length: batch }, (_, s) => (step + s) % 256), sequences },
         kv,
       );
@@ -124,13 +132,16 @@ export async function main(args: string[]): Promise<void> {
     | 'd1'
     | 'd8'
     | 'd1Gflops'
-    | 'd8Gflops',
+    | 'd8Gflops'
+    | 'prefill1Tok'
+    | 'd1OneThread'
+    | 'd1Half',
     number
   >;
   const perRound: Round[] = [];
   for (let round = 0; round < rounds; round++) {
-    const peakSmall = kernelGflops(256, 768, 768);
-    const peakLarge = kernelGflops(1024, 1024, 1024);
+    const peakSmall = kernelGflops(256, 768, 768, threads);
+    const peakLarge = kernelGflops(1024, 1024, 1024, threads);
     const prefillSec = await prefill(8);
     // The gathering baseline and the paged decode attention swap order every round.
     const pair = async (batch: number) => {
@@ -143,6 +154,28 @@ export async function main(args: string[]): Promise<void> {
     };
     const b1 = await pair(1);
     const b8 = await pair(8);
+    // One thread (the baseline of --threads) and bfloat16 weights, in alternating order.
+    const oneThread = async () => {
+      model.threads = 1;
+      try {
+        return {
+          prefill: promptLen / (await prefill(8)),
+          d1: (await decodeOnce(1, DECODE_ATTENTION_MAX_TOKENS)).tokPerSec,
+        };
+      } finally {
+        model.threads = threads;
+      }
+    };
+    const half = async () => (await decodeOnce(1, DECODE_ATTENTION_MAX_TOKENS, halfModel)).tokPerSec;
+    let one: { prefill: number; d1: number };
+    let d1Half: number;
+    if (round % 2 === 0) {
+      one = await oneThread();
+      d1Half = await half();
+    } else {
+      d1Half = await half();
+      one = await oneThread();
+    }
     perRound.push({
       peakSmall,
       peakLarge,
@@ -154,6 +187,9 @@ export async function main(args: string[]): Promise<void> {
       d8: b8.d.tokPerSec,
       d1Gflops: b1.d.gflops,
       d8Gflops: b8.d.gflops,
+      prefill1Tok: one.prefill,
+      d1OneThread: one.d1,
+      d1Half,
     });
   }
   model.decodeAttentionMaxTokens = DECODE_ATTENTION_MAX_TOKENS;
@@ -218,12 +254,37 @@ export async function main(args: string[]): Promise<void> {
       ),
     ],
   ];
-  console.log(`${rounds} rounds, median (min–max); load average ${loadAverage()}`);
+  rows.push(
+    [`tiny prefill ${promptLen} tok, 1 thread`, fmt(of((r) => r.prefill1Tok)), '', ''],
+    [`tiny decode batch 1, 1 thread`, fmt(of((r) => r.d1OneThread)), '', ''],
+    [`tiny decode batch 1, bfloat16 weights`, fmt(of((r) => r.d1Half)), '', ''],
+  );
+  console.log(
+    `${rounds} rounds, median (min–max); ${threads} threads (${matmulImplementation} matmul); load average ${loadAverage()}`,
+  );
   console.log('| case | tokens/s | GFLOPS | of the round peak |\n|---|---|---|---|');
   for (const row of rows) console.log(`| ${row.join(' | ')} |`);
   console.log(
     `decode b8 paged / gather, per round: ${fmt(
       of((r) => r.d8 / r.g8),
+      2,
+    )}`,
+  );
+  console.log(
+    `prefill ${threads} threads / 1, per round: ${fmt(
+      of((r) => r.prefillTok / r.prefill1Tok),
+      2,
+    )}`,
+  );
+  console.log(
+    `decode b1 ${threads} threads / 1, per round: ${fmt(
+      of((r) => r.d1 / r.d1OneThread),
+      2,
+    )}`,
+  );
+  console.log(
+    `decode b1 bfloat16 / float32 weights, per round: ${fmt(
+      of((r) => r.d1Half / r.d1),
       2,
     )}`,
   );
@@ -237,6 +298,8 @@ export async function main(args: string[]): Promise<void> {
     JSON.stringify({
       bench: 'engine',
       rounds,
+      threads,
+      matmul: matmulImplementation,
       load_average_1m: loadAverage(),
       prefill_tokens: promptLen,
       kernel_gflops_256x768x768: json(
@@ -280,6 +343,18 @@ export async function main(args: string[]): Promise<void> {
       ),
       decode_b8_per_token_speedup_vs_b1: json(
         of((r) => r.d8 / r.d1),
+        2,
+      ),
+      prefill_speedup_vs_1_thread: json(
+        of((r) => r.prefillTok / r.prefill1Tok),
+        2,
+      ),
+      decode_b1_speedup_vs_1_thread: json(
+        of((r) => r.d1 / r.d1OneThread),
+        2,
+      ),
+      decode_b1_bfloat16_vs_float32: json(
+        of((r) => r.d1Half / r.d1),
         2,
       ),
     }),

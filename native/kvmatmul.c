@@ -260,7 +260,7 @@ static void run_block_index(const job_t *J, uint32_t index) {
 
 #define MAX_THREADS 64
 /* Below this many multiply-adds a call stays on its own thread. */
-#define PARALLEL_MIN_MACS (1u << 16)
+#define PARALLEL_MIN_MACS (1u << 18)
 /* How long an idle helper spins before it sleeps. */
 #define SPIN_NS 200000
 

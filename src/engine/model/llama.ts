@@ -47,6 +47,7 @@ export class LlamaModel implements ForwardModel {
   readonly #rt: WasmRuntime;
   readonly #w: PackedWeights;
   readonly #rope: RopeTable;
+  readonly #weightBytes: number;
   /** The LoRA adapters this rank holds; a sequence names its adapter in the forward batch. */
   readonly loras: LoraAdapterCache;
   /** 0 sends every sequence through the prefill attention (the benchmark's baseline). */
@@ -64,8 +65,14 @@ export class LlamaModel implements ForwardModel {
     this.#rt = new WasmRuntime(16 << 20);
     this.#rt.threads = options.threads ?? 1;
     this.#w = packWeights(this.#rt, tensors, dims, shard, modelDtype);
+    this.#weightBytes = this.#rt.mark() + this.#w.embedding.byteLength;
     this.#rope = new RopeTable(ropeInvFreq(dims.headDim, dims.ropeTheta, dims.ropeScaling));
     this.loras = new LoraAdapterCache(dims, shard);
+  }
+
+  /** Bytes the packed weights occupy (projections, LM head, embedding), about half in a half type. */
+  get weightBytes(): number {
+    return this.#weightBytes;
   }
 
   /** Threads of one forward's matmuls. */

@@ -262,7 +262,7 @@ static void run_block_index(const job_t *J, uint32_t index) {
 /* Below this many multiply-adds a call stays on its own thread. */
 #define PARALLEL_MIN_MACS (1u << 18)
 /* How long an idle helper spins before it sleeps. */
-#define SPIN_NS 200000
+#define SPIN_NS 100000
 
 /* The claim word: generation (16 bits) | block count (24) | next block (24). */
 static _Atomic uint64_t claim;

@@ -351,10 +351,14 @@ static void run_job(job_t *J, int threads) {
   J->row_blocks = row_blocks;
   if (threads > MAX_THREADS) threads = MAX_THREADS;
   bool parallel = threads > 1 && (double)J->m * (double)J->n * (double)J->k >= PARALLEL_MIN_MACS;
-  /* Smaller column blocks until every thread has several to take. */
+  /*
+   * Smaller column blocks until every thread has several to take; a weight's blocks stay
+   * whole panels, so no two threads read parts of one cache line of it.
+   */
+  size_t min_cols = J->panel_major ? WEIGHT_PANEL : 16;
   for (;;) {
     size_t col_blocks = (J->n + J->cols_per_block - 1) / J->cols_per_block;
-    if (!parallel || J->cols_per_block <= 16 || row_blocks * col_blocks >= (size_t)threads * 8) break;
+    if (!parallel || J->cols_per_block <= min_cols || row_blocks * col_blocks >= (size_t)threads * 8) break;
     J->cols_per_block /= 2;
   }
   size_t nblocks = row_blocks * ((J->n + J->cols_per_block - 1) / J->cols_per_block);

@@ -205,8 +205,12 @@ export class WasmRuntime {
     return this.#native !== null ? dtype : 'float32';
   }
 
-  /** Allocates a [k, n] weight matrix stored as `storage` (its elements are left to the caller). */
+  /**
+   * Allocates a [k, n] weight matrix stored as `storage` (its elements are left to the
+   * caller), starting on a 64-byte cache line.
+   */
   allocWeight(k: number, n: number, storage: WeightDtype): WeightMatrix {
+    this.#top = Math.ceil(this.#top / 64) * 64;
     if (storage === 'float32') return { offset: this.alloc(k * n), k, n, storage };
     return { offset: this.alloc(Math.ceil((k * n) / 2)) * 2, k, n, storage };
   }

@@ -340,6 +340,9 @@ static int start_helpers(int wanted) {
     int err = pthread_create(&t, &attr, helper_main, NULL);
     pthread_attr_destroy(&attr);
     if (err != 0) break;
+#ifdef __linux__
+    pthread_setname_np(t, "kvmatmul"); /* how top -H and /proc/<pid>/task/<tid>/comm show it */
+#endif
     helpers_started++;
   }
   return helpers_started < wanted ? helpers_started : wanted;

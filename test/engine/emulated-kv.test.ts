@@ -16,6 +16,8 @@ import { Engine } from '../../src/engine/engine.ts';
 import { fillSyntheticRow } from '../../src/engine/model/synthetic-model.ts';
 import { samplingParams } from '../../src/engine/sampling-params.ts';
 import { bytesPerBlock } from '../../src/kv/kv-cache-config.ts';
+import { createServer } from '../../src/server/index.ts';
+import { parseExposition, sampleValue } from '../server/helpers/prom-text.ts';
 
 const TARGET = { mode: 'random', 'target-model': 'llama-3.1-8b', 'kv-bytes-scale': '16' };
 /** Llama-3.1-8B: 2 × 32 layers × 8 KV heads × 128 × 2 bytes = 128 KiB per token, / 16. */
@@ -156,6 +158,29 @@ test('--kv-link: the decode server waits for the emulated link to carry the prom
     const linkMs = 100 + (blocks * 16 * BYTES_PER_TOKEN) / 0.005e6;
     assert.ok(elapsed >= linkMs, `D answered after ${elapsed} ms, the link needs ${linkMs} ms`);
     assert.ok((dOut.last.metrics.ttftMs ?? 0) >= linkMs - 1, `ttft ${dOut.last.metrics.ttftMs}`);
+    // The link's counts in D's /metrics: every transfer D posted (the bytes NIXL moved), held.
+    const server = createServer({ engine: d });
+    try {
+      const { url } = await server.start('127.0.0.1', 0);
+      const exp = parseExposition(await (await fetch(`${url}/metrics`)).text());
+      const value = (name: string): number => sampleValue(exp, `kvconnect:kv_link_${name}_total`);
+      const transfers = value('transfers');
+      const bytes = value('bytes');
+      assert.ok(transfers >= 2, `transfers ${transfers}`);
+      assert.equal(transfers, sampleValue(exp, 'vllm:nixl_bytes_transferred_count'));
+      assert.equal(bytes, sampleValue(exp, 'vllm:nixl_bytes_transferred_sum'));
+      assert.ok(bytes >= Math.floor((prompt.length - 1) / 16) * 16 * BYTES_PER_TOKEN, `bytes ${bytes}`);
+      assert.ok(
+        Math.abs(value('modelled_seconds') - (transfers * 0.1 + bytes / 0.005e9)) < 1e-6,
+        `modelled ${value('modelled_seconds')}`,
+      );
+      // 5 MB/s is far slower than loopback TCP: every transfer finished early and was held.
+      assert.equal(value('held_transfers'), transfers);
+      const held = value('held_seconds');
+      assert.ok(held > 0 && held <= value('modelled_seconds'), `held ${held}`);
+    } finally {
+      await server.close();
+    }
   } finally {
     await p.shutdown();
     await d.shutdown();

@@ -14,6 +14,7 @@ import type { RequestOutputDelta } from '../../src/engine/api.ts';
 import { AsyncEngine } from '../../src/engine/async-engine.ts';
 import { Engine } from '../../src/engine/engine.ts';
 import { fillSyntheticRow } from '../../src/engine/model/synthetic-model.ts';
+import { LocalExecutor } from '../../src/engine/runner/local-executor.ts';
 import { samplingParams } from '../../src/engine/sampling-params.ts';
 import { bytesPerBlock } from '../../src/kv/kv-cache-config.ts';
 import { createServer } from '../../src/server/index.ts';
@@ -39,6 +40,32 @@ async function emulating(
   });
   config.emulation = buildEmulationConfig({ ...TARGET, ...extra }, config.model.seed);
   return new AsyncEngine(await Engine.create(config));
+}
+
+/**
+ * The bytes of a request's full prompt blocks in `engine`'s KV memory, every layer: block ids
+ * are read at its steps, the bytes right after it finished (before another request can reuse
+ * the blocks).
+ */
+function promptKv(engine: AsyncEngine, reqId: string, promptLen: number): () => Buffer {
+  const executor = engine.engine.executor;
+  assert.ok(executor instanceof LocalExecutor, 'the emulating engine runs its worker in process');
+  let ids: number[] = [];
+  const execute = executor.execute.bind(executor);
+  executor.execute = (input) => {
+    const now = engine.engine.scheduler.core.kv.getBlockIds(reqId)[0] ?? [];
+    if (now.length > 0) ids = now;
+    return execute(input);
+  };
+  return () => {
+    executor.execute = execute;
+    const full = ids.slice(0, Math.floor((promptLen - 1) / 16));
+    assert.ok(full.length > 0, `${reqId}: its blocks were seen`);
+    const { kv } = executor.runner;
+    return Buffer.concat(
+      kv.tensors.flatMap((t) => full.map((id) => Buffer.from(kv.blockRange(t.index, id, 1)))),
+    );
+  };
 }
 
 async function run(
@@ -96,9 +123,13 @@ test("the KV cache takes the target's geometry in BF16; content is a function of
 test("NixlConnector P/D moves the target's KV bytes, checksummed, with a plain engine's tokens", async () => {
   const plain = await emulating(null);
   const expected: number[][] = [];
+  const expectedKv: Buffer[] = [];
   try {
-    for (const [i, prompt] of PROMPTS.entries())
+    for (const [i, prompt] of PROMPTS.entries()) {
+      const kv = promptKv(plain, `plain-${i}`, prompt.length);
       expected.push((await run(plain, `plain-${i}`, prompt, 8)).tokens);
+      expectedKv.push(kv());
+    }
   } finally {
     await plain.shutdown();
   }
@@ -115,8 +146,18 @@ test("NixlConnector P/D moves the target's KV bytes, checksummed, with a plain e
       const pOut = await run(p, `req-${i}`, prompt, 1, { do_remote_decode: true });
       const params = pOut.last.kvTransferParams;
       assert.equal(params?.['do_remote_prefill'], true);
+      const kv = promptKv(d, `req-${i}`, prompt.length);
       const dOut = await run(d, `req-${i}`, prompt, 8, params ?? null);
       assert.deepEqual(dOut.tokens, expected[i], `prompt ${i}`);
+      // Random-mode tokens do not read the KV: the KV D loaded is compared byte for byte with
+      // what the plain engine computed for the same prompt.
+      const got = kv();
+      assert.equal(got.length, Math.floor((prompt.length - 1) / 16) * 16 * BYTES_PER_TOKEN);
+      assert.ok(got.equals(expectedKv[i] as Buffer), `prompt ${i}: D's KV differs from the plain engine's`);
+      assert.ok(
+        got.some((byte) => byte !== 0),
+        'the blocks hold written KV',
+      );
       assert.ok(dOut.last.metrics.numExternalTokens > 0);
       assert.ok(dOut.last.metrics.numLocalComputedTokens <= 1);
     }

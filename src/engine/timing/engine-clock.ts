@@ -14,7 +14,8 @@
  * credited to it (up to half a step), so steps run back to back keep the modelled period
  * instead of drifting by the timer's lateness and the host's per-step work. A step that does
  * not continue one (the first after an idle spell, a new request's prefill on an idle engine)
- * gets no credit, however soon it starts.
+ * gets no credit, however soon it starts. A step whose own work outlasts the model is not paid
+ * back by the next ones: they count from when its work ended.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { wallClockMs } from '../iteration-stats.ts';
@@ -85,7 +86,9 @@ export class EngineClock {
     const credit = continues && sinceDeadline > 0 ? Math.min(sinceDeadline, realMs / 2) : 0;
     const deadline = startedAt - credit + realMs;
     const floor = this.speedup === 1 ? EARLY_SLACK_MS : MIN_TIMER_MS;
-    let remaining = deadline - this.#realNow();
+    const workDone = this.#realNow();
+    const overran = workDone >= deadline;
+    let remaining = deadline - workDone;
     while (remaining >= floor) {
       await this.#wait(Math.max(remaining, MIN_TIMER_MS));
       remaining = deadline - this.#realNow();
@@ -94,6 +97,8 @@ export class EngineClock {
       // Too short for a timer: move emulated time instead of the real one.
       this.#jumpMs += remaining * this.speedup;
     }
-    this.#lastDeadline = deadline;
+    // A step whose own work outlasted the model (the model is a floor) ends when the work did:
+    // the next steps make up for a late timer, never for an overrun.
+    this.#lastDeadline = overran ? workDone : deadline;
   }
 }

@@ -72,3 +72,17 @@ test('speedup: emulated time runs R× the real time, and waits under a timer tic
   assert.equal(time.now() - 1005, 0, 'no real wait');
   assert.ok(Math.abs(clock.now() - e1 - 4) < 1e-9, `emulated ${clock.now() - e1}`);
 });
+
+test('a step whose work outlasts the model is not paid back by the steps after it', async () => {
+  const time = virtualTime(0);
+  const clock = new EngineClock(1, time.now, time.wait);
+  const start = clock.stepStart();
+  time.work(40); // a prefill's real work: longer than its modelled 25 ms
+  await clock.holdStep(start, 25, false);
+  assert.equal(time.now() - start, 40, 'the model is a floor');
+  time.work(1);
+  const next = clock.stepStart();
+  await clock.holdStep(next, 12, true);
+  // Credited the 1 ms of host work since the overrun ended, not the 15 ms overrun itself.
+  assert.equal(time.now() - next, 11);
+});

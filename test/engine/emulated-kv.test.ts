@@ -215,8 +215,10 @@ test('--kv-link: the decode server waits for the emulated link to carry the prom
         Math.abs(value('modelled_seconds') - (transfers * 0.1 + bytes / 0.005e9)) < 1e-6,
         `modelled ${value('modelled_seconds')}`,
       );
-      // 5 MB/s is far slower than loopback TCP: every transfer finished early and was held.
-      assert.equal(value('held_transfers'), transfers);
+      // 5 MB/s is far slower than loopback TCP: the measured transfer finished early and was
+      // held (the warm-up's, with its connection setup, may take longer on a loaded machine).
+      const heldTransfers = value('held_transfers');
+      assert.ok(heldTransfers >= 1 && heldTransfers <= transfers, `held ${heldTransfers} of ${transfers}`);
       const held = value('held_seconds');
       assert.ok(held > 0 && held <= value('modelled_seconds'), `held ${held}`);
     } finally {

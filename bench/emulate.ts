@@ -20,7 +20,9 @@
  * - ITL against batch size at a fixed context (roofline, llama-3.1-8b on h100): the client's
  *   per-request median gap against the model at that batch;
  * - P/D: a decode server's TTFT with an emulated link (--kv-link) against the same pair
- *   without it, alternating, for Llama-3.1-8B-size KV (/16), with the link's counters;
+ *   without it, alternating, for Llama-3.1-8B-size KV (/16), with the link's counters; the
+ *   model of the TTFT with the link is the plain pair's TTFT with its real transfer time
+ *   (vllm:nixl_xfer_time_seconds) replaced by the link's, when that is longer;
  * - replicas per box: N in-process ranks (--data-parallel-size) behind one port, one
  *   closed-loop stream each (pinned by X-data-parallel-rank), ITL against the model (±5%),
  *   the request rate reached and memory per replica; N = 1, 8, 24, 48, 96 until a count
@@ -406,12 +408,18 @@ export async function main(args: string[]): Promise<void> {
       `${inReference} of ${referenced.length} built-in rows inside the reference range; load average ${loadAverage()}`,
   );
   const linkExtra = pd.withLink.map((v, i) => v - (pd.without[i] ?? 0));
+  // With the link, D's TTFT is the plain pair's with the real transfer replaced by the link's
+  // modelled time when that is longer (the transfer runs for real inside it).
+  const linkTtftModel = (without: number): number =>
+    without - pd.plainXferMs + Math.max(pd.plainXferMs, pd.linkMs);
+  const linkRatio = summarize(pd.withLink.map((v, i) => v / linkTtftModel(pd.without[i] ?? 0)));
   console.log(
     `\nP/D, ${pd.bytes} bytes of KV per request over --kv-link ${pd.link} (modelled ${pd.linkMs.toFixed(1)} ms): ` +
       `decode TTFT with the link ${fmt(summarize(pd.withLink), 1)} ms, without ${fmt(summarize(pd.without), 1)} ms, ` +
       `difference ${fmt(summarize(linkExtra), 1)} ms (${(summarize(linkExtra).median / pd.linkMs).toFixed(3)} of the link model); ` +
       `D's link counters: ${pd.counters.transfers} transfers, ${pd.counters.modelledMs.toFixed(1)} ms modelled and ` +
-      `${pd.counters.heldMs.toFixed(1)} ms held per transfer (the rest is the real transfer's own time)`,
+      `${pd.counters.heldMs.toFixed(1)} ms held per transfer (the rest is the real transfer's own time); ` +
+      `TTFT with the link / (TTFT without − the plain pair's ${pd.plainXferMs.toFixed(1)} ms transfer + the longer of it and the link model): ${fmt(linkRatio, 3)}`,
   );
   const sustained = Math.max(0, ...replicas.filter(replicaWithin).map((r) => r.n));
   console.log(
@@ -446,6 +454,8 @@ export async function main(args: string[]): Promise<void> {
         link_transfers: pd.counters.transfers,
         link_modelled_ms_per_transfer: Number(pd.counters.modelledMs.toFixed(2)),
         link_held_ms_per_transfer: Number(pd.counters.heldMs.toFixed(2)),
+        plain_transfer_ms: Number(pd.plainXferMs.toFixed(2)),
+        ttft_with_link_vs_model: json(linkRatio, 3),
       },
       replicas_itl_model_ms: REPLICA_ITL_MS,
       replicas_sustained_within_5pct: sustained,
@@ -486,6 +496,8 @@ async function pdLink(rounds: number): Promise<{
   withLink: number[];
   without: number[];
   counters: { transfers: number; modelledMs: number; heldMs: number };
+  /** The plain decode server's mean NIXL transfer time (vllm:nixl_xfer_time_seconds), ms. */
+  plainXferMs: number;
 }> {
   const common = [...TARGET_KV, '--max-model-len', '1024', '--kv-cache-memory-bytes', '128M'];
   const servers: ServeProcess[] = [];
@@ -544,11 +556,15 @@ async function pdLink(rounds: number): Promise<{
     const perTransfer = (name: string): number =>
       (sumMetric(text, `kvconnect:kv_link_${name}_seconds_total`) * 1e3) / Math.max(1, transfers);
     const counters = { transfers, modelledMs: perTransfer('modelled'), heldMs: perTransfer('held') };
+    const plain = await (await fetch(`${dPlain.url}/metrics`)).text();
+    const plainXferMs =
+      (sumMetric(plain, 'vllm:nixl_xfer_time_seconds_sum') * 1e3) /
+      Math.max(1, sumMetric(plain, 'vllm:nixl_xfer_time_seconds_count'));
     // The prompt's full blocks travel: (256 - 1) / 16 = 15 blocks of 16 tokens × 8 KiB.
     const bytes = Math.floor((PROMPT - 1) / 16) * 16 * ((128 * 1024) / 16);
     const [bw, latency] = LINK.split(',');
     const linkMs = Number.parseFloat(latency ?? '0') + bytes / (Number(bw) * 1e6);
-    return { link: LINK, bytes, linkMs, withLink, without, counters };
+    return { link: LINK, bytes, linkMs, withLink, without, counters, plainXferMs };
   } finally {
     for (const s of servers) await s.stop();
   }

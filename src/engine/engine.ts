@@ -83,6 +83,8 @@ export class Engine {
   #kvLoadFaults: KvLoadFaults | null;
   /** Requests that arrived with do_remote_prefill and have not sampled yet. */
   readonly #remotePrefill = new Set<string>();
+  /** Requests of the last held step: a step with one of them continues it (EngineClock). */
+  #lastHeldReqs = new Set<string>();
   readonly #iterationListeners = new Set<(stats: IterationStats) => void>();
   #connectorStats: Record<string, unknown> | null = null;
   #closed = false;
@@ -273,13 +275,13 @@ export class Engine {
     this.#assertOpen();
     const startedAt = this.clock.stepStart();
     const schedulerOutput = this.scheduler.schedule();
-    const stepMs = this.#modelledStepMs(schedulerOutput);
+    const { stepMs, continues } = this.#modelledStepMs(schedulerOutput);
     const runnerOutput = await this.executor.execute({
       schedulerOutput,
       ...this.#newRequestInputs(schedulerOutput),
     });
     // Emulated deployments: the step lasts what the step-time model says it would there.
-    if (stepMs > 0) await this.clock.holdStep(startedAt, stepMs);
+    if (stepMs > 0) await this.clock.holdStep(startedAt, stepMs, continues);
     if (this.#kvLoadFaults) {
       runnerOutput.kvConnectorOutput = this.#kvLoadFaults.apply(runnerOutput.kvConnectorOutput, (id) =>
         this.#loadedBlocks(id),
@@ -437,9 +439,12 @@ export class Engine {
     return deltas;
   }
 
-  /** The step's duration on the emulated deployment (0 without a step-time model). */
-  #modelledStepMs(out: SchedulerOutput): number {
-    if (!this.#stepTime) return 0;
+  /**
+   * The step's duration on the emulated deployment (0 without a step-time model), and whether
+   * it continues the last held step (a request ran in both).
+   */
+  #modelledStepMs(out: SchedulerOutput): { stepMs: number; continues: boolean } {
+    if (!this.#stepTime) return { stepMs: 0, continues: false };
     const batch = buildStepBatch(
       out,
       (id) => this.scheduler.getRequest(id),
@@ -449,7 +454,10 @@ export class Engine {
     for (const seq of batch.seqs) if (seq.firstToken || seq.decode) this.#remotePrefill.delete(seq.reqId);
     // Aborted or failed before their first token: forget them too.
     for (const id of this.#remotePrefill) if (!this.scheduler.getRequest(id)) this.#remotePrefill.delete(id);
-    return this.#stepTime.stepMs(batch);
+    const stepMs = this.#stepTime.stepMs(batch);
+    const continues = batch.seqs.some((seq) => this.#lastHeldReqs.has(seq.reqId));
+    this.#lastHeldReqs = new Set(stepMs > 0 ? batch.seqs.map((seq) => seq.reqId) : []);
+    return { stepMs, continues };
   }
 
   /** The sampling params and LoRA adapters of the requests the step schedules for the first time. */

@@ -7,6 +7,46 @@
 import { Gauge, type Registry } from 'prom-client';
 import { pythonStr } from '../config/config-error.ts';
 import type { EmulationConfig } from '../config/emulation-config.ts';
+import type { ConnectorMetricSpec } from '../connector/metric-specs.ts';
+
+/** Where a NixlConnector's link counts are in the step stats: its own, or as a MultiConnector child. */
+const LINK_STATS_AT = [['kv_link'], ['NixlConnector', 'kv_link']];
+
+const linkCounter = (name: string, key: string, help: string): ConnectorMetricSpec[] =>
+  LINK_STATS_AT.map((within) => ({
+    name: `kvconnect:kv_link_${name}_total`,
+    help: `kvconnect: ${help}`,
+    type: 'counter',
+    key,
+    within,
+  }));
+
+/**
+ * The emulated link's counts (--kv-link), fed by the connector's stats (`kv_link` in a
+ * NixlConnector's step stats): registered when a link is set, from 0.
+ */
+export function emulatedLinkMetricSpecs(emulation: EmulationConfig | null): ConnectorMetricSpec[] {
+  if (!emulation?.kvLink) return [];
+  return [
+    linkCounter('transfers', 'transfers', 'KV transfers posted over the emulated link (--kv-link).'),
+    linkCounter('bytes', 'bytes', 'bytes of the KV transfers posted over the emulated link.'),
+    linkCounter(
+      'modelled_seconds',
+      'link_seconds',
+      'modelled time of the emulated link for those transfers (setup latency + bytes / bandwidth).',
+    ),
+    linkCounter(
+      'held_transfers',
+      'held_transfers',
+      'transfers that finished for real before the emulated link would have, and were held until it would.',
+    ),
+    linkCounter(
+      'held_seconds',
+      'held_seconds',
+      'time completions were held past the real transfer, in emulated seconds.',
+    ),
+  ].flat();
+}
 
 export function registerEmulationMetrics(
   registry: Registry,

@@ -12,7 +12,7 @@ import type { CacheConfig } from '../config/types.ts';
 import type { ConnectorMetricSpec } from '../connector/metric-specs.ts';
 import type { EngineStats, IterationStats } from '../engine/api.ts';
 import { ConnectorMetrics } from './connector-metrics.ts';
-import { registerEmulationMetrics } from './emulation-metrics.ts';
+import { emulatedLinkMetricSpecs, registerEmulationMetrics } from './emulation-metrics.ts';
 import { HIDDEN_METRICS, showHiddenMetrics } from './hidden-metrics.ts';
 import { buckets125, IterationMetrics } from './iteration-metrics.ts';
 import { loraRequestsInfoGauge, setLoraRequestsInfo } from './lora-requests-info.ts';
@@ -177,10 +177,12 @@ export class ServerMetrics {
       options.maxLoras !== undefined && options.maxLoras !== null
         ? { gauge: loraRequestsInfoGauge(this.registry), maxLora: options.maxLoras }
         : null;
+    const connectorSpecs = [
+      ...options.connectorMetrics,
+      ...emulatedLinkMetricSpecs(options.emulation ?? null),
+    ];
     this.#connector =
-      options.connectorMetrics.length > 0
-        ? new ConnectorMetrics(this.registry, options.connectorMetrics, labels)
-        : null;
+      connectorSpecs.length > 0 ? new ConnectorMetrics(this.registry, connectorSpecs, labels) : null;
     if (!showHiddenMetrics(options.showHiddenMetricsForVersion ?? null))
       for (const name of options.hiddenMetrics ?? HIDDEN_METRICS) this.registry.removeSingleMetric(name);
   }

@@ -3,7 +3,8 @@
  * every READ and WRITE runs for real, then its completion is held until a link of the given
  * bandwidth and setup latency would have finished it — latency + bytes / bandwidth after it
  * was posted, divided by the emulation's speedup. A transfer slower than that is not held.
- * Everything else passes through to the real agent; the holds are counted in linkStats().
+ * Everything else passes through to the real agent; takeLinkStats() counts the transfers and
+ * how long their completions were held.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { GrantSpec } from './grants.ts';
@@ -27,15 +28,43 @@ export interface EmulatedLinkSpec {
 }
 
 export interface LinkStats {
-  heldTransfers: number;
-  /** Bytes the held transfers moved, and the modelled link time they were held to (ms). */
+  /** Transfers posted over the link, their bytes and the modelled link time of them (ms). */
+  transfers: number;
   bytes: number;
   linkMs: number;
+  /**
+   * Transfers whose real completion came before the link's and was held, and the time they
+   * were held past it (emulated ms: real ms × speedup).
+   */
+  heldTransfers: number;
+  heldMs: number;
 }
+
+const noLinkStats = (): LinkStats => ({ transfers: 0, bytes: 0, linkMs: 0, heldTransfers: 0, heldMs: 0 });
 
 /** Modelled link time of `bytes`, ms. */
 export function linkMs(link: EmulatedLinkSpec, bytes: number): number {
   return link.latencyUs / 1e3 + bytes / (link.bandwidthGBs * 1e6);
+}
+
+/**
+ * A connector's stats payload for the link's counts (under `kv_link` in its stats; the server
+ * turns them into the kvconnect:kv_link_* counters), or null when there is nothing to report.
+ */
+export function linkStatsData(s: LinkStats | null): Record<string, number> | null {
+  if (!s || (s.transfers === 0 && s.heldTransfers === 0)) return null;
+  return {
+    transfers: s.transfers,
+    bytes: s.bytes,
+    link_seconds: s.linkMs / 1e3,
+    held_transfers: s.heldTransfers,
+    held_seconds: s.heldMs / 1e3,
+  };
+}
+
+/** The counts of `agent`'s emulated link since the last call; null when it has none. */
+export function takeLinkStats(agent: TransferAgent): LinkStats | null {
+  return agent instanceof EmulatedLinkAgent ? agent.takeLinkStats() : null;
 }
 
 /** `inner` behind the emulated link. */
@@ -45,7 +74,9 @@ export class EmulatedLinkAgent implements TransferAgent {
   readonly #blockBytes = new Map<number, number>();
   /** Handle id → performance.now() before which a DONE transfer still reads as PROC. */
   readonly #due = new Map<number, number>();
-  readonly #stats: LinkStats = { heldTransfers: 0, bytes: 0, linkMs: 0 };
+  /** Handles whose real completion was already counted. */
+  readonly #seenDone = new Set<number>();
+  #stats: LinkStats = noLinkStats();
 
   constructor(inner: TransferAgent, link: EmulatedLinkSpec) {
     this.#inner = inner;
@@ -87,7 +118,10 @@ export class EmulatedLinkAgent implements TransferAgent {
   status(handle: TransferHandle): TransferStatus {
     const s = this.#inner.status(handle);
     const until = this.#due.get(handle.id);
-    if (s.state !== 'DONE' || until === undefined || performance.now() >= until) return s;
+    if (s.state !== 'DONE' || until === undefined) return s;
+    const now = performance.now();
+    this.#noteDone(handle.id, until, now);
+    if (now >= until) return s;
     return { ...s, state: 'PROC' };
   }
 
@@ -95,19 +129,33 @@ export class EmulatedLinkAgent implements TransferAgent {
     const s = await this.#inner.waitFor(handle);
     const until = this.#due.get(handle.id);
     if (s.state === 'DONE' && until !== undefined) {
-      const wait = until - performance.now();
-      if (wait > 0) await sleep(wait);
+      const now = performance.now();
+      this.#noteDone(handle.id, until, now);
+      if (until > now) await sleep(until - now);
     }
     return s;
   }
 
   releaseHandle(handle: TransferHandle): void {
     this.#due.delete(handle.id);
+    this.#seenDone.delete(handle.id);
     this.#inner.releaseHandle(handle);
   }
 
-  linkStats(): LinkStats {
-    return { ...this.#stats };
+  /** The link's counts since the last call. */
+  takeLinkStats(): LinkStats {
+    const stats = this.#stats;
+    this.#stats = noLinkStats();
+    return stats;
+  }
+
+  /** The first time a transfer is seen done: it is held for what is left of the link's time. */
+  #noteDone(id: number, until: number, now: number): void {
+    if (this.#seenDone.has(id)) return;
+    this.#seenDone.add(id);
+    if (until <= now) return;
+    this.#stats.heldTransfers++;
+    this.#stats.heldMs += (until - now) * (this.#link.speedup ?? 1);
   }
 
   #post(handle: TransferHandle, descs: Descriptors): TransferHandle {
@@ -117,7 +165,7 @@ export class EmulatedLinkAgent implements TransferAgent {
       bytes += count * (this.#blockBytes.get(d.localRegion) ?? 0);
     }
     const ms = linkMs(this.#link, bytes);
-    this.#stats.heldTransfers++;
+    this.#stats.transfers++;
     this.#stats.bytes += bytes;
     this.#stats.linkMs += ms;
     this.#due.set(handle.id, performance.now() + ms / (this.#link.speedup ?? 1));

@@ -116,3 +116,34 @@ test('--mode random refuses a KV connector (it computes no KV)', async () => {
     (e: unknown) => e instanceof KVError && e.field === 'mode',
   );
 });
+
+test('the engine tells the clock which held steps continue the previous one', async () => {
+  const engine = await emulatedEngine({
+    'latency-calculator': 'constant',
+    'time-to-first-token': '2ms',
+    'inter-token-latency': '1ms',
+    mode: 'random',
+    speedup: '1000',
+  });
+  try {
+    const clock = engine.engine.clock;
+    const calls: Array<[number, boolean]> = [];
+    const hold = clock.holdStep.bind(clock);
+    clock.holdStep = (startedAt, ms, continues = false) => {
+      calls.push([ms, continues]);
+      return hold(startedAt, ms, continues);
+    };
+    await run(engine, 'c1', 'one two three', 3);
+    await run(engine, 'c2', 'four five six', 2);
+    // Each request's prefill follows an idle engine; its decodes continue it.
+    assert.deepEqual(calls, [
+      [2, false],
+      [1, true],
+      [1, true],
+      [2, false],
+      [1, true],
+    ]);
+  } finally {
+    await engine.shutdown();
+  }
+});

@@ -14,8 +14,11 @@ import type { RequestOutputDelta } from '../../src/engine/api.ts';
 import { AsyncEngine } from '../../src/engine/async-engine.ts';
 import { Engine } from '../../src/engine/engine.ts';
 import { fillSyntheticRow } from '../../src/engine/model/synthetic-model.ts';
+import { LocalExecutor } from '../../src/engine/runner/local-executor.ts';
 import { samplingParams } from '../../src/engine/sampling-params.ts';
 import { bytesPerBlock } from '../../src/kv/kv-cache-config.ts';
+import { createServer } from '../../src/server/index.ts';
+import { parseExposition, sampleValue } from '../server/helpers/prom-text.ts';
 
 const TARGET = { mode: 'random', 'target-model': 'llama-3.1-8b', 'kv-bytes-scale': '16' };
 /** Llama-3.1-8B: 2 × 32 layers × 8 KV heads × 128 × 2 bytes = 128 KiB per token, / 16. */
@@ -37,6 +40,32 @@ async function emulating(
   });
   config.emulation = buildEmulationConfig({ ...TARGET, ...extra }, config.model.seed);
   return new AsyncEngine(await Engine.create(config));
+}
+
+/**
+ * The bytes of a request's full prompt blocks in `engine`'s KV memory, every layer: block ids
+ * are read at its steps, the bytes right after it finished (before another request can reuse
+ * the blocks).
+ */
+function promptKv(engine: AsyncEngine, reqId: string, promptLen: number): () => Buffer {
+  const executor = engine.engine.executor;
+  assert.ok(executor instanceof LocalExecutor, 'the emulating engine runs its worker in process');
+  let ids: number[] = [];
+  const execute = executor.execute.bind(executor);
+  executor.execute = (input) => {
+    const now = engine.engine.scheduler.core.kv.getBlockIds(reqId)[0] ?? [];
+    if (now.length > 0) ids = now;
+    return execute(input);
+  };
+  return () => {
+    executor.execute = execute;
+    const full = ids.slice(0, Math.floor((promptLen - 1) / 16));
+    assert.ok(full.length > 0, `${reqId}: its blocks were seen`);
+    const { kv } = executor.runner;
+    return Buffer.concat(
+      kv.tensors.flatMap((t) => full.map((id) => Buffer.from(kv.blockRange(t.index, id, 1)))),
+    );
+  };
 }
 
 async function run(
@@ -94,9 +123,13 @@ test("the KV cache takes the target's geometry in BF16; content is a function of
 test("NixlConnector P/D moves the target's KV bytes, checksummed, with a plain engine's tokens", async () => {
   const plain = await emulating(null);
   const expected: number[][] = [];
+  const expectedKv: Buffer[] = [];
   try {
-    for (const [i, prompt] of PROMPTS.entries())
+    for (const [i, prompt] of PROMPTS.entries()) {
+      const kv = promptKv(plain, `plain-${i}`, prompt.length);
       expected.push((await run(plain, `plain-${i}`, prompt, 8)).tokens);
+      expectedKv.push(kv());
+    }
   } finally {
     await plain.shutdown();
   }
@@ -113,8 +146,18 @@ test("NixlConnector P/D moves the target's KV bytes, checksummed, with a plain e
       const pOut = await run(p, `req-${i}`, prompt, 1, { do_remote_decode: true });
       const params = pOut.last.kvTransferParams;
       assert.equal(params?.['do_remote_prefill'], true);
+      const kv = promptKv(d, `req-${i}`, prompt.length);
       const dOut = await run(d, `req-${i}`, prompt, 8, params ?? null);
       assert.deepEqual(dOut.tokens, expected[i], `prompt ${i}`);
+      // Random-mode tokens do not read the KV: the KV D loaded is compared byte for byte with
+      // what the plain engine computed for the same prompt.
+      const got = kv();
+      assert.equal(got.length, Math.floor((prompt.length - 1) / 16) * 16 * BYTES_PER_TOKEN);
+      assert.ok(got.equals(expectedKv[i] as Buffer), `prompt ${i}: D's KV differs from the plain engine's`);
+      assert.ok(
+        got.some((byte) => byte !== 0),
+        'the blocks hold written KV',
+      );
       assert.ok(dOut.last.metrics.numExternalTokens > 0);
       assert.ok(dOut.last.metrics.numLocalComputedTokens <= 1);
     }
@@ -156,6 +199,31 @@ test('--kv-link: the decode server waits for the emulated link to carry the prom
     const linkMs = 100 + (blocks * 16 * BYTES_PER_TOKEN) / 0.005e6;
     assert.ok(elapsed >= linkMs, `D answered after ${elapsed} ms, the link needs ${linkMs} ms`);
     assert.ok((dOut.last.metrics.ttftMs ?? 0) >= linkMs - 1, `ttft ${dOut.last.metrics.ttftMs}`);
+    // The link's counts in D's /metrics: every transfer D posted (the bytes NIXL moved), held.
+    const server = createServer({ engine: d });
+    try {
+      const { url } = await server.start('127.0.0.1', 0);
+      const exp = parseExposition(await (await fetch(`${url}/metrics`)).text());
+      const value = (name: string): number => sampleValue(exp, `kvconnect:kv_link_${name}_total`);
+      const transfers = value('transfers');
+      const bytes = value('bytes');
+      assert.ok(transfers >= 2, `transfers ${transfers}`);
+      assert.equal(transfers, sampleValue(exp, 'vllm:nixl_bytes_transferred_count'));
+      assert.equal(bytes, sampleValue(exp, 'vllm:nixl_bytes_transferred_sum'));
+      assert.ok(bytes >= Math.floor((prompt.length - 1) / 16) * 16 * BYTES_PER_TOKEN, `bytes ${bytes}`);
+      assert.ok(
+        Math.abs(value('modelled_seconds') - (transfers * 0.1 + bytes / 0.005e9)) < 1e-6,
+        `modelled ${value('modelled_seconds')}`,
+      );
+      // 5 MB/s is far slower than loopback TCP: the measured transfer finished early and was
+      // held (the warm-up's, with its connection setup, may take longer on a loaded machine).
+      const heldTransfers = value('held_transfers');
+      assert.ok(heldTransfers >= 1 && heldTransfers <= transfers, `held ${heldTransfers} of ${transfers}`);
+      const held = value('held_seconds');
+      assert.ok(held > 0 && held <= value('modelled_seconds'), `held ${held}`);
+    } finally {
+      await server.close();
+    }
   } finally {
     await p.shutdown();
     await d.shutdown();

@@ -29,6 +29,11 @@ test('--kv-bytes-scale and --kv-link are stated in /metrics under kvconnect:*', 
     // ib-ndr: llm-d-inference-sim's 40 GB/s with 1 ms setup.
     assert.equal(sampleValue(exp, 'kvconnect:kv_link_bandwidth_bytes_per_second', labels), 40e9);
     assert.equal(sampleValue(exp, 'kvconnect:kv_link_setup_latency_seconds', labels), 0.001);
+    // The link's counters are there from 0 (the P/D test counts real transfers).
+    for (const name of ['transfers', 'bytes', 'modelled_seconds', 'held_transfers', 'held_seconds']) {
+      assert.equal(sampleValue(exp, `kvconnect:kv_link_${name}_total`, labels), 0, name);
+      assert.equal(exp.types.get(`kvconnect:kv_link_${name}_total`), 'counter', name);
+    }
     const info = exp.samples.filter((s) => s.name === 'kvconnect:emulation_info');
     assert.equal(info.length, 1);
     assert.equal(info[0]?.value, 1);

@@ -10,10 +10,12 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { Command } from 'commander';
+import * as zmq from 'zeromq';
 import { registerServeCommand, type ServeDeps } from '../../src/cli/commands/serve.ts';
 import type { CliContext } from '../../src/cli/context.ts';
 import { extractDottedArgs } from '../../src/config/dotted-args.ts';
 import { AsyncEngine } from '../../src/engine/async-engine.ts';
+import { decodeBatch } from '../../src/kv-events/wire.ts';
 
 async function serve(
   argv: string[],
@@ -278,6 +280,31 @@ test('--data-parallel-size N: N engines in one process, rank r on port + r with 
     }
     assert.equal((await post('1', 1)).status, 200);
     assert.equal(await generated(url1), (before[1] ?? 0) + 6);
+
+    // Rank 1 publishes to the endpoint's port + 1 (a host endpoint: the publisher connects to
+    // a subscriber that binds, as vLLM's does), data_parallel_rank 1 in every batch.
+    const sub = new zmq.Subscriber({ receiveTimeout: 200, linger: 0 });
+    try {
+      await sub.bind(`tcp://127.0.0.1:${zmqBase + 1}`);
+      sub.subscribe('');
+      // Frames sent before the connection is up are dropped: new prompts until one arrives.
+      let frames: Buffer[] | null = null;
+      for (let i = 0; frames === null && i < 40; i++) {
+        const prompt = Array.from({ length: 40 }, (_, k) => 5 + ((k * 7 + i * 13) % 90));
+        const res = await fetch(`${url1}/v1/completions`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ model: 'tiny', prompt, max_tokens: 1 }),
+        });
+        assert.equal(res.status, 200);
+        await res.text();
+        frames = await sub.receive().catch(() => null);
+      }
+      assert.ok(frames, 'a KV events batch from rank 1');
+      assert.equal(decodeBatch(frames[2] as Buffer).dataParallelRank, 1);
+    } finally {
+      sub.close();
+    }
   } finally {
     server.stop();
   }

@@ -11,7 +11,7 @@ import { workerTpRank } from '../../connector/tp-rank.ts';
 import type { KVConnectorStatsData } from '../../connector/types.ts';
 import type { KVCacheConfig, PagedKVMemory } from '../../kv/interfaces.ts';
 import { getLogger } from '../../logging/logger.ts';
-import type { AgentFactory, TransferAgent } from '../../transfer/index.ts';
+import { type AgentFactory, linkStatsData, type TransferAgent, takeLinkStats } from '../../transfer/index.ts';
 import type { NixlOptions } from './config.ts';
 import type { NixlHandshakePayload, TransferMode } from './handshake.ts';
 import { HeteroTpReader } from './hetero-reader.ts';
@@ -192,6 +192,9 @@ export class NixlWorker {
       afterExpiry: ctx.leases.takeAfterExpiryCount(),
       failedHandshakes: ctx.engines.takeFailedHandshakes(),
     });
+    // Emulated deployments (--kv-link): the link's counts travel with the step's stats.
+    const link = linkStatsData(takeLinkStats(ctx.agent));
+    if (link) return { ...data, kv_link: link };
     return isEmptyNixlStats(data) ? null : { ...data };
   }
 

@@ -53,10 +53,13 @@ export {
 } from './moriio-params.ts';
 export {
   NIXL_PREFILL_REQUEST,
+  type NixlDecodeCacheParams,
   type NixlRemoteEngine,
   type NixlRemotePrefillParams,
+  nixlDecodeCacheResult,
   nixlPrefillResult,
   nixlPushDecodeParams,
+  readBlocksExpiryTime,
   readNixlRemote,
   readRemoteNumTokens,
 } from './nixl-params.ts';

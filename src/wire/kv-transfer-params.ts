@@ -39,6 +39,10 @@ const KV_TRANSFER_PARAM_TYPES: Readonly<Record<string, { check: Check; expected:
   tp_size: { check: orNull(isPositiveInt), expected: 'a positive integer' },
   pp_size: { check: orNull(isPositiveInt), expected: 'a positive integer' },
   remote_num_tokens: { check: orNull(isNonNegInt), expected: 'a non-negative integer' },
+  remote_blocks_expiry_time: {
+    check: orNull((v) => typeof v === 'number' && Number.isFinite(v)),
+    expected: 'a number (seconds on the remote engine clock)',
+  },
   remote_dp_rank: { check: orNull(isNonNegInt), expected: 'a non-negative integer' },
   transfer_id: { check: orNull((v) => typeof v === 'string'), expected: 'a string' },
 };

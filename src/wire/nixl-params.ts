@@ -41,17 +41,53 @@ export type NixlRemotePrefillParams = {
   transfer_mode?: 'pull' | 'push';
 };
 
-/** P's answer when a do_remote_decode request finishes: where D finds its KV. */
-export function nixlPrefillResult(r: {
+/**
+ * D's answer with bidirectional_kv_xfer: D keeps the finished request's blocks until
+ * `remote_blocks_expiry_time` (seconds on D's scheduler clock, the clock its side channel
+ * reports) for a next turn's prefill to READ back; a proxy sends them to P with that turn.
+ */
+export type NixlDecodeCacheParams = Omit<
+  NixlRemotePrefillParams,
+  'do_remote_prefill' | 'do_remote_decode' | 'remote_blocks_expiry_time'
+> & {
+  do_remote_prefill: false;
+  do_remote_decode: true;
+  remote_blocks_expiry_time: number | null;
+};
+
+interface FinishedBlocks {
   remote: NixlRemoteEngine;
   requestId: string;
   blockIds: number[][];
   numTokens: number;
   mode: 'pull' | 'push';
-}): NixlRemotePrefillParams {
+}
+
+/** P's answer when a do_remote_decode request finishes: where D finds its KV. */
+export function nixlPrefillResult(r: FinishedBlocks): NixlRemotePrefillParams {
   return {
     do_remote_prefill: true,
     do_remote_decode: false,
+    ...finishedBlocks(r),
+    remote_blocks_expiry_time: null,
+    transfer_mode: r.mode,
+  };
+}
+
+/** D's answer (bidirectional) when a request finishes: where a next turn's prefill finds D's KV, and until when. */
+export function nixlDecodeCacheResult(r: FinishedBlocks & { expiryTime: number | null }): NixlDecodeCacheParams {
+  return {
+    do_remote_prefill: false,
+    do_remote_decode: true,
+    ...finishedBlocks(r),
+    remote_blocks_expiry_time: r.expiryTime,
+    transfer_mode: r.mode,
+  };
+}
+
+/** The keys both answers share, in vLLM's order. */
+function finishedBlocks(r: FinishedBlocks) {
+  return {
     remote_block_ids: r.blockIds,
     remote_engine_id: r.remote.engineId,
     remote_request_id: r.requestId,
@@ -60,8 +96,6 @@ export function nixlPrefillResult(r: {
     tp_size: r.remote.tpSize,
     ...(r.mode === 'push' ? { pp_size: 1 } : {}),
     remote_num_tokens: r.numTokens,
-    remote_blocks_expiry_time: null,
-    transfer_mode: r.mode,
   };
 }
 
@@ -91,6 +125,12 @@ export function readNixlRemote(p: KVTransferParams): NixlRemoteEngine | null {
   if (typeof engineId !== 'string' || engineId === '' || typeof host !== 'string' || host === '') return null;
   if (!Number.isInteger(port) || port <= 0 || port > 65535 || !Number.isInteger(tp) || tp < 1) return null;
   return { engineId, host, port, tpSize: tp };
+}
+
+/** `remote_blocks_expiry_time` when it is a finite number (seconds on the remote engine's clock). */
+export function readBlocksExpiryTime(p: KVTransferParams): number | null {
+  const t = p['remote_blocks_expiry_time'];
+  return typeof t === 'number' && Number.isFinite(t) ? t : null;
 }
 
 /** `remote_num_tokens` when it is a positive integer. */

@@ -18,7 +18,15 @@ export interface NixlOptions {
   readonly numThreads: number;
   /** Seconds P keeps a request's blocks without hearing from D. */
   readonly kvLeaseDuration: number;
+  /**
+   * Fewer remote tokens than this are recomputed instead of pulled (P→D and, bidirectional,
+   * D→P); 0 = always pull. vLLM's default: 64 with bidirectional_kv_xfer, else 0.
+   */
   readonly kvRecomputeThreshold: number;
+  /** Pull: D pins each finished request's blocks for a next turn's prefill to READ back. */
+  readonly bidirectionalKvXfer: boolean;
+  /** Seconds D holds those blocks (no heartbeats renew it). */
+  readonly decoderKvBlocksTtl: number;
   readonly enforceHandshakeCompat: boolean;
   readonly engineTtl: number;
   /** Host to bind (and advertise) the side channel and the transfer agent on. */
@@ -62,7 +70,7 @@ export const NIXL_EXTRA_CONFIG = {
     backends: { type: 'custom' },
     num_threads: { type: 'integer', default: 4, min: 1 },
     kv_lease_duration: { type: 'number', default: 30, min: 0.001 },
-    kv_recompute_threshold: { type: 'integer', default: 64, min: 0 },
+    kv_recompute_threshold: { type: 'integer', min: 0 },
     enforce_handshake_compat: { type: 'boolean', default: true },
     engine_ttl: { type: 'number', default: 3600 },
     side_channel_host: { type: 'string', nonEmpty: true },
@@ -78,10 +86,7 @@ export const NIXL_EXTRA_CONFIG = {
       type: 'ignored',
       why: 'KV memory is one buffer per layer; cross-layer blocks are a GPU layout choice',
     },
-    decoder_kv_blocks_ttl: {
-      type: 'ignored',
-      why: 'used by bidirectional_kv_xfer only, which is not supported',
-    },
+    decoder_kv_blocks_ttl: { type: 'number', default: 480, min: 0.001 },
     push_registration_timeout: {
       type: 'ignored',
       why: 'NixlPushConnector releases unfulfilled registrations by their lease instead',
@@ -124,13 +129,6 @@ export function parseNixlOptions(
   env?: Environment,
 ): NixlOptions {
   const v = readExtraConfig(NIXL_EXTRA_CONFIG, extra);
-  if (v.bidirectional_kv_xfer) {
-    throw bad(
-      'bidirectional_kv_xfer',
-      'kv_connector_extra_config.bidirectional_kv_xfer (turn-2 KV reuse from the decode instance) is not supported by kvconnect',
-      'Remove bidirectional_kv_xfer (or set it to false); decode instances do not pin their blocks for a next prefill.',
-    );
-  }
   const envPort = readEnv(SIDE_CHANNEL_PORT_ENV, env);
   const portFromConfig = v.side_channel_port !== undefined;
   let port: number;
@@ -157,7 +155,9 @@ export function parseNixlOptions(
     backends: backendList(extra),
     numThreads: v.num_threads,
     kvLeaseDuration: v.kv_lease_duration,
-    kvRecomputeThreshold: v.kv_recompute_threshold,
+    kvRecomputeThreshold: v.kv_recompute_threshold ?? (v.bidirectional_kv_xfer ? 64 : 0),
+    bidirectionalKvXfer: v.bidirectional_kv_xfer,
+    decoderKvBlocksTtl: v.decoder_kv_blocks_ttl,
     enforceHandshakeCompat: v.enforce_handshake_compat,
     engineTtl: v.engine_ttl,
     sideChannelHost: host === 'localhost' ? '127.0.0.1' : host,
@@ -170,6 +170,19 @@ export function parseNixlOptions(
     transferThread: v.transfer_thread,
     busyPollUs: v.busy_poll_us,
   };
+}
+
+/** vLLM refuses bidirectional transfer in push mode (P WRITEs; nothing would READ D's blocks back). */
+export function refuseBidirectionalPush(opts: NixlOptions): void {
+  if (!opts.bidirectionalKvXfer) return;
+  throw new KVError(
+    'NIXL_BAD_EXTRA_CONFIG',
+    'Bidirectional KV transfer is not supported for NIXL push connector.',
+    {
+      field: 'kv_connector_extra_config.bidirectional_kv_xfer',
+      hint: 'expected false with NixlPushConnector, received true: use "kv_connector": "NixlConnector" (pull) for multi-turn reuse from the decode instance, or remove bidirectional_kv_xfer.',
+    },
+  );
 }
 
 /** How the port-in-use error tells the user to pick another port. */

@@ -23,7 +23,7 @@ import type { KVCacheBlocks, KVCacheConfig, PagedKVMemory } from '../../kv/inter
 import { getLogger } from '../../logging/logger.ts';
 import { type CreateAgentOptions, createTransferAgent, type TransferAgent } from '../../transfer/index.ts';
 import type { ConnectorAdvertisement, PdConnector } from '../../wire/index.ts';
-import { NIXL_EXTRA_CONFIG, type NixlOptions, parseNixlOptions } from './config.ts';
+import { NIXL_EXTRA_CONFIG, type NixlOptions, parseNixlOptions, refuseBidirectionalPush } from './config.ts';
 import type { TransferMode } from './handshake.ts';
 import { NIXL_METRICS } from './metrics.ts';
 import { NixlScheduler } from './scheduler.ts';
@@ -66,6 +66,7 @@ abstract class NixlBaseConnector extends KVConnectorBase {
     super(engineConfig, role, kvCacheConfig);
     this.#mode = mode;
     this.options = parseNixlOptions(this.kvTransferConfig.kv_connector_extra_config, engineConfig);
+    if (mode === 'push') refuseBidirectionalPush(this.options);
     if (this.kvTransferConfig.kv_role === 'kv_both') log.warnOnce(KV_BOTH_DEPRECATION);
     if (role === 'scheduler')
       this.#scheduler = new NixlScheduler(engineConfig, kvCacheConfig, mode, this.options);
@@ -122,11 +123,13 @@ abstract class NixlBaseConnector extends KVConnectorBase {
 
   /**
    * Write tracking: the agent records the filled blocks' checksums (on its thread when
-   * threaded), for the WRITEs and grants that send them; a consumer only sends nothing.
+   * threaded), for the WRITEs and grants that send them; a consumer sends nothing, unless
+   * bidirectional (a next turn's prefill READs its blocks back).
    */
   override kvBlocksFilled(blockIds: readonly number[]): void {
     const w = this.#worker;
-    if (this.kvTransferConfig.isKvProducer) w?.agent?.recordBlocks(blockIds, w.kvRegionIds);
+    if (this.kvTransferConfig.isKvProducer || this.options.bidirectionalKvXfer)
+      w?.agent?.recordBlocks(blockIds, w.kvRegionIds);
   }
 
   override getHandshakeMetadata(): KVConnectorHandshakeMetadata | null {
@@ -217,6 +220,15 @@ export class NixlConnector extends NixlPullConnector {}
 
 /** Push (WRITE) mode: the producer writes into blocks the consumer registered. */
 export class NixlPushConnector extends NixlBaseConnector {
+  static override validateExtraConfig(
+    extra: Record<string, unknown>,
+    engineConfig: EngineConfig,
+  ): NixlOptions {
+    const opts = parseNixlOptions(extra, engineConfig);
+    refuseBidirectionalPush(opts);
+    return opts;
+  }
+
   constructor(engineConfig: EngineConfig, role: KVConnectorRole, kvCacheConfig: KVCacheConfig) {
     super(engineConfig, role, kvCacheConfig, 'push');
   }

@@ -34,6 +34,8 @@ export class RemoteEngines {
   /** The handshakes in #engines that have finished. */
   readonly #settled = new WeakSet<Promise<string>>();
   readonly #lastUsed = new Map<string, number>();
+  /** Per remote rank: its side channel's clock minus ours (ms), estimated at the handshake. */
+  readonly #clockOffsetMs = new Map<string, number>();
 
   constructor(agent: TransferAgent, settings: HandshakeSettings) {
     this.#agent = agent;
@@ -55,7 +57,7 @@ export class RemoteEngines {
     this.#lastUsed.set(key, Date.now());
     let p = this.#engines.get(key);
     if (!p) {
-      const started = this.#handshake(remote, tpRank);
+      const started = this.#handshake(remote, tpRank, key);
       this.#engines.set(key, started);
       started.then(
         () => this.#settled.add(started),
@@ -69,12 +71,22 @@ export class RemoteEngines {
     return p;
   }
 
-  async #handshake(remote: RemoteEndpoint, tpRank: number): Promise<string> {
+  /**
+   * The remote's clock minus this one in ms (vLLM's clock offset: the remote's timestamp
+   * against the midpoint of the handshake's round trip); undefined before a handshake.
+   */
+  clockOffsetMs(remote: RemoteEndpoint, tpRank: number): number | undefined {
+    return this.#clockOffsetMs.get(engineKey(remote, tpRank));
+  }
+
+  async #handshake(remote: RemoteEndpoint, tpRank: number, key: string): Promise<string> {
     const s = this.#settings;
-    const { metadata } = await fetchRemoteMetadata(remote.host, remote.port, tpRank, {
+    const sentAt = performance.now();
+    const { metadata, remotePerf } = await fetchRemoteMetadata(remote.host, remote.port, tpRank, {
       timeoutMs: s.timeoutMs,
       ...(s.secret ? { secret: s.secret } : {}),
     });
+    this.#clockOffsetMs.set(key, remotePerf - (sentAt + performance.now()) / 2);
     const payload = decodeHandshakePayload(metadata);
     checkCompatibility(s.localPayload.compatibility_hash, payload.compatibility_hash, s.enforceCompat);
     const meta = decodeAgentMetadata(payload);
@@ -111,6 +123,7 @@ export class RemoteEngines {
       const p = this.#engines.get(key);
       this.#engines.delete(key);
       this.#lastUsed.delete(key);
+      this.#clockOffsetMs.delete(key);
       p?.then((name) => this.#agent.removeRemoteAgent(name)).catch(() => {});
     }
   }

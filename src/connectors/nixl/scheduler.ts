@@ -4,6 +4,9 @@
  * workers' agent metadata on the side channel, decides what each request loads or sends, and
  * stages per-step work for the workers. Decisions are driven by kv_transfer_params
  * (do_remote_decode on the producer, do_remote_prefill on the consumer), not by kv_role.
+ * With bidirectional_kv_xfer (pull), D also keeps each finished request's blocks for
+ * decoder_kv_blocks_ttl seconds and answers where they are, and P READs them back when a
+ * next turn arrives with those params (docs/connectors/nixl.md#multi-turn-bidirectional).
  */
 import { networkInterfaces } from 'node:os';
 import type { EngineConfig } from '../../config/types.ts';
@@ -19,7 +22,13 @@ import type {
 import type { KVCacheBlocks, KVCacheConfig } from '../../kv/interfaces.ts';
 import { getLogger } from '../../logging/logger.ts';
 import { SideChannelServer } from '../../transfer/index.ts';
-import { nixlPrefillResult, readNixlRemote, readRemoteNumTokens } from '../../wire/index.ts';
+import {
+  nixlDecodeCacheResult,
+  nixlPrefillResult,
+  readBlocksExpiryTime,
+  readNixlRemote,
+  readRemoteNumTokens,
+} from '../../wire/index.ts';
 import { type NixlOptions, sideChannelPortHint } from './config.ts';
 import type { TransferMode } from './handshake.ts';
 import type {
@@ -102,14 +111,53 @@ export class NixlScheduler {
 
   getNumNewMatchedTokens(req: ConnectorRequest, numComputedTokens: number): MatchedTokens {
     const p = req.kvTransferParams;
-    if (p?.['do_remote_prefill'] !== true) return { count: 0, loadAsync: false };
-    const available = Math.min(req.numPromptTokens, readRemoteNumTokens(p) ?? req.numPromptTokens);
+    let available = 0;
+    if (p?.['do_remote_prefill'] === true) {
+      available = Math.min(req.numPromptTokens, readRemoteNumTokens(p) ?? req.numPromptTokens);
+    } else if (p && this.#isDecodeCache(p)) {
+      // A next turn on P: D holds the previous turn's KV (its prompt and its output).
+      available = Math.min(req.numPromptTokens, readRemoteNumTokens(p) ?? 0);
+    }
     const count = available - numComputedTokens;
-    return count > 0 ? { count, loadAsync: true } : { count: 0, loadAsync: false };
+    if (count <= 0) return { count: 0, loadAsync: false };
+    const threshold = this.#opts.kvRecomputeThreshold;
+    if (threshold > 0 && count < threshold) {
+      log.debug(
+        'Skipping remote pull for %s: %d remote tokens < threshold %d',
+        req.requestId,
+        count,
+        threshold,
+      );
+      return { count: 0, loadAsync: false };
+    }
+    return { count, loadAsync: true };
+  }
+
+  /** P side, bidirectional: params naming blocks D kept from a previous turn, not yet read. */
+  #isDecodeCache(p: KVTransferParams): boolean {
+    const ids = p['remote_block_ids'];
+    return (
+      this.mode === 'pull' &&
+      this.#opts.bidirectionalKvXfer &&
+      p['do_remote_decode'] === true &&
+      p['_remote_blocks_processed'] !== true &&
+      Array.isArray(ids) &&
+      ids.length > 0 &&
+      typeof p['remote_request_id'] === 'string' &&
+      readNixlRemote(p) !== null
+    );
   }
 
   updateStateAfterAlloc(req: ConnectorRequest, blocks: KVCacheBlocks, numExternalTokens: number): void {
     const p = req.kvTransferParams;
+    if (p && this.#isDecodeCache(p)) {
+      // Only one READ per request; with nothing to load (a local hit, or under the
+      // threshold) the job is a bare notification that frees D's blocks now.
+      req.kvTransferParams = { ...p, do_remote_prefill: false, _remote_blocks_processed: true };
+      const local = numExternalTokens > 0 ? blocksToLoad(this.#kvCacheConfig, blocks) : [];
+      this.#pullFrom(req, p, readNixlRemote(p)!, local);
+      return;
+    }
     if (p?.['do_remote_prefill'] !== true) return;
     req.kvTransferParams = { ...p, do_remote_prefill: false };
     const remote = readNixlRemote(p);
@@ -125,6 +173,16 @@ export class NixlScheduler {
       this.#register.push(this.#registration(req, p, remote, local, numExternalTokens > 0));
       return;
     }
+    this.#pullFrom(req, p, remote, local);
+  }
+
+  /** Queues a READ of the remote's blocks into `local`, paired by token position. */
+  #pullFrom(
+    req: ConnectorRequest,
+    p: KVTransferParams,
+    remote: RemoteEndpoint,
+    local: ReturnType<typeof blocksToLoad>,
+  ): void {
     const remoteRequestId = p['remote_request_id'];
     const remoteIds = p['remote_block_ids'];
     if (typeof remoteRequestId !== 'string' || !Array.isArray(remoteIds)) {
@@ -145,6 +203,7 @@ export class NixlScheduler {
       remote,
       localBlockIds: pairs.local,
       remoteBlockIds: pairs.remote,
+      blocksExpiryTime: readBlocksExpiryTime(p),
     });
   }
 
@@ -182,34 +241,41 @@ export class NixlScheduler {
       this.#releaseUnloaded(req, p);
       return { delayFree: false, kvTransferParams: null };
     }
-    if (p?.['do_remote_decode'] !== true) return { delayFree: false, kvTransferParams: null };
+    const isPrefill = p?.['do_remote_decode'] === true;
+    // vLLM: D keeps the blocks of any request that came with params (bidirectional only).
+    const keepOnDecode =
+      !isPrefill && this.mode === 'pull' && this.#opts.bidirectionalKvXfer && Object.keys(p ?? {}).length > 0;
+    if (!isPrefill && !keepOnDecode) return { delayFree: false, kvTransferParams: null };
     if (req.status !== 'FINISHED_LENGTH_CAPPED' && req.status !== 'FINISHED_STOPPED') {
       this.#notProcessed.push(req.requestId);
       return { delayFree: false, kvTransferParams: null };
     }
     const clipped = clipToWindows(this.#kvCacheConfig, blockIds);
     const delay = clipped.some((g) => g.some((id) => id !== 0));
+    // D's blocks wait for a client-driven next turn: a fixed TTL, no heartbeats.
+    const holdSeconds = isPrefill ? this.#opts.kvLeaseDuration : this.#opts.decoderKvBlocksTtl;
     if (delay) {
       const blocks = remotePositions(this.#kvCacheConfig, clipped, req.numComputedTokens);
-      this.#send.push({ reqId: req.requestId, blocks, leaseSeconds: this.#opts.kvLeaseDuration });
+      this.#send.push({ reqId: req.requestId, blocks, leaseSeconds: holdSeconds });
       if (this.mode === 'push') this.#pushOutstanding.add(req.requestId);
     }
     const where = this.#advertised ?? { host: this.#opts.sideChannelHost, port: this.#opts.sideChannelPort };
-    return {
-      delayFree: delay,
-      kvTransferParams: nixlPrefillResult({
-        remote: {
-          engineId: this.#engineConfig.kvTransferConfig?.engine_id ?? '',
-          host: where.host,
-          port: where.port,
-          tpSize: this.tpSize,
-        },
-        requestId: req.requestId,
-        blockIds: clipped,
-        numTokens: delay ? req.numComputedTokens : 0,
-        mode: this.mode,
-      }),
+    const finished = {
+      remote: {
+        engineId: this.#engineConfig.kvTransferConfig?.engine_id ?? '',
+        host: where.host,
+        port: where.port,
+        tpSize: this.tpSize,
+      },
+      requestId: req.requestId,
+      blockIds: clipped,
+      numTokens: delay ? req.numComputedTokens : 0,
+      mode: this.mode,
     };
+    if (isPrefill) return { delayFree: delay, kvTransferParams: nixlPrefillResult(finished) };
+    // Seconds on this scheduler's clock, the clock the side channel reports to a reader.
+    const expiryTime = delay ? performance.now() / 1000 + holdSeconds : null;
+    return { delayFree: delay, kvTransferParams: nixlDecodeCacheResult({ ...finished, expiryTime }) };
   }
 
   #releaseUnloaded(req: ConnectorRequest, p: KVTransferParams): void {

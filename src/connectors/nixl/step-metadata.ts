@@ -15,6 +15,11 @@ export interface RecvJob {
   readonly remote: RemoteEndpoint;
   readonly localBlockIds: number[][];
   readonly remoteBlockIds: number[][];
+  /**
+   * Bidirectional, P reading D's kept blocks: D's deadline (seconds on D's scheduler clock,
+   * remote_blocks_expiry_time); null or absent = no deadline known.
+   */
+  readonly blocksExpiryTime?: number | null;
 }
 
 /** Producer: a finished request's blocks, held under a lease until the consumer is done. */

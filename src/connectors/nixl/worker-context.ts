@@ -43,6 +43,8 @@ export interface WorkerContext {
   connect(remote: RemoteEndpoint): Promise<string>;
   /** Drops the cached handshake with `remote` (the rank connect() uses). */
   forget(remote: RemoteEndpoint): void;
+  /** `remote`'s clock minus this one (ms), known once connect() resolved. */
+  clockOffsetMs(remote: RemoteEndpoint): number | undefined;
   /** A load ended: `invalidBlockIds` empty when every block arrived. */
   recvDone(reqId: string, invalidBlockIds: readonly number[]): void;
 }
@@ -129,6 +131,7 @@ export async function openWorkerContext(input: WorkerContextInput): Promise<Work
       })),
     connect: (remote) => engines.connect(remote, targetRank(remote)),
     forget: (remote) => engines.forget(remote, targetRank(remote)),
+    clockOffsetMs: (remote) => engines.clockOffsetMs(remote, targetRank(remote)),
     recvDone: input.recvDone,
   };
 }

@@ -7,6 +7,7 @@
  * (notifications.ts), and reports finished sends and receives and invalid blocks.
  */
 import type { EngineConfig } from '../../config/types.ts';
+import { countBlocks } from '../../connector/block-lists.ts';
 import { workerTpRank } from '../../connector/tp-rank.ts';
 import type { KVConnectorStatsData } from '../../connector/types.ts';
 import type { KVCacheConfig, PagedKVMemory } from '../../kv/interfaces.ts';
@@ -28,6 +29,9 @@ const log = getLogger('kvconnect.connectors.nixl.worker');
 /** How often idle remote engines are looked for (engine_ttl). */
 const EVICTION_INTERVAL_MS = 60_000;
 
+/** vLLM's margin: a READ of D's kept blocks is declined when they expire within it. */
+const KV_BLOCKS_EXPIRY_SAFETY_MARGIN_MS = 5000;
+
 export class NixlWorker {
   readonly mode: TransferMode;
   readonly #engineConfig: EngineConfig;
@@ -42,6 +46,8 @@ export class NixlWorker {
   #pushProducer: PushProducer | null = null;
   #pushConsumer: PushConsumer | null = null;
   #recving: string[] = [];
+  /** Reads of D's kept blocks declined because they were about to expire (num_kv_expired_reqs). */
+  #declinedExpired = 0;
   readonly #invalid = new Set<number>();
   #lastEviction = Date.now();
 
@@ -128,7 +134,35 @@ export class NixlWorker {
     }
   }
 
+  /**
+   * Bidirectional, P reading the blocks D kept: after the handshake (which estimates D's
+   * clock), a READ of blocks that expire within the safety margin is declined; the request's
+   * blocks are reported invalid (kv_load_failure_policy decides) and D frees them at its TTL.
+   */
   #startRead(job: RecvJob): void {
+    const ctx = this.#ctx;
+    const deadline = job.blocksExpiryTime;
+    if (!ctx || deadline === undefined || deadline === null || countBlocks(job.localBlockIds) === 0) {
+      this.#dispatchRead(job);
+      return;
+    }
+    ctx.connect(job.remote).then(
+      () => {
+        const offset = ctx.clockOffsetMs(job.remote) ?? 0;
+        if (performance.now() + KV_BLOCKS_EXPIRY_SAFETY_MARGIN_MS < deadline * 1000 - offset) {
+          this.#dispatchRead(job);
+          return;
+        }
+        log.warn('Declining expired remote read for %s from engine %s.', job.reqId, job.remote.engineId);
+        this.#declinedExpired++;
+        ctx.recvDone(job.reqId, job.localBlockIds.flat());
+      },
+      // The reader handshakes again and reports the failure as a load error.
+      () => this.#dispatchRead(job),
+    );
+  }
+
+  #dispatchRead(job: RecvJob): void {
     if (this.#hetero && job.remote.tpSize !== this.tpSize) {
       this.#hetero.start(job, completionNotification(job.remoteRequestId, this.tpSize));
       return;
@@ -188,7 +222,7 @@ export class NixlWorker {
     const ctx = this.#ctx;
     if (!ctx) return null;
     const data = statsFromTransfer(ctx.agent.resetStats(), {
-      expired: ctx.leases.takeExpiredCount(),
+      expired: ctx.leases.takeExpiredCount() + this.#takeDeclinedExpired(),
       afterExpiry: ctx.leases.takeAfterExpiryCount(),
       failedHandshakes: ctx.engines.takeFailedHandshakes(),
     });
@@ -196,6 +230,12 @@ export class NixlWorker {
     const link = linkStatsData(takeLinkStats(ctx.agent));
     if (link) return { ...data, kv_link: link };
     return isEmptyNixlStats(data) ? null : { ...data };
+  }
+
+  #takeDeclinedExpired(): number {
+    const n = this.#declinedExpired;
+    this.#declinedExpired = 0;
+    return n;
   }
 
   /** True while this worker still has loads or pushes in flight. */

@@ -9,6 +9,7 @@
 import type { ServerResponse } from 'node:http';
 import { formatErrorJson } from '../errors/index.ts';
 import { writeChunk } from '../http/index.ts';
+import type { KvParamsTap } from './conversation-cache.ts';
 import type { RetryReason } from './proxy-metrics.ts';
 import type { Json } from './request-shaping.ts';
 import type { StreamSplice } from './stream-resume.ts';
@@ -26,11 +27,14 @@ export type RelayOutcome =
 export class ClientOut {
   readonly #res: ServerResponse;
   readonly #requestId: string;
+  /** Reads D's kv_transfer_params on the way (multi-turn, ./conversation-cache.ts). */
+  readonly #tap: KvParamsTap | null;
   #streaming = false;
 
-  constructor(res: ServerResponse, requestId: string) {
+  constructor(res: ServerResponse, requestId: string, tap: KvParamsTap | null = null) {
     this.#res = res;
     this.#requestId = requestId;
+    this.#tap = tap;
   }
 
   get gone(): boolean {
@@ -39,6 +43,7 @@ export class ClientOut {
 
   /** A whole answer (JSON, or an error status) with the backend's status and content type. */
   whole(status: number, contentType: string, body: Uint8Array): void {
+    if (status < 300) this.#tap?.whole(body);
     this.#res.writeHead(status, { 'content-type': contentType, 'x-request-id': this.#requestId });
     this.#res.end(body);
   }
@@ -55,6 +60,7 @@ export class ClientOut {
     }
     for (const e of events) {
       if (this.#res.destroyed) return;
+      this.#tap?.chunk(e);
       await writeChunk(this.#res, e);
     }
   }

@@ -7,6 +7,7 @@ import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { headerValue, readJson } from '../http/index.ts';
 import { readEnv } from '../util/envs.ts';
+import { takeConversationId } from './conversation-cache.ts';
 import { type FailoverDeps, RequestFailover } from './failover.ts';
 import { KV_CACHE_SOURCE_HEADER } from './offloading-flow.ts';
 import { chainedPrefixHashes, promptText } from './prefix-hash.ts';
@@ -38,6 +39,7 @@ export async function handleCompletion(
   });
 
   const body = await parseClientBody(req);
+  const conversationId = takeConversationId(body);
   const ctx = {
     prefixHashes: policy.needsPrefixHashes
       ? chainedPrefixHashes(promptText(body), options.prefixChunkBytes)
@@ -57,6 +59,7 @@ export async function handleCompletion(
       kvCacheSource: headerValue(req, KV_CACHE_SOURCE_HEADER),
       signal: abort.signal,
       res,
+      conversationId,
     }).serve();
   } catch (e) {
     if (abort.signal.aborted && res.destroyed) return; // the client left; nothing to answer

@@ -19,6 +19,7 @@ import type { ServerResponse } from 'node:http';
 import { getLogger } from '../logging/logger.ts';
 import type { Backend } from './backend.ts';
 import type { BackendPool } from './backend-pool.ts';
+import { type ConversationKvCache, KvParamsTap } from './conversation-cache.ts';
 import { ClientOut, type RelayOutcome, relayDecode } from './decode-relay.ts';
 import { type FlowPlan, planFlow } from './flow-plan.ts';
 import { kvCacheSourceOf } from './offloading-flow.ts';
@@ -36,6 +37,8 @@ const log = getLogger('kvconnect.proxy.failover');
 
 export interface FailoverDeps {
   pool: BackendPool;
+  /** D's kept KV per conversation_id, for the next turn's prefill (./conversation-cache.ts). */
+  conversations: ConversationKvCache;
   policy: RoutingPolicy;
   upstream: Upstream;
   options: ProxyOptions;
@@ -53,6 +56,8 @@ export interface ClientRequest {
   kvCacheSource?: string | undefined;
   /** Aborted when the client leaves. */
   signal: AbortSignal;
+  /** The client's conversation_id (taken out of the body), or null. */
+  conversationId: string | null;
   res: ServerResponse;
 }
 
@@ -93,6 +98,8 @@ export class RequestFailover {
   /** The body decode legs start from: the client's, plus return_token_ids for a resumable stream. */
   readonly #decodeBody: Json;
   readonly #out: ClientOut;
+  /** D's params from this conversation's previous turn, for the prefill leg. */
+  readonly #turnParams: Json | null;
   readonly #failedPrefill = new Set<Backend>();
   readonly #failedDecode = new Set<Backend>();
   #local: { reason: FallbackReason | null; why: string } | null = null;
@@ -107,7 +114,11 @@ export class RequestFailover {
     const why = deps.options.streamResume ? notResumable(kind, r.body) : 'resuming is off';
     this.#splice = why === null ? new StreamSplice(kind, r.body) : null;
     this.#decodeBody = this.#splice ? withTokenIds(r.body) : r.body;
-    this.#out = new ClientOut(r.res, r.requestId);
+    const conversation = r.conversationId;
+    this.#turnParams = conversation === null ? null : deps.conversations.take(conversation);
+    const tap =
+      conversation === null ? null : new KvParamsTap((p) => deps.conversations.put(conversation, p));
+    this.#out = new ClientOut(r.res, r.requestId, tap);
   }
 
   async serve(): Promise<void> {
@@ -299,6 +310,7 @@ export class RequestFailover {
         [...this.#deps.pool.all('prefill'), ...this.#deps.pool.all('decode')],
         options.p2pConnectorPort,
       ),
+      turnParams: this.#turnParams,
     });
     return this.#prefillLeg(prefill, decode, plan);
   }

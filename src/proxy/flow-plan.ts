@@ -20,6 +20,7 @@ import {
   parseMoRIIOZmqAddress,
 } from '../wire/index.ts';
 import type { Backend } from './backend.ts';
+import { turnPrefillParams } from './conversation-cache.ts';
 import { planOffloading, withSourcePull } from './offloading-flow.ts';
 import { connectorUnsupported, pushCoordinatesMissing } from './proxy-errors.ts';
 import { decrementMaxTokens, type Json, nixlPullDecodeBody, prefillBody } from './request-shaping.ts';
@@ -54,6 +55,8 @@ export interface PlanInput {
   p2pConnectorPort?: number | undefined;
   /** OffloadingConnector: a peer that holds the prompt's prefix (x-kv-cache-source-host-port), pulled by P. */
   kvCacheSource?: { host: string; port: number } | null;
+  /** NIXL pull, multi-turn: D's params of the conversation's previous turn (./conversation-cache.ts). */
+  turnParams?: Json | null;
 }
 
 /** Throws PROXY_CONNECTOR_UNSUPPORTED for a connector without a P/D flow. */
@@ -72,12 +75,13 @@ export function planFlow(input: PlanInput): FlowPlan {
   }
 }
 
-function planNixlPull({ body, requestId }: PlanInput): FlowPlan {
+function planNixlPull({ body, requestId, turnParams }: PlanInput): FlowPlan {
   const headers = { 'x-request-id': requestId };
+  const params = turnParams ? turnPrefillParams(turnParams) : { ...NIXL_PREFILL_REQUEST };
   return {
     connector: 'NixlConnector',
     requestId,
-    prefillBody: prefillBody(body, { ...NIXL_PREFILL_REQUEST }),
+    prefillBody: prefillBody(body, params),
     prefillHeaders: headers,
     decodeHeaders: headers,
     concurrent: false,

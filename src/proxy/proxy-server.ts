@@ -12,6 +12,7 @@ import { bracketHost } from '../util/host.ts';
 import { isPdConnector, PD_CONNECTORS } from '../wire/index.ts';
 import type { Backend } from './backend.ts';
 import { BackendPool } from './backend-pool.ts';
+import { ConversationKvCache } from './conversation-cache.ts';
 import { type HandlerDeps, handleCompletion } from './disagg-handler.ts';
 import { type DiscoveryListener, startDiscovery } from './discovery.ts';
 import type { KvAwareDeps } from './kv-aware-policy.ts';
@@ -93,6 +94,7 @@ export async function startProxy(options: ProxyOptions): Promise<RunningProxy> {
   pool.start();
   const deps: HandlerDeps = {
     pool,
+    conversations: new ConversationKvCache(),
     policy: createPolicy(options.policy, options.prefixCacheEntries, kvAware),
     upstream,
     options,

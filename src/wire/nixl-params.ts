@@ -75,7 +75,9 @@ export function nixlPrefillResult(r: FinishedBlocks): NixlRemotePrefillParams {
 }
 
 /** D's answer (bidirectional) when a request finishes: where a next turn's prefill finds D's KV, and until when. */
-export function nixlDecodeCacheResult(r: FinishedBlocks & { expiryTime: number | null }): NixlDecodeCacheParams {
+export function nixlDecodeCacheResult(
+  r: FinishedBlocks & { expiryTime: number | null },
+): NixlDecodeCacheParams {
   return {
     do_remote_prefill: false,
     do_remote_decode: true,

@@ -215,7 +215,7 @@ test('unknown and ignored extra-config keys are warned about, for the parent and
     ...kv({
       kv_connector: 'NixlConnector',
       kv_role: 'kv_producer',
-      kv_connector_extra_config: { kv_lease_duratoin: 10, decoder_kv_blocks_ttl: 600 },
+      kv_connector_extra_config: { kv_lease_duratoin: 10, enable_cross_layers_blocks: 'True' },
     }),
     '--json',
   );
@@ -232,7 +232,7 @@ test('unknown and ignored extra-config keys are warned about, for the parent and
   );
   assert.ok(
     warnings.some((w) =>
-      w.startsWith('NixlConnector ignores kv_connector_extra_config.decoder_kv_blocks_ttl'),
+      w.startsWith('NixlConnector ignores kv_connector_extra_config.enable_cross_layers_blocks'),
     ),
   );
   const text = await cli(

@@ -180,7 +180,7 @@ export function refuseBidirectionalPush(opts: NixlOptions): void {
     'Bidirectional KV transfer is not supported for NIXL push connector.',
     {
       field: 'kv_connector_extra_config.bidirectional_kv_xfer',
-      hint: 'expected false with NixlPushConnector, received true: use "kv_connector": "NixlConnector" (pull) for multi-turn reuse from the decode instance, or remove bidirectional_kv_xfer.',
+      hint: 'kv_connector_extra_config.bidirectional_kv_xfer: expected false with NixlPushConnector, received true. Use "kv_connector": "NixlConnector" (pull) for multi-turn reuse from the decode instance, or remove bidirectional_kv_xfer.',
     },
   );
 }

@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { createServer } from 'node:net';
 import { describe, it } from 'node:test';
+import { runCli } from '../../../src/cli/program.ts';
 import { clipToWindows, pairByPosition } from '../../../src/connector/block-lists.ts';
 import {
   computeTpMapping,
@@ -133,7 +134,7 @@ describe('block lists', () => {
 });
 
 describe('options and startup', () => {
-  it('validates backends, rejects bidirectional_kv_xfer, resolves env defaults', () => {
+  it('validates backends, resolves env defaults', () => {
     const o = parseNixlOptions({}, null, {});
     assert.equal(o.sideChannelHost, '127.0.0.1');
     assert.equal(o.sideChannelPort, 5600);
@@ -144,7 +145,6 @@ describe('options and startup', () => {
       () => parseNixlOptions({ backends: ['RDMA'] }, null, {}),
       /Unknown NIXL backend 'RDMA'\. Available backends: TCP, SHM, UCX/,
     );
-    assert.throws(() => parseNixlOptions({ bidirectional_kv_xfer: true }, null, {}), /bidirectional_kv_xfer/);
     assert.throws(
       () => parseNixlOptions({ kv_lease_duration: -1 }, null, {}),
       (e: unknown) => isKVError(e) && e.field === 'kv_connector_extra_config.kv_lease_duration',
@@ -329,5 +329,70 @@ describe('retry policy: decided on the failure cause, whatever its wording', () 
       shouldReconnect(failed('send_failed', 'connection to P-rank0 lost: socket hang up'), false),
       false,
     );
+  });
+});
+
+describe('bidirectional_kv_xfer options and vLLM examples', () => {
+  const check = async (config: Record<string, unknown>) => {
+    let out = '';
+    let err = '';
+    const code = await runCli(['check-config', '--kv-transfer-config', JSON.stringify(config)], {
+      out: (t) => {
+        out += t;
+      },
+      err: (t) => {
+        err += t;
+      },
+    });
+    return { code, out, err };
+  };
+
+  it("defaults as vLLM's: TTL 480 s; the recompute threshold 64 when bidirectional, else 0", () => {
+    const off = parseNixlOptions({}, null, {});
+    assert.deepEqual(
+      [off.bidirectionalKvXfer, off.decoderKvBlocksTtl, off.kvRecomputeThreshold],
+      [false, 480, 0],
+    );
+    const on = parseNixlOptions({ bidirectional_kv_xfer: 'True' }, null, {});
+    assert.deepEqual([on.bidirectionalKvXfer, on.kvRecomputeThreshold], [true, 64]);
+    assert.equal(
+      parseNixlOptions({ bidirectional_kv_xfer: true, kv_recompute_threshold: 0 }, null, {})
+        .kvRecomputeThreshold,
+      0,
+    );
+    assert.throws(
+      () => parseNixlOptions({ decoder_kv_blocks_ttl: 0 }, null, {}),
+      (e: unknown) => isKVError(e) && e.field === 'kv_connector_extra_config.decoder_kv_blocks_ttl',
+    );
+  });
+
+  it("check-config accepts vLLM's documented bidirectional configs; push refuses it naming the field", async () => {
+    for (const extra of [
+      { decoder_kv_blocks_ttl: 600 },
+      {
+        bidirectional_kv_xfer: true,
+        kv_recompute_threshold: 0,
+        decoder_kv_blocks_ttl: 480,
+        enable_cross_layers_blocks: 'True',
+      },
+    ]) {
+      for (const role of ['kv_producer', 'kv_consumer']) {
+        const r = await check({
+          kv_connector: 'NixlConnector',
+          kv_role: role,
+          kv_connector_extra_config: extra,
+        });
+        assert.equal(r.code, 0, r.err);
+      }
+    }
+    const push = await check({
+      kv_connector: 'NixlPushConnector',
+      kv_role: 'kv_producer',
+      kv_connector_extra_config: { bidirectional_kv_xfer: true },
+    });
+    assert.equal(push.code, 2);
+    assert.match(push.err, /Bidirectional KV transfer is not supported for NIXL push connector\./);
+    assert.match(push.err, /kv_connector_extra_config\.bidirectional_kv_xfer/);
+    assert.match(push.err, /expected false with NixlPushConnector, received true/);
   });
 });

@@ -136,6 +136,7 @@ const CATALOG = {
     NIXL_TP_NOT_DIVISIBLE: [400, 'One tensor-parallel size does not divide the other'],
     NIXL_TP_HEADS_UNMAPPED: [502, 'A local KV head is held by none of the remote ranks'],
     NIXL_GEOMETRY_MISMATCH: [502, 'Peers differ in model, block size or cache dtype'],
+    NIXL_BLOCK_SIZE_MISMATCH: [502, "The prefill engine's block size cannot be remapped to this engine's"],
     NIXL_HETERO_TP_LAYOUT: [500, 'The KV layout does not fit a heterogeneous-TP read'],
     NIXL_HETERO_TP_PUSH_UNSUPPORTED: [400, 'NixlPushConnector needs equal tensor-parallel sizes'],
     NIXL_STAGING_TOO_SMALL: [500, 'A heterogeneous-TP read needs more staging blocks than exist'],

@@ -6,7 +6,9 @@
  * whole remote blocks into a staging region and rearranges heads locally (./head-scatter.ts)
  * instead of requiring an HND producer.
  */
+
 import { KVError } from '../../errors/kv-error.ts';
+import { blockSizeRatio } from './block-ratio.ts';
 import { handshakeTargetRanks } from './tp-mapping.ts';
 
 /** The global KV heads one rank holds: contiguous, replicated (one head) when tp > heads. */
@@ -79,6 +81,8 @@ export interface GeometryCheck {
   readonly engineId: string;
   readonly mode: 'pull' | 'push';
   readonly totalKvHeads: number;
+  /** This engine runs several KV cache groups or sliding-window layers (HMA). */
+  readonly hybrid?: boolean;
   readonly local: {
     readonly tpSize: number;
     readonly blockSize: number;
@@ -92,11 +96,13 @@ export interface GeometryCheck {
 }
 
 /**
- * Throws unless the remote blocks can feed this rank: same block size and tensor count,
- * divisible TP sizes (vLLM's messages), and per-tensor block lengths that scale with the
- * heads each rank holds. Push (WRITE) moves whole blocks, so it needs equal TP sizes.
+ * Throws unless the remote blocks can feed this rank: a block size this engine can remap
+ * (./block-ratio.ts), the same tensor count, divisible TP sizes (vLLM's messages), and
+ * per-tensor block lengths that scale with the heads each rank holds and the block sizes.
+ * Push (WRITE) moves whole blocks, so it needs equal TP and block sizes. Returns the
+ * block-size ratio (local / remote).
  */
-export function validateRemoteGeometry(c: GeometryCheck): void {
+export function validateRemoteGeometry(c: GeometryCheck): number {
   const { local, remote } = c;
   const describe = `Remote engine ${c.engineId} has KV blocks of [${remote.blockLens.join(', ')}] bytes (block size ${remote.blockSize}, tp ${remote.tpSize}), this engine [${local.blockLens.join(', ')}] (block size ${local.blockSize}, tp ${local.tpSize})`;
   if (local.tpSize !== remote.tpSize) {
@@ -109,15 +115,24 @@ export function validateRemoteGeometry(c: GeometryCheck): void {
       );
     }
   }
+  const ratio = blockSizeRatio({
+    engineId: c.engineId,
+    mode: c.mode,
+    hybrid: c.hybrid ?? false,
+    localBlockSize: local.blockSize,
+    remoteBlockSize: remote.blockSize,
+    localTp: local.tpSize,
+    remoteTp: remote.tpSize,
+  });
   const localHeads = rankKvHeads(0, local.tpSize, c.totalKvHeads).count;
   const remoteHeads = rankKvHeads(0, remote.tpSize, c.totalKvHeads).count;
   const ok =
-    remote.blockSize === local.blockSize &&
     remote.blockLens.length === local.blockLens.length &&
-    remote.blockLens.every((len, i) => len * localHeads === (local.blockLens[i] ?? -1) * remoteHeads);
+    remote.blockLens.every((len, i) => len * localHeads * ratio === (local.blockLens[i] ?? -1) * remoteHeads);
   if (!ok) {
     throw new KVError('NIXL_GEOMETRY_MISMATCH', describe, {
       hint: 'Use the same model, block size and cache dtype on both engines (tensor-parallel sizes may differ if one divides the other).',
     });
   }
+  return ratio;
 }

@@ -1,10 +1,11 @@
 /**
  * Pull-mode loads from a producer with a different tensor-parallel size
- * (docs/connectors/nixl.md#different-tensor-parallel-sizes-on-p-and-d-pull). Per request:
- * handshake with every mapped producer rank, READ whole remote blocks from the ranks that
- * hold this rank's heads (GQA dedup) into staging, then copy the head slices into the local
- * blocks. Producer ranks mapped to this rank but not read get a bare notification, so each
- * producer rank frees after consumersPerProducer notifications.
+ * (docs/connectors/nixl.md#different-tensor-parallel-sizes-on-p-and-d-pull) or a smaller
+ * block size (#different-block-sizes-on-p-and-d). Per request: handshake with every mapped
+ * producer rank, READ whole remote blocks from the ranks that hold this rank's heads (GQA
+ * dedup) into staging, then copy the head slices, or the sub-blocks, into the local blocks.
+ * Producer ranks mapped to this rank but not read get a bare notification, so each producer
+ * rank frees after consumersPerProducer notifications.
  */
 
 import { KVError } from '../../errors/kv-error.ts';
@@ -12,12 +13,13 @@ import { dtypeBytes } from '../../kv/dtype.ts';
 import type { KVCacheConfig, PagedKVMemory } from '../../kv/interfaces.ts';
 import { getLogger } from '../../logging/logger.ts';
 import type { TransferAgent, TransferHandle, TransferStatus } from '../../transfer/index.ts';
+import { copySubBlock, pairSubBlocks } from './block-ratio.ts';
 import { type HeadPlan, planHeads } from './head-plan.ts';
 import { type BlockShape, type HeadCopy, scatterHeads } from './head-scatter.ts';
 import type { RemoteEngines } from './remote-engines.ts';
 import { readRetryDelayMs } from './retry-policy.ts';
 import { StagingPool } from './staging-pool.ts';
-import type { RecvJob } from './step-metadata.ts';
+import { loadTargets, type RecvJob } from './step-metadata.ts';
 
 const log = getLogger('kvconnect.connectors.nixl.hetero-reader');
 
@@ -40,7 +42,7 @@ export interface HeteroReaderDeps {
 interface SourceRead {
   readonly rank: number;
   readonly agentName: string;
-  /** Staging slots, tensor-major: slots[t * blocks + b] holds remote block b of tensor t. */
+  /** Staging slots, tensor-major: slots[t * remote blocks + b] holds remote block b of tensor t. */
   readonly slots: readonly number[];
   handle: TransferHandle | null;
   state: 'PROC' | 'DONE' | 'ERR';
@@ -52,8 +54,13 @@ interface HeteroLoad {
   readonly job: RecvJob;
   readonly plan: HeadPlan;
   readonly pool: StagingPool;
+  /** Local block of each remote block (several per local block when the ratio is above 1). */
   readonly local: readonly number[];
+  /** Sub-block of the local block each remote block fills (0 with equal block sizes). */
+  readonly sub: readonly number[];
   readonly remote: readonly number[];
+  /** Local block size over the remote's. */
+  readonly ratio: number;
   readonly sources: SourceRead[];
   readonly others: readonly { rank: number; agentName: string }[];
   readonly firstPostAt: number;
@@ -77,22 +84,25 @@ export class HeteroTpReader {
     return this.#pending > 0 || this.#loads.size > 0;
   }
 
-  /** Starts a load; failures are reported through recvDone with the request's blocks. */
-  start(job: RecvJob, notification: string): void {
+  /**
+   * Starts a load; failures are reported through recvDone with the request's blocks. With
+   * `ratio` above 1 the remote's blocks are that many times smaller (same TP size).
+   */
+  start(job: RecvJob, notification: string, ratio = 1): void {
     this.#pending++;
-    this.#begin(job, notification)
+    this.#begin(job, notification, ratio)
       .catch((e: unknown) => {
         log.error(
           'NIXL transfer failure: %s | Context: %s',
           'handshake_failed',
           `request ${job.reqId} from ${job.remote.engineId}: ${String((e as Error)?.message ?? e)}`,
         );
-        this.#d.recvDone(job.reqId, job.localBlockIds.flat());
+        this.#d.recvDone(job.reqId, loadTargets(job));
       })
       .finally(() => this.#pending--);
   }
 
-  async #begin(job: RecvJob, notification: string): Promise<void> {
+  async #begin(job: RecvJob, notification: string, ratio: number): Promise<void> {
     const d = this.#d;
     const plan = planHeads({
       localTp: d.tpSize,
@@ -114,21 +124,35 @@ export class HeteroTpReader {
     }
     const names = new Map<number, string>();
     for (const rank of plan.notifyRanks) names.set(rank, await d.engines.connect(job.remote, rank));
-    const local = job.localBlockIds.flat();
-    const remote = job.remoteBlockIds.flat();
+    const pairs =
+      ratio === 1 || job.unpaired === undefined
+        ? {
+            local: job.localBlockIds.flat(),
+            remote: job.remoteBlockIds.flat(),
+            sub: job.localBlockIds.flat().map(() => 0),
+          }
+        : pairSubBlocks(
+            job.unpaired.local[0] ?? { positions: [], ids: [] },
+            job.unpaired.remote[0] ?? [],
+            { blockSize: spec.blockSize / ratio, numTokens: job.unpaired.remoteNumTokens },
+            ratio,
+          );
+    const { local, remote } = pairs;
     if (local.length === 0) {
       await Promise.all([...names.values()].map((n) => d.agent.sendNotification(n, notification)));
       return;
     }
-    const pool = this.#poolFor(plan);
-    const perSource = local.length * d.memory.tensors.length;
+    const pool = this.#poolFor(plan, ratio);
+    const perSource = remote.length * d.memory.tensors.length;
     const slots = await pool.acquire(perSource * plan.readRanks.length);
     const load: HeteroLoad = {
       job,
       plan,
       pool,
       local,
+      sub: pairs.sub,
       remote,
+      ratio,
       sources: plan.readRanks.map((rank, i) => ({
         rank,
         agentName: names.get(rank)!,
@@ -148,13 +172,13 @@ export class HeteroTpReader {
     for (const s of load.sources) this.#post(load, s, notification);
   }
 
-  #poolFor(plan: HeadPlan): StagingPool {
+  #poolFor(plan: HeadPlan, ratio: number): StagingPool {
     const d = this.#d;
     const localBlockBytes = d.memory.tensors[0]!.blockBytes;
-    const blockBytes = (localBlockBytes / plan.localHeads.count) * plan.remoteHeadsPerRank;
+    const blockBytes = (localBlockBytes / plan.localHeads.count / ratio) * plan.remoteHeadsPerRank;
     let pool = this.#pools.get(blockBytes);
     if (!pool) {
-      const perGroup = Math.ceil(d.maxModelLen / this.#shape.blockSize) + 1;
+      const perGroup = Math.ceil((d.maxModelLen * ratio) / this.#shape.blockSize) + 1;
       const perRequest = perGroup * d.kvCacheConfig.groups.length * d.memory.tensors.length;
       const capacity = perRequest * plan.readRanks.length;
       pool = new StagingPool(d.agent, STAGING_REGION_BASE + this.#pools.size, blockBytes, capacity);
@@ -164,7 +188,7 @@ export class HeteroTpReader {
   }
 
   #post(load: HeteroLoad, s: SourceRead, notification: string): void {
-    const n = load.local.length;
+    const n = load.remote.length;
     const pairs = this.#d.memory.tensors.map((t, ti) => ({
       localRegion: load.pool.regionId,
       localBlockIds: s.slots.slice(ti * n, (ti + 1) * n),
@@ -237,7 +261,7 @@ export class HeteroTpReader {
   #fail(load: HeteroLoad, invalid: readonly number[]): void {
     if (load.failed) return;
     load.failed = true;
-    this.#d.recvDone(load.job.reqId, invalid.length > 0 ? invalid : load.local);
+    this.#d.recvDone(load.job.reqId, invalid.length > 0 ? invalid : [...new Set(load.local)]);
   }
 
   #settle(load: HeteroLoad, notification: string): void {
@@ -265,7 +289,26 @@ export class HeteroTpReader {
   #scatter(load: HeteroLoad): void {
     const { memory } = this.#d;
     const { plan, pool, local } = load;
-    const n = local.length;
+    const n = load.remote.length;
+    if (load.ratio !== 1) {
+      // Same TP size: every head is this rank's; only the block size differs.
+      const slots = load.sources[0]!.slots;
+      memory.tensors.forEach((t, ti) => {
+        for (let b = 0; b < n; b++) {
+          const at = pool.offsetOf(slots[ti * n + b]!);
+          copySubBlock(
+            pool.bytes,
+            at,
+            t.bytes,
+            local[b]! * t.blockBytes,
+            t.blockBytes,
+            load.ratio,
+            load.sub[b]!,
+          );
+        }
+      });
+      return;
+    }
     for (const s of load.sources) {
       const copies: HeadCopy[] = [];
       plan.heads.forEach((h, j) => {
@@ -291,7 +334,7 @@ export class HeteroTpReader {
 
   /** Maps failed staging slots back to the local blocks they were meant for. */
   #localIdsOf(load: HeteroLoad, s: SourceRead, failedSlots: readonly number[]): number[] {
-    const n = load.local.length;
+    const n = load.remote.length;
     const out = new Set<number>();
     for (const slot of failedSlots) {
       const i = s.slots.indexOf(slot);

@@ -7,12 +7,11 @@
  * (retry-policy.ts); anything else is a load error, and the producer is told to free the
  * blocks at once.
  */
-import { countBlocks } from '../../connector/block-lists.ts';
 import { getLogger } from '../../logging/logger.ts';
 import type { TransferHandle, TransferStatus } from '../../transfer/index.ts';
 import { completionNotification } from './notifications.ts';
 import { readRetryDelayMs, shouldReconnect } from './retry-policy.ts';
-import type { RecvJob } from './step-metadata.ts';
+import { loadTargets, type RecvJob } from './step-metadata.ts';
 import type { WorkerContext } from './worker-context.ts';
 
 const log = getLogger('kvconnect.connectors.nixl.pull-reader');
@@ -48,7 +47,7 @@ export class PullReader {
   /** Starts a load; a job with no local blocks only tells the producer it may free them. */
   start(job: RecvJob): void {
     const ctx = this.#ctx;
-    const release = countBlocks(job.localBlockIds) === 0;
+    const release = loadTargets(job).length === 0;
     const load: Load = {
       job,
       handle: null,
@@ -75,7 +74,7 @@ export class PullReader {
         kind,
         `request ${job.reqId} from ${job.remote.engineId}: ${String((e as Error)?.message ?? e)}`,
       );
-      if (!release) this.#fail(load, job.localBlockIds.flat());
+      if (!release) this.#fail(load, loadTargets(job));
     });
   }
 
@@ -107,8 +106,7 @@ export class PullReader {
           load.job.reqId,
           status.reason ?? '',
         );
-        const failed =
-          status.failedBlockIds.length > 0 ? status.failedBlockIds : load.job.localBlockIds.flat();
+        const failed = status.failedBlockIds.length > 0 ? status.failedBlockIds : loadTargets(load.job);
         this.#fail(load, failed);
         // D will not read again (the policy recomputes or fails): let P free its blocks now.
         ctx.agent.sendNotification(handle.remoteAgent, this.#notification(load.job)).catch(() => {});
@@ -145,7 +143,7 @@ export class PullReader {
           load.job.reqId,
           String((e as Error)?.message ?? e),
         );
-        this.#fail(load, load.job.localBlockIds.flat());
+        this.#fail(load, loadTargets(load.job));
       }
     }, delay);
     return true;
@@ -180,7 +178,7 @@ export class PullReader {
           load.job.remote.engineId,
           String((e as Error)?.message ?? e),
         );
-        this.#fail(load, load.job.localBlockIds.flat());
+        this.#fail(load, loadTargets(load.job));
       });
     return true;
   }

@@ -25,6 +25,8 @@ export interface HandshakeSettings {
   readonly mode: 'pull' | 'push';
   /** The model's KV heads (all ranks together), to scale block sizes across TP sizes. */
   readonly totalKvHeads: number;
+  /** This engine runs several KV cache groups or sliding-window layers (HMA). */
+  readonly hybrid: boolean;
 }
 
 export class RemoteEngines {
@@ -36,6 +38,8 @@ export class RemoteEngines {
   readonly #lastUsed = new Map<string, number>();
   /** Per remote rank: its side channel's clock minus ours (ms), estimated at the handshake. */
   readonly #clockOffsetMs = new Map<string, number>();
+  /** Per remote rank: this engine's block size over the remote's (./block-ratio.ts). */
+  readonly #blockRatio = new Map<string, number>();
 
   constructor(agent: TransferAgent, settings: HandshakeSettings) {
     this.#agent = agent;
@@ -79,6 +83,11 @@ export class RemoteEngines {
     return this.#clockOffsetMs.get(engineKey(remote, tpRank));
   }
 
+  /** This engine's block size over the remote rank's; undefined before a handshake. */
+  blockRatio(remote: RemoteEndpoint, tpRank: number): number | undefined {
+    return this.#blockRatio.get(engineKey(remote, tpRank));
+  }
+
   async #handshake(remote: RemoteEndpoint, tpRank: number, key: string): Promise<string> {
     const s = this.#settings;
     const sentAt = performance.now();
@@ -93,13 +102,15 @@ export class RemoteEngines {
     if (meta.engine_id !== remote.engineId) throw engineIdMismatch(remote.engineId, meta.engine_id);
     const local = s.localPayload.agent_metadata;
     if (meta.tp_size !== remote.tpSize) throw tpSizeMismatch(meta.engine_id, remote.tpSize, meta.tp_size);
-    validateRemoteGeometry({
+    const ratio = validateRemoteGeometry({
       engineId: meta.engine_id,
       mode: s.mode,
       totalKvHeads: s.totalKvHeads,
+      hybrid: s.hybrid,
       local: { tpSize: local.tp_size, blockSize: local.block_size, blockLens: local.block_lens },
       remote: { tpSize: meta.tp_size, blockSize: meta.block_size, blockLens: meta.block_lens },
     });
+    this.#blockRatio.set(key, ratio);
     return this.#agent.addRemoteAgent(meta.agent);
   }
 
@@ -124,6 +135,7 @@ export class RemoteEngines {
       this.#engines.delete(key);
       this.#lastUsed.delete(key);
       this.#clockOffsetMs.delete(key);
+      this.#blockRatio.delete(key);
       p?.then((name) => this.#agent.removeRemoteAgent(name)).catch(() => {});
     }
   }

@@ -204,6 +204,7 @@ export class NixlScheduler {
       localBlockIds: pairs.local,
       remoteBlockIds: pairs.remote,
       blocksExpiryTime: readBlocksExpiryTime(p),
+      unpaired: { local, remote: remoteLists, remoteNumTokens: readRemoteNumTokens(p) },
     });
   }
 

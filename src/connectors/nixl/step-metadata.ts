@@ -20,6 +20,16 @@ export interface RecvJob {
    * remote_blocks_expiry_time); null or absent = no deadline known.
    */
   readonly blocksExpiryTime?: number | null;
+  /**
+   * The lists before pairing (local blocks to load by position, the remote's lists and
+   * token count): a remote with smaller blocks is paired by the worker once the handshake
+   * told it the remote's block size (./block-ratio.ts).
+   */
+  readonly unpaired?: {
+    readonly local: PositionedBlocks[];
+    readonly remote: number[][];
+    readonly remoteNumTokens: number | null;
+  };
 }
 
 /** Producer: a finished request's blocks, held under a lease until the consumer is done. */
@@ -30,7 +40,12 @@ export interface SendJob {
   readonly leaseSeconds: number;
 }
 
-/** Push, consumer → producer: where the producer may WRITE this request's blocks. */
+/** The local blocks a load fills: all of them are invalid when it fails. */
+export function loadTargets(job: RecvJob): number[] {
+  return job.unpaired ? job.unpaired.local.flatMap((g) => g.ids) : job.localBlockIds.flat();
+}
+
+/** Push, consumer → producer: where the producer may WRITE a request's blocks. */
 export interface PushRegistration {
   readonly request_id: string;
   readonly remote_request_id: string | null;

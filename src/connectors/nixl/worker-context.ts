@@ -45,6 +45,8 @@ export interface WorkerContext {
   forget(remote: RemoteEndpoint): void;
   /** `remote`'s clock minus this one (ms), known once connect() resolved. */
   clockOffsetMs(remote: RemoteEndpoint): number | undefined;
+  /** This engine's block size over `remote`'s, known once connect() resolved. */
+  blockRatio(remote: RemoteEndpoint): number | undefined;
   /** A load ended: `invalidBlockIds` empty when every block arrived. */
   recvDone(reqId: string, invalidBlockIds: readonly number[]): void;
 }
@@ -109,6 +111,7 @@ export async function openWorkerContext(input: WorkerContextInput): Promise<Work
     secret: opts.authSecret,
     mode,
     totalKvHeads: kvHeads,
+    hybrid: kvCacheConfig.groups.length !== 1 || kvCacheConfig.groups[0]?.spec.kind !== 'full_attention',
   });
   const regionIds = memory.tensors.map((t) => t.index);
   const targetRank = (remote: RemoteEndpoint): number =>
@@ -132,6 +135,7 @@ export async function openWorkerContext(input: WorkerContextInput): Promise<Work
     connect: (remote) => engines.connect(remote, targetRank(remote)),
     forget: (remote) => engines.forget(remote, targetRank(remote)),
     clockOffsetMs: (remote) => engines.clockOffsetMs(remote, targetRank(remote)),
+    blockRatio: (remote) => engines.blockRatio(remote, targetRank(remote)),
     recvDone: input.recvDone,
   };
 }

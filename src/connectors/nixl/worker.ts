@@ -7,7 +7,6 @@
  * (notifications.ts), and reports finished sends and receives and invalid blocks.
  */
 import type { EngineConfig } from '../../config/types.ts';
-import { countBlocks } from '../../connector/block-lists.ts';
 import { workerTpRank } from '../../connector/tp-rank.ts';
 import type { KVConnectorStatsData } from '../../connector/types.ts';
 import type { KVCacheConfig, PagedKVMemory } from '../../kv/interfaces.ts';
@@ -20,7 +19,7 @@ import { completionNotification, heartbeatMessages, routeNotification } from './
 import { PullReader } from './pull-reader.ts';
 import { PushConsumer, PushProducer } from './push-worker.ts';
 import { isEmptyNixlStats, statsFromTransfer } from './stats.ts';
-import type { HeartbeatJob, NixlStepMetadata, RecvJob } from './step-metadata.ts';
+import { type HeartbeatJob, loadTargets, type NixlStepMetadata, type RecvJob } from './step-metadata.ts';
 import { handshakeTargetRanks } from './tp-mapping.ts';
 import { openWorkerContext, type WorkerContext } from './worker-context.ts';
 
@@ -135,27 +134,38 @@ export class NixlWorker {
   }
 
   /**
-   * Bidirectional, P reading the blocks D kept: after the handshake (which estimates D's
-   * clock), a READ of blocks that expire within the safety margin is declined; the request's
-   * blocks are reported invalid (kv_load_failure_policy decides) and D frees them at its TTL.
+   * Starts a load once the handshake with the remote is done, which tells its block size
+   * (a smaller one is remapped, ./block-ratio.ts) and, for the blocks D kept for a next turn
+   * (bidirectional), D's clock: a READ of blocks that expire within the safety margin is
+   * declined, the request's blocks are reported invalid (kv_load_failure_policy decides) and
+   * D frees them at its TTL.
    */
   #startRead(job: RecvJob): void {
     const ctx = this.#ctx;
-    const deadline = job.blocksExpiryTime;
-    if (!ctx || deadline === undefined || deadline === null || countBlocks(job.localBlockIds) === 0) {
+    if (!ctx || loadTargets(job).length === 0) {
       this.#dispatchRead(job);
       return;
     }
     ctx.connect(job.remote).then(
       () => {
+        const deadline = job.blocksExpiryTime;
         const offset = ctx.clockOffsetMs(job.remote) ?? 0;
-        if (performance.now() + KV_BLOCKS_EXPIRY_SAFETY_MARGIN_MS < deadline * 1000 - offset) {
-          this.#dispatchRead(job);
+        if (
+          deadline !== undefined &&
+          deadline !== null &&
+          performance.now() + KV_BLOCKS_EXPIRY_SAFETY_MARGIN_MS >= deadline * 1000 - offset
+        ) {
+          log.warn('Declining expired remote read for %s from engine %s.', job.reqId, job.remote.engineId);
+          this.#declinedExpired++;
+          ctx.recvDone(job.reqId, loadTargets(job));
           return;
         }
-        log.warn('Declining expired remote read for %s from engine %s.', job.reqId, job.remote.engineId);
-        this.#declinedExpired++;
-        ctx.recvDone(job.reqId, job.localBlockIds.flat());
+        const ratio = ctx.blockRatio(job.remote) ?? 1;
+        if (ratio !== 1 && this.#hetero) {
+          this.#hetero.start(job, completionNotification(job.remoteRequestId, this.tpSize), ratio);
+          return;
+        }
+        this.#dispatchRead(job);
       },
       // The reader handshakes again and reports the failure as a load error.
       () => this.#dispatchRead(job),

@@ -153,7 +153,7 @@ describe('handshake validation of heterogeneous TP', () => {
     );
     throwsCode(
       () => validateRemoteGeometry({ ...wrong, remote: { ...wrong.remote, blockSize: 32 } }),
-      'NIXL_GEOMETRY_MISMATCH',
+      'NIXL_BLOCK_SIZE_MISMATCH',
     );
     throwsCode(() => validateRemoteGeometry(geometry(1, 2, 'push')), 'NIXL_HETERO_TP_PUSH_UNSUPPORTED');
     validateRemoteGeometry(geometry(2, 2, 'push'));

@@ -167,8 +167,15 @@ export class NixlWorker {
         }
         this.#dispatchRead(job);
       },
-      // The reader handshakes again and reports the failure as a load error.
-      () => this.#dispatchRead(job),
+      // One handshake per attempt: its failure is the load's (num_failed_handshakes counts it once).
+      (e: unknown) => {
+        log.error(
+          'NIXL transfer failure: %s | Context: %s',
+          'handshake_failed',
+          `request ${job.reqId} from ${job.remote.engineId}: ${String((e as Error)?.message ?? e)}`,
+        );
+        ctx.recvDone(job.reqId, loadTargets(job));
+      },
     );
   }
 

@@ -6,17 +6,17 @@
  * them, num_kv_expired_reqs), P declines the late read and recomputes, and nothing is left held.
  */
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { after, before, describe, it } from 'node:test';
-import { fileURLToPath } from 'node:url';
 import { AsyncEngine } from '../../../src/engine/async-engine.ts';
 import { LLM } from '../../../src/engine/llm.ts';
 import { type RunningProxy, resolveProxyOptions, startProxy } from '../../../src/proxy/index.ts';
 import { createServer } from '../../../src/server/index.ts';
-import { captureOutput } from '../../helpers/captured-child.ts';
+import { waitUntil } from '../../helpers/wait-until.ts';
+import { serveProcess } from '../../proxy/helpers/serve-process.ts';
 
-const CLI = fileURLToPath(new URL('../../../src/cli/main.ts', import.meta.url));
 const MAX_TOKENS = 20;
+/** Scrapes of /metrics: every 50 ms is plenty. */
+const POLL = { intervalMs: 50 };
 const GREEDY = { maxTokens: MAX_TOKENS, temperature: 0, ignoreEos: true };
 
 interface Child {
@@ -61,52 +61,27 @@ async function serveHere(engineId: string, extraConfig: Record<string, unknown>)
   };
 }
 
-async function serve(
-  role: string,
-  engineId: string,
-  extraConfig: Record<string, unknown>,
-  flags: string[] = [],
-): Promise<Child> {
-  const child = spawn(
-    process.execPath,
-    [
-      '--import',
-      'tsx',
-      CLI,
-      'serve',
-      '--model',
-      'tiny',
-      '--port',
-      '0',
-      '--num-gpu-blocks',
-      '64',
-      '--max-model-len',
-      '256',
-      ...flags,
-      '--kv-transfer-config',
-      JSON.stringify(KV_CONFIG(role, engineId, extraConfig)),
-    ],
-    { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, KVCONNECT_LOG_LEVEL: 'warn' } },
-  );
-  const out = captureOutput(child);
-  const deadline = Date.now() + 60_000;
-  let url: string | undefined;
-  while (!url && Date.now() < deadline) {
-    url = /listening on (http:\/\/\S+)/.exec(out.out())?.[1];
-    if (!url) {
-      if (child.exitCode !== null) break;
-      await new Promise((r) => setTimeout(r, 50));
-    }
-  }
-  if (!url) {
-    child.kill('SIGKILL');
-    throw new Error(`${engineId} did not start: ${out.err()}`);
-  }
+/** P: `kvconnect serve` in its own process. */
+async function serve(role: string, engineId: string, extraConfig: Record<string, unknown>, flags: string[]) {
+  const { url, proc } = await serveProcess([
+    '--model',
+    'tiny',
+    '--port',
+    '0',
+    '--num-gpu-blocks',
+    '64',
+    '--max-model-len',
+    '256',
+    ...flags,
+    '--kv-transfer-config',
+    JSON.stringify(KV_CONFIG(role, engineId, extraConfig)),
+  ]);
   return {
     url,
     kill: async () => {
-      child.kill('SIGTERM');
-      await out.exited;
+      const exited = new Promise((r) => proc.once('exit', r));
+      proc.kill('SIGTERM');
+      await exited;
     },
   };
 }
@@ -121,15 +96,6 @@ async function metric(url: string, name: string, label = ''): Promise<number> {
     sum += Number(line.slice(line.lastIndexOf(' ') + 1));
   }
   return sum;
-}
-
-async function waitFor(what: string, check: () => Promise<boolean>, timeoutMs = 10_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    if (await check()) return;
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  assert.fail(`timed out waiting for ${what}`);
 }
 
 async function turn(proxy: RunningProxy, conversation: string, prompt: number[]): Promise<number[]> {
@@ -197,10 +163,14 @@ describe('NixlConnector bidirectional_kv_xfer through kvconnect proxy', () => {
       // P's read notification freed turn 1 on D at once (its TTL is 60 s); D keeps turn 2 only.
       // Usage counts the 63 usable blocks of 64 (block 0 is the null block), 16 tokens each.
       const blocks = (n: number) => Math.ceil(n / 16) / 63;
-      await waitFor('D to free the first turn', async () => {
-        const usage = await metric(d.url, 'vllm:kv_cache_usage_perc');
-        return Math.abs(usage - blocks(second.length + MAX_TOKENS - 1)) < 1e-9;
-      });
+      await waitUntil(
+        'D to free the first turn',
+        async () => {
+          const usage = await metric(d.url, 'vllm:kv_cache_usage_perc');
+          return Math.abs(usage - blocks(second.length + MAX_TOKENS - 1)) < 1e-9;
+        },
+        POLL,
+      );
       assert.equal(
         await metric(p.url, 'vllm:kv_cache_usage_perc'),
         0,
@@ -216,7 +186,7 @@ describe('NixlConnector bidirectional_kv_xfer through kvconnect proxy', () => {
     try {
       const out1 = await turn(proxy, 'conv-b', FIRST);
       const expiredOnD = async () => metric(dShort.url, 'vllm:nixl_num_kv_expired_reqs_total');
-      await waitFor('the kept blocks to expire on D', async () => (await expiredOnD()) >= 1);
+      await waitUntil('the kept blocks to expire on D', async () => (await expiredOnD()) >= 1, POLL);
       assert.equal(await metric(dShort.url, 'vllm:kv_cache_usage_perc'), 0, 'expiry freed every block');
 
       const declined0 = await metric(p.url, 'vllm:nixl_num_kv_expired_reqs_total');
@@ -228,9 +198,13 @@ describe('NixlConnector bidirectional_kv_xfer through kvconnect proxy', () => {
         1,
         'P counts the declined read as expired',
       );
-      await waitFor('D to free the second turn at its TTL', async () => {
-        return (await metric(dShort.url, 'vllm:kv_cache_usage_perc')) === 0 && (await expiredOnD()) >= 2;
-      });
+      await waitUntil(
+        'D to free the second turn at its TTL',
+        async () => {
+          return (await metric(dShort.url, 'vllm:kv_cache_usage_perc')) === 0 && (await expiredOnD()) >= 2;
+        },
+        POLL,
+      );
       assert.equal(await metric(p.url, 'vllm:kv_cache_usage_perc'), 0);
     } finally {
       await proxy.close();

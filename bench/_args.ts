@@ -17,6 +17,8 @@ export const BENCH_SUMMARIES = {
     "an emulating server's TTFT and ITL against its step-time model: the sim's profiles, roofline built-ins, ITL vs batch",
   engine:
     "the matmul kernel's peak against the `tiny` model's prefill and paged decode (vs gather attention, 1 thread, float32 weights)",
+  'engine-vs-llamacpp':
+    "the engine's prefill and decode tokens/s vs llama.cpp (node-llama-cpp) F32 and F16 on a SmolLM2-135M-shaped checkpoint and kjv-llama",
   failover:
     'added latency of a request retried after its decode server vanished, and of a stream resumed mid-way, vs an undisturbed one',
   kv: 'block hashing of a 128k-token prompt (sha256_cbor vs plain SHA-256) and the cache manager allocate + free',

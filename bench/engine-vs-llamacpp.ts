@@ -15,6 +15,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { convertCheckpoint, type GgufDtype } from '../scripts/gguf/convert.ts';
+import { resolveEngineOptions } from '../src/config/engine-config.ts';
 import type { HFModelConfig } from '../src/config/model-presets.ts';
 import { LLM } from '../src/engine/llm.ts';
 import { loadModelConfig } from '../src/engine/model/load.ts';
@@ -93,6 +94,13 @@ export async function main(args: string[]): Promise<void> {
     );
   }
   const kvcOptions = { ...extra, ...(o['kvc-dtype'] === 'auto' ? {} : { dtype: o['kvc-dtype'] }) };
+  try {
+    // Before minutes of setup: kvconnect's options are checked as the engine will check them.
+    resolveEngineOptions({ model: KJV_DIR, ...kvcOptions });
+  } catch (e) {
+    const err = e as Error & { hint?: string };
+    exitWithUsageError('engine-vs-llamacpp', `${err.message}${err.hint ? ` (${err.hint})` : ''}`);
+  }
   const models = o.model === 'all' ? [...MODELS] : [o.model as ModelName];
   const decodeSteps = o['decode-steps'];
   const contextSize = o.prompt + decodeSteps + 1;

@@ -186,12 +186,14 @@ export async function main(args: string[]): Promise<void> {
       await cpp(f32, warm);
       await cpp(f16, warm);
 
-      process.stderr.write(`${name}: ${o.rounds} rounds ...\n`);
-      const rand = mulberry32(2026);
+            const rand = mulberry32(2026);
       const prompts = Array.from({ length: o.rounds }, () => promptIds(config, o.prompt, rand));
       const { a: ours, b: theirs } = await alternate(
         o.rounds,
-        (r) => kvc(prompts[r]!),
+        (r) => {
+          process.stderr.write(`${name}: round ${r + 1} of ${o.rounds}\n`);
+          return kvc(prompts[r]!);
+        },
         async (r) => {
           if (r % 2 === 0) {
             const a = await cpp(f32, prompts[r]!);

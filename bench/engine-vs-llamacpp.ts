@@ -16,11 +16,12 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { convertCheckpoint, type GgufDtype } from '../scripts/gguf/convert.ts';
 import { resolveEngineOptions } from '../src/config/engine-config.ts';
+import { ENGINE_OPTIONS } from '../src/config/engine-options.ts';
 import type { HFModelConfig } from '../src/config/model-presets.ts';
 import { LLM } from '../src/engine/llm.ts';
 import { loadModelConfig } from '../src/engine/model/load.ts';
 import { mulberry32 } from '../src/util/mulberry32.ts';
-import { benchArgs, exitWithUsageError, positiveInteger, text } from './_args.ts';
+import { benchArgs, exitWithUsageError, nonNegativeInteger, positiveInteger, text } from './_args.ts';
 import { LlamaCppEngine, type LlamaKvCacheType, loadLlamaCpp } from './_llamacpp.ts';
 import { alternate, fmt, json, loadAverage, pairwiseRatio, type Summary, summarize } from './_rounds.ts';
 import { writeSmolLM2ShapedCheckpoint } from './_smollm2.ts';
@@ -73,8 +74,15 @@ export async function main(args: string[]): Promise<void> {
         choices: ['f16', 'f32'],
       }),
       'kvc-dtype': text(
-        "kvconnect's weight dtype, passed as the engine option `dtype` (auto: not passed, the engine's default)",
-        { default: 'auto', choices: ['auto', 'float32', 'float16', 'bfloat16'] },
+        "kvconnect's weight dtype, the engine option `dtype` (auto: as the checkpoint stores it)",
+        {
+          default: 'auto',
+          choices: ENGINE_OPTIONS.dtype.choices ?? [],
+        },
+      ),
+      'kvc-threads': nonNegativeInteger(
+        2,
+        "kvconnect's threads, the engine option `num_threads` (0: the engine's default)",
       ),
       'kvc-engine-args': text(
         'further engine options for kvconnect as a JSON object, e.g. \'{"max_num_batched_tokens":512}\'',
@@ -93,7 +101,11 @@ export async function main(args: string[]): Promise<void> {
       `--kvc-engine-args expects a JSON object, got '${o['kvc-engine-args']}' (${(e as Error).message})`,
     );
   }
-  const kvcOptions = { ...extra, ...(o['kvc-dtype'] === 'auto' ? {} : { dtype: o['kvc-dtype'] }) };
+  const kvcOptions = {
+    dtype: o['kvc-dtype'],
+    ...(o['kvc-threads'] === 0 ? {} : { num_threads: o['kvc-threads'] }),
+    ...extra,
+  };
   try {
     // Before minutes of setup: kvconnect's options are checked as the engine will check them.
     resolveEngineOptions({ model: KJV_DIR, ...kvcOptions });
@@ -186,7 +198,7 @@ export async function main(args: string[]): Promise<void> {
       await cpp(f32, warm);
       await cpp(f16, warm);
 
-            const rand = mulberry32(2026);
+      const rand = mulberry32(2026);
       const prompts = Array.from({ length: o.rounds }, () => promptIds(config, o.prompt, rand));
       const { a: ours, b: theirs } = await alternate(
         o.rounds,

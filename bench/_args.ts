@@ -30,6 +30,8 @@ export const BENCH_SUMMARIES = {
     'MoRIIO WRITE (layer-pipelined push) vs READ (pull after prefill) on `small`, consumers in child processes',
   offload:
     'TTFT of a repeated prompt: recompute vs CPU, fs and Redis tier hits; the Redis tier vs redis-benchmark',
+  'pd-ttft':
+    'TTFT of streamed requests through a P/D pair behind `kvconnect proxy` (NIXL pull/push, MoRIIO WRITE/READ; tcp, shm) vs one plain server, with a breakdown',
   'proxy-overhead':
     'latency `kvconnect proxy` adds to a NIXL-pull request vs the client calling P and D itself',
   'serve-overhead':

@@ -114,6 +114,20 @@ export interface RequestMetrics {
   /** The connector's tokens by where they came from (sums to numExternalTokens). */
   externalCacheHitSources: CachedTokensBySource;
   numGeneratedTokens: number;
+  /** Precise times of the request's first milestones, for request timelines (optional). */
+  milestones?: RequestMilestones;
+}
+
+/**
+ * When a request started and finished loading its KV from a peer (an async connector load)
+ * and was first scheduled to compute: wall-clock ms with sub-millisecond resolution
+ * (performance.timeOrigin + performance.now(), comparable between processes of one host),
+ * null until it happens. The server's request timelines read them (docs/serve.md#request-timelines).
+ */
+export interface RequestMilestones {
+  kvLoadStartedAt: number | null;
+  kvLoadFinishedAt: number | null;
+  scheduledAt: number | null;
 }
 
 /** One streamed step of a request; the last one has finished = true. */

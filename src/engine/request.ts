@@ -93,6 +93,7 @@ export class Request implements ConnectorRequest, CacheRequest {
       numExternalTokens: 0,
       externalCacheHitSources: {},
       numGeneratedTokens: 0,
+      milestones: { kvLoadStartedAt: null, kvLoadFinishedAt: null, scheduledAt: null },
     };
     this.#updateBlockHashes();
   }

@@ -171,6 +171,10 @@ const CATALOG = {
     SERVER_UNAUTHORIZED: [401, 'Missing or wrong API key'],
     SERVER_MODEL_NOT_FOUND: [404, 'The request names a model this server does not serve'],
     SERVER_ROUTE_NOT_FOUND: [404, 'No route for this path'],
+    SERVER_TIMELINE_NOT_FOUND: [
+      404,
+      'No request timeline kept for this X-Request-Id (GET /kvconnect/timeline)',
+    ],
     SERVER_METHOD_NOT_ALLOWED: [405, 'The path exists but not for this method'],
     SERVER_BODY_TOO_LARGE: [413, 'The request body exceeds the size limit'],
     SERVER_QUEUE_FULL: [503, 'Too many requests in flight; retry later'],

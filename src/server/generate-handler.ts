@@ -5,6 +5,7 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { AsyncEngineLike, RequestOutputDelta } from '../engine/api.ts';
+import { wallClockMs } from '../engine/iteration-stats.ts';
 import type { LoRARequest } from '../engine/lora/lora-request.ts';
 import { formatErrorJson, KVError, toErrorCode } from '../errors/index.ts';
 import { type BodyRules, readJson, sendError, sendJson } from '../http/index.ts';
@@ -37,6 +38,7 @@ import {
 } from './parse-request.ts';
 import { notifyKvTransferRequestRejected } from './rejection.ts';
 import { externalRequestId, internalRequestId } from './request-id.ts';
+import type { RequestTimelines, TimelineRecorder } from './request-timeline.ts';
 import { fullResponsesObject, parseResponsesRequest, streamResponses } from './responses-api.ts';
 import type { ServedModels } from './served-models.ts';
 import { SseWriter } from './sse.ts';
@@ -56,6 +58,8 @@ export interface GenerateHandlerContext {
   chatTemplatePolicy?: ChatTemplatePolicy;
   /** Each prompt that finished: its n and the most tokens one of its choices generated. */
   onPromptFinished?: (n: number, maxGenerationTokens: number) => void;
+  /** Request timelines (development mode), null: not recorded. */
+  timelines?: RequestTimelines | null;
 }
 
 export type GenerationKind = GenerationPlan['kind'];
@@ -75,6 +79,7 @@ export async function handleGenerate(
   /** The body when the caller already read it (POST /invocations). */
   preread?: unknown,
 ): Promise<void> {
+  const receivedAt = ctx.timelines ? wallClockMs() : 0;
   let externalId = externalRequestId(req);
   let responseId = `${RESPONSE_ID_PREFIX[kind]}-${externalId}`;
   res.setHeader('x-request-id', externalId);
@@ -109,6 +114,7 @@ export async function handleGenerate(
   }
 
   const headers = { 'x-request-id': externalId };
+  const timeline = ctx.timelines?.start(externalId, receivedAt) ?? null;
   const slots = plan.prompts.length * plan.n;
   const disconnect = new AbortController();
   const onClose = (): void => {
@@ -139,8 +145,8 @@ export async function handleGenerate(
     const choices = plan.stream
       ? kind === 'responses'
         ? await streamResponses(rctx, events, res, headers, failureOf)
-        : await streamResponse(rctx, events, res, headers)
-      : await jsonResponse(rctx, events, res, headers);
+        : await streamResponse(rctx, events, res, headers, timeline)
+      : await jsonResponse(rctx, events, res, headers, timeline);
     if (choices && ctx.onPromptFinished) {
       for (let p = 0; p < plan.prompts.length; p++) {
         const own = choices.slice(p * plan.n, (p + 1) * plan.n);
@@ -229,10 +235,12 @@ async function jsonResponse(
   events: Events,
   res: ServerResponse,
   headers: Record<string, string>,
+  timeline: TimelineRecorder | null,
 ): Promise<ChoiceState[] | null> {
   const choices = choicesFor(rctx.plan);
   try {
     for await (const { index, delta } of events) {
+      timeline?.delta(delta);
       recordDelta(rctx, choices[index]!, delta);
       if (delta.finished && delta.finishReason === 'error') throw engineFailure(delta.error);
     }
@@ -244,6 +252,7 @@ async function jsonResponse(
   const body =
     rctx.plan.kind === 'responses' ? fullResponsesObject(rctx, choices) : fullResponse(rctx, choices);
   sendJson(res, 200, body, headers);
+  timeline?.end();
   return choices;
 }
 
@@ -252,6 +261,7 @@ async function streamResponse(
   events: Events,
   res: ServerResponse,
   headers: Record<string, string>,
+  timeline: TimelineRecorder | null,
 ): Promise<ChoiceState[] | null> {
   const sse = new SseWriter(res, headers);
   const choices = choicesFor(rctx.plan);
@@ -260,6 +270,7 @@ async function streamResponse(
   let roleSent = rctx.plan.kind !== 'chat';
   try {
     for await (const { index, delta } of events) {
+      timeline?.delta(delta);
       if (!roleSent) {
         for (const c of choices) await sse.send(roleChunk(rctx, c.index));
         const echo = rctx.plan.chatEchoText;
@@ -274,6 +285,7 @@ async function streamResponse(
       if (part.text === '' && part.tokenIds.length === 0 && (!delta.finished || rctx.plan.kind === 'tokens'))
         continue;
       await sse.send(chunkOf(rctx, choice, part, delta.finished));
+      timeline?.firstChunk();
       if (sse.closed) return null;
     }
     if (rctx.plan.includeUsage) await sse.send(usageChunk(rctx, usageOf(rctx, choices)));
@@ -285,6 +297,7 @@ async function streamResponse(
     return null;
   }
   await sse.done();
+  timeline?.end();
   return choices;
 }
 

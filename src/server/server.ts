@@ -36,6 +36,7 @@ import { cacheConfigInfo, ServerMetrics } from './metrics.ts';
 import { modelList } from './model-card.ts';
 import { handleRender } from './render.ts';
 import { randomizationDisabled } from './request-id.ts';
+import { RequestTimelines, TIMELINE_PATH } from './request-timeline.ts';
 import { type LoraServingOptions, ServedModels } from './served-models.ts';
 import { createSteering, type SteeringOptions } from './steering.ts';
 import { detokenize, tokenize, tokenizerInfo } from './tokenize.ts';
@@ -141,6 +142,8 @@ export function createServer(options: ServerOptions): KVServer {
     responseRole: options.responseRole ?? DEFAULT_RESPONSE_ROLE,
   };
   const models = new ServedModels(engine, servedModelName, options.lora ?? null);
+  const devMode = options.devMode ?? devModeFromEnv();
+  const timelines = devMode ? new RequestTimelines() : null;
   const ctx: GenerateHandlerContext = {
     engine,
     dataParallelEngines: options.dataParallelEngines ?? [],
@@ -157,6 +160,7 @@ export function createServer(options: ServerOptions): KVServer {
     enablePromptTokensDetails: options.enablePromptTokensDetails ?? false,
     chatTemplatePolicy,
     onPromptFinished: (n, maxGenerationTokens) => metrics.observeFinishedPrompt(n, maxGenerationTokens),
+    timelines,
   };
   const version = packageVersion();
   const renderCtx = { engine, servedModelName, models, body: ctx.body, chatTemplatePolicy };
@@ -239,7 +243,7 @@ export function createServer(options: ServerOptions): KVServer {
   if (options.enableTokenizerInfoEndpoint) {
     router.on('GET', '/tokenizer_info', (_req, res) => sendJson(res, 200, tokenizerInfo(engine.tokenizer)));
   }
-  if (options.devMode ?? devModeFromEnv()) {
+  if (timelines) {
     log.warn('SECURITY WARNING: Development endpoints are enabled! This should NOT be used in production!');
     router.on('POST', '/reset_prefix_cache', (req, res) =>
       handleResetPrefixCache(engine, ctx.body, req, res),
@@ -252,7 +256,8 @@ export function createServer(options: ServerOptions): KVServer {
     router
       .on('POST', '/sleep', (req, res) => handleSleep(engine, sleepMode, ctx.body, req, res))
       .on('POST', '/wake_up', (req, res) => handleWakeUp(engine, sleepMode, ctx.body, req, res))
-      .on('GET', '/is_sleeping', (_req, res) => handleIsSleeping(engine, res));
+      .on('GET', '/is_sleeping', (_req, res) => handleIsSleeping(engine, res))
+      .on('GET', TIMELINE_PATH, (req, res) => timelines.handle(req, res));
   }
 
   if (options.allowRuntimeLoraUpdating ?? readEnv('VLLM_ALLOW_RUNTIME_LORA_UPDATING')) {

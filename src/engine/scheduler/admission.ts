@@ -7,6 +7,7 @@
  */
 import { KVError } from '../../errors/kv-error.ts';
 import type { KVCacheBlocks } from '../../kv/interfaces.ts';
+import { wallClockMs } from '../iteration-stats.ts';
 import type { Request } from '../request.ts';
 import { transition } from '../request-lifecycle.ts';
 import type { SchedulerCore } from './core.ts';
@@ -87,6 +88,7 @@ export function admitWaiting(core: SchedulerCore, plan: StepPlan): void {
     if (lookup.loadAsync) {
       req.status = 'WAITING_FOR_REMOTE_KVS';
       transition(req, 'WAITING_FOR_REMOTE_KV');
+      if (req.metrics.milestones) req.metrics.milestones.kvLoadStartedAt = wallClockMs();
       core.inflightPrefills.add(req);
       keep.push(req);
       continue;

@@ -9,6 +9,7 @@ import type { KVConnectorOutput, RequestStatus, SchedulerOutput } from '../../co
 import { KVError } from '../../errors/kv-error.ts';
 import type { KVCacheEvent, KVCacheManager } from '../../kv/interfaces.ts';
 import { getLogger } from '../../logging/logger.ts';
+import { wallClockMs } from '../iteration-stats.ts';
 import { isFinishedStatus, type Request } from '../request.ts';
 import { transition } from '../request-lifecycle.ts';
 import type { ModelRunnerOutput } from '../runner-io.ts';
@@ -127,6 +128,7 @@ export class Scheduler {
         req.metrics.scheduledAt = now;
         req.metrics.queuedMs = now - req.arrivalTime;
         req.metrics.numCachedTokens = start;
+        if (req.metrics.milestones) req.metrics.milestones.scheduledAt = wallClockMs();
       }
       req.numComputedTokens = start + n;
     }
@@ -184,6 +186,7 @@ export class Scheduler {
       } else if (req.status === 'WAITING_FOR_REMOTE_KVS') {
         core.finishedRecving.add(id);
         if (req.lifecycle === 'WAITING_FOR_REMOTE_KV') transition(req, 'LOADED');
+        if (req.metrics.milestones) req.metrics.milestones.kvLoadFinishedAt = wallClockMs();
       } else if (req.lifecycle === 'HANDOFF_PENDING') {
         core.completeHandoff(req, 'recv');
       } else {

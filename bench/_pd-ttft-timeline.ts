@@ -22,6 +22,7 @@ export const BREAKDOWN_EVENTS = [
   { key: 'd_first_chunk', label: 'D wrote the first chunk' },
   { key: 'client_first_chunk', label: 'the client read the first chunk (TTFT)' },
   { key: 'transfer_ms', label: 'the transfer itself, ms (xfer time metric)' },
+  { key: 'transfer_wire_ms', label: "… of which on the wire, ms (NIXL: without the wait for P's grant)" },
 ] as const;
 
 export type BreakdownKey = (typeof BREAKDOWN_EVENTS)[number]['key'];
@@ -31,9 +32,12 @@ export type Breakdown = Partial<Record<BreakdownKey, number>>;
 export interface XferTotals {
   seconds: number;
   count: number;
+  /** NIXL's wire time (the transfer time without a READ's wait for P's grant); MoRIIO's transfer time. */
+  wireSeconds: number;
 }
 
 const XFER = ['vllm:nixl_xfer_time_seconds', 'vllm:moriio_xfer_time_seconds'];
+const WIRE = ['vllm:nixl_xfer_wire_time_seconds', 'vllm:moriio_xfer_time_seconds'];
 
 /** Sum of the samples named `name` (any labels) in Prometheus text. */
 function sampleSum(text: string, name: string): number {
@@ -49,31 +53,36 @@ function sampleSum(text: string, name: string): number {
 export function xferTotals(...metricsTexts: string[]): XferTotals {
   let seconds = 0;
   let count = 0;
+  let wireSeconds = 0;
   for (const text of metricsTexts) {
     for (const name of XFER) {
       seconds += sampleSum(text, `${name}_sum`);
       count += sampleSum(text, `${name}_count`);
     }
+    for (const name of WIRE) wireSeconds += sampleSum(text, `${name}_sum`);
   }
-  return { seconds, count };
+  return { seconds, count, wireSeconds };
 }
 
-/** The events of one request, in ms since `client.sentAt`; an event a server did not record is left out. */
+/**
+ * The events of one request, in ms since `client.sentAt`; an event a server did not record is
+ * left out. A plain request has no P (`p` null) and its server stands in for D.
+ */
 export function breakdownOf(
   client: { sentAt: number; firstAt: number },
-  p: ServerTimeline,
+  p: ServerTimeline | null,
   d: ServerTimeline,
-  before: XferTotals,
-  after: XferTotals,
+  before: XferTotals | null = null,
+  after: XferTotals | null = null,
 ): Breakdown {
   const out: Breakdown = {};
   const at = (key: BreakdownKey, t: number | null | undefined): void => {
     if (typeof t === 'number') out[key] = t - client.sentAt;
   };
-  at('p_received', p.events.received);
-  at('p_scheduled', p.events.scheduled);
-  at('p_first_token', p.events.first_token);
-  at('p_response_end', p.events.response_end);
+  at('p_received', p?.events.received);
+  at('p_scheduled', p?.events.scheduled);
+  at('p_first_token', p?.events.first_token);
+  at('p_response_end', p?.events.response_end);
   at('d_received', d.events.received);
   at('d_kv_load_started', d.events.kv_load_started);
   at('d_kv_load_finished', d.events.kv_load_finished);
@@ -81,6 +90,9 @@ export function breakdownOf(
   at('d_first_token', d.events.first_token);
   at('d_first_chunk', d.events.first_chunk);
   at('client_first_chunk', client.firstAt);
-  if (after.count > before.count) out.transfer_ms = (after.seconds - before.seconds) * 1000;
+  if (before && after && after.count > before.count) {
+    out.transfer_ms = (after.seconds - before.seconds) * 1000;
+    out.transfer_wire_ms = (after.wireSeconds - before.wireSeconds) * 1000;
+  }
   return out;
 }

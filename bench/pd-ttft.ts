@@ -33,6 +33,7 @@ import { PD_MODES, PD_TRANSPORTS, type PdPair, planPdTtft } from './_pd-ttft-pla
 import {
   BREAKDOWN_EVENTS,
   type Breakdown,
+  type BreakdownKey,
   breakdownOf,
   type ServerTimeline,
   type XferTotals,
@@ -230,6 +231,8 @@ interface PairResult {
   sizes: SizeResult[];
   breakdown: Breakdown | null;
   breakdownSamples: number;
+  /** The plain server's requests of the same size, measured beside this pair (its timeline in the d_* events). */
+  plainBreakdown: Breakdown | null;
 }
 
 export async function main(args: string[]): Promise<void> {
@@ -333,6 +336,7 @@ async function measurePair(pd: RunningPair, plain: ServeProcess, o: MeasureOptio
     }
   }
   const breakdowns: Breakdown[] = [];
+  const plainBreakdowns: Breakdown[] = [];
   const xferBefore = async (): Promise<XferTotals> =>
     xferTotals(await metricsText(pd.prefill.url), await metricsText(pd.decode.url));
   /** One round's prompts, size by size, shared by both sides. */
@@ -359,6 +363,12 @@ async function measurePair(pd: RunningPair, plain: ServeProcess, o: MeasureOptio
             );
           }
           ids.set(key, sample.ids);
+          if (which === 'plain' && size === o.breakdownSize) {
+            const timeline = (await getJson(
+              `${plain.url}/kvconnect/timeline?request_id=${encodeURIComponent(sample.requestId)}`,
+            )) as ServerTimeline;
+            plainBreakdowns.push(breakdownOf(sample, null, timeline));
+          }
           if (before) {
             const [pTimeline, dTimeline] = (await Promise.all([
               getJson(
@@ -400,6 +410,7 @@ async function measurePair(pd: RunningPair, plain: ServeProcess, o: MeasureOptio
     sizes,
     breakdown: breakdowns.length > 0 ? medianBreakdown(breakdowns) : null,
     breakdownSamples: breakdowns.length,
+    plainBreakdown: plainBreakdowns.length > 0 ? medianBreakdown(plainBreakdowns) : null,
   };
 }
 
@@ -411,6 +422,10 @@ function medianBreakdown(all: readonly Breakdown[]): Breakdown {
     if (values.length > 0) out[key] = median(values);
   }
   return out;
+}
+
+function rounded(b: Breakdown | null): Record<string, number> | null {
+  return b ? Object.fromEntries(Object.entries(b).map(([k, v]) => [k, Number(v.toFixed(3))])) : null;
 }
 
 function report(
@@ -442,14 +457,18 @@ function report(
     `Breakdown of a P/D request (${o.breakdownSize}-token prompt): ms since the client sent it, ` +
       'median over the measured P/D requests of that size, event by event',
   );
-  console.log(`| event | ${results.map((r) => r.label).join(' | ')} |`);
-  console.log(`| --- | ${results.map(() => '---').join(' | ')} |`);
+  // The plain server's own events (it stands in for D), from the requests beside the first pair.
+  const plainColumn = results[0]?.plainBreakdown ?? null;
+  console.log(`| event | plain | ${results.map((r) => r.label).join(' | ')} |`);
+  console.log(`| --- | --- | ${results.map(() => '---').join(' | ')} |`);
+  const cell = (b: Breakdown | null, key: BreakdownKey): string => {
+    const v = b?.[key];
+    return v === undefined ? '–' : v.toFixed(2);
+  };
   for (const e of BREAKDOWN_EVENTS) {
-    const cells = results.map((r) => {
-      const v = r.breakdown?.[e.key];
-      return v === undefined ? '–' : v.toFixed(2);
-    });
-    console.log(`| ${e.label} | ${cells.join(' | ')} |`);
+    console.log(
+      `| ${e.label} | ${cell(plainColumn, e.key)} | ${results.map((r) => cell(r.breakdown, e.key)).join(' | ')} |`,
+    );
   }
   console.log(
     JSON.stringify({
@@ -470,9 +489,8 @@ function report(
         })),
         breakdown_prompt_tokens: o.breakdownSize,
         breakdown_samples: r.breakdownSamples,
-        breakdown_ms: r.breakdown
-          ? Object.fromEntries(Object.entries(r.breakdown).map(([k, v]) => [k, Number(v.toFixed(3))]))
-          : null,
+        breakdown_ms: rounded(r.breakdown),
+        plain_breakdown_ms: rounded(r.plainBreakdown),
       })),
     }),
   );

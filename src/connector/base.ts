@@ -96,6 +96,24 @@ export abstract class KVConnectorBase {
 
   // ---- worker side (docs/connector-api.md#worker-side) ----
 
+  #engineWakeup: (() => void) | null = null;
+
+  /**
+   * kvconnect (vLLM's engine loop polls without sleeping): the engine's hook that ends its
+   * idle wait between steps. A worker-side connector calls wakeEngine() when asynchronous work
+   * completes outside a step (a load landed, a peer's notification arrived), so the step that
+   * reports it runs at once instead of at the engine's next idle poll
+   * (docs/connector-api.md#waking-the-engine). A composite connector passes it to its children.
+   */
+  setEngineWakeup(wakeup: (() => void) | null): void {
+    this.#engineWakeup = wakeup;
+  }
+
+  /** Ends the engine's idle wait; a no-op when no engine installed a hook (e.g. a rank's thread). */
+  wakeEngine(): void {
+    this.#engineWakeup?.();
+  }
+
   /** Once, after the KV memory is allocated. */
   registerKvCaches(_memory: PagedKVMemory): MaybePromise<void> {}
 

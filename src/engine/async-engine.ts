@@ -67,6 +67,8 @@ export class AsyncEngine implements AsyncEngineLike {
   #arrivals = 0;
   /** Ends the current idle wait early (a request or an abort arrived). */
   #wakeLoop: (() => void) | null = null;
+  /** The connector woke the loop since the current step began (work finished between steps). */
+  #kvWoken = false;
   /** Requests finished by the last computing step, `arrivals` at its end, its duration (ms). */
   #lastFinished = 0;
   #arrivalsAtFinish = 0;
@@ -79,6 +81,11 @@ export class AsyncEngine implements AsyncEngineLike {
 
   constructor(engine: Engine) {
     this.engine = engine;
+    // A load that lands (or a peer's notification) while the loop idles ends the wait at once.
+    engine.setKvWakeup(() => {
+      this.#kvWoken = true;
+      this.#wakeLoop?.();
+    });
   }
 
   static async create(options: EngineOptionsInput | EngineConfig = {}): Promise<AsyncEngine> {
@@ -322,14 +329,22 @@ export class AsyncEngine implements AsyncEngineLike {
         this.#applyAborts();
         this.#applyResets();
         const arrivalsBefore = this.#arrivals;
+        this.#kvWoken = false;
         const startedAt = performance.now();
-        const { deltas, numScheduledTokens } = await this.engine.step();
+        const { deltas, numScheduledTokens, numLoadsFinished } = await this.engine.step();
         if (numScheduledTokens > 0) this.#noteFinished(deltas, performance.now() - startedAt);
         this.#dispatch(deltas);
         // A step that computed nothing (requests waiting for remote KV, or only reporting
-        // finished ids to the runner) waits, unless new requests already arrived or the
-        // engine ran out of work; a request or abort arriving ends the wait early.
-        if (numScheduledTokens > 0 || this.#arrivals !== arrivalsBefore) await yieldToEventLoop();
+        // finished ids to the runner) waits, unless new requests already arrived, a load
+        // finished (its request runs next step) or the engine ran out of work; a request, an
+        // abort or the connector's wake-up (a load landed) ends the wait early.
+        if (
+          numScheduledTokens > 0 ||
+          numLoadsFinished > 0 ||
+          this.#kvWoken ||
+          this.#arrivals !== arrivalsBefore
+        )
+          await yieldToEventLoop();
         else if (this.engine.hasWork()) await this.#idleWait();
       }
       this.#applyAborts();
@@ -345,9 +360,16 @@ export class AsyncEngine implements AsyncEngineLike {
 
   #noteFinished(deltas: readonly RequestOutputDelta[], stepMs: number): void {
     let finished = 0;
-    for (const d of deltas) if (d.finished) finished++;
+    let handedOff = false;
+    for (const d of deltas) {
+      if (!d.finished) continue;
+      finished++;
+      if (d.kvTransferParams) handedOff = true;
+    }
     // Requests the step left queued (over its budget): the engine is saturated, never wait.
-    this.#lastFinished = this.engine.schedulerStats().numWaitingReqs > 0 ? 0 : finished;
+    // A request that handed its KV to the connector (a prefill server's) has a peer waiting
+    // for the next step to grant or push its blocks: never wait either.
+    this.#lastFinished = handedOff || this.engine.schedulerStats().numWaitingReqs > 0 ? 0 : finished;
     this.#arrivalsAtFinish = this.#arrivals;
     this.#lastStepMs = stepMs;
   }

@@ -59,6 +59,8 @@ export interface StepResult {
   deltas: RequestOutputDelta[];
   /** Tokens the model computed this step (0 = an idle step: only transfers progressed). */
   numScheduledTokens: number;
+  /** Requests whose KV load from a peer finished this step: the next step can schedule them. */
+  numLoadsFinished: number;
 }
 
 export class Engine {
@@ -291,7 +293,16 @@ export class Engine {
     this.kvEvents.drain(update.kvCacheEvents);
     const deltas = this.#toDeltas(update.outputs);
     this.#publishIteration('step', deltas, update.kvConnectorStats);
-    return { deltas, numScheduledTokens: schedulerOutput.totalNumScheduledTokens };
+    return {
+      deltas,
+      numScheduledTokens: schedulerOutput.totalNumScheduledTokens,
+      numLoadsFinished: runnerOutput.kvConnectorOutput?.finishedRecving?.length ?? 0,
+    };
+  }
+
+  /** Calls `wakeup` when a worker-side connector finished work between steps (ModelExecutor.setKvWakeup). */
+  setKvWakeup(wakeup: () => void): void {
+    this.executor.setKvWakeup?.(wakeup);
   }
 
   /**

@@ -72,6 +72,7 @@ export class InThreadTransferAgent implements TransferAgent {
   readonly #waiters = new Map<number, (() => void)[]>();
   readonly #stats = new TransferStats();
   #observer: AgentObserver = {};
+  #notificationListener: (() => void) | null = null;
   #nextId = 1;
   #port = 0;
   #closed = false;
@@ -120,6 +121,7 @@ export class InThreadTransferAgent implements TransferAgent {
       deliver: (n) => {
         this.#notifications.push(n);
         this.#observer.notification?.(n);
+        this.#notificationListener?.();
       },
       grantMissed: () => this.#observer.grantMissed?.() ?? false,
     };
@@ -366,6 +368,10 @@ export class InThreadTransferAgent implements TransferAgent {
 
   drainNotifications(): Notification[] {
     return this.#notifications.splice(0);
+  }
+
+  onNotification(listener: (() => void) | null): void {
+    this.#notificationListener = listener;
   }
 
   grantRead(key: string, spec: GrantSpec): void {

@@ -190,6 +190,9 @@ export class EmulatedLinkAgent implements TransferAgent {
   drainNotifications(): Notification[] {
     return this.#inner.drainNotifications();
   }
+  onNotification(listener: (() => void) | null): void {
+    this.#inner.onNotification(listener);
+  }
   grantRead(key: string, spec: GrantSpec): void {
     this.#inner.grantRead(key, spec);
   }

@@ -76,6 +76,7 @@ export class ThreadedTransferAgent implements TransferAgent {
   /** Grant keys believed live, with their expiry (epoch ms; Infinity = until revoked). */
   readonly #grants = new Map<string, number>();
   readonly #notifications: Notification[] = [];
+  #notificationListener: (() => void) | null = null;
   readonly #stats = new TransferStats();
   #waiting = 0;
   #nextId = 1;
@@ -255,6 +256,10 @@ export class ThreadedTransferAgent implements TransferAgent {
     return this.#notifications.splice(0);
   }
 
+  onNotification(listener: (() => void) | null): void {
+    this.#notificationListener = listener;
+  }
+
   grantRead(key: string, spec: GrantSpec): void {
     this.#grant('read', key, spec);
   }
@@ -388,6 +393,7 @@ export class ThreadedTransferAgent implements TransferAgent {
       }
       case 'notifications':
         this.#notifications.push(...msg.items);
+        this.#notificationListener?.();
         return;
       case 'waiting':
         this.#waiting = msg.count;

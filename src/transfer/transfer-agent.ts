@@ -55,6 +55,11 @@ export interface TransferAgent {
   /** Resolves once written; rejects (and counts a failure) if the peer is unreachable. */
   sendNotification(remoteAgent: string, message: string): Promise<void>;
   drainNotifications(): Notification[];
+  /**
+   * `listener` is called (on this thread) when notifications arrived for drainNotifications,
+   * so a poller that sleeps between polls can wake; null removes it.
+   */
+  onNotification(listener: (() => void) | null): void;
   grantRead(key: string, spec: GrantSpec): void;
   grantWrite(key: string, spec: GrantSpec): void;
   /** Peers' READs currently waiting for a grant of this agent to appear. */

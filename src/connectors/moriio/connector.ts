@@ -68,7 +68,13 @@ export class MoRIIOConnector extends KVConnectorBase {
         this.#pinger.start();
       }
     } else {
-      this.#worker = new MoRIIOWorker(cfg, engineConfig, kvCacheConfig, (o) => this.createTransferAgent(o));
+      this.#worker = new MoRIIOWorker(
+        cfg,
+        engineConfig,
+        kvCacheConfig,
+        (o) => this.createTransferAgent(o),
+        () => this.wakeEngine(),
+      );
     }
   }
 

@@ -30,6 +30,8 @@ const log = getLogger('kvconnect.connectors.moriio.worker');
 const WARMUP = 'moriio-link-up';
 
 export class MoRIIOWorker {
+  /** Ends the engine's idle wait (KVConnectorBase.wakeEngine). */
+  readonly #wake: () => void;
   readonly #cfg: MoRIIOConfig;
   readonly #engineConfig: EngineConfig;
   readonly #kvCacheConfig: KVCacheConfig;
@@ -50,7 +52,9 @@ export class MoRIIOWorker {
     engineConfig: EngineConfig,
     kvCacheConfig: KVCacheConfig,
     createAgent: AgentFactory,
+    wake: () => void = () => {},
   ) {
+    this.#wake = wake;
     this.#cfg = cfg;
     this.#engineConfig = engineConfig;
     this.#kvCacheConfig = kvCacheConfig;
@@ -180,6 +184,8 @@ export class MoRIIOWorker {
     else if (m.type === 'release')
       this.#producer?.release(m.transfer_id, m.consumer_tp_size, m.abort === true);
     else this.#consumer?.writeDone(m.transfer_id);
+    // A write landed or blocks were released: the next step reports it, so let it run now.
+    this.#wake();
   }
 
   async startLoadKv(meta: MoRIIOStepMetadata): Promise<void> {

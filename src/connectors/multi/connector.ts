@@ -204,7 +204,11 @@ export class MultiConnector extends KVConnectorBase {
   // ---- worker side ----
 
   override async registerKvCaches(memory: PagedKVMemory): Promise<void> {
-    for (const child of await this.#settled()) await child.registerKvCaches(memory);
+    for (const child of await this.#settled()) {
+      // A child's wake-up ends the engine's idle wait through this connector's hook.
+      child.setEngineWakeup(() => this.wakeEngine());
+      await child.registerKvCaches(memory);
+    }
   }
 
   override async handlePreemptions(metadata: KVConnectorMetadata): Promise<void> {

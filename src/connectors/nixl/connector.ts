@@ -71,8 +71,13 @@ abstract class NixlBaseConnector extends KVConnectorBase {
     if (role === 'scheduler')
       this.#scheduler = new NixlScheduler(engineConfig, kvCacheConfig, mode, this.options);
     else if (role === 'worker')
-      this.#worker = new NixlWorker(engineConfig, kvCacheConfig, mode, this.options, (o) =>
-        this.createTransferAgent(o),
+      this.#worker = new NixlWorker(
+        engineConfig,
+        kvCacheConfig,
+        mode,
+        this.options,
+        (o) => this.createTransferAgent(o),
+        () => this.wakeEngine(),
       );
     else {
       throw new KVError('NIXL_BAD_ROLE', `Unsupported KVConnectorRole: ${String(role)}`, {

@@ -85,6 +85,8 @@ export class PullReader {
       this.#ctx.regionPairs(job.localBlockIds.flat(), job.remoteBlockIds.flat()),
       { notification: this.#notification(job), grantKey: job.remoteRequestId },
     );
+    // poll() (the next step) reports it; the engine steps as soon as it settles.
+    void this.#ctx.agent.waitFor(load.handle).then(this.#ctx.wake, this.#ctx.wake);
   }
 
   /** Polls the posted READs (from getFinished): finishes, retries or fails their loads. */

@@ -49,6 +49,8 @@ export interface WorkerContext {
   blockRatio(remote: RemoteEndpoint): number | undefined;
   /** A load ended: `invalidBlockIds` empty when every block arrived. */
   recvDone(reqId: string, invalidBlockIds: readonly number[]): void;
+  /** Transfer work finished between steps (a READ settled): the engine should step now. */
+  wake(): void;
 }
 
 export interface WorkerContextInput {
@@ -60,6 +62,7 @@ export interface WorkerContextInput {
   readonly memory: PagedKVMemory;
   readonly createAgent: AgentFactory;
   readonly recvDone: WorkerContext['recvDone'];
+  readonly wake: WorkerContext['wake'];
 }
 
 /** Starts this rank's agent, registers its KV tensors and builds the handshake payload and the context. */
@@ -137,5 +140,6 @@ export async function openWorkerContext(input: WorkerContextInput): Promise<Work
     clockOffsetMs: (remote) => engines.clockOffsetMs(remote, targetRank(remote)),
     blockRatio: (remote) => engines.blockRatio(remote, targetRank(remote)),
     recvDone: input.recvDone,
+    wake: input.wake,
   };
 }

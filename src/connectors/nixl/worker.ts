@@ -49,6 +49,8 @@ export class NixlWorker {
   #declinedExpired = 0;
   readonly #invalid = new Set<number>();
   #lastEviction = Date.now();
+  /** Ends the engine's idle wait (KVConnectorBase.wakeEngine). */
+  readonly #wake: () => void;
 
   constructor(
     engineConfig: EngineConfig,
@@ -56,7 +58,9 @@ export class NixlWorker {
     mode: TransferMode,
     opts: NixlOptions,
     createAgent: AgentFactory,
+    wake: () => void = () => {},
   ) {
+    this.#wake = wake;
     this.#engineConfig = engineConfig;
     this.#kvCacheConfig = kvCacheConfig;
     this.mode = mode;
@@ -89,8 +93,11 @@ export class NixlWorker {
         for (const id of invalid) this.#invalid.add(id);
         this.#recving.push(reqId);
       },
+      wake: this.#wake,
     });
     this.#ctx = ctx;
+    // A peer's notification (a completed push, a READ done on our blocks) is reported by the next step.
+    ctx.agent.onNotification(this.#wake);
     if (this.mode === 'pull') {
       this.#pull = new PullReader(ctx);
       this.#hetero = new HeteroTpReader({

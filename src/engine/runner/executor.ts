@@ -12,6 +12,12 @@ export interface ModelExecutor {
   readonly handshakeMetadata: Record<number, KVConnectorHandshakeMetadata>;
   execute(input: RunnerInput): Promise<ModelRunnerOutput>;
   shutdown(): Promise<void>;
+  /**
+   * Installs the engine's wake-up on the ranks' worker-side connectors
+   * (KVConnectorBase.setEngineWakeup). Ranks in other threads cannot call it: the engine then
+   * learns of their transfers at its next idle poll.
+   */
+  setKvWakeup?(wakeup: () => void): void;
 }
 
 /** Folds the connector outputs of all ranks of one step into one (rank 0's slot). */

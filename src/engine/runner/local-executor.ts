@@ -25,6 +25,10 @@ export class LocalExecutor implements ModelExecutor {
     return mergeRankOutputs([output], this.#aggregator);
   }
 
+  setKvWakeup(wakeup: () => void): void {
+    this.runner.connector?.setEngineWakeup(wakeup);
+  }
+
   async shutdown(): Promise<void> {
     await this.runner.shutdown();
   }

@@ -88,21 +88,22 @@ async function streamOnce(
     throw new Error(`${url}: HTTP ${res.statusCode}: ${text.slice(0, 300)}`);
   }
   const ids: number[] = [];
+  // The server's X-Request-Id, from the response id `cmpl-<id>`: through the proxy, the id it
+  // sent P and D (for MoRIIO one it made, not the client's).
+  let served = requestId;
   for (const line of text.split('\n')) {
     if (!line.startsWith('data: {')) continue;
-    const e = JSON.parse(line.slice(6)) as { error?: unknown; choices?: Array<{ token_ids?: number[] }> };
+    const e = JSON.parse(line.slice(6)) as {
+      id?: string;
+      error?: unknown;
+      choices?: Array<{ token_ids?: number[] }>;
+    };
     if (e.error) throw new Error(`${url}: error event ${JSON.stringify(e.error)}`);
+    if (typeof e.id === 'string' && e.id.startsWith('cmpl-')) served = e.id.slice('cmpl-'.length);
     ids.push(...(e.choices?.[0]?.token_ids ?? []));
   }
   if (ids.length !== maxTokens) throw new Error(`${url}: ${ids.length} tokens instead of ${maxTokens}`);
-  const echoed = res.headers['x-request-id'];
-  return {
-    ttftMs: firstMs,
-    ids: ids.join(','),
-    requestId: typeof echoed === 'string' ? echoed : requestId,
-    sentAt,
-    firstAt,
-  };
+  return { ttftMs: firstMs, ids: ids.join(','), requestId: served, sentAt, firstAt };
 }
 
 async function getJson(url: string): Promise<unknown> {

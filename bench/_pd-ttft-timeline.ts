@@ -6,6 +6,7 @@
  * performance.timeOrigin + performance.now() of processes on one host.
  */
 import type { RequestTimeline } from '../src/server/request-timeline.ts';
+import { metricSum } from './_server-load.ts';
 
 export type ServerTimeline = RequestTimeline;
 
@@ -39,27 +40,16 @@ export interface XferTotals {
 const XFER = ['vllm:nixl_xfer_time_seconds', 'vllm:moriio_xfer_time_seconds'];
 const WIRE = ['vllm:nixl_xfer_wire_time_seconds', 'vllm:moriio_xfer_time_seconds'];
 
-/** Sum of the samples named `name` (any labels) in Prometheus text. */
-function sampleSum(text: string, name: string): number {
-  let sum = 0;
-  for (const line of text.split('\n')) {
-    if (!line.startsWith(`${name}{`) && !line.startsWith(`${name} `)) continue;
-    const v = Number(line.slice(line.lastIndexOf(' ') + 1));
-    if (Number.isFinite(v)) sum += v;
-  }
-  return sum;
-}
-
 export function xferTotals(...metricsTexts: string[]): XferTotals {
   let seconds = 0;
   let count = 0;
   let wireSeconds = 0;
   for (const text of metricsTexts) {
     for (const name of XFER) {
-      seconds += sampleSum(text, `${name}_sum`);
-      count += sampleSum(text, `${name}_count`);
+      seconds += metricSum(text, `${name}_sum`);
+      count += metricSum(text, `${name}_count`);
     }
-    for (const name of WIRE) wireSeconds += sampleSum(text, `${name}_sum`);
+    for (const name of WIRE) wireSeconds += metricSum(text, `${name}_sum`);
   }
   return { seconds, count, wireSeconds };
 }

@@ -21,7 +21,7 @@ export interface ServerLoad extends ServerCounters {
 }
 
 /** Sum of every sample of `name` whose labels contain `labelFilter` (Prometheus text format). */
-function metricSum(text: string, name: string, labelFilter = ''): number {
+export function metricSum(text: string, name: string, labelFilter = ''): number {
   let sum = 0;
   for (const line of text.split('\n')) {
     if (!line.startsWith(`${name}{`) && !line.startsWith(`${name} `)) continue;
@@ -31,7 +31,7 @@ function metricSum(text: string, name: string, labelFilter = ''): number {
   return sum;
 }
 
-async function metricsText(url: string): Promise<string> {
+export async function metricsText(url: string): Promise<string> {
   return (await fetch(`${url}/metrics`, { signal: AbortSignal.timeout(30_000) })).text();
 }
 

@@ -19,7 +19,7 @@
  * client sent the request.
  *
  *   npm run bench -- pd-ttft [--modes nixl-pull,nixl-push,moriio-write,moriio-read]
- *     [--transports tcp,shm] [--sizes 16,128,512,1008] [--rounds 5] [--requests 2]
+ *     [--transports tcp,shm] [--sizes 16,128,512,1008] [--rounds 5] [--requests 3]
  */
 import { Agent, request } from 'undici';
 import { resolveModelInfo } from '../src/config/model-info.ts';
@@ -40,6 +40,7 @@ import {
   xferTotals,
 } from './_pd-ttft-timeline.ts';
 import { alternate, fmt, json, loadAverage, median, type Summary, summarize } from './_rounds.ts';
+import { metricsText } from './_server-load.ts';
 
 const STARTUP_MS = 60_000;
 
@@ -111,11 +112,6 @@ async function getJson(url: string): Promise<unknown> {
   const body = await res.body.text();
   if (res.statusCode !== 200) throw new Error(`GET ${url}: HTTP ${res.statusCode}: ${body.slice(0, 200)}`);
   return JSON.parse(body);
-}
-
-async function metricsText(url: string): Promise<string> {
-  const res = await request(`${url}/metrics`);
-  return res.body.text();
 }
 
 /** A P/D pair: P and D as child processes, the proxy in this process. */
@@ -244,7 +240,7 @@ export async function main(args: string[]): Promise<void> {
       transports: text('transports, comma-separated', { default: PD_TRANSPORTS.join(','), value: 'list' }),
       sizes: text('prompt lengths in tokens, comma-separated', { default: '16,128,512,1008', value: 'list' }),
       rounds: positiveInteger(5, 'rounds per pair, plain and P/D alternating'),
-      requests: positiveInteger(2, 'sequential requests per size, side and round'),
+      requests: positiveInteger(3, 'sequential requests per size, side and round'),
       'max-tokens': positiveInteger(2, 'tokens generated per request'),
       model: text('the model every server serves', { default: 'kjv-llama', value: 'name' }),
       'breakdown-size': positiveInteger(

@@ -28,7 +28,7 @@ import { freeMoriioPorts, freePorts } from '../src/demo/transfer-configs.ts';
 import { setLogLevel } from '../src/logging/logger.ts';
 import { type RunningProxy, resolveProxyOptions, startProxy } from '../src/proxy/index.ts';
 import { mulberry32 } from '../src/util/mulberry32.ts';
-import { benchArgs, exitWithUsageError, positiveInteger, text } from './_args.ts';
+import { benchArgs, exitWithUsageError, positiveInteger, text, toggle } from './_args.ts';
 import { PD_MODES, PD_TRANSPORTS, type PdPair, planPdTtft } from './_pd-ttft-plan.ts';
 import {
   BREAKDOWN_EVENTS,
@@ -123,7 +123,13 @@ interface RunningPair {
   stop(): Promise<void>;
 }
 
-function nixlConfig(pair: PdPair, role: 'kv_producer' | 'kv_consumer', id: string, port: number): string {
+function nixlConfig(
+  pair: PdPair,
+  role: 'kv_producer' | 'kv_consumer',
+  id: string,
+  port: number,
+  thread: boolean,
+): string {
   return JSON.stringify({
     kv_connector: pair.mode === 'nixl-push' ? 'NixlPushConnector' : 'NixlConnector',
     kv_role: role,
@@ -132,6 +138,7 @@ function nixlConfig(pair: PdPair, role: 'kv_producer' | 'kv_consumer', id: strin
     kv_connector_extra_config: {
       backends: [pair.transport === 'shm' ? 'SHM' : 'TCP'],
       side_channel_port: port,
+      transfer_thread: thread,
     },
   });
 }
@@ -140,6 +147,7 @@ function moriioConfig(
   pair: PdPair,
   role: 'kv_producer' | 'kv_consumer',
   ports: { http: number; handshake: number; notify: number },
+  thread: boolean,
 ): string {
   return JSON.stringify({
     kv_connector: 'MoRIIOConnector',
@@ -152,6 +160,7 @@ function moriioConfig(
       notify_port: ports.notify,
       backend: pair.transport === 'shm' ? 'xgmi' : 'rdma',
       read_mode: pair.mode === 'moriio-read',
+      transfer_thread: thread,
     },
   });
 }
@@ -161,6 +170,7 @@ async function startPair(
   engineArgs: readonly string[],
   group: ProcessGroup,
   env: Record<string, string>,
+  thread: boolean,
 ): Promise<RunningPair> {
   const opts = { timeoutMs: STARTUP_MS, group, env };
   let prefillArgs: string[];
@@ -173,9 +183,14 @@ async function startPair(
       '--port',
       '0',
       '--kv-transfer-config',
-      nixlConfig(pair, 'kv_producer', `p-${suffix}`, pSide),
+      nixlConfig(pair, 'kv_producer', `p-${suffix}`, pSide, thread),
     ];
-    decodeArgs = ['--port', '0', '--kv-transfer-config', nixlConfig(pair, 'kv_consumer', `d-${suffix}`, 0)];
+    decodeArgs = [
+      '--port',
+      '0',
+      '--kv-transfer-config',
+      nixlConfig(pair, 'kv_consumer', `d-${suffix}`, 0, thread),
+    ];
     proxyExtra = {
       port: 0,
       kvConnector: pair.mode === 'nixl-push' ? 'NixlPushConnector' : 'NixlConnector',
@@ -189,8 +204,18 @@ async function startPair(
       { http: number; handshake: number; notify: number },
       { http: number; handshake: number; notify: number },
     ];
-    prefillArgs = ['--port', String(p.http), '--kv-transfer-config', moriioConfig(pair, 'kv_producer', p)];
-    decodeArgs = ['--port', String(d.http), '--kv-transfer-config', moriioConfig(pair, 'kv_consumer', d)];
+    prefillArgs = [
+      '--port',
+      String(p.http),
+      '--kv-transfer-config',
+      moriioConfig(pair, 'kv_producer', p, thread),
+    ];
+    decodeArgs = [
+      '--port',
+      String(d.http),
+      '--kv-transfer-config',
+      moriioConfig(pair, 'kv_consumer', d, thread),
+    ];
     proxyExtra = {
       port: 0,
       kvConnector: 'MoRIIOConnector',
@@ -243,6 +268,9 @@ export async function main(args: string[]): Promise<void> {
       requests: positiveInteger(3, 'sequential requests per size, side and round'),
       'max-tokens': positiveInteger(2, 'tokens generated per request'),
       model: text('the model every server serves', { default: 'kjv-llama', value: 'name' }),
+      'no-transfer-thread': toggle(
+        "run the transfer agents on the engines' event loops (transfer_thread: false) instead of in their own threads",
+      ),
       'breakdown-size': positiveInteger(
         512,
         'prompt length of the requests whose timelines are broken down (the nearest of --sizes)',
@@ -284,7 +312,7 @@ export async function main(args: string[]): Promise<void> {
       env,
     });
     for (const pair of pairs) {
-      const running = await startPair(pair, engineArgs, group, env);
+      const running = await startPair(pair, engineArgs, group, env, !flags['no-transfer-thread']);
       try {
         results.push(
           await measurePair(running, plain, {
@@ -299,6 +327,12 @@ export async function main(args: string[]): Promise<void> {
             rid,
           }),
         );
+      } catch (e) {
+        // What the servers said last is what explains a failed request.
+        const tails = [running.prefill, running.decode, plain]
+          .map((s) => `--- ${s.name} (last output) ---\n${s.stderrTail().trim() || '(nothing)'}`)
+          .join('\n');
+        throw new Error(`${pair.label}: ${(e as Error).message}\n${tails}`);
       } finally {
         await running.stop();
       }
@@ -435,12 +469,15 @@ function report(
     sizes: number[];
     breakdownSize: number;
     pairs: PdPair[];
+    'no-transfer-thread': boolean;
   },
 ): void {
+  const thread = !o['no-transfer-thread'];
   console.log(
     `${o.model}, ${o.rounds} rounds × ${o.requests} sequential streamed requests per size and side ` +
       `(max_tokens ${o['max-tokens']}, unique prompts), plain and P/D alternating; TTFT ms, median of the ` +
-      `per-round medians (min–max); load average ${loadAverage()}`,
+      `per-round medians (min–max); transfer agents ${thread ? 'in their own threads' : 'on the engine loops'}; ` +
+      `load average ${loadAverage()}`,
   );
   console.log('| P/D | prompt tokens | plain TTFT | P/D TTFT | P/D − plain |');
   console.log('| --- | --- | --- | --- | --- |');
@@ -475,6 +512,7 @@ function report(
       requests_per_round: o.requests,
       max_tokens: o['max-tokens'],
       sizes: o.sizes,
+      transfer_thread: thread,
       load_average_1m: loadAverage(),
       pairs: results.map((r) => ({
         pair: r.label,

@@ -51,6 +51,15 @@ interface Tracked {
   readonly peer: OutboundPeer;
 }
 
+/** A transfer's status; one past its deadline expires now. */
+function statusOf(tracked: Tracked): TransferStatus {
+  const t = tracked.transfer;
+  if (t.state === 'PROC' && performance.now() > t.deadline) tracked.peer.expire(t);
+  if (t.state === 'DONE') return DONE_STATUS;
+  if (t.state === 'PROC') return PROC_STATUS;
+  return errStatus(t.failed, t.failure!);
+}
+
 export class InThreadTransferAgent implements TransferAgent {
   readonly name: string;
   readonly engineId: string;
@@ -316,11 +325,7 @@ export class InThreadTransferAgent implements TransferAgent {
   status(handle: TransferHandle): TransferStatus {
     const tracked = this.#transfers.get(handle.id);
     if (!tracked) throw unknownHandle(handle.id);
-    const t = tracked.transfer;
-    if (t.state === 'PROC' && performance.now() > t.deadline) tracked.peer.expire(t);
-    if (t.state === 'DONE') return DONE_STATUS;
-    if (t.state === 'PROC') return PROC_STATUS;
-    return errStatus(t.failed, t.failure!);
+    return statusOf(tracked);
   }
 
   releaseHandle(handle: TransferHandle): void {
@@ -343,7 +348,8 @@ export class InThreadTransferAgent implements TransferAgent {
       }
       list.push(() => {
         clearTimeout(timer);
-        resolve(this.status(handle));
+        // From the transfer itself: a poller may have released the handle since it settled.
+        resolve(statusOf(tracked));
       });
     });
   }

@@ -16,7 +16,7 @@ import {
   type TransferAgent,
 } from '../../../src/transfer/index.ts';
 import { blocksEqual, makeRegion } from './pattern.ts';
-import { notificationsOf } from './wait.ts';
+import { notificationsOf, until } from './wait.ts';
 
 export interface AgentVariant {
   readonly name: string;
@@ -151,6 +151,30 @@ export function transferAgentConformance(v: AgentVariant): void {
         descs.reduce((s, d) => s + d.count * (d.localRegion === 0 ? BB : 2 * BB), 0),
       );
       assert.equal(p.a.getStats().transferDuration.length, 0);
+      await p.close();
+    });
+
+    it('wakes a notification listener; a waiter resolves even when a poller released its handle first', async () => {
+      const p = await pair(await agent(v, 'A'), await agent(v, 'B'));
+      let woken = 0;
+      p.b.onNotification(() => woken++);
+      p.b.grantRead('req-w', { peer: 'A', blockIds: ALL });
+      const run = { localRegion: 0, localFirst: 1, remoteRegion: 0, remoteFirst: 1, count: 4 };
+      const h = p.a.read(p.remote, [run], { grantKey: 'req-w', notification: 'read-done' });
+      const waited = p.a.waitFor(h);
+      // Poll as a connector does and release the handle in the very tick it is seen settled.
+      await until(() => {
+        if (p.a.status(h).state === 'PROC') return false;
+        p.a.releaseHandle(h);
+        return true;
+      }, 'the READ to settle');
+      assert.equal((await waited).state, 'DONE');
+      await until(() => woken > 0, "the listener to hear of B's notification");
+      assert.deepEqual(
+        p.b.drainNotifications().map((n) => n.message),
+        ['read-done'],
+      );
+      p.b.onNotification(null);
       await p.close();
     });
 

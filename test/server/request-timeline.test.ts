@@ -38,6 +38,7 @@ function delta(
       numLocalComputedTokens: 0,
       numLocalCachedTokens: 0,
       numExternalTokens: 0,
+      externalCacheHitSources: {},
       numGeneratedTokens: 0,
       ...(milestones ? { milestones } : {}),
     },

@@ -7,6 +7,7 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { planPdTtft } from '../../bench/_pd-ttft-plan.ts';
 import { breakdownOf, type ServerTimeline, xferTotals } from '../../bench/_pd-ttft-timeline.ts';
+import { TimelineRecorder } from '../../src/server/request-timeline.ts';
 
 const ALL = {
   modes: 'nixl-pull,nixl-push,moriio-write,moriio-read',
@@ -50,19 +51,12 @@ describe('planPdTtft', () => {
 });
 
 describe('the breakdown', () => {
-  const timeline = (events: Partial<ServerTimeline['events']>): ServerTimeline => ({
-    request_id: 'x',
-    events: {
-      received: 0,
-      kv_load_started: null,
-      kv_load_finished: null,
-      scheduled: null,
-      first_token: null,
-      first_chunk: null,
-      response_end: null,
-      ...events,
-    },
-  });
+  /** A timeline received at 0 with these events (the rest not recorded). */
+  const timeline = (events: Partial<ServerTimeline['events']>): ServerTimeline => {
+    const t = new TimelineRecorder('x', 0).timeline;
+    Object.assign(t.events, events);
+    return t;
+  };
 
   test('events in ms since the client sent the request; the transfer from the metrics', () => {
     const metrics = (sum: number, count: number, wire: number) =>

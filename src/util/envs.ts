@@ -111,7 +111,7 @@ export const ENV_VARS = {
   VLLM_SERVER_DEV_MODE: {
     type: 'integer',
     default: '`0`',
-    doc: "Any non-zero value turns on vLLM's development endpoints (`POST /reset_prefix_cache`).",
+    doc: "Any non-zero value turns on vLLM's development endpoints (`POST /reset_prefix_cache`; with `--enable-sleep-mode`, `POST /sleep`, `POST /wake_up`, `GET /is_sleeping`) and kvconnect's request timelines (`GET /kvconnect/timeline`).",
     parse: (raw: string | undefined): boolean => {
       const n = Number.parseInt(raw ?? '0', 10);
       return Number.isFinite(n) && n !== 0;

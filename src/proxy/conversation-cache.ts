@@ -7,6 +7,7 @@
  * An entry is used once and expires after CONVERSATION_TTL_MS, kept below D's default
  * decoder_kv_blocks_ttl (480 s) so P is not sent blocks D has already freed.
  */
+import { LruMap } from '../util/lru-map.ts';
 import type { Json } from './request-shaping.ts';
 
 /** vLLM's proxy keeps an entry 450 s: less than D's default TTL of 480 s. */
@@ -22,13 +23,12 @@ export function takeConversationId(body: Json): string | null {
 }
 
 export class ConversationKvCache {
-  readonly #entries = new Map<string, { params: Json; at: number }>();
+  readonly #entries: LruMap<string, { params: Json; at: number }>;
   readonly #ttlMs: number;
-  readonly #max: number;
 
   constructor(ttlMs = CONVERSATION_TTL_MS, max = MAX_CONVERSATIONS) {
     this.#ttlMs = ttlMs;
-    this.#max = max;
+    this.#entries = new LruMap(max);
   }
 
   get size(): number {
@@ -45,12 +45,7 @@ export class ConversationKvCache {
   /** Remembers D's returned params when they name blocks D kept (do_remote_decode). */
   put(conversationId: string, params: Json, now = Date.now()): void {
     if (params['do_remote_decode'] !== true) return;
-    this.#entries.delete(conversationId);
     this.#entries.set(conversationId, { params: { ...params }, at: now });
-    for (const key of this.#entries.keys()) {
-      if (this.#entries.size <= this.#max) break;
-      this.#entries.delete(key);
-    }
   }
 }
 

@@ -40,6 +40,10 @@ export class LruMap<K, V> {
     return this.#map.has(key);
   }
 
+  delete(key: K): boolean {
+    return this.#map.delete(key);
+  }
+
   #evict(): void {
     while (this.#map.size > this.#capacity) {
       const oldest = this.#map.keys().next();

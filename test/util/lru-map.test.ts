@@ -16,3 +16,11 @@ test('LRU map evicts the least recently used entry, also when its capacity is lo
   m.capacity = 0;
   assert.equal(m.capacity, 1, 'at least one entry');
 });
+
+test('LRU map: delete removes an entry and says whether it was there', () => {
+  const m = new LruMap<string, number>(2);
+  m.set('a', 1);
+  assert.equal(m.delete('a'), true);
+  assert.equal(m.delete('a'), false);
+  assert.deepEqual([m.has('a'), m.size], [false, 0]);
+});

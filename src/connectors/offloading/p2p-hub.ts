@@ -22,6 +22,7 @@ import type net from 'node:net';
 import { KVError } from '../../errors/index.ts';
 import { getLogger } from '../../logging/logger.ts';
 import { type AgentMetadata, createTransferAgent, type TransferAgent } from '../../transfer/index.ts';
+import { LruMap } from '../../util/lru-map.ts';
 import type { P2PConnectMsg, P2PMessage, P2PSource } from '../../wire/index.ts';
 import { dialP2P, listenP2P, type P2PConnection } from './p2p-control.ts';
 import { P2PStaging } from './p2p-staging.ts';
@@ -76,19 +77,6 @@ interface LookupState {
   failed: boolean;
 }
 
-/** A bounded set: the oldest ids are forgotten first. */
-class IdSet {
-  readonly #ids = new Set<string>();
-  add(id: string): void {
-    this.#ids.delete(id);
-    this.#ids.add(id);
-    if (this.#ids.size > IDS_KEPT) this.#ids.delete(this.#ids.values().next().value as string);
-  }
-  has(id: string): boolean {
-    return this.#ids.has(id);
-  }
-}
-
 const HUBS = new Map<string, { hub: P2PHub; refs: number }>();
 
 /** Staging blocks held by this process's hubs (parked chunks and fetches in flight). */
@@ -108,9 +96,9 @@ export class P2PHub {
   readonly #inbound = new Set<P2PConnection>();
   readonly #outbound = new Map<string, Promise<Outbound>>();
   readonly #parked = new Map<string, Parked>();
-  readonly #ended = new IdSet();
-  readonly #lookedUp = new IdSet();
-  readonly #failed = new IdSet();
+  readonly #ended = new LruMap<string, true>(IDS_KEPT);
+  readonly #lookedUp = new LruMap<string, true>(IDS_KEPT);
+  readonly #failed = new LruMap<string, true>(IDS_KEPT);
   readonly #lookups = new Map<string, LookupState>();
   #slotOf: (key: string) => number | null = () => null;
   #readSlot: (slot: number) => Uint8Array | null = () => null;
@@ -220,7 +208,7 @@ export class P2PHub {
       this.staging.give([...e.blocks.values()].map((b) => b.block));
       this.#parked.delete(kvRequestId);
     }
-    if (ended) this.#ended.add(kvRequestId);
+    if (ended) this.#ended.set(kvRequestId, true);
   }
 
   #reapUnbound(): void {
@@ -307,7 +295,7 @@ export class P2PHub {
 
   #onProducerMessage(conn: P2PConnection, agentName: string, m: P2PMessage): void {
     if (m.type === 'lookup') {
-      this.#lookedUp.add(m.kv_request_id);
+      this.#lookedUp.set(m.kv_request_id, true);
       conn.send({
         type: 'lookup_resp',
         kv_request_id: m.kv_request_id,
@@ -472,7 +460,7 @@ export class P2PHub {
         String(err),
         id,
       );
-      this.#failed.add(id);
+      this.#failed.set(id, true);
       return none;
     }
     const blocks = this.staging.take(keys.length);
@@ -519,7 +507,7 @@ export class P2PHub {
       ? keys.map((_, i) => Buffer.from(this.staging.view(blocks[i] as number, lengths[i])))
       : none;
     this.staging.give(blocks);
-    if (!ok) this.#failed.add(id);
+    if (!ok) this.#failed.set(id, true);
     return values;
   }
 

@@ -50,8 +50,14 @@ test("serve with POD_IP publishes its KV events under llm-d's topic kv@<pod-ip>:
       () => /listening on (http:\/\/127\.0\.0\.1:\d+)/.exec(p.out())?.[1],
       { timeoutMs: 30_000 },
     );
+    // serve prints the events line right after the address line, in a separate write.
+    const eventsLine = await waitUntil(
+      `serve's KV events line (stdout: ${p.out()})`,
+      () => /KV events on .*\n/.exec(p.out())?.[0],
+      { timeoutMs: 5_000 },
+    );
     assert.match(
-      p.out(),
+      eventsLine,
       new RegExp(`KV events on tcp://127\\.0\\.0\\.1:\\d+ topic ${expected.replaceAll('.', '\\.')}\\n`),
     );
     const info = (await (await fetch(`${url}/kvconnect/info`)).json()) as {

@@ -22,7 +22,7 @@ import {
   TTFT_BUCKETS,
 } from './iteration-metrics.ts';
 import { loraRequestsInfoGauge, setLoraRequestsInfo } from './lora-requests-info.ts';
-import { ServerMetrics, type ServerMetricsOptions } from './metrics.ts';
+import { engineLabels, ServerMetrics, type ServerMetricsOptions } from './metrics.ts';
 
 export interface FakeMetricsOptions extends Omit<ServerMetricsOptions, 'readStats' | 'connectorMetrics'> {
   /** vllm:lora_requests_info's max_lora label. */
@@ -105,12 +105,13 @@ export class FakeMetrics {
     const o = this.#options;
     const metrics = new ServerMetrics({
       modelName: o.modelName,
+      engineIndex: o.engineIndex ?? 0,
       maxModelLen: o.maxModelLen,
       cacheInfo: o.cacheInfo,
       connectorMetrics: [],
       readStats: () => this.#stats(),
     });
-    const labels = { model_name: o.modelName, engine: '0' };
+    const labels = engineLabels(o);
     const sums: Partial<Record<FakeBucketKey, number>> = {};
     for (const [key, counts] of Object.entries(spec.buckets) as Array<[FakeBucketKey, number[]]>) {
       const { name, bounds } = histogramOf(key, o.maxModelLen);

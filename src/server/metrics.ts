@@ -54,6 +54,11 @@ const SCRAPED_COUNTERS: ReadonlyArray<[string, string, CounterKey]> = [
 export interface ServerMetricsOptions {
   modelName: string;
   maxModelLen: number;
+  /**
+   * The `engine` label: the engine's data-parallel rank, as vLLM labels each engine it manages
+   * (0 without data parallelism).
+   */
+  engineIndex?: number;
   /** Feeds vllm:cache_config_info (vLLM's CacheConfig.metrics_info()). */
   cacheInfo: Record<string, string>;
   /** The metrics the engine's connector class declares (none without a connector). */
@@ -86,6 +91,14 @@ export function cacheConfigInfo(cache: CacheConfig, numGpuBlocks: number | null)
   };
 }
 
+/** The labels every vLLM family carries: model_name and engine. */
+export function engineLabels(options: Pick<ServerMetricsOptions, 'modelName' | 'engineIndex'>): {
+  model_name: string;
+  engine: string;
+} {
+  return { model_name: options.modelName, engine: String(options.engineIndex ?? 0) };
+}
+
 export class ServerMetrics {
   readonly registry = new Registry();
   readonly #labels: Record<string, string>;
@@ -103,7 +116,7 @@ export class ServerMetrics {
   readonly #lora: { gauge: Gauge; maxLora: number } | null;
 
   constructor(options: ServerMetricsOptions) {
-    this.#labels = { model_name: options.modelName, engine: '0' };
+    this.#labels = engineLabels(options);
     this.#readStats = options.readStats;
     const labels = this.#labels;
     const labelNames = Object.keys(labels);
@@ -165,7 +178,7 @@ export class ServerMetrics {
       this.#counters.push({ counter, key, last: 0 });
     }
     this.#iterations = new IterationMetrics(this.registry, labels, options.maxModelLen);
-    const info = { ...options.cacheInfo, engine: '0' };
+    const info = { ...options.cacheInfo, engine: labels.engine };
     new Gauge({
       name: 'vllm:cache_config_info',
       help: 'Information of the LLMEngine CacheConfig',

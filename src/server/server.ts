@@ -117,6 +117,7 @@ export function createServer(options: ServerOptions): KVServer {
   const servedModelName = options.servedModelName ?? engine.config.model.servedModelName;
   const metricsInfo = {
     modelName: servedModelName,
+    engineIndex: engine.config.parallel.dataParallelRank,
     maxModelLen: engine.config.model.maxModelLen,
     cacheInfo: cacheConfigInfo(engine.config.cache, engine.numGpuBlocks ?? null),
   };

@@ -258,6 +258,13 @@ test('--data-parallel-size N: N engines in one process, rank r on port + r with 
         headers: { 'content-type': 'application/json', 'X-data-parallel-rank': rank },
         body: JSON.stringify({ model: 'tiny', prompt: 'hi', max_tokens: maxTokens, ignore_eos: true }),
       });
+    // Each rank labels its families with its own rank, as vLLM labels each engine it manages.
+    for (const [rank, url] of [url0, url1].entries()) {
+      const text = await (await fetch(`${url}/metrics`)).text();
+      const engines = new Set([...text.matchAll(/^vllm:[^{]+\{[^}]*\bengine="(\d+)"/gm)].map((m) => m[1]));
+      assert.deepEqual([...engines], [String(rank)]);
+      assert.match(text, new RegExp(`^vllm:cache_config_info\\{[^}]*engine="${rank}"`, 'm'));
+    }
     const before = [await generated(url0), await generated(url1)];
     assert.equal((await post('1')).status, 200);
     assert.deepEqual([await generated(url0), await generated(url1)], [before[0], (before[1] ?? 0) + 5]);

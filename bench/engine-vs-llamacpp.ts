@@ -1,13 +1,14 @@
 /**
  * `npm run bench -- engine-vs-llamacpp`: kvconnect's engine (the in-process LLM API) against
- * llama.cpp (node-llama-cpp's prebuilt CPU binary) with F32 and with F16 weights, on a
+ * llama.cpp (node-llama-cpp's prebuilt CPU libraries, driven by a small C harness compiled
+ * at bench time: bench/_llamacpp-harness.ts) with F32 and with F16 weights, on a
  * SmolLM2-135M-shaped checkpoint (its config.json, random weights, made in a temporary
  * directory) and on `kjv-llama`. Both engines get the same prompt ids each round (fresh
  * random ids, so nothing is served from a prefix cache) and decode greedily.
  *
  * Prefill tokens/s = prompt tokens / time to the first generated token; decode tokens/s =
  * the tokens after the first / the time they took (kvconnect: the request's ttft and e2e
- * metrics; llama.cpp: timestamps around its token stream). kvconnect and llama.cpp alternate
+ * metrics; llama.cpp: monotonic clock around llama_decode in the harness). kvconnect and llama.cpp alternate
  * which goes first each round, and so do llama.cpp's F32 and F16; the ratios are per round.
  */
 import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
@@ -22,7 +23,7 @@ import { LLM } from '../src/engine/llm.ts';
 import { loadModelConfig } from '../src/engine/model/load.ts';
 import { mulberry32 } from '../src/util/mulberry32.ts';
 import { benchArgs, exitWithUsageError, nonNegativeInteger, positiveInteger, text } from './_args.ts';
-import { LlamaCppEngine, type LlamaKvCacheType, loadLlamaCpp } from './_llamacpp.ts';
+import { buildLlamaCppHarness, LlamaCppHarness, type LlamaCppHarnessOptions } from './_llamacpp-harness.ts';
 import { alternate, fmt, json, loadAverage, pairwiseRatio, type Summary, summarize } from './_rounds.ts';
 import { writeSmolLM2ShapedCheckpoint } from './_smollm2.ts';
 
@@ -73,6 +74,10 @@ export async function main(args: string[]): Promise<void> {
         default: 'f16',
         choices: ['f16', 'f32'],
       }),
+      'llama-flash-attn': text("llama.cpp's flash attention (its default is auto)", {
+        default: 'auto',
+        choices: ['auto', 'on', 'off'],
+      }),
       'kvc-dtype': text(
         "kvconnect's weight dtype, the engine option `dtype` (auto: as the checkpoint stores it)",
         {
@@ -118,7 +123,8 @@ export async function main(args: string[]): Promise<void> {
   const contextSize = o.prompt + decodeSteps + 1;
   const loadStart = loadAverage();
 
-  const llama = await loadLlamaCpp(o['llama-threads']);
+  process.stderr.write('compiling the llama.cpp harness ...\n');
+  const harness = buildLlamaCppHarness();
   const tmp = mkdtempSync(join(tmpdir(), 'kvc-vs-llamacpp-'));
   const results: ModelResult[] = [];
   try {
@@ -141,7 +147,7 @@ export async function main(args: string[]): Promise<void> {
     }
   } finally {
     rmSync(tmp, { recursive: true, force: true });
-    await llama.dispose();
+    harness.dispose();
   }
 
   async function measure(
@@ -157,14 +163,14 @@ export async function main(args: string[]): Promise<void> {
       enable_prefix_caching: false,
       ...kvcOptions,
     });
-    const engineOptions = {
+    const engineOptions: LlamaCppHarnessOptions = {
       threads: o['llama-threads'],
       contextSize,
-      kvCache: o['llama-kv-cache'] as LlamaKvCacheType,
-      flashAttention: 'auto' as const,
+      kvCache: o['llama-kv-cache'] as LlamaCppHarnessOptions['kvCache'],
+      flashAttention: o['llama-flash-attn'] as LlamaCppHarnessOptions['flashAttention'],
     };
-    const f32 = await LlamaCppEngine.open(llama, gguf.f32, engineOptions);
-    const f16 = await LlamaCppEngine.open(llama, gguf.f16, engineOptions);
+    const f32 = await LlamaCppHarness.open(harness, gguf.f32, engineOptions);
+    const f16 = await LlamaCppHarness.open(harness, gguf.f16, engineOptions);
     try {
       const kvc = async (ids: number[]): Promise<Run> => {
         const [out] = await llm.generate([{ promptTokenIds: ids }], {
@@ -184,7 +190,7 @@ export async function main(args: string[]): Promise<void> {
           decodeTokPerS: decodeSteps / (Math.max(1, e2eMs - ttftMs) / 1000),
         };
       };
-      const cpp = async (engine: LlamaCppEngine, ids: number[]): Promise<Run> => {
+      const cpp = async (engine: LlamaCppHarness, ids: number[]): Promise<Run> => {
         const r = await engine.greedy(ids, 1 + decodeSteps);
         return {
           tokens: r.tokens,
@@ -246,7 +252,8 @@ export async function main(args: string[]): Promise<void> {
   const loadEnd = loadAverage();
   console.log(
     `\n${o.rounds} rounds, median (min–max); prompt ${o.prompt} tokens, ${decodeSteps} decode tokens; ` +
-      `llama.cpp ${o['llama-threads']} threads, KV cache ${o['llama-kv-cache']}; ` +
+      `llama.cpp ${o['llama-threads']} threads, KV cache ${o['llama-kv-cache']}, ` +
+      `flash attention ${o['llama-flash-attn']}; ` +
       `kvconnect ${JSON.stringify(kvcOptions)}; load average ${loadStart} → ${loadEnd}`,
   );
   console.log('| model | engine | prefill tokens/s | decode tokens/s |\n|---|---|---|---|');
@@ -278,7 +285,11 @@ export async function main(args: string[]): Promise<void> {
       load_average_1m: { start: loadStart, end: loadEnd },
       prompt_tokens: o.prompt,
       decode_tokens: decodeSteps,
-      llamacpp: { threads: o['llama-threads'], kv_cache: o['llama-kv-cache'], flash_attention: 'auto' },
+      llamacpp: {
+        threads: o['llama-threads'],
+        kv_cache: o['llama-kv-cache'],
+        flash_attention: o['llama-flash-attn'],
+      },
       kvconnect_engine_options: kvcOptions,
       models: Object.fromEntries(
         results.map((r) => [

@@ -4,6 +4,8 @@
  * the ids our tokenizer gives, and decode greedily to the same token ids as the engine. llama.cpp
  * runs with an F32 KV cache and no flash attention, so both sides compute in float32; ids are
  * compared, never text. A machine where node-llama-cpp's binary does not load fails this test.
+ * The benchmark's C harness (bench/_llamacpp-harness.ts, the same llama.cpp libraries without
+ * node-llama-cpp) must decode the same ids too.
  */
 import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -13,6 +15,7 @@ import { after, before, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import type { Llama } from 'node-llama-cpp';
 import { LlamaCppEngine, loadLlamaCpp } from '../../../bench/_llamacpp.ts';
+import { buildLlamaCppHarness, LlamaCppHarness } from '../../../bench/_llamacpp-harness.ts';
 import { convertCheckpoint } from '../../../scripts/gguf/convert.ts';
 import { LLM } from '../../../src/engine/llm.ts';
 import type { TokenizerLike } from '../../../src/tokenizer/types.ts';
@@ -74,5 +77,30 @@ test("greedy decoding: the engine's token ids equal llama.cpp F32's on every pro
     const theirs = await cpp.greedy(ids, MAX_TOKENS);
     assert.equal(ours[i]!.tokenIds.length, MAX_TOKENS);
     assert.deepEqual(ours[i]!.tokenIds, theirs.tokens, `prompt ${i}: ${JSON.stringify(PROMPTS[i])}`);
+  }
+});
+
+test("the benchmark's C harness decodes the engine's token ids too", async () => {
+  const build = buildLlamaCppHarness();
+  const harness = await LlamaCppHarness.open(build, gguf, {
+    threads: 1,
+    contextSize: 256,
+    kvCache: 'f32',
+    flashAttention: 'off',
+  });
+  try {
+    const prompts = PROMPTS.map((text) => tokenizer.encode(text));
+    const ours = await llm.generate(
+      prompts.map((promptTokenIds) => ({ promptTokenIds })),
+      { maxTokens: MAX_TOKENS, temperature: 0, ignoreEos: true },
+    );
+    for (const [i, ids] of prompts.entries()) {
+      const theirs = await harness.greedy(ids, MAX_TOKENS);
+      assert.ok(theirs.prefillMs > 0 && theirs.decodeMs > 0, 'the harness times both phases');
+      assert.deepEqual(ours[i]!.tokenIds, theirs.tokens, `prompt ${i}: ${JSON.stringify(PROMPTS[i])}`);
+    }
+  } finally {
+    await harness.dispose();
+    build.dispose();
   }
 });

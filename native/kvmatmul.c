@@ -19,7 +19,8 @@
  * Threads: a persistent pool (threads - 1 helpers, started on first use, never per call)
  * takes blocks of C (rows × columns; never a slice of the k reduction) from a shared counter
  * while the calling thread takes them too. Helpers spin briefly after a call, then sleep on
- * a condition variable; the caller waits for the last block. One call uses the pool at a
+ * a condition variable; a product too small to pay for waking them stays on the calling
+ * thread (PARALLEL_MIN_MACS, WAKE_MIN_MACS below). The caller waits for the last block. One call uses the pool at a
  * time: a concurrent call (another tensor-parallel rank's thread) computes on its own thread.
  *
  *   matmulF32(memory, m, n4, k, a, lda, b, ldb, c, ldc[, threads])
@@ -259,8 +260,18 @@ static void run_block_index(const job_t *J, uint32_t index) {
 /* ---- The thread pool ---------------------------------------------------------------- */
 
 #define MAX_THREADS 64
-/* Below this many multiply-adds a call stays on its own thread. */
+/*
+ * When a call is split. Below PARALLEL_MIN_MACS multiply-adds it stays on its own thread.
+ * Between that and WAKE_MIN_MACS it is split only while the helpers are still spinning
+ * after the previous product (joining costs them nothing): waking a sleeping helper costs the
+ * caller a futex system call and the helper a trip through the scheduler, together longer
+ * than such a product takes on one thread (on a virtual machine most of all). So a small
+ * model's batch-1 decode, all of whose products are below WAKE_MIN_MACS, never wakes a
+ * helper, while a larger model wakes them at its first large product and keeps them busy
+ * through the rest of the forward pass.
+ */
 #define PARALLEL_MIN_MACS (1u << 18)
+#define WAKE_MIN_MACS (1u << 20)
 /* How long an idle helper spins before it sleeps. */
 #define SPIN_NS 100000
 
@@ -348,12 +359,22 @@ static int start_helpers(int wanted) {
   return helpers_started < wanted ? helpers_started : wanted;
 }
 
+/* True when `wanted` helpers are started and none sleeps (the caller holds pool_owner). */
+static bool helpers_awake(int wanted) {
+  return helpers_started >= wanted && atomic_load_explicit(&sleepers, memory_order_acquire) == 0;
+}
+
 /* Runs `J` on up to `threads` threads (this one included); blocks as described above. */
 static void run_job(job_t *J, int threads) {
   size_t row_blocks = (J->m + J->rows_per_block - 1) / J->rows_per_block;
   J->row_blocks = row_blocks;
   if (threads > MAX_THREADS) threads = MAX_THREADS;
-  bool parallel = threads > 1 && (double)J->m * (double)J->n * (double)J->k >= PARALLEL_MIN_MACS;
+  double macs = (double)J->m * (double)J->n * (double)J->k;
+  bool parallel = threads > 1 && macs >= PARALLEL_MIN_MACS && pthread_mutex_trylock(&pool_owner) == 0;
+  if (parallel && macs < WAKE_MIN_MACS && !helpers_awake(threads - 1)) {
+    pthread_mutex_unlock(&pool_owner);
+    parallel = false;
+  }
   /*
    * Smaller column blocks until every thread has several to take; a weight's blocks stay
    * whole panels, so no two threads read parts of one cache line of it.
@@ -365,8 +386,10 @@ static void run_job(job_t *J, int threads) {
     J->cols_per_block /= 2;
   }
   size_t nblocks = row_blocks * ((J->n + J->cols_per_block - 1) / J->cols_per_block);
-  if (parallel && (nblocks < 2 || nblocks > 0xffffff || pthread_mutex_trylock(&pool_owner) != 0))
+  if (parallel && (nblocks < 2 || nblocks > 0xffffff)) {
+    pthread_mutex_unlock(&pool_owner);
     parallel = false;
+  }
   if (!parallel) {
     for (uint32_t i = 0; i < nblocks; i++) run_block_index(J, i);
     return;

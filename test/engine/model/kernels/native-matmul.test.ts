@@ -70,6 +70,18 @@ describe('native matmul (native/kvmatmul.c)', () => {
     if (matmulImplementation !== 'wasm-simd') assert.ok((poolSize?.() ?? 0) >= 2);
   });
 
+  it("does not wake the pool for a small model's batch-1 products, only for larger ones", async (t) => {
+    if (matmulImplementation === 'wasm-simd') {
+      t.skip('the native addon has no matmul here (see the first test for when that is an error)');
+      return;
+    }
+    const out = JSON.parse(await child(path.join(here, 'fixtures', 'pool-wake.ts'), {})) as Record<
+      string,
+      number
+    >;
+    assert.deepEqual(out, { small: 0, large: 1 });
+  });
+
   it('the engine generates the same tokens with and without it (greedy and seeded sampling)', async () => {
     const script = path.join(here, '..', '..', 'fixtures', 'generate-once.ts');
     const withoutNative = JSON.parse(

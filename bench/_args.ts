@@ -18,7 +18,7 @@ export const BENCH_SUMMARIES = {
   engine:
     "the matmul kernel's peak against the `tiny` model's prefill and paged decode (vs gather attention, 1 thread, float32 weights)",
   'engine-vs-llamacpp':
-    "the engine's prefill and decode tokens/s vs llama.cpp (node-llama-cpp) F32 and F16 on a SmolLM2-135M-shaped checkpoint and kjv-llama",
+    "the engine's prefill and decode tokens/s vs llama.cpp (node-llama-cpp's libraries, timed in C) F32 and F16 on a SmolLM2-135M-shaped checkpoint and kjv-llama",
   failover:
     'added latency of a request retried after its decode server vanished, and of a stream resumed mid-way, vs an undisturbed one',
   kv: 'block hashing of a 128k-token prompt (sha256_cbor vs plain SHA-256) and the cache manager allocate + free',

@@ -8,8 +8,10 @@
  *
  * Prefill tokens/s = prompt tokens / time to the first generated token; decode tokens/s =
  * the tokens after the first / the time they took (kvconnect: the request's ttft and e2e
- * metrics; llama.cpp: monotonic clock around llama_decode in the harness). kvconnect and llama.cpp alternate
- * which goes first each round, and so do llama.cpp's F32 and F16; the ratios are per round.
+ * metrics; llama.cpp: monotonic clock around llama_decode in the harness). llama.cpp runs F32
+ * and F16 with its flash attention setting (default auto) and F16 once more with flash
+ * attention off, which is faster on small models. kvconnect and llama.cpp alternate which
+ * goes first each round, and llama.cpp's runs rotate; the ratios are per round.
  */
 import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -30,7 +32,15 @@ import { writeSmolLM2ShapedCheckpoint } from './_smollm2.ts';
 const MODELS = ['smollm2-135m-shaped', 'kjv-llama'] as const;
 type ModelName = (typeof MODELS)[number];
 const KJV_DIR = fileURLToPath(new URL('../models/kjv-llama', import.meta.url));
-const CONTENDERS = ['kvconnect', 'llamacpp_f32', 'llamacpp_f16'] as const;
+const CONTENDERS = ['kvconnect', 'llamacpp_f32', 'llamacpp_f16', 'llamacpp_f16_no_fa'] as const;
+/** The llama.cpp runs of a round: the GGUF and whether flash attention is forced off. */
+const LLAMA_RUNS = [
+  ['llamacpp_f32', 'f32'],
+  ['llamacpp_f16', 'f16'],
+  ['llamacpp_f16_no_fa', 'f16'],
+] as const;
+type LlamaRun = (typeof LLAMA_RUNS)[number][0];
+const RATIOS = ['llamacpp_f32', 'llamacpp_f16', 'llamacpp_f16_no_fa'] as const;
 type Contender = (typeof CONTENDERS)[number];
 
 interface Run {
@@ -43,7 +53,8 @@ interface ModelResult {
   model: ModelName;
   prefill: Record<Contender, Summary>;
   decode: Record<Contender, Summary>;
-  ratios: Record<'prefill_vs_f32' | 'prefill_vs_f16' | 'decode_vs_f32' | 'decode_vs_f16', Summary>;
+  /** kvconnect / each llama.cpp run, per round. */
+  ratios: Record<LlamaRun, { prefill: Summary; decode: Summary }>;
   roundsTokensEqualF32: number;
 }
 
@@ -74,10 +85,10 @@ export async function main(args: string[]): Promise<void> {
         default: 'f16',
         choices: ['f16', 'f32'],
       }),
-      'llama-flash-attn': text("llama.cpp's flash attention (its default is auto)", {
-        default: 'auto',
-        choices: ['auto', 'on', 'off'],
-      }),
+      'llama-flash-attn': text(
+        "llama.cpp's flash attention for F32 and F16 (its default is auto); F16 also runs with it off",
+        { default: 'auto', choices: ['auto', 'on'] },
+      ),
       'kvc-dtype': text(
         "kvconnect's weight dtype, the engine option `dtype` (auto: as the checkpoint stores it)",
         {
@@ -169,8 +180,13 @@ export async function main(args: string[]): Promise<void> {
       kvCache: o['llama-kv-cache'] as LlamaCppHarnessOptions['kvCache'],
       flashAttention: o['llama-flash-attn'] as LlamaCppHarnessOptions['flashAttention'],
     };
-    const f32 = await LlamaCppHarness.open(harness, gguf.f32, engineOptions);
-    const f16 = await LlamaCppHarness.open(harness, gguf.f16, engineOptions);
+    const engines = {} as Record<LlamaRun, LlamaCppHarness>;
+    for (const [run, file] of LLAMA_RUNS) {
+      engines[run] = await LlamaCppHarness.open(harness, gguf[file], {
+        ...engineOptions,
+        ...(run === 'llamacpp_f16_no_fa' ? { flashAttention: 'off' } : {}),
+      });
+    }
     try {
       const kvc = async (ids: number[]): Promise<Run> => {
         const [out] = await llm.generate([{ promptTokenIds: ids }], {
@@ -201,8 +217,7 @@ export async function main(args: string[]): Promise<void> {
       // Warm-up: JIT, first page faults of the weights, the contexts' first graphs.
       const warm = promptIds(config, 16, mulberry32(1));
       await kvc(warm);
-      await cpp(f32, warm);
-      await cpp(f16, warm);
+      for (const [run] of LLAMA_RUNS) await cpp(engines[run], warm);
 
       const rand = mulberry32(2026);
       const prompts = Array.from({ length: o.rounds }, () => promptIds(config, o.prompt, rand));
@@ -213,18 +228,20 @@ export async function main(args: string[]): Promise<void> {
           return kvc(prompts[r]!);
         },
         async (r) => {
-          if (r % 2 === 0) {
-            const a = await cpp(f32, prompts[r]!);
-            return { f32: a, f16: await cpp(f16, prompts[r]!) };
+          // The llama.cpp runs rotate which goes first.
+          const out = {} as Record<LlamaRun, Run>;
+          for (let i = 0; i < LLAMA_RUNS.length; i++) {
+            const [run] = LLAMA_RUNS[(r + i) % LLAMA_RUNS.length]!;
+            out[run] = await cpp(engines[run], prompts[r]!);
           }
-          const b = await cpp(f16, prompts[r]!);
-          return { f32: await cpp(f32, prompts[r]!), f16: b };
+          return out;
         },
       );
       const series = (pick: (r: Run) => number): Record<Contender, number[]> => ({
         kvconnect: ours.map(pick),
-        llamacpp_f32: theirs.map((t) => pick(t.f32)),
-        llamacpp_f16: theirs.map((t) => pick(t.f16)),
+        llamacpp_f32: theirs.map((t) => pick(t.llamacpp_f32)),
+        llamacpp_f16: theirs.map((t) => pick(t.llamacpp_f16)),
+        llamacpp_f16_no_fa: theirs.map((t) => pick(t.llamacpp_f16_no_fa)),
       });
       const prefill = series((r) => r.prefillTokPerS);
       const decode = series((r) => r.decodeTokPerS);
@@ -234,17 +251,20 @@ export async function main(args: string[]): Promise<void> {
         model: name,
         prefill: summary(prefill),
         decode: summary(decode),
-        ratios: {
-          prefill_vs_f32: pairwiseRatio(prefill.llamacpp_f32, prefill.kvconnect),
-          prefill_vs_f16: pairwiseRatio(prefill.llamacpp_f16, prefill.kvconnect),
-          decode_vs_f32: pairwiseRatio(decode.llamacpp_f32, decode.kvconnect),
-          decode_vs_f16: pairwiseRatio(decode.llamacpp_f16, decode.kvconnect),
-        },
-        roundsTokensEqualF32: ours.filter((r, i) => r.tokens.join() === theirs[i]!.f32.tokens.join()).length,
+        ratios: Object.fromEntries(
+          RATIOS.map((run) => [
+            run,
+            {
+              prefill: pairwiseRatio(prefill[run], prefill.kvconnect),
+              decode: pairwiseRatio(decode[run], decode.kvconnect),
+            },
+          ]),
+        ) as ModelResult['ratios'],
+        roundsTokensEqualF32: ours.filter((r, i) => r.tokens.join() === theirs[i]!.llamacpp_f32.tokens.join())
+          .length,
       };
     } finally {
-      await f32.dispose();
-      await f16.dispose();
+      for (const e of Object.values(engines)) await e.dispose();
       await llm.shutdown();
     }
   }
@@ -261,16 +281,17 @@ export async function main(args: string[]): Promise<void> {
     kvconnect: 'kvconnect',
     llamacpp_f32: 'llama.cpp F32',
     llamacpp_f16: 'llama.cpp F16',
+    llamacpp_f16_no_fa: 'llama.cpp F16, flash attention off',
   };
   for (const r of results) {
     for (const c of CONTENDERS)
       console.log(`| ${r.model} | ${label[c]} | ${fmt(r.prefill[c], 1)} | ${fmt(r.decode[c], 1)} |`);
-    console.log(
-      `| ${r.model} | **kvconnect / llama.cpp F32** | ${fmt(r.ratios.prefill_vs_f32, 2)} | ${fmt(r.ratios.decode_vs_f32, 2)} |`,
-    );
-    console.log(
-      `| ${r.model} | **kvconnect / llama.cpp F16** | ${fmt(r.ratios.prefill_vs_f16, 2)} | ${fmt(r.ratios.decode_vs_f16, 2)} |`,
-    );
+    for (const run of RATIOS) {
+      const q = r.ratios[run];
+      console.log(
+        `| ${r.model} | **kvconnect / ${label[run]}** | ${fmt(q.prefill, 2)} | ${fmt(q.decode, 2)} |`,
+      );
+    }
   }
   for (const r of results) {
     console.log(
@@ -301,14 +322,12 @@ export async function main(args: string[]): Promise<void> {
                 { prefill_tokens_per_s: json(r.prefill[c], 1), decode_tokens_per_s: json(r.decode[c], 1) },
               ]),
             ),
-            kvconnect_over_llamacpp_f32: {
-              prefill: json(r.ratios.prefill_vs_f32),
-              decode: json(r.ratios.decode_vs_f32),
-            },
-            kvconnect_over_llamacpp_f16: {
-              prefill: json(r.ratios.prefill_vs_f16),
-              decode: json(r.ratios.decode_vs_f16),
-            },
+            ...Object.fromEntries(
+              RATIOS.map((run) => [
+                `kvconnect_over_${run}`,
+                { prefill: json(r.ratios[run].prefill), decode: json(r.ratios[run].decode) },
+              ]),
+            ),
             rounds_greedy_tokens_equal_llamacpp_f32: r.roundsTokensEqualF32,
           },
         ]),

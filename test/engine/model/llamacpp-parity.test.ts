@@ -67,12 +67,22 @@ test('llama.cpp tokenizes every prompt to our ids (after BOS)', () => {
   }
 });
 
+/** The prompts' ids and the engine's greedy token ids for each (generated once). */
+let engineRun: Promise<{ prompts: number[][]; ours: { tokenIds: number[] }[] }> | undefined;
+function engineGreedy(): Promise<{ prompts: number[][]; ours: { tokenIds: number[] }[] }> {
+  engineRun ??= (async () => {
+    const prompts = PROMPTS.map((text) => tokenizer.encode(text));
+    const ours = await llm.generate(
+      prompts.map((promptTokenIds) => ({ promptTokenIds })),
+      { maxTokens: MAX_TOKENS, temperature: 0, ignoreEos: true },
+    );
+    return { prompts, ours };
+  })();
+  return engineRun;
+}
+
 test("greedy decoding: the engine's token ids equal llama.cpp F32's on every prompt", async () => {
-  const prompts = PROMPTS.map((text) => tokenizer.encode(text));
-  const ours = await llm.generate(
-    prompts.map((promptTokenIds) => ({ promptTokenIds })),
-    { maxTokens: MAX_TOKENS, temperature: 0, ignoreEos: true },
-  );
+  const { prompts, ours } = await engineGreedy();
   for (const [i, ids] of prompts.entries()) {
     const theirs = await cpp.greedy(ids, MAX_TOKENS);
     assert.equal(ours[i]!.tokenIds.length, MAX_TOKENS);
@@ -89,11 +99,7 @@ test("the benchmark's C harness decodes the engine's token ids too", async () =>
     flashAttention: 'off',
   });
   try {
-    const prompts = PROMPTS.map((text) => tokenizer.encode(text));
-    const ours = await llm.generate(
-      prompts.map((promptTokenIds) => ({ promptTokenIds })),
-      { maxTokens: MAX_TOKENS, temperature: 0, ignoreEos: true },
-    );
+    const { prompts, ours } = await engineGreedy();
     for (const [i, ids] of prompts.entries()) {
       const theirs = await harness.greedy(ids, MAX_TOKENS);
       assert.ok(theirs.prefillMs > 0 && theirs.decodeMs > 0, 'the harness times both phases');

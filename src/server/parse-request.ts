@@ -40,7 +40,7 @@ export interface GenerationPlan {
   kvTransferParams: KVTransferParams | null;
   cacheSalt: string | undefined;
   echo: boolean;
-  /** What `echo` shows of each prompt: the prompt string as sent, or the decoded token ids. */
+  /** What `echo` shows of each prompt: the prompt string as sent, or the decoded token ids ([] without echo). */
   promptTexts: string[];
   /** echo with max_tokens 0 (lm-eval's loglikelihood): the prompt alone, one token generated and not shown. */
   echoOnly: boolean;
@@ -147,7 +147,8 @@ export function parseCompletionRequest(body: Body, ctx: ParseContext): Generatio
   return buildPlan('completion', body, ctx, prompts, echoOnly ? 1 : requested, logprobs, {
     echo,
     echoOnly,
-    promptTexts: texts.map((t, i) => t ?? ctx.tokenizer.decode(prompts[i] ?? [])),
+    // Only an echo shows the prompt's text: decoding a long prompt of token ids costs its admission.
+    promptTexts: echo ? texts.map((t, i) => t ?? ctx.tokenizer.decode(prompts[i] ?? [])) : [],
     promptLogprobs,
     chatEchoText: null,
   });

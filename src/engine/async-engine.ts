@@ -43,8 +43,16 @@ import {
   type SleepTag,
 } from './sleep-mode.ts';
 
-/** Wait between steps that computed nothing (ms). */
+/**
+ * Wait between steps that computed nothing (ms): the poll that finds a load that landed when
+ * the connector could not wake the loop (docs/connector-api.md#waking-the-engine).
+ */
 export const IDLE_STEP_INTERVAL_MS = 2;
+
+export interface AsyncEngineLoopOptions {
+  /** The idle poll, ms (default IDLE_STEP_INTERVAL_MS). */
+  idleStepIntervalMs?: number;
+}
 /** Longest wait for just-answered clients to send their next request, ms and share of a step. */
 export const REFILL_WAIT_MAX_MS = 6;
 export const REFILL_WAIT_STEP_SHARE = 0.25;
@@ -78,9 +86,11 @@ export class AsyncEngine implements AsyncEngineLike {
   #pausing = false;
   /** Requests that arrived while pausing or asleep, added to the engine on waking. */
   readonly #held = new Map<string, GenerateRequest>();
+  readonly #idleStepIntervalMs: number;
 
-  constructor(engine: Engine) {
+  constructor(engine: Engine, loop: AsyncEngineLoopOptions = {}) {
     this.engine = engine;
+    this.#idleStepIntervalMs = loop.idleStepIntervalMs ?? IDLE_STEP_INTERVAL_MS;
     // A load that lands (or a peer's notification) while the loop idles ends the wait at once.
     engine.setKvWakeup(() => {
       this.#kvWoken = true;
@@ -88,8 +98,11 @@ export class AsyncEngine implements AsyncEngineLike {
     });
   }
 
-  static async create(options: EngineOptionsInput | EngineConfig = {}): Promise<AsyncEngine> {
-    return new AsyncEngine(await Engine.create(options));
+  static async create(
+    options: EngineOptionsInput | EngineConfig = {},
+    loop: AsyncEngineLoopOptions = {},
+  ): Promise<AsyncEngine> {
+    return new AsyncEngine(await Engine.create(options), loop);
   }
 
   get config(): EngineConfig {
@@ -412,7 +425,7 @@ export class AsyncEngine implements AsyncEngineLike {
         this.#wakeLoop = null;
         resolve();
       };
-      const timer = setTimeout(done, IDLE_STEP_INTERVAL_MS);
+      const timer = setTimeout(done, this.#idleStepIntervalMs);
       this.#wakeLoop = done;
     });
   }

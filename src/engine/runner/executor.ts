@@ -14,8 +14,8 @@ export interface ModelExecutor {
   shutdown(): Promise<void>;
   /**
    * Installs the engine's wake-up on the ranks' worker-side connectors
-   * (KVConnectorBase.setEngineWakeup). Ranks in other threads cannot call it: the engine then
-   * learns of their transfers at its next idle poll.
+   * (KVConnectorBase.setEngineWakeup): called directly by a rank in the engine's thread, and
+   * through a message by a rank in its own thread.
    */
   setKvWakeup?(wakeup: () => void): void;
 }

@@ -28,9 +28,10 @@ class RankThread {
   #nextId = 1;
   #failure: Error | null = null;
 
-  constructor(worker: Worker) {
+  constructor(worker: Worker, onKvWakeup: () => void) {
     this.worker = worker;
     worker.on('message', (msg: FromWorker) => {
+      if (msg.type === 'kv-wakeup') return onKvWakeup();
       if (msg.type === 'ready' || msg.type === 'init-error') return;
       const p = this.#pending.get(msg.id);
       if (!p) return;
@@ -64,12 +65,14 @@ export class ThreadExecutor implements ModelExecutor {
   readonly #ranks: RankThread[];
   readonly #aggregator: ConnectorOutputAggregator | null;
   #closed = false;
+  #kvWakeup: (() => void) | null = null;
 
   private constructor(
-    ranks: RankThread[],
+    workers: Worker[],
     handshakes: Record<number, KVConnectorHandshakeMetadata>,
     aggregator: ConnectorOutputAggregator | null,
   ) {
+    const ranks = workers.map((w) => new RankThread(w, () => this.#kvWakeup?.()));
     this.#ranks = ranks;
     this.tpSize = ranks.length;
     this.handshakeMetadata = handshakes;
@@ -99,11 +102,12 @@ export class ThreadExecutor implements ModelExecutor {
       const meta = (r as PromiseFulfilledResult<KVConnectorHandshakeMetadata | null>).value;
       if (meta) handshakes[rank] = meta;
     });
-    return new ThreadExecutor(
-      workers.map((w) => new RankThread(w)),
-      handshakes,
-      aggregator,
-    );
+    return new ThreadExecutor(workers, handshakes, aggregator);
+  }
+
+  /** A rank's connector posts a wake-up when its work finished between steps (./tp-worker.ts). */
+  setKvWakeup(wakeup: () => void): void {
+    this.#kvWakeup = wakeup;
   }
 
   async execute(input: RunnerInput): Promise<ModelRunnerOutput> {

@@ -46,4 +46,6 @@ export type FromWorker =
   | { type: 'init-error'; error: SerializedError }
   | { type: 'result'; id: number; output: ModelRunnerOutput }
   | { type: 'error'; id: number; error: SerializedError }
-  | { type: 'shutdown-done'; id: number };
+  | { type: 'shutdown-done'; id: number }
+  /** The rank's connector finished work between steps (KVConnectorBase.wakeEngine): step now. */
+  | { type: 'kv-wakeup' };

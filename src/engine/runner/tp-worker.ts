@@ -28,9 +28,17 @@ async function main(): Promise<void> {
     post({ type: 'init-error', error: serializeError(e) });
     return;
   }
+  // The connector's wake-ups reach the engine thread, one message until the next step.
+  let wakeupSent = false;
+  rank.runner.connector?.setEngineWakeup(() => {
+    if (wakeupSent) return;
+    wakeupSent = true;
+    post({ type: 'kv-wakeup' });
+  });
   // Steps run one at a time, in arrival order, like vLLM's worker busy loop.
   let queue: Promise<void> = Promise.resolve();
   port.on('message', (msg: ToWorker) => {
+    if (msg.type === 'execute') wakeupSent = false;
     queue = queue.then(async () => {
       if (msg.type === 'shutdown') {
         await rank.runner.shutdown();

@@ -1,0 +1,119 @@
+/**
+ * The connector's wake-up (KVConnectorBase.wakeEngine → Engine.setKvWakeup → AsyncEngine):
+ * a load that lands between steps is scheduled at once, not at the loop's next idle poll.
+ * The poll is made far longer than the test's deadline, so a request whose load landed
+ * finishes in time only if the landing woke the loop — with the rank in the engine's thread
+ * (tp = 1) and in worker threads (tp = 2, through a message).
+ */
+import assert from 'node:assert/strict';
+import path from 'node:path';
+import { test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import type { RequestOutputDelta } from '../../src/engine/api.ts';
+import { AsyncEngine } from '../../src/engine/async-engine.ts';
+import { samplingParams } from '../../src/engine/llm.ts';
+
+const FIXTURE = path.join(path.dirname(fileURLToPath(import.meta.url)), 'fixtures', 'recording-connector.ts');
+const PROMPT = Array.from({ length: 40 }, (_, i) => (i * 31 + 5) % 256);
+/** Far beyond DEADLINE_MS: a load noticed only by the poll cannot finish in time. */
+const IDLE_POLL_MS = 30_000;
+const DEADLINE_MS = 10_000;
+const LAND_AFTER_MS = 30;
+
+let nextEngine = 0;
+
+async function engineWith(
+  role: 'kv_producer' | 'kv_consumer',
+  extra: Record<string, unknown>,
+  more: Record<string, unknown> = {},
+): Promise<{ engine: AsyncEngine; id: string }> {
+  const id = `wakeup-${process.pid}-${nextEngine++}`;
+  const engine = await AsyncEngine.create(
+    {
+      model: 'tiny',
+      num_gpu_blocks: 32,
+      max_model_len: 128,
+      ...more,
+      kv_transfer_config: {
+        kv_connector: 'RecordingConnector',
+        kv_connector_module_path: FIXTURE,
+        kv_role: role,
+        engine_id: id,
+        kv_connector_extra_config: extra,
+      },
+    },
+    { idleStepIntervalMs: IDLE_POLL_MS },
+  );
+  return { engine, id };
+}
+
+async function collect(stream: AsyncIterable<RequestOutputDelta>): Promise<RequestOutputDelta[]> {
+  const out: RequestOutputDelta[] = [];
+  for await (const d of stream) out.push(d);
+  return out;
+}
+
+function withDeadline<T>(p: Promise<T>, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(
+      () =>
+        reject(
+          new Error(`${what} not served within ${DEADLINE_MS} ms: the landed load did not wake the loop`),
+        ),
+      DEADLINE_MS,
+    );
+  });
+  return Promise.race([p, late]).finally(() => clearTimeout(timer));
+}
+
+/** A producer's saved KV of PROMPT (in this thread's store); returns its load key. */
+async function savedKey(): Promise<string> {
+  const producer = await engineWith('kv_producer', {});
+  try {
+    const key = `${producer.id}-k`;
+    await collect(
+      producer.engine.generate({
+        requestId: 'p',
+        promptTokenIds: PROMPT,
+        sampling: samplingParams({ maxTokens: 1, temperature: 0 }),
+        kvTransferParams: { save_key: key },
+      }),
+    );
+    await producer.engine.waitIdle();
+    return key;
+  } finally {
+    await producer.engine.shutdown();
+  }
+}
+
+for (const tp of [1, 2]) {
+  test(`tp=${tp}: a load that lands between steps is scheduled at once, not at the idle poll`, async () => {
+    const key = await savedKey();
+    const consumer = await engineWith(
+      'kv_consumer',
+      { async_load: true, land_after_ms: LAND_AFTER_MS },
+      { tensor_parallel_size: tp },
+    );
+    try {
+      const started = performance.now();
+      const deltas = await withDeadline(
+        collect(
+          consumer.engine.generate({
+            requestId: 'd',
+            promptTokenIds: PROMPT,
+            sampling: samplingParams({ maxTokens: 2, temperature: 0, ignoreEos: true }),
+            kvTransferParams: { load_key: key },
+          }),
+        ),
+        `tp=${tp}: the request`,
+      );
+      const last = deltas.at(-1);
+      assert.equal(last?.finishReason, 'length');
+      assert.equal(last?.metrics.numExternalTokens, PROMPT.length, 'its prompt was loaded, asynchronously');
+      assert.ok(performance.now() - started >= LAND_AFTER_MS, 'served after its load landed');
+    } finally {
+      await consumer.engine.shutdown();
+    }
+  });
+}

@@ -56,7 +56,8 @@ export class ClientOut {
         'cache-control': 'no-cache',
         'x-request-id': this.#requestId,
       });
-      this.#res.flushHeaders();
+      // The headers leave with the first event, in one write (the client reads both at once).
+      if (events.length === 0) this.#res.flushHeaders();
     }
     for (const e of events) {
       if (this.#res.destroyed) return;

@@ -12,6 +12,7 @@ import { fileURLToPath } from 'node:url';
 import type { RequestOutputDelta } from '../../src/engine/api.ts';
 import { AsyncEngine } from '../../src/engine/async-engine.ts';
 import { samplingParams } from '../../src/engine/llm.ts';
+import { saveOnProducer } from './fixtures/saved-kv.ts';
 
 const FIXTURE = path.join(path.dirname(fileURLToPath(import.meta.url)), 'fixtures', 'recording-connector.ts');
 const PROMPT = Array.from({ length: 40 }, (_, i) => (i * 31 + 5) % 256);
@@ -67,29 +68,9 @@ function withDeadline<T>(p: Promise<T>, what: string): Promise<T> {
   return Promise.race([p, late]).finally(() => clearTimeout(timer));
 }
 
-/** A producer's saved KV of PROMPT (in this thread's store); returns its load key. */
-async function savedKey(): Promise<string> {
-  const producer = await engineWith('kv_producer', {});
-  try {
-    const key = `${producer.id}-k`;
-    await collect(
-      producer.engine.generate({
-        requestId: 'p',
-        promptTokenIds: PROMPT,
-        sampling: samplingParams({ maxTokens: 1, temperature: 0 }),
-        kvTransferParams: { save_key: key },
-      }),
-    );
-    await producer.engine.waitIdle();
-    return key;
-  } finally {
-    await producer.engine.shutdown();
-  }
-}
-
 for (const tp of [1, 2]) {
   test(`tp=${tp}: a load that lands between steps is scheduled at once, not at the idle poll`, async () => {
-    const key = await savedKey();
+    const key = await saveOnProducer(await engineWith('kv_producer', {}), PROMPT);
     const consumer = await engineWith(
       'kv_consumer',
       { async_load: true, land_after_ms: LAND_AFTER_MS },

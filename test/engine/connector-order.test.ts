@@ -8,6 +8,7 @@ import { AsyncEngine } from '../../src/engine/async-engine.ts';
 import { samplingParams } from '../../src/engine/llm.ts';
 import { waitUntil } from '../helpers/wait-until.ts';
 import { recorded, releaseHeldLoads } from './fixtures/recording-connector.ts';
+import { saveOnProducer } from './fixtures/saved-kv.ts';
 
 const FIXTURE = path.join(path.dirname(fileURLToPath(import.meta.url)), 'fixtures', 'recording-connector.ts');
 const PROMPT = Array.from({ length: 40 }, (_, i) => (i * 29 + 7) % 256);
@@ -243,26 +244,10 @@ test('a synchronous load in the forward step gives the plain tokens', async () =
   assert.ok(steps[0]?.includes('startLoadKv'), 'the first step computes (sync load + last token)');
 });
 
-async function saveOnProducer(): Promise<string> {
-  const producer = await engineWith('kv_producer');
-  const key = `${producer.id}-k`;
-  await collect(
-    producer.engine.generate({
-      requestId: 'p',
-      promptTokenIds: PROMPT,
-      sampling: samplingParams({ maxTokens: 1, temperature: 0 }),
-      kvTransferParams: { save_key: key },
-    }),
-  );
-  await producer.engine.waitIdle();
-  await producer.engine.shutdown();
-  return key;
-}
-
 for (const mode of ['async', 'sync'] as const) {
   test(`load failure (${mode}): policy fail ends the request with an error, recompute gives the plain tokens`, async () => {
     const expected = await plainTokens();
-    const key = await saveOnProducer();
+    const key = await saveOnProducer(await engineWith('kv_producer'), PROMPT);
     const extra = { async_load: mode === 'async', fail_block_index: 1 };
 
     const failing = await engineWith('kv_consumer', { ...extra, kv_load_failure_policy: 'fail' });
@@ -309,7 +294,7 @@ for (const mode of ['async', 'sync'] as const) {
 }
 
 test('abort while loading: the blocks stay held until finished_recving, then are freed', async () => {
-  const key = await saveOnProducer();
+  const key = await saveOnProducer(await engineWith('kv_producer'), PROMPT);
   const consumer = await engineWith('kv_consumer', { async_load: true, hold_load: true });
   try {
     const stream = consumer.engine.generate({

@@ -22,6 +22,10 @@
 #include <unistd.h>
 #include <v8.h>
 
+#include <pthread.h>
+
+#include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <map>
@@ -32,11 +36,70 @@
 
 namespace {
 
+/*
+ * Every page of a new allocation is made resident and mapped writable, as a GPU's KV is
+ * allocated up front: a forward pass or a transfer that lands in a block the first time then
+ * takes no page fault (a fresh page costs a fault, its zeroing and, on a virtual machine, the
+ * host's own fault: many times the copy of its bytes). It is done on a thread of its own, so
+ * that allocating a large KV cache does not hold the engine's start: each page gets an atomic
+ * OR of zero, a write access that cannot change a byte the engine writes meanwhile. A write
+ * from user space, not MADV_POPULATE_WRITE or MAP_POPULATE: on some kernels and hypervisors
+ * those leave shared memory that is still slow on its first write.
+ */
+struct Population {
+  unsigned char *addr;
+  size_t size;
+  std::atomic<bool> stop{false};
+  std::mutex mutex;
+  std::condition_variable cv;
+  bool done = false;
+};
+
+void *populate_pages(void *arg) {
+  auto *handle = static_cast<std::shared_ptr<Population> *>(arg);
+  std::shared_ptr<Population> pop = *handle;
+  delete handle;
+  long page = sysconf(_SC_PAGESIZE);
+  size_t step = page > 0 ? size_t(page) : 4096;
+  for (size_t at = 0; at < pop->size && !pop->stop.load(std::memory_order_relaxed); at += step)
+    __atomic_fetch_or(pop->addr + at, static_cast<unsigned char>(0), __ATOMIC_RELAXED);
+  {
+    std::lock_guard<std::mutex> lock(pop->mutex);
+    pop->done = true;
+  }
+  pop->cv.notify_all();
+  return nullptr;
+}
+
+/* Starts populating [addr, addr + size); null when no thread could be started (pages then fault in on use). */
+std::shared_ptr<Population> populate_in_background(void *addr, size_t size) {
+  auto pop = std::make_shared<Population>();
+  pop->addr = static_cast<unsigned char *>(addr);
+  pop->size = size;
+  pthread_t thread;
+  auto *handle = new std::shared_ptr<Population>(pop);
+  if (pthread_create(&thread, nullptr, populate_pages, handle) != 0) {
+    delete handle;
+    return nullptr;
+  }
+  pthread_detach(thread);
+  return pop;
+}
+
+/* Stops a population before its pages are unmapped. */
+void stop_population(const std::shared_ptr<Population> &pop) {
+  if (!pop) return;
+  pop->stop.store(true, std::memory_order_relaxed);
+  std::unique_lock<std::mutex> lock(pop->mutex);
+  pop->cv.wait(lock, [&] { return pop->done; });
+}
+
 struct Memfd {
   size_t size;
   int fd;
   uint64_t ino;
   uint64_t dev;
+  std::shared_ptr<Population> population;
 };
 
 /* Live memfd mappings by start address; worker threads share the process's table. */
@@ -57,6 +120,7 @@ void release_memfd(void *data, size_t length, void *) {
       m.fd = -1;
     }
   }
+  stop_population(m.population);
   munmap(data, length);
   if (m.fd >= 0) close(m.fd);
 }
@@ -111,7 +175,8 @@ napi_value kv_alloc_shared(napi_env env, napi_callback_info info) {
   }
   {
     std::lock_guard<std::mutex> lock(table_mutex);
-    table[reinterpret_cast<uintptr_t>(addr)] = Memfd{size_t(size), fd, uint64_t(st.st_ino), uint64_t(st.st_dev)};
+    table[reinterpret_cast<uintptr_t>(addr)] =
+        Memfd{size_t(size), fd, uint64_t(st.st_ino), uint64_t(st.st_dev), populate_in_background(addr, size_t(size))};
   }
   v8::Isolate *isolate = v8::Isolate::GetCurrent();
   std::shared_ptr<v8::BackingStore> store =

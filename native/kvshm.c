@@ -188,7 +188,9 @@ static napi_value kv_map_shared(napi_env env, napi_callback_info info) {
     napi_throw_error(env, "KVSHM_NOT_THE_PEER_MEMORY", "kvshm mapShared: the file is not the peer's sealed KV memory");
     return NULL;
   }
-  void *addr = mmap(NULL, (size_t)v[2], PROT_READ, MAP_SHARED, fd, 0);
+  /* MAP_POPULATE: the owner's pages are mapped now, not faulted in one by one by the first
+   * direct READs of each block. */
+  void *addr = mmap(NULL, (size_t)v[2], PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
   int map_err = errno;
   close(fd);
   if (addr == MAP_FAILED) return throw_errno(env, "mmap", map_err);

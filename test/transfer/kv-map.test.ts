@@ -15,6 +15,7 @@ import {
 } from '../../src/transfer/index.ts';
 import { exposedRegions, PeerKvMap } from '../../src/transfer/kv-map.ts';
 import { allocateShared, mappableSharedMemory } from '../../src/util/shared-memory.ts';
+import { residentBytes } from '../helpers/resident.ts';
 import { blocksEqual, fillPattern, makeRegion } from './helpers/pattern.ts';
 
 setLogLevel('silent');
@@ -128,6 +129,20 @@ describe('same-host KV mapping', () => {
     map.close();
     // A forged offer (right pid and fd, wrong identity) is not mapped.
     assert.equal(PeerKvMap.map([{ ...o, ino: o.ino + 1 }]), null);
+  });
+
+  it('maps the owner’s pages up front: a peer’s view is resident before it reads a byte', { skip }, () => {
+    // The owner's region (filled, so every page exists), of a size no other mapping has.
+    const kv = makeRegion(6, BB, 37, 11);
+    const [offer] = exposedRegions([kv]);
+    assert.ok(offer);
+    const map = PeerKvMap.map([offer]);
+    assert.ok(map);
+    try {
+      assert.equal(residentBytes(offer.size, 'r--s'), offer.size, 'the read-only view is mapped in full');
+    } finally {
+      map.close();
+    }
   });
 
   it('copies and checksums in one pass, with the values of the plain checksum', () => {

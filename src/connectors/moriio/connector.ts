@@ -132,11 +132,13 @@ export class MoRIIOConnector extends KVConnectorBase {
 
   /**
    * Write tracking: the agent records the filled blocks' checksums (on its thread when
-   * threaded), for the WRITEs and grants that send them; a consumer only sends nothing.
+   * threaded), for the grants that send them (READ mode); a consumer sends nothing, and a
+   * WRITE-mode producer recorded them layer by layer as it pushed them.
    */
   override kvBlocksFilled(blockIds: readonly number[]): void {
     const w = this.#worker;
-    if (this.kvTransferConfig.isKvProducer) w?.agent?.recordBlocks(blockIds, w.kvRegionIds);
+    if (this.kvTransferConfig.isKvProducer && w && !w.recordsPerLayer)
+      w.agent?.recordBlocks(blockIds, w.kvRegionIds);
   }
 
   override getHandshakeMetadata(): KVConnectorHandshakeMetadata | null {

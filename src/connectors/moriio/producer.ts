@@ -16,6 +16,9 @@ import type { MoRIIOWorkerContext } from './worker-context.ts';
 
 const log = getLogger('kvconnect.connectors.moriio.producer');
 
+/** How long waitForSave waits for a finished prefill's last layer pushes. */
+const SAVE_WAIT_MS = 20;
+
 interface Registration {
   readonly msg: RemoteBlocksMessage;
   agent: Promise<string> | null;
@@ -105,10 +108,19 @@ export class MoRIIOProducer {
       const first = Math.floor(s.start / bs);
       const lastPos = Math.ceil(s.end / bs);
       const fresh = new Map<number, number>();
+      const full: number[] = [];
       for (let pos = first; pos < lastPos; pos++) {
         const id = s.blockIds[pos];
-        if (id !== undefined) fresh.set(pos, id);
+        if (id === undefined) continue;
+        fresh.set(pos, id);
+        if ((pos + 1) * bs <= s.end) full.push(id);
       }
+      // This layer's full blocks are final: their checksums are recorded now (on the agent's
+      // thread when threaded, before the WRITEs below reach it), so a WRITE of full blocks is
+      // sent without hashing, and over shm the consumer copies it straight from this KV
+      // (a pulled WRITE). A partial last block changes with the next chunk: it is hashed as it
+      // is sent.
+      if (full.length > 0) this.#ctx.agent.recordBlocks(full, [region]);
       let map = t.computed.get(region);
       if (!map) {
         map = new Map();
@@ -120,8 +132,30 @@ export class MoRIIOProducer {
     return posted;
   }
 
-  /** After the forward pass: requests whose last prompt token was computed are complete. */
-  endStep(): void {
+  /**
+   * WRITE: a request of this step waits for a consumer rank's registration (where its blocks
+   * go). The worker then lets the event loop turn after each layer, so a registration that
+   * arrives while the forward pass runs is taken and the layers are pushed as they are done.
+   */
+  get awaitingRegistration(): boolean {
+    if (this.#ctx.cfg.readMode) return false;
+    for (const s of this.#step) {
+      const t = this.#byTransfer.get(s.transferId);
+      if (!t || t.finished) continue;
+      if (t.expectedRegistrations === null || t.registrations.length < t.expectedRegistrations) return true;
+    }
+    return false;
+  }
+
+  /**
+   * After the forward pass: requests whose last prompt token was computed are complete.
+   * Resolves when their layer pushes have settled, or after SAVE_WAIT_MS: the last layer's push
+   * is in flight when the forward pass ends, and awaiting it here sends write_done as soon as
+   * it lands instead of after the rest of the step (a push that takes longer is not waited
+   * for; write_done then follows it as before).
+   */
+  endStep(): Promise<void> {
+    const pending: Promise<void>[] = [];
     for (const s of this.#step) {
       // READ: the blocks hold this step's KV now. A grant is a lease on blocks that no longer
       // change (the agent records their checksums when it grants them), so it is made here,
@@ -131,9 +165,18 @@ export class MoRIIOProducer {
       if (t && s.last) {
         t.prefillDone = true;
         this.#maybeFinish(t);
+        if (!t.finished) pending.push(...t.writes);
       }
     }
     this.#step = [];
+    if (pending.length === 0) return Promise.resolve();
+    return new Promise<void>((resolve) => {
+      const timer = setTimeout(resolve, SAVE_WAIT_MS);
+      void Promise.allSettled(pending).then(() => {
+        clearTimeout(timer);
+        resolve();
+      });
+    });
   }
 
   /** A consumer rank announced its blocks (WRITE). */

@@ -77,6 +77,11 @@ export class MoRIIOWorker {
   /** The agent's regions that hold this rank's KV tensors (write tracking records only these). */
   kvRegionIds: readonly number[] = [];
 
+  /** WRITE mode: the producer records each layer's full blocks as it pushes them (producer.ts). */
+  get recordsPerLayer(): boolean {
+    return !this.#cfg.readMode;
+  }
+
   async registerKvCaches(memory: PagedKVMemory): Promise<void> {
     this.kvRegionIds = memory.tensors.map((t) => t.index);
     const cfg = this.#cfg;
@@ -206,12 +211,14 @@ export class MoRIIOWorker {
   async saveKvLayer(layerName: string): Promise<void> {
     if (!this.#memory || !this.#producer) return;
     const posted = this.#producer.saveLayer(this.#memory.tensorIndexOfLayer(layerName));
-    // Let the event loop push the bytes out while the next layer computes.
-    if (posted) await new Promise<void>((resolve) => setImmediate(resolve));
+    // Let the event loop push the bytes out while the next layer computes, and take a
+    // consumer's registration that arrived during this layer (its layers are pushed from now on).
+    if (posted || this.#producer.awaitingRegistration)
+      await new Promise<void>((resolve) => setImmediate(resolve));
   }
 
   async waitForSave(): Promise<void> {
-    this.#producer?.endStep();
+    await this.#producer?.endStep();
     await this.#consumer?.finishReads();
   }
 

@@ -3,14 +3,16 @@
  * records the checksums of the blocks each forward pass fills, and its grant sends them. A
  * block changed right after the forward pass filled it fails D's check, and D recomputes
  * (hashing at grant time would have vouched for the changed bytes). The NIXL side of the
- * same contract is in nixl-write-tracking.test.ts.
+ * same contract is in nixl-write-tracking.test.ts. In WRITE mode P records each layer's full
+ * blocks as it pushes them, and a same-host D pulls those pushes from P's KV.
  */
 import assert from 'node:assert/strict';
 import { availableParallelism } from 'node:os';
 import { it } from 'node:test';
 import type { MoRIIOConnector } from '../../../src/connectors/moriio/index.ts';
 import { LLM as Engine } from '../../../src/engine/llm.ts';
-import { plainOutputs } from '../../helpers/llm.ts';
+import { plainOutputs, waitForEmptyPool } from '../../helpers/llm.ts';
+import { waitUntil } from '../../helpers/wait-until.ts';
 import { changeAfterFill, countLoadErrors, runner } from '../helpers/write-tracking.ts';
 import { moriioOptions, moriioPorts, type PairSpec, runPair } from './helpers.ts';
 
@@ -45,6 +47,46 @@ it('MoRIIO READ mode: KV changed after the forward pass filled it fails D’s ch
     assert.ok(changed() > 0, 'the prefill filled blocks');
     assert.ok(loadErrors() > 0, "D's READ failed its checksum check");
     assert.deepEqual(tokens, [expected], 'D recomputed instead of decoding from the changed KV');
+  } finally {
+    await p.shutdown();
+    await d.shutdown();
+  }
+});
+
+it('MoRIIO WRITE mode over xgmi: pushes of recorded full blocks are pulled by D; a partial last block is sent hashed; tokens match', async () => {
+  const spec: PairSpec = { readMode: false, backend: 'xgmi' };
+  const pPorts = await moriioPorts();
+  const dPorts = await moriioPorts();
+  const p = await Engine.create(moriioOptions(spec, 'kv_producer', pPorts));
+  const d = await Engine.create(moriioOptions(spec, 'kv_consumer', dPorts));
+  try {
+    const { connector } = await runner(p);
+    const agent = (connector as MoRIIOConnector).worker?.agent;
+    assert.ok(agent);
+    const [group] = (await p.engine()).engine.kvCacheConfig.groups;
+    assert.ok(group);
+    const layers = group.layerNames.length;
+    const bs = group.spec.blockSize;
+    // Two full blocks: every layer's push is of recorded blocks, so D copies it itself.
+    const full = { promptTokenIds: Array.from({ length: 2 * bs }, (_, i) => 10 + ((i * 7) % 90)) };
+    // A partial last block is hashed as it is sent (it could still change): pushed, not pulled.
+    const partial = { promptTokenIds: Array.from({ length: 2 * bs + 5 }, (_, i) => 12 + ((i * 5) % 80)) };
+    const expected = await plainOutputs('tiny', [full, partial] as never);
+    // The connector drains the agent's stats every step: count the pulled WRITEs as it does.
+    let drained = 0;
+    const reset = agent.resetStats.bind(agent);
+    agent.resetStats = () => {
+      const snapshot = reset();
+      drained += snapshot.numPulledWrites;
+      return snapshot;
+    };
+    const pulled = () => drained + agent.getStats().numPulledWrites;
+    const first = await runPair(p, d, pPorts, dPorts, spec, [full] as never);
+    await waitUntil('the pushes counted', () => pulled() >= layers);
+    const second = await runPair(p, d, pPorts, dPorts, spec, [partial] as never);
+    assert.deepEqual([...first.tokens, ...second.tokens], expected);
+    await waitForEmptyPool(p);
+    assert.equal(pulled(), layers, 'one pulled WRITE per layer of the full-block prompt');
   } finally {
     await p.shutdown();
     await d.shutdown();

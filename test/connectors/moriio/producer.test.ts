@@ -1,5 +1,5 @@
 /**
- * MoRIIOProducer in WRITE mode, layer by layer (docs/connectors/moriio.md#write-mode): it
+ * MoRIIOProducer in WRITE mode, layer by layer (docs/connectors/moriio.md#modes): it
  * records each layer's full blocks before pushing them, asks the worker to let the event loop
  * turn while a consumer's registration is missing, pushes the layers already computed when the
  * registration arrives, and endStep() waits for a finished prefill's pushes, so write_done

@@ -63,14 +63,14 @@ export function generatePresetTensors(preset: ModelPreset): TensorMap {
   for (const [name, shape] of expectedTensorShapes(dims)) {
     const data = new Float32Array(shape.reduce((a, b) => a * b, 1));
     if (shape.length === 1) {
-      for (let i = 0; i < data.length; i++) data[i] = 1 + 0.05 * rng.nextGaussian();
+      rng.fillGaussian(data, 0.05, 1);
     } else {
       const fanIn = shape[1] as number;
       let std = PROJ_GAIN / Math.sqrt(fanIn);
       if (name.endsWith('embed_tokens.weight') || name === 'lm_head.weight') std = EMBED_STD;
       else if (name.endsWith('o_proj.weight') || name.endsWith('down_proj.weight'))
         std = OUT_GAIN / Math.sqrt(fanIn);
-      for (let i = 0; i < data.length; i++) data[i] = std * rng.nextGaussian();
+      rng.fillGaussian(data, std);
     }
     tensors.set(name, { shape, data });
   }

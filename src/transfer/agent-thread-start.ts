@@ -18,9 +18,12 @@ export function fromPlainError(e: PlainError): KVError {
  * (AgentSeams.threadEntry), a module next to nothing in particular.
  */
 export function startAgentThread(data: AgentThreadData, entry?: URL): Worker {
-  if (entry === undefined) return startModuleWorker(import.meta.url, 'agent-thread-entry', data);
+  // The agent's modules import nothing but each other and Node.js builtins.
+  if (entry === undefined) {
+    return startModuleWorker(import.meta.url, 'agent-thread-entry', data, { selfContained: true });
+  }
   const base = entry.pathname.slice(entry.pathname.lastIndexOf('/') + 1).replace(/\.[cm]?[jt]s$/, '');
-  return startModuleWorker(entry.href, base, data);
+  return startModuleWorker(entry.href, base, data, { selfContained: true });
 }
 
 export function waitReady(worker: Worker): Promise<AgentMetadata> {

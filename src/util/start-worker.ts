@@ -4,16 +4,133 @@
  * `<name>.ts` when running sources under tsx (tests, `npm run kvconnect`). Node 20 does not
  * run the inherited `--import tsx` inside worker threads, so for a .ts entry a one-line
  * bootstrap registers tsx's loader first, then imports the entry.
+ *
+ * tsx's loader costs each worker a loader thread of its own and a round trip per module. An
+ * entry whose module graph is `selfContained` (relative imports and Node.js builtins only,
+ * nothing imported by a path computed at run time) is instead bundled once per process by
+ * esbuild (tsx's own compiler), each file keeping its own `import.meta.url`, into a file named
+ * by its content under the temporary directory (`kvconnect-worker-bundles/`, source-mapped to
+ * the .ts files); the worker gets its URL as its first message, so the caller must not post to
+ * the worker before it reports ready. A graph that turns out otherwise (a package import, a
+ * dynamic `import()`, other `import.meta` use) or does not build falls back to tsx's loader.
  */
-import { Worker } from 'node:worker_threads';
+import { createHash } from 'node:crypto';
+import { existsSync } from 'node:fs';
+import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
+import { createRequire, isBuiltin } from 'node:module';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { threadId, Worker } from 'node:worker_threads';
 
-export function startModuleWorker(callerUrl: string, entryBaseName: string, workerData: unknown): Worker {
+export interface ModuleWorkerOptions {
+  /** The entry's module graph needs no loader at run time (see above). */
+  selfContained?: boolean;
+}
+
+export function startModuleWorker(
+  callerUrl: string,
+  entryBaseName: string,
+  workerData: unknown,
+  { selfContained = false }: ModuleWorkerOptions = {},
+): Worker {
   const isTs = callerUrl.endsWith('.ts');
   const entry = new URL(`./${entryBaseName}.${isTs ? 'ts' : 'js'}`, callerUrl);
   if (!isTs) return new Worker(entry, { workerData });
   const tsxApi = import.meta.resolve('tsx/esm/api');
-  const bootstrap = `import(${JSON.stringify(tsxApi)}).then((tsx) => { tsx.register(); return import(${JSON.stringify(entry.href)}); }).catch((e) => { console.error(e); process.exit(1); });`;
-  return new Worker(bootstrap, { eval: true, workerData });
+  const viaTsx = `import(${JSON.stringify(tsxApi)}).then((tsx) => { tsx.register(); return import(${JSON.stringify(entry.href)}); })`;
+  if (!selfContained) {
+    return new Worker(`${viaTsx}.catch((e) => { console.error(e); process.exit(1); });`, {
+      eval: true,
+      workerData,
+    });
+  }
+  const bootstrap = `import('node:worker_threads')
+  .then(({ parentPort }) => new Promise((resolve) => parentPort.once('message', resolve)))
+  .then(({ bundle }) => {
+    if (bundle === null) return ${viaTsx};
+    process.setSourceMapsEnabled(true);
+    return import(bundle);
+  })
+  .catch((e) => { console.error(e); process.exit(1); });`;
+  const worker = new Worker(bootstrap, { eval: true, workerData });
+  void bundled(entry, createRequire(tsxApi).resolve('esbuild')).then((bundle) =>
+    worker.postMessage({ bundle }),
+  );
+  return worker;
+}
+
+/** The subset of esbuild's API used here. */
+interface Esbuild {
+  build(options: Record<string, unknown>): Promise<{
+    outputFiles: Array<{ text: string }>;
+    metafile: { outputs: Record<string, { imports: Array<{ path: string }> }> };
+  }>;
+  stop(): Promise<void> | void;
+}
+
+const bundles = new Map<string, Promise<string | null>>();
+
+/** The URL of `entry` and its module graph as one ES module, or null when the graph needs a loader. */
+function bundled(entry: URL, esbuildPath: string): Promise<string | null> {
+  let bundle = bundles.get(entry.href);
+  if (bundle === undefined) {
+    bundle = build(entry, esbuildPath).catch(() => null);
+    bundles.set(entry.href, bundle);
+  }
+  return bundle;
+}
+
+async function build(entry: URL, esbuildPath: string): Promise<string | null> {
+  const esbuild = (await import(pathToFileURL(esbuildPath).href)) as Esbuild;
+  try {
+    const out = await esbuild.build({
+      entryPoints: [fileURLToPath(entry)],
+      bundle: true,
+      format: 'esm',
+      platform: 'node',
+      packages: 'external',
+      target: 'node20',
+      write: false,
+      metafile: true,
+      logLevel: 'silent',
+      sourcemap: 'inline',
+      sourcesContent: false,
+      absWorkingDir: '/',
+      sourceRoot: 'file:///',
+      plugins: [
+        {
+          name: 'module-url',
+          setup(b: { onLoad(o: { filter: RegExp }, f: (a: { path: string }) => Promise<unknown>): void }) {
+            b.onLoad({ filter: /\.[cm]?ts$/ }, async ({ path }) => ({
+              loader: 'ts',
+              contents: (await readFile(path, 'utf8')).replaceAll(
+                'import.meta.url',
+                JSON.stringify(pathToFileURL(path).href),
+              ),
+            }));
+          },
+        },
+      ],
+    });
+    const text = out.outputFiles[0]?.text ?? '';
+    const imports = Object.values(out.metafile.outputs).flatMap((o) => o.imports);
+    const needsLoader =
+      !imports.every((i) => isBuiltin(i.path)) || /\bimport\s*\(|\bimport\.meta\b/.test(text);
+    if (needsLoader) return null;
+    // A file (not a data: URL) so that stack traces name it briefly; named by its content.
+    const dir = join(tmpdir(), 'kvconnect-worker-bundles');
+    const file = join(dir, `${createHash('sha256').update(text).digest('hex').slice(0, 32)}.mjs`);
+    if (!existsSync(file)) {
+      await mkdir(dir, { recursive: true });
+      const partial = `${file}.${process.pid}.${threadId}`;
+      await writeFile(partial, text);
+      await rename(partial, file);
+    }
+    return pathToFileURL(file).href;
+  } finally {
+    await esbuild.stop();
+  }
 }
 
 /**

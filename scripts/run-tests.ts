@@ -8,8 +8,9 @@
  *
  * Paths are relative to the repository root. No path: every test file; a folder: every test
  * file below it. Arguments that start with `--` go to node (`--name=value`, e.g.
- * `--test-name-pattern=grant`); `--list` prints the files instead of running them. Tests log
- * at `error` unless KVCONNECT_LOG_LEVEL says otherwise.
+ * `--test-name-pattern=grant`); `--list` prints the files, in the order they are started
+ * (runOrder), instead of running them. Tests log at `error` unless KVCONNECT_LOG_LEVEL says
+ * otherwise.
  */
 import { spawn } from 'node:child_process';
 import { existsSync, readdirSync, statSync } from 'node:fs';
@@ -22,6 +23,39 @@ export const TEST_ROOT = 'test';
 export const TEST_SUFFIX = '.test.ts';
 /** As many test files at once as the 2-core CI machine runs well. */
 const CONCURRENCY = 2;
+
+/**
+ * The files that take longest (tens of seconds each: servers in processes of their own, faults
+ * that wait for timeouts, demos, the soak), longest first. They are started before all others,
+ * so that the run ends on short files rather than on one long file while the other slot idles.
+ * test/scripts/run-tests.test.ts checks that each still exists.
+ */
+export const LONG_FILES_FIRST: readonly string[] = [
+  'test/transfer/agent.test.ts',
+  'test/proxy/failover-kill.test.ts',
+  'test/faults/soak.test.ts',
+  'test/faults/netns-link.test.ts',
+  'test/demo/demo-moriio.test.ts',
+  'test/demo/demo-signals.test.ts',
+  'test/connectors/moriio/faults.test.ts',
+  'test/connectors/nixl/kill.test.ts',
+  'test/connectors/nixl/hetero-tp.test.ts',
+  'test/kv-events/flat-memory.test.ts',
+  'test/connectors/offloading/connector.test.ts',
+  'test/connectors/offloading/tiers.test.ts',
+  'test/demo/demo-json.test.ts',
+  'test/faults/redis-cluster-failover.test.ts',
+  'test/connectors/moriio/conformance.test.ts',
+  'test/connectors/moriio/hetero-tp.test.ts',
+  'test/server/metrics-scrape.test.ts',
+];
+
+/** `files` in the order they are started: those of LONG_FILES_FIRST first, in its order, then the rest. */
+export function runOrder(files: readonly string[]): string[] {
+  const given = new Set(files);
+  const long = new Set(LONG_FILES_FIRST);
+  return [...LONG_FILES_FIRST.filter((f) => given.has(f)), ...files.filter((f) => !long.has(f))];
+}
 
 function testFilesBelow(dir: string): string[] {
   const out: string[] = [];
@@ -70,7 +104,7 @@ function main(argv: readonly string[]): void {
   const selection = argv.filter((a) => !a.startsWith('-'));
   let files: string[];
   try {
-    files = testFiles(selection);
+    files = runOrder(testFiles(selection));
   } catch (err) {
     console.error((err as Error).message);
     process.exit(2);

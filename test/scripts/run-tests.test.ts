@@ -10,7 +10,14 @@ import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join, relative, sep } from 'node:path';
 import { test } from 'node:test';
 import { promisify } from 'node:util';
-import { ROOT, TEST_ROOT, TEST_SUFFIX, testFiles } from '../../scripts/run-tests.ts';
+import {
+  LONG_FILES_FIRST,
+  ROOT,
+  runOrder,
+  TEST_ROOT,
+  TEST_SUFFIX,
+  testFiles,
+} from '../../scripts/run-tests.ts';
 
 const run = promisify(execFile);
 
@@ -109,4 +116,23 @@ test('the test paths that docs, CI and comments name exist', () => {
   }
   assert.ok(count > 50, `only ${count} test paths found`);
   assert.deepEqual(missing, []);
+});
+
+test('the longest test files are started first, in the order listed, and each of them exists', () => {
+  const all = testFiles();
+  assert.deepEqual(
+    difference([...LONG_FILES_FIRST], all),
+    [],
+    'LONG_FILES_FIRST names files that are not test files',
+  );
+  assert.equal(new Set(LONG_FILES_FIRST).size, LONG_FILES_FIRST.length, 'no file is named twice');
+  const order = runOrder(all);
+  assert.deepEqual(order.slice(0, LONG_FILES_FIRST.length), [...LONG_FILES_FIRST]);
+  assert.deepEqual([...order].sort(), all, 'every file runs once');
+  const some = ['test/util/lru-map.test.ts', LONG_FILES_FIRST[1]!, 'test/architecture.test.ts'];
+  assert.deepEqual(runOrder(some), [
+    LONG_FILES_FIRST[1],
+    'test/util/lru-map.test.ts',
+    'test/architecture.test.ts',
+  ]);
 });

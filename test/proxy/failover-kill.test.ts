@@ -23,13 +23,13 @@ import { setLogLevel } from '../../src/logging/logger.ts';
 import { type RunningProxy, resolveProxyOptions, startProxy } from '../../src/proxy/index.ts';
 import { createServer } from '../../src/server/index.ts';
 import { freePortRange } from '../helpers/free-port.ts';
+import { tinyServeArgs } from '../helpers/serve-process.ts';
 import { waitUntil } from '../helpers/wait-until.ts';
 
 setLogLevel('silent');
 
 const BURST = 32;
 const MAX_TOKENS = 40;
-const ENGINE_ARGS = ['--model', 'tiny', '--num-gpu-blocks', '512', '--max-model-len', '512'];
 const ENV = { KVCONNECT_LOG_LEVEL: 'error' };
 
 interface Case {
@@ -50,14 +50,18 @@ function burstCases(round: number): Case[] {
   });
 }
 
-function transferConfig(role: 'kv_producer' | 'kv_consumer', engineId: string): string {
-  return JSON.stringify({
+function transferConfig(role: 'kv_producer' | 'kv_consumer', engineId: string): Record<string, unknown> {
+  return {
     kv_connector: 'NixlConnector',
     kv_role: role,
     engine_id: engineId,
     ...(role === 'kv_consumer' ? { kv_load_failure_policy: 'fail' } : {}),
     kv_connector_extra_config: { backends: ['TCP'], side_channel_port: 0, transfer_timeout: 5 },
-  });
+  };
+}
+
+function engineArgs(port: number, transfer: Record<string, unknown>): string[] {
+  return tinyServeArgs({ port, numGpuBlocks: 512, maxModelLen: 512, transfer });
 }
 
 const group = new ProcessGroup();
@@ -68,27 +72,19 @@ let proxy: RunningProxy;
 let reference: { url: string; close(): Promise<void> };
 
 function startDecode(i: number): Promise<ServeProcess> {
-  const args = [...ENGINE_ARGS, '--port', String(decodePorts[i])];
-  return startServe(
-    `decode${i}`,
-    [...args, '--kv-transfer-config', transferConfig('kv_consumer', `fo-d${i}`)],
-    {
-      timeoutMs: 30_000,
-      group,
-      env: ENV,
-    },
-  );
+  return startServe(`decode${i}`, engineArgs(decodePorts[i]!, transferConfig('kv_consumer', `fo-d${i}`)), {
+    timeoutMs: 30_000,
+    group,
+    env: ENV,
+  });
 }
 
 function startPrefill(i: number): Promise<ServeProcess> {
-  const args = [
-    ...ENGINE_ARGS,
-    '--port',
-    '0',
-    '--kv-transfer-config',
-    transferConfig('kv_producer', `fo-p${i}`),
-  ];
-  return startServe(`prefill${i}`, args, { timeoutMs: 30_000, group, env: ENV });
+  return startServe(`prefill${i}`, engineArgs(0, transferConfig('kv_producer', `fo-p${i}`)), {
+    timeoutMs: 30_000,
+    group,
+    env: ENV,
+  });
 }
 
 function kill(p: ServeProcess): Promise<number | null> {

@@ -30,7 +30,7 @@ import { KvBlockIndex } from '../../src/proxy/kv-index.ts';
 import { PromptBlockHasher } from '../../src/proxy/prompt-blocks.ts';
 import { ProxyMetrics } from '../../src/proxy/proxy-metrics.ts';
 import { loadTokenizer } from '../../src/tokenizer/load.ts';
-import { type ServeProcess, serveProcess } from './helpers/serve-process.ts';
+import { type ServeProcess, serveProcess, tinyServeArgs } from '../helpers/serve-process.ts';
 
 setLogLevel('error');
 
@@ -189,20 +189,14 @@ function serve(dir: string, port = 0): ReturnType<typeof serveProcess> {
     replay_endpoint: `ipc://${join(dir, 'replay')}`,
     buffer_steps: 5,
   };
-  return serveProcess([
-    '--model',
-    'tiny',
-    '--port',
-    String(port),
-    '--num-gpu-blocks',
-    '256',
-    '--max-model-len',
-    '128',
-    '--mode',
-    'echo',
-    '--kv-events-config',
-    JSON.stringify(events),
-  ]);
+  return serveProcess(
+    tinyServeArgs({
+      port,
+      numGpuBlocks: 256,
+      maxModelLen: 128,
+      flags: ['--mode', 'echo', '--kv-events-config', JSON.stringify(events)],
+    }),
+  );
 }
 
 async function complete(url: string, prompt: number[]): Promise<void> {

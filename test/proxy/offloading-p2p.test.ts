@@ -12,7 +12,7 @@ import { LLM } from '../../src/engine/llm.ts';
 import { setLogLevel } from '../../src/logging/logger.ts';
 import { type RunningProxy, resolveProxyOptions, startProxy } from '../../src/proxy/index.ts';
 import { freePort } from '../helpers/free-port.ts';
-import { type ServeProcess, serveProcess } from './helpers/serve-process.ts';
+import { type ServeProcess, serveProcess, tinyServeArgs } from '../helpers/serve-process.ts';
 
 setLogLevel('error');
 
@@ -57,18 +57,7 @@ async function nixlAndP2P(): Promise<Record<string, unknown>> {
 }
 
 async function serveWith(transfer: Record<string, unknown>): Promise<{ url: string; proc: ServeProcess }> {
-  return serveProcess([
-    '--model',
-    'tiny',
-    '--port',
-    '0',
-    '--num-gpu-blocks',
-    '64',
-    '--max-model-len',
-    '256',
-    '--kv-transfer-config',
-    JSON.stringify(transfer),
-  ]);
+  return serveProcess(tinyServeArgs({ numGpuBlocks: 64, maxModelLen: 256, transfer }));
 }
 
 async function complete(

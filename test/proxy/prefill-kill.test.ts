@@ -12,7 +12,7 @@ import { LLM } from '../../src/engine/llm.ts';
 import { setLogLevel } from '../../src/logging/logger.ts';
 import { resolveProxyOptions, startProxy } from '../../src/proxy/index.ts';
 import { createServer } from '../../src/server/index.ts';
-import { serveProcess } from './helpers/serve-process.ts';
+import { serveProcess, tinyServeArgs } from '../helpers/serve-process.ts';
 
 setLogLevel('error');
 
@@ -30,18 +30,7 @@ function startPrefill(): ReturnType<typeof serveProcess> {
     engine_id: 'kill-p',
     kv_connector_extra_config: { backends: ['TCP'], side_channel_port: 0 },
   };
-  return serveProcess([
-    '--model',
-    'tiny',
-    '--port',
-    '0',
-    '--num-gpu-blocks',
-    '256',
-    '--max-model-len',
-    '256',
-    '--kv-transfer-config',
-    JSON.stringify(transfer),
-  ]);
+  return serveProcess(tinyServeArgs({ numGpuBlocks: 256, maxModelLen: 256, transfer }));
 }
 
 async function complete(url: string, prompt: string): Promise<{ status: number; text: string }> {

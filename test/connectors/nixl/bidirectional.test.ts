@@ -11,8 +11,8 @@ import { AsyncEngine } from '../../../src/engine/async-engine.ts';
 import { LLM } from '../../../src/engine/llm.ts';
 import { type RunningProxy, resolveProxyOptions, startProxy } from '../../../src/proxy/index.ts';
 import { createServer } from '../../../src/server/index.ts';
+import { serveProcess, tinyServeArgs } from '../../helpers/serve-process.ts';
 import { waitUntil } from '../../helpers/wait-until.ts';
-import { serveProcess } from '../../proxy/helpers/serve-process.ts';
 
 const MAX_TOKENS = 20;
 /** Scrapes of /metrics: every 50 ms is plenty. */
@@ -63,19 +63,14 @@ async function serveHere(engineId: string, extraConfig: Record<string, unknown>)
 
 /** P: `kvconnect serve` in its own process. */
 async function serve(role: string, engineId: string, extraConfig: Record<string, unknown>, flags: string[]) {
-  const { url, proc } = await serveProcess([
-    '--model',
-    'tiny',
-    '--port',
-    '0',
-    '--num-gpu-blocks',
-    '64',
-    '--max-model-len',
-    '256',
-    ...flags,
-    '--kv-transfer-config',
-    JSON.stringify(KV_CONFIG(role, engineId, extraConfig)),
-  ]);
+  const { url, proc } = await serveProcess(
+    tinyServeArgs({
+      numGpuBlocks: 64,
+      maxModelLen: 256,
+      flags,
+      transfer: KV_CONFIG(role, engineId, extraConfig),
+    }),
+  );
   return {
     url,
     kill: async () => {

@@ -7,12 +7,13 @@
  *
  * tsx's loader costs each worker a loader thread of its own and a round trip per module. An
  * entry whose module graph is `selfContained` (relative imports and Node.js builtins only,
- * nothing imported by a path computed at run time) is instead bundled once per process by
- * esbuild (tsx's own compiler), each file keeping its own `import.meta.url`, into a file named
- * by its content under the temporary directory (`kvconnect-worker-bundles/`, source-mapped to
- * the .ts files); the worker gets its URL as its first message, so the caller must not post to
- * the worker before it reports ready. A graph that turns out otherwise (a package import, a
- * dynamic `import()`, other `import.meta` use) or does not build falls back to tsx's loader.
+ * nothing imported by a path computed at run time) is instead bundled by esbuild (tsx's own
+ * compiler), each file keeping its own `import.meta.url`, into a file named by its content under
+ * the temporary directory (`kvconnect-worker-bundles/`, source-mapped to the .ts files), reused
+ * while none of its input files changed. The worker gets the bundle's URL as its first message,
+ * so the caller must not post to the worker before it reports ready. A graph that turns out
+ * otherwise (a package import, a dynamic `import()`, other `import.meta` use) or does not build
+ * falls back to tsx's loader.
  */
 import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
@@ -64,24 +65,69 @@ export function startModuleWorker(
 interface Esbuild {
   build(options: Record<string, unknown>): Promise<{
     outputFiles: Array<{ text: string }>;
-    metafile: { outputs: Record<string, { imports: Array<{ path: string }> }> };
+    metafile: {
+      inputs: Record<string, unknown>;
+      outputs: Record<string, { imports: Array<{ path: string }> }>;
+    };
   }>;
   stop(): Promise<void> | void;
 }
 
-const bundles = new Map<string, Promise<string | null>>();
+/** Builds under way, so that workers started together wait for one build. */
+const building = new Map<string, Promise<string | null>>();
 
 /** The URL of `entry` and its module graph as one ES module, or null when the graph needs a loader. */
 function bundled(entry: URL, esbuildPath: string): Promise<string | null> {
-  let bundle = bundles.get(entry.href);
+  let bundle = building.get(entry.href);
   if (bundle === undefined) {
-    bundle = build(entry, esbuildPath).catch(() => null);
-    bundles.set(entry.href, bundle);
+    bundle = build(entry, esbuildPath)
+      .catch(() => null)
+      .finally(() => building.delete(entry.href));
+    building.set(entry.href, bundle);
   }
   return bundle;
 }
 
+const BUNDLE_DIR = join(tmpdir(), 'kvconnect-worker-bundles');
+
+const sha256 = (data: string): string => createHash('sha256').update(data).digest('hex').slice(0, 32);
+
+/** Writes `text` to `file` whole (another process may be writing the same file). */
+async function writeWhole(file: string, text: string): Promise<void> {
+  await mkdir(BUNDLE_DIR, { recursive: true });
+  const partial = `${file}.${process.pid}.${threadId}`;
+  await writeFile(partial, text);
+  await rename(partial, file);
+}
+
+/** What the last build of an entry read (each file's content hash) and what it gave. */
+interface BuildRecord {
+  inputs: Record<string, string>;
+  bundle: string | null;
+}
+
+async function unchanged(record: BuildRecord): Promise<boolean> {
+  for (const [path, hash] of Object.entries(record.inputs)) {
+    if (sha256(await readFile(path, 'utf8')) !== hash) return false;
+  }
+  return record.bundle === null || existsSync(fileURLToPath(record.bundle));
+}
+
+/** The previous build's result while none of its inputs changed (checked each time), else a new build. */
 async function build(entry: URL, esbuildPath: string): Promise<string | null> {
+  const recordFile = join(BUNDLE_DIR, `${sha256(entry.href)}.json`);
+  try {
+    const record = JSON.parse(await readFile(recordFile, 'utf8')) as BuildRecord;
+    if (await unchanged(record)) return record.bundle;
+  } catch {
+    // no record yet, or one being replaced: build
+  }
+  const record = await buildAnew(entry, esbuildPath);
+  await writeWhole(recordFile, JSON.stringify(record));
+  return record.bundle;
+}
+
+async function buildAnew(entry: URL, esbuildPath: string): Promise<BuildRecord> {
   const esbuild = (await import(pathToFileURL(esbuildPath).href)) as Esbuild;
   try {
     const out = await esbuild.build({
@@ -113,21 +159,20 @@ async function build(entry: URL, esbuildPath: string): Promise<string | null> {
         },
       ],
     });
+    const inputs: Record<string, string> = {};
+    for (const path of Object.keys(out.metafile.inputs)) {
+      const abs = `/${path}`;
+      inputs[abs] = sha256(await readFile(abs, 'utf8'));
+    }
     const text = out.outputFiles[0]?.text ?? '';
     const imports = Object.values(out.metafile.outputs).flatMap((o) => o.imports);
     const needsLoader =
       !imports.every((i) => isBuiltin(i.path)) || /\bimport\s*\(|\bimport\.meta\b/.test(text);
-    if (needsLoader) return null;
+    if (needsLoader) return { inputs, bundle: null };
     // A file (not a data: URL) so that stack traces name it briefly; named by its content.
-    const dir = join(tmpdir(), 'kvconnect-worker-bundles');
-    const file = join(dir, `${createHash('sha256').update(text).digest('hex').slice(0, 32)}.mjs`);
-    if (!existsSync(file)) {
-      await mkdir(dir, { recursive: true });
-      const partial = `${file}.${process.pid}.${threadId}`;
-      await writeFile(partial, text);
-      await rename(partial, file);
-    }
-    return pathToFileURL(file).href;
+    const file = join(BUNDLE_DIR, `${sha256(text)}.mjs`);
+    if (!existsSync(file)) await writeWhole(file, text);
+    return { inputs, bundle: pathToFileURL(file).href };
   } finally {
     await esbuild.stop();
   }

@@ -1,11 +1,15 @@
 import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { test } from 'node:test';
+import { pathToFileURL } from 'node:url';
 import type { Worker } from 'node:worker_threads';
 import { startModuleWorker, stopWorker } from '../../src/util/start-worker.ts';
 
 const HERE = new URL('./fixtures/entry.ts', import.meta.url).href;
 
-async function firstMessage(worker: Worker): Promise<Record<string, unknown>> {
+async function firstMessage<T = Record<string, unknown>>(worker: Worker): Promise<T> {
   try {
     return await new Promise((resolve, reject) => {
       worker.once('message', resolve);
@@ -38,4 +42,25 @@ test('a self-contained entry that imports a package falls back to tsx', async ()
   const msg = await firstMessage(startModuleWorker(HERE, 'package-worker', null, { selfContained: true }));
   assert.deepEqual(msg['encoded'], [7]);
   assert.match(String(msg['raw']), /fixtures\/package-worker\.ts:\d+/);
+});
+
+test('a bundle is rebuilt when one of its files changes', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'start-worker-'));
+  try {
+    writeFileSync(
+      join(dir, 'entry.ts'),
+      "import { parentPort } from 'node:worker_threads';\nimport { value } from './value.ts';\nparentPort!.postMessage(value);\n",
+    );
+    const start = () =>
+      firstMessage(
+        startModuleWorker(pathToFileURL(join(dir, 'x.ts')).href, 'entry', null, { selfContained: true }),
+      );
+    writeFileSync(join(dir, 'value.ts'), 'export const value: number = 1;\n');
+    assert.equal(await start(), 1);
+    assert.equal(await start(), 1);
+    writeFileSync(join(dir, 'value.ts'), 'export const value: number = 2;\n');
+    assert.equal(await start(), 2);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });

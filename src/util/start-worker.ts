@@ -8,16 +8,17 @@
  * tsx's loader costs each worker a loader thread of its own and a round trip per module. An
  * entry whose module graph is `selfContained` (relative imports and Node.js builtins only,
  * nothing imported by a path computed at run time) is instead bundled by esbuild (tsx's own
- * compiler), each file keeping its own `import.meta.url`, into a file named by its content under
- * the temporary directory (`kvconnect-worker-bundles/`, source-mapped to the .ts files), reused
- * while none of its input files changed. The worker gets the bundle's URL as its first message,
- * so the caller must not post to the worker before it reports ready. A graph that turns out
- * otherwise (a package import, a dynamic `import()`, other `import.meta` use) or does not build
- * falls back to tsx's loader.
+ * compiler), each file keeping its own `import.meta.url`, into a file named by its content in
+ * this user's own directory under the temporary directory (`kvconnect-worker-bundles-<uid>/`;
+ * source-mapped to the .ts files), reused while none of its input files changed. The worker
+ * gets the bundle's URL as its first message, so the caller must not post to the worker before
+ * it reports ready. A graph that turns out otherwise (a package import, a dynamic `import()`,
+ * other `import.meta` use), a directory that is not this user's alone, or a failed build falls
+ * back to tsx's loader.
  */
 import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
+import { lstat, mkdir, readFile, rename, writeFile } from 'node:fs/promises';
 import { createRequire, isBuiltin } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -88,13 +89,13 @@ function bundled(entry: URL, esbuildPath: string): Promise<string | null> {
   return bundle;
 }
 
-const BUNDLE_DIR = join(tmpdir(), 'kvconnect-worker-bundles');
+/** This user's own: the modules run from it (another user's files there would run as ours). */
+const BUNDLE_DIR = join(tmpdir(), `kvconnect-worker-bundles-${process.getuid?.() ?? 'user'}`);
 
 const sha256 = (data: string): string => createHash('sha256').update(data).digest('hex').slice(0, 32);
 
 /** Writes `text` to `file` whole (another process may be writing the same file). */
 async function writeWhole(file: string, text: string): Promise<void> {
-  await mkdir(BUNDLE_DIR, { recursive: true });
   const partial = `${file}.${process.pid}.${threadId}`;
   await writeFile(partial, text);
   await rename(partial, file);
@@ -115,6 +116,10 @@ async function unchanged(record: BuildRecord): Promise<boolean> {
 
 /** The previous build's result while none of its inputs changed (checked each time), else a new build. */
 async function build(entry: URL, esbuildPath: string): Promise<string | null> {
+  await mkdir(BUNDLE_DIR, { recursive: true, mode: 0o700 });
+  const dir = await lstat(BUNDLE_DIR);
+  const mine = dir.isDirectory() && dir.uid === (process.getuid?.() ?? dir.uid) && (dir.mode & 0o022) === 0;
+  if (!mine) return null;
   const recordFile = join(BUNDLE_DIR, `${sha256(entry.href)}.json`);
   try {
     const record = JSON.parse(await readFile(recordFile, 'utf8')) as BuildRecord;

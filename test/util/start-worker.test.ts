@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
@@ -27,7 +27,11 @@ test('a self-contained entry runs bundled, without a loader: its data, its modul
   assert.deepEqual(msg['data'], { n: 7 });
   assert.equal(msg['entryUrl'], new URL('./fixtures/bundled-worker.ts', import.meta.url).href);
   assert.equal(msg['helperUrl'], new URL('./fixtures/bundled-worker-helper.ts', import.meta.url).href);
-  assert.match(String(msg['raw']), /kvconnect-worker-bundles\/[0-9a-f]+\.mjs:\d+/, 'loaded from one bundle');
+  assert.match(
+    String(msg['raw']),
+    /kvconnect-worker-bundles-[^/]+\/[0-9a-f]+\.mjs:\d+/,
+    'loaded from one bundle',
+  );
   assert.match(String(msg['mapped']), /fixtures\/bundled-worker-helper\.ts:\d+:\d+/, 'source-mapped');
 });
 
@@ -62,5 +66,17 @@ test('a bundle is rebuilt when one of its files changes', async () => {
     assert.equal(await start(), 2);
   } finally {
     rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('a bundle directory others may write to is not used: tsx loads the entry', async () => {
+  const dir = join(tmpdir(), `kvconnect-worker-bundles-${process.getuid?.() ?? 'user'}`);
+  await firstMessage(startModuleWorker(HERE, 'bundled-worker', null, { selfContained: true }));
+  chmodSync(dir, 0o777);
+  try {
+    const msg = await firstMessage(startModuleWorker(HERE, 'bundled-worker', null, { selfContained: true }));
+    assert.match(String(msg['raw']), /fixtures\/bundled-worker-helper\.ts:\d+/);
+  } finally {
+    chmodSync(dir, 0o700);
   }
 });

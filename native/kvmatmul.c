@@ -48,6 +48,8 @@
 
 enum { FMT_F32 = 0, FMT_F16 = 1, FMT_BF16 = 2 };
 
+static bool usable = false;
+
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
 #include <immintrin.h>
 #define HAVE_AVX2_MATMUL 1
@@ -282,6 +284,9 @@ static _Atomic int helpers_joined;
 static _Atomic int sleepers;
 static _Atomic int helpers_wanted;
 static job_t job;
+/* The work of the current generation: pool_task(pool_ctx, i) for every block i. */
+static kvpool_task_fn pool_task;
+static const void *pool_ctx;
 static int helpers_started;
 static uint32_t generation;
 static pthread_mutex_t pool_owner = PTHREAD_MUTEX_INITIALIZER;
@@ -313,7 +318,7 @@ static void take_blocks(uint32_t gen) {
   for (;;) {
     if (CLAIM_GEN(v) != gen || CLAIM_NEXT(v) >= CLAIM_COUNT(v)) return;
     if (atomic_compare_exchange_weak_explicit(&claim, &v, v + 1, memory_order_acq_rel, memory_order_acquire)) {
-      run_block_index(&job, CLAIM_NEXT(v));
+      pool_task(pool_ctx, CLAIM_NEXT(v));
       atomic_fetch_add_explicit(&blocks_done, 1, memory_order_release);
       v = atomic_load_explicit(&claim, memory_order_acquire);
     }
@@ -364,17 +369,59 @@ static bool helpers_awake(int wanted) {
   return helpers_started >= wanted && atomic_load_explicit(&sleepers, memory_order_acquire) == 0;
 }
 
+/*
+ * True when a call of `cost` multiply-adds (or their equivalent) on `threads` threads should
+ * use the pool; then the caller owns it (pool_owner held) until pool_dispatch returns.
+ */
+static bool pool_acquire(int threads, double cost) {
+  if (threads <= 1 || cost < PARALLEL_MIN_MACS || pthread_mutex_trylock(&pool_owner) != 0) return false;
+  if (cost < WAKE_MIN_MACS && !helpers_awake(threads - 1)) {
+    pthread_mutex_unlock(&pool_owner);
+    return false;
+  }
+  return true;
+}
+
+/* Runs task(ctx, i) for i < nblocks on the pool and this thread; releases the pool. */
+static void pool_dispatch(kvpool_task_fn task, const void *ctx, uint32_t nblocks, int threads) {
+  int helpers = start_helpers(threads - 1);
+  pool_task = task;
+  pool_ctx = ctx;
+  helpers_wanted = helpers;
+  atomic_store(&helpers_joined, 0);
+  atomic_store(&blocks_done, 0);
+  generation = (generation + 1) & 0xffff;
+  atomic_store(&claim, ((uint64_t)generation << 48) | ((uint64_t)nblocks << 24));
+  if (atomic_load(&sleepers) > 0) {
+    pthread_mutex_lock(&sleep_mu);
+    pthread_cond_broadcast(&sleep_cv);
+    pthread_mutex_unlock(&sleep_mu);
+  }
+  take_blocks(generation);
+  for (unsigned spins = 0; atomic_load_explicit(&blocks_done, memory_order_acquire) < nblocks; spins++) {
+    if (spins < 4096) cpu_relax();
+    else sched_yield(); /* a helper was descheduled mid-block (a busy machine) */
+  }
+  pthread_mutex_unlock(&pool_owner);
+}
+
+void kvpool_run(kvpool_task_fn task, const void *ctx, uint32_t count, int threads, double cost) {
+  if (threads > MAX_THREADS) threads = MAX_THREADS;
+  if (count >= 2 && count <= 0xffffff && pool_acquire(threads, cost)) {
+    pool_dispatch(task, ctx, count, threads);
+    return;
+  }
+  for (uint32_t i = 0; i < count; i++) task(ctx, i);
+}
+
+static void matmul_task(const void *ctx, uint32_t index) { run_block_index((const job_t *)ctx, index); }
+
 /* Runs `J` on up to `threads` threads (this one included); blocks as described above. */
 static void run_job(job_t *J, int threads) {
   size_t row_blocks = (J->m + J->rows_per_block - 1) / J->rows_per_block;
   J->row_blocks = row_blocks;
   if (threads > MAX_THREADS) threads = MAX_THREADS;
-  double macs = (double)J->m * (double)J->n * (double)J->k;
-  bool parallel = threads > 1 && macs >= PARALLEL_MIN_MACS && pthread_mutex_trylock(&pool_owner) == 0;
-  if (parallel && macs < WAKE_MIN_MACS && !helpers_awake(threads - 1)) {
-    pthread_mutex_unlock(&pool_owner);
-    parallel = false;
-  }
+  bool parallel = pool_acquire(threads, (double)J->m * (double)J->n * (double)J->k);
   /*
    * Smaller column blocks until every thread has several to take; a weight's blocks stay
    * whole panels, so no two threads read parts of one cache line of it.
@@ -394,29 +441,35 @@ static void run_job(job_t *J, int threads) {
     for (uint32_t i = 0; i < nblocks; i++) run_block_index(J, i);
     return;
   }
-  int helpers = start_helpers(threads - 1);
   job = *J;
-  helpers_wanted = helpers;
-  atomic_store(&helpers_joined, 0);
-  atomic_store(&blocks_done, 0);
-  generation = (generation + 1) & 0xffff;
-  atomic_store(&claim, ((uint64_t)generation << 48) | ((uint64_t)nblocks << 24));
-  if (atomic_load(&sleepers) > 0) {
-    pthread_mutex_lock(&sleep_mu);
-    pthread_cond_broadcast(&sleep_cv);
-    pthread_mutex_unlock(&sleep_mu);
-  }
-  take_blocks(generation);
-  for (unsigned spins = 0; atomic_load_explicit(&blocks_done, memory_order_acquire) < nblocks; spins++) {
-    if (spins < 4096) cpu_relax();
-    else sched_yield(); /* a helper was descheduled mid-block (a busy machine) */
-  }
-  pthread_mutex_unlock(&pool_owner);
+  pool_dispatch(matmul_task, &job, (uint32_t)nblocks, threads);
+}
+
+bool kvmatmul_local(size_t m, size_t n, size_t k, const float *a, size_t lda, const float *b, size_t ldb,
+                    float *c, size_t ldc) {
+#ifdef HAVE_AVX2_MATMUL
+  if (!usable) return false;
+  job_t J = {0};
+  J.kern = &kernels_F32;
+  J.format = FMT_F32;
+  J.a = a;
+  J.lda = lda;
+  J.b = (const char *)b;
+  J.ldb = ldb;
+  J.c = c;
+  J.ldc = ldc;
+  J.m = m;
+  J.n = n;
+  J.k = k;
+  if (m > 0 && n > 0 && k > 0) run_block(&J, 0, m, 0, n);
+  return true;
+#else
+  (void)m, (void)n, (void)k, (void)a, (void)lda, (void)b, (void)ldb, (void)c, (void)ldc;
+  return false;
+#endif
 }
 
 /* ---- N-API ---------------------------------------------------------------------------- */
-
-static bool usable = false;
 
 bool kvmatmul_init(void) {
 #ifdef HAVE_AVX2_MATMUL
@@ -444,14 +497,10 @@ napi_value kv_matmul_pool_size(napi_env env, napi_callback_info info) {
   return out;
 }
 
-/*
- * Reads (memory, then `count` non-negative integers, the last `optional` of which may be
- * absent and keep their value in v) or throws and returns false.
- */
-static bool read_ints(napi_env env, napi_callback_info info, const char *usage, size_t count, size_t optional,
-                      void **data, size_t *bytes, int64_t *v) {
-  size_t argc = 16;
-  napi_value argv[16];
+bool kv_read_ints(napi_env env, napi_callback_info info, const char *usage, size_t count, size_t optional,
+                  void **data, size_t *bytes, int64_t *v) {
+  size_t argc = KV_MAX_INT_ARGS + 1;
+  napi_value argv[KV_MAX_INT_ARGS + 1];
   char msg[200];
   if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 1 + count - optional ||
       argc > 1 + count || napi_get_arraybuffer_info(env, argv[0], data, bytes) != napi_ok) {
@@ -493,7 +542,7 @@ napi_value kv_matmul_f32(napi_env env, napi_callback_info info) {
   void *data = NULL;
   size_t bytes = 0;
   int64_t v[10] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
-  if (!read_ints(env, info, usage, 10, 1, &data, &bytes, v)) return NULL;
+  if (!kv_read_ints(env, info, usage, 10, 1, &data, &bytes, v)) return NULL;
   int64_t m = v[0], n4 = v[1], k = v[2], a = v[3], lda = v[4], b = v[5], ldb = v[6], c = v[7], ldc = v[8];
   uint64_t floats = bytes / 4;
   bool ok = usable && n4 % 4 == 0 && k >= 1 && (m == 0 || n4 == 0 ||
@@ -520,7 +569,7 @@ napi_value kv_matmul_weight(napi_env env, napi_callback_info info) {
   void *data = NULL;
   size_t bytes = 0;
   int64_t v[10] = {0};
-  if (!read_ints(env, info, usage, 10, 0, &data, &bytes, v)) return NULL;
+  if (!kv_read_ints(env, info, usage, 10, 0, &data, &bytes, v)) return NULL;
   int64_t m = v[0], n = v[1], k = v[2], a = v[3], lda = v[4], w = v[5], c = v[6], ldc = v[7], format = v[8];
   if (format != FMT_F32 && format != FMT_F16 && format != FMT_BF16) {
     napi_throw_range_error(env, NULL, "matmulWeight: format must be 0 (float32), 1 (float16) or 2 (bfloat16)");

@@ -3,9 +3,33 @@
 #define KVMATMUL_H
 #include <node_api.h>
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/*
+ * The thread pool the matmuls run on, for the engine's other kernels (kvops.c): runs
+ * task(ctx, i) for every i < count, on up to `threads` threads (this one included) when
+ * `cost` (multiply-adds or their equivalent for the whole call) pays for the helpers, else on
+ * this thread in order. Returns when every task is done.
+ */
+typedef void (*kvpool_task_fn)(const void *ctx, uint32_t index);
+void kvpool_run(kvpool_task_fn task, const void *ctx, uint32_t count, int threads, double cost);
+/*
+ * C[m, n] = A[m, k] · B[k, n] (float32, row-major, strides in floats) on the calling thread,
+ * with the bits of matmulF32 including its column tail; false when the CPU cannot run it.
+ */
+bool kvmatmul_local(size_t m, size_t n, size_t k, const float *a, size_t lda, const float *b, size_t ldb,
+                    float *c, size_t ldc);
 
 /* True when this CPU can run the kernels (AVX2 and F16C); call once at module load. */
 bool kvmatmul_init(void);
+/*
+ * Reads (memory, then `count` <= KV_MAX_INT_ARGS non-negative integers, the last `optional` of
+ * which may be absent and keep their value in v) or throws and returns false.
+ */
+#define KV_MAX_INT_ARGS 20
+bool kv_read_ints(napi_env env, napi_callback_info info, const char *usage, size_t count, size_t optional,
+                  void **data, size_t *bytes, int64_t *v);
 /* matmulF32(memory, m, n4, k, a, lda, b, ldb, c, ldc[, threads]) */
 napi_value kv_matmul_f32(napi_env env, napi_callback_info info);
 /* matmulWeight(memory, m, n, k, a, lda, w, c, ldc, format, threads): B a panel-major weight */

@@ -31,6 +31,9 @@
  *   matmulWeight(memory, m, n, k, a, lda, w, c, ldc, format, threads)
  *                    the engine's matmuls (float32, or float16/bfloat16 weights), on a pool
  *                    of threads, bit-identical to its WebAssembly kernel.
+ *   attentionPrefill(...), swiglu(...), rmsnorm(...)   (kvops.c, only with AVX2)
+ *                    the engine's other kernels on the same pool, bit-identical to its
+ *                    WebAssembly and JavaScript path.
  * The addon is named after its first job; it holds every native piece of kvconnect.
  */
 #define _GNU_SOURCE
@@ -47,6 +50,7 @@
 
 #include "kvhash.h"
 #include "kvmatmul.h"
+#include "kvops.h"
 #include "kvmem.h"
 
 typedef struct {
@@ -256,6 +260,9 @@ static napi_value init(napi_env env, napi_value exports) {
         {"matmulWeight", NULL, kv_matmul_weight, NULL, NULL, NULL, napi_enumerable, NULL},
         {"matmulIsa", NULL, kv_matmul_isa, NULL, NULL, NULL, napi_enumerable, NULL},
         {"matmulPoolSize", NULL, kv_matmul_pool_size, NULL, NULL, NULL, napi_enumerable, NULL},
+        {"attentionPrefill", NULL, kv_attention_prefill, NULL, NULL, NULL, napi_enumerable, NULL},
+        {"swiglu", NULL, kv_swiglu, NULL, NULL, NULL, napi_enumerable, NULL},
+        {"rmsnorm", NULL, kv_rmsnorm, NULL, NULL, NULL, napi_enumerable, NULL},
     };
     napi_define_properties(env, exports, sizeof mm / sizeof mm[0], mm);
   }

@@ -10,7 +10,7 @@ const nativeDir = fileURLToPath(new URL('../native/', import.meta.url));
 const output = join(nativeDir, 'build', 'Release', 'kvshm.node');
 const fallback = 'kvconnect uses its pure-JS shm ring, KV memory and checksum paths';
 /** Every source of the addon (also listed in native/binding.gyp). */
-const SOURCES = ['kvshm.c', 'kvhash.c', 'kvmatmul.c', 'kvmem.cc'];
+const SOURCES = ['kvshm.c', 'kvhash.c', 'kvmatmul.c', 'kvops.c', 'kvmem.cc'];
 
 function run(cmd, args) {
   const r = spawnSync(cmd, args, { cwd: nativeDir, encoding: 'utf8', timeout: 180_000 });

@@ -74,6 +74,27 @@ export function pagedAttention(
   const lo = window === null ? 0 : Math.max(0, p0 - window + 1);
   const ctx = hi - lo + 1;
   gather(rt, layer, scratch, call.blockTable, lo, ctx, numKvHeads, hd);
+  if (rt.nativeOps) {
+    rt.attentionPrefill({
+      qkv: call.qkv,
+      qkvStride: call.qkvStride,
+      out: call.out,
+      outStride: numHeads * hd,
+      firstRow: call.firstRow,
+      len: call.len,
+      p0,
+      lo,
+      ctx,
+      keysT: scratch.keysT,
+      values: scratch.values,
+      numHeads,
+      numKvHeads,
+      headDim: hd,
+      window: window ?? 0,
+      queryBlock: QUERY_BLOCK,
+    });
+    return;
+  }
   const mem = rt.f32;
   const scale = 1 / Math.sqrt(hd);
   const qDim = numHeads * hd;

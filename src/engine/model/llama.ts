@@ -183,13 +183,16 @@ export class LlamaModel implements ForwardModel {
         }
         w.embedding.copyRow(tok, mem, x + r * h);
       }
+      /** The offset of a residual (the last down_proj) not yet added to x, or 0. */
+      let pendingAdd = 0;
       for (let l = 0; l < dims.numLayers; l++) {
         const name = this.layerNames[l] as string;
         const lw = w.layers[l];
         if (lw === undefined) break;
         await hooks.beforeLayer?.(l, name);
+        addRmsnorm(rt, x, pendingAdd, hn, lw.inputNorm, rows, h, dims.rmsNormEps);
+        pendingAdd = 0;
         mem = rt.f32;
-        rmsnorm(mem, x, hn, lw.inputNorm, rows, h, dims.rmsNormEps);
         rt.matmulWeight(rows, hn, h, lw.qkv, qkv, qkvDim);
         lora(l, 'q_proj', hn, h, qkv, qkvDim);
         lora(l, 'k_proj', hn, h, qkv + qDim, qkvDim);
@@ -239,19 +242,18 @@ export class LlamaModel implements ForwardModel {
         rt.matmulWeight(rows, attn, qDim, lw.o, proj, h);
         lora(l, 'o_proj', attn, qDim, proj, h);
         await this.#reduce(hooks, proj, rows * h);
-        mem = rt.f32;
-        addInPlace(mem, x, proj, rows * h);
-        rmsnorm(mem, x, hn, lw.postNorm, rows, h, dims.rmsNormEps);
+        addRmsnorm(rt, x, proj, hn, lw.postNorm, rows, h, dims.rmsNormEps);
         rt.matmulWeight(rows, hn, h, lw.gateUp, gateUp, 2 * inter);
         lora(l, 'gate_proj', hn, h, gateUp, 2 * inter);
         lora(l, 'up_proj', hn, h, gateUp + inter, 2 * inter);
-        swiglu(rt, gateUp, act, rows, inter);
+        rt.swigluRows(gateUp, act, rows, inter);
         rt.matmulWeight(rows, act, inter, lw.down, proj, h);
         lora(l, 'down_proj', act, inter, proj, h);
         await this.#reduce(hooks, proj, rows * h);
-        mem = rt.f32;
-        addInPlace(mem, x, proj, rows * h);
+        pendingAdd = proj;
       }
+      mem = rt.f32;
+      if (pendingAdd !== 0) addInPlace(mem, x, pendingAdd, rows * h);
       let n = 0;
       for (const s of batch.sequences) {
         const count = logitsRows(s);
@@ -260,7 +262,7 @@ export class LlamaModel implements ForwardModel {
         mem.copyWithin(logitsIn + n * h, x + from * h, x + (s.start + s.len) * h);
         n += count;
       }
-      rmsnorm(mem, logitsIn, logitsIn, w.finalNorm, n, h, dims.rmsNormEps);
+      addRmsnorm(rt, logitsIn, 0, logitsIn, w.finalNorm, n, h, dims.rmsNormEps);
       rt.matmulWeight(n, logitsIn, h, w.lmHead, logitsOut, dims.vocabSize);
       return rt.f32.slice(logitsOut, logitsOut + n * dims.vocabSize);
     } finally {
@@ -281,6 +283,29 @@ export class LlamaModel implements ForwardModel {
     }
     await hooks.allReduce(this.#rt.f32.subarray(offset, offset + count));
   }
+}
+
+/**
+ * x += add (when add ≠ 0, the residual), then dst = RMSNorm(x) · weight; natively on the
+ * matmul's pool where the addon has it, with the same bits.
+ */
+function addRmsnorm(
+  rt: WasmRuntime,
+  x: number,
+  add: number,
+  dst: number,
+  weight: Float32Array,
+  rows: number,
+  dim: number,
+  eps: number,
+): void {
+  if (rt.nativeOps) {
+    rt.rmsnorm(weight, eps, x, add, dst, rows, dim);
+    return;
+  }
+  const mem = rt.f32;
+  if (add !== 0) addInPlace(mem, x, add, rows * dim);
+  rmsnorm(mem, x, dst, weight, rows, dim, eps);
 }
 
 function rmsnorm(
@@ -315,9 +340,4 @@ function addRowBias(mem: Float32Array, dst: number, bias: Float32Array, rows: nu
 
 function addInPlace(mem: Float32Array, dst: number, src: number, n: number): void {
   for (let i = 0; i < n; i++) mem[dst + i] = (mem[dst + i] as number) + (mem[src + i] as number);
-}
-
-function swiglu(rt: WasmRuntime, gateUp: number, out: number, rows: number, inter: number): void {
-  for (let r = 0; r < rows; r++)
-    rt.swiglu(gateUp + r * 2 * inter, gateUp + r * 2 * inter + inter, out + r * inter, inter);
 }

@@ -61,12 +61,53 @@ interface NativeKernels {
   matmulWeight: NativeMatmulWeight;
 }
 
+/** native/kvops.c: the forward's other kernels, on the matmul's pool (offsets in floats). */
+interface NativeOps {
+  attentionPrefill(memory: ArrayBuffer, ...args: number[]): void;
+  swiglu(memory: ArrayBuffer, gateUp: number, out: number, rows: number, inter: number, threads: number): void;
+  rmsnorm(
+    memory: ArrayBuffer,
+    weight: Float32Array,
+    eps: number,
+    x: number,
+    add: number,
+    dst: number,
+    rows: number,
+    dim: number,
+    threads: number,
+  ): void;
+}
+
 function nativeKernels(): NativeKernels | null {
   if (readEnv('KVCONNECT_DISABLE_NATIVE_MATMUL')) return null;
   return nativeFunctions<NativeKernels>('matmulF32', 'matmulWeight');
 }
 
 const native = nativeKernels();
+const nativeOps = native && nativeFunctions<NativeOps>('attentionPrefill', 'swiglu', 'rmsnorm');
+
+/** The arguments of WasmRuntime.attentionPrefill (offsets in floats; attention.ts's loop). */
+export interface PrefillAttentionArgs {
+  qkv: number;
+  qkvStride: number;
+  out: number;
+  outStride: number;
+  firstRow: number;
+  len: number;
+  /** Position of the first new token, and the first visible one; ctx positions from lo are staged. */
+  p0: number;
+  lo: number;
+  ctx: number;
+  /** Staged K (per KV head, transposed: [headDim, ctx]) and V ([ctx, numKvHeads × headDim]). */
+  keysT: number;
+  values: number;
+  numHeads: number;
+  numKvHeads: number;
+  headDim: number;
+  /** Sliding window, 0 for full attention. */
+  window: number;
+  queryBlock: number;
+}
 
 /** The element type weights are computed in: the checkpoint's, or the one `--dtype` asks for. */
 export type WeightDtype = 'float32' | 'float16' | 'bfloat16';
@@ -148,6 +189,7 @@ export class WasmRuntime {
   #view: Float32Array;
   #view16: Uint16Array;
   readonly #native: NativeKernels | null;
+  readonly #ops: NativeOps | null;
   /**
    * Threads a native matmul may use (this one and threads - 1 pool helpers); results do not
    * depend on it. The WebAssembly kernel computes on this thread alone.
@@ -157,6 +199,7 @@ export class WasmRuntime {
   /** `useNative: false` keeps this runtime on the WebAssembly kernel (tests compare the two). */
   constructor(initialBytes = 1 << 20, useNative = true) {
     this.#native = useNative ? native : null;
+    this.#ops = useNative ? nativeOps : null;
     this.memory = new wasmApi.Memory({
       initial: Math.max(1, Math.ceil(initialBytes / PAGE)),
       maximum: MAX_PAGES,
@@ -186,6 +229,55 @@ export class WasmRuntime {
       const g = mem[gate + i] as number;
       mem[out + i] = (g / (1 + Math.exp(-g))) * (mem[up + i] as number);
     }
+  }
+
+  /** out[r] = silu(gate[r]) · up[r] for rows of [gate | up] (2 · inter floats) at gateUp, out rows of inter. */
+  swigluRows(gateUp: number, out: number, rows: number, inter: number): void {
+    if (this.#ops !== null && inter % 4 === 0) {
+      this.#ops.swiglu(this.memory.buffer, gateUp, out, rows, inter, this.threads);
+      return;
+    }
+    for (let r = 0; r < rows; r++) this.swiglu(gateUp + r * 2 * inter, gateUp + r * 2 * inter + inter, out + r * inter, inter);
+  }
+
+  /** True when attentionPrefill and rmsnorm run natively (else the caller computes them). */
+  get nativeOps(): boolean {
+    return this.#ops !== null;
+  }
+
+  /**
+   * Prefill attention of one sequence from staged K/V (native/kvops.c, on the matmul's pool;
+   * the bits of attention.ts's loop). Only where `nativeOps` is true.
+   */
+  attentionPrefill(a: PrefillAttentionArgs): void {
+    (this.#ops as NativeOps).attentionPrefill(
+      this.memory.buffer,
+      a.qkv,
+      a.qkvStride,
+      a.out,
+      a.outStride,
+      a.firstRow,
+      a.len,
+      a.p0,
+      a.lo,
+      a.ctx,
+      a.keysT,
+      a.values,
+      a.numHeads,
+      a.numKvHeads,
+      a.headDim,
+      a.window,
+      a.queryBlock,
+      this.threads,
+    );
+  }
+
+  /**
+   * dst = RMSNorm(x) · weight over `rows` rows of `dim`, x += add first when add ≠ 0 (native,
+   * the bits of the engine's JavaScript). Only where `nativeOps` is true.
+   */
+  rmsnorm(weight: Float32Array, eps: number, x: number, add: number, dst: number, rows: number, dim: number): void {
+    (this.#ops as NativeOps).rmsnorm(this.memory.buffer, weight, eps, x, add, dst, rows, dim, this.threads);
   }
 
   /** Float32 view of the whole memory (re-created after the memory grows). */

@@ -1,0 +1,14 @@
+/* The engine's kernels besides the matmuls (kvops.c), registered by kvshm.c's module init. */
+#ifndef KVOPS_H
+#define KVOPS_H
+#include <node_api.h>
+
+/* attentionPrefill(memory, qkv, qkvStride, out, outStride, firstRow, len, p0, lo, ctx, keysT,
+ * values, numHeads, numKvHeads, headDim, window, queryBlock, threads) */
+napi_value kv_attention_prefill(napi_env env, napi_callback_info info);
+/* swiglu(memory, gateUp, out, rows, inter, threads) */
+napi_value kv_swiglu(napi_env env, napi_callback_info info);
+/* rmsnorm(memory, weight, eps, x, add, dst, rows, dim, threads) */
+napi_value kv_rmsnorm(napi_env env, napi_callback_info info);
+
+#endif

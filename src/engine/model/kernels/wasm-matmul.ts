@@ -64,7 +64,14 @@ interface NativeKernels {
 /** native/kvops.c: the forward's other kernels, on the matmul's pool (offsets in floats). */
 interface NativeOps {
   attentionPrefill(memory: ArrayBuffer, ...args: number[]): void;
-  swiglu(memory: ArrayBuffer, gateUp: number, out: number, rows: number, inter: number, threads: number): void;
+  swiglu(
+    memory: ArrayBuffer,
+    gateUp: number,
+    out: number,
+    rows: number,
+    inter: number,
+    threads: number,
+  ): void;
   rmsnorm(
     memory: ArrayBuffer,
     weight: Float32Array,
@@ -237,7 +244,8 @@ export class WasmRuntime {
       this.#ops.swiglu(this.memory.buffer, gateUp, out, rows, inter, this.threads);
       return;
     }
-    for (let r = 0; r < rows; r++) this.swiglu(gateUp + r * 2 * inter, gateUp + r * 2 * inter + inter, out + r * inter, inter);
+    for (let r = 0; r < rows; r++)
+      this.swiglu(gateUp + r * 2 * inter, gateUp + r * 2 * inter + inter, out + r * inter, inter);
   }
 
   /** True when attentionPrefill and rmsnorm run natively (else the caller computes them). */
@@ -276,7 +284,15 @@ export class WasmRuntime {
    * dst = RMSNorm(x) · weight over `rows` rows of `dim`, x += add first when add ≠ 0 (native,
    * the bits of the engine's JavaScript). Only where `nativeOps` is true.
    */
-  rmsnorm(weight: Float32Array, eps: number, x: number, add: number, dst: number, rows: number, dim: number): void {
+  rmsnorm(
+    weight: Float32Array,
+    eps: number,
+    x: number,
+    add: number,
+    dst: number,
+    rows: number,
+    dim: number,
+  ): void {
     (this.#ops as NativeOps).rmsnorm(this.memory.buffer, weight, eps, x, add, dst, rows, dim, this.threads);
   }
 

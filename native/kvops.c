@@ -1,7 +1,7 @@
 /*
  * kvops: the engine's kernels besides the matmuls, on the WebAssembly memory and on the
  * matmul's thread pool (kvmatmul.c): prefill attention, the SwiGLU activation, RMSNorm with
- * the residual add before it. Each gives the bits of the engine's WebAssembly/JavaScript
+ * the residual add before it, RoPE. Each gives the bits of the engine's WebAssembly/JavaScript
  * path (src/engine/model/), so a process with the addon and one without compute the same
  * logits, and every output element is computed by one thread in one order, so the results
  * do not depend on the thread count:
@@ -13,7 +13,7 @@
  * - softmax sums e^(x − max) in four lanes, element i into lane i % 4 in ascending order,
  *   then ((l0 + l1) + l2) + l3, then the last count % 4 elements one by one, and scales by
  *   1/sum, as wasm-softmax.ts does;
- * - RMSNorm and the queries' scaling compute in double where the JavaScript does.
+ * - RMSNorm, RoPE and the queries' scaling compute in double where the JavaScript does.
  *
  *   attentionPrefill(memory, qkv, qkvStride, out, outStride, firstRow, len, p0, lo, ctx,
  *                    keysT, values, numHeads, numKvHeads, headDim, window, queryBlock, threads)
@@ -23,6 +23,13 @@
  *       out[r][i] = silu(gateUp[r][i]) · gateUp[r][inter + i]; inter a multiple of 4
  *   rmsnorm(memory, weight, eps, x, add, dst, rows, dim, threads)
  *       add = 0: dst = rmsnorm(x); else x += add (float32) first; weight a Float32Array of dim
+ *   gatherKV(memory, kv, table, blockSize, numKvHeads, headDim, lo, ctx, keysT, values, threads)
+ *       stages positions [lo, lo + ctx) of one layer's float32 KV tensor (a Float32Array, e.g.
+ *       over the KV SharedArrayBuffer; blocks from the Int32Array `table`) as attention.ts's
+ *       gather does: V rows as they are, K transposed per head
+ *   rope(memory, cos, sin, positions, half, x, stride, rows, heads, threads)
+ *       rotates `heads` consecutive head vectors of every row (src/engine/model/rope.ts), with
+ *       the cos/sin tables (Float32Array, `half` per position) and an Int32Array of positions
  */
 #define _GNU_SOURCE
 #include "kvops.h"
@@ -219,6 +226,59 @@ static void rmsnorm_task(const void *arg, uint32_t index) {
   }
 }
 
+/* ---- RoPE (plain C: double products, as the JavaScript's) ----------------------------- */
+
+typedef struct {
+  float *mem;
+  const float *cos, *sin;
+  const int32_t *positions;
+  size_t half, x, stride, rows, heads, rows_per_task;
+} rope_t;
+
+/* Rotates `heads` vectors of 2 · half floats per row: (x1, x2) -> (x1 c − x2 s, x2 c + x1 s). */
+static void rope_task(const void *arg, uint32_t index) {
+  const rope_t *R = arg;
+  size_t r0 = index * R->rows_per_task, r1 = r0 + R->rows_per_task < R->rows ? r0 + R->rows_per_task : R->rows;
+  size_t half = R->half;
+  for (size_t r = r0; r < r1; r++) {
+    const float *c = R->cos + (size_t)R->positions[r] * half, *s = R->sin + (size_t)R->positions[r] * half;
+    for (size_t h = 0; h < R->heads; h++) {
+      float *v = R->mem + R->x + r * R->stride + h * 2 * half;
+      for (size_t i = 0; i < half; i++) {
+        double x1 = v[i], x2 = v[i + half];
+        v[i] = (float)(x1 * c[i] - x2 * s[i]);
+        v[i + half] = (float)(x2 * c[i] + x1 * s[i]);
+      }
+    }
+  }
+}
+
+/* ---- Staging K and V for prefill attention ---------------------------------------------- */
+
+typedef struct {
+  float *mem;
+  const float *kv;
+  const int32_t *table;
+  size_t block_size, row_size, num_kv_heads, hd, lo, ctx, keys_t, values, first_block;
+} gather_t;
+
+/* One block of the table: its V rows as they are, its K rows transposed per head. */
+static void gather_task(const void *arg, uint32_t index) {
+  const gather_t *G = arg;
+  size_t b = G->first_block + index, bs = G->block_size, rs = G->row_size;
+  size_t j0 = b * bs > G->lo ? b * bs : G->lo, hi = G->lo + G->ctx - 1;
+  size_t j1 = b * bs + bs - 1 < hi ? b * bs + bs - 1 : hi;
+  size_t n = j1 - j0 + 1;
+  const float *k = G->kv + ((size_t)G->table[b] * 2 * bs + (j0 - b * bs)) * rs;
+  memcpy(G->mem + G->values + (j0 - G->lo) * rs, k + bs * rs, n * rs * sizeof(float));
+  for (size_t h = 0; h < G->num_kv_heads; h++)
+    for (size_t d = 0; d < G->hd; d++) {
+      float *dst = G->mem + G->keys_t + h * G->hd * G->ctx + d * G->ctx + (j0 - G->lo);
+      const float *src = k + h * G->hd + d;
+      for (size_t i = 0; i < n; i++) dst[i] = src[i * rs];
+    }
+}
+
 /* ---- N-API ----------------------------------------------------------------------------- */
 
 static int threads_of(int64_t t) { return t < 1 ? 1 : t > 64 ? 64 : (int)t; }
@@ -334,5 +394,87 @@ napi_value kv_rmsnorm(napi_env env, napi_callback_info info) {
   N.rows_per_task = rows_per_task(N.dim, 4096);
   size_t tasks = (N.rows + N.rows_per_task - 1) / N.rows_per_task;
   kvpool_run(rmsnorm_task, &N, (uint32_t)tasks, threads_of(v[5]), 4.0 * (double)span);
+  return NULL;
+}
+
+static bool typed_array(napi_env env, napi_value v, napi_typedarray_type want, void **data, size_t *length) {
+  napi_typedarray_type type;
+  return napi_get_typedarray_info(env, v, &type, length, data, NULL, NULL) == napi_ok && type == want;
+}
+
+napi_value kv_rope(napi_env env, napi_callback_info info) {
+  static const char usage[] = "rope(memory, cos, sin, positions, half, x, stride, rows, heads, threads)";
+  size_t argc = 10;
+  napi_value argv[10];
+  void *data = NULL, *cos = NULL, *sin = NULL, *positions = NULL;
+  size_t bytes = 0, cos_length = 0, sin_length = 0, positions_length = 0;
+  int64_t v[6] = {0};
+  bool ok = napi_get_cb_info(env, info, &argc, argv, NULL, NULL) == napi_ok && argc == 10 &&
+            napi_get_arraybuffer_info(env, argv[0], &data, &bytes) == napi_ok &&
+            typed_array(env, argv[1], napi_float32_array, &cos, &cos_length) &&
+            typed_array(env, argv[2], napi_float32_array, &sin, &sin_length) &&
+            typed_array(env, argv[3], napi_int32_array, &positions, &positions_length);
+  for (size_t i = 0; ok && i < 6; i++) ok = napi_get_value_int64(env, argv[4 + i], &v[i]) == napi_ok && v[i] >= 0;
+  if (!ok) {
+    napi_throw_type_error(env, NULL, usage);
+    return NULL;
+  }
+  rope_t R = {.mem = data,
+              .cos = cos,
+              .sin = sin,
+              .positions = positions,
+              .half = (size_t)v[0],
+              .x = (size_t)v[1],
+              .stride = (size_t)v[2],
+              .rows = (size_t)v[3],
+              .heads = (size_t)v[4]};
+  if (R.rows == 0 || R.heads == 0 || R.half == 0) return NULL;
+  uint64_t floats = bytes / 4, table = cos_length < sin_length ? cos_length : sin_length;
+  ok = positions_length >= R.rows && R.x + (R.rows - 1) * R.stride + R.heads * 2 * R.half <= floats;
+  for (size_t r = 0; ok && r < R.rows; r++)
+    ok = R.positions[r] >= 0 && ((uint64_t)R.positions[r] + 1) * R.half <= table;
+  if (!ok) return range_error(env, "rope: the operands do not fit in the memory or a position is beyond the tables");
+  R.rows_per_task = rows_per_task(R.heads * 2 * R.half, 4096);
+  size_t tasks = (R.rows + R.rows_per_task - 1) / R.rows_per_task;
+  kvpool_run(rope_task, &R, (uint32_t)tasks, threads_of(v[5]), 4.0 * (double)R.rows * R.heads * 2 * R.half);
+  return NULL;
+}
+
+napi_value kv_gather_kv(napi_env env, napi_callback_info info) {
+  static const char usage[] = "gatherKV(memory, kv, table, blockSize, numKvHeads, headDim, lo, ctx, keysT, values, threads)";
+  size_t argc = 11;
+  napi_value argv[11];
+  void *data = NULL, *kv = NULL, *table = NULL;
+  size_t bytes = 0, kv_length = 0, table_length = 0;
+  int64_t v[8] = {0};
+  bool ok = napi_get_cb_info(env, info, &argc, argv, NULL, NULL) == napi_ok && argc == 11 &&
+            napi_get_arraybuffer_info(env, argv[0], &data, &bytes) == napi_ok &&
+            typed_array(env, argv[1], napi_float32_array, &kv, &kv_length) &&
+            typed_array(env, argv[2], napi_int32_array, &table, &table_length);
+  for (size_t i = 0; ok && i < 8; i++) ok = napi_get_value_int64(env, argv[3 + i], &v[i]) == napi_ok && v[i] >= 0;
+  if (!ok) {
+    napi_throw_type_error(env, NULL, usage);
+    return NULL;
+  }
+  gather_t G = {.mem = data,
+                .kv = kv,
+                .table = table,
+                .block_size = (size_t)v[0],
+                .num_kv_heads = (size_t)v[1],
+                .hd = (size_t)v[2],
+                .lo = (size_t)v[3],
+                .ctx = (size_t)v[4],
+                .keys_t = (size_t)v[5],
+                .values = (size_t)v[6]};
+  G.row_size = G.num_kv_heads * G.hd;
+  if (G.ctx == 0 || G.row_size == 0) return NULL;
+  size_t bs = G.block_size, last_block = bs == 0 ? 0 : (G.lo + G.ctx - 1) / bs;
+  uint64_t floats = bytes / 4, span = (uint64_t)G.row_size * G.ctx;
+  ok = bs >= 1 && last_block < table_length && G.keys_t + span <= floats && G.values + span <= floats;
+  G.first_block = ok ? G.lo / bs : 0;
+  for (size_t b = G.first_block; ok && b <= last_block; b++)
+    ok = G.table[b] >= 0 && ((uint64_t)G.table[b] + 1) * 2 * bs * G.row_size <= kv_length;
+  if (!ok) return range_error(env, "gatherKV: the operands do not fit in the memory or a block is beyond the KV tensor");
+  kvpool_run(gather_task, &G, (uint32_t)(last_block - G.first_block + 1), threads_of(v[7]), 2.0 * (double)span);
   return NULL;
 }

@@ -10,5 +10,9 @@ napi_value kv_attention_prefill(napi_env env, napi_callback_info info);
 napi_value kv_swiglu(napi_env env, napi_callback_info info);
 /* rmsnorm(memory, weight, eps, x, add, dst, rows, dim, threads) */
 napi_value kv_rmsnorm(napi_env env, napi_callback_info info);
+/* rope(memory, cos, sin, positions, half, x, stride, rows, heads, threads) */
+napi_value kv_rope(napi_env env, napi_callback_info info);
+/* gatherKV(memory, kv, table, blockSize, numKvHeads, headDim, lo, ctx, keysT, values, threads) */
+napi_value kv_gather_kv(napi_env env, napi_callback_info info);
 
 #endif

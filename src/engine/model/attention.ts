@@ -152,6 +152,11 @@ function gather(
   const vShift = bs * rs;
   const src = layer.f32;
   const hi = lo + ctx - 1;
+  if (src !== null && rt.nativeOps) {
+    const table = Int32Array.from(blockTable);
+    rt.gatherKV(src, table, bs, numKvHeads, hd, lo, ctx, scratch.keysT, scratch.values);
+    return;
+  }
   if (src === null) {
     for (let i = 0; i < ctx; i++) {
       const k = kRowOffset(layer, blockTable, lo + i);

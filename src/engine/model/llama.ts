@@ -198,13 +198,9 @@ export class LlamaModel implements ForwardModel {
         lora(l, 'k_proj', hn, h, qkv + qDim, qkvDim);
         lora(l, 'v_proj', hn, h, qkv + qDim + kvDim, qkvDim);
         if (lw.qkvBias !== null) addRowBias(mem, qkv, lw.qkvBias, rows);
-        for (let r = 0; r < rows; r++) {
-          const pos = positions[r] as number;
-          for (let head = 0; head < shard.numHeads; head++)
-            this.#rope.apply(mem, qkv + r * qkvDim + head * hd, pos);
-          for (let head = 0; head < shard.numKvHeads; head++)
-            this.#rope.apply(mem, qkv + r * qkvDim + qDim + head * hd, pos);
-        }
+        // The K heads follow the Q heads in each row: one run of numHeads + numKvHeads vectors.
+        this.#rope.applyRows(rt, qkv, qkvDim, rows, positions, shard.numHeads + shard.numKvHeads);
+        mem = rt.f32;
         const layer = layerKV(kv, name, kvDim);
         const vShift = layer.blockSize * kvDim;
         shape.slidingWindow = dims.layerTypes[l] === 'sliding_attention' ? dims.slidingWindow : null;

@@ -5,6 +5,7 @@
  * positions match a PyTorch run of the same checkpoint to the last bit or two.
  */
 import type { RopeScaling } from '../../config/hf-model-config.ts';
+import type { WasmRuntime } from './kernels/wasm-matmul.ts';
 
 const f32 = Math.fround;
 
@@ -68,6 +69,29 @@ export class RopeTable {
     this.#cos = cos;
     this.#sin = sin;
     this.#positions = size;
+  }
+
+  /**
+   * Rotates `heads` consecutive head vectors of each of `rows` rows of `rt`'s memory (row r at
+   * float offset x + r · stride, at position positions[r]); natively where `rt` has it.
+   */
+  applyRows(
+    rt: WasmRuntime,
+    x: number,
+    stride: number,
+    rows: number,
+    positions: Int32Array,
+    heads: number,
+  ): void {
+    const half = this.#half;
+    if (rt.nativeOps) {
+      rt.rope(this.#cos, this.#sin, positions, half, x, stride, rows, heads);
+      return;
+    }
+    const mem = rt.f32;
+    for (let r = 0; r < rows; r++) {
+      for (let h = 0; h < heads; h++) this.apply(mem, x + r * stride + h * 2 * half, positions[r] as number);
+    }
   }
 
   /** Rotates one head vector at `offset` of `mem` in place. */

@@ -83,6 +83,19 @@ interface NativeOps {
     dim: number,
     threads: number,
   ): void;
+  rope(
+    memory: ArrayBuffer,
+    cos: Float32Array,
+    sin: Float32Array,
+    positions: Int32Array,
+    half: number,
+    x: number,
+    stride: number,
+    rows: number,
+    heads: number,
+    threads: number,
+  ): void;
+  gatherKV(memory: ArrayBuffer, kv: Float32Array, table: Int32Array, ...args: number[]): void;
 }
 
 function nativeKernels(): NativeKernels | null {
@@ -91,7 +104,8 @@ function nativeKernels(): NativeKernels | null {
 }
 
 const native = nativeKernels();
-const nativeOps = native && nativeFunctions<NativeOps>('attentionPrefill', 'swiglu', 'rmsnorm');
+const nativeOps =
+  native && nativeFunctions<NativeOps>('attentionPrefill', 'swiglu', 'rmsnorm', 'rope', 'gatherKV');
 
 /** The arguments of WasmRuntime.attentionPrefill (offsets in floats; attention.ts's loop). */
 export interface PrefillAttentionArgs {
@@ -248,7 +262,7 @@ export class WasmRuntime {
       this.swiglu(gateUp + r * 2 * inter, gateUp + r * 2 * inter + inter, out + r * inter, inter);
   }
 
-  /** True when attentionPrefill and rmsnorm run natively (else the caller computes them). */
+  /** True when attentionPrefill, rmsnorm, rope and gatherKV run natively (else the caller computes them). */
   get nativeOps(): boolean {
     return this.#ops !== null;
   }
@@ -294,6 +308,57 @@ export class WasmRuntime {
     dim: number,
   ): void {
     (this.#ops as NativeOps).rmsnorm(this.memory.buffer, weight, eps, x, add, dst, rows, dim, this.threads);
+  }
+
+  /**
+   * Rotates `heads` consecutive vectors of 2 · half floats in each of `rows` rows (row r at
+   * x + r · stride, at position positions[r]) with cos/sin tables of `half` per position
+   * (native, the bits of rope.ts). Only where `nativeOps` is true.
+   */
+  rope(
+    cos: Float32Array,
+    sin: Float32Array,
+    positions: Int32Array,
+    half: number,
+    x: number,
+    stride: number,
+    rows: number,
+    heads: number,
+  ): void {
+    const ops = this.#ops as NativeOps;
+    ops.rope(this.memory.buffer, cos, sin, positions, half, x, stride, rows, heads, this.threads);
+  }
+
+  /**
+   * Stages positions [lo, lo + ctx) of one layer's float32 KV tensor `kv` (blocks of
+   * `blockSize` from `table`) for attentionPrefill: K transposed per head at keysT, V rows at
+   * values (native, attention.ts's layout). Only where `nativeOps` is true.
+   */
+  gatherKV(
+    kv: Float32Array,
+    table: Int32Array,
+    blockSize: number,
+    numKvHeads: number,
+    headDim: number,
+    lo: number,
+    ctx: number,
+    keysT: number,
+    values: number,
+  ): void {
+    const ops = this.#ops as NativeOps;
+    ops.gatherKV(
+      this.memory.buffer,
+      kv,
+      table,
+      blockSize,
+      numKvHeads,
+      headDim,
+      lo,
+      ctx,
+      keysT,
+      values,
+      this.threads,
+    );
   }
 
   /** Float32 view of the whole memory (re-created after the memory grows). */

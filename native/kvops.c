@@ -1,6 +1,6 @@
 /*
  * kvops: the engine's kernels besides the matmuls, on the WebAssembly memory and on the
- * matmul's thread pool (kvmatmul.c): prefill attention, the SwiGLU activation, RMSNorm with
+ * matmul's thread pool (kvmatmul.c): prefill and decode attention, the SwiGLU activation, RMSNorm with
  * the residual add before it, RoPE. Each gives the bits of the engine's WebAssembly/JavaScript
  * path (src/engine/model/), so a process with the addon and one without compute the same
  * logits, and every output element is computed by one thread in one order, so the results
@@ -19,6 +19,11 @@
  *                    keysT, values, numHeads, numKvHeads, headDim, window, queryBlock, threads)
  *       src/engine/model/attention.ts's blocks of `queryBlock` query tokens × KV heads, as
  *       tasks on the pool (window 0: full attention)
+ *   attentionDecode(memory, kv, table, blockSize, qkv, qkvStride, out, firstRow, len, p0,
+ *                   numHeads, numKvHeads, headDim, window, threads)
+ *       src/engine/model/decode-attention.ts for a float32 KV tensor (a Float32Array, e.g. over
+ *       the KV SharedArrayBuffer), read in place through the Int32Array block table; new
+ *       tokens × KV heads as tasks on the pool
  *   swiglu(memory, gateUp, out, rows, inter, threads)
  *       out[r][i] = silu(gateUp[r][i]) · gateUp[r][inter + i]; inter a multiple of 4
  *   rmsnorm(memory, weight, eps, x, add, dst, rows, dim, threads)
@@ -165,6 +170,50 @@ AVX2 static void attention_task(const void *arg, uint32_t index) {
   for (size_t t = t0; t < t1; t++)
     memcpy(mem + A->out + (A->first_row + t) * A->out_stride + h * group * hd, outputs + (t - t0) * group * hd,
            group * hd * sizeof(float));
+}
+
+/* ---- Decode attention ------------------------------------------------------------------- */
+
+typedef struct {
+  float *mem;
+  const float *kv;
+  const int32_t *table;
+  size_t block_size, qkv, qkv_stride, out, first_row, len, p0, num_heads, num_kv_heads, hd, window;
+  double scale;
+} decode_t;
+
+/*
+ * One new token × one KV head, reading K and V where the block table has them: the bits of
+ * decode-attention.ts (scores K · qᵀ summed over the head dimension in float32, the softmax
+ * above, then probabilities · V as the matmul sums it).
+ */
+AVX2 static void decode_task(const void *arg, uint32_t index) {
+  const decode_t *D = arg;
+  size_t t = index / D->num_kv_heads, h = index % D->num_kv_heads;
+  size_t group = D->num_heads / D->num_kv_heads, hd = D->hd, bs = D->block_size, rs = D->num_kv_heads * hd;
+  size_t p = D->p0 + t, first = D->window != 0 && p + 1 > D->window ? p + 1 - D->window : 0, n = p - first + 1;
+  float *q = scratch_for(group * hd + 2 * n * hd + group * n);
+  if (q == NULL) abort(); /* out of memory: nothing sensible to return mid-forward */
+  float *keys_t = q + group * hd, *values = keys_t + n * hd, *scores = values + n * hd;
+  const float *src = D->mem + D->qkv + (D->first_row + t) * D->qkv_stride + h * group * hd;
+  for (size_t i = 0; i < group * hd; i++) q[i] = (float)((double)src[i] * D->scale);
+  for (size_t j = first; j <= p; j++) {
+    const float *k = D->kv + ((size_t)D->table[j / bs] * 2 * bs + j % bs) * rs + h * hd;
+    memcpy(values + (j - first) * hd, k + bs * rs, hd * sizeof(float));
+    for (size_t d = 0; d < hd; d++) keys_t[d * n + (j - first)] = k[d];
+  }
+  size_t n4 = n & ~(size_t)3;
+  if (n4 > 0) kvmatmul_local(group, n4, hd, q, hd, keys_t, n, scores, n);
+  for (size_t g = 0; g < group; g++) {
+    for (size_t j = n4; j < n; j++) {
+      float acc = 0;
+      for (size_t d = 0; d < hd; d++) acc = acc + q[g * hd + d] * keys_t[d * n + j];
+      scores[g * n + j] = acc;
+    }
+    softmax_row(scores + g * n, n);
+  }
+  float *out = D->mem + D->out + (D->first_row + t) * D->num_heads * hd + h * group * hd;
+  kvmatmul_local(group, hd, n, scores, n, values, hd, out, hd);
 }
 
 /* ---- SwiGLU ---------------------------------------------------------------------------- */
@@ -476,5 +525,57 @@ napi_value kv_gather_kv(napi_env env, napi_callback_info info) {
     ok = G.table[b] >= 0 && ((uint64_t)G.table[b] + 1) * 2 * bs * G.row_size <= kv_length;
   if (!ok) return range_error(env, "gatherKV: the operands do not fit in the memory or a block is beyond the KV tensor");
   kvpool_run(gather_task, &G, (uint32_t)(last_block - G.first_block + 1), threads_of(v[7]), 2.0 * (double)span);
+  return NULL;
+}
+
+napi_value kv_attention_decode(napi_env env, napi_callback_info info) {
+  static const char usage[] =
+      "attentionDecode(memory, kv, table, blockSize, qkv, qkvStride, out, firstRow, len, p0, numHeads, "
+      "numKvHeads, headDim, window, threads)";
+  size_t argc = 15;
+  napi_value argv[15];
+  void *data = NULL, *kv = NULL, *table = NULL;
+  size_t bytes = 0, kv_length = 0, table_length = 0;
+  int64_t v[12] = {0};
+  bool ok = napi_get_cb_info(env, info, &argc, argv, NULL, NULL) == napi_ok && argc == 15 &&
+            napi_get_arraybuffer_info(env, argv[0], &data, &bytes) == napi_ok &&
+            typed_array(env, argv[1], napi_float32_array, &kv, &kv_length) &&
+            typed_array(env, argv[2], napi_int32_array, &table, &table_length);
+  for (size_t i = 0; ok && i < 12; i++) ok = napi_get_value_int64(env, argv[3 + i], &v[i]) == napi_ok && v[i] >= 0;
+  if (!ok) {
+    napi_throw_type_error(env, NULL, usage);
+    return NULL;
+  }
+#ifdef HAVE_KVOPS
+  decode_t D = {.mem = data,
+                .kv = kv,
+                .table = table,
+                .block_size = (size_t)v[0],
+                .qkv = (size_t)v[1],
+                .qkv_stride = (size_t)v[2],
+                .out = (size_t)v[3],
+                .first_row = (size_t)v[4],
+                .len = (size_t)v[5],
+                .p0 = (size_t)v[6],
+                .num_heads = (size_t)v[7],
+                .num_kv_heads = (size_t)v[8],
+                .hd = (size_t)v[9],
+                .window = (size_t)v[10]};
+  size_t bs = D.block_size, rows_end = D.first_row + D.len, q_dim = D.num_heads * D.hd;
+  size_t rs = D.num_kv_heads * D.hd, hi = D.p0 + D.len - 1;
+  uint64_t floats = bytes / 4;
+  ok = D.len >= 1 && bs >= 1 && D.hd >= 1 && D.num_kv_heads >= 1 && D.num_heads % D.num_kv_heads == 0 &&
+       hi / bs < table_length && D.qkv + (rows_end - 1) * D.qkv_stride + q_dim <= floats &&
+       D.out + (rows_end - 1) * q_dim + q_dim <= floats;
+  size_t lo = D.window != 0 && D.p0 + 1 > D.window ? D.p0 + 1 - D.window : 0;
+  for (size_t b = lo / bs; ok && b <= hi / bs; b++)
+    ok = D.table[b] >= 0 && ((uint64_t)D.table[b] + 1) * 2 * bs * rs <= kv_length;
+  if (!ok) return range_error(env, "attentionDecode: the operands do not fit in the memory or the KV tensor, or the shape is invalid");
+  D.scale = 1 / sqrt((double)D.hd);
+  double cost = 2.0 * (double)D.len * (double)q_dim * (double)(hi + 1 - lo);
+  kvpool_run(decode_task, &D, (uint32_t)(D.len * D.num_kv_heads), threads_of(v[11]), cost);
+#else
+  return range_error(env, "attentionDecode: needs x86-64");
+#endif
   return NULL;
 }

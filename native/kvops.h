@@ -6,6 +6,9 @@
 /* attentionPrefill(memory, qkv, qkvStride, out, outStride, firstRow, len, p0, lo, ctx, keysT,
  * values, numHeads, numKvHeads, headDim, window, queryBlock, threads) */
 napi_value kv_attention_prefill(napi_env env, napi_callback_info info);
+/* attentionDecode(memory, kv, table, blockSize, qkv, qkvStride, out, firstRow, len, p0, numHeads,
+ * numKvHeads, headDim, window, threads) */
+napi_value kv_attention_decode(napi_env env, napi_callback_info info);
 /* swiglu(memory, gateUp, out, rows, inter, threads) */
 napi_value kv_swiglu(napi_env env, napi_callback_info info);
 /* rmsnorm(memory, weight, eps, x, add, dst, rows, dim, threads) */

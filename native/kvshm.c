@@ -31,7 +31,7 @@
  *   matmulWeight(memory, m, n, k, a, lda, w, c, ldc, format, threads)
  *                    the engine's matmuls (float32, or float16/bfloat16 weights), on a pool
  *                    of threads, bit-identical to its WebAssembly kernel.
- *   attentionPrefill, swiglu, rmsnorm, rope, gatherKV   (kvops.c, only with AVX2)
+ *   attentionPrefill, attentionDecode, swiglu, rmsnorm, rope, gatherKV   (kvops.c, only with AVX2)
  *                    the engine's other kernels on the same pool, bit-identical to its
  *                    WebAssembly and JavaScript path.
  * The addon is named after its first job; it holds every native piece of kvconnect.
@@ -261,6 +261,7 @@ static napi_value init(napi_env env, napi_value exports) {
         {"matmulIsa", NULL, kv_matmul_isa, NULL, NULL, NULL, napi_enumerable, NULL},
         {"matmulPoolSize", NULL, kv_matmul_pool_size, NULL, NULL, NULL, napi_enumerable, NULL},
         {"attentionPrefill", NULL, kv_attention_prefill, NULL, NULL, NULL, napi_enumerable, NULL},
+        {"attentionDecode", NULL, kv_attention_decode, NULL, NULL, NULL, napi_enumerable, NULL},
         {"swiglu", NULL, kv_swiglu, NULL, NULL, NULL, napi_enumerable, NULL},
         {"rmsnorm", NULL, kv_rmsnorm, NULL, NULL, NULL, napi_enumerable, NULL},
         {"rope", NULL, kv_rope, NULL, NULL, NULL, napi_enumerable, NULL},

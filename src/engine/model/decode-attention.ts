@@ -11,7 +11,8 @@
  *
  * Reading K/V in place from the KV SharedArrayBuffer in plain TypeScript was measured
  * slower than this copy plus SIMD (see docs/model.md): the kernel cannot address the KV
- * buffer, and scalar TypeScript runs ~2 GFLOPS.
+ * buffer, and scalar TypeScript runs ~2 GFLOPS. With the native addon and a float32 KV cache,
+ * native/kvops.c's attentionDecode computes the same bits reading K/V in place.
  */
 import type { AttentionCall, AttentionShape } from './attention.ts';
 import type { WasmRuntime } from './kernels/wasm-matmul.ts';
@@ -64,6 +65,12 @@ export function pagedDecodeAttention(
   const p0 = call.numComputedTokens;
   const hi = p0 + call.len - 1;
   const lo = window === null ? 0 : Math.max(0, p0 - window + 1);
+  if (layer.f32 !== null && rt.nativeOps) {
+    const a = { ...call, p0 };
+    const table = Int32Array.from(call.blockTable);
+    rt.attentionDecode(layer.f32, table, layer.blockSize, a, { ...shape, window: window ?? 0 });
+    return;
+  }
   copyContext(rt, layer, scratch, call.blockTable, lo, hi);
   const mem = rt.f32;
   mem.fill(0, scratch.queriesT, scratch.queriesT + hd * gp);
@@ -81,7 +88,7 @@ export function pagedDecodeAttention(
       }
       const k = scratch.keys + skip + h * hd;
       rt.matmul(ctx, gp, hd, k, rs, scratch.queriesT, gp, scratch.scoresT, gp);
-      softmaxColumns(mem, scratch.scoresT, gp, scratch.probs, group, ctx);
+      softmaxColumns(rt, scratch.scoresT, gp, scratch.probs, group, ctx);
       const v = scratch.values + skip + h * hd;
       const out = call.out + (call.firstRow + t) * qDim + h * group * hd;
       rt.matmul(group, hd, ctx, scratch.probs, ctx, v, rs, out, hd);
@@ -89,30 +96,23 @@ export function pagedDecodeAttention(
   }
 }
 
-/** probs[g × ctx + j] = softmax over j of scoresT[j × stride + g]. */
+/**
+ * probs[g × ctx + j] = softmax over j of scoresT[j × stride + g], by the softmax of
+ * wasm-softmax.ts (as prefill attention and the native kernel compute it).
+ */
 function softmaxColumns(
-  mem: Float32Array,
+  rt: WasmRuntime,
   scoresT: number,
   stride: number,
   probs: number,
   group: number,
   ctx: number,
 ): void {
+  const mem = rt.f32;
   for (let g = 0; g < group; g++) {
-    let max = Number.NEGATIVE_INFINITY;
-    for (let j = 0, s = scoresT + g; j < ctx; j++, s += stride) {
-      const x = mem[s] as number;
-      if (x > max) max = x;
-    }
-    let sum = 0;
     const row = probs + g * ctx;
-    for (let j = 0, s = scoresT + g; j < ctx; j++, s += stride) {
-      const e = Math.exp((mem[s] as number) - max);
-      mem[row + j] = e;
-      sum += e;
-    }
-    const inv = 1 / sum;
-    for (let j = 0; j < ctx; j++) mem[row + j] = (mem[row + j] as number) * inv;
+    for (let j = 0, s = scoresT + g; j < ctx; j++, s += stride) mem[row + j] = mem[s] as number;
+    rt.softmax(row, ctx);
   }
 }
 

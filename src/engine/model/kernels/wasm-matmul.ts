@@ -96,6 +96,7 @@ interface NativeOps {
     threads: number,
   ): void;
   gatherKV(memory: ArrayBuffer, kv: Float32Array, table: Int32Array, ...args: number[]): void;
+  attentionDecode(memory: ArrayBuffer, kv: Float32Array, table: Int32Array, ...args: number[]): void;
 }
 
 function nativeKernels(): NativeKernels | null {
@@ -105,7 +106,8 @@ function nativeKernels(): NativeKernels | null {
 
 const native = nativeKernels();
 const nativeOps =
-  native && nativeFunctions<NativeOps>('attentionPrefill', 'swiglu', 'rmsnorm', 'rope', 'gatherKV');
+  native &&
+  nativeFunctions<NativeOps>('attentionPrefill', 'attentionDecode', 'swiglu', 'rmsnorm', 'rope', 'gatherKV');
 
 /** The arguments of WasmRuntime.attentionPrefill (offsets in floats; attention.ts's loop). */
 export interface PrefillAttentionArgs {
@@ -262,7 +264,7 @@ export class WasmRuntime {
       this.swiglu(gateUp + r * 2 * inter, gateUp + r * 2 * inter + inter, out + r * inter, inter);
   }
 
-  /** True when attentionPrefill, rmsnorm, rope and gatherKV run natively (else the caller computes them). */
+  /** True when the attention kernels, rmsnorm, rope and gatherKV run natively (else the caller computes them). */
   get nativeOps(): boolean {
     return this.#ops !== null;
   }
@@ -357,6 +359,37 @@ export class WasmRuntime {
       ctx,
       keysT,
       values,
+      this.threads,
+    );
+  }
+
+  /**
+   * Decode attention of one sequence's new tokens, reading K/V in place from a layer's
+   * float32 KV tensor `kv` through `table` (native, the bits of decode-attention.ts; window
+   * 0: full attention). Only where `nativeOps` is true.
+   */
+  attentionDecode(
+    kv: Float32Array,
+    table: Int32Array,
+    blockSize: number,
+    a: Pick<PrefillAttentionArgs, 'qkv' | 'qkvStride' | 'out' | 'firstRow' | 'len' | 'p0'>,
+    shape: Pick<PrefillAttentionArgs, 'numHeads' | 'numKvHeads' | 'headDim' | 'window'>,
+  ): void {
+    (this.#ops as NativeOps).attentionDecode(
+      this.memory.buffer,
+      kv,
+      table,
+      blockSize,
+      a.qkv,
+      a.qkvStride,
+      a.out,
+      a.firstRow,
+      a.len,
+      a.p0,
+      shape.numHeads,
+      shape.numKvHeads,
+      shape.headDim,
+      shape.window,
       this.threads,
     );
   }

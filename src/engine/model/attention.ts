@@ -58,6 +58,8 @@ export interface AttentionCall {
   len: number;
   numComputedTokens: number;
   blockTable: readonly number[];
+  /** The same block table as an Int32Array (what the native kernels read). */
+  blockTable32: Int32Array;
 }
 
 export function pagedAttention(
@@ -73,7 +75,7 @@ export function pagedAttention(
   const hi = p0 + call.len - 1;
   const lo = window === null ? 0 : Math.max(0, p0 - window + 1);
   const ctx = hi - lo + 1;
-  gather(rt, layer, scratch, call.blockTable, lo, ctx, numKvHeads, hd);
+  gather(rt, layer, scratch, call, lo, ctx, numKvHeads, hd);
   if (rt.nativeOps) {
     rt.attentionPrefill({
       qkv: call.qkv,
@@ -140,7 +142,7 @@ function gather(
   rt: WasmRuntime,
   layer: LayerKV,
   scratch: AttentionScratch,
-  blockTable: readonly number[],
+  { blockTable, blockTable32 }: AttentionCall,
   lo: number,
   ctx: number,
   numKvHeads: number,
@@ -153,8 +155,7 @@ function gather(
   const src = layer.f32;
   const hi = lo + ctx - 1;
   if (src !== null && rt.nativeOps) {
-    const table = Int32Array.from(blockTable);
-    rt.gatherKV(src, table, bs, numKvHeads, hd, lo, ctx, scratch.keysT, scratch.values);
+    rt.gatherKV(src, blockTable32, bs, numKvHeads, hd, lo, ctx, scratch.keysT, scratch.values);
     return;
   }
   if (src === null) {

@@ -66,9 +66,7 @@ export function pagedDecodeAttention(
   const hi = p0 + call.len - 1;
   const lo = window === null ? 0 : Math.max(0, p0 - window + 1);
   if (layer.f32 !== null && rt.nativeOps) {
-    const a = { ...call, p0 };
-    const table = Int32Array.from(call.blockTable);
-    rt.attentionDecode(layer.f32, table, layer.blockSize, a, { ...shape, window: window ?? 0 });
+    rt.attentionDecode(layer.f32, call.blockTable32, layer.blockSize, call, shape, window ?? 0);
     return;
   }
   copyContext(rt, layer, scratch, call.blockTable, lo, hi);

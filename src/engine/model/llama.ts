@@ -183,6 +183,7 @@ export class LlamaModel implements ForwardModel {
         }
         w.embedding.copyRow(tok, mem, x + r * h);
       }
+      const tables32 = batch.sequences.map((s) => s.blockTables.map((t) => Int32Array.from(t)));
       /** The offset of a residual (the last down_proj) not yet added to x, or 0. */
       let pendingAdd = 0;
       for (let l = 0; l < dims.numLayers; l++) {
@@ -204,7 +205,7 @@ export class LlamaModel implements ForwardModel {
         const layer = layerKV(kv, name, kvDim);
         const vShift = layer.blockSize * kvDim;
         shape.slidingWindow = dims.layerTypes[l] === 'sliding_attention' ? dims.slidingWindow : null;
-        for (const s of batch.sequences) {
+        batch.sequences.forEach((s, k) => {
           const table = s.blockTables[layer.group];
           if (table === undefined) {
             throw new KVError(
@@ -229,11 +230,12 @@ export class LlamaModel implements ForwardModel {
             len: s.len,
             numComputedTokens: s.numComputedTokens,
             blockTable: table,
+            blockTable32: tables32[k]?.[layer.group] as Int32Array,
           };
           if (s.len <= this.decodeAttentionMaxTokens)
             pagedDecodeAttention(rt, shape, layer, decodeScratch, call);
           else pagedAttention(rt, shape, layer, scratch, call);
-        }
+        });
         await hooks.afterLayer?.(l, name);
         rt.matmulWeight(rows, attn, qDim, lw.o, proj, h);
         lora(l, 'o_proj', attn, qDim, proj, h);

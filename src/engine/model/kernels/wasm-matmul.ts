@@ -364,16 +364,20 @@ export class WasmRuntime {
   }
 
   /**
-   * Decode attention of one sequence's new tokens, reading K/V in place from a layer's
-   * float32 KV tensor `kv` through `table` (native, the bits of decode-attention.ts; window
-   * 0: full attention). Only where `nativeOps` is true.
+   * Decode attention of one sequence's `len` new tokens (rows from firstRow of the q/k/v
+   * output at qkv, stride qkvStride; positions from numComputedTokens), reading K/V in place from a layer's
+   * float32 KV tensor `kv` through `table`, into rows of numHeads × headDim at out (native, the
+   * bits of decode-attention.ts; window 0: full attention). Only where `nativeOps` is true.
    */
   attentionDecode(
     kv: Float32Array,
     table: Int32Array,
     blockSize: number,
-    a: Pick<PrefillAttentionArgs, 'qkv' | 'qkvStride' | 'out' | 'firstRow' | 'len' | 'p0'>,
-    shape: Pick<PrefillAttentionArgs, 'numHeads' | 'numKvHeads' | 'headDim' | 'window'>,
+    a: Pick<PrefillAttentionArgs, 'qkv' | 'qkvStride' | 'out' | 'firstRow' | 'len'> & {
+      numComputedTokens: number;
+    },
+    shape: { numHeads: number; numKvHeads: number; headDim: number },
+    window: number,
   ): void {
     (this.#ops as NativeOps).attentionDecode(
       this.memory.buffer,
@@ -385,11 +389,11 @@ export class WasmRuntime {
       a.out,
       a.firstRow,
       a.len,
-      a.p0,
+      a.numComputedTokens,
       shape.numHeads,
       shape.numKvHeads,
       shape.headDim,
-      shape.window,
+      window,
       this.threads,
     );
   }

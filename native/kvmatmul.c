@@ -22,6 +22,8 @@
  * a condition variable; a product too small to pay for waking them stays on the calling
  * thread (PARALLEL_MIN_MACS, WAKE_MIN_MACS below). The caller waits for the last block. One call uses the pool at a
  * time: a concurrent call (another tensor-parallel rank's thread) computes on its own thread.
+ * kvpool_run (kvmatmul.h) lends the same pool to the engine's other kernels (kvops.c): any
+ * task function over a block index, under the same rule for waking helpers.
  *
  *   matmulF32(memory, m, n4, k, a, lda, b, ldb, c, ldc[, threads])
  *     memory  the ArrayBuffer of the WebAssembly memory holding A, B and C

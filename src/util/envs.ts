@@ -51,7 +51,7 @@ export const ENV_VARS = {
     'Do not load the native addon (nor build it at install): WebAssembly and JavaScript do its work.',
   ),
   KVCONNECT_DISABLE_NATIVE_MATMUL: flag(
-    'The engine uses the WebAssembly matmul even when the native addon is loaded.',
+    'The engine uses the WebAssembly matmul and its WebAssembly/JavaScript forward kernels even when the native addon is loaded.',
   ),
   KVCONNECT_DISABLE_AVX512: {
     type: 'any value, or unset',

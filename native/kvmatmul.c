@@ -499,25 +499,27 @@ napi_value kv_matmul_pool_size(napi_env env, napi_callback_info info) {
   return out;
 }
 
-bool kv_read_ints(napi_env env, napi_callback_info info, const char *usage, size_t count, size_t optional,
-                  void **data, size_t *bytes, int64_t *v) {
-  size_t argc = KV_MAX_INT_ARGS + 1;
-  napi_value argv[KV_MAX_INT_ARGS + 1];
-  char msg[200];
-  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 1 + count - optional ||
-      argc > 1 + count || napi_get_arraybuffer_info(env, argv[0], data, bytes) != napi_ok) {
-    snprintf(msg, sizeof msg, "%s takes an ArrayBuffer and integers", usage);
+bool kv_read_args(napi_env env, napi_callback_info info, const char *usage, void **data, size_t *bytes,
+                  kv_typed_arg *typed, size_t ntyped, int64_t *v, size_t count, size_t optional, double *d,
+                  size_t ndoubles) {
+  size_t argc = KV_MAX_ARGS, fixed = 1 + ntyped + count + ndoubles;
+  napi_value argv[KV_MAX_ARGS];
+  char msg[240];
+  bool ok = fixed <= KV_MAX_ARGS && napi_get_cb_info(env, info, &argc, argv, NULL, NULL) == napi_ok &&
+            argc >= fixed - optional && argc <= fixed && napi_get_arraybuffer_info(env, argv[0], data, bytes) == napi_ok;
+  for (size_t i = 0; ok && i < ntyped; i++) {
+    napi_typedarray_type type;
+    ok = napi_get_typedarray_info(env, argv[1 + i], &type, &typed[i].length, &typed[i].data, NULL, NULL) == napi_ok &&
+         type == typed[i].type;
+  }
+  for (size_t i = 0; ok && i < count && 1 + ntyped + i < argc; i++)
+    ok = napi_get_value_int64(env, argv[1 + ntyped + i], &v[i]) == napi_ok && v[i] >= 0;
+  for (size_t i = 0; ok && i < ndoubles; i++) ok = napi_get_value_double(env, argv[1 + ntyped + count + i], &d[i]) == napi_ok;
+  if (!ok) {
+    snprintf(msg, sizeof msg, "%s: an ArrayBuffer, then typed arrays as named, then non-negative integers", usage);
     napi_throw_type_error(env, NULL, msg);
-    return false;
   }
-  for (size_t i = 1; i < argc; i++) {
-    if (napi_get_value_int64(env, argv[i], &v[i - 1]) != napi_ok || v[i - 1] < 0) {
-      snprintf(msg, sizeof msg, "%s: sizes, offsets, strides and options must be non-negative integers", usage);
-      napi_throw_type_error(env, NULL, msg);
-      return false;
-    }
-  }
-  return true;
+  return ok;
 }
 
 /* Fills J from offsets in elements (a, c: floats; b: elements of `esize` bytes). */
@@ -544,7 +546,7 @@ napi_value kv_matmul_f32(napi_env env, napi_callback_info info) {
   void *data = NULL;
   size_t bytes = 0;
   int64_t v[10] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
-  if (!kv_read_ints(env, info, usage, 10, 1, &data, &bytes, v)) return NULL;
+  if (!kv_read_args(env, info, usage, &data, &bytes, NULL, 0, v, 10, 1, NULL, 0)) return NULL;
   int64_t m = v[0], n4 = v[1], k = v[2], a = v[3], lda = v[4], b = v[5], ldb = v[6], c = v[7], ldc = v[8];
   uint64_t floats = bytes / 4;
   bool ok = usable && n4 % 4 == 0 && k >= 1 && (m == 0 || n4 == 0 ||
@@ -571,7 +573,7 @@ napi_value kv_matmul_weight(napi_env env, napi_callback_info info) {
   void *data = NULL;
   size_t bytes = 0;
   int64_t v[10] = {0};
-  if (!kv_read_ints(env, info, usage, 10, 0, &data, &bytes, v)) return NULL;
+  if (!kv_read_args(env, info, usage, &data, &bytes, NULL, 0, v, 10, 0, NULL, 0)) return NULL;
   int64_t m = v[0], n = v[1], k = v[2], a = v[3], lda = v[4], w = v[5], c = v[6], ldc = v[7], format = v[8];
   if (format != FMT_F32 && format != FMT_F16 && format != FMT_BF16) {
     napi_throw_range_error(env, NULL, "matmulWeight: format must be 0 (float32), 1 (float16) or 2 (bfloat16)");

@@ -24,12 +24,20 @@ bool kvmatmul_local(size_t m, size_t n, size_t k, const float *a, size_t lda, co
 /* True when this CPU can run the kernels (AVX2 and F16C); call once at module load. */
 bool kvmatmul_init(void);
 /*
- * Reads (memory, then `count` <= KV_MAX_INT_ARGS non-negative integers, the last `optional` of
- * which may be absent and keep their value in v) or throws and returns false.
+ * Reads the arguments (memory: an ArrayBuffer; then `ntyped` typed arrays of typed[i].type,
+ * whose data and length it fills in; then `count` non-negative integers into v, the last
+ * `optional` of which may be absent and keep their value; then `ndoubles` numbers into d)
+ * or throws a TypeError naming `usage` and returns false. At most KV_MAX_ARGS in all.
  */
-#define KV_MAX_INT_ARGS 20
-bool kv_read_ints(napi_env env, napi_callback_info info, const char *usage, size_t count, size_t optional,
-                  void **data, size_t *bytes, int64_t *v);
+#define KV_MAX_ARGS 24
+typedef struct {
+  napi_typedarray_type type;
+  void *data;
+  size_t length;
+} kv_typed_arg;
+bool kv_read_args(napi_env env, napi_callback_info info, const char *usage, void **data, size_t *bytes,
+                  kv_typed_arg *typed, size_t ntyped, int64_t *v, size_t count, size_t optional, double *d,
+                  size_t ndoubles);
 /* matmulF32(memory, m, n4, k, a, lda, b, ldb, c, ldc[, threads]) */
 napi_value kv_matmul_f32(napi_env env, napi_callback_info info);
 /* matmulWeight(memory, m, n, k, a, lda, w, c, ldc, format, threads): B a panel-major weight */

@@ -26,7 +26,7 @@
  *       tokens × KV heads as tasks on the pool
  *   swiglu(memory, gateUp, out, rows, inter, threads)
  *       out[r][i] = silu(gateUp[r][i]) · gateUp[r][inter + i]; inter a multiple of 4
- *   rmsnorm(memory, weight, eps, x, add, dst, rows, dim, threads)
+ *   rmsnorm(memory, weight, x, add, dst, rows, dim, threads, eps)
  *       add = 0: dst = rmsnorm(x); else x += add (float32) first; weight a Float32Array of dim
  *   gatherKV(memory, kv, table, blockSize, numKvHeads, headDim, lo, ctx, keysT, values, threads)
  *       stages positions [lo, lo + ctx) of one layer's float32 KV tensor (a Float32Array, e.g.
@@ -338,6 +338,13 @@ static size_t rows_per_task(size_t row_floats, size_t floats) {
   return n > 0 ? n : 1;
 }
 
+/* True when blocks [b0, b1] of `table` are whole blocks (K and V) of a KV tensor of kv_length floats. */
+static bool blocks_in_tensor(const int32_t *table, size_t b0, size_t b1, size_t bs, size_t rs, size_t kv_length) {
+  for (size_t b = b0; b <= b1; b++)
+    if (table[b] < 0 || ((uint64_t)table[b] + 1) * 2 * bs * rs > kv_length) return false;
+  return true;
+}
+
 static napi_value range_error(napi_env env, const char *msg) {
   napi_throw_range_error(env, NULL, msg);
   return NULL;
@@ -350,7 +357,7 @@ napi_value kv_attention_prefill(napi_env env, napi_callback_info info) {
   void *data = NULL;
   size_t bytes = 0;
   int64_t v[17] = {0};
-  if (!kv_read_ints(env, info, usage, 17, 0, &data, &bytes, v)) return NULL;
+  if (!kv_read_args(env, info, usage, &data, &bytes, NULL, 0, v, 17, 0, NULL, 0)) return NULL;
 #ifdef HAVE_KVOPS
   attention_t A = {
       .mem = data,
@@ -394,7 +401,7 @@ napi_value kv_swiglu(napi_env env, napi_callback_info info) {
   void *data = NULL;
   size_t bytes = 0;
   int64_t v[5] = {0};
-  if (!kv_read_ints(env, info, usage, 5, 0, &data, &bytes, v)) return NULL;
+  if (!kv_read_args(env, info, usage, &data, &bytes, NULL, 0, v, 5, 0, NULL, 0)) return NULL;
 #ifdef HAVE_KVOPS
   swiglu_t S = {.mem = data, .gate_up = (size_t)v[0], .out = (size_t)v[1], .rows = (size_t)v[2], .inter = (size_t)v[3]};
   uint64_t floats = bytes / 4;
@@ -411,25 +418,15 @@ napi_value kv_swiglu(napi_env env, napi_callback_info info) {
 }
 
 napi_value kv_rmsnorm(napi_env env, napi_callback_info info) {
-  static const char usage[] = "rmsnorm(memory, weight, eps, x, add, dst, rows, dim, threads)";
-  size_t argc = 9;
-  napi_value argv[9];
-  void *data = NULL, *weight = NULL;
-  size_t bytes = 0, weight_length = 0;
-  napi_typedarray_type type;
+  static const char usage[] = "rmsnorm(memory, weight, x, add, dst, rows, dim, threads, eps)";
+  void *data = NULL;
+  size_t bytes = 0;
+  kv_typed_arg weight = {napi_float32_array, NULL, 0};
   double eps = 0;
   int64_t v[6] = {0};
-  bool ok = napi_get_cb_info(env, info, &argc, argv, NULL, NULL) == napi_ok && argc == 9 &&
-            napi_get_arraybuffer_info(env, argv[0], &data, &bytes) == napi_ok &&
-            napi_get_typedarray_info(env, argv[1], &type, &weight_length, &weight, NULL, NULL) == napi_ok &&
-            type == napi_float32_array && napi_get_value_double(env, argv[2], &eps) == napi_ok;
-  for (size_t i = 0; ok && i < 6; i++) ok = napi_get_value_int64(env, argv[3 + i], &v[i]) == napi_ok && v[i] >= 0;
-  if (!ok) {
-    napi_throw_type_error(env, NULL, usage);
-    return NULL;
-  }
+  if (!kv_read_args(env, info, usage, &data, &bytes, &weight, 1, v, 6, 0, &eps, 1)) return NULL;
   rmsnorm_t N = {.mem = data,
-                 .weight = weight,
+                 .weight = weight.data,
                  .eps = eps,
                  .x = (size_t)v[0],
                  .add = (size_t)v[1],
@@ -437,7 +434,7 @@ napi_value kv_rmsnorm(napi_env env, napi_callback_info info) {
                  .rows = (size_t)v[3],
                  .dim = (size_t)v[4]};
   uint64_t floats = bytes / 4, span = (uint64_t)N.rows * N.dim;
-  if (weight_length < N.dim || N.x + span > floats || N.add + span > floats || N.dst + span > floats)
+  if (weight.length < N.dim || N.x + span > floats || N.add + span > floats || N.dst + span > floats)
     return range_error(env, "rmsnorm: the operands do not fit in the memory or the weight is shorter than dim");
   if (N.rows == 0 || N.dim == 0) return NULL;
   N.rows_per_task = rows_per_task(N.dim, 4096);
@@ -446,40 +443,25 @@ napi_value kv_rmsnorm(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
-static bool typed_array(napi_env env, napi_value v, napi_typedarray_type want, void **data, size_t *length) {
-  napi_typedarray_type type;
-  return napi_get_typedarray_info(env, v, &type, length, data, NULL, NULL) == napi_ok && type == want;
-}
-
 napi_value kv_rope(napi_env env, napi_callback_info info) {
   static const char usage[] = "rope(memory, cos, sin, positions, half, x, stride, rows, heads, threads)";
-  size_t argc = 10;
-  napi_value argv[10];
-  void *data = NULL, *cos = NULL, *sin = NULL, *positions = NULL;
-  size_t bytes = 0, cos_length = 0, sin_length = 0, positions_length = 0;
+  void *data = NULL;
+  size_t bytes = 0;
+  kv_typed_arg t[3] = {{napi_float32_array, NULL, 0}, {napi_float32_array, NULL, 0}, {napi_int32_array, NULL, 0}};
   int64_t v[6] = {0};
-  bool ok = napi_get_cb_info(env, info, &argc, argv, NULL, NULL) == napi_ok && argc == 10 &&
-            napi_get_arraybuffer_info(env, argv[0], &data, &bytes) == napi_ok &&
-            typed_array(env, argv[1], napi_float32_array, &cos, &cos_length) &&
-            typed_array(env, argv[2], napi_float32_array, &sin, &sin_length) &&
-            typed_array(env, argv[3], napi_int32_array, &positions, &positions_length);
-  for (size_t i = 0; ok && i < 6; i++) ok = napi_get_value_int64(env, argv[4 + i], &v[i]) == napi_ok && v[i] >= 0;
-  if (!ok) {
-    napi_throw_type_error(env, NULL, usage);
-    return NULL;
-  }
+  if (!kv_read_args(env, info, usage, &data, &bytes, t, 3, v, 6, 0, NULL, 0)) return NULL;
   rope_t R = {.mem = data,
-              .cos = cos,
-              .sin = sin,
-              .positions = positions,
+              .cos = t[0].data,
+              .sin = t[1].data,
+              .positions = t[2].data,
               .half = (size_t)v[0],
               .x = (size_t)v[1],
               .stride = (size_t)v[2],
               .rows = (size_t)v[3],
               .heads = (size_t)v[4]};
   if (R.rows == 0 || R.heads == 0 || R.half == 0) return NULL;
-  uint64_t floats = bytes / 4, table = cos_length < sin_length ? cos_length : sin_length;
-  ok = positions_length >= R.rows && R.x + (R.rows - 1) * R.stride + R.heads * 2 * R.half <= floats;
+  uint64_t floats = bytes / 4, table = t[0].length < t[1].length ? t[0].length : t[1].length;
+  bool ok = t[2].length >= R.rows && R.x + (R.rows - 1) * R.stride + R.heads * 2 * R.half <= floats;
   for (size_t r = 0; ok && r < R.rows; r++)
     ok = R.positions[r] >= 0 && ((uint64_t)R.positions[r] + 1) * R.half <= table;
   if (!ok) return range_error(env, "rope: the operands do not fit in the memory or a position is beyond the tables");
@@ -491,23 +473,15 @@ napi_value kv_rope(napi_env env, napi_callback_info info) {
 
 napi_value kv_gather_kv(napi_env env, napi_callback_info info) {
   static const char usage[] = "gatherKV(memory, kv, table, blockSize, numKvHeads, headDim, lo, ctx, keysT, values, threads)";
-  size_t argc = 11;
-  napi_value argv[11];
-  void *data = NULL, *kv = NULL, *table = NULL;
-  size_t bytes = 0, kv_length = 0, table_length = 0;
+  void *data = NULL;
+  size_t bytes = 0;
+  kv_typed_arg t[2] = {{napi_float32_array, NULL, 0}, {napi_int32_array, NULL, 0}};
   int64_t v[8] = {0};
-  bool ok = napi_get_cb_info(env, info, &argc, argv, NULL, NULL) == napi_ok && argc == 11 &&
-            napi_get_arraybuffer_info(env, argv[0], &data, &bytes) == napi_ok &&
-            typed_array(env, argv[1], napi_float32_array, &kv, &kv_length) &&
-            typed_array(env, argv[2], napi_int32_array, &table, &table_length);
-  for (size_t i = 0; ok && i < 8; i++) ok = napi_get_value_int64(env, argv[3 + i], &v[i]) == napi_ok && v[i] >= 0;
-  if (!ok) {
-    napi_throw_type_error(env, NULL, usage);
-    return NULL;
-  }
+  if (!kv_read_args(env, info, usage, &data, &bytes, t, 2, v, 8, 0, NULL, 0)) return NULL;
+  size_t kv_length = t[0].length, table_length = t[1].length;
   gather_t G = {.mem = data,
-                .kv = kv,
-                .table = table,
+                .kv = t[0].data,
+                .table = t[1].data,
                 .block_size = (size_t)v[0],
                 .num_kv_heads = (size_t)v[1],
                 .hd = (size_t)v[2],
@@ -519,10 +493,9 @@ napi_value kv_gather_kv(napi_env env, napi_callback_info info) {
   if (G.ctx == 0 || G.row_size == 0) return NULL;
   size_t bs = G.block_size, last_block = bs == 0 ? 0 : (G.lo + G.ctx - 1) / bs;
   uint64_t floats = bytes / 4, span = (uint64_t)G.row_size * G.ctx;
-  ok = bs >= 1 && last_block < table_length && G.keys_t + span <= floats && G.values + span <= floats;
+  bool ok = bs >= 1 && last_block < table_length && G.keys_t + span <= floats && G.values + span <= floats;
   G.first_block = ok ? G.lo / bs : 0;
-  for (size_t b = G.first_block; ok && b <= last_block; b++)
-    ok = G.table[b] >= 0 && ((uint64_t)G.table[b] + 1) * 2 * bs * G.row_size <= kv_length;
+  ok = ok && blocks_in_tensor(G.table, G.first_block, last_block, bs, G.row_size, kv_length);
   if (!ok) return range_error(env, "gatherKV: the operands do not fit in the memory or a block is beyond the KV tensor");
   kvpool_run(gather_task, &G, (uint32_t)(last_block - G.first_block + 1), threads_of(v[7]), 2.0 * (double)span);
   return NULL;
@@ -532,24 +505,16 @@ napi_value kv_attention_decode(napi_env env, napi_callback_info info) {
   static const char usage[] =
       "attentionDecode(memory, kv, table, blockSize, qkv, qkvStride, out, firstRow, len, p0, numHeads, "
       "numKvHeads, headDim, window, threads)";
-  size_t argc = 15;
-  napi_value argv[15];
-  void *data = NULL, *kv = NULL, *table = NULL;
-  size_t bytes = 0, kv_length = 0, table_length = 0;
+  void *data = NULL;
+  size_t bytes = 0;
+  kv_typed_arg t[2] = {{napi_float32_array, NULL, 0}, {napi_int32_array, NULL, 0}};
   int64_t v[12] = {0};
-  bool ok = napi_get_cb_info(env, info, &argc, argv, NULL, NULL) == napi_ok && argc == 15 &&
-            napi_get_arraybuffer_info(env, argv[0], &data, &bytes) == napi_ok &&
-            typed_array(env, argv[1], napi_float32_array, &kv, &kv_length) &&
-            typed_array(env, argv[2], napi_int32_array, &table, &table_length);
-  for (size_t i = 0; ok && i < 12; i++) ok = napi_get_value_int64(env, argv[3 + i], &v[i]) == napi_ok && v[i] >= 0;
-  if (!ok) {
-    napi_throw_type_error(env, NULL, usage);
-    return NULL;
-  }
+  if (!kv_read_args(env, info, usage, &data, &bytes, t, 2, v, 12, 0, NULL, 0)) return NULL;
 #ifdef HAVE_KVOPS
+  size_t kv_length = t[0].length, table_length = t[1].length;
   decode_t D = {.mem = data,
-                .kv = kv,
-                .table = table,
+                .kv = t[0].data,
+                .table = t[1].data,
                 .block_size = (size_t)v[0],
                 .qkv = (size_t)v[1],
                 .qkv_stride = (size_t)v[2],
@@ -564,12 +529,11 @@ napi_value kv_attention_decode(napi_env env, napi_callback_info info) {
   size_t bs = D.block_size, rows_end = D.first_row + D.len, q_dim = D.num_heads * D.hd;
   size_t rs = D.num_kv_heads * D.hd, hi = D.p0 + D.len - 1;
   uint64_t floats = bytes / 4;
-  ok = D.len >= 1 && bs >= 1 && D.hd >= 1 && D.num_kv_heads >= 1 && D.num_heads % D.num_kv_heads == 0 &&
+  bool ok = D.len >= 1 && bs >= 1 && D.hd >= 1 && D.num_kv_heads >= 1 && D.num_heads % D.num_kv_heads == 0 &&
        hi / bs < table_length && D.qkv + (rows_end - 1) * D.qkv_stride + q_dim <= floats &&
        D.out + (rows_end - 1) * q_dim + q_dim <= floats;
   size_t lo = D.window != 0 && D.p0 + 1 > D.window ? D.p0 + 1 - D.window : 0;
-  for (size_t b = lo / bs; ok && b <= hi / bs; b++)
-    ok = D.table[b] >= 0 && ((uint64_t)D.table[b] + 1) * 2 * bs * rs <= kv_length;
+  ok = ok && blocks_in_tensor(D.table, lo / bs, hi / bs, bs, rs, kv_length);
   if (!ok) return range_error(env, "attentionDecode: the operands do not fit in the memory or the KV tensor, or the shape is invalid");
   D.scale = 1 / sqrt((double)D.hd);
   double cost = 2.0 * (double)D.len * (double)q_dim * (double)(hi + 1 - lo);

@@ -11,7 +11,7 @@ napi_value kv_attention_prefill(napi_env env, napi_callback_info info);
 napi_value kv_attention_decode(napi_env env, napi_callback_info info);
 /* swiglu(memory, gateUp, out, rows, inter, threads) */
 napi_value kv_swiglu(napi_env env, napi_callback_info info);
-/* rmsnorm(memory, weight, eps, x, add, dst, rows, dim, threads) */
+/* rmsnorm(memory, weight, x, add, dst, rows, dim, threads, eps) */
 napi_value kv_rmsnorm(napi_env env, napi_callback_info info);
 /* rope(memory, cos, sin, positions, half, x, stride, rows, heads, threads) */
 napi_value kv_rope(napi_env env, napi_callback_info info);

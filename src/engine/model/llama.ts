@@ -303,20 +303,8 @@ function addRmsnorm(
   }
   const mem = rt.f32;
   if (add !== 0) addInPlace(mem, x, add, rows * dim);
-  rmsnorm(mem, x, dst, weight, rows, dim, eps);
-}
-
-function rmsnorm(
-  mem: Float32Array,
-  src: number,
-  dst: number,
-  weight: Float32Array,
-  rows: number,
-  dim: number,
-  eps: number,
-): void {
   for (let r = 0; r < rows; r++) {
-    const s = src + r * dim;
+    const s = x + r * dim;
     const d = dst + r * dim;
     let ss = 0;
     for (let i = 0; i < dim; i++) {

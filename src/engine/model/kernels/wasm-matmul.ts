@@ -72,28 +72,15 @@ interface NativeOps {
     inter: number,
     threads: number,
   ): void;
-  rmsnorm(
-    memory: ArrayBuffer,
-    weight: Float32Array,
-    eps: number,
-    x: number,
-    add: number,
-    dst: number,
-    rows: number,
-    dim: number,
-    threads: number,
-  ): void;
+  /** rmsnorm(memory, weight, x, add, dst, rows, dim, threads, eps) */
+  rmsnorm(memory: ArrayBuffer, weight: Float32Array, ...args: number[]): void;
+  /** rope(memory, cos, sin, positions, half, x, stride, rows, heads, threads) */
   rope(
     memory: ArrayBuffer,
     cos: Float32Array,
     sin: Float32Array,
     positions: Int32Array,
-    half: number,
-    x: number,
-    stride: number,
-    rows: number,
-    heads: number,
-    threads: number,
+    ...args: number[]
   ): void;
   gatherKV(memory: ArrayBuffer, kv: Float32Array, table: Int32Array, ...args: number[]): void;
   attentionDecode(memory: ArrayBuffer, kv: Float32Array, table: Int32Array, ...args: number[]): void;
@@ -309,7 +296,7 @@ export class WasmRuntime {
     rows: number,
     dim: number,
   ): void {
-    (this.#ops as NativeOps).rmsnorm(this.memory.buffer, weight, eps, x, add, dst, rows, dim, this.threads);
+    (this.#ops as NativeOps).rmsnorm(this.memory.buffer, weight, x, add, dst, rows, dim, this.threads, eps);
   }
 
   /**

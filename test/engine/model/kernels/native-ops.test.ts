@@ -6,6 +6,7 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { WasmRuntime } from '../../../../src/engine/model/kernels/wasm-matmul.ts';
 import { SeededRandom } from '../../../../src/engine/model/prng.ts';
+import { nativeAddon } from '../../../../src/util/native-addon.ts';
 import { forwardDigests } from './fixtures/forward-digest.ts';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -51,5 +52,38 @@ describe('native forward kernels (native/kvops.c: attention, SwiGLU, RMSNorm)', 
     );
     const withoutNative = JSON.parse(stdout.trim().split('\n').at(-1) as string) as Record<string, string>;
     assert.deepEqual(withoutNative, { 1: inProcess['1'] });
+  });
+
+  it('reject operands outside the memory or the KV tensor instead of reading past them', (t) => {
+    const fn = (name: string) => nativeAddon?.[name] as ((...args: unknown[]) => void) | undefined;
+    const decode = fn('attentionDecode');
+    const rmsnorm = fn('rmsnorm');
+    if (decode === undefined || rmsnorm === undefined) {
+      t.skip('the native addon has no forward kernels here (see the second test for when that is an error)');
+      return;
+    }
+    const rt = new WasmRuntime(1 << 16);
+    const mem = rt.memory.buffer;
+    const floats = mem.byteLength / 4;
+    const kv = new Float32Array(2 * 16 * 64); // one block of 16 tokens, K and V rows of 64
+    // A block id past the KV tensor, then a query row past the memory.
+    assert.throws(
+      () => decode(mem, kv, Int32Array.of(1), 16, 0, 256, 4096, 0, 1, 3, 8, 2, 32, 0, 1),
+      RangeError,
+    );
+    assert.throws(
+      () => decode(mem, kv, Int32Array.of(0), 16, floats - 10, 256, 4096, 0, 1, 3, 8, 2, 32, 0, 1),
+      RangeError,
+    );
+    decode(mem, kv, Int32Array.of(0), 16, 0, 256, 4096, 0, 1, 3, 8, 2, 32, 0, 1);
+    const weight = new Float32Array(64);
+    assert.throws(() => rmsnorm(mem, weight, floats - 10, 0, 0, 1, 64, 1, 1e-6), RangeError);
+    assert.throws(
+      () => rmsnorm(mem, weight, 0, 0, 0, 1, 128, 1, 1e-6),
+      RangeError,
+      'weight shorter than dim',
+    );
+    assert.throws(() => rmsnorm(mem, new Float64Array(64), 0, 0, 0, 1, 64, 1, 1e-6), TypeError);
+    assert.throws(() => rmsnorm(mem, weight, -1, 0, 0, 1, 64, 1, 1e-6), TypeError);
   });
 });

@@ -109,6 +109,16 @@ export abstract class KVConnectorBase {
     this.#engineWakeup = wakeup;
   }
 
+  /**
+   * kvconnect: true when every asynchronous completion of this connector (a load landed, a
+   * transfer done, a peer's notification) calls wakeEngine(). The engine then waits longer
+   * between idle steps while only this connector has work pending; otherwise it polls every
+   * few milliseconds (docs/connector-api.md#waking-the-engine). The default: false.
+   */
+  get wakesEngineOnCompletion(): boolean {
+    return false;
+  }
+
   /** Ends the engine's idle wait; a no-op when no engine installed a hook (e.g. a rank's thread). */
   wakeEngine(): void {
     this.#engineWakeup?.();
@@ -243,6 +253,16 @@ export abstract class KVConnectorBase {
   /** Connector-originated KV cache events since the last call. */
   takeEvents(): KVCacheEvent[] {
     return [];
+  }
+
+  /**
+   * kvconnect: true after requestFinished staged metadata a peer is waiting for (a finished
+   * request's blocks to grant or push). The engine then runs a connector-only step at the end
+   * of the same step, so the workers act on it before the answer naming the blocks leaves
+   * (docs/connector-api.md#hand-off-in-the-same-step). The default: false (the next step carries it).
+   */
+  hasHandoffMetadata(): boolean {
+    return false;
   }
 
   /** Keeps the engine loop stepping while transfers are in flight with no live request. */

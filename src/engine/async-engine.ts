@@ -49,9 +49,18 @@ import {
  */
 export const IDLE_STEP_INTERVAL_MS = 2;
 
+/**
+ * Wait between steps that computed nothing when the connector wakes the loop on every
+ * completion (KVConnectorBase.wakesEngineOnCompletion), ms: what is left for the poll is only
+ * time-driven work (lease expiry, heartbeats, reclaiming aborted loads), which tolerates this.
+ */
+export const WOKEN_IDLE_STEP_INTERVAL_MS = 50;
+
 export interface AsyncEngineLoopOptions {
   /** The idle poll, ms (default IDLE_STEP_INTERVAL_MS). */
   idleStepIntervalMs?: number;
+  /** The idle wait when every connector completion wakes the loop, ms (default WOKEN_IDLE_STEP_INTERVAL_MS). */
+  wokenIdleStepIntervalMs?: number;
 }
 /** Longest wait for just-answered clients to send their next request, ms and share of a step. */
 export const REFILL_WAIT_MAX_MS = 6;
@@ -87,10 +96,15 @@ export class AsyncEngine implements AsyncEngineLike {
   /** Requests that arrived while pausing or asleep, added to the engine on waking. */
   readonly #held = new Map<string, GenerateRequest>();
   readonly #idleStepIntervalMs: number;
+  readonly #wokenIdleStepIntervalMs: number;
 
   constructor(engine: Engine, loop: AsyncEngineLoopOptions = {}) {
     this.engine = engine;
     this.#idleStepIntervalMs = loop.idleStepIntervalMs ?? IDLE_STEP_INTERVAL_MS;
+    this.#wokenIdleStepIntervalMs = Math.max(
+      this.#idleStepIntervalMs,
+      loop.wokenIdleStepIntervalMs ?? WOKEN_IDLE_STEP_INTERVAL_MS,
+    );
     // A load that lands (or a peer's notification) while the loop idles ends the wait at once.
     engine.setKvWakeup(() => {
       this.#kvWoken = true;
@@ -380,8 +394,8 @@ export class AsyncEngine implements AsyncEngineLike {
       if (d.kvTransferParams) handedOff = true;
     }
     // Requests the step left queued (over its budget): the engine is saturated, never wait.
-    // A request that handed its KV to the connector (a prefill server's) has a peer waiting
-    // for the next step to grant or push its blocks: never wait either.
+    // A request that handed its KV to the connector (a prefill server's) has a peer about to
+    // read its blocks or register for their push: never wait either.
     this.#lastFinished = handedOff || this.engine.schedulerStats().numWaitingReqs > 0 ? 0 : finished;
     this.#arrivalsAtFinish = this.#arrivals;
     this.#lastStepMs = stepMs;
@@ -425,7 +439,12 @@ export class AsyncEngine implements AsyncEngineLike {
         this.#wakeLoop = null;
         resolve();
       };
-      const timer = setTimeout(done, this.#idleStepIntervalMs);
+      // The short poll finds completions no wake-up announces; with a connector whose
+      // completions all wake the loop, only time-driven work is left for it.
+      const ms = this.engine.kvCompletionsWakeLoop()
+        ? this.#wokenIdleStepIntervalMs
+        : this.#idleStepIntervalMs;
+      const timer = setTimeout(done, ms);
       this.#wakeLoop = done;
     });
   }

@@ -13,7 +13,7 @@ import { KVConnectorFactory } from '../connector/factory.ts';
 import { applyHMADecision, type HMADecision, resolveHybridKvCacheManager } from '../connector/hma.ts';
 import type { ConnectorMetricSpec } from '../connector/metric-specs.ts';
 import { mergeStats } from '../connector/stats.ts';
-import type { SchedulerOutput } from '../connector/types.ts';
+import type { KVConnectorStatsData, SchedulerOutput } from '../connector/types.ts';
 import { KVError } from '../errors/kv-error.ts';
 import { createBlockHasher } from '../kv/block-hasher.ts';
 import type { KVCacheConfig } from '../kv/interfaces.ts';
@@ -40,6 +40,7 @@ import { OutputProcessor } from './runner/output-processor.ts';
 import { setUpRank } from './runner/rank-setup.ts';
 import { SimulatedExecutor, type SimulatedExecutorOptions } from './runner/simulated-executor.ts';
 import { ThreadExecutor } from './runner/thread-executor.ts';
+import type { ModelRunnerOutput } from './runner-io.ts';
 import { KVOutputAggregator } from './scheduler/kv-output-aggregator.ts';
 import { type PrefixCacheReset, Scheduler } from './scheduler/scheduler.ts';
 import type { EngineCoreOutput, SchedulerStats } from './scheduler/types.ts';
@@ -284,6 +285,36 @@ export class Engine {
     });
     // Emulated deployments: the step lasts what the step-time model says it would there.
     if (stepMs > 0) await this.clock.holdStep(startedAt, stepMs, continues);
+    const update = this.#update(schedulerOutput, runnerOutput);
+    let numLoadsFinished = update.numLoadsFinished;
+    let stats = update.kvConnectorStats;
+    const deltas = update.deltas;
+    // A request that finished handed its blocks to the connector (a prefill server's): its
+    // workers grant or push them in a connector-only step now, so the peer named in the
+    // answer finds them ready (docs/connector-api.md#hand-off-in-the-same-step).
+    if (this.scheduler.connector?.hasHandoffMetadata()) {
+      const handoff = this.scheduler.scheduleConnectorOnly();
+      const flushed = this.#update(
+        handoff,
+        await this.executor.execute({ schedulerOutput: handoff, newRequestSampling: {}, newRequestLora: {} }),
+      );
+      deltas.push(...flushed.deltas);
+      numLoadsFinished += flushed.numLoadsFinished;
+      if (flushed.kvConnectorStats) stats = mergeStats(stats ?? {}, flushed.kvConnectorStats);
+    }
+    this.#publishIteration('step', deltas, stats);
+    return { deltas, numScheduledTokens: schedulerOutput.totalNumScheduledTokens, numLoadsFinished };
+  }
+
+  /** The scheduler takes the runner's output: the step's deltas, KV events and connector stats. */
+  #update(
+    schedulerOutput: SchedulerOutput,
+    runnerOutput: ModelRunnerOutput,
+  ): {
+    deltas: RequestOutputDelta[];
+    numLoadsFinished: number;
+    kvConnectorStats: KVConnectorStatsData | null;
+  } {
     if (this.#kvLoadFaults) {
       runnerOutput.kvConnectorOutput = this.#kvLoadFaults.apply(runnerOutput.kvConnectorOutput, (id) =>
         this.#loadedBlocks(id),
@@ -291,13 +322,19 @@ export class Engine {
     }
     const update = this.scheduler.updateFromOutput(schedulerOutput, runnerOutput);
     this.kvEvents.drain(update.kvCacheEvents);
-    const deltas = this.#toDeltas(update.outputs);
-    this.#publishIteration('step', deltas, update.kvConnectorStats);
     return {
-      deltas,
-      numScheduledTokens: schedulerOutput.totalNumScheduledTokens,
+      deltas: this.#toDeltas(update.outputs),
       numLoadsFinished: runnerOutput.kvConnectorOutput?.finishedRecving?.length ?? 0,
+      kvConnectorStats: update.kvConnectorStats,
     };
+  }
+
+  /**
+   * Every KV completion ends the loop's idle wait (the connector declares it,
+   * KVConnectorBase.wakesEngineOnCompletion), and no injected stall is timed by the poll.
+   */
+  kvCompletionsWakeLoop(): boolean {
+    return (this.scheduler.connector?.wakesEngineOnCompletion ?? false) && !this.#kvLoadFaults?.stalled;
   }
 
   /** Calls `wakeup` when a worker-side connector finished work between steps (ModelExecutor.setKvWakeup). */

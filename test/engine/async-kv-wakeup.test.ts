@@ -10,7 +10,7 @@ import path from 'node:path';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import type { RequestOutputDelta } from '../../src/engine/api.ts';
-import { AsyncEngine } from '../../src/engine/async-engine.ts';
+import { AsyncEngine, type AsyncEngineLoopOptions } from '../../src/engine/async-engine.ts';
 import { samplingParams } from '../../src/engine/llm.ts';
 import { saveOnProducer } from './fixtures/saved-kv.ts';
 
@@ -27,6 +27,7 @@ async function engineWith(
   role: 'kv_producer' | 'kv_consumer',
   extra: Record<string, unknown>,
   more: Record<string, unknown> = {},
+  loop: AsyncEngineLoopOptions = { idleStepIntervalMs: IDLE_POLL_MS },
 ): Promise<{ engine: AsyncEngine; id: string }> {
   const id = `wakeup-${process.pid}-${nextEngine++}`;
   const engine = await AsyncEngine.create(
@@ -43,7 +44,7 @@ async function engineWith(
         kv_connector_extra_config: extra,
       },
     },
-    { idleStepIntervalMs: IDLE_POLL_MS },
+    loop,
   );
   return { engine, id };
 }
@@ -73,7 +74,7 @@ for (const tp of [1, 2]) {
     const key = await saveOnProducer(await engineWith('kv_producer', {}), PROMPT);
     const consumer = await engineWith(
       'kv_consumer',
-      { async_load: true, land_after_ms: LAND_AFTER_MS },
+      { async_load: true, land_after_ms: LAND_AFTER_MS, wakes_engine: true },
       { tensor_parallel_size: tp },
     );
     try {
@@ -98,3 +99,48 @@ for (const tp of [1, 2]) {
     }
   });
 }
+
+/** Engine steps while one request's load (landing after `landAfterMs`) is in flight, with the default idle poll. */
+async function stepsWhileLoading(wakesEngine: boolean, landAfterMs: number): Promise<number> {
+  const key = await saveOnProducer(await engineWith('kv_producer', {}), PROMPT);
+  const consumer = await engineWith(
+    'kv_consumer',
+    { async_load: true, land_after_ms: landAfterMs, wakes_engine: wakesEngine },
+    {},
+    {},
+  );
+  const inner = consumer.engine.engine;
+  const step = inner.step.bind(inner);
+  let steps = 0;
+  inner.step = () => {
+    steps++;
+    return step();
+  };
+  try {
+    const deltas = await withDeadline(
+      collect(
+        consumer.engine.generate({
+          requestId: 'd',
+          promptTokenIds: PROMPT,
+          sampling: samplingParams({ maxTokens: 1, temperature: 0, ignoreEos: true }),
+          kvTransferParams: { load_key: key },
+        }),
+      ),
+      'the request',
+    );
+    assert.equal(deltas.at(-1)?.metrics.numExternalTokens, PROMPT.length, 'its prompt was loaded');
+    return steps;
+  } finally {
+    await consumer.engine.shutdown();
+  }
+}
+
+test('a connector whose completions all wake the engine is not polled every 2 ms while a load is in flight', async () => {
+  const landAfterMs = 500;
+  const woken = await stepsWhileLoading(true, landAfterMs);
+  // 500 ms at the 50 ms wait is about 10 idle steps, plus the admission and the computing step.
+  assert.ok(woken <= 16, `${woken} steps while waiting ${landAfterMs} ms for a load that wakes the engine`);
+  // The control: a connector that does not declare it keeps the short poll (the test can fail).
+  const polled = await stepsWhileLoading(false, landAfterMs);
+  assert.ok(polled > 2 * woken, `${polled} steps with the 2 ms poll, ${woken} with wake-ups`);
+});

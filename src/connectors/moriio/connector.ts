@@ -210,4 +210,9 @@ export class MoRIIOConnector extends KVConnectorBase {
   override hasPendingPushWork(): boolean {
     return this.#scheduler?.hasPendingWork() ?? false;
   }
+
+  /** Every peer message (blocks registered, write done, release) wakes the engine (./worker.ts). */
+  override get wakesEngineOnCompletion(): boolean {
+    return true;
+  }
 }

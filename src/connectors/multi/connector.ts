@@ -175,6 +175,16 @@ export class MultiConnector extends KVConnectorBase {
     return (this.#live() ?? []).some((c) => c.hasPendingPushWork());
   }
 
+  /** Only when every child's completions wake the engine. */
+  override get wakesEngineOnCompletion(): boolean {
+    const children = this.#live();
+    return children !== null && children.length > 0 && children.every((c) => c.wakesEngineOnCompletion);
+  }
+
+  override hasHandoffMetadata(): boolean {
+    return (this.#live() ?? []).some((c) => c.hasHandoffMetadata());
+  }
+
   override getFinishedCount(): number | null {
     return null;
   }

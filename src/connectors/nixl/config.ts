@@ -41,7 +41,7 @@ export interface NixlOptions {
   readonly transferTimeout: number;
   /**
    * Milliseconds a peer's READ may wait on this engine for a read grant that does not exist
-   * yet (the grant is created one engine step after the answer naming it left).
+   * yet (the engine grants in the step that finished the request, before its answer leaves).
    */
   readonly grantWaitMs: number;
   /**

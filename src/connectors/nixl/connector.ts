@@ -211,6 +211,15 @@ abstract class NixlBaseConnector extends KVConnectorBase {
   override hasPendingPushWork(): boolean {
     return this.#scheduler?.hasPendingPushWork() ?? false;
   }
+
+  /** Loads, READs served, WRITEs and notifications all wake the engine (./worker.ts). */
+  override get wakesEngineOnCompletion(): boolean {
+    return true;
+  }
+
+  override hasHandoffMetadata(): boolean {
+    return this.#scheduler?.hasStagedSends() ?? false;
+  }
 }
 
 /** Pull (READ) mode: the consumer reads the producer's blocks (vLLM's default). */

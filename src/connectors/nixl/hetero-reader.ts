@@ -37,6 +37,8 @@ export interface HeteroReaderDeps {
   readonly maxModelLen: number;
   readonly leaseSeconds: number;
   recvDone(reqId: string, invalidBlockIds: readonly number[]): void;
+  /** Ends the engine's idle wait: a posted READ settled, the next step's poll reports it. */
+  wake(): void;
 }
 
 interface SourceRead {
@@ -200,6 +202,7 @@ export class HeteroTpReader {
         notification,
         grantKey: load.job.remoteRequestId,
       });
+      void this.#d.agent.waitFor(s.handle).then(this.#d.wake, this.#d.wake);
     } catch (e) {
       log.error(
         'NIXL transfer failure: transfer_failed | Context: request %s: %s',

@@ -1,7 +1,6 @@
 /**
  * What a NIXL consumer does after a READ failed: post it again after a backoff (the producer
- * had not created the grant yet: its worker does that one engine step after the producer
- * answered), handshake again and post once more (the connection to the producer failed: it may
+ * had not created the grant yet, or had too many READs waiting for grants), handshake again and post once more (the connection to the producer failed: it may
  * have restarted elsewhere under the same engine id), or give up. Decided on the failure's
  * cause (transfer/failure.ts), never on its wording. Used by the pull paths of both tensor
  * parallel layouts (pull-reader.ts, hetero-reader.ts).

@@ -333,6 +333,11 @@ export class NixlScheduler {
     for (const id of out.finishedSending ?? []) this.#pushOutstanding.delete(id);
   }
 
+  /** Finished requests whose blocks the workers have not granted (pull) or pushed yet. */
+  hasStagedSends(): boolean {
+    return this.#send.length > 0;
+  }
+
   hasPendingPushWork(): boolean {
     return this.mode === 'push' && (this.#pushOutstanding.size > 0 || this.#register.length > 0);
   }

@@ -89,9 +89,11 @@ export class NixlWorker {
       tpRank: this.tpRank,
       memory,
       createAgent: this.#createAgent,
+      // A load that ends outside a step (a failed handshake, a declined READ) is reported at once.
       recvDone: (reqId, invalid) => {
         for (const id of invalid) this.#invalid.add(id);
         this.#recving.push(reqId);
+        this.#wake();
       },
       wake: this.#wake,
     });
@@ -111,6 +113,7 @@ export class NixlWorker {
         maxModelLen: this.#engineConfig.model.maxModelLen,
         leaseSeconds: this.#opts.kvLeaseDuration,
         recvDone: ctx.recvDone,
+        wake: ctx.wake,
       });
     }
     if (this.mode === 'push') {

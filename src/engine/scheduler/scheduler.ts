@@ -17,7 +17,7 @@ import { admitWaiting } from './admission.ts';
 import { SchedulerCore } from './core.ts';
 import { handleInvalidBlocks } from './invalid-blocks.ts';
 import { scheduleRunning } from './running.ts';
-import { buildSchedulerOutput, newStepPlan } from './step-plan.ts';
+import { buildSchedulerOutput, newStepPlan, type StepPlan } from './step-plan.ts';
 import { processSampledTokens } from './token-processing.ts';
 import type {
   EngineCoreOutput,
@@ -105,12 +105,26 @@ export class Scheduler {
     scheduleRunning(core, plan);
     // vLLM admits nothing in a step that had to preempt.
     if (plan.preempted.length === 0) admitWaiting(core, plan);
+    const output = this.#output(plan);
+    this.#advanceComputedTokens(plan.numScheduledTokens);
+    return output;
+  }
 
+  /**
+   * A step that schedules no tokens: it only carries the ids finished since the last step and
+   * the connector's staged metadata to the workers (the hand-off of requests that just
+   * finished, KVConnectorBase.hasHandoffMetadata).
+   */
+  scheduleConnectorOnly(): SchedulerOutput {
+    return this.#output(newStepPlan(0));
+  }
+
+  #output(plan: StepPlan): SchedulerOutput {
+    const core = this.core;
     const output = buildSchedulerOutput(plan, core.kv, [...core.finishedReqIds], [...core.preemptedReqIds]);
     core.finishedReqIds = new Set();
     core.preemptedReqIds = new Set();
     if (core.connector) output.kvConnectorMetadata = core.connector.buildConnectorMeta(output);
-    this.#advanceComputedTokens(plan.numScheduledTokens);
     return output;
   }
 

@@ -1,13 +1,15 @@
 /**
- * The pull race: P's answer (kv_transfer_params) leaves in the step that finished the
- * request, but P's worker creates the read grant only on P's next step. P's engine is
- * stepped by hand here, so D's READ deterministically arrives while no grant exists.
+ * The pull race: P's answer (kv_transfer_params) names blocks D reads. P grants them in the
+ * step that finished the request, before the answer leaves; a READ that still arrives before
+ * its grant (here: P's worker is made to hold its hand-offs, and P's engine is stepped by
+ * hand) waits for it or is refused and retried.
  */
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type { KVTransferParams } from '../../../src/connector/types.ts';
 import { effectiveGrantWaitMs, parseNixlOptions } from '../../../src/connectors/nixl/config.ts';
 import type { NixlConnector } from '../../../src/connectors/nixl/index.ts';
+import type { NixlStepMetadata, SendJob } from '../../../src/connectors/nixl/step-metadata.ts';
 import { Engine } from '../../../src/engine/engine.ts';
 import { LLM, samplingParams } from '../../../src/engine/llm.ts';
 import type { LocalExecutor } from '../../../src/engine/runner/local-executor.ts';
@@ -23,14 +25,32 @@ async function heldPair(o: PairOptions) {
   const p = await Engine.create({ ...rest, kv_transfer_config: kvTransferConfig ?? null });
   const d = await LLM.create(engineOptions(o, 'kv_consumer', 'decode-engine'));
   const runner = (p.executor as LocalExecutor).runner;
-  const agent = (runner.connector as NixlConnector).worker?.agent as TransferAgent;
-  return { p, d, agent, close: () => Promise.all([p.shutdown(), d.shutdown()]) };
+  const worker = (runner.connector as NixlConnector).worker!;
+  const agent = worker.agent as TransferAgent;
+  return { p, d, agent, worker, close: () => Promise.all([p.shutdown(), d.shutdown()]) };
 }
 
-/** Steps P until the request finished; returns its kv_transfer_params (the grant is not made yet). */
-async function prefillOnP(p: Engine, prompt: string): Promise<KVTransferParams> {
+/** P's worker keeps the finished requests it is handed (no grant) until release(); its next step grants them. */
+function holdGrants(worker: { startLoadKv(meta: NixlStepMetadata): void }): { release(): void } {
+  const start = worker.startLoadKv.bind(worker);
+  const held: SendJob[] = [];
+  let holding = true;
+  worker.startLoadKv = (meta) => {
+    const sends = [...held.splice(0), ...(meta.reqsToSend ?? [])];
+    if (holding) held.push(...sends);
+    start({ ...meta, reqsToSend: holding ? [] : sends });
+  };
+  return {
+    release: () => {
+      holding = false;
+    },
+  };
+}
+
+/** Steps P until the request finished; returns its kv_transfer_params. */
+async function prefillOnP(p: Engine, prompt: string, requestId = newId()): Promise<KVTransferParams> {
   p.addRequest({
-    requestId: `race-${Math.random().toString(16).slice(2, 10)}`,
+    requestId,
     prompt,
     sampling: samplingParams({ ...GREEDY, maxTokens: 1 }),
     kvTransferParams: P_PARAMS,
@@ -57,6 +77,10 @@ async function drainP(p: Engine, timeoutMs = 5000): Promise<void> {
   assert.equal(p.schedulerStats().kvCacheUsage, 0);
 }
 
+function newId(): string {
+  return `race-${Math.random().toString(16).slice(2, 10)}`;
+}
+
 async function until(check: () => boolean | Promise<boolean>, what: string, timeoutMs = 5000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (!(await check())) {
@@ -75,12 +99,46 @@ function failedCounter(d: LLM): () => Promise<number> {
   };
 }
 
+describe('NIXL pull: P grants in the step that finished the prefill', () => {
+  it('the grant exists when the answer leaves; D loads while P never steps again', async () => {
+    const [plain] = await plainOutputs('tiny', [PROMPTS[2]!]);
+    // P refuses a READ without a grant at once: a late grant shows as a failed transfer.
+    const { p, d, agent, close } = await heldPair({ ...base, extra: { grant_wait_ms: 0 } });
+    try {
+      const granted = new Set<string>();
+      const grantRead = agent.grantRead.bind(agent);
+      agent.grantRead = (key, spec) => {
+        granted.add(key);
+        grantRead(key, spec);
+      };
+      const id = newId();
+      const params = await prefillOnP(p, PROMPTS[2]!, id);
+      assert.ok(granted.has(id), 'P granted the blocks before the step that answered returned');
+      const failed = failedCounter(d);
+      let settled = false;
+      const loaded = d.generate(PROMPTS[2]!, GREEDY, { kvTransferParams: params });
+      loaded.finally(() => {
+        settled = true;
+      });
+      await until(async () => settled || (await failed()) > 0, 'D to load or fail', 20_000);
+      assert.equal(await failed(), 0, 'no READ was refused for want of a grant');
+      const [out] = await loaded;
+      assert.equal(out!.finishReason, 'length', JSON.stringify(out));
+      assert.deepEqual(out!.tokenIds, plain);
+      await drainP(p);
+    } finally {
+      await close();
+    }
+  });
+});
+
 describe('NIXL pull: D reads before P created the read grant', () => {
   it('P holds the READ until its next step creates the grant; D loads with no failure', async () => {
     const [plain] = await plainOutputs('tiny', [PROMPTS[2]!]);
     // A long grant wait: however slowly this machine runs, the READ cannot give up while P idles.
-    const { p, d, agent, close } = await heldPair({ ...base, extra: { grant_wait_ms: 15_000 } });
+    const { p, d, agent, worker, close } = await heldPair({ ...base, extra: { grant_wait_ms: 15_000 } });
     try {
+      const grants = holdGrants(worker);
       const params = await prefillOnP(p, PROMPTS[2]!);
       const failed = failedCounter(d);
       const loaded = d.generate(PROMPTS[2]!, GREEDY, { kvTransferParams: params });
@@ -92,6 +150,7 @@ describe('NIXL pull: D reads before P created the read grant', () => {
       await until(() => agent.waitingReads === 1 || settled, "D's READ to reach P", 20_000);
       assert.equal(settled, false, 'D finished before P created the grant: its READ was refused');
       assert.equal(agent.waitingReads, 1, 'the READ waits on P, which does not step');
+      grants.release();
       const stepping = drainP(p);
       const [out] = await loaded;
       await stepping;
@@ -107,13 +166,15 @@ describe('NIXL pull: D reads before P created the read grant', () => {
 
   it('when P refuses at once (grant_wait_ms 0), D retries within the lease and loads', async () => {
     const [plain] = await plainOutputs('tiny', [PROMPTS[0]!]);
-    const { p, d, agent, close } = await heldPair({ ...base, extra: { grant_wait_ms: 0 } });
+    const { p, d, agent, worker, close } = await heldPair({ ...base, extra: { grant_wait_ms: 0 } });
     try {
+      const grants = holdGrants(worker);
       const params = await prefillOnP(p, PROMPTS[0]!);
       const failed = failedCounter(d);
       const loaded = d.generate(PROMPTS[0]!, GREEDY, { kvTransferParams: params });
       await until(async () => (await failed()) >= 1, 'P to refuse the first READ');
       assert.equal(agent.waitingReads, 0);
+      grants.release();
       const stepping = drainP(p);
       const [out] = await loaded;
       await stepping;

@@ -69,6 +69,22 @@ function withDeadline<T>(p: Promise<T>, what: string): Promise<T> {
   return Promise.race([p, late]).finally(() => clearTimeout(timer));
 }
 
+/** PROMPT's request, its KV loaded from `key`, within DEADLINE_MS. */
+function loadAndGenerate(
+  engine: AsyncEngine,
+  key: string,
+  maxTokens: number,
+  what: string,
+): Promise<RequestOutputDelta[]> {
+  const stream = engine.generate({
+    requestId: 'd',
+    promptTokenIds: PROMPT,
+    sampling: samplingParams({ maxTokens, temperature: 0, ignoreEos: true }),
+    kvTransferParams: { load_key: key },
+  });
+  return withDeadline(collect(stream), what);
+}
+
 for (const tp of [1, 2]) {
   test(`tp=${tp}: a load that lands between steps is scheduled at once, not at the idle poll`, async () => {
     const key = await saveOnProducer(await engineWith('kv_producer', {}), PROMPT);
@@ -79,17 +95,7 @@ for (const tp of [1, 2]) {
     );
     try {
       const started = performance.now();
-      const deltas = await withDeadline(
-        collect(
-          consumer.engine.generate({
-            requestId: 'd',
-            promptTokenIds: PROMPT,
-            sampling: samplingParams({ maxTokens: 2, temperature: 0, ignoreEos: true }),
-            kvTransferParams: { load_key: key },
-          }),
-        ),
-        `tp=${tp}: the request`,
-      );
+      const deltas = await loadAndGenerate(consumer.engine, key, 2, `tp=${tp}: the request`);
       const last = deltas.at(-1);
       assert.equal(last?.finishReason, 'length');
       assert.equal(last?.metrics.numExternalTokens, PROMPT.length, 'its prompt was loaded, asynchronously');
@@ -117,17 +123,7 @@ async function stepsWhileLoading(wakesEngine: boolean, landAfterMs: number): Pro
     return step();
   };
   try {
-    const deltas = await withDeadline(
-      collect(
-        consumer.engine.generate({
-          requestId: 'd',
-          promptTokenIds: PROMPT,
-          sampling: samplingParams({ maxTokens: 1, temperature: 0, ignoreEos: true }),
-          kvTransferParams: { load_key: key },
-        }),
-      ),
-      'the request',
-    );
+    const deltas = await loadAndGenerate(consumer.engine, key, 1, 'the request');
     assert.equal(deltas.at(-1)?.metrics.numExternalTokens, PROMPT.length, 'its prompt was loaded');
     return steps;
   } finally {

@@ -27,8 +27,9 @@ test('requests of just-answered clients are batched together', async () => {
     let next = 0;
     const client = async (c: number): Promise<void> => {
       for (let round = 0; round < ROUNDS; round++) {
-        // Distinct 24-token prompts: no prefix-cache hits, and steps long enough to wait in.
-        const prompt = Array.from({ length: 24 }, (_, i) => 1 + ((next * 7 + i) % 200));
+        // Distinct 112-token prompts: no prefix-cache hits, and steps long enough that the
+        // wait (a share of the last step, REFILL_WAIT_STEP_SHARE) covers a 3 ms return.
+        const prompt = Array.from({ length: 112 }, (_, i) => 1 + ((next * 7 + i) % 200));
         for await (const _ of engine.generate({
           requestId: `r-${next++}`,
           promptTokenIds: prompt,

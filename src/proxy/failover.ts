@@ -22,7 +22,7 @@ import type { BackendPool } from './backend-pool.ts';
 import { type ConversationKvCache, KvParamsTap } from './conversation-cache.ts';
 import { ClientOut, type RelayOutcome, relayDecode } from './decode-relay.ts';
 import { type FlowPlan, planFlow } from './flow-plan.ts';
-import { kvCacheSourceOf } from './offloading-flow.ts';
+import { kvCacheSourceOf, withDecodeOnlySourcePull } from './offloading-flow.ts';
 import type { RouteContext, RoutingPolicy } from './policies.ts';
 import { noBackend, upstreamBadResponse, upstreamUnreachable } from './proxy-errors.ts';
 import type { FallbackReason, ProxyMetrics, RetryReason } from './proxy-metrics.ts';
@@ -180,6 +180,17 @@ export class RequestFailover {
     return candidates.filter((b) => b.healthy || !b.trial);
   }
 
+  /** A decode-only request's body: with a named source peer, the decode instance pulls from it. */
+  #localBody(body: Json, decode: Backend): Json {
+    const { p2pConnectorPort } = this.#deps.options;
+    const src = kvCacheSourceOf(this.#r.kvCacheSource, this.#backends(), p2pConnectorPort);
+    return withDecodeOnlySourcePull(body, this.#r.requestId, src, decode, p2pConnectorPort);
+  }
+
+  #backends(): Backend[] {
+    return [...this.#deps.pool.all('prefill'), ...this.#deps.pool.all('decode')];
+  }
+
   #localSource(): DecodeSource {
     return { kind: 'local', body: this.#decodeBody, headers: { 'x-request-id': this.#r.requestId } };
   }
@@ -222,7 +233,7 @@ export class RequestFailover {
   #sendDecode(decode: Backend, source: DecodeSource): Promise<UpstreamResponse> {
     const response =
       source.kind === 'local'
-        ? this.#send(decode, this.#r.path, source.body, source.headers)
+        ? this.#send(decode, this.#r.path, this.#localBody(source.body, decode), source.headers)
         : this.#send(decode, this.#r.path, source.plan.decodeBody(source.params), source.plan.decodeHeaders);
     response.catch(() => undefined);
     return response;
@@ -305,11 +316,7 @@ export class RequestFailover {
       moriioMode: options.moriioMode,
       moriioDecrementMaxTokens: options.moriioDecrementMaxTokens,
       p2pConnectorPort: options.p2pConnectorPort,
-      kvCacheSource: kvCacheSourceOf(
-        this.#r.kvCacheSource,
-        [...this.#deps.pool.all('prefill'), ...this.#deps.pool.all('decode')],
-        options.p2pConnectorPort,
-      ),
+      kvCacheSource: kvCacheSourceOf(this.#r.kvCacheSource, this.#backends(), options.p2pConnectorPort),
       turnParams: this.#turnParams,
     });
     return this.#prefillLeg(prefill, decode, plan);

@@ -13,7 +13,7 @@ import { getLogger } from '../logging/logger.ts';
 import { formatP2PParams, type P2PSource } from '../wire/index.ts';
 import type { Backend } from './backend.ts';
 import type { FlowPlan, PlanInput } from './flow-plan.ts';
-import { prefillBody } from './request-shaping.ts';
+import { type Json, prefillBody } from './request-shaping.ts';
 
 const log = getLogger('kvconnect.proxy.offloading-flow');
 
@@ -116,19 +116,47 @@ export function planOffloading(input: PlanInput): FlowPlan {
 export function withSourcePull(plan: FlowPlan, input: PlanInput): FlowPlan {
   const src = input.kvCacheSource;
   if (!src) return plan;
-  if (input.prefill.info?.p2p_base_port === undefined && input.p2pConnectorPort === undefined) {
+  const prefillBody = withPull(plan.prefillBody, plan.requestId, src, input.prefill, input.p2pConnectorPort);
+  return prefillBody === plan.prefillBody ? plan : { ...plan, prefillBody };
+}
+
+/**
+ * A request served by a decode instance alone (no prefill instance, or the fallback to local
+ * prefill): with a source peer named, its body gets `remote_kv_source` alone, as llm-d's
+ * sidecar sends a decoder-only request, so the decode instance pulls the cached prefix over
+ * its p2p tier instead of computing it. Unchanged when the instance has no p2p tier.
+ */
+export function withDecodeOnlySourcePull(
+  body: Json,
+  requestId: string,
+  src: { host: string; port: number } | null,
+  decode: Backend,
+  p2pConnectorPort: number | undefined,
+): Json {
+  return src ? withPull(body, requestId, src, decode, p2pConnectorPort) : body;
+}
+
+/** `body` with `remote_kv_source` added to its kv_transfer_params, if `backend` has a p2p tier. */
+function withPull(
+  body: Json,
+  requestId: string,
+  src: { host: string; port: number },
+  backend: Backend,
+  p2pConnectorPort: number | undefined,
+): Json {
+  if (backend.info?.p2p_base_port === undefined && p2pConnectorPort === undefined) {
     log.warnOnce(
-      'ignoring %s: prefill %s has no p2p tier (run NixlConnector and OffloadingConnector with a p2p tier in a MultiConnector)',
+      'ignoring %s: %s has no p2p tier (give its OffloadingConnector a p2p secondary tier, alone or next to NixlConnector in a MultiConnector)',
       KV_CACHE_SOURCE_HEADER,
-      input.prefill.url,
+      backend.url,
     );
-    return plan;
+    return body;
   }
-  const params = (plan.prefillBody['kv_transfer_params'] ?? {}) as Record<string, unknown>;
+  const params = (body['kv_transfer_params'] ?? {}) as Record<string, unknown>;
   const pull = formatP2PParams({
     decoder: null,
     prefiller: null,
-    kvSource: { kvRequestId: `${plan.requestId}-src`, ...src },
+    kvSource: { kvRequestId: `${requestId || randomUUID()}-src`, ...src },
   });
-  return { ...plan, prefillBody: { ...plan.prefillBody, kv_transfer_params: { ...params, ...pull } } };
+  return { ...body, kv_transfer_params: { ...params, ...pull } };
 }

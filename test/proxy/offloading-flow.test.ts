@@ -86,3 +86,38 @@ test('an OffloadingConnector without a p2p tier is refused naming the fix; --p2p
     });
   });
 });
+
+test('decode only: the source header gives the decode request remote_kv_source alone, if it has a p2p tier', async () => {
+  // No prefill instance: a decode instance serves alone and pulls the prefix the named peer
+  // (a pool backend, its advertised p2p socket) holds, as llm-d's sidecar sends a decoder-only
+  // request.
+  const d = await UpstreamDouble.start(decodeResponder(2), INFO);
+  const source = await UpstreamDouble.start(decodeResponder(2), INFO);
+  await withProxy([], [d, source], {}, async (url) => {
+    const header = { 'x-kv-cache-source-host-port': new URL(source.url).host };
+    const res = await post(url, { 'x-request-id': 'req-5', ...header });
+    assert.equal(res.status, 200);
+    await res.text();
+    const [leg, ...others] = [...d.completions(), ...source.completions()];
+    assert.equal(others.length, 0);
+    assert.deepEqual(leg!.body['kv_transfer_params'], {
+      remote_kv_source: { kv_request_id: 'req-5-src', remote_host: '10.0.0.7', remote_port: 5712 },
+    });
+    assert.equal(leg!.body['max_tokens'], 4);
+  });
+  // Without the header, or to a decode instance without a p2p tier, the request goes as the
+  // client sent it.
+  const bare = await UpstreamDouble.start(decodeResponder(2), { connector: 'OffloadingConnector' });
+  const peer = await UpstreamDouble.start(decodeResponder(2), INFO);
+  await withProxy([], [bare, peer], { policy: 'round_robin' }, async (url) => {
+    for (const id of ['req-6', 'req-7', 'req-8']) {
+      const headers: Record<string, string> = { 'x-request-id': id };
+      if (id !== 'req-6') headers['x-kv-cache-source-host-port'] = new URL(peer.url).host;
+      const res = await post(url, headers);
+      assert.equal(res.status, 200);
+      await res.text();
+    }
+    assert.ok(bare.completions().length >= 1);
+    for (const leg of bare.completions()) assert.equal(leg.body['kv_transfer_params'], undefined);
+  });
+});

@@ -3,7 +3,8 @@
  * processes, as llm-d's sidecar does with `--kv-connector=offloading`: the flow comes from
  * GET /kvconnect/info, P and D get their roles at once and D pulls the prompt from P's p2p
  * tier; with `x-kv-cache-source-host-port` naming a peer that holds the prefix, P pulls it
- * from that peer instead of computing it. Engines running NixlConnector and the p2p tier in a
+ * from that peer instead of computing it (and so does a decode server serving alone). Engines
+ * running NixlConnector and the p2p tier in a
  * MultiConnector get the NIXL flow plus the pull. Token ids equal one plain engine's.
  */
 import assert from 'node:assert/strict';
@@ -21,6 +22,7 @@ const PROMPTS = [
   'The p2p tier moves the prompt from the prefill server to the decode server over the transfer agent.',
   'A peer that already holds this long shared prefix in its CPU tier serves it to the prefill server.',
   'NIXL moves this prompt from prefill to decode while the p2p tier pulls its cached prefix from a peer.',
+  'With no prefill server the decode server pulls this cached prefix from the peer the router names.',
 ];
 
 async function offloadingP2P(): Promise<Record<string, unknown>> {
@@ -178,5 +180,35 @@ test('NixlConnector + p2p tier in a MultiConnector: NIXL P/D, and P pulls the pr
     assert.ok(moved >= 16, `D loaded the prompt from P over NIXL (${moved} tokens)`);
   } finally {
     await nixlProxy.close();
+  }
+});
+
+test('decode only: x-kv-cache-source-host-port makes the decode server pull the prefix from the peer', async () => {
+  const [, d, source] = servers as unknown as [{ url: string }, { url: string }, { url: string }];
+  // The source is in the pool (the proxy learns its p2p socket from it); least_loaded sends a
+  // lone request to the first decode server, D.
+  const decodeOnly = await startProxy(
+    resolveProxyOptions({
+      prefill: [],
+      decode: [d.url, source.url],
+      port: 0,
+      policy: 'least_loaded',
+      kvConnector: 'OffloadingConnector',
+    }),
+  );
+  try {
+    assert.deepEqual(await complete(source.url, PROMPTS[3]!), expected[3]);
+    const before = await counter(d.url, 'vllm:external_prefix_cache_hits_total');
+    const servedBefore = await counter(d.url, 'vllm:request_success_total');
+    const header = new URL(source.url).host;
+    assert.deepEqual(
+      await complete(decodeOnly.url, PROMPTS[3]!, { 'x-kv-cache-source-host-port': header }),
+      expected[3],
+    );
+    assert.equal((await counter(d.url, 'vllm:request_success_total')) - servedBefore, 1, 'D served it');
+    const pulled = (await counter(d.url, 'vllm:external_prefix_cache_hits_total')) - before;
+    assert.ok(pulled >= 16, `D pulled the prefix from the source (${pulled} tokens)`);
+  } finally {
+    await decodeOnly.close();
   }
 });

@@ -283,14 +283,14 @@ const dead = new Set<ServeProcess>();
 const midStream = (progress: number[]): boolean =>
   progress.filter((n) => n >= 4 && Number.isFinite(n)).length >= 4;
 /** Mid-burst, with streams in flight on decode server `d` (so its kill leaves some to resume). */
-function decodingMidStream(d: () => ServeProcess): (progress: number[]) => boolean {
+function decodingMidStream(d: ServeProcess): (progress: number[]) => boolean {
   return (progress) =>
-    midStream(progress) && (proxy.pool.all('decode').find((b) => b.url === d().url)?.inFlight ?? 0) >= 2;
+    midStream(progress) && (proxy.pool.all('decode').find((b) => b.url === d.url)?.inFlight ?? 0) >= 2;
 }
 
 test('a decode server killed mid-burst: streams resumed, the rest retried; 32/32 identical', async () => {
   const resumesBefore = await retries('resume');
-  await burst(1, decodingMidStream(() => decodes[0]!), async () => {
+  await burst(1, decodingMidStream(decodes[0]!), async () => {
     dead.add(decodes[0]!);
     await kill(decodes[0]!);
   });
@@ -301,8 +301,12 @@ test('the killed decode server restarted on its port is used at once; the other 
   decodes[0] = await startDecode(0);
   const restarted = decodes[0];
   dead.delete(restarted);
+  // The proxy's check of backends marked down finds it back; from then on it takes requests.
+  await waitUntil('the proxy to see the restarted decode server', () =>
+    Boolean(proxy.pool.all('decode').find((b) => b.url === restarted.url)?.healthy),
+  );
   let usedBeforeKill = 0;
-  await burst(2, decodingMidStream(() => decodes[1]!), async () => {
+  await burst(2, midStream, async () => {
     usedBeforeKill = proxy.pool.all('decode').find((b) => b.url === restarted.url)?.inFlight ?? 0;
     dead.add(decodes[1]!);
     await kill(decodes[1]!);

@@ -15,6 +15,7 @@ import type { RequestOutputDelta } from '../engine/api.ts';
 import { wallClockMs } from '../engine/iteration-stats.ts';
 import { KVError } from '../errors/index.ts';
 import { sendJson } from '../http/index.ts';
+import { LruMap } from '../util/lru-map.ts';
 
 export const TIMELINE_PATH = '/kvconnect/timeline';
 /** Timelines kept (the oldest is dropped first). */
@@ -81,19 +82,16 @@ export class TimelineRecorder {
 
 /** The last TIMELINES_KEPT requests' timelines, by X-Request-Id (a repeated id keeps the latest). */
 export class RequestTimelines {
-  readonly #byId = new Map<string, RequestTimeline>();
-  readonly #capacity: number;
+  readonly #byId: LruMap<string, RequestTimeline>;
 
   constructor(capacity = TIMELINES_KEPT) {
-    this.#capacity = capacity;
+    this.#byId = new LruMap(capacity);
   }
 
   /** Starts the timeline of `requestId`, received at `receivedAt` (wall-clock ms). */
   start(requestId: string, receivedAt: number = wallClockMs()): TimelineRecorder {
     const recorder = new TimelineRecorder(requestId, receivedAt);
-    this.#byId.delete(requestId);
     this.#byId.set(requestId, recorder.timeline);
-    if (this.#byId.size > this.#capacity) this.#byId.delete(this.#byId.keys().next().value as string);
     return recorder;
   }
 
@@ -118,7 +116,7 @@ export class RequestTimelines {
     if (!timeline) {
       throw new KVError('SERVER_TIMELINE_NOT_FOUND', `No timeline for request id ${JSON.stringify(id)}.`, {
         field: 'request_id',
-        hint: `This server keeps the timelines of its last ${this.#capacity} generation requests, by their X-Request-Id; a request sent without the header got a random one (the response's X-Request-Id header).`,
+        hint: `This server keeps the timelines of its last ${this.#byId.capacity} generation requests, by their X-Request-Id; a request sent without the header got a random one (the response's X-Request-Id header).`,
       });
     }
     sendJson(res, 200, timeline);

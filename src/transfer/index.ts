@@ -8,7 +8,7 @@ export { blockChecksum, blockChecksums } from './checksum.ts';
 export { checkCompatibility, compatibilityMismatchMessage } from './compat.ts';
 export { type AgentFactory, type CreateAgentOptions, createTransferAgent } from './create-agent.ts';
 export { coalesceBlockLists, validateDescPairs } from './descriptors.ts';
-export { type LinkStats, linkStatsData, takeLinkStats } from './emulated-link.ts';
+export { linkStatsData, takeLinkStats } from './emulated-link.ts';
 export {
   isRetryableCause,
   TRANSFER_FAILURE_CAUSES,

@@ -53,7 +53,6 @@ export {
 } from './moriio-params.ts';
 export {
   NIXL_PREFILL_REQUEST,
-  type NixlDecodeCacheParams,
   type NixlRemoteEngine,
   type NixlRemotePrefillParams,
   nixlDecodeCacheResult,

@@ -37,8 +37,8 @@ export interface HeteroReaderDeps {
   readonly maxModelLen: number;
   readonly leaseSeconds: number;
   recvDone(reqId: string, invalidBlockIds: readonly number[]): void;
-  /** Ends the engine's idle wait: a posted READ settled, the next step's poll reports it. */
-  wake(): void;
+  /** Wakes the engine when a posted READ settles: the next step's poll reports it. */
+  wakeWhenSettled(handle: TransferHandle): void;
 }
 
 interface SourceRead {
@@ -202,7 +202,7 @@ export class HeteroTpReader {
         notification,
         grantKey: load.job.remoteRequestId,
       });
-      void this.#d.agent.waitFor(s.handle).then(this.#d.wake, this.#d.wake);
+      this.#d.wakeWhenSettled(s.handle);
     } catch (e) {
       log.error(
         'NIXL transfer failure: transfer_failed | Context: request %s: %s',

@@ -86,7 +86,7 @@ export class PullReader {
       { notification: this.#notification(job), grantKey: job.remoteRequestId },
     );
     // poll() (the next step) reports it; the engine steps as soon as it settles.
-    void this.#ctx.agent.waitFor(load.handle).then(this.#ctx.wake, this.#ctx.wake);
+    this.#ctx.wakeWhenSettled(load.handle);
   }
 
   /** Polls the posted READs (from getFinished): finishes, retries or fails their loads. */

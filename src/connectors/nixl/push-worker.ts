@@ -123,7 +123,7 @@ export class PushProducer {
             handle,
           });
           // The WRITE's end frees the blocks (poll, the next step): let that step run now.
-          void ctx.agent.waitFor(handle).then(ctx.wake, ctx.wake);
+          ctx.wakeWhenSettled(handle);
         } catch (e) {
           log.error('NIXL transfer failure: transfer_setup_failed | Context: push %s: %s', pid, String(e));
           ctx.leases.finish(pid);

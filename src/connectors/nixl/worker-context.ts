@@ -13,6 +13,7 @@ import {
   type BlockListPair,
   copyThreadsUpTo,
   type TransferAgent,
+  type TransferHandle,
 } from '../../transfer/index.ts';
 import { effectiveGrantWaitMs, type NixlOptions } from './config.ts';
 import {
@@ -49,8 +50,8 @@ export interface WorkerContext {
   blockRatio(remote: RemoteEndpoint): number | undefined;
   /** A load ended: `invalidBlockIds` empty when every block arrived. */
   recvDone(reqId: string, invalidBlockIds: readonly number[]): void;
-  /** Transfer work finished between steps (a READ settled): the engine should step now. */
-  wake(): void;
+  /** Wakes the engine when `handle` settles (a READ or WRITE ended between steps): it should step now. */
+  wakeWhenSettled(handle: TransferHandle): void;
 }
 
 export interface WorkerContextInput {
@@ -62,7 +63,8 @@ export interface WorkerContextInput {
   readonly memory: PagedKVMemory;
   readonly createAgent: AgentFactory;
   readonly recvDone: WorkerContext['recvDone'];
-  readonly wake: WorkerContext['wake'];
+  /** Ends the engine's idle wait. */
+  readonly wake: () => void;
 }
 
 /** Starts this rank's agent, registers its KV tensors and builds the handshake payload and the context. */
@@ -140,6 +142,6 @@ export async function openWorkerContext(input: WorkerContextInput): Promise<Work
     clockOffsetMs: (remote) => engines.clockOffsetMs(remote, targetRank(remote)),
     blockRatio: (remote) => engines.blockRatio(remote, targetRank(remote)),
     recvDone: input.recvDone,
-    wake: input.wake,
+    wakeWhenSettled: (handle) => void agent.waitFor(handle).then(input.wake, input.wake),
   };
 }

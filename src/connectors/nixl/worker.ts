@@ -113,7 +113,7 @@ export class NixlWorker {
         maxModelLen: this.#engineConfig.model.maxModelLen,
         leaseSeconds: this.#opts.kvLeaseDuration,
         recvDone: ctx.recvDone,
-        wake: ctx.wake,
+        wakeWhenSettled: ctx.wakeWhenSettled,
       });
     }
     if (this.mode === 'push') {

@@ -539,7 +539,7 @@ static void set_operands(job_t *J, void *data, size_t esize, int64_t m, int64_t 
   J->cols_per_block = 128;
 }
 
-static int clamp_threads(int64_t t) { return t < 1 ? 1 : t > MAX_THREADS ? MAX_THREADS : (int)t; }
+int kvpool_threads(int64_t t) { return t < 1 ? 1 : t > MAX_THREADS ? MAX_THREADS : (int)t; }
 
 napi_value kv_matmul_f32(napi_env env, napi_callback_info info) {
   static const char usage[] = "matmulF32(memory, m, n4, k, a, lda, b, ldb, c, ldc[, threads])";
@@ -563,7 +563,7 @@ napi_value kv_matmul_f32(napi_env env, napi_callback_info info) {
   set_operands(&J, data, 4, m, n4, k, a, lda, b, ldb, c, ldc);
   J.kern = &kernels_F32;
   J.format = FMT_F32;
-  if (m > 0 && n4 > 0) run_job(&J, clamp_threads(v[9]));
+  if (m > 0 && n4 > 0) run_job(&J, kvpool_threads(v[9]));
 #endif
   return NULL;
 }
@@ -594,7 +594,7 @@ napi_value kv_matmul_weight(napi_env env, napi_callback_info info) {
   J.panel_major = true;
   J.kern = format == FMT_F32 ? &kernels_F32 : format == FMT_F16 ? &kernels_F16 : &kernels_BF16;
   J.format = (int)format;
-  if (m > 0 && n > 0) run_job(&J, clamp_threads(v[9]));
+  if (m > 0 && n > 0) run_job(&J, kvpool_threads(v[9]));
 #endif
   return NULL;
 }

@@ -14,6 +14,8 @@
  */
 typedef void (*kvpool_task_fn)(const void *ctx, uint32_t index);
 void kvpool_run(kvpool_task_fn task, const void *ctx, uint32_t count, int threads, double cost);
+/* A requested thread count (a JavaScript argument) clamped to what the pool runs: 1 to its maximum. */
+int kvpool_threads(int64_t requested);
 /*
  * C[m, n] = A[m, k] · B[k, n] (float32, row-major, strides in floats) on the calling thread,
  * with the bits of matmulF32 including its column tail; false when the CPU cannot run it.

@@ -330,7 +330,6 @@ static void gather_task(const void *arg, uint32_t index) {
 
 /* ---- N-API ----------------------------------------------------------------------------- */
 
-static int threads_of(int64_t t) { return t < 1 ? 1 : t > 64 ? 64 : (int)t; }
 
 /* Row blocks of about `floats` elements each, at least one row. */
 static size_t rows_per_task(size_t row_floats, size_t floats) {
@@ -389,7 +388,7 @@ napi_value kv_attention_prefill(napi_env env, napi_callback_info info) {
   A.blocks = (A.len + A.query_block - 1) / A.query_block;
   A.scale = 1 / sqrt((double)A.hd);
   double cost = 2.0 * (double)A.num_heads * (double)A.hd * (double)A.len * (double)A.ctx / 2;
-  kvpool_run(attention_task, &A, (uint32_t)(A.blocks * A.num_kv_heads), threads_of(v[16]), cost);
+  kvpool_run(attention_task, &A, (uint32_t)(A.blocks * A.num_kv_heads), kvpool_threads(v[16]), cost);
 #else
   return range_error(env, "attentionPrefill: needs x86-64");
 #endif
@@ -410,7 +409,7 @@ napi_value kv_swiglu(napi_env env, napi_callback_info info) {
   if (S.rows == 0 || S.inter == 0) return NULL;
   S.rows_per_task = rows_per_task(S.inter, 8192);
   size_t tasks = (S.rows + S.rows_per_task - 1) / S.rows_per_task;
-  kvpool_run(swiglu_task, &S, (uint32_t)tasks, threads_of(v[4]), 8.0 * (double)S.rows * (double)S.inter);
+  kvpool_run(swiglu_task, &S, (uint32_t)tasks, kvpool_threads(v[4]), 8.0 * (double)S.rows * (double)S.inter);
 #else
   return range_error(env, "swiglu: needs x86-64");
 #endif
@@ -439,7 +438,7 @@ napi_value kv_rmsnorm(napi_env env, napi_callback_info info) {
   if (N.rows == 0 || N.dim == 0) return NULL;
   N.rows_per_task = rows_per_task(N.dim, 4096);
   size_t tasks = (N.rows + N.rows_per_task - 1) / N.rows_per_task;
-  kvpool_run(rmsnorm_task, &N, (uint32_t)tasks, threads_of(v[5]), 4.0 * (double)span);
+  kvpool_run(rmsnorm_task, &N, (uint32_t)tasks, kvpool_threads(v[5]), 4.0 * (double)span);
   return NULL;
 }
 
@@ -467,7 +466,7 @@ napi_value kv_rope(napi_env env, napi_callback_info info) {
   if (!ok) return range_error(env, "rope: the operands do not fit in the memory or a position is beyond the tables");
   R.rows_per_task = rows_per_task(R.heads * 2 * R.half, 4096);
   size_t tasks = (R.rows + R.rows_per_task - 1) / R.rows_per_task;
-  kvpool_run(rope_task, &R, (uint32_t)tasks, threads_of(v[5]), 4.0 * (double)R.rows * R.heads * 2 * R.half);
+  kvpool_run(rope_task, &R, (uint32_t)tasks, kvpool_threads(v[5]), 4.0 * (double)R.rows * R.heads * 2 * R.half);
   return NULL;
 }
 
@@ -497,7 +496,7 @@ napi_value kv_gather_kv(napi_env env, napi_callback_info info) {
   G.first_block = ok ? G.lo / bs : 0;
   ok = ok && blocks_in_tensor(G.table, G.first_block, last_block, bs, G.row_size, kv_length);
   if (!ok) return range_error(env, "gatherKV: the operands do not fit in the memory or a block is beyond the KV tensor");
-  kvpool_run(gather_task, &G, (uint32_t)(last_block - G.first_block + 1), threads_of(v[7]), 2.0 * (double)span);
+  kvpool_run(gather_task, &G, (uint32_t)(last_block - G.first_block + 1), kvpool_threads(v[7]), 2.0 * (double)span);
   return NULL;
 }
 
@@ -537,7 +536,7 @@ napi_value kv_attention_decode(napi_env env, napi_callback_info info) {
   if (!ok) return range_error(env, "attentionDecode: the operands do not fit in the memory or the KV tensor, or the shape is invalid");
   D.scale = 1 / sqrt((double)D.hd);
   double cost = 2.0 * (double)D.len * (double)q_dim * (double)(hi + 1 - lo);
-  kvpool_run(decode_task, &D, (uint32_t)(D.len * D.num_kv_heads), threads_of(v[11]), cost);
+  kvpool_run(decode_task, &D, (uint32_t)(D.len * D.num_kv_heads), kvpool_threads(v[11]), cost);
 #else
   return range_error(env, "attentionDecode: needs x86-64");
 #endif

@@ -7,7 +7,7 @@
  * small vectors widened to float32.
  */
 import type { ModelDtype } from '../../config/types.ts';
-import { bf16BitsToF32, f16BitsToF32, f32ToBf16Bits, f32ToF16Bits } from '../../kv/dtype.ts';
+import { decoderFor, encoderFor } from '../../kv/dtype.ts';
 import type { ModelDims, RankShard } from './dims.ts';
 import { type WasmRuntime, type WeightDtype, type WeightMatrix, weightIndex } from './kernels/wasm-matmul.ts';
 import type { SafetensorsDtype } from './safetensors.ts';
@@ -36,12 +36,6 @@ export interface PackedWeights {
   layers: PackedLayer[];
 }
 
-/** Converts a float32 value to the bits of a half type, round-to-nearest-even. */
-const HALF_BITS: Record<'float16' | 'bfloat16', (v: number) => number> = {
-  float16: f32ToF16Bits,
-  bfloat16: f32ToBf16Bits,
-};
-
 const decodeTables = new Map<'float16' | 'bfloat16', Float32Array>();
 
 /** Every one of the 65536 bit patterns of a half type, widened (exact), for table look-ups. */
@@ -49,21 +43,25 @@ function decodeTable(dtype: 'float16' | 'bfloat16'): Float32Array {
   let table = decodeTables.get(dtype);
   if (table === undefined) {
     table = new Float32Array(65536);
-    const widen = dtype === 'float16' ? f16BitsToF32 : bf16BitsToF32;
+    const widen = decoderFor(dtype);
     for (let b = 0; b < 65536; b++) table[b] = widen(b);
     decodeTables.set(dtype, table);
   }
   return table;
 }
 
+/** A float32 value rounded to `dtype` (float32 keeps it). */
+function roundingTo(dtype: WeightDtype): (v: number) => number {
+  if (dtype === 'float32') return (v) => v;
+  const toBits = encoderFor(dtype);
+  const table = decodeTable(dtype);
+  return (v) => table[toBits(v)] as number;
+}
+
 /** `data` rounded to `dtype` (a copy; float32 keeps the values). */
 export function roundToDtype(data: Float32Array, dtype: WeightDtype): Float32Array {
-  if (dtype === 'float32') return data.slice();
-  const toBits = HALF_BITS[dtype];
-  const table = decodeTable(dtype);
-  const out = new Float32Array(data.length);
-  for (let i = 0; i < data.length; i++) out[i] = table[toBits(data[i] as number)] as number;
-  return out;
+  const round = roundingTo(dtype);
+  return data.map(round);
 }
 
 /** The embedding table, held in the model's dtype; rows are widened to float32 on look-up. */
@@ -80,7 +78,7 @@ export class EmbeddingRows {
       this.#bits = null;
       this.#table = null;
     } else {
-      const toBits = HALF_BITS[dtype];
+      const toBits = encoderFor(dtype);
       const bits = new Uint16Array(data.length);
       for (let i = 0; i < data.length; i++) bits[i] = toBits(data[i] as number);
       this.#f32 = null;
@@ -137,25 +135,16 @@ function packTransposed(rt: WasmRuntime, dtype: WeightDtype, inCount: number, sl
   const w = rt.allocWeight(inCount, width, storage);
   const off = w.offset;
   let col = 0;
+  // Half storage holds each value's bits; float32 storage holds it rounded to `dtype` first
+  // (the values a half kernel would read).
+  const mem: Float32Array | Uint16Array = storage === 'float32' ? rt.f32 : rt.u16;
+  const convert = storage === 'float32' ? roundingTo(dtype) : encoderFor(storage);
   for (const s of slices) {
-    if (storage === 'float32') {
-      const mem = rt.f32;
-      const src = dtype === 'float32' ? s.w : roundToDtype(s.w, dtype);
-      for (let o = 0; o < s.outCount; o++) {
-        const row = (s.outStart + o) * s.inDim + s.inStart;
-        const at = off + weightIndex(w, 0, col + o);
-        const stride = weightIndex(w, 1, col + o) - weightIndex(w, 0, col + o);
-        for (let i = 0; i < inCount; i++) mem[at + i * stride] = src[row + i] as number;
-      }
-    } else {
-      const mem = rt.u16;
-      const toBits = HALF_BITS[storage];
-      for (let o = 0; o < s.outCount; o++) {
-        const row = (s.outStart + o) * s.inDim + s.inStart;
-        const at = off + weightIndex(w, 0, col + o);
-        const stride = weightIndex(w, 1, col + o) - weightIndex(w, 0, col + o);
-        for (let i = 0; i < inCount; i++) mem[at + i * stride] = toBits(s.w[row + i] as number);
-      }
+    for (let o = 0; o < s.outCount; o++) {
+      const row = (s.outStart + o) * s.inDim + s.inStart;
+      const at = off + weightIndex(w, 0, col + o);
+      const stride = weightIndex(w, 1, col + o) - weightIndex(w, 0, col + o);
+      for (let i = 0; i < inCount; i++) mem[at + i * stride] = convert(s.w[row + i] as number);
     }
     col += s.outCount;
   }

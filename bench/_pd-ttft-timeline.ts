@@ -5,8 +5,9 @@
  * events in milliseconds since the client sent the request. All clocks are
  * performance.timeOrigin + performance.now() of processes on one host.
  */
+
+import { sumMetric } from '../src/demo/metrics.ts';
 import type { RequestTimeline } from '../src/server/request-timeline.ts';
-import { metricSum } from './_server-load.ts';
 
 export type ServerTimeline = RequestTimeline;
 
@@ -46,10 +47,10 @@ export function xferTotals(...metricsTexts: string[]): XferTotals {
   let wireSeconds = 0;
   for (const text of metricsTexts) {
     for (const name of XFER) {
-      seconds += metricSum(text, `${name}_sum`);
-      count += metricSum(text, `${name}_count`);
+      seconds += sumMetric(text, `${name}_sum`);
+      count += sumMetric(text, `${name}_count`);
     }
-    for (const name of WIRE) wireSeconds += metricSum(text, `${name}_sum`);
+    for (const name of WIRE) wireSeconds += sumMetric(text, `${name}_sum`);
   }
   return { seconds, count, wireSeconds };
 }

@@ -4,6 +4,7 @@
  * run (vllm:num_requests_running + vllm:num_requests_waiting, sampled while the load runs). This is how a benchmark
  * shows whether a policy balanced the work or piled it onto one server.
  */
+import { sumMetric } from '../src/demo/metrics.ts';
 
 export interface ServerCounters {
   requests: number;
@@ -20,17 +21,6 @@ export interface ServerLoad extends ServerCounters {
   peakInSystem: number;
 }
 
-/** Sum of every sample of `name` whose labels contain `labelFilter` (Prometheus text format). */
-export function metricSum(text: string, name: string, labelFilter = ''): number {
-  let sum = 0;
-  for (const line of text.split('\n')) {
-    if (!line.startsWith(`${name}{`) && !line.startsWith(`${name} `)) continue;
-    if (labelFilter && !line.includes(labelFilter)) continue;
-    sum += Number(line.slice(line.lastIndexOf(' ') + 1));
-  }
-  return sum;
-}
-
 export async function metricsText(url: string): Promise<string> {
   return (await fetch(`${url}/metrics`, { signal: AbortSignal.timeout(30_000) })).text();
 }
@@ -38,10 +28,10 @@ export async function metricsText(url: string): Promise<string> {
 export async function serverCounters(url: string): Promise<ServerCounters> {
   const text = await metricsText(url);
   return {
-    requests: metricSum(text, 'vllm:request_success_total'),
-    prefixQueries: metricSum(text, 'vllm:prefix_cache_queries_total'),
-    prefixHits: metricSum(text, 'vllm:prefix_cache_hits_total'),
-    computedTokens: metricSum(text, 'vllm:prompt_tokens_by_source_total', 'source="local_compute"'),
+    requests: sumMetric(text, 'vllm:request_success_total'),
+    prefixQueries: sumMetric(text, 'vllm:prefix_cache_queries_total'),
+    prefixHits: sumMetric(text, 'vllm:prefix_cache_hits_total'),
+    computedTokens: sumMetric(text, 'vllm:prompt_tokens_by_source_total{source="local_compute"}'),
   };
 }
 
@@ -55,7 +45,7 @@ export function sampleQueues(urls: readonly string[], intervalMs = 500): { stop(
       texts.forEach((t, i) => {
         if (t !== null)
           samples[i]!.push(
-            metricSum(t, 'vllm:num_requests_waiting') + metricSum(t, 'vllm:num_requests_running'),
+            sumMetric(t, 'vllm:num_requests_waiting') + sumMetric(t, 'vllm:num_requests_running'),
           );
       });
       await new Promise((r) => setTimeout(r, intervalMs));

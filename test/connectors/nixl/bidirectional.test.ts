@@ -7,6 +7,7 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
+import { sumMetric } from '../../../src/demo/metrics.ts';
 import { AsyncEngine } from '../../../src/engine/async-engine.ts';
 import { LLM } from '../../../src/engine/llm.ts';
 import { type RunningProxy, resolveProxyOptions, startProxy } from '../../../src/proxy/index.ts';
@@ -81,16 +82,9 @@ async function serve(role: string, engineId: string, extraConfig: Record<string,
   };
 }
 
-/** One sample of a metric family (summed over its series matching `label`). */
+/** A metric family summed over its series (those with `label`, e.g. `source="x"`). */
 async function metric(url: string, name: string, label = ''): Promise<number> {
-  const text = await (await fetch(`${url}/metrics`)).text();
-  let sum = 0;
-  for (const line of text.split('\n')) {
-    if (!line.startsWith(`${name}{`) && !line.startsWith(`${name} `)) continue;
-    if (label && !line.includes(label)) continue;
-    sum += Number(line.slice(line.lastIndexOf(' ') + 1));
-  }
-  return sum;
+  return sumMetric(await (await fetch(`${url}/metrics`)).text(), label ? `${name}{${label}}` : name);
 }
 
 async function turn(proxy: RunningProxy, conversation: string, prompt: number[]): Promise<number[]> {
@@ -147,13 +141,18 @@ describe('NixlConnector bidirectional_kv_xfer through kvconnect proxy', () => {
       const heldAfterTurn1 = await metric(d.url, 'vllm:kv_cache_usage_perc');
       assert.ok(heldAfterTurn1 > 0, 'D keeps the finished turn for the next one');
 
-      const external0 = await metric(p.url, 'vllm:prompt_tokens_by_source_total', 'external_kv_transfer');
+      const external0 = await metric(
+        p.url,
+        'vllm:prompt_tokens_by_source_total',
+        'source="external_kv_transfer"',
+      );
       const second = [...FIRST, ...out1, ...NEXT];
       const out2 = await turn(proxy, 'conv-a', second);
       assert.deepEqual(out2, await expected(second));
       // D computed FIRST and all but the last generated token: exactly what P READ back.
       const external =
-        (await metric(p.url, 'vllm:prompt_tokens_by_source_total', 'external_kv_transfer')) - external0;
+        (await metric(p.url, 'vllm:prompt_tokens_by_source_total', 'source="external_kv_transfer"')) -
+        external0;
       assert.equal(external, FIRST.length + MAX_TOKENS - 1, 'P loaded the first turn from D');
       // P's read notification freed turn 1 on D at once (its TTL is 60 s); D keeps turn 2 only.
       // Usage counts the 63 usable blocks of 64 (block 0 is the null block), 16 tokens each.

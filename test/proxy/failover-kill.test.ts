@@ -282,10 +282,13 @@ test('token ids are asked of the decode servers but reach only clients that aske
 const dead = new Set<ServeProcess>();
 const midStream = (progress: number[]): boolean =>
   progress.filter((n) => n >= 4 && Number.isFinite(n)).length >= 4;
+/** Requests the proxy has in flight on decode server `d`. */
+function inFlight(d: ServeProcess): number {
+  return proxy.pool.all('decode').find((b) => b.url === d.url)?.inFlight ?? 0;
+}
 /** Mid-burst, with streams in flight on decode server `d` (so its kill leaves some to resume). */
 function decodingMidStream(d: ServeProcess): (progress: number[]) => boolean {
-  return (progress) =>
-    midStream(progress) && (proxy.pool.all('decode').find((b) => b.url === d.url)?.inFlight ?? 0) >= 2;
+  return (progress) => midStream(progress) && inFlight(d) >= 2;
 }
 
 test('a decode server killed mid-burst: streams resumed, the rest retried; 32/32 identical', async () => {
@@ -306,11 +309,17 @@ test('the killed decode server restarted on its port is used at once; the other 
     Boolean(proxy.pool.all('decode').find((b) => b.url === restarted.url)?.healthy),
   );
   let usedBeforeKill = 0;
-  await burst(2, midStream, async () => {
-    usedBeforeKill = proxy.pool.all('decode').find((b) => b.url === restarted.url)?.inFlight ?? 0;
-    dead.add(decodes[1]!);
-    await kill(decodes[1]!);
-  });
+  // Mid-burst: both decode servers have requests in flight (the restarted one's count is what
+  // the assertion below reads).
+  await burst(
+    2,
+    () => inFlight(restarted) > 0 && inFlight(decodes[1]!) > 0,
+    async () => {
+      usedBeforeKill = inFlight(restarted);
+      dead.add(decodes[1]!);
+      await kill(decodes[1]!);
+    },
+  );
   assert.ok(usedBeforeKill > 0, 'the restarted decode server had requests before the other one died');
   const served = (await (await fetch(`${decodes[0].url}/metrics`)).text())
     .split('\n')

@@ -22,8 +22,8 @@
  *   attentionDecode(memory, kv, table, blockSize, qkv, qkvStride, out, firstRow, len, p0,
  *                   numHeads, numKvHeads, headDim, window, threads)
  *       src/engine/model/decode-attention.ts for a float32 KV tensor (a Float32Array, e.g. over
- *       the KV SharedArrayBuffer), read in place through the Int32Array block table; new
- *       tokens × KV heads as tasks on the pool
+ *       the KV SharedArrayBuffer), read in place through the Int32Array block table; KV
+ *       heads as tasks on the pool, each gathering its K and V once for all the new tokens
  *   swiglu(memory, gateUp, out, rows, inter, threads)
  *       out[r][i] = silu(gateUp[r][i]) · gateUp[r][inter + i]; inter a multiple of 4
  *   rmsnorm(memory, weight, x, add, dst, rows, dim, threads, eps)
@@ -179,41 +179,48 @@ typedef struct {
   const float *kv;
   const int32_t *table;
   size_t block_size, qkv, qkv_stride, out, first_row, len, p0, num_heads, num_kv_heads, hd, window;
+  size_t lo; /* the first position any new token sees */
   double scale;
 } decode_t;
 
 /*
- * One new token × one KV head, reading K and V where the block table has them: the bits of
- * decode-attention.ts (scores K · qᵀ summed over the head dimension in float32, the softmax
- * above, then probabilities · V as the matmul sums it).
+ * One KV head for all the new tokens: K (transposed) and V of the positions they see,
+ * [lo, p0 + len), gathered once from where the block table has them, then per new token the
+ * bits of decode-attention.ts (scores K · qᵀ summed over the head dimension in float32, the
+ * softmax above, then probabilities · V as the matmul sums it). A token's keys and values
+ * are a window of the gathered ones: the matmuls' results do not depend on the row stride.
  */
-AVX2 static void decode_task(const void *arg, uint32_t index) {
+AVX2 static void decode_task(const void *arg, uint32_t h) {
   const decode_t *D = arg;
-  size_t t = index / D->num_kv_heads, h = index % D->num_kv_heads;
   size_t group = D->num_heads / D->num_kv_heads, hd = D->hd, bs = D->block_size, rs = D->num_kv_heads * hd;
-  size_t p = D->p0 + t, first = D->window != 0 && p + 1 > D->window ? p + 1 - D->window : 0, n = p - first + 1;
-  float *q = scratch_for(group * hd + 2 * n * hd + group * n);
+  size_t lo = D->lo, hi = D->p0 + D->len - 1, span = hi - lo + 1;
+  size_t widest = D->window != 0 && D->window < span ? D->window : span; /* the last token's keys */
+  float *q = scratch_for(group * hd + 2 * span * hd + group * widest);
   if (q == NULL) abort(); /* out of memory: nothing sensible to return mid-forward */
-  float *keys_t = q + group * hd, *values = keys_t + n * hd, *scores = values + n * hd;
-  const float *src = D->mem + D->qkv + (D->first_row + t) * D->qkv_stride + h * group * hd;
-  for (size_t i = 0; i < group * hd; i++) q[i] = (float)((double)src[i] * D->scale);
-  for (size_t j = first; j <= p; j++) {
+  float *keys_t = q + group * hd, *values = keys_t + span * hd, *scores = values + span * hd;
+  for (size_t j = lo; j <= hi; j++) {
     const float *k = D->kv + ((size_t)D->table[j / bs] * 2 * bs + j % bs) * rs + h * hd;
-    memcpy(values + (j - first) * hd, k + bs * rs, hd * sizeof(float));
-    for (size_t d = 0; d < hd; d++) keys_t[d * n + (j - first)] = k[d];
+    memcpy(values + (j - lo) * hd, k + bs * rs, hd * sizeof(float));
+    for (size_t d = 0; d < hd; d++) keys_t[d * span + (j - lo)] = k[d];
   }
-  size_t n4 = n & ~(size_t)3;
-  if (n4 > 0) kvmatmul_local(group, n4, hd, q, hd, keys_t, n, scores, n);
-  for (size_t g = 0; g < group; g++) {
-    for (size_t j = n4; j < n; j++) {
-      float acc = 0;
-      for (size_t d = 0; d < hd; d++) acc = acc + q[g * hd + d] * keys_t[d * n + j];
-      scores[g * n + j] = acc;
+  for (size_t t = 0; t < D->len; t++) {
+    size_t p = D->p0 + t, first = D->window != 0 && p + 1 > D->window ? p + 1 - D->window : 0, n = p - first + 1;
+    const float *kt = keys_t + (first - lo), *v = values + (first - lo) * hd;
+    const float *src = D->mem + D->qkv + (D->first_row + t) * D->qkv_stride + h * group * hd;
+    for (size_t i = 0; i < group * hd; i++) q[i] = (float)((double)src[i] * D->scale);
+    size_t n4 = n & ~(size_t)3;
+    if (n4 > 0) kvmatmul_local(group, n4, hd, q, hd, kt, span, scores, n);
+    for (size_t g = 0; g < group; g++) {
+      for (size_t j = n4; j < n; j++) {
+        float acc = 0;
+        for (size_t d = 0; d < hd; d++) acc = acc + q[g * hd + d] * kt[d * span + j];
+        scores[g * n + j] = acc;
+      }
+      softmax_row(scores + g * n, n);
     }
-    softmax_row(scores + g * n, n);
+    float *out = D->mem + D->out + (D->first_row + t) * D->num_heads * hd + h * group * hd;
+    kvmatmul_local(group, hd, n, scores, n, v, hd, out, hd);
   }
-  float *out = D->mem + D->out + (D->first_row + t) * D->num_heads * hd + h * group * hd;
-  kvmatmul_local(group, hd, n, scores, n, values, hd, out, hd);
 }
 
 /* ---- SwiGLU ---------------------------------------------------------------------------- */
@@ -532,11 +539,12 @@ napi_value kv_attention_decode(napi_env env, napi_callback_info info) {
        hi / bs < table_length && D.qkv + (rows_end - 1) * D.qkv_stride + q_dim <= floats &&
        D.out + (rows_end - 1) * q_dim + q_dim <= floats;
   size_t lo = D.window != 0 && D.p0 + 1 > D.window ? D.p0 + 1 - D.window : 0;
+  D.lo = lo;
   ok = ok && blocks_in_tensor(D.table, lo / bs, hi / bs, bs, rs, kv_length);
   if (!ok) return range_error(env, "attentionDecode: the operands do not fit in the memory or the KV tensor, or the shape is invalid");
   D.scale = 1 / sqrt((double)D.hd);
   double cost = 2.0 * (double)D.len * (double)q_dim * (double)(hi + 1 - lo);
-  kvpool_run(decode_task, &D, (uint32_t)(D.len * D.num_kv_heads), kvpool_threads(v[11]), cost);
+  kvpool_run(decode_task, &D, (uint32_t)D.num_kv_heads, kvpool_threads(v[11]), cost);
 #else
   return range_error(env, "attentionDecode: needs x86-64");
 #endif

@@ -188,7 +188,7 @@ typedef struct {
   size_t ldc;
   size_t m, n, k;
   size_t rows_per_block, cols_per_block, row_blocks;
-} job_t;
+} __attribute__((aligned(64))) job_t; /* the helpers read it on the caller's stack: no line shared with what it writes */
 
 /*
  * Weights are panel-major: panel q holds columns [64q, 64q + 64) as k rows of 64 contiguous
@@ -285,7 +285,6 @@ static _Atomic uint32_t blocks_done;
 static _Atomic int helpers_joined;
 static _Atomic int sleepers;
 static _Atomic int helpers_wanted;
-static job_t job;
 /* The work of the current generation: pool_task(pool_ctx, i) for every block i. */
 static kvpool_task_fn pool_task;
 static const void *pool_ctx;
@@ -407,44 +406,54 @@ static void pool_dispatch(kvpool_task_fn task, const void *ctx, uint32_t nblocks
   pthread_mutex_unlock(&pool_owner);
 }
 
-void kvpool_run(kvpool_task_fn task, const void *ctx, uint32_t count, int threads, double cost) {
+/*
+ * Cuts a call into tasks once it is known how many threads run it (1: this thread alone)
+ * and returns their count.
+ */
+typedef uint32_t (*pool_plan_fn)(void *ctx, int threads);
+
+/*
+ * The pool's one dispatch: runs task(ctx, i) for every i < count on up to `threads` threads
+ * when `cost` pays for the helpers and the pool is free, else on this thread in order. With
+ * a plan, count is what the plan returns for the threads the call got.
+ */
+static void pool_run(kvpool_task_fn task, void *ctx, pool_plan_fn plan, uint32_t count, int threads,
+                     double cost) {
   if (threads > MAX_THREADS) threads = MAX_THREADS;
-  if (count >= 2 && count <= 0xffffff && pool_acquire(threads, cost)) {
+  bool parallel = (plan != NULL || count >= 2) && pool_acquire(threads, cost);
+  if (plan != NULL) count = plan(ctx, parallel ? threads : 1);
+  if (parallel && count >= 2 && count <= 0xffffff) {
     pool_dispatch(task, ctx, count, threads);
     return;
   }
+  if (parallel) pthread_mutex_unlock(&pool_owner);
   for (uint32_t i = 0; i < count; i++) task(ctx, i);
+}
+
+void kvpool_run(kvpool_task_fn task, const void *ctx, uint32_t count, int threads, double cost) {
+  pool_run(task, (void *)ctx, NULL, count, threads, cost); /* no plan: ctx is only read */
 }
 
 static void matmul_task(const void *ctx, uint32_t index) { run_block_index((const job_t *)ctx, index); }
 
+/*
+ * The blocks of C for `threads` threads: smaller column blocks until every thread has
+ * several to take; a weight's blocks stay whole panels, so no two threads read parts of one
+ * cache line of it.
+ */
+static uint32_t matmul_plan(void *ctx, int threads) {
+  job_t *J = ctx;
+  J->row_blocks = (J->m + J->rows_per_block - 1) / J->rows_per_block;
+  size_t min_cols = J->panel_major ? WEIGHT_PANEL : 16;
+  while (threads > 1 && J->cols_per_block > min_cols &&
+         J->row_blocks * ((J->n + J->cols_per_block - 1) / J->cols_per_block) < (size_t)threads * 8)
+    J->cols_per_block /= 2;
+  return (uint32_t)(J->row_blocks * ((J->n + J->cols_per_block - 1) / J->cols_per_block));
+}
+
 /* Runs `J` on up to `threads` threads (this one included); blocks as described above. */
 static void run_job(job_t *J, int threads) {
-  size_t row_blocks = (J->m + J->rows_per_block - 1) / J->rows_per_block;
-  J->row_blocks = row_blocks;
-  if (threads > MAX_THREADS) threads = MAX_THREADS;
-  bool parallel = pool_acquire(threads, (double)J->m * (double)J->n * (double)J->k);
-  /*
-   * Smaller column blocks until every thread has several to take; a weight's blocks stay
-   * whole panels, so no two threads read parts of one cache line of it.
-   */
-  size_t min_cols = J->panel_major ? WEIGHT_PANEL : 16;
-  for (;;) {
-    size_t col_blocks = (J->n + J->cols_per_block - 1) / J->cols_per_block;
-    if (!parallel || J->cols_per_block <= min_cols || row_blocks * col_blocks >= (size_t)threads * 8) break;
-    J->cols_per_block /= 2;
-  }
-  size_t nblocks = row_blocks * ((J->n + J->cols_per_block - 1) / J->cols_per_block);
-  if (parallel && (nblocks < 2 || nblocks > 0xffffff)) {
-    pthread_mutex_unlock(&pool_owner);
-    parallel = false;
-  }
-  if (!parallel) {
-    for (uint32_t i = 0; i < nblocks; i++) run_block_index(J, i);
-    return;
-  }
-  job = *J;
-  pool_dispatch(matmul_task, &job, (uint32_t)nblocks, threads);
+  pool_run(matmul_task, J, matmul_plan, 0, threads, (double)J->m * (double)J->n * (double)J->k);
 }
 
 bool kvmatmul_local(size_t m, size_t n, size_t k, const float *a, size_t lda, const float *b, size_t ldb,

@@ -24,7 +24,13 @@
 import { Agent, request } from 'undici';
 import { resolveModelInfo } from '../src/config/model-info.ts';
 import { ProcessGroup, type ServeProcess, startServe } from '../src/demo/processes.ts';
-import { freeMoriioPorts, freePorts } from '../src/demo/transfer-configs.ts';
+import {
+  freeMoriioPorts,
+  freePorts,
+  type MoriioPorts,
+  moriioTransferConfig,
+  nixlTransferConfig,
+} from '../src/demo/transfer-configs.ts';
 import { setLogLevel } from '../src/logging/logger.ts';
 import { type RunningProxy, resolveProxyOptions, startProxy } from '../src/proxy/index.ts';
 import { mulberry32 } from '../src/util/mulberry32.ts';
@@ -123,48 +129,6 @@ interface RunningPair {
   stop(): Promise<void>;
 }
 
-function nixlConfig(
-  pair: PdPair,
-  role: 'kv_producer' | 'kv_consumer',
-  id: string,
-  port: number,
-  thread: boolean,
-): string {
-  return JSON.stringify({
-    kv_connector: pair.mode === 'nixl-push' ? 'NixlPushConnector' : 'NixlConnector',
-    kv_role: role,
-    engine_id: id,
-    kv_load_failure_policy: 'fail',
-    kv_connector_extra_config: {
-      backends: [pair.transport === 'shm' ? 'SHM' : 'TCP'],
-      side_channel_port: port,
-      transfer_thread: thread,
-    },
-  });
-}
-
-function moriioConfig(
-  pair: PdPair,
-  role: 'kv_producer' | 'kv_consumer',
-  ports: { http: number; handshake: number; notify: number },
-  thread: boolean,
-): string {
-  return JSON.stringify({
-    kv_connector: 'MoRIIOConnector',
-    kv_role: role,
-    kv_load_failure_policy: 'fail',
-    kv_connector_extra_config: {
-      http_port: ports.http,
-      host_ip: '127.0.0.1',
-      handshake_port: ports.handshake,
-      notify_port: ports.notify,
-      backend: pair.transport === 'shm' ? 'xgmi' : 'rdma',
-      read_mode: pair.mode === 'moriio-read',
-      transfer_thread: thread,
-    },
-  });
-}
-
 async function startPair(
   pair: PdPair,
   engineArgs: readonly string[],
@@ -179,43 +143,36 @@ async function startPair(
   if (pair.mode === 'nixl-pull' || pair.mode === 'nixl-push') {
     const suffix = Math.random().toString(16).slice(2, 10);
     const [pSide = 0] = pair.mode === 'nixl-push' ? await freePorts(1) : [0];
-    prefillArgs = [
-      '--port',
-      '0',
-      '--kv-transfer-config',
-      nixlConfig(pair, 'kv_producer', `p-${suffix}`, pSide, thread),
-    ];
-    decodeArgs = [
-      '--port',
-      '0',
-      '--kv-transfer-config',
-      nixlConfig(pair, 'kv_consumer', `d-${suffix}`, 0, thread),
-    ];
+    const connector = pair.mode === 'nixl-push' ? 'NixlPushConnector' : 'NixlConnector';
+    const nixl = {
+      kvLoadFailurePolicy: 'fail',
+      nixlBackends: [pair.transport === 'shm' ? 'SHM' : 'TCP'],
+      transferThread: thread,
+    } as const;
+    const config = (role: 'kv_producer' | 'kv_consumer', id: string, port: number) =>
+      JSON.stringify(nixlTransferConfig(connector, role, id, port, nixl));
+    prefillArgs = ['--port', '0', '--kv-transfer-config', config('kv_producer', `p-${suffix}`, pSide)];
+    decodeArgs = ['--port', '0', '--kv-transfer-config', config('kv_consumer', `d-${suffix}`, 0)];
     proxyExtra = {
       port: 0,
-      kvConnector: pair.mode === 'nixl-push' ? 'NixlPushConnector' : 'NixlConnector',
+      kvConnector: connector,
       push:
         pair.mode === 'nixl-push'
           ? { engineId: `p-${suffix}`, host: '127.0.0.1', port: pSide, tpSize: 1, ppSize: 1 }
           : {},
     };
   } else {
-    const [p, d] = (await freeMoriioPorts(2)) as [
-      { http: number; handshake: number; notify: number },
-      { http: number; handshake: number; notify: number },
-    ];
-    prefillArgs = [
-      '--port',
-      String(p.http),
-      '--kv-transfer-config',
-      moriioConfig(pair, 'kv_producer', p, thread),
-    ];
-    decodeArgs = [
-      '--port',
-      String(d.http),
-      '--kv-transfer-config',
-      moriioConfig(pair, 'kv_consumer', d, thread),
-    ];
+    const [p, d] = (await freeMoriioPorts(2)) as [MoriioPorts, MoriioPorts];
+    const moriio = {
+      kvLoadFailurePolicy: 'fail',
+      moriioBackend: pair.transport === 'shm' ? 'xgmi' : 'rdma',
+      moriioReadMode: pair.mode === 'moriio-read',
+      transferThread: thread,
+    } as const;
+    const config = (role: 'kv_producer' | 'kv_consumer', ports: MoriioPorts) =>
+      JSON.stringify(moriioTransferConfig(role, ports, moriio));
+    prefillArgs = ['--port', String(p.http), '--kv-transfer-config', config('kv_producer', p)];
+    decodeArgs = ['--port', String(d.http), '--kv-transfer-config', config('kv_consumer', d)];
     proxyExtra = {
       port: 0,
       kvConnector: 'MoRIIOConnector',

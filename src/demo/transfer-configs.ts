@@ -1,7 +1,8 @@
 /**
- * The `--kv-transfer-config` of the demo's prefill and decode servers, per connector. NIXL
- * needs a side channel; MoRIIO needs the server's own HTTP port and its handshake and
- * notify ports (one worker each here: tp 1, dp 1, so each listens exactly on its base).
+ * The `--kv-transfer-config` of a P/D pair's prefill and decode servers (the demo's, the P/D
+ * benchmark's), per connector. NIXL needs a side channel; MoRIIO needs the server's own HTTP
+ * port and its handshake and notify ports (one worker each here: tp 1, dp 1, so each listens
+ * exactly on its base).
  */
 import { createServer, type Server } from 'node:net';
 import type { KVRole } from '../config/types.ts';
@@ -51,12 +52,33 @@ export async function freeMoriioPorts(engines: number): Promise<MoriioPorts[]> {
   });
 }
 
+/**
+ * What a config carries besides roles and ports. The demo passes its options; the P/D
+ * benchmark its own. A field left out keeps the connector's default.
+ */
+export interface TransferConfigOptions {
+  kvLoadFailurePolicy: 'recompute' | 'fail';
+  /** P's hold on blocks D has not read, in seconds (NIXL kv_lease_duration, MoRIIO defer_timeout). */
+  kvLeaseDuration?: number;
+  /** The transfer agents in threads of their own (`transfer_thread`). */
+  transferThread?: boolean;
+}
+
+export interface NixlConfigOptions extends TransferConfigOptions {
+  /** NIXL's transports, e.g. ['SHM'] (`backends`). */
+  nixlBackends?: readonly string[];
+}
+
+export interface MoriioConfigOptions
+  extends TransferConfigOptions,
+    Pick<DemoOptions, 'moriioBackend' | 'moriioReadMode'> {}
+
 export function nixlTransferConfig(
   connector: DemoConnector,
   role: KvRole,
   engineId: string,
   sideChannelPort: number,
-  options: DemoOptions,
+  options: NixlConfigOptions,
 ): Record<string, unknown> {
   return {
     kv_connector: connector,
@@ -64,8 +86,10 @@ export function nixlTransferConfig(
     engine_id: engineId,
     kv_load_failure_policy: options.kvLoadFailurePolicy,
     kv_connector_extra_config: {
+      ...(options.nixlBackends === undefined ? {} : { backends: options.nixlBackends }),
       side_channel_port: sideChannelPort,
-      kv_lease_duration: options.kvLeaseDuration,
+      ...(options.kvLeaseDuration === undefined ? {} : { kv_lease_duration: options.kvLeaseDuration }),
+      ...threadField(options),
     },
   };
 }
@@ -78,7 +102,7 @@ export function moriioEngineId(ports: MoriioPorts): string {
 export function moriioTransferConfig(
   role: KvRole,
   ports: MoriioPorts,
-  options: DemoOptions,
+  options: MoriioConfigOptions,
 ): Record<string, unknown> {
   return {
     kv_connector: 'MoRIIOConnector',
@@ -92,7 +116,12 @@ export function moriioTransferConfig(
       backend: options.moriioBackend,
       read_mode: options.moriioReadMode,
       // P's hold on blocks D never wrote or read: the demo's --kv-lease-duration.
-      defer_timeout: options.kvLeaseDuration,
+      ...(options.kvLeaseDuration === undefined ? {} : { defer_timeout: options.kvLeaseDuration }),
+      ...threadField(options),
     },
   };
+}
+
+function threadField(options: TransferConfigOptions): { transfer_thread?: boolean } {
+  return options.transferThread === undefined ? {} : { transfer_thread: options.transferThread };
 }

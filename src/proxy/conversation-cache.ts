@@ -9,6 +9,7 @@
  */
 import { LruMap } from '../util/lru-map.ts';
 import type { Json } from './request-shaping.ts';
+import { SseSplitter } from './sse.ts';
 
 /** vLLM's proxy keeps an entry 450 s: less than D's default TTL of 480 s. */
 export const CONVERSATION_TTL_MS = 450_000;
@@ -56,11 +57,12 @@ export function turnPrefillParams(previous: Json): Json {
 
 /**
  * Reads the kv_transfer_params of a decode answer as it passes to the client: a whole JSON
- * body, or SSE chunks of any size (only an incomplete event is buffered).
+ * body, the chunks of a stream passed through as they come (split here, only an incomplete
+ * event held), or the events of a stream the relay splits itself.
  */
 export class KvParamsTap {
   readonly #onParams: (params: Json) => void;
-  #tail = '';
+  #events: SseSplitter | null = null;
 
   constructor(onParams: (params: Json) => void) {
     this.#onParams = onParams;
@@ -70,11 +72,15 @@ export class KvParamsTap {
     this.#found(Buffer.from(body).toString());
   }
 
-  chunk(data: string | Uint8Array): void {
-    const text = this.#tail + (typeof data === 'string' ? data : Buffer.from(data).toString());
-    const events = text.split(/\r?\n\r?\n/);
-    this.#tail = events.pop() ?? '';
-    for (const e of events) if (e.startsWith('data:')) this.#found(e.slice(5).trim());
+  /** A chunk of a stream passed through byte for byte: cut anywhere. */
+  chunk(bytes: Uint8Array): void {
+    this.#events ??= new SseSplitter();
+    for (const data of this.#events.push(bytes)) this.#found(data);
+  }
+
+  /** The data payload of one event of a stream the relay splits (./sse.ts). */
+  event(data: string): void {
+    this.#found(data);
   }
 
   #found(json: string): void {

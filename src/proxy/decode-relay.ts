@@ -12,8 +12,9 @@ import { writeChunk } from '../http/index.ts';
 import type { KvParamsTap } from './conversation-cache.ts';
 import type { RetryReason } from './proxy-metrics.ts';
 import type { Json } from './request-shaping.ts';
+import { sseData } from './sse.ts';
 import type { StreamSplice } from './stream-resume.ts';
-import { eventError, sseData } from './stream-resume.ts';
+import { eventError } from './stream-resume.ts';
 import type { UpstreamResponse } from './upstream.ts';
 
 /** Our servers' code for a failed KV load under kv_load_failure_policy=fail. */
@@ -48,6 +49,18 @@ export class ClientOut {
     this.#res.end(body);
   }
 
+  /** A chunk of the backend's stream, passed through as it is. */
+  async chunk(chunk: Uint8Array): Promise<void> {
+    this.#tap?.chunk(chunk);
+    await this.events([chunk]);
+  }
+
+  /** One event of the backend's stream that the relay splits, as it arrives (read for the tap). */
+  upstreamEvent(data: string): void {
+    this.#tap?.event(data);
+  }
+
+  /** Events the proxy writes (a spliced stream's, a failed stream's end); the tap reads the backend's instead. */
   async events(events: readonly (string | Uint8Array)[]): Promise<void> {
     if (!this.#streaming) {
       this.#streaming = true;
@@ -61,7 +74,6 @@ export class ClientOut {
     }
     for (const e of events) {
       if (this.#res.destroyed) return;
-      this.#tap?.chunk(e);
       await writeChunk(this.#res, e);
     }
   }
@@ -144,7 +156,7 @@ async function passThrough(up: UpstreamResponse, out: ClientOut): Promise<RelayO
   }
   try {
     while (!next.done) {
-      await out.events([next.value]);
+      await out.chunk(next.value);
       if (out.gone) break;
       next = await chunks.next();
     }
@@ -170,6 +182,7 @@ function firstEventError(chunk: Uint8Array): { code: string | undefined; message
 async function spliced(up: UpstreamResponse, out: ClientOut, splice: StreamSplice): Promise<RelayOutcome> {
   try {
     for await (const data of sseData(up.body as AsyncIterable<Uint8Array>)) {
+      out.upstreamEvent(data);
       const step = splice.accept(data);
       if (step.kind === 'forward') {
         await out.events(step.events);

@@ -93,27 +93,6 @@ export function withTokenIds(body: Json): Json {
   return body['return_token_ids'] === true ? body : { ...body, return_token_ids: true };
 }
 
-/** Splits an SSE body into the payloads of its `data:` lines, one per event. */
-export async function* sseData(body: AsyncIterable<Uint8Array>): AsyncGenerator<string> {
-  const decoder = new TextDecoder();
-  let buffered = '';
-  for await (const chunk of body) {
-    buffered += decoder.decode(chunk, { stream: true });
-    let end = buffered.search(/\r?\n\r?\n/);
-    while (end >= 0) {
-      const event = buffered.slice(0, end);
-      buffered = buffered.slice(buffered[end] === '\r' ? end + 4 : end + 2).replace(/^\r?\n/, '');
-      const data = event
-        .split(/\r?\n/)
-        .filter((l) => l.startsWith('data:'))
-        .map((l) => l.slice(l.startsWith('data: ') ? 6 : 5))
-        .join('\n');
-      if (data !== '') yield data;
-      end = buffered.search(/\r?\n\r?\n/);
-    }
-  }
-}
-
 /** The error an SSE event carries (a server ending its stream on a failure), or null. */
 export function eventError(event: Json): { code: string | undefined; message: string } | null {
   const error = event['error'] as { kvconnect_code?: unknown; message?: unknown } | undefined;

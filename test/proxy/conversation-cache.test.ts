@@ -1,11 +1,23 @@
 import assert from 'node:assert/strict';
+import type { ServerResponse } from 'node:http';
 import { describe, it } from 'node:test';
+import { setLogLevel } from '../../src/logging/logger.ts';
 import {
   ConversationKvCache,
   KvParamsTap,
   takeConversationId,
   turnPrefillParams,
 } from '../../src/proxy/conversation-cache.ts';
+import {
+  P_RETURNED_PARAMS,
+  prefillResponder,
+  type Received,
+  sleep,
+  UpstreamDouble,
+  withProxy,
+} from './helpers/upstream-double.ts';
+
+setLogLevel('silent');
 
 const D_PARAMS = {
   do_remote_decode: true,
@@ -43,9 +55,65 @@ describe('multi-turn conversation cache (NIXL bidirectional)', () => {
     tap.whole(Buffer.from(JSON.stringify({ choices: [], kv_transfer_params: D_PARAMS })));
     const stream = `data: {"choices":[{"text":"a"}]}\n\ndata: ${JSON.stringify({ choices: [], kv_transfer_params: D_PARAMS })}\n\ndata: [DONE]\n\n`;
     const cut = stream.indexOf('remote_request_id');
-    tap.chunk(stream.slice(0, cut));
+    tap.chunk(Buffer.from(stream.slice(0, cut)));
     assert.equal(seen.length, 1, 'an incomplete event is held');
     tap.chunk(Buffer.from(stream.slice(cut)));
     assert.deepEqual(seen, [D_PARAMS, D_PARAMS]);
+    tap.event('{"choices":[{"text":"b"}]}');
+    tap.event('[DONE]');
+    tap.event(JSON.stringify({ choices: [], kv_transfer_params: D_PARAMS }));
+    assert.deepEqual(seen, [D_PARAMS, D_PARAMS, D_PARAMS], "a split stream's events are read one by one");
   });
+
+  for (const streamResume of [true, false]) {
+    it(`a streamed turn's params reach the next turn's prefill, its last event cut across writes (${streamResume ? 'spliced' : 'passed through'})`, async () => {
+      /** D streams a token, then its final event in two writes with a pause between. */
+      const decode = async (rec: Received, res: ServerResponse) => {
+        res.writeHead(200, { 'content-type': 'text/event-stream' });
+        const ids = { token_ids: [7], ...(rec.body['return_token_ids'] ? { prompt_token_ids: [1, 2] } : {}) };
+        res.write(
+          `data: ${JSON.stringify({ id: 'cmpl-d', choices: [{ index: 0, text: 'a', ...ids }] })}\n\n`,
+        );
+        const last = `data: ${JSON.stringify({
+          id: 'cmpl-d',
+          choices: [{ index: 0, text: 'b', token_ids: [8], finish_reason: 'length' }],
+          kv_transfer_params: D_PARAMS,
+        })}\n\n`;
+        const cut = last.indexOf('remote_block_ids');
+        res.write(last.slice(0, cut));
+        await sleep(30);
+        res.write(last.slice(cut));
+        res.end('data: [DONE]\n\n');
+      };
+      const p = await UpstreamDouble.start(prefillResponder());
+      const d = await UpstreamDouble.start(decode);
+      await withProxy([p], [d], { streamResume }, async (url) => {
+        const send = async () => {
+          const res = await fetch(`${url}/v1/completions`, {
+            method: 'POST',
+            headers: { 'content-type': 'application/json' },
+            body: JSON.stringify({
+              model: 'tiny',
+              prompt: 'hi',
+              max_tokens: 2,
+              stream: true,
+              conversation_id: 'c',
+            }),
+          });
+          const text = await res.text();
+          assert.equal(res.status, 200, text);
+          assert.ok(text.includes('remote_request_id') && text.endsWith('data: [DONE]\n\n'), text);
+        };
+        await send();
+        await send();
+        const second = p.completions()[1]?.body['kv_transfer_params'];
+        assert.deepEqual(
+          second,
+          turnPrefillParams(D_PARAMS),
+          "the second turn's prefill READs D's kept blocks",
+        );
+        assert.notDeepEqual(second, P_RETURNED_PARAMS);
+      });
+    });
+  }
 });

@@ -78,7 +78,10 @@ export async function main(args: string[]): Promise<void> {
     {
       model: text('which checkpoints', { default: 'all', choices: ['all', ...MODELS] }),
       prompt: positiveInteger(256, 'prompt tokens (BOS included)'),
-      'decode-steps': positiveInteger(32, 'tokens generated after the first (the decode figure)'),
+      'decode-steps': positiveInteger(
+        128,
+        'tokens generated after the first (the decode figure); on kjv-llama a token takes about a millisecond, so fewer steps let one descheduled token move a round',
+      ),
       rounds: positiveInteger(5, 'rounds; each figure is their median with min-max'),
       'llama-threads': positiveInteger(2, "llama.cpp's threads"),
       'llama-kv-cache': text("llama.cpp's KV cache type (its default is f16)", {

@@ -14,6 +14,7 @@ export type ServerTimeline = RequestTimeline;
 export const BREAKDOWN_EVENTS = [
   { key: 'p_received', label: 'P received the request (proxy → P)' },
   { key: 'p_scheduled', label: "P's engine scheduled its prefill" },
+  { key: 'p_params_ahead', label: 'P sent its kv_transfer_params ahead (103)' },
   { key: 'p_first_token', label: "P's prefill step ended (token sampled)" },
   { key: 'p_response_end', label: 'P sent its response' },
   { key: 'd_received', label: 'D received the request (proxy → D)' },
@@ -72,6 +73,7 @@ export function breakdownOf(
   };
   at('p_received', p?.events.received);
   at('p_scheduled', p?.events.scheduled);
+  at('p_params_ahead', p?.events.params_ahead);
   at('p_first_token', p?.events.first_token);
   at('p_response_end', p?.events.response_end);
   at('d_received', d.events.received);

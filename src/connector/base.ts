@@ -24,6 +24,7 @@ import type {
   KVConnectorRole,
   KVConnectorStatsData,
   KVConnectorWorkerMetadata,
+  KVTransferParams,
   MatchedTokens,
   RequestFinishedResult,
   SchedulerOutput,
@@ -248,6 +249,21 @@ export abstract class KVConnectorBase {
    */
   requestFinished(_request: ConnectorRequest, _blockIds: number[][]): RequestFinishedResult {
     return { delayFree: false, kvTransferParams: null };
+  }
+
+  /**
+   * kvconnect: the kv_transfer_params requestFinished will return, known before the step that
+   * completes the request's prompt and finishes it runs its forward pass: `blockIds` (one list
+   * per group) and `numComputedTokens` are what requestFinished will see. A prefill server sends
+   * them ahead to a proxy that asked (docs/connector-api.md#params-ahead), which starts the
+   * decode leg during the prefill. No side effects; null (the default): not known ahead.
+   */
+  kvTransferParamsAhead(
+    _request: ConnectorRequest,
+    _blockIds: number[][],
+    _numComputedTokens: number,
+  ): KVTransferParams | null {
+    return null;
   }
 
   /** Connector-originated KV cache events since the last call. */

@@ -86,6 +86,12 @@ export interface GenerateRequest {
   cacheSalt?: string;
   /** The LoRA adapter the request runs with (vLLM's lora_request); absent: the base model. */
   loraRequest?: LoRARequest | null;
+  /**
+   * kvconnect: called, synchronously, before the forward pass of the step that completes the
+   * prompt and finishes the request, with the kv_transfer_params its final output will carry,
+   * when the connector knows them then (docs/connector-api.md#params-ahead).
+   */
+  onKvTransferParamsAhead?: (params: KVTransferParams) => void;
 }
 
 export interface RequestMetrics {

@@ -13,13 +13,14 @@ import { KVConnectorFactory } from '../connector/factory.ts';
 import { applyHMADecision, type HMADecision, resolveHybridKvCacheManager } from '../connector/hma.ts';
 import type { ConnectorMetricSpec } from '../connector/metric-specs.ts';
 import { mergeStats } from '../connector/stats.ts';
-import type { KVConnectorStatsData, SchedulerOutput } from '../connector/types.ts';
+import type { KVConnectorStatsData, KVTransferParams, SchedulerOutput } from '../connector/types.ts';
 import { KVError } from '../errors/kv-error.ts';
 import { createBlockHasher } from '../kv/block-hasher.ts';
 import type { KVCacheConfig } from '../kv/interfaces.ts';
 import { buildKVCacheConfig } from '../kv/kv-cache-config.ts';
 import { createKVCacheManager } from '../kv/kv-cache-manager.ts';
 import { ZmqEventPublisher } from '../kv-events/publisher.ts';
+import { getLogger } from '../logging/logger.ts';
 import { loadTokenizer } from '../tokenizer/load.ts';
 import type {
   GenerateRequest,
@@ -56,6 +57,8 @@ import {
 import type { EngineClock } from './timing/engine-clock.ts';
 import { buildStepBatch, type StepTimeModel } from './timing/step-batch.ts';
 
+const log = getLogger('kvconnect.engine.engine');
+
 export interface StepResult {
   deltas: RequestOutputDelta[];
   /** Tokens the model computed this step (0 = an idle step: only transfers progressed). */
@@ -86,6 +89,8 @@ export class Engine {
   #kvLoadFaults: KvLoadFaults | null;
   /** Requests that arrived with do_remote_prefill and have not sampled yet. */
   readonly #remotePrefill = new Set<string>();
+  /** Requests whose kv_transfer_params are wanted ahead (GenerateRequest.onKvTransferParamsAhead). */
+  readonly #paramsAhead = new Map<string, (params: KVTransferParams) => void>();
   /** Requests of the last held step: a step with one of them continues it (EngineClock). */
   #lastHeldReqs = new Set<string>();
   readonly #iterationListeners = new Set<(stats: IterationStats) => void>();
@@ -269,6 +274,7 @@ export class Engine {
     if (this.#stepTime && req.kvTransferParams?.['do_remote_prefill'] === true)
       this.#remotePrefill.add(req.requestId);
     this.#outputs.addRequest(req.requestId, req.sampling);
+    if (req.onKvTransferParamsAhead) this.#paramsAhead.set(req.requestId, req.onKvTransferParamsAhead);
     this.#iterationStats.addRequest(req.requestId, req.sampling.maxTokens);
     return request;
   }
@@ -278,6 +284,7 @@ export class Engine {
     this.#assertOpen();
     const startedAt = this.clock.stepStart();
     const schedulerOutput = this.scheduler.schedule();
+    if (this.#paramsAhead.size > 0) this.#sendParamsAhead(schedulerOutput);
     const { stepMs, continues } = this.#modelledStepMs(schedulerOutput);
     const runnerOutput = await this.executor.execute({
       schedulerOutput,
@@ -471,9 +478,32 @@ export class Engine {
     await this.kvEvents.shutdown();
   }
 
+  /**
+   * Before the forward pass: the requests this step finishes whose connector knows their
+   * kv_transfer_params now get them (a prefill server answers its proxy with them ahead).
+   * A request is asked once, at the step that completes its prompt.
+   */
+  #sendParamsAhead(out: SchedulerOutput): void {
+    for (const [id, send] of this.#paramsAhead) {
+      if (out.numScheduledTokens[id] === undefined) continue;
+      const req = this.scheduler.getRequest(id);
+      // schedule() counted the step's tokens as computed: a prompt still short has more chunks.
+      if (req && req.numComputedTokens < req.numPromptTokens) continue;
+      this.#paramsAhead.delete(id);
+      const params = req ? this.scheduler.kvTransferParamsAhead(req) : null;
+      if (params === null) continue;
+      try {
+        send(params);
+      } catch (e) {
+        log.warn('request %s: sending its kv_transfer_params ahead failed: %s', id, String(e));
+      }
+    }
+  }
+
   #toDeltas(outputs: readonly EngineCoreOutput[]): RequestOutputDelta[] {
     const deltas: RequestOutputDelta[] = [];
     for (const out of outputs) {
+      if (out.finished) this.#paramsAhead.delete(out.requestId);
       if (!this.#outputs.has(out.requestId)) continue;
       const { delta, stopStringMatched } = this.#outputs.process(out);
       if (stopStringMatched) {

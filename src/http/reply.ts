@@ -46,3 +46,22 @@ export function writeChunk(res: ServerResponse, chunk: Uint8Array | string): Pro
   if (res.write(chunk)) return Promise.resolve();
   return drained(res);
 }
+
+/**
+ * Sends a `103 Early Hints` informational response with `headers` ahead of the final one.
+ * node:http's writeEarlyHints sends nothing without a `link` hint, so the status line goes
+ * straight to the socket, as node:http writes its own `100 Continue`: only while the
+ * response holds its socket (node:http hands a connection to one response at a time) and has
+ * not begun. Returns false when it could not be sent.
+ */
+export function writeEarlyHints(res: ServerResponse, headers: Record<string, string>): boolean {
+  const socket = res.socket;
+  if (res.headersSent || socket === null || socket.destroyed || !socket.writable) return false;
+  let head = 'HTTP/1.1 103 Early Hints\r\n';
+  for (const [name, value] of Object.entries(headers)) {
+    if (/[\r\n]/.test(name) || /[\r\n]/.test(value)) throw new Error(`header ${name} has a line break`);
+    head += `${name}: ${value}\r\n`;
+  }
+  socket.write(`${head}\r\n`, 'latin1');
+  return true;
+}

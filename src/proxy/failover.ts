@@ -16,7 +16,9 @@
  * load (the KV, not the instance, was gone).
  */
 import type { ServerResponse } from 'node:http';
+import { isDeepStrictEqual } from 'node:util';
 import { getLogger } from '../logging/logger.ts';
+import { paramsAheadOf } from '../wire/index.ts';
 import type { Backend } from './backend.ts';
 import type { BackendPool } from './backend-pool.ts';
 import { type ConversationKvCache, KvParamsTap } from './conversation-cache.ts';
@@ -30,7 +32,7 @@ import type { Json } from './request-shaping.ts';
 import { RetryBudget } from './retry-budget.ts';
 import { notResumable, StreamSplice, withTokenIds } from './stream-resume.ts';
 import type { ProxyOptions } from './types.ts';
-import type { Upstream, UpstreamResponse } from './upstream.ts';
+import type { InfoListener, Upstream, UpstreamResponse } from './upstream.ts';
 import { relayError, sendLeg } from './upstream-legs.ts';
 
 const log = getLogger('kvconnect.proxy.failover');
@@ -218,6 +220,7 @@ export class RequestFailover {
     body: Json,
     headers: Record<string, string>,
     signal: AbortSignal = this.#r.signal,
+    onInfo?: InfoListener,
   ): Promise<UpstreamResponse> {
     return sendLeg(
       this.#deps,
@@ -227,6 +230,7 @@ export class RequestFailover {
       { ...this.#r.headers, ...headers },
       signal,
       this.#r.signal,
+      onInfo,
     );
   }
 
@@ -318,6 +322,7 @@ export class RequestFailover {
       p2pConnectorPort: options.p2pConnectorPort,
       kvCacheSource: kvCacheSourceOf(this.#r.kvCacheSource, this.#backends(), options.p2pConnectorPort),
       turnParams: this.#turnParams,
+      paramsAhead: options.paramsAhead,
     });
     return this.#prefillLeg(prefill, decode, plan);
   }
@@ -351,12 +356,38 @@ export class RequestFailover {
       decodeAbort.abort(new Error('prefill failed'));
       return { kind: 'failed' as const, reason, why, ...extra };
     };
+    // NIXL pull with params ahead: D is sent when P announces its kv_transfer_params (a 103
+    // before its prefill runs), and kept if P's answer carries the same ones.
+    let ahead: { params: Json; response: Promise<UpstreamResponse>; abort: AbortController } | null = null;
+    const onInfo: InfoListener | undefined = plan.paramsAhead
+      ? (info) => {
+          const params = ahead === null && info.statusCode === 103 ? paramsAheadOf(info.headers) : null;
+          if (params === null) return;
+          const abort = new AbortController();
+          const response = this.#send(
+            decode,
+            this.#r.path,
+            plan.decodeBody(params),
+            plan.decodeHeaders,
+            AbortSignal.any([this.#r.signal, decodeAbort.signal, abort.signal]),
+          );
+          response.catch(() => undefined);
+          ahead = { params, response, abort };
+        }
+      : undefined;
     prefill.inFlight += 1;
     try {
       let text: string;
       let status: number;
       try {
-        const res = await this.#send(prefill, this.#r.path, plan.prefillBody, plan.prefillHeaders, signal);
+        const res = await this.#send(
+          prefill,
+          this.#r.path,
+          plan.prefillBody,
+          plan.prefillHeaders,
+          signal,
+          onInfo,
+        );
         status = res.status;
         text = await res.body.text();
       } catch (e) {
@@ -393,11 +424,33 @@ export class RequestFailover {
       source.params = params;
       return {
         kind: 'ok',
-        leg: { decode, response: concurrent ?? this.#sendDecode(decode, source), source },
+        leg: {
+          decode,
+          response: concurrent ?? this.#aheadResponse(ahead, params) ?? this.#sendDecode(decode, source),
+          source,
+        },
       };
     } finally {
       prefill.inFlight -= 1;
     }
+  }
+
+  /**
+   * The decode leg sent on P's params ahead, if P answered the same params; else that leg is
+   * aborted (D frees what it allocated) and null is returned, for D to be sent P's answer.
+   */
+  #aheadResponse(
+    ahead: { params: Json; response: Promise<UpstreamResponse>; abort: AbortController } | null,
+    params: Json | null,
+  ): Promise<UpstreamResponse> | null {
+    if (ahead === null) return null;
+    if (params !== null && isDeepStrictEqual(params, ahead.params)) return ahead.response;
+    log.warn(
+      'request %s: prefill answered other kv_transfer_params than it announced ahead; sending decode again',
+      this.#r.requestId,
+    );
+    ahead.abort.abort(new Error('prefill answered other kv_transfer_params'));
+    return null;
   }
 
   /** Sends (or awaits) the decode leg and relays its answer. */

@@ -16,6 +16,7 @@ import {
   NIXL_PREFILL_REQUEST,
   newMoRIIOTransferId,
   nixlPushDecodeParams,
+  PARAMS_AHEAD_HEADER,
   type PdConnector,
   parseMoRIIOZmqAddress,
 } from '../wire/index.ts';
@@ -36,6 +37,11 @@ export interface FlowPlan {
   decodeHeaders: Record<string, string>;
   /** true: D is sent together with P (NIXL push, MoRIIO WRITE); false: after P answered. */
   concurrent: boolean;
+  /**
+   * P is asked for its kv_transfer_params ahead (NIXL pull, docs/proxy.md#params-ahead): D is
+   * sent when they come, during P's prefill, instead of after P answered.
+   */
+  paramsAhead?: boolean;
   /** D's body; called with P's returned kv_transfer_params, or null for concurrent flows. */
   decodeBody(prefillParams: Json | null): Json;
 }
@@ -57,6 +63,8 @@ export interface PlanInput {
   kvCacheSource?: { host: string; port: number } | null;
   /** NIXL pull, multi-turn: D's params of the conversation's previous turn (./conversation-cache.ts). */
   turnParams?: Json | null;
+  /** NIXL pull: ask P for its params ahead (ProxyOptions.paramsAhead). */
+  paramsAhead?: boolean;
 }
 
 /** Throws PROXY_CONNECTOR_UNSUPPORTED for a connector without a P/D flow. */
@@ -75,16 +83,17 @@ export function planFlow(input: PlanInput): FlowPlan {
   }
 }
 
-function planNixlPull({ body, requestId, turnParams }: PlanInput): FlowPlan {
+function planNixlPull({ body, requestId, turnParams, paramsAhead = false }: PlanInput): FlowPlan {
   const headers = { 'x-request-id': requestId };
   const params = turnParams ? turnPrefillParams(turnParams) : { ...NIXL_PREFILL_REQUEST };
   return {
     connector: 'NixlConnector',
     requestId,
     prefillBody: prefillBody(body, params),
-    prefillHeaders: headers,
+    prefillHeaders: paramsAhead ? { ...headers, [PARAMS_AHEAD_HEADER]: '1' } : headers,
     decodeHeaders: headers,
     concurrent: false,
+    paramsAhead,
     decodeBody: (params) => nixlPullDecodeBody(body, params),
   };
 }

@@ -49,6 +49,12 @@ export interface ProxyOptions {
   moriioDecrementMaxTokens: boolean;
   /** No healthy prefill instance, or the prefill leg failed: serve the request on a decode instance alone. */
   prefillFallback: boolean;
+  /**
+   * NIXL pull: ask P for its kv_transfer_params ahead (a 103 before its prefill runs) and send
+   * D then, during P's prefill (docs/proxy.md#params-ahead); a P that does not answer so is
+   * waited for as without it.
+   */
+  paramsAhead: boolean;
   /** Deadline of the prefill leg (ms); past it the request falls back (or fails, without fallback). */
   prefillTimeoutMs: number;
   /** Retries of one request (src/proxy/retry-budget.ts): legs sent to another instance, streams resumed. */
@@ -83,6 +89,7 @@ export const PROXY_DEFAULTS = {
   prefixCacheEntries: 100_000,
   moriioDecrementMaxTokens: false,
   prefillFallback: true,
+  paramsAhead: true,
   prefillTimeoutMs: 60_000,
   maxRetries: 3,
   retryDeadlineMs: 30_000,

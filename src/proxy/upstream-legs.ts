@@ -12,7 +12,7 @@ import type { RoutingPolicy } from './policies.ts';
 import { upstreamUnreachable } from './proxy-errors.ts';
 import type { ProxyMetrics } from './proxy-metrics.ts';
 import type { Json } from './request-shaping.ts';
-import type { Upstream, UpstreamResponse } from './upstream.ts';
+import type { InfoListener, Upstream, UpstreamResponse } from './upstream.ts';
 
 const log = getLogger('kvconnect.proxy.upstream-legs');
 
@@ -39,9 +39,10 @@ export async function sendLeg(
   headers: Record<string, string>,
   signal: AbortSignal,
   clientSignal: AbortSignal,
+  onInfo?: InfoListener,
 ): Promise<UpstreamResponse> {
   try {
-    const res = await deps.upstream.postJson(url, body, headers, signal);
+    const res = await deps.upstream.postJson(url, body, headers, signal, onInfo);
     backend.answeredAt = Date.now();
     // It answered: a backend marked down is back (a restart), whatever its last health check said.
     if (res.status < 500) deps.pool.markUp(backend);

@@ -17,6 +17,12 @@ export interface UpstreamResponse {
  */
 const IDLE = { keepAliveTimeout: 4_000, keepAliveMaxTimeout: 4_000 } as const;
 
+/** Called with each informational (1xx) response that precedes the final one. */
+export type InfoListener = (info: {
+  statusCode: number;
+  headers: Record<string, string | string[] | undefined>;
+}) => void;
+
 export class Upstream {
   readonly #agent = new Agent({ ...IDLE, connections: 256 });
   /**
@@ -35,8 +41,9 @@ export class Upstream {
     body: unknown,
     headers: Record<string, string>,
     signal: AbortSignal,
+    onInfo?: InfoListener,
   ): Promise<UpstreamResponse> {
-    return retryOnReset(signal, () => this.#post(url, body, headers, signal));
+    return retryOnReset(signal, () => this.#post(url, body, headers, signal, onInfo));
   }
 
   async #post(
@@ -44,6 +51,7 @@ export class Upstream {
     body: unknown,
     headers: Record<string, string>,
     signal: AbortSignal,
+    onInfo: InfoListener | undefined,
   ): Promise<UpstreamResponse> {
     const res = await request(url, {
       method: 'POST',
@@ -53,6 +61,7 @@ export class Upstream {
       signal,
       headersTimeout: 0,
       bodyTimeout: 0,
+      ...(onInfo ? { onInfo } : {}),
     });
     return { status: res.statusCode, headers: res.headers, body: res.body };
   }

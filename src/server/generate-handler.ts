@@ -8,7 +8,13 @@ import type { AsyncEngineLike, RequestOutputDelta } from '../engine/api.ts';
 import { wallClockMs } from '../engine/iteration-stats.ts';
 import type { LoRARequest } from '../engine/lora/lora-request.ts';
 import { formatErrorJson, KVError, toErrorCode } from '../errors/index.ts';
-import { type BodyRules, readJson, sendError, sendJson } from '../http/index.ts';
+import { type BodyRules, readJson, sendError, sendJson, writeEarlyHints } from '../http/index.ts';
+import {
+  formatParamsAhead,
+  PARAMS_AHEAD_HEADER,
+  PARAMS_AHEAD_HINT,
+  wantsParamsAhead,
+} from '../wire/index.ts';
 import type { AdmissionGate } from './admission.ts';
 import { beamSearchChoices } from './beam-search.ts';
 import type { ChatTemplatePolicy } from './chat-options.ts';
@@ -131,6 +137,12 @@ export async function handleGenerate(
     };
     const requests = buildEngineRequests(plan, responseId, ctx.disableRandomization);
     if (lora) for (const r of requests.requests) r.loraRequest = lora;
+    const [only, ...more] = requests.requests;
+    if (only && more.length === 0 && !plan.beamSearch && wantsParamsAhead(req.headers[PARAMS_AHEAD_HEADER])) {
+      only.onKvTransferParamsAhead = (params) => {
+        if (writeEarlyHints(res, { [PARAMS_AHEAD_HINT]: formatParamsAhead(params) })) timeline?.paramsAhead();
+      };
+    }
     const events = plan.beamSearch
       ? beamSearchChoices(
           engine,

@@ -32,6 +32,8 @@ export interface RequestTimeline {
     kv_load_finished: number | null;
     /** The engine first scheduled it to compute. */
     scheduled: number | null;
+    /** Its kv_transfer_params went out ahead, in a 103 (null: not asked, or not known ahead). */
+    params_ahead: number | null;
     /** The server got the engine's first token (the end of that step). */
     first_token: number | null;
     /** The first chunk of a stream was written to the socket (null: not streamed). */
@@ -53,6 +55,7 @@ export class TimelineRecorder {
         kv_load_started: null,
         kv_load_finished: null,
         scheduled: null,
+        params_ahead: null,
         first_token: null,
         first_chunk: null,
         response_end: null,
@@ -69,6 +72,10 @@ export class TimelineRecorder {
       e.scheduled ??= m.scheduledAt;
     }
     if (e.first_token === null && delta.newTokenIds.length > 0) e.first_token = wallClockMs();
+  }
+
+  paramsAhead(): void {
+    this.timeline.events.params_ahead ??= wallClockMs();
   }
 
   firstChunk(): void {

@@ -80,4 +80,11 @@ export {
   type P2PSource,
   readP2PRoles,
 } from './p2p-params.ts';
+export {
+  formatParamsAhead,
+  PARAMS_AHEAD_HEADER,
+  PARAMS_AHEAD_HINT,
+  paramsAheadOf,
+  wantsParamsAhead,
+} from './params-ahead.ts';
 export { isRecord } from './values.ts';

@@ -74,6 +74,7 @@ describe('the timeline store', () => {
         kv_load_started: 11,
         kv_load_finished: 12,
         scheduled: 13,
+        params_ahead: null,
         first_token: first,
         first_chunk: 0,
         response_end: 0,
@@ -143,6 +144,7 @@ describe('GET /kvconnect/timeline on a NIXL pair', () => {
     ordered(p.events, ['received', 'scheduled', 'first_token', 'response_end']);
     assert.equal(p.events.kv_load_started, null, 'P loads nothing');
     assert.equal(p.events.first_chunk, null, "P's answer is not streamed");
+    assert.equal(p.events.params_ahead, null, 'no 103 without x-kvconnect-params-ahead');
 
     const d = await timeline(decode.url, id);
     ordered(d.events, [

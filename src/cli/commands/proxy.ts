@@ -129,6 +129,10 @@ export function registerProxyCommand(
     .addOption(new Option('--moriio-mode <mode>', 'MoRIIO: force READ or WRITE').choices(['READ', 'WRITE']))
     .option('--moriio-decrement-max-tokens', "MoRIIO: send D max_tokens - 1 as vLLM's toy proxy does", false)
     .option(
+      '--no-params-ahead',
+      "NIXL pull: wait for P's answer before sending D, instead of sending D when P announces its kv_transfer_params ahead of its prefill (a 103 response)",
+    )
+    .option(
       '--no-prefill-fallback',
       'answer 503/502 when no prefill instance is healthy or the prefill leg fails, instead of serving the request on a decode instance alone',
     )
@@ -222,6 +226,7 @@ export function registerProxyCommand(
         push,
         moriioDecrementMaxTokens: o['moriioDecrementMaxTokens'] === true,
         prefillFallback: o['prefillFallback'] !== false,
+        paramsAhead: o['paramsAhead'] !== false,
         prefillTimeoutMs: o['prefillTimeoutMs'] as number,
         maxRetries: o['maxRetries'] as number,
         retryDeadlineMs: o['retryDeadlineMs'] as number,

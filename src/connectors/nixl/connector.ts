@@ -15,6 +15,7 @@ import type {
   KVConnectorOutput,
   KVConnectorRole,
   KVConnectorStatsData,
+  KVTransferParams,
   MatchedTokens,
   RequestFinishedResult,
 } from '../../connector/types.ts';
@@ -206,6 +207,14 @@ abstract class NixlBaseConnector extends KVConnectorBase {
     return (
       this.#scheduler?.requestFinished(request, blockIds) ?? { delayFree: false, kvTransferParams: null }
     );
+  }
+
+  override kvTransferParamsAhead(
+    request: ConnectorRequest,
+    blockIds: number[][],
+    numComputedTokens: number,
+  ): KVTransferParams | null {
+    return this.#scheduler?.paramsAhead(request, blockIds, numComputedTokens) ?? null;
   }
 
   override hasPendingPushWork(): boolean {

@@ -251,17 +251,41 @@ export class NixlScheduler {
       this.#notProcessed.push(req.requestId);
       return { delayFree: false, kvTransferParams: null };
     }
-    const clipped = clipToWindows(this.#kvCacheConfig, blockIds);
-    const delay = clipped.some((g) => g.some((id) => id !== 0));
+    const finished = this.#handoff(req, blockIds, req.numComputedTokens);
+    const delay = finished.numTokens > 0;
     // D's blocks wait for a client-driven next turn: a fixed TTL, no heartbeats.
     const holdSeconds = isPrefill ? this.#opts.kvLeaseDuration : this.#opts.decoderKvBlocksTtl;
     if (delay) {
-      const blocks = remotePositions(this.#kvCacheConfig, clipped, req.numComputedTokens);
+      const blocks = remotePositions(this.#kvCacheConfig, finished.blockIds, req.numComputedTokens);
       this.#send.push({ reqId: req.requestId, blocks, leaseSeconds: holdSeconds });
       if (this.mode === 'push') this.#pushOutstanding.add(req.requestId);
     }
+    if (isPrefill) return { delayFree: delay, kvTransferParams: nixlPrefillResult(finished) };
+    // Seconds on this scheduler's clock, the clock the side channel reports to a reader.
+    const expiryTime = delay ? performance.now() / 1000 + holdSeconds : null;
+    return { delayFree: delay, kvTransferParams: nixlDecodeCacheResult({ ...finished, expiryTime }) };
+  }
+
+  /**
+   * A prefill request's params before the step that finishes it (pull mode: D reads, and its
+   * READ waits at this engine's agent for the grant requestFinished's hand-off makes), equal
+   * to what requestFinished will return. Push mode has D registered already: null.
+   */
+  paramsAhead(
+    req: ConnectorRequest,
+    blockIds: number[][],
+    numComputedTokens: number,
+  ): KVTransferParams | null {
+    if (this.mode !== 'pull' || req.kvTransferParams?.['do_remote_decode'] !== true) return null;
+    return nixlPrefillResult(this.#handoff(req, blockIds, numComputedTokens));
+  }
+
+  /** What a finished request hands off: its blocks (clipped to the windows) and where they are. */
+  #handoff(req: ConnectorRequest, blockIds: number[][], numComputedTokens: number) {
+    const clipped = clipToWindows(this.#kvCacheConfig, blockIds);
+    const delay = clipped.some((g) => g.some((id) => id !== 0));
     const where = this.#advertised ?? { host: this.#opts.sideChannelHost, port: this.#opts.sideChannelPort };
-    const finished = {
+    return {
       remote: {
         engineId: this.#engineConfig.kvTransferConfig?.engine_id ?? '',
         host: where.host,
@@ -270,13 +294,9 @@ export class NixlScheduler {
       },
       requestId: req.requestId,
       blockIds: clipped,
-      numTokens: delay ? req.numComputedTokens : 0,
+      numTokens: delay ? numComputedTokens : 0,
       mode: this.mode,
     };
-    if (isPrefill) return { delayFree: delay, kvTransferParams: nixlPrefillResult(finished) };
-    // Seconds on this scheduler's clock, the clock the side channel reports to a reader.
-    const expiryTime = delay ? performance.now() / 1000 + holdSeconds : null;
-    return { delayFree: delay, kvTransferParams: nixlDecodeCacheResult({ ...finished, expiryTime }) };
   }
 
   #releaseUnloaded(req: ConnectorRequest, p: KVTransferParams): void {

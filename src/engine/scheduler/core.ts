@@ -128,6 +128,21 @@ export class SchedulerCore {
     });
   }
 
+  /**
+   * The connector's kv_transfer_params for `req` ahead of the step just scheduled (schedule()
+   * already counted its tokens as computed), which completes its prompt and samples the token
+   * that finishes it (docs/connector-api.md#params-ahead); null when the step does not end the
+   * request, or the KV cache has sliding windows (their blocks are trimmed only at the
+   * finish), or the connector cannot tell.
+   */
+  kvTransferParamsAhead(req: Request): KVTransferParams | null {
+    const connector = this.connector;
+    if (!connector) return null;
+    if (req.numComputedTokens < req.numPromptTokens || req.numOutputTokens + 1 < req.maxTokens) return null;
+    if (this.kv.kvCacheConfig.groups.some((g) => g.spec.slidingWindow !== null)) return null;
+    return connector.kvTransferParamsAhead(req, this.#blockIdsForComputedTokens(req), req.numComputedTokens);
+  }
+
   /** Returns the blocks to the pool and forgets the request (vLLM's _free_blocks). */
   freeBlocks(req: Request): void {
     this.kv.free(req.requestId);

@@ -5,7 +5,12 @@
 
 import type { EngineConfig } from '../../config/types.ts';
 import type { KVConnectorBase } from '../../connector/base.ts';
-import type { KVConnectorOutput, RequestStatus, SchedulerOutput } from '../../connector/types.ts';
+import type {
+  KVConnectorOutput,
+  KVTransferParams,
+  RequestStatus,
+  SchedulerOutput,
+} from '../../connector/types.ts';
 import { KVError } from '../../errors/kv-error.ts';
 import type { KVCacheEvent, KVCacheManager } from '../../kv/interfaces.ts';
 import { getLogger } from '../../logging/logger.ts';
@@ -74,6 +79,11 @@ export class Scheduler {
 
   getRequest(requestId: string): Request | undefined {
     return this.core.requests.get(requestId);
+  }
+
+  /** See SchedulerCore.kvTransferParamsAhead. */
+  kvTransferParamsAhead(req: Request): KVTransferParams | null {
+    return this.core.kvTransferParamsAhead(req);
   }
 
   addRequest(req: Request): void {

@@ -7,6 +7,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { AsyncEngine } from '../../../src/engine/async-engine.ts';
+import { captureLogs } from '../../../src/logging/logger.ts';
 import { type RunningProxy, resolveProxyOptions, startProxy } from '../../../src/proxy/index.ts';
 import { createServer, type KVServer } from '../../../src/server/index.ts';
 
@@ -31,7 +32,8 @@ async function serve(kvTransferConfig: Record<string, unknown> | null): Promise<
     max_model_len: 256,
     ...(kvTransferConfig ? { kv_transfer_config: kvTransferConfig } : {}),
   });
-  const server = createServer({ engine });
+  // Dev mode: GET /kvconnect/timeline tells when each server got and answered a request.
+  const server = createServer({ engine, devMode: true });
   const { url } = await server.start('127.0.0.1', 0);
   return { engine, server, url };
 }
@@ -119,6 +121,49 @@ describe('NIXL through src/server and src/proxy', () => {
       }
     });
   }
+
+  it("NixlConnector with params ahead: P announces the params its answer carries, D is sent once on them; outputs equal a plain engine's", async () => {
+    const p = await serve(nixlConfig('NixlConnector', 'kv_producer'));
+    const d = await serve(nixlConfig('NixlConnector', 'kv_consumer'));
+    let proxy: RunningProxy | null = null;
+    try {
+      proxy = await startProxy(resolveProxyOptions({ prefill: [p.url], decode: [d.url], port: 0 }));
+      const { records } = await captureLogs(async () => {
+        for (const [i, prompt] of PROMPTS.entries()) {
+          const id = `ahead-${i}`;
+          const res = await fetch(`${proxy!.url}/v1/completions`, {
+            method: 'POST',
+            headers: { 'content-type': 'application/json', 'x-request-id': id },
+            body: JSON.stringify({
+              model: 'tiny',
+              prompt,
+              max_tokens: MAX_TOKENS,
+              temperature: 0,
+              ignore_eos: true,
+            }),
+          });
+          assert.equal(res.status, 200);
+          assert.equal(textOf((await res.json()) as Record<string, unknown>), expected[i]);
+          const events = (
+            (await (await fetch(`${p.url}/kvconnect/timeline?request_id=${id}`)).json()) as {
+              events: Record<string, number | null>;
+            }
+          ).events;
+          assert.equal(typeof events['params_ahead'], 'number', 'P sent its params ahead');
+        }
+      });
+      // A mismatch between the params ahead and the answer's would send D again, with a warning.
+      assert.deepEqual(
+        records.filter((r) => r.message.includes('announced ahead')).map((r) => r.message),
+        [],
+      );
+      await waitForEmpty(p.engine);
+      await waitForEmpty(d.engine);
+    } finally {
+      await proxy?.close();
+      await stop(d, p);
+    }
+  });
 
   it('/kvconnect/info advertises the side channel a D handshakes with; a rejected D request frees P at once', async () => {
     const p = await serve(nixlConfig('NixlConnector', 'kv_producer', { kv_lease_duration: 60 }));

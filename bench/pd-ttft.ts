@@ -134,7 +134,7 @@ async function startPair(
   engineArgs: readonly string[],
   group: ProcessGroup,
   env: Record<string, string>,
-  thread: boolean,
+  { thread, paramsAhead }: { thread: boolean; paramsAhead: boolean },
 ): Promise<RunningPair> {
   const opts = { timeoutMs: STARTUP_MS, group, env };
   let prefillArgs: string[];
@@ -184,7 +184,7 @@ async function startPair(
     startServe(`${pair.label} decode`, [...engineArgs, ...decodeArgs], opts),
   ]);
   const proxy = await startProxy(
-    resolveProxyOptions({ ...proxyExtra, prefill: [prefill.url], decode: [decode.url] }),
+    resolveProxyOptions({ ...proxyExtra, paramsAhead, prefill: [prefill.url], decode: [decode.url] }),
   );
   return {
     pair,
@@ -228,6 +228,9 @@ export async function main(args: string[]): Promise<void> {
       'no-transfer-thread': toggle(
         "run the transfer agents on the engines' event loops (transfer_thread: false) instead of in their own threads",
       ),
+      'no-params-ahead': toggle(
+        "NIXL pull: the proxy sends D after P answered (kvconnect proxy --no-params-ahead) instead of on P's 103",
+      ),
       'breakdown-size': positiveInteger(
         512,
         'prompt length of the requests whose timelines are broken down (the nearest of --sizes)',
@@ -269,7 +272,10 @@ export async function main(args: string[]): Promise<void> {
       env,
     });
     for (const pair of pairs) {
-      const running = await startPair(pair, engineArgs, group, env, !flags['no-transfer-thread']);
+      const running = await startPair(pair, engineArgs, group, env, {
+        thread: !flags['no-transfer-thread'],
+        paramsAhead: !flags['no-params-ahead'],
+      });
       try {
         results.push(
           await measurePair(running, plain, {
@@ -427,13 +433,16 @@ function report(
     breakdownSize: number;
     pairs: PdPair[];
     'no-transfer-thread': boolean;
+    'no-params-ahead': boolean;
   },
 ): void {
   const thread = !o['no-transfer-thread'];
+  const paramsAhead = !o['no-params-ahead'];
   console.log(
     `${o.model}, ${o.rounds} rounds × ${o.requests} sequential streamed requests per size and side ` +
       `(max_tokens ${o['max-tokens']}, unique prompts), plain and P/D alternating; TTFT ms, median of the ` +
       `per-round medians (min–max); transfer agents ${thread ? 'in their own threads' : 'on the engine loops'}; ` +
+      `NIXL pull ${paramsAhead ? "sends D on P's params ahead" : 'sends D after P answered'}; ` +
       `load average ${loadAverage()}`,
   );
   console.log('| P/D | prompt tokens | plain TTFT | P/D TTFT | P/D − plain |');
@@ -470,6 +479,7 @@ function report(
       max_tokens: o['max-tokens'],
       sizes: o.sizes,
       transfer_thread: thread,
+      params_ahead: paramsAhead,
       load_average_1m: loadAverage(),
       pairs: results.map((r) => ({
         pair: r.label,

@@ -332,16 +332,6 @@ export class RequestFailover {
     const prefillAbort = new AbortController();
     const decodeAbort = new AbortController();
     const source: DecodeSource = { kind: 'prefilled', plan, params: null };
-    const concurrent = plan.concurrent
-      ? this.#send(
-          decode,
-          this.#r.path,
-          plan.decodeBody(null),
-          plan.decodeHeaders,
-          AbortSignal.any([this.#r.signal, decodeAbort.signal]),
-        )
-      : null;
-    concurrent?.catch(() => undefined);
     const signal = AbortSignal.any([
       this.#r.signal,
       prefillAbort.signal,
@@ -376,18 +366,31 @@ export class RequestFailover {
         }
       : undefined;
     prefill.inFlight += 1;
+    // P first: its prefill is the longer leg, and D (sent right after in the concurrent flows)
+    // has until P's prefill ends to be admitted and registered.
+    const prefilled = this.#send(
+      prefill,
+      this.#r.path,
+      plan.prefillBody,
+      plan.prefillHeaders,
+      signal,
+      onInfo,
+    );
+    const concurrent = plan.concurrent
+      ? this.#send(
+          decode,
+          this.#r.path,
+          plan.decodeBody(null),
+          plan.decodeHeaders,
+          AbortSignal.any([this.#r.signal, decodeAbort.signal]),
+        )
+      : null;
+    concurrent?.catch(() => undefined);
     try {
       let text: string;
       let status: number;
       try {
-        const res = await this.#send(
-          prefill,
-          this.#r.path,
-          plan.prefillBody,
-          plan.prefillHeaders,
-          signal,
-          onInfo,
-        );
+        const res = await prefilled;
         status = res.status;
         text = await res.body.text();
       } catch (e) {

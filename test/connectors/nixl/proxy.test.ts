@@ -47,10 +47,14 @@ function nixlConfig(connector: Connector, role: 'kv_producer' | 'kv_consumer', e
   };
 }
 
-async function complete(url: string, body: Record<string, unknown>): Promise<Record<string, unknown>> {
+async function complete(
+  url: string,
+  body: Record<string, unknown>,
+  headers: Record<string, string> = {},
+): Promise<Record<string, unknown>> {
   const res = await fetch(`${url}/v1/completions`, {
     method: 'POST',
-    headers: { 'content-type': 'application/json' },
+    headers: { 'content-type': 'application/json', ...headers },
     body: JSON.stringify({
       model: 'tiny',
       max_tokens: MAX_TOKENS,
@@ -131,19 +135,8 @@ describe('NIXL through src/server and src/proxy', () => {
       const { records } = await captureLogs(async () => {
         for (const [i, prompt] of PROMPTS.entries()) {
           const id = `ahead-${i}`;
-          const res = await fetch(`${proxy!.url}/v1/completions`, {
-            method: 'POST',
-            headers: { 'content-type': 'application/json', 'x-request-id': id },
-            body: JSON.stringify({
-              model: 'tiny',
-              prompt,
-              max_tokens: MAX_TOKENS,
-              temperature: 0,
-              ignore_eos: true,
-            }),
-          });
-          assert.equal(res.status, 200);
-          assert.equal(textOf((await res.json()) as Record<string, unknown>), expected[i]);
+          const out = await complete(proxy!.url, { prompt }, { 'x-request-id': id });
+          assert.equal(textOf(out), expected[i]);
           const events = (
             (await (await fetch(`${p.url}/kvconnect/timeline?request_id=${id}`)).json()) as {
               events: Record<string, number | null>;

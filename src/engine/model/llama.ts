@@ -17,7 +17,7 @@ import type { ModelDims, RankShard } from './dims.ts';
 import { type ForwardBatch, type ForwardHooks, type ForwardModel, logitsRows } from './forward-batch.ts';
 import { WasmRuntime, type WeightDtype } from './kernels/wasm-matmul.ts';
 import { type PackedWeights, packWeights, tensorDtype } from './packed-weights.ts';
-import { kRowOffset, layerKV, writeRow } from './paged-kv.ts';
+import { kRowOffset, type LayerKV, layerKV, writeRow } from './paged-kv.ts';
 import { RopeTable, ropeInvFreq } from './rope.ts';
 import { expectedTensorShapes, type TensorMap } from './weights.ts';
 
@@ -52,6 +52,8 @@ export class LlamaModel implements ForwardModel {
   readonly loras: LoraAdapterCache;
   /** 0 sends every sequence through the prefill attention (the benchmark's baseline). */
   decodeAttentionMaxTokens = DECODE_ATTENTION_MAX_TOKENS;
+  /** Each layer's view of the KV memory the last forward used (looked up once per memory). */
+  #kvLayers: { kv: PagedKVMemory; layers: LayerKV[] } | null = null;
 
   constructor(dims: ModelDims, shard: RankShard, tensors: TensorMap, options: LlamaModelOptions = {}) {
     this.dims = dims;
@@ -132,6 +134,7 @@ export class LlamaModel implements ForwardModel {
       );
     }
     this.#rope.ensure(maxContext);
+    const kvLayers = this.#layersOf(kv, kvDim);
     const adapters = batch.sequences.map((s) => (s.lora ? this.loras.get(s.lora) : null));
     const anyLora = adapters.some((a) => a !== null);
     /** Adds each adapted sequence's delta of one projection (input x, output out at column col). */
@@ -190,7 +193,8 @@ export class LlamaModel implements ForwardModel {
         const name = this.layerNames[l] as string;
         const lw = w.layers[l];
         if (lw === undefined) break;
-        await hooks.beforeLayer?.(l, name);
+        // Awaited only when given: a decode step has no other reason to yield per layer.
+        if (hooks.beforeLayer) await hooks.beforeLayer(l, name);
         addRmsnorm(rt, x, pendingAdd, hn, lw.inputNorm, rows, h, dims.rmsNormEps);
         pendingAdd = 0;
         mem = rt.f32;
@@ -202,10 +206,11 @@ export class LlamaModel implements ForwardModel {
         // The K heads follow the Q heads in each row: one run of numHeads + numKvHeads vectors.
         this.#rope.applyRows(rt, qkv, qkvDim, rows, positions, shard.numHeads + shard.numKvHeads);
         mem = rt.f32;
-        const layer = layerKV(kv, name, kvDim);
+        const layer = kvLayers[l] as LayerKV;
         const vShift = layer.blockSize * kvDim;
         shape.slidingWindow = dims.layerTypes[l] === 'sliding_attention' ? dims.slidingWindow : null;
-        batch.sequences.forEach((s, k) => {
+        for (let k = 0; k < batch.sequences.length; k++) {
+          const s = batch.sequences[k] as (typeof batch.sequences)[number];
           const table = s.blockTables[layer.group];
           if (table === undefined) {
             throw new KVError(
@@ -235,11 +240,11 @@ export class LlamaModel implements ForwardModel {
           if (s.len <= this.decodeAttentionMaxTokens)
             pagedDecodeAttention(rt, shape, layer, decodeScratch, call);
           else pagedAttention(rt, shape, layer, scratch, call);
-        });
-        await hooks.afterLayer?.(l, name);
+        }
+        if (hooks.afterLayer) await hooks.afterLayer(l, name);
         rt.matmulWeight(rows, attn, qDim, lw.o, proj, h);
         lora(l, 'o_proj', attn, qDim, proj, h);
-        await this.#reduce(hooks, proj, rows * h);
+        if (this.shard.tpSize > 1) await this.#reduce(hooks, proj, rows * h);
         addRmsnorm(rt, x, proj, hn, lw.postNorm, rows, h, dims.rmsNormEps);
         rt.matmulWeight(rows, hn, h, lw.gateUp, gateUp, 2 * inter);
         lora(l, 'gate_proj', hn, h, gateUp, 2 * inter);
@@ -247,7 +252,7 @@ export class LlamaModel implements ForwardModel {
         rt.swigluRows(gateUp, act, rows, inter);
         rt.matmulWeight(rows, act, inter, lw.down, proj, h);
         lora(l, 'down_proj', act, inter, proj, h);
-        await this.#reduce(hooks, proj, rows * h);
+        if (this.shard.tpSize > 1) await this.#reduce(hooks, proj, rows * h);
         pendingAdd = proj;
       }
       mem = rt.f32;
@@ -268,8 +273,16 @@ export class LlamaModel implements ForwardModel {
     }
   }
 
+  /** Every layer's view of `kv` (cached while the forwards use the same memory). */
+  #layersOf(kv: PagedKVMemory, kvDim: number): LayerKV[] {
+    if (this.#kvLayers?.kv !== kv) {
+      this.#kvLayers = { kv, layers: this.layerNames.map((name) => layerKV(kv, name, kvDim)) };
+    }
+    return this.#kvLayers.layers;
+  }
+
+  /** Tensor parallelism: the all-reduce of one projection's partial sums (tp > 1 only). */
   async #reduce(hooks: ForwardHooks, offset: number, count: number): Promise<void> {
-    if (this.shard.tpSize === 1) return;
     if (hooks.allReduce === undefined) {
       throw new KVError(
         'TP_ALLREDUCE_MISSING',

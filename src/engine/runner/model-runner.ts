@@ -154,28 +154,41 @@ export class ModelRunner {
         result.topLogprobs.push(null);
         continue;
       }
+      const rowLogits = logits.subarray((row - 1) * this.#vocabSize, row * this.#vocabSize);
+      // Only a grammar makes sampling wait (for its mask): the others sample synchronously.
       const token = this.#nextToken
         ? { tokenId: this.#nextToken(state.reqId), logprob: 0, topLogprobs: null }
-        : await this.#sampleRow(state, logits.subarray((row - 1) * this.#vocabSize, row * this.#vocabSize));
+        : state.sampling.structuredOutputs
+          ? await this.#sampleConstrained(state, rowLogits)
+          : this.#sampler.sample(
+              rowLogits,
+              state.sampling,
+              this.#generatorFor(state),
+              this.#processed(state, rowLogits),
+            );
       RunnerRequestStates.appendSampled(state, token.tokenId);
       const wantsLogprobs = state.sampling.logprobs !== null;
       result.sampledTokenIds.push([token.tokenId]);
-      result.logprobs.push(wantsLogprobs ? [token.logprob] : null);
+      result.logprobs.push(wantsLogprobs ? [token.logprob ?? 0] : null);
       result.topLogprobs.push(wantsLogprobs ? [token.topLogprobs ?? []] : null);
     }
   }
 
+  /** The row after the request's logits processors, or null when it has none. */
+  #processed(state: RunnerRequestState, rowLogits: Float32Array): Float32Array | null {
+    if (!needsLogitsProcessing(state.sampling)) return null;
+    return processLogits(rowLogits, state.sampling, {
+      promptTokenIds: state.tokenIds.slice(0, state.numPromptTokens),
+      outputTokenIds: outputTokenIds(state),
+    });
+  }
+
   /**
-   * Samples the request's next token from its row of logits: after its logits processors
-   * and its grammar's mask, when it has them (the grammar then advances past the token).
+   * Samples a request with a structured-output constraint: after its logits processors, its
+   * grammar's mask applies, and the grammar then advances past the token.
    */
-  async #sampleRow(state: RunnerRequestState, rowLogits: Float32Array): Promise<SampledToken> {
-    let processed = needsLogitsProcessing(state.sampling)
-      ? processLogits(rowLogits, state.sampling, {
-          promptTokenIds: state.tokenIds.slice(0, state.numPromptTokens),
-          outputTokenIds: outputTokenIds(state),
-        })
-      : null;
+  async #sampleConstrained(state: RunnerRequestState, rowLogits: Float32Array): Promise<SampledToken> {
+    let processed = this.#processed(state, rowLogits);
     const grammar = await this.#grammarFor(state);
     if (grammar && !grammar.terminated) {
       const mask = await grammar.nextMask();

@@ -6,12 +6,15 @@
  * incomplete UTF-8 sequence, is held back until it is decided.
  */
 import type { KVTransferParams } from '../../connector/types.ts';
+import { IncrementalText } from '../../tokenizer/detokenizer.ts';
 import type { RequestOutputDelta, SamplingParams, TokenizerLike } from '../api.ts';
 import type { EngineCoreOutput } from '../scheduler/types.ts';
 
 interface TextState {
   sampling: SamplingParams;
   tokenIds: number[];
+  /** The text of the visible tokens, decoded a few tokens at a time. */
+  text: IncrementalText;
   /** Characters already streamed. */
   emitted: number;
   maxStopLength: number;
@@ -37,6 +40,7 @@ export class OutputProcessor {
     this.#states.set(requestId, {
       sampling,
       tokenIds: [],
+      text: new IncrementalText(this.#tokenizer),
       emitted: 0,
       maxStopLength: Math.max(0, ...sampling.stop.map((s) => s.length)),
       stoppedAt: null,
@@ -64,7 +68,7 @@ export class OutputProcessor {
     let text = '';
     for (let i = 0; i < out.newTokenIds.length; i++) {
       state.tokenIds.push(out.newTokenIds[i] as number);
-      text = this.#tokenizer.decode(this.#visibleTokens(state, out, finished));
+      text = state.text.textOf(this.#visibleTokens(state, out, finished));
       // vLLM checks stop strings only once min_tokens were generated.
       const stop =
         state.tokenIds.length > (state.sampling.minTokens ?? 0)
@@ -82,8 +86,7 @@ export class OutputProcessor {
         break;
       }
     }
-    if (out.newTokenIds.length === 0)
-      text = this.#tokenizer.decode(this.#visibleTokens(state, out, finished));
+    if (out.newTokenIds.length === 0) text = state.text.textOf(this.#visibleTokens(state, out, finished));
     const end = finished ? (state.stoppedAt ?? text.length) : safeEnd(text, state.maxStopLength);
     const newText = end > state.emitted ? text.slice(state.emitted, end) : '';
     state.emitted = Math.max(state.emitted, end);

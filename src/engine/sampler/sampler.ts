@@ -25,8 +25,11 @@ export interface TokenLogprob {
 
 export interface SampledToken {
   tokenId: number;
-  /** Logprob of the chosen token under the raw distribution. */
-  logprob: number;
+  /**
+   * Logprob of the chosen token under the raw distribution; null when the params ask for no
+   * logprobs (the normalizer over the vocabulary is then never computed).
+   */
+  logprob: number | null;
   topLogprobs: TokenLogprob[] | null;
 }
 
@@ -41,7 +44,8 @@ export class Sampler {
 
   /**
    * Samples from `processed` when given (logits after the request's logits processors), else
-   * from `logits`; logprobs are always of `logits`, the raw distribution.
+   * from `logits`; logprobs are always of `logits`, the raw distribution, and only computed
+   * when `params.logprobs` asks for them (0: the chosen token's alone).
    */
   sample(
     logits: Float32Array,
@@ -50,12 +54,12 @@ export class Sampler {
     processed: Float32Array | null = null,
   ): SampledToken {
     const tokenId = this.#choose(processed ?? logits, params, rng);
+    if (params.logprobs === null) return { tokenId, logprob: null, topLogprobs: null };
     const logZ = logSumExp(logits);
     return {
       tokenId,
       logprob: (logits[tokenId] as number) - logZ,
-      topLogprobs:
-        params.logprobs === null || params.logprobs <= 0 ? null : topLogprobs(logits, logZ, params.logprobs),
+      topLogprobs: params.logprobs <= 0 ? null : topLogprobs(logits, logZ, params.logprobs),
     };
   }
 

@@ -73,3 +73,26 @@ test('logprobs: chosen token, top-N sorted, and they sum to ~1 over the vocabula
   assert.deepEqual(top3, r.topLogprobs!.slice(0, 3));
   assert.equal(s.sample(logits, params({ temperature: 0 }), new SeededRandom(0)).topLogprobs, null);
 });
+
+test('without logprobs no normalizer is computed: the same token, logprob null; logprobs 0 gives the chosen one', () => {
+  const s = new Sampler();
+  const withLp = s.sample(logits, params({ temperature: 0, logprobs: 2 }), new SeededRandom(0));
+  const greedy = s.sample(logits, params({ temperature: 0 }), new SeededRandom(0));
+  assert.deepEqual(greedy, { tokenId: argmax, logprob: null, topLogprobs: null });
+  assert.equal(withLp.tokenId, argmax);
+  const zero = s.sample(logits, params({ temperature: 0, logprobs: 0 }), new SeededRandom(0));
+  assert.deepEqual(zero, { tokenId: argmax, logprob: withLp.logprob, topLogprobs: null });
+  // Random sampling draws the same tokens whether or not logprobs are asked for.
+  const draw = (logprobs: number | null) => {
+    const rng = new SeededRandom(5);
+    return Array.from({ length: 20 }, () => s.sample(logits, params({ temperature: 0.8, logprobs }), rng));
+  };
+  const plain = draw(null);
+  const scored = draw(1);
+  assert.deepEqual(
+    plain.map((t) => t.tokenId),
+    scored.map((t) => t.tokenId),
+  );
+  assert.ok(plain.every((t) => t.logprob === null && t.topLogprobs === null));
+  assert.ok(scored.every((t) => t.logprob !== null && t.logprob < 0 && t.topLogprobs?.length === 1));
+});

@@ -352,7 +352,7 @@ export class AsyncEngine implements AsyncEngineLike {
       // the same event-loop turn (one socket read each) join the first step.
       await yieldToEventLoop();
       while (!this.#closed && this.#sleep.level === 0 && this.engine.hasWork()) {
-        await this.#refillWait();
+        if (this.#lastFinished > 0) await this.#refillWait();
         this.#applyAborts();
         this.#applyResets();
         const arrivalsBefore = this.#arrivals;
@@ -396,7 +396,8 @@ export class AsyncEngine implements AsyncEngineLike {
     // Requests the step left queued (over its budget): the engine is saturated, never wait.
     // A request that handed its KV to the connector (a prefill server's) has a peer about to
     // read its blocks or register for their push: never wait either.
-    this.#lastFinished = handedOff || this.engine.schedulerStats().numWaitingReqs > 0 ? 0 : finished;
+    this.#lastFinished =
+      finished === 0 || handedOff || this.engine.schedulerStats().numWaitingReqs > 0 ? 0 : finished;
     this.#arrivalsAtFinish = this.#arrivals;
     this.#lastStepMs = stepMs;
   }

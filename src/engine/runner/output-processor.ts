@@ -100,7 +100,8 @@ export class OutputProcessor {
       finished,
       finishReason,
       kvTransferParams: (out.kvTransferParams ?? null) as KVTransferParams | null,
-      metrics: { ...out.metrics },
+      // The scheduler's copy, made for this output.
+      metrics: out.metrics,
     };
     if (out.promptLogprobs) delta.promptLogprobs = out.promptLogprobs;
     if (finished && finishReason === 'stop') delta.stopReason = stopReason;

@@ -196,6 +196,11 @@ export class WasmRuntime {
   readonly #swigluKernel: Activation;
   readonly #softmaxKernel: (ptr: number, count: number) => void;
   #top = 16;
+  /**
+   * The memory's current buffer (replaced only when alloc grows the memory): reading
+   * `memory.buffer` costs a call into the engine on every kernel launch.
+   */
+  #buffer: ArrayBuffer;
   #view: Float32Array;
   #view16: Uint16Array;
   readonly #native: NativeKernels | null;
@@ -214,11 +219,12 @@ export class WasmRuntime {
       initial: Math.max(1, Math.ceil(initialBytes / PAGE)),
       maximum: MAX_PAGES,
     });
+    this.#buffer = this.memory.buffer;
     const instance = new wasmApi.Instance(matmulModule(), { env: { memory: this.memory } });
     const e = instance.exports as Record<string, Kernel>;
     this.#kernels = [e.mm1 as Kernel, e.mm2 as Kernel, e.mm3 as Kernel, e.mm4 as Kernel];
-    this.#view = new Float32Array(this.memory.buffer);
-    this.#view16 = new Uint16Array(this.memory.buffer);
+    this.#view = new Float32Array(this.#buffer);
+    this.#view16 = new Uint16Array(this.#buffer);
     const helper = (assemble: () => Uint8Array, fn: string): unknown =>
       new wasmApi.Instance(helperModule(assemble), { env: { memory: this.memory } }).exports[fn];
     this.#swigluKernel = helper(assembleSwigluModule, 'swiglu') as Activation;
@@ -244,7 +250,7 @@ export class WasmRuntime {
   /** out[r] = silu(gate[r]) · up[r] for rows of [gate | up] (2 · inter floats) at gateUp, out rows of inter. */
   swigluRows(gateUp: number, out: number, rows: number, inter: number): void {
     if (this.#ops !== null && inter % 4 === 0) {
-      this.#ops.swiglu(this.memory.buffer, gateUp, out, rows, inter, this.threads);
+      this.#ops.swiglu(this.#buffer, gateUp, out, rows, inter, this.threads);
       return;
     }
     for (let r = 0; r < rows; r++)
@@ -262,7 +268,7 @@ export class WasmRuntime {
    */
   attentionPrefill(a: PrefillAttentionArgs): void {
     (this.#ops as NativeOps).attentionPrefill(
-      this.memory.buffer,
+      this.#buffer,
       a.qkv,
       a.qkvStride,
       a.out,
@@ -296,7 +302,7 @@ export class WasmRuntime {
     rows: number,
     dim: number,
   ): void {
-    (this.#ops as NativeOps).rmsnorm(this.memory.buffer, weight, x, add, dst, rows, dim, this.threads, eps);
+    (this.#ops as NativeOps).rmsnorm(this.#buffer, weight, x, add, dst, rows, dim, this.threads, eps);
   }
 
   /**
@@ -315,7 +321,7 @@ export class WasmRuntime {
     heads: number,
   ): void {
     const ops = this.#ops as NativeOps;
-    ops.rope(this.memory.buffer, cos, sin, positions, half, x, stride, rows, heads, this.threads);
+    ops.rope(this.#buffer, cos, sin, positions, half, x, stride, rows, heads, this.threads);
   }
 
   /**
@@ -336,7 +342,7 @@ export class WasmRuntime {
   ): void {
     const ops = this.#ops as NativeOps;
     ops.gatherKV(
-      this.memory.buffer,
+      this.#buffer,
       kv,
       table,
       blockSize,
@@ -367,7 +373,7 @@ export class WasmRuntime {
     window: number,
   ): void {
     (this.#ops as NativeOps).attentionDecode(
-      this.memory.buffer,
+      this.#buffer,
       kv,
       table,
       blockSize,
@@ -387,13 +393,13 @@ export class WasmRuntime {
 
   /** Float32 view of the whole memory (re-created after the memory grows). */
   get f32(): Float32Array {
-    if (this.#view.buffer !== this.memory.buffer) this.#view = new Float32Array(this.memory.buffer);
+    if (this.#view.buffer !== this.#buffer) this.#view = new Float32Array(this.#buffer);
     return this.#view;
   }
 
   /** 16-bit view of the whole memory (half-precision weights; re-created after the memory grows). */
   get u16(): Uint16Array {
-    if (this.#view16.buffer !== this.memory.buffer) this.#view16 = new Uint16Array(this.memory.buffer);
+    if (this.#view16.buffer !== this.#buffer) this.#view16 = new Uint16Array(this.#buffer);
     return this.#view16;
   }
 
@@ -417,7 +423,7 @@ export class WasmRuntime {
     if (m === 0 || w.n === 0) return;
     if (this.#native !== null) {
       this.#native.matmulWeight(
-        this.memory.buffer,
+        this.#buffer,
         m,
         w.n,
         w.k,
@@ -442,9 +448,9 @@ export class WasmRuntime {
   alloc(count: number): number {
     const start = this.#top;
     const end = start + Math.ceil((count * 4) / 16) * 16;
-    if (end > this.memory.buffer.byteLength) {
-      const pages = Math.ceil((end - this.memory.buffer.byteLength) / PAGE);
-      if (this.memory.buffer.byteLength / PAGE + pages > MAX_PAGES) {
+    if (end > this.#buffer.byteLength) {
+      const pages = Math.ceil((end - this.#buffer.byteLength) / PAGE);
+      if (this.#buffer.byteLength / PAGE + pages > MAX_PAGES) {
         throw new KVError(
           'MODEL_OUT_OF_MEMORY',
           `The model needs more than 4 GiB of WebAssembly memory (${end} bytes)`,
@@ -454,6 +460,7 @@ export class WasmRuntime {
         );
       }
       this.memory.grow(pages);
+      this.#buffer = this.memory.buffer;
     }
     this.#top = end;
     return start / 4;
@@ -488,7 +495,7 @@ export class WasmRuntime {
   ): void {
     if (this.#native !== null && m > 0 && k > 0) {
       const n4 = n & ~3;
-      if (n4 > 0) this.#native.matmulF32(this.memory.buffer, m, n4, k, a, lda, b, ldb, c, ldc, this.threads);
+      if (n4 > 0) this.#native.matmulF32(this.#buffer, m, n4, k, a, lda, b, ldb, c, ldc, this.threads);
       if (n4 < n) this.#matmulPanel(m, n - n4, k, a, lda, b + n4, ldb, c + n4, ldc);
       return;
     }

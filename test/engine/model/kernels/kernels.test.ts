@@ -48,6 +48,33 @@ test('WASM SIMD matmul equals the reference on random shapes, odd sizes included
   }
 });
 
+test('kernels compute in the grown memory after alloc grows it (the runtime caches its buffer)', () => {
+  const rng = new SeededRandom(3);
+  const rt = new WasmRuntime(1 << 16);
+  const check = (m: number, n: number, k: number): void => {
+    const a = random(m * k, rng);
+    const b = random(k * n, rng);
+    const ao = rt.upload(a);
+    const bo = rt.upload(b);
+    const co = rt.alloc(m * n);
+    rt.matmul(m, n, k, ao, k, bo, n, co, n);
+    const ref = matmulRef(a, b, m, n, k);
+    for (let i = 0; i < m * n; i++) assert.ok(Math.abs(rt.f32[co + i]! - ref[i]!) <= 1e-4 * Math.sqrt(k));
+    const weight = random(n, rng);
+    const out = rt.alloc(m * n);
+    if (rt.nativeOps) rt.rmsnorm(weight, 1e-5, co, 0, out, m, n);
+    else return;
+    const norm = rmsnormRef(Float32Array.from(rt.f32.subarray(co, co + m * n)), weight, m, n, 1e-5);
+    for (let i = 0; i < m * n; i++) assert.ok(Math.abs(rt.f32[out + i]! - norm[i]!) <= 1e-5);
+  };
+  check(3, 8, 5);
+  const before = rt.memory.buffer.byteLength;
+  rt.alloc(1 << 18); // 1 MiB of floats: the memory grows
+  assert.ok(rt.memory.buffer.byteLength > before);
+  check(3, 8, 5);
+  assert.equal(rt.f32.buffer, rt.memory.buffer);
+});
+
 test('matmul on strided sub-matrices (leading dimensions larger than the width)', () => {
   const rng = new SeededRandom(1);
   const rt = new WasmRuntime();

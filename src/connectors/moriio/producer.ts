@@ -1,9 +1,10 @@
 /**
- * Producer half of a MoRIIO worker. WRITE: every layer's freshly computed blocks are
- * written into the consumer's blocks as soon as the layer is done (saveKvLayer), to every
- * consumer rank that registered; when the prompt is done and all writes landed, each
- * consumer rank gets write_done and the request is reported finished_sending. READ: the
- * request's blocks are granted for reading and released after the expected ACK count.
+ * Producer half of a MoRIIO worker. WRITE: the layers a step computed (saveLayer) are written
+ * into the consumer's blocks, to every consumer rank that registered, in pushes of whole
+ * layers: while the forward pass runs once the layers not yet pushed hold PUSH_MIN_BYTES, and
+ * the rest when it ends (endStep). When the prompt is done and all writes landed, each consumer
+ * rank gets write_done and the request is reported finished_sending. READ: the request's
+ * blocks are granted for reading and released after the expected ACK count.
  */
 import { getLogger } from '../../logging/logger.ts';
 import type { TransferHandle } from '../../transfer/index.ts';
@@ -16,8 +17,17 @@ import type { MoRIIOWorkerContext } from './worker-context.ts';
 
 const log = getLogger('kvconnect.connectors.moriio.producer');
 
-/** How long waitForSave waits for a finished prefill's last layer pushes. */
-const SAVE_WAIT_MS = 20;
+/** How long waitForSave waits for a finished prefill's last pushes. */
+export const SAVE_WAIT_MS = 20;
+
+/**
+ * The KV a push carries at least while the forward pass runs, bytes per consumer rank. Each
+ * push costs both agent threads a fixed amount of work (messages, wake-ups, a completion) on
+ * the cores the forward pass computes on: a layer of a few hundred KiB is cheaper to send with
+ * the others after the forward pass than to send on its own during it. Layers this large move
+ * while the next layers compute, so only the last push is left when the forward pass ends.
+ */
+export const PUSH_MIN_BYTES = 4 << 20;
 
 interface Registration {
   readonly msg: RemoteBlocksMessage;
@@ -34,6 +44,8 @@ interface Outgoing {
   readonly registrations: Registration[];
   expectedRegistrations: number | null;
   prefillDone: boolean;
+  /** A WRITE was posted for this transfer (first_layer_written was emitted). */
+  pushed: boolean;
   readonly writes: Set<Promise<void>>;
   acks: number;
   expectedAcks: number | null;
@@ -47,6 +59,9 @@ export class MoRIIOProducer {
   readonly #byTransfer = new Map<string, Outgoing>();
   /** Saves of the current step (the layers' writes use them). */
   #step: SaveJob[] = [];
+  /** WRITE: layers (region ids) this step computed and did not push yet, and their bytes. */
+  #pending: number[] = [];
+  #pendingBytes = 0;
   #done: string[] = [];
   #dropped = new Map<string, number>();
 
@@ -69,6 +84,7 @@ export class MoRIIOProducer {
         registrations: [],
         expectedRegistrations: null,
         prefillDone: false,
+        pushed: false,
         writes: new Set(),
         acks: 0,
         expectedAcks: null,
@@ -84,6 +100,8 @@ export class MoRIIOProducer {
   beginStep(saves: readonly SaveJob[], sends: readonly SendJob[], dropped: readonly string[]): void {
     for (const tx of dropped) this.#drop(tx);
     this.#step = saves.filter((s) => !this.#dropped.has(s.transferId));
+    this.#pending = [];
+    this.#pendingBytes = 0;
     for (const s of this.#step) {
       const t = this.#get(s.transferId);
       t.reqId = s.reqId;
@@ -97,65 +115,97 @@ export class MoRIIOProducer {
     }
   }
 
-  /** WRITE: this layer's KV for this step's requests is in the cache; push it now. */
+  /**
+   * WRITE: this layer's KV for this step's requests is in the cache. True when the layers not
+   * pushed yet reach PUSH_MIN_BYTES: the worker then calls pushPending.
+   */
   saveLayer(region: number): boolean {
     if (this.#ctx.cfg.readMode) return false;
+    const blockBytes = this.#ctx.blockBytes.get(region) ?? 0;
+    let blocks = 0;
+    for (const s of this.#step) {
+      const t = this.#byTransfer.get(s.transferId);
+      if (t && !t.finished) blocks += this.#stepBlocks(s).size;
+    }
+    if (blocks === 0) return false;
+    this.#pending.push(region);
+    this.#pendingBytes += blocks * blockBytes;
+    return this.#pendingBytes >= PUSH_MIN_BYTES;
+  }
+
+  /**
+   * WRITE: pushes the layers computed and not pushed yet, one WRITE per consumer rank that
+   * registered (a rank that registers later gets them on arrival). Returns whether a WRITE was
+   * posted.
+   */
+  pushPending(): boolean {
+    const regions = this.#pending;
+    this.#pending = [];
+    this.#pendingBytes = 0;
+    if (regions.length === 0) return false;
     let posted = false;
     for (const s of this.#step) {
       const t = this.#byTransfer.get(s.transferId);
       if (!t || t.finished) continue;
-      const bs = this.#blockSize();
-      const first = Math.floor(s.start / bs);
-      const lastPos = Math.ceil(s.end / bs);
-      const fresh = new Map<number, number>();
+      const fresh = this.#stepBlocks(s);
+      const bs = this.#ctx.blockSize;
       const full: number[] = [];
-      for (let pos = first; pos < lastPos; pos++) {
-        const id = s.blockIds[pos];
-        if (id === undefined) continue;
-        fresh.set(pos, id);
-        if ((pos + 1) * bs <= s.end) full.push(id);
-      }
-      // This layer's full blocks are final: their checksums are recorded now (on the agent's
+      for (const [pos, id] of fresh) if ((pos + 1) * bs <= s.end) full.push(id);
+      // These layers' full blocks are final: their checksums are recorded now (on the agent's
       // thread when threaded, before the WRITEs below reach it), so a WRITE of full blocks is
       // sent without hashing, and over shm the consumer copies it straight from this KV
       // (a pulled WRITE). A partial last block changes with the next chunk: it is hashed as it
       // is sent.
-      if (full.length > 0) this.#ctx.agent.recordBlocks(full, [region]);
-      let map = t.computed.get(region);
-      if (!map) {
-        map = new Map();
-        t.computed.set(region, map);
+      if (full.length > 0) this.#ctx.agent.recordBlocks(full, regions);
+      const layers = new Map<number, ReadonlyMap<number, number>>();
+      for (const region of regions) {
+        let map = t.computed.get(region);
+        if (!map) {
+          map = new Map();
+          t.computed.set(region, map);
+        }
+        for (const [pos, id] of fresh) map.set(pos, id);
+        layers.set(region, fresh);
       }
-      for (const [pos, id] of fresh) map.set(pos, id);
-      for (const reg of t.registrations) posted = this.#write(t, reg, region, fresh) || posted;
+      for (const reg of t.registrations) posted = this.#write(t, reg, layers) || posted;
     }
     return posted;
   }
 
-  /**
-   * WRITE: a request of this step waits for a consumer rank's registration (where its blocks
-   * go). The worker then lets the event loop turn after each layer, so a registration that
-   * arrives while the forward pass runs is taken and the layers are pushed as they are done.
-   */
+  /** This step's blocks of a save: token-block position → local block id. */
+  #stepBlocks(s: SaveJob): Map<number, number> {
+    const bs = this.#ctx.blockSize;
+    const blocks = new Map<number, number>();
+    for (let pos = Math.floor(s.start / bs); pos < Math.ceil(s.end / bs); pos++) {
+      const id = s.blockIds[pos];
+      if (id !== undefined) blocks.set(pos, id);
+    }
+    return blocks;
+  }
+
+  /** WRITE: a request of this step still waits for a consumer rank's registration (where its blocks go). */
   get awaitingRegistration(): boolean {
     if (this.#ctx.cfg.readMode) return false;
     for (const s of this.#step) {
       const t = this.#byTransfer.get(s.transferId);
-      if (!t || t.finished) continue;
-      if (t.expectedRegistrations === null || t.registrations.length < t.expectedRegistrations) return true;
+      if (t && !t.finished && this.#awaits(t)) return true;
     }
     return false;
   }
 
+  #awaits(t: Outgoing): boolean {
+    return t.expectedRegistrations === null || t.registrations.length < t.expectedRegistrations;
+  }
+
   /**
-   * After the forward pass: requests whose last prompt token was computed are complete.
-   * Resolves when their layer pushes have settled, or after SAVE_WAIT_MS: the last layer's push
-   * is in flight when the forward pass ends, and awaiting it here sends write_done as soon as
-   * it lands instead of after the rest of the step (a push that takes longer is not waited
-   * for; write_done then follows it as before).
+   * After the forward pass: pushes the layers not pushed yet; requests whose last prompt token
+   * was computed are complete. Resolves when their pushes have settled, or after SAVE_WAIT_MS:
+   * awaiting them here sends write_done as soon as the last one lands instead of after the rest
+   * of the step (a push that takes longer is not waited for; write_done then follows it).
    */
-  endStep(): Promise<void> {
-    const pending: Promise<void>[] = [];
+  async endStep(): Promise<void> {
+    this.pushPending();
+    const ending: Outgoing[] = [];
     for (const s of this.#step) {
       // READ: the blocks hold this step's KV now. A grant is a lease on blocks that no longer
       // change (the agent records their checksums when it grants them), so it is made here,
@@ -165,12 +215,17 @@ export class MoRIIOProducer {
       if (t && s.last) {
         t.prefillDone = true;
         this.#maybeFinish(t);
-        if (!t.finished) pending.push(...t.writes);
+        if (!t.finished) ending.push(t);
       }
     }
     this.#step = [];
-    if (pending.length === 0) return Promise.resolve();
-    return new Promise<void>((resolve) => {
+    if (ending.length === 0 || this.#ctx.cfg.readMode) return;
+    // A registration that arrived during the forward pass is read when the loop turns; it
+    // pushes every layer computed so far (registration below), and is then waited for too.
+    if (ending.some((t) => this.#awaits(t))) await new Promise<void>((resolve) => setImmediate(resolve));
+    const pending = ending.flatMap((t) => [...t.writes]);
+    if (pending.length === 0) return;
+    await new Promise<void>((resolve) => {
       const timer = setTimeout(resolve, SAVE_WAIT_MS);
       void Promise.allSettled(pending).then(() => {
         clearTimeout(timer);
@@ -205,7 +260,7 @@ export class MoRIIOProducer {
       log.error('MoRIIO handshake with decode %s failed: %s', msg.decode_host, (e as Error).message);
     });
     t.registrations.push(reg);
-    for (const [region, map] of t.computed) this.#write(t, reg, region, map);
+    this.#write(t, reg, t.computed);
     this.#maybeFinish(t);
   }
 
@@ -220,30 +275,43 @@ export class MoRIIOProducer {
     this.#maybeFinish(t);
   }
 
-  #blockSize(): number {
-    return this.#ctx.blockSize;
-  }
-
-  #write(t: Outgoing, reg: Registration, region: number, blocks: ReadonlyMap<number, number>): boolean {
+  /** One WRITE of these layers' blocks (region → position → local id) into the rank's blocks. */
+  #write(t: Outgoing, reg: Registration, layers: ReadonlyMap<number, ReadonlyMap<number, number>>): boolean {
+    if (!reg.agent || reg.failed) return false;
     const remoteByPos = new Map<number, number>();
     reg.msg.block_positions.forEach((pos, i) => {
       const id = reg.msg.block_notify_list[i];
       if (id !== undefined) remoteByPos.set(pos, id);
     });
-    const local: number[] = [];
-    const remote: number[] = [];
-    for (const [pos, id] of blocks) {
-      const r = remoteByPos.get(pos);
-      if (r === undefined) continue;
-      local.push(id);
-      remote.push(r);
+    const pairs: {
+      localRegion: number;
+      localBlockIds: number[];
+      remoteRegion: number;
+      remoteBlockIds: number[];
+    }[] = [];
+    for (const [region, blocks] of layers) {
+      const local: number[] = [];
+      const remote: number[] = [];
+      for (const [pos, id] of blocks) {
+        const r = remoteByPos.get(pos);
+        if (r === undefined) continue;
+        local.push(id);
+        remote.push(r);
+      }
+      if (local.length > 0)
+        pairs.push({
+          localRegion: region,
+          localBlockIds: local,
+          remoteRegion: region,
+          remoteBlockIds: remote,
+        });
     }
-    if (local.length === 0 || !reg.agent || reg.failed) return false;
-    if (t.writes.size === 0 && t.computed.size <= 1) emitMoRIIOEvent('first_layer_written', t.transferId);
+    if (pairs.length === 0) return false;
+    if (!t.pushed) {
+      t.pushed = true;
+      emitMoRIIOEvent('first_layer_written', t.transferId);
+    }
     const { agent, stats } = this.#ctx;
-    const pairs = [
-      { localRegion: region, localBlockIds: local, remoteRegion: region, remoteBlockIds: remote },
-    ];
     const p = reg.agent
       .then(async (name) => {
         let handle: TransferHandle;

@@ -12,6 +12,8 @@ export interface MoRIIOWorkerContext {
   readonly blockSize: number;
   /** Region (KV tensor) ids, one per layer. */
   readonly regions: readonly number[];
+  /** Bytes of one block of each region, by region id. */
+  readonly blockBytes: ReadonlyMap<number, number>;
   /** This worker's own listener ports (after the per-worker offset). */
   readonly handshakePort: number;
   readonly notifyPort: number;

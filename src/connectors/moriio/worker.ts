@@ -138,6 +138,7 @@ export class MoRIIOWorker {
       totalKvHeads,
       blockSize,
       regions: memory.tensors.map((t) => t.index),
+      blockBytes: new Map(memory.tensors.map((t) => [t.index, t.blockBytes])),
       handshakePort,
       notifyPort,
       stats: this.#stats,
@@ -209,12 +210,17 @@ export class MoRIIOWorker {
   }
 
   async saveKvLayer(layerName: string): Promise<void> {
-    if (!this.#memory || !this.#producer) return;
-    const posted = this.#producer.saveLayer(this.#memory.tensorIndexOfLayer(layerName));
-    // Let the event loop push the bytes out while the next layer computes, and take a
-    // consumer's registration that arrived during this layer (its layers are pushed from now on).
-    if (posted || this.#producer.awaitingRegistration)
-      await new Promise<void>((resolve) => setImmediate(resolve));
+    const producer = this.#producer;
+    if (!this.#memory || !producer) return;
+    if (!producer.saveLayer(this.#memory.tensorIndexOfLayer(layerName))) return;
+    // The layers not pushed yet are worth moving while the next layers compute. A consumer's
+    // registration that arrived during the forward pass waits in a socket until the event loop
+    // turns: let it turn once, so the push reaches that consumer rank too.
+    if (producer.awaitingRegistration) await new Promise<void>((resolve) => setImmediate(resolve));
+    const posted = producer.pushPending();
+    // An agent on this loop moves the bytes only when the loop turns. A threaded agent's
+    // thread has the WRITE already: a turn here would only delay the next layer.
+    if (posted && !this.#cfg.transferThread) await new Promise<void>((resolve) => setImmediate(resolve));
   }
 
   async waitForSave(): Promise<void> {

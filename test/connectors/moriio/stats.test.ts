@@ -78,10 +78,10 @@ async function pairStats(spec: PairSpec): Promise<{
   }
 }
 
-function assertCleanRun(s: MoRIIOStatsData, expectedBytes: number, layers: number): void {
+function assertCleanRun(s: MoRIIOStatsData, expectedBytes: number, transfersPerPrompt: number): void {
   assert.equal(sum(s.bytes_transferred), expectedBytes);
-  // One transfer per layer and prompt, each timed, each a single contiguous run or more.
-  assert.equal(s.bytes_transferred.length, PROMPTS.length * layers);
+  // Each transfer timed, each a single contiguous run or more.
+  assert.equal(s.bytes_transferred.length, PROMPTS.length * transfersPerPrompt);
   assert.equal(s.transfer_duration.length, s.bytes_transferred.length);
   assert.ok(s.transfer_duration.every((t) => t > 0 && t < 10));
   assert.equal(s.num_descriptors.length, s.bytes_transferred.length);
@@ -92,13 +92,14 @@ function assertCleanRun(s: MoRIIOStatsData, expectedBytes: number, layers: numbe
 }
 
 describe('MoRIIO stats, two engines in one process', () => {
-  it('WRITE (xgmi): P reports the writes; bytes = blocks × page bytes × layers; D reports none', async () => {
-    const { poster, other, expectedBytes, layers } = await pairStats({ readMode: false, backend: 'xgmi' });
-    assertCleanRun(poster, expectedBytes, layers);
+  it('WRITE (xgmi): P reports the writes, one per prompt; bytes = blocks × page bytes × layers; D reports none', async () => {
+    const { poster, other, expectedBytes } = await pairStats({ readMode: false, backend: 'xgmi' });
+    // tiny's layers are far below PUSH_MIN_BYTES: all of a prompt's layers go in one WRITE.
+    assertCleanRun(poster, expectedBytes, 1);
     assert.equal(other, null, 'D posts nothing in WRITE mode');
   });
 
-  it('READ (rdma): D reports the reads; bytes = blocks × page bytes × layers; P reports none', async () => {
+  it('READ (rdma): D reports the reads, one per layer; bytes = blocks × page bytes × layers; P reports none', async () => {
     const { poster, other, expectedBytes, layers } = await pairStats({ readMode: true, backend: 'rdma' });
     assertCleanRun(poster, expectedBytes, layers);
     assert.equal(other, null, 'P posts nothing in READ mode');

@@ -3,8 +3,8 @@
  * records the checksums of the blocks each forward pass fills, and its grant sends them. A
  * block changed right after the forward pass filled it fails D's check, and D recomputes
  * (hashing at grant time would have vouched for the changed bytes). The NIXL side of the
- * same contract is in nixl-write-tracking.test.ts. In WRITE mode P records each layer's full
- * blocks as it pushes them, and a same-host D pulls those pushes from P's KV.
+ * same contract is in nixl-write-tracking.test.ts. In WRITE mode P records the full blocks of
+ * the layers it pushes as it pushes them, and a same-host D pulls those pushes from P's KV.
  */
 import assert from 'node:assert/strict';
 import { availableParallelism } from 'node:os';
@@ -53,7 +53,7 @@ it('MoRIIO READ mode: KV changed after the forward pass filled it fails D’s ch
   }
 });
 
-it('MoRIIO WRITE mode over xgmi: pushes of recorded full blocks are pulled by D; a partial last block is sent hashed; tokens match', async () => {
+it('MoRIIO WRITE mode over xgmi: one push of recorded full blocks, pulled by D, and no event-loop turn between layers; a partial last block is sent hashed; tokens match', async () => {
   const spec: PairSpec = { readMode: false, backend: 'xgmi' };
   const pPorts = await moriioPorts();
   const dPorts = await moriioPorts();
@@ -65,8 +65,22 @@ it('MoRIIO WRITE mode over xgmi: pushes of recorded full blocks are pulled by D;
     assert.ok(agent);
     const [group] = (await p.engine()).engine.kvCacheConfig.groups;
     assert.ok(group);
-    const layers = group.layerNames.length;
     const bs = group.spec.blockSize;
+    // The forward pass goes on from layer to layer without letting the event loop turn: the
+    // threaded agent needs no turn, and tiny's layers are pushed together after the last one.
+    let layerCalls = 0;
+    let turns = 0;
+    const saveKvLayer = connector.saveKvLayer.bind(connector);
+    connector.saveKvLayer = async (layerName, ctx) => {
+      layerCalls++;
+      let turned = false;
+      const probe = setImmediate(() => {
+        turned = true;
+      });
+      await saveKvLayer(layerName, ctx);
+      clearImmediate(probe);
+      if (turned) turns++;
+    };
     // Two full blocks: every layer's push is of recorded blocks, so D copies it itself.
     const full = { promptTokenIds: Array.from({ length: 2 * bs }, (_, i) => 10 + ((i * 7) % 90)) };
     // A partial last block is hashed as it is sent (it could still change): pushed, not pulled.
@@ -84,10 +98,11 @@ it('MoRIIO WRITE mode over xgmi: pushes of recorded full blocks are pulled by D;
     const first = await runPair(p, d, pPorts, dPorts, spec, [full] as never);
     // write_done left only after every layer's WRITE ended, so their stats are in.
     await waitUntil('a pulled WRITE counted', () => pulled() >= 1);
-    // One WRITE per layer. D declines to pull one whose copy overlapped a change of P's lease
-    // table (P's next layer publishing its own pull); P then sends those bytes itself.
+    // One WRITE of every layer, after the forward pass.
     const pulledFull = pulled();
-    assert.ok(pulledFull <= layers, `at most one pulled WRITE per layer, got ${pulledFull}`);
+    assert.equal(pulledFull, 1, 'one pulled WRITE per request');
+    assert.ok(layerCalls > 0, 'saveKvLayer ran');
+    assert.equal(turns, 0, 'no event-loop turn between layers');
     const second = await runPair(p, d, pPorts, dPorts, spec, [partial] as never);
     assert.deepEqual([...first.tokens, ...second.tokens], expected);
     await waitForEmptyPool(p);

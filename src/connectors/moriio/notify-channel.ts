@@ -1,7 +1,11 @@
 /**
  * MoRIIO's notify channel (vLLM uses ZMQ + msgpack): small JSON control messages, one per
- * line over TCP. Each worker listens on notify_port + dp_local * tp_size + tp_rank; senders
- * open a short connection per message, so a dead peer costs one refused connect.
+ * line over TCP. Each worker listens on notify_port + dp_local * tp_size + tp_rank. A sender
+ * keeps one connection per peer listener open (as vLLM's ZMQ DEALER sockets stay connected),
+ * so a message leaves at once, in order, in one wake-up of the peer: a connection per message
+ * would cost a handshake, a loop turn before the write and a second wake-up (the accept) of a
+ * peer that waits for exactly this message (write_done). A connection that fails or closes is
+ * dropped; the next message opens a new one, so a dead peer costs one refused connect.
  */
 import { connect, createServer, type Server, type Socket } from 'node:net';
 import { KVError } from '../../errors/kv-error.ts';
@@ -99,37 +103,70 @@ function parseMessage(line: string): NotifyMessage | null {
   return t === 'remote_blocks' || t === 'write_done' || t === 'release' ? (o as NotifyMessage) : null;
 }
 
-/** Sends one message; rejects if the peer cannot be reached within timeoutMs. */
-export function sendNotify(
-  host: string,
-  port: number,
-  message: NotifyMessage,
-  timeoutMs = 5000,
-): Promise<void> {
-  return new Promise((resolve, reject) => {
-    const socket = connect({ host, port });
+/** Open connections to peers' notify listeners, by host:port; each resolves once connected. */
+const links = new Map<string, { socket: Socket; connected: Promise<void> }>();
+
+function notifyError(host: string, port: number, type: string, e: Error): KVError {
+  return new KVError(
+    'MORIIO_NOTIFY_FAILED',
+    `MoRIIO notify ${type} to ${host}:${port} failed: ${e.message}`,
+    {
+      hint: 'Check that the peer engine is running and that its notify_port (plus the worker offset) is reachable.',
+      cause: e,
+    },
+  );
+}
+
+function linkTo(host: string, port: number, timeoutMs: number): { socket: Socket; connected: Promise<void> } {
+  const key = `${host}:${port}`;
+  const open = links.get(key);
+  if (open && !open.socket.destroyed && !open.socket.readableEnded) return open;
+  const socket = connect({ host, port });
+  socket.setNoDelay(true);
+  // An idle link does not keep the process alive.
+  socket.unref();
+  const connected = new Promise<void>((resolve, reject) => {
     const timer = setTimeout(
       () => socket.destroy(new Error(`no connection within ${timeoutMs} ms`)),
       timeoutMs,
     );
     socket.once('connect', () => {
-      socket.end(`${JSON.stringify(message)}\n`, () => {
-        clearTimeout(timer);
-        resolve();
-      });
+      clearTimeout(timer);
+      resolve();
     });
     socket.once('error', (e) => {
       clearTimeout(timer);
-      reject(
-        new KVError(
-          'MORIIO_NOTIFY_FAILED',
-          `MoRIIO notify ${message.type} to ${host}:${port} failed: ${e.message}`,
-          {
-            hint: 'Check that the peer engine is running and that its notify_port (plus the worker offset) is reachable.',
-            cause: e,
-          },
-        ),
-      );
+      reject(e);
     });
   });
+  connected.catch(() => {});
+  // The listener never answers: data would be a protocol error, and the peer closing ends the link.
+  socket.on('data', () => socket.destroy());
+  socket.on('end', () => socket.destroy());
+  socket.on('error', () => {});
+  socket.once('close', () => {
+    if (links.get(key)?.socket === socket) links.delete(key);
+  });
+  const link = { socket, connected };
+  links.set(key, link);
+  return link;
+}
+
+/** Sends one message; rejects if the peer cannot be reached within timeoutMs. */
+export async function sendNotify(
+  host: string,
+  port: number,
+  message: NotifyMessage,
+  timeoutMs = 5000,
+): Promise<void> {
+  const { socket, connected } = linkTo(host, port, timeoutMs);
+  try {
+    await connected;
+    await new Promise<void>((resolve, reject) => {
+      socket.write(`${JSON.stringify(message)}\n`, (e) => (e ? reject(e) : resolve()));
+    });
+  } catch (e) {
+    socket.destroy();
+    throw notifyError(host, port, message.type, e as Error);
+  }
 }

@@ -13,13 +13,13 @@ import { dtypeBytes } from '../../kv/dtype.ts';
 import type { KVCacheConfig, PagedKVMemory } from '../../kv/interfaces.ts';
 import { getLogger } from '../../logging/logger.ts';
 import type { TransferAgent, TransferHandle, TransferStatus } from '../../transfer/index.ts';
-import { copySubBlock, pairSubBlocks } from './block-ratio.ts';
+import { copySubBlock } from './block-ratio.ts';
 import { type HeadPlan, planHeads } from './head-plan.ts';
 import { type BlockShape, type HeadCopy, scatterHeads } from './head-scatter.ts';
 import type { RemoteEngines } from './remote-engines.ts';
 import { readRetryDelayMs } from './retry-policy.ts';
 import { StagingPool } from './staging-pool.ts';
-import { loadTargets, type RecvJob } from './step-metadata.ts';
+import { loadTargets, pairLoad, type RecvJob } from './step-metadata.ts';
 
 const log = getLogger('kvconnect.connectors.nixl.hetero-reader');
 
@@ -126,19 +126,7 @@ export class HeteroTpReader {
     }
     const names = new Map<number, string>();
     for (const rank of plan.notifyRanks) names.set(rank, await d.engines.connect(job.remote, rank));
-    const pairs =
-      ratio === 1 || job.unpaired === undefined
-        ? {
-            local: job.localBlockIds.flat(),
-            remote: job.remoteBlockIds.flat(),
-            sub: job.localBlockIds.flat().map(() => 0),
-          }
-        : pairSubBlocks(
-            job.unpaired.local[0] ?? { positions: [], ids: [] },
-            job.unpaired.remote[0] ?? [],
-            { blockSize: spec.blockSize / ratio, numTokens: job.unpaired.remoteNumTokens },
-            ratio,
-          );
+    const pairs = pairLoad(d.kvCacheConfig, job, ratio);
     const { local, remote } = pairs;
     if (local.length === 0) {
       await Promise.all([...names.values()].map((n) => d.agent.sendNotification(n, notification)));

@@ -11,13 +11,15 @@ import { getLogger } from '../../logging/logger.ts';
 import type { TransferHandle, TransferStatus } from '../../transfer/index.ts';
 import { completionNotification } from './notifications.ts';
 import { readRetryDelayMs, shouldReconnect } from './retry-policy.ts';
-import { loadTargets, type RecvJob } from './step-metadata.ts';
+import { loadTargets, pairLoad, type RecvJob } from './step-metadata.ts';
 import type { WorkerContext } from './worker-context.ts';
 
 const log = getLogger('kvconnect.connectors.nixl.pull-reader');
 
 interface Load {
   readonly job: RecvJob;
+  /** The blocks to READ, paired by token position (equal block sizes). */
+  readonly pairs: { readonly local: number[]; readonly remote: number[] };
   handle: TransferHandle | null;
   settled: boolean;
   /** performance.now() of the first READ; retries stop a lease duration after it. */
@@ -50,6 +52,7 @@ export class PullReader {
     const release = loadTargets(job).length === 0;
     const load: Load = {
       job,
+      pairs: pairLoad(ctx.kvCacheConfig, job, 1),
       handle: null,
       settled: false,
       firstPostAt: 0,
@@ -82,7 +85,7 @@ export class PullReader {
     const job = load.job;
     load.handle = this.#ctx.agent.read(
       agentName,
-      this.#ctx.regionPairs(job.localBlockIds.flat(), job.remoteBlockIds.flat()),
+      this.#ctx.regionPairs(load.pairs.local, load.pairs.remote),
       { notification: this.#notification(job), grantKey: job.remoteRequestId },
     );
     // poll() (the next step) reports it; the engine steps as soon as it settles.

@@ -34,6 +34,7 @@ export interface WorkerContext {
   readonly tpRank: number;
   readonly tpSize: number;
   readonly opts: NixlOptions;
+  readonly kvCacheConfig: KVCacheConfig;
   readonly leases: ProducerLeases;
   /** The model's KV heads over all ranks. */
   readonly totalKvHeads: number;
@@ -127,6 +128,7 @@ export async function openWorkerContext(input: WorkerContextInput): Promise<Work
     tpRank,
     tpSize,
     opts,
+    kvCacheConfig,
     leases: new ProducerLeases(agent, opts.kvLeaseDuration, tpSize),
     totalKvHeads: kvHeads,
     payload,

@@ -29,14 +29,18 @@ export interface PositionedBlocks {
   readonly ids: number[];
 }
 
-/** A producer's (clipped) list ends at block cdiv(numTokens, block_size): derive positions. */
+/**
+ * A producer's (clipped) list ends at block cdiv(numTokens, block_size): derive positions.
+ * `ratio`: the local block size over the producer's (its blocks are that many times smaller).
+ */
 export function remotePositions(
   kvCacheConfig: KVCacheConfig,
   remoteBlockIds: readonly (readonly number[])[],
   remoteNumTokens: number | null,
+  ratio = 1,
 ): PositionedBlocks[] {
   return remoteBlockIds.map((ids, g) => {
-    const blockSize = kvCacheConfig.groups[g]?.spec.blockSize ?? 16;
+    const blockSize = (kvCacheConfig.groups[g]?.spec.blockSize ?? 16) / ratio;
     const total =
       remoteNumTokens !== null && remoteNumTokens > 0 ? cdiv(remoteNumTokens, blockSize) : ids.length;
     const first = Math.max(0, total - ids.length);
@@ -57,29 +61,54 @@ export function blocksToLoad(kvCacheConfig: KVCacheConfig, blocks: KVCacheBlocks
   });
 }
 
-/** Pairs local and remote blocks that hold the same token positions, per group. */
-export function pairByPosition(
+/** Local blocks paired with remote ones, per group; `sub`: the sub-block of the local block each remote block fills. */
+export interface SubBlockPairs {
+  readonly local: number[][];
+  readonly remote: number[][];
+  readonly sub: number[][];
+}
+
+/**
+ * Pairs local and remote blocks by token position, per group, when the remote's blocks are
+ * `ratio` times smaller (positions in remote-size blocks): remote block q lands in the local
+ * block at position floor(q / ratio), as its sub-block q % ratio.
+ */
+export function pairSubBlocks(
   local: readonly PositionedBlocks[],
   remote: readonly PositionedBlocks[],
-): { local: number[][]; remote: number[][] } {
-  const outLocal: number[][] = [];
-  const outRemote: number[][] = [];
+  ratio: number,
+): SubBlockPairs {
+  const out: SubBlockPairs = { local: [], remote: [], sub: [] };
   local.forEach((l, g) => {
     const r = remote[g];
     const byPos = new Map<number, number>();
     if (r) for (let i = 0; i < r.positions.length; i++) byPos.set(r.positions[i]!, r.ids[i]!);
     const li: number[] = [];
     const ri: number[] = [];
+    const si: number[] = [];
     l.positions.forEach((p, i) => {
-      const rid = byPos.get(p);
-      if (rid === undefined || rid === 0) return;
-      li.push(l.ids[i]!);
-      ri.push(rid);
+      for (let sub = 0; sub < ratio; sub++) {
+        const rid = byPos.get(p * ratio + sub);
+        if (rid === undefined || rid === 0) continue;
+        li.push(l.ids[i]!);
+        ri.push(rid);
+        si.push(sub);
+      }
     });
-    outLocal.push(li);
-    outRemote.push(ri);
+    out.local.push(li);
+    out.remote.push(ri);
+    out.sub.push(si);
   });
-  return { local: outLocal, remote: outRemote };
+  return out;
+}
+
+/** Pairs local and remote blocks that hold the same token positions, per group. */
+export function pairByPosition(
+  local: readonly PositionedBlocks[],
+  remote: readonly PositionedBlocks[],
+): { local: number[][]; remote: number[][] } {
+  const pairs = pairSubBlocks(local, remote, 1);
+  return { local: pairs.local, remote: pairs.remote };
 }
 
 export function countBlocks(lists: readonly (readonly number[])[]): number {

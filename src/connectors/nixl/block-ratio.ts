@@ -2,45 +2,11 @@
  * Different block sizes on P and D (pull, docs/connectors/nixl.md#different-block-sizes-on-p-and-d):
  * as vLLM, D's block size must be a multiple of P's (ratio = D / P), one KV cache group
  * (no HMA), and equal tensor-parallel sizes here. Each P block is one sub-block of a D
- * block: P block at token-block position q lands in D block q / ratio at slot q % ratio.
+ * block: P block at token-block position q lands in D block q / ratio at slot q % ratio
+ * (pairSubBlocks, src/connector/block-lists.ts).
  */
 
-import type { PositionedBlocks } from '../../connector/block-lists.ts';
 import { KVError } from '../../errors/kv-error.ts';
-
-/** One remote (P) block and where it lands: D block `localId`, sub-block `sub`. */
-export interface SubBlockPairs {
-  readonly local: number[];
-  readonly sub: number[];
-  readonly remote: number[];
-}
-
-/** The remote blocks' token-block positions in remote-size blocks (the list ends at cdiv(tokens, size)). */
-function remotePositionsOf(ids: readonly number[], blockSize: number, numTokens: number | null): number[] {
-  const total = numTokens !== null && numTokens > 0 ? Math.ceil(numTokens / blockSize) : ids.length;
-  const first = Math.max(0, total - ids.length);
-  return ids.map((_, i) => first + i);
-}
-
-/** Pairs every remote block that falls in one of D's blocks to load (one KV cache group). */
-export function pairSubBlocks(
-  local: PositionedBlocks,
-  remoteIds: readonly number[],
-  remote: { blockSize: number; numTokens: number | null },
-  ratio: number,
-): SubBlockPairs {
-  const localAt = new Map(local.positions.map((p, i) => [p, local.ids[i]!] as const));
-  const out: SubBlockPairs = { local: [], sub: [], remote: [] };
-  remotePositionsOf(remoteIds, remote.blockSize, remote.numTokens).forEach((q, i) => {
-    const localId = localAt.get(Math.floor(q / ratio));
-    const rid = remoteIds[i]!;
-    if (localId === undefined || rid === 0) return;
-    out.local.push(localId);
-    out.sub.push(q % ratio);
-    out.remote.push(rid);
-  });
-  return out;
-}
 
 /**
  * Copies a staged remote block (layout [K,V][remote block size][row]) into sub-block `sub`

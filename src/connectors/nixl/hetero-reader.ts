@@ -13,13 +13,14 @@ import { dtypeBytes } from '../../kv/dtype.ts';
 import type { KVCacheConfig, PagedKVMemory } from '../../kv/interfaces.ts';
 import { getLogger } from '../../logging/logger.ts';
 import type { TransferAgent, TransferHandle, TransferStatus } from '../../transfer/index.ts';
-import { copySubBlock, pairSubBlocks } from './block-ratio.ts';
+import { copySubBlock } from './block-ratio.ts';
+import type { ExpiredReads } from './expired-reads.ts';
 import { type HeadPlan, planHeads } from './head-plan.ts';
 import { type BlockShape, type HeadCopy, scatterHeads } from './head-scatter.ts';
 import type { RemoteEngines } from './remote-engines.ts';
 import { readRetryDelayMs } from './retry-policy.ts';
 import { StagingPool } from './staging-pool.ts';
-import { loadTargets, type RecvJob } from './step-metadata.ts';
+import { loadTargets, pairLoad, type RecvJob } from './step-metadata.ts';
 
 const log = getLogger('kvconnect.connectors.nixl.hetero-reader');
 
@@ -36,6 +37,7 @@ export interface HeteroReaderDeps {
   readonly totalKvHeads: number;
   readonly maxModelLen: number;
   readonly leaseSeconds: number;
+  readonly expiredReads: ExpiredReads;
   recvDone(reqId: string, invalidBlockIds: readonly number[]): void;
   /** Wakes the engine when a posted READ settles: the next step's poll reports it. */
   wakeWhenSettled(handle: TransferHandle): void;
@@ -87,12 +89,15 @@ export class HeteroTpReader {
   }
 
   /**
-   * Starts a load; failures are reported through recvDone with the request's blocks. With
-   * `ratio` above 1 the remote's blocks are that many times smaller (same TP size).
+   * Starts a load once the handshakes with the producer ranks are done: they tell the
+   * producer's clock (a READ of blocks about to expire is declined, ./expired-reads.ts) and
+   * block size (a smaller one, same TP size, is remapped into sub-blocks, ./block-ratio.ts).
+   * Failures, a failed handshake among them, are reported through recvDone with the
+   * request's blocks.
    */
-  start(job: RecvJob, notification: string, ratio = 1): void {
+  start(job: RecvJob, notification: string): void {
     this.#pending++;
-    this.#begin(job, notification, ratio)
+    this.#begin(job, notification)
       .catch((e: unknown) => {
         log.error(
           'NIXL transfer failure: %s | Context: %s',
@@ -104,7 +109,7 @@ export class HeteroTpReader {
       .finally(() => this.#pending--);
   }
 
-  async #begin(job: RecvJob, notification: string, ratio: number): Promise<void> {
+  async #begin(job: RecvJob, notification: string): Promise<void> {
     const d = this.#d;
     const plan = planHeads({
       localTp: d.tpSize,
@@ -126,19 +131,14 @@ export class HeteroTpReader {
     }
     const names = new Map<number, string>();
     for (const rank of plan.notifyRanks) names.set(rank, await d.engines.connect(job.remote, rank));
-    const pairs =
-      ratio === 1 || job.unpaired === undefined
-        ? {
-            local: job.localBlockIds.flat(),
-            remote: job.remoteBlockIds.flat(),
-            sub: job.localBlockIds.flat().map(() => 0),
-          }
-        : pairSubBlocks(
-            job.unpaired.local[0] ?? { positions: [], ids: [] },
-            job.unpaired.remote[0] ?? [],
-            { blockSize: spec.blockSize / ratio, numTokens: job.unpaired.remoteNumTokens },
-            ratio,
-          );
+    const first = plan.notifyRanks[0]!;
+    const targets = loadTargets(job);
+    if (targets.length > 0 && d.expiredReads.decline(job, d.engines.clockOffsetMs(job.remote, first))) {
+      d.recvDone(job.reqId, targets);
+      return;
+    }
+    const ratio = d.engines.blockRatio(job.remote, first) ?? 1;
+    const pairs = pairLoad(d.kvCacheConfig, job, ratio);
     const { local, remote } = pairs;
     if (local.length === 0) {
       await Promise.all([...names.values()].map((n) => d.agent.sendNotification(n, notification)));

@@ -11,7 +11,7 @@ import { getLogger } from '../../logging/logger.ts';
 import type { TransferHandle, TransferStatus } from '../../transfer/index.ts';
 import { completionNotification } from './notifications.ts';
 import { readRetryDelayMs, shouldReconnect } from './retry-policy.ts';
-import { loadTargets, type RecvJob } from './step-metadata.ts';
+import { loadTargets, pairLoad, type RecvJob } from './step-metadata.ts';
 import type { WorkerContext } from './worker-context.ts';
 
 const log = getLogger('kvconnect.connectors.nixl.pull-reader');
@@ -31,9 +31,12 @@ interface Load {
 export class PullReader {
   readonly #ctx: WorkerContext;
   readonly #loads = new Map<string, Load>();
+  /** Takes over a load whose producer has smaller blocks (staged, ./hetero-reader.ts). */
+  readonly #remap: (job: RecvJob) => void;
 
-  constructor(ctx: WorkerContext) {
+  constructor(ctx: WorkerContext, remap: (job: RecvJob) => void) {
     this.#ctx = ctx;
+    this.#remap = remap;
   }
 
   get busy(): boolean {
@@ -44,7 +47,13 @@ export class PullReader {
     return completionNotification(job.remoteRequestId, this.#ctx.tpSize);
   }
 
-  /** Starts a load; a job with no local blocks only tells the producer it may free them. */
+  /**
+   * Starts a load once the handshake with the producer is done. It tells the producer's clock
+   * (a READ of blocks about to expire is declined, ./expired-reads.ts) and block size (a
+   * smaller one is handed to the staged reader). A failed handshake fails the load, counted
+   * once (num_failed_handshakes). A job with no local blocks only tells the producer it may
+   * free them.
+   */
   start(job: RecvJob): void {
     const ctx = this.#ctx;
     const release = loadTargets(job).length === 0;
@@ -64,6 +73,15 @@ export class PullReader {
         await ctx.agent.sendNotification(agentName, this.#notification(job));
         return;
       }
+      if (ctx.expiredReads.decline(job, ctx.clockOffsetMs(job.remote))) {
+        this.#fail(load, loadTargets(job));
+        return;
+      }
+      if ((ctx.blockRatio(job.remote) ?? 1) !== 1) {
+        this.#loads.delete(job.reqId);
+        this.#remap(job);
+        return;
+      }
       load.firstPostAt = performance.now();
       this.#post(load, agentName);
     };
@@ -80,11 +98,11 @@ export class PullReader {
 
   #post(load: Load, agentName: string): void {
     const job = load.job;
-    load.handle = this.#ctx.agent.read(
-      agentName,
-      this.#ctx.regionPairs(job.localBlockIds.flat(), job.remoteBlockIds.flat()),
-      { notification: this.#notification(job), grantKey: job.remoteRequestId },
-    );
+    const pairs = pairLoad(this.#ctx.kvCacheConfig, job, 1);
+    load.handle = this.#ctx.agent.read(agentName, this.#ctx.regionPairs(pairs.local, pairs.remote), {
+      notification: this.#notification(job),
+      grantKey: job.remoteRequestId,
+    });
     // poll() (the next step) reports it; the engine steps as soon as it settles.
     this.#ctx.wakeWhenSettled(load.handle);
   }

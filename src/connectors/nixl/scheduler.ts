@@ -10,7 +10,7 @@
  */
 import { networkInterfaces } from 'node:os';
 import type { EngineConfig } from '../../config/types.ts';
-import { blocksToLoad, clipToWindows, pairByPosition, remotePositions } from '../../connector/block-lists.ts';
+import { blocksToLoad, clipToWindows, remotePositions } from '../../connector/block-lists.ts';
 import type {
   ConnectorRequest,
   KVConnectorHandshakeMetadata,
@@ -176,7 +176,7 @@ export class NixlScheduler {
     this.#pullFrom(req, p, remote, local);
   }
 
-  /** Queues a READ of the remote's blocks into `local`, paired by token position. */
+  /** Queues a READ of the remote's blocks into `local` (the worker pairs them by token position). */
   #pullFrom(
     req: ConnectorRequest,
     p: KVTransferParams,
@@ -192,19 +192,14 @@ export class NixlScheduler {
       );
       return;
     }
-    const remoteLists = normaliseGroups(remoteIds);
-    const pairs = pairByPosition(
-      local,
-      remotePositions(this.#kvCacheConfig, remoteLists, readRemoteNumTokens(p)),
-    );
     this.#recv.push({
       reqId: req.requestId,
       remoteRequestId,
       remote,
-      localBlockIds: pairs.local,
-      remoteBlockIds: pairs.remote,
+      local,
+      remoteBlockIds: normaliseGroups(remoteIds),
+      remoteNumTokens: readRemoteNumTokens(p),
       blocksExpiryTime: readBlocksExpiryTime(p),
-      unpaired: { local, remote: remoteLists, remoteNumTokens: readRemoteNumTokens(p) },
     });
   }
 
@@ -312,8 +307,9 @@ export class NixlScheduler {
       reqId: req.requestId,
       remoteRequestId: rid,
       remote,
-      localBlockIds: [],
+      local: [],
       remoteBlockIds: [],
+      remoteNumTokens: null,
     });
   }
 

@@ -1,5 +1,6 @@
 /** Plain data the scheduler-side connector hands its workers each step (structured-clone safe). */
-import type { PositionedBlocks } from '../../connector/block-lists.ts';
+import { type PositionedBlocks, pairSubBlocks, remotePositions } from '../../connector/block-lists.ts';
+import type { KVCacheConfig } from '../../kv/interfaces.ts';
 
 export interface RemoteEndpoint {
   readonly engineId: string;
@@ -8,28 +9,26 @@ export interface RemoteEndpoint {
   readonly tpSize: number;
 }
 
-/** Pull, consumer: READ `remote` blocks into `local` (empty lists = release notification only). */
+/**
+ * Pull, consumer: READ the remote's blocks into the local ones that hold the same tokens
+ * (no local blocks = release notification only). The lists travel unpaired: the remote's
+ * block size, which pairing needs, is known once the worker's handshake told it (pairLoad).
+ */
 export interface RecvJob {
   readonly reqId: string;
   readonly remoteRequestId: string;
   readonly remote: RemoteEndpoint;
-  readonly localBlockIds: number[][];
+  /** The local blocks to load, by token position. */
+  readonly local: PositionedBlocks[];
+  /** The remote's (clipped) lists, per group, as its answer named them. */
   readonly remoteBlockIds: number[][];
+  /** The tokens the remote computed (its lists end at block cdiv(tokens, its block size)); null = unknown. */
+  readonly remoteNumTokens: number | null;
   /**
    * Bidirectional, P reading D's kept blocks: D's deadline (seconds on D's scheduler clock,
    * remote_blocks_expiry_time); null or absent = no deadline known.
    */
   readonly blocksExpiryTime?: number | null;
-  /**
-   * The lists before pairing (local blocks to load by position, the remote's lists and
-   * token count): a remote with smaller blocks is paired by the worker once the handshake
-   * told it the remote's block size (./block-ratio.ts).
-   */
-  readonly unpaired?: {
-    readonly local: PositionedBlocks[];
-    readonly remote: number[][];
-    readonly remoteNumTokens: number | null;
-  };
 }
 
 /** Producer: a finished request's blocks, held under a lease until the consumer is done. */
@@ -42,7 +41,22 @@ export interface SendJob {
 
 /** The local blocks a load fills: all of them are invalid when it fails. */
 export function loadTargets(job: RecvJob): number[] {
-  return job.unpaired ? job.unpaired.local.flatMap((g) => g.ids) : job.localBlockIds.flat();
+  return job.local.flatMap((g) => g.ids);
+}
+
+/**
+ * A load's block pairs over all groups, by token position, once the handshake told the
+ * remote's block size (`ratio`: the local one over it, ./block-ratio.ts): remote block
+ * `remote[i]` fills sub-block `sub[i]` of local block `local[i]`.
+ */
+export function pairLoad(
+  kvCacheConfig: KVCacheConfig,
+  job: RecvJob,
+  ratio: number,
+): { local: number[]; remote: number[]; sub: number[] } {
+  const remote = remotePositions(kvCacheConfig, job.remoteBlockIds, job.remoteNumTokens, ratio);
+  const pairs = pairSubBlocks(job.local, remote, ratio);
+  return { local: pairs.local.flat(), remote: pairs.remote.flat(), sub: pairs.sub.flat() };
 }
 
 /** Push, consumer → producer: where the producer may WRITE a request's blocks. */

@@ -16,6 +16,7 @@ import {
   type TransferHandle,
 } from '../../transfer/index.ts';
 import { effectiveGrantWaitMs, type NixlOptions } from './config.ts';
+import { ExpiredReads } from './expired-reads.ts';
 import {
   compatibilityFactors,
   computeCompatibilityHash,
@@ -34,7 +35,10 @@ export interface WorkerContext {
   readonly tpRank: number;
   readonly tpSize: number;
   readonly opts: NixlOptions;
+  readonly kvCacheConfig: KVCacheConfig;
   readonly leases: ProducerLeases;
+  /** Reads of D's kept blocks declined because they were about to expire. */
+  readonly expiredReads: ExpiredReads;
   /** The model's KV heads over all ranks. */
   readonly totalKvHeads: number;
   /** This rank's handshake payload, served on the side channel. */
@@ -127,7 +131,9 @@ export async function openWorkerContext(input: WorkerContextInput): Promise<Work
     tpRank,
     tpSize,
     opts,
+    kvCacheConfig,
     leases: new ProducerLeases(agent, opts.kvLeaseDuration, tpSize),
+    expiredReads: new ExpiredReads(),
     totalKvHeads: kvHeads,
     payload,
     regionPairs: (localIds, remoteIds) =>

@@ -19,7 +19,7 @@ import { completionNotification, heartbeatMessages, routeNotification } from './
 import { PullReader } from './pull-reader.ts';
 import { PushConsumer, PushProducer } from './push-worker.ts';
 import { isEmptyNixlStats, statsFromTransfer } from './stats.ts';
-import { type HeartbeatJob, loadTargets, type NixlStepMetadata, type RecvJob } from './step-metadata.ts';
+import type { HeartbeatJob, NixlStepMetadata, RecvJob } from './step-metadata.ts';
 import { handshakeTargetRanks } from './tp-mapping.ts';
 import { openWorkerContext, type WorkerContext } from './worker-context.ts';
 
@@ -27,9 +27,6 @@ const log = getLogger('kvconnect.connectors.nixl.worker');
 
 /** How often idle remote engines are looked for (engine_ttl). */
 const EVICTION_INTERVAL_MS = 60_000;
-
-/** vLLM's margin: a READ of D's kept blocks is declined when they expire within it. */
-const KV_BLOCKS_EXPIRY_SAFETY_MARGIN_MS = 5000;
 
 export class NixlWorker {
   readonly mode: TransferMode;
@@ -45,8 +42,6 @@ export class NixlWorker {
   #pushProducer: PushProducer | null = null;
   #pushConsumer: PushConsumer | null = null;
   #recving: string[] = [];
-  /** Reads of D's kept blocks declined because they were about to expire (num_kv_expired_reqs). */
-  #declinedExpired = 0;
   readonly #invalid = new Set<number>();
   #lastEviction = Date.now();
   /** Ends the engine's idle wait (KVConnectorBase.wakeEngine). */
@@ -101,8 +96,7 @@ export class NixlWorker {
     // A peer's notification (a completed push, a READ done on our blocks) is reported by the next step.
     ctx.agent.onNotification(this.#wake);
     if (this.mode === 'pull') {
-      this.#pull = new PullReader(ctx);
-      this.#hetero = new HeteroTpReader({
+      const hetero = new HeteroTpReader({
         agent: ctx.agent,
         engines: ctx.engines,
         memory,
@@ -112,9 +106,13 @@ export class NixlWorker {
         totalKvHeads: ctx.totalKvHeads,
         maxModelLen: this.#engineConfig.model.maxModelLen,
         leaseSeconds: this.#opts.kvLeaseDuration,
+        expiredReads: ctx.expiredReads,
         recvDone: ctx.recvDone,
         wakeWhenSettled: ctx.wakeWhenSettled,
       });
+      this.#hetero = hetero;
+      // A producer with smaller blocks is found at the handshake: its loads are staged too.
+      this.#pull = new PullReader(ctx, (job) => hetero.start(job, this.#notification(job)));
     }
     if (this.mode === 'push') {
       this.#pushProducer = new PushProducer(ctx);
@@ -144,57 +142,18 @@ export class NixlWorker {
   }
 
   /**
-   * Starts a load once the handshake with the remote is done, which tells its block size
-   * (a smaller one is remapped, ./block-ratio.ts) and, for the blocks D kept for a next turn
-   * (bidirectional), D's clock: a READ of blocks that expire within the safety margin is
-   * declined, the request's blocks are reported invalid (kv_load_failure_policy decides) and
-   * D frees them at its TTL.
+   * Starts a load: from a producer of another tensor-parallel size staged and head-sliced
+   * (hetero-reader.ts), else read straight into the local blocks (pull-reader.ts). Each reader
+   * handshakes, declines a READ of blocks about to expire (./expired-reads.ts) and reports a
+   * failed handshake as the load's failure.
    */
   #startRead(job: RecvJob): void {
-    const ctx = this.#ctx;
-    if (!ctx || loadTargets(job).length === 0) {
-      this.#dispatchRead(job);
-      return;
-    }
-    ctx.connect(job.remote).then(
-      () => {
-        const deadline = job.blocksExpiryTime;
-        const offset = ctx.clockOffsetMs(job.remote) ?? 0;
-        if (
-          deadline !== undefined &&
-          deadline !== null &&
-          performance.now() + KV_BLOCKS_EXPIRY_SAFETY_MARGIN_MS >= deadline * 1000 - offset
-        ) {
-          log.warn('Declining expired remote read for %s from engine %s.', job.reqId, job.remote.engineId);
-          this.#declinedExpired++;
-          ctx.recvDone(job.reqId, loadTargets(job));
-          return;
-        }
-        const ratio = ctx.blockRatio(job.remote) ?? 1;
-        if (ratio !== 1 && this.#hetero) {
-          this.#hetero.start(job, completionNotification(job.remoteRequestId, this.tpSize), ratio);
-          return;
-        }
-        this.#dispatchRead(job);
-      },
-      // One handshake per attempt: its failure is the load's (num_failed_handshakes counts it once).
-      (e: unknown) => {
-        log.error(
-          'NIXL transfer failure: %s | Context: %s',
-          'handshake_failed',
-          `request ${job.reqId} from ${job.remote.engineId}: ${String((e as Error)?.message ?? e)}`,
-        );
-        ctx.recvDone(job.reqId, loadTargets(job));
-      },
-    );
+    if (this.#hetero && job.remote.tpSize !== this.tpSize) this.#hetero.start(job, this.#notification(job));
+    else this.#pull?.start(job);
   }
 
-  #dispatchRead(job: RecvJob): void {
-    if (this.#hetero && job.remote.tpSize !== this.tpSize) {
-      this.#hetero.start(job, completionNotification(job.remoteRequestId, this.tpSize));
-      return;
-    }
-    this.#pull?.start(job);
+  #notification(job: RecvJob): string {
+    return completionNotification(job.remoteRequestId, this.tpSize);
   }
 
   #sendHeartbeat(ctx: WorkerContext, hb: HeartbeatJob): void {
@@ -229,7 +188,7 @@ export class NixlWorker {
     if (!ctx) return { sending: null, recving: null };
     this.#drainNotifications(ctx);
     this.#pull?.poll();
-    this.#hetero?.poll((job) => completionNotification(job.remoteRequestId, this.tpSize));
+    this.#hetero?.poll((job) => this.#notification(job));
     this.#pushProducer?.poll();
     this.#pushConsumer?.poll();
     ctx.leases.expire();
@@ -249,7 +208,7 @@ export class NixlWorker {
     const ctx = this.#ctx;
     if (!ctx) return null;
     const data = statsFromTransfer(ctx.agent.resetStats(), {
-      expired: ctx.leases.takeExpiredCount() + this.#takeDeclinedExpired(),
+      expired: ctx.leases.takeExpiredCount() + ctx.expiredReads.takeCount(),
       afterExpiry: ctx.leases.takeAfterExpiryCount(),
       failedHandshakes: ctx.engines.takeFailedHandshakes(),
     });
@@ -257,12 +216,6 @@ export class NixlWorker {
     const link = linkStatsData(takeLinkStats(ctx.agent));
     if (link) return { ...data, kv_link: link };
     return isEmptyNixlStats(data) ? null : { ...data };
-  }
-
-  #takeDeclinedExpired(): number {
-    const n = this.#declinedExpired;
-    this.#declinedExpired = 0;
-    return n;
   }
 
   /** True while this worker still has loads or pushes in flight. */

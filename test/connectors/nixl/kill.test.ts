@@ -3,7 +3,7 @@
  *  - P killed mid-transfer (frozen while serving D's READ): D's load fails within a bounded
  *    time; kv_load_failure_policy=fail ends the request with an error, recompute yields the
  *    plain engine's tokens; D's pool returns to empty.
- *  - D killed before reading (its request queued behind a busy slot, heartbeating P): P's
+ *  - D killed before reading (its worker never reads; it heartbeats P): P's
  *    lease, kept alive by the heartbeats, runs out once D is gone and P's pool empties.
  */
 import assert from 'node:assert/strict';

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { createServer } from 'node:net';
 import { describe, it } from 'node:test';
 import { runCli } from '../../../src/cli/program.ts';
-import { clipToWindows, pairByPosition } from '../../../src/connector/block-lists.ts';
+import { clipToWindows, pairByPosition, pairSubBlocks } from '../../../src/connector/block-lists.ts';
 import {
   computeTpMapping,
   consumersPerProducer,
@@ -130,6 +130,17 @@ describe('block lists', () => {
     const local = [{ positions: [2, 3], ids: [40, 41] }];
     const remote = [{ positions: [0, 1, 2, 3], ids: [10, 11, 12, 13] }];
     assert.deepEqual(pairByPosition(local, remote), { local: [[40, 41]], remote: [[12, 13]] });
+  });
+
+  it('pairs smaller remote blocks into the sub-blocks of the local block holding their tokens', () => {
+    const local = [{ positions: [1, 2], ids: [40, 41] }];
+    // ratio 2: remote block q holds the tokens of local block q / 2, sub-block q % 2; id 0 is null.
+    const remote = [{ positions: [0, 1, 2, 3, 4, 5], ids: [10, 11, 12, 0, 14, 15] }];
+    assert.deepEqual(pairSubBlocks(local, remote, 2), {
+      local: [[40, 41, 41]],
+      remote: [[12, 14, 15]],
+      sub: [[0, 0, 1]],
+    });
   });
 });
 

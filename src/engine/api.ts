@@ -92,6 +92,8 @@ export interface GenerateRequest {
    * when the connector knows them then (docs/connector-api.md#params-ahead).
    */
   onKvTransferParamsAhead?: (params: KVTransferParams) => void;
+  /** kvconnect: record RequestMetrics.milestones (the server's request timelines need them). */
+  recordMilestones?: boolean;
 }
 
 export interface RequestMetrics {

@@ -269,6 +269,7 @@ export class Engine {
       loraRequest: req.loraRequest ?? null,
       arrivalTime,
       blockHasher: this.#blockHasher,
+      recordMilestones: req.recordMilestones === true,
     });
     this.scheduler.addRequest(request);
     if (this.#stepTime && req.kvTransferParams?.['do_remote_prefill'] === true)

@@ -26,6 +26,8 @@ export interface RequestInit {
   arrivalTime?: number;
   blockHasher?: BlockHashSource | null;
   loraRequest?: LoRARequest | null;
+  /** Record the wall-clock milestones of RequestMetrics (a server keeping request timelines). */
+  recordMilestones?: boolean;
 }
 
 /** Why a request is waiting on its peer after it finished (see HANDOFF_PENDING). */
@@ -93,7 +95,9 @@ export class Request implements ConnectorRequest, CacheRequest {
       numExternalTokens: 0,
       externalCacheHitSources: {},
       numGeneratedTokens: 0,
-      milestones: { kvLoadStartedAt: null, kvLoadFinishedAt: null, scheduledAt: null },
+      ...(init.recordMilestones
+        ? { milestones: { kvLoadStartedAt: null, kvLoadFinishedAt: null, scheduledAt: null } }
+        : {}),
     };
     this.#updateBlockHashes();
   }

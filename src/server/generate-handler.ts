@@ -136,7 +136,10 @@ export async function handleGenerate(
       tokenizer: ctx.engine.tokenizer,
     };
     const requests = buildEngineRequests(plan, responseId, ctx.disableRandomization);
-    if (lora) for (const r of requests.requests) r.loraRequest = lora;
+    for (const r of requests.requests) {
+      if (lora) r.loraRequest = lora;
+      if (timeline) r.recordMilestones = true;
+    }
     const [only, ...more] = requests.requests;
     if (only && more.length === 0 && !plan.beamSearch && wantsParamsAhead(req.headers[PARAMS_AHEAD_HEADER])) {
       only.onKvTransferParamsAhead = (params) => {

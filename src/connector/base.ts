@@ -254,15 +254,12 @@ export abstract class KVConnectorBase {
   /**
    * kvconnect: the kv_transfer_params requestFinished will return, known before the step that
    * completes the request's prompt and finishes it runs its forward pass: `blockIds` (one list
-   * per group) and `numComputedTokens` are what requestFinished will see. A prefill server sends
-   * them ahead to a proxy that asked (docs/connector-api.md#params-ahead), which starts the
-   * decode leg during the prefill. No side effects; null (the default): not known ahead.
+   * per group) and the request's `numComputedTokens` (the scheduler counts a step's tokens when
+   * it schedules them) are what requestFinished will see. A prefill server sends them ahead to a
+   * proxy that asked (docs/connector-api.md#params-ahead), which starts the decode leg during
+   * the prefill. No side effects; null (the default): not known ahead.
    */
-  kvTransferParamsAhead(
-    _request: ConnectorRequest,
-    _blockIds: number[][],
-    _numComputedTokens: number,
-  ): KVTransferParams | null {
+  kvTransferParamsAhead(_request: ConnectorRequest, _blockIds: number[][]): KVTransferParams | null {
     return null;
   }
 

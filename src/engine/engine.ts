@@ -504,7 +504,7 @@ export class Engine {
   #toDeltas(outputs: readonly EngineCoreOutput[]): RequestOutputDelta[] {
     const deltas: RequestOutputDelta[] = [];
     for (const out of outputs) {
-      if (out.finished) this.#paramsAhead.delete(out.requestId);
+      if (out.finished && this.#paramsAhead.size > 0) this.#paramsAhead.delete(out.requestId);
       if (!this.#outputs.has(out.requestId)) continue;
       const { delta, stopStringMatched } = this.#outputs.process(out);
       if (stopStringMatched) {

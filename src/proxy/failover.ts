@@ -77,6 +77,13 @@ type DecodeSource =
   | { kind: 'prefilled'; plan: FlowPlan; params: Json | null }
   | { kind: 'local'; body: Json; headers: Record<string, string> };
 
+/** A decode leg sent on P's kv_transfer_params ahead (NIXL pull), before P answered. */
+interface AheadLeg {
+  params: Json;
+  response: Promise<UpstreamResponse>;
+  abort: AbortController;
+}
+
 /** A decode leg under way (concurrent flows start it with the prefill leg). */
 interface DecodeLeg {
   decode: Backend;
@@ -348,7 +355,7 @@ export class RequestFailover {
     };
     // NIXL pull with params ahead: D is sent when P announces its kv_transfer_params (a 103
     // before its prefill runs), and kept if P's answer carries the same ones.
-    let ahead: { params: Json; response: Promise<UpstreamResponse>; abort: AbortController } | null = null;
+    let ahead: AheadLeg | null = null;
     const onInfo: InfoListener | undefined = plan.paramsAhead
       ? (info) => {
           const params = ahead === null && info.statusCode === 103 ? paramsAheadOf(info.headers) : null;
@@ -442,10 +449,7 @@ export class RequestFailover {
    * The decode leg sent on P's params ahead, if P answered the same params; else that leg is
    * aborted (D frees what it allocated) and null is returned, for D to be sent P's answer.
    */
-  #aheadResponse(
-    ahead: { params: Json; response: Promise<UpstreamResponse>; abort: AbortController } | null,
-    params: Json | null,
-  ): Promise<UpstreamResponse> | null {
+  #aheadResponse(ahead: AheadLeg | null, params: Json | null): Promise<UpstreamResponse> | null {
     if (ahead === null) return null;
     if (params !== null && isDeepStrictEqual(params, ahead.params)) return ahead.response;
     log.warn(

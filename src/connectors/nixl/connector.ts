@@ -209,12 +209,8 @@ abstract class NixlBaseConnector extends KVConnectorBase {
     );
   }
 
-  override kvTransferParamsAhead(
-    request: ConnectorRequest,
-    blockIds: number[][],
-    numComputedTokens: number,
-  ): KVTransferParams | null {
-    return this.#scheduler?.paramsAhead(request, blockIds, numComputedTokens) ?? null;
+  override kvTransferParamsAhead(request: ConnectorRequest, blockIds: number[][]): KVTransferParams | null {
+    return this.#scheduler?.paramsAhead(request, blockIds) ?? null;
   }
 
   override hasPendingPushWork(): boolean {

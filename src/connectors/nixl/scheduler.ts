@@ -246,8 +246,7 @@ export class NixlScheduler {
       this.#notProcessed.push(req.requestId);
       return { delayFree: false, kvTransferParams: null };
     }
-    const finished = this.#handoff(req, blockIds, req.numComputedTokens);
-    const delay = finished.numTokens > 0;
+    const { finished, delay } = this.#handoff(req, blockIds);
     // D's blocks wait for a client-driven next turn: a fixed TTL, no heartbeats.
     const holdSeconds = isPrefill ? this.#opts.kvLeaseDuration : this.#opts.decoderKvBlocksTtl;
     if (delay) {
@@ -266,21 +265,20 @@ export class NixlScheduler {
    * READ waits at this engine's agent for the grant requestFinished's hand-off makes), equal
    * to what requestFinished will return. Push mode has D registered already: null.
    */
-  paramsAhead(
-    req: ConnectorRequest,
-    blockIds: number[][],
-    numComputedTokens: number,
-  ): KVTransferParams | null {
+  paramsAhead(req: ConnectorRequest, blockIds: number[][]): KVTransferParams | null {
     if (this.mode !== 'pull' || req.kvTransferParams?.['do_remote_decode'] !== true) return null;
-    return nixlPrefillResult(this.#handoff(req, blockIds, numComputedTokens));
+    return nixlPrefillResult(this.#handoff(req, blockIds).finished);
   }
 
-  /** What a finished request hands off: its blocks (clipped to the windows) and where they are. */
-  #handoff(req: ConnectorRequest, blockIds: number[][], numComputedTokens: number) {
+  /**
+   * What a finished request hands off: its blocks (clipped to the windows) and where they are;
+   * `delay`: some block is real, so the blocks wait for the peer.
+   */
+  #handoff(req: ConnectorRequest, blockIds: number[][]) {
     const clipped = clipToWindows(this.#kvCacheConfig, blockIds);
     const delay = clipped.some((g) => g.some((id) => id !== 0));
     const where = this.#advertised ?? { host: this.#opts.sideChannelHost, port: this.#opts.sideChannelPort };
-    return {
+    const finished = {
       remote: {
         engineId: this.#engineConfig.kvTransferConfig?.engine_id ?? '',
         host: where.host,
@@ -289,9 +287,10 @@ export class NixlScheduler {
       },
       requestId: req.requestId,
       blockIds: clipped,
-      numTokens: delay ? numComputedTokens : 0,
+      numTokens: delay ? req.numComputedTokens : 0,
       mode: this.mode,
     };
+    return { finished, delay };
   }
 
   #releaseUnloaded(req: ConnectorRequest, p: KVTransferParams): void {

@@ -140,7 +140,7 @@ export class SchedulerCore {
     if (!connector) return null;
     if (req.numComputedTokens < req.numPromptTokens || req.numOutputTokens + 1 < req.maxTokens) return null;
     if (this.kv.kvCacheConfig.groups.some((g) => g.spec.slidingWindow !== null)) return null;
-    return connector.kvTransferParamsAhead(req, this.#blockIdsForComputedTokens(req), req.numComputedTokens);
+    return connector.kvTransferParamsAhead(req, this.#blockIdsForComputedTokens(req));
   }
 
   /** Returns the blocks to the pool and forgets the request (vLLM's _free_blocks). */
